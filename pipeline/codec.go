@@ -1,0 +1,111 @@
+package pipeline
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// ContentTypeJSON is the Content-Type header value that marks a JSON payload.
+const ContentTypeJSON = "application/json"
+
+// IsJSON reports whether a payload is JSON: a Content-Type header says so, or the payload
+// starts with '{' (which no MessagePack map does).
+func IsJSON(data []byte, h nats.Header) bool {
+	if h != nil && h.Get("Content-Type") == ContentTypeJSON {
+		return true
+	}
+	d := bytes.TrimLeft(data, " \t\r\n")
+	return len(d) > 0 && d[0] == '{'
+}
+
+// Unmarshal decodes a JSON or MessagePack payload into v. Unknown fields are errors in
+// both forms, so a typo is reported instead of silently ignored.
+func Unmarshal(data []byte, asJSON bool, v any) error {
+	if len(data) == 0 {
+		return fmt.Errorf("empty payload")
+	}
+	if asJSON {
+		d := json.NewDecoder(bytes.NewReader(data))
+		d.DisallowUnknownFields()
+		if err := d.Decode(v); err != nil {
+			return err
+		}
+		if d.More() {
+			return fmt.Errorf("trailing data after the JSON object")
+		}
+		return nil
+	}
+	if err := checkMsgpack(data); err != nil {
+		return err
+	}
+	r := bytes.NewReader(data)
+	d := msgpack.NewDecoder(r)
+	d.DisallowUnknownFields(true)
+	d.SetCustomStructTag("json")
+	if err := d.Decode(v); err != nil {
+		return err
+	}
+	if r.Len() > 0 {
+		return fmt.Errorf("trailing data after the MessagePack value")
+	}
+	return nil
+}
+
+// Marshal encodes v as JSON or as MessagePack (a map with the JSON field names).
+func Marshal(v any, asJSON bool) ([]byte, error) {
+	if asJSON {
+		return json.Marshal(v)
+	}
+	var buf bytes.Buffer
+	e := msgpack.NewEncoder(&buf)
+	e.SetCustomStructTag("json")
+	e.SetOmitEmpty(true)
+	if err := e.Encode(v); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// DecodeEvents decodes the payload of a message on tally.ev.<typ>.<key>: one event, or a
+// batch when typ is "batch". A single event takes its type from the subject (a type in
+// the body must agree). Each event is validated; the error wraps ErrBadEvent.
+func DecodeEvents(typ string, data []byte, h nats.Header, fams Families) ([]Event, error) {
+	asJSON := IsJSON(data, h)
+	if typ == TypeBatch {
+		var b Batch
+		if err := Unmarshal(data, asJSON, &b); err != nil {
+			return nil, fmt.Errorf("%w: cannot decode batch: %w", ErrBadEvent, err)
+		}
+		if len(b.Events) == 0 {
+			return nil, fmt.Errorf("%w: empty batch", ErrBadEvent)
+		}
+		if len(b.Events) > MaxBatch {
+			return nil, fmt.Errorf("%w: batch of %d events, at most %d", ErrBadEvent, len(b.Events), MaxBatch)
+		}
+		for i := range b.Events {
+			if err := b.Events[i].Validate(fams); err != nil {
+				return nil, fmt.Errorf("batch event %d: %w", i, err)
+			}
+		}
+		return b.Events, nil
+	}
+	if !ValidType(typ) {
+		return nil, fmt.Errorf("%w: unknown type %q in subject", ErrBadEvent, typ)
+	}
+	var e Event
+	if err := Unmarshal(data, asJSON, &e); err != nil {
+		return nil, fmt.Errorf("%w: cannot decode %s event: %w", ErrBadEvent, typ, err)
+	}
+	if e.Type != "" && e.Type != typ {
+		return nil, fmt.Errorf("%w: body type %q differs from subject type %q", ErrBadEvent, e.Type, typ)
+	}
+	e.Type = typ
+	if err := e.Validate(fams); err != nil {
+		return nil, err
+	}
+	return []Event{e}, nil
+}

@@ -1,0 +1,120 @@
+package pipeline
+
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Op says how a delta changes a counter.
+type Op uint8
+
+const (
+	// OpAdd adds N (never going below zero).
+	OpAdd Op = iota
+	// OpSet sets the counter to N (a read resets an unread counter to 0).
+	OpSet
+)
+
+// Delta is one change to one counter of one id.
+type Delta struct {
+	ID    uint64
+	Field uint8
+	Op    Op
+	N     int64
+}
+
+// Then returns the single delta equivalent to d followed by next on the same counter:
+// +1 then +2 is +3; anything then set v is set v; set v then +n is set v+n.
+func (d Delta) Then(next Delta) Delta {
+	switch {
+	case next.Op == OpSet:
+		return next
+	case d.Op == OpSet:
+		v := int64(0)
+		if s := d.N + next.N; s > 0 {
+			v = s
+		}
+		d.N = v
+		return d
+	default:
+		d.N += next.N
+		return d
+	}
+}
+
+// DeltaBatch is the payload of one message on tally.delta.<family>.<p>: the coalesced
+// deltas one event-stage partition (Source) produced for one counter partition in one
+// transaction. Seq counts the batches from Source to that counter partition 1, 2, 3, …
+// without gaps, so a counter worker can tell an already applied batch from a new one
+// forever, not only inside the stream's duplicate window.
+type DeltaBatch struct {
+	Source uint32
+	Seq    uint64
+	Deltas []Delta
+}
+
+// The internal wire form is a MessagePack array [source, seq, [id, field, op, n, …]]:
+// deltas are the highest-volume messages and never leave Tally, so they carry no names.
+
+// AppendDeltaBatch appends the encoded batch to dst.
+func AppendDeltaBatch(dst []byte, b *DeltaBatch) []byte {
+	buf := bytes.NewBuffer(dst)
+	e := msgpack.NewEncoder(buf)
+	_ = e.EncodeArrayLen(3)
+	_ = e.EncodeUint(uint64(b.Source))
+	_ = e.EncodeUint(b.Seq)
+	_ = e.EncodeArrayLen(4 * len(b.Deltas))
+	for _, d := range b.Deltas {
+		_ = e.EncodeUint(d.ID)
+		_ = e.EncodeUint(uint64(d.Field))
+		_ = e.EncodeUint(uint64(d.Op))
+		_ = e.EncodeInt(d.N)
+	}
+	return buf.Bytes()
+}
+
+// DecodeDeltaBatch decodes into b, reusing b.Deltas.
+func DecodeDeltaBatch(data []byte, b *DeltaBatch) error {
+	if err := checkMsgpack(data); err != nil {
+		return fmt.Errorf("delta batch: %w", err)
+	}
+	d := msgpack.NewDecoder(bytes.NewReader(data))
+	n, err := d.DecodeArrayLen()
+	if err != nil || n != 3 {
+		return fmt.Errorf("delta batch: want a 3-element array (len %d): %v", n, err)
+	}
+	src, err := d.DecodeUint32()
+	if err != nil {
+		return fmt.Errorf("delta batch source: %w", err)
+	}
+	if b.Seq, err = d.DecodeUint64(); err != nil {
+		return fmt.Errorf("delta batch seq: %w", err)
+	}
+	b.Source = src
+	if n, err = d.DecodeArrayLen(); err != nil || n < 0 || n%4 != 0 || n > len(data) {
+		return fmt.Errorf("delta batch: bad delta list (len %d): %v", n, err)
+	}
+	b.Deltas = b.Deltas[:0]
+	for range n / 4 {
+		var x Delta
+		var f, op uint64
+		if x.ID, err = d.DecodeUint64(); err == nil {
+			if f, err = d.DecodeUint64(); err == nil {
+				if op, err = d.DecodeUint64(); err == nil {
+					x.N, err = d.DecodeInt64()
+				}
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("delta batch: %w", err)
+		}
+		if f > 255 || op > uint64(OpSet) {
+			return fmt.Errorf("delta batch: field %d or op %d out of range", f, op)
+		}
+		x.Field, x.Op = uint8(f), Op(op)
+		b.Deltas = append(b.Deltas, x)
+	}
+	return nil
+}

@@ -1,0 +1,14 @@
+package pipeline
+
+import "errors"
+
+// Sentinel errors; callers match them with errors.Is. Messages that wrap them say what
+// exactly was wrong.
+var (
+	ErrBadEvent      = errors.New("bad event")
+	ErrBadRequest    = errors.New("bad request")
+	ErrUnknownFamily = errors.New("unknown family")
+	ErrUnknownField  = errors.New("unknown field")
+	ErrTooMany       = errors.New("too many items")
+	ErrPartitions    = errors.New("partition count differs from the existing stream")
+)

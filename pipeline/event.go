@@ -1,0 +1,176 @@
+package pipeline
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Event types, the <type> token of tally.ev.<type>.<key>.
+const (
+	TypeLike      = "like"
+	TypeUnlike    = "unlike"
+	TypeRepost    = "repost"
+	TypeComment   = "comment"
+	TypeUncomment = "uncomment"
+	TypeView      = "view"
+	TypePost      = "post"
+	TypeFollow    = "follow"
+	TypeUnfollow  = "unfollow"
+	TypeMention   = "mention"
+	TypeDM        = "dm"
+	TypeRead      = "read"
+	TypeIncr      = "incr"
+	// TypeBatch is the subject token of a batch message; it is not an event type.
+	TypeBatch = "batch"
+)
+
+// MaxViewN bounds the n of one view or incr event.
+const MaxViewN = 1 << 32
+
+// Event is one thing that happened. Which fields are used depends on Type (see the table
+// in README). The MessagePack form is a map with the JSON field names.
+type Event struct {
+	Type    string   `json:"type,omitempty" msgpack:"type,omitempty"`
+	Tx      string   `json:"tx,omitempty" msgpack:"tx,omitempty"`
+	UID     ID       `json:"uid,omitempty" msgpack:"uid,omitempty"`
+	Post    ID       `json:"post,omitempty" msgpack:"post,omitempty"`
+	Owner   ID       `json:"owner,omitempty" msgpack:"owner,omitempty"`
+	Target  ID       `json:"target,omitempty" msgpack:"target,omitempty"`
+	Comment ID       `json:"comment,omitempty" msgpack:"comment,omitempty"`
+	Family  string   `json:"family,omitempty" msgpack:"family,omitempty"`
+	ID      ID       `json:"id,omitempty" msgpack:"id,omitempty"`
+	Field   string   `json:"field,omitempty" msgpack:"field,omitempty"`
+	N       int64    `json:"n,omitempty" msgpack:"n,omitempty"`
+	Kinds   []string `json:"kinds,omitempty" msgpack:"kinds,omitempty"`
+	TS      int64    `json:"ts,omitempty" msgpack:"ts,omitempty"`
+}
+
+// Batch is many events in one message, deduplicated as a whole by its Nats-Msg-Id.
+type Batch struct {
+	Events []Event `json:"events" msgpack:"events"`
+}
+
+// MaxBatch is the most events one batch message may hold.
+const MaxBatch = 10_000
+
+// UnreadKinds are the notification kinds a read event may reset: the fields of the
+// unread family.
+var unreadKinds = []string{"comment", "mention", "like", "dm"}
+
+// UnreadKinds returns the notification kinds a read event may name.
+func UnreadKinds() []string { return append([]string(nil), unreadKinds...) }
+
+// Key is the id that decides the event's partition: the acting user for user actions,
+// the post for views, the notified user for mentions and messages, the id for incr.
+func (e *Event) Key() ID {
+	switch e.Type {
+	case TypeView:
+		return e.Post
+	case TypeMention, TypeDM:
+		return e.Target
+	case TypeIncr:
+		return e.ID
+	default:
+		return e.UID
+	}
+}
+
+// Relational reports whether the event changes relation state, so that it must be
+// handled by the partition owning its key.
+func (e *Event) Relational() bool {
+	switch e.Type {
+	case TypeLike, TypeUnlike, TypeComment, TypeUncomment, TypeFollow, TypeUnfollow:
+		return true
+	}
+	return false
+}
+
+// Validate checks that the event has what its type needs; the error wraps ErrBadEvent.
+func (e *Event) Validate(fams Families) error {
+	need := func(name string, v ID) error {
+		if v == 0 {
+			return fmt.Errorf("%w: %s event needs %s", ErrBadEvent, e.Type, name)
+		}
+		return nil
+	}
+	var err error
+	switch e.Type {
+	case TypeLike, TypeUnlike, TypeRepost:
+		err = firstErr(need("uid", e.UID), need("post", e.Post))
+	case TypeComment, TypeUncomment:
+		err = firstErr(need("uid", e.UID), need("post", e.Post), need("comment", e.Comment))
+	case TypePost:
+		err = firstErr(need("uid", e.UID), need("post", e.Post))
+	case TypeFollow, TypeUnfollow:
+		err = firstErr(need("uid", e.UID), need("target", e.Target))
+		if err == nil && e.UID == e.Target {
+			err = fmt.Errorf("%w: a user cannot follow themself", ErrBadEvent)
+		}
+	case TypeMention, TypeDM:
+		err = firstErr(need("uid", e.UID), need("target", e.Target))
+	case TypeView:
+		err = need("post", e.Post)
+		if err == nil && (e.N < 0 || e.N > MaxViewN) {
+			err = fmt.Errorf("%w: view n=%d out of range 1..%d", ErrBadEvent, e.N, MaxViewN)
+		}
+	case TypeRead:
+		err = need("uid", e.UID)
+		for _, k := range e.Kinds {
+			if !contains(unreadKinds, k) {
+				err = fmt.Errorf("%w: read kind %q is not one of %v", ErrBadEvent, k, unreadKinds)
+			}
+		}
+	case TypeIncr:
+		err = need("id", e.ID)
+		if err == nil {
+			err = e.validateIncr(fams)
+		}
+	case "":
+		err = fmt.Errorf("%w: missing type", ErrBadEvent)
+	default:
+		err = fmt.Errorf("%w: unknown type %q", ErrBadEvent, e.Type)
+	}
+	return err
+}
+
+func (e *Event) validateIncr(fams Families) error {
+	f, err := fams.Lookup(e.Family)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrBadEvent, err)
+	}
+	if _, err := f.Field(e.Field); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadEvent, err)
+	}
+	if e.N == 0 || e.N > MaxViewN || e.N < -MaxViewN {
+		return fmt.Errorf("%w: incr n=%d must be non-zero and within ±%d", ErrBadEvent, e.N, MaxViewN)
+	}
+	return nil
+}
+
+// ValidType reports whether t is an event type.
+func ValidType(t string) bool {
+	switch t {
+	case TypeLike, TypeUnlike, TypeRepost, TypeComment, TypeUncomment, TypeView, TypePost,
+		TypeFollow, TypeUnfollow, TypeMention, TypeDM, TypeRead, TypeIncr:
+		return true
+	}
+	return false
+}
+
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if strings.EqualFold(v, s) {
+			return true
+		}
+	}
+	return false
+}

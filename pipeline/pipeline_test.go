@@ -1,0 +1,176 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/pipeline/natstest"
+)
+
+// The server's subject transform and PartitionOf must route every key the same way, or
+// relation state would be split between partitions.
+func TestPartitionAgreesWithServer(t *testing.T) {
+	s := natstest.Start(t)
+	js, _ := jetstream.New(natstest.Connect(t, s))
+	ctx := context.Background()
+	cfg := pipeline.DefaultStreamConfig()
+	cfg.Partitions = 7
+	if err := pipeline.Setup(ctx, js, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := pipeline.Setup(ctx, js, cfg); err != nil {
+		t.Fatalf("second Setup is not idempotent: %v", err)
+	}
+	keys := []pipeline.ID{1, 2, 42, 1 << 40, 18446744073709551615, 1234567890123}
+	for i, k := range keys {
+		if _, err := js.Publish(ctx, cfg.Subjects.Event("like", k), []byte("x"), jetstream.WithMsgID(fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, _ := js.Stream(ctx, cfg.Subjects.EventsStream())
+	for i, k := range keys {
+		m, err := st.GetMsg(ctx, uint64(i+1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("tally.ep.%d.like.%d", pipeline.PartitionOf(k, 7), k)
+		if m.Subject != want || pipeline.Partition(k.String(), 7) != pipeline.PartitionOf(k, 7) {
+			t.Errorf("key %d stored as %s, PartitionOf routes to %s", k, m.Subject, want)
+		}
+	}
+	cfg.Partitions = 8
+	if err := pipeline.Setup(ctx, js, cfg); !errors.Is(err, pipeline.ErrPartitions) {
+		t.Fatalf("changing the partition count: err=%v, want ErrPartitions", err)
+	}
+	// A malformed subject has no stream: the producer is told, nothing is stored silently.
+	if _, err := js.Publish(ctx, "tally.ev.like", []byte("x")); err == nil {
+		t.Fatal("publish to tally.ev.like (no key) succeeded")
+	}
+}
+
+func TestDecodeEvents(t *testing.T) {
+	fams := pipeline.Families(pipeline.DefaultFamilies())
+	f := func(t *testing.T, typ, body string, want pipeline.Event, wantErr string) {
+		t.Helper()
+		evs, err := pipeline.DecodeEvents(typ, []byte(body), nil, fams)
+		if wantErr != "" {
+			if err == nil || !errors.Is(err, pipeline.ErrBadEvent) || !contains(err.Error(), wantErr) {
+				t.Fatalf("%s %s: err=%v, want ErrBadEvent containing %q", typ, body, err, wantErr)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("%s %s: %v", typ, body, err)
+		}
+		if len(evs) != 1 || fmt.Sprint(evs[0]) != fmt.Sprint(want) {
+			t.Fatalf("%s %s: got %+v want %+v", typ, body, evs, want)
+		}
+	}
+	f(t, "like", `{"uid":7,"post":"18446744073709551615"}`, pipeline.Event{Type: "like", UID: 7, Post: 18446744073709551615}, "")
+	f(t, "like", `{"uid":"7","post":9,"owner":3,"ts":5,"tx":"a"}`, pipeline.Event{Type: "like", Tx: "a", UID: 7, Post: 9, Owner: 3, TS: 5}, "")
+	f(t, "view", `{"post":9,"n":10}`, pipeline.Event{Type: "view", Post: 9, N: 10}, "")
+	f(t, "incr", `{"family":"post","id":9,"field":"view","n":-2}`, pipeline.Event{Type: "incr", Family: "post", ID: 9, Field: "view", N: -2}, "")
+	f(t, "like", `{"uid":7}`, pipeline.Event{}, "needs post")
+	f(t, "like", `{"uid":-7,"post":1}`, pipeline.Event{}, "not an unsigned")
+	f(t, "like", `{"uid":"x7","post":1}`, pipeline.Event{}, "not an unsigned")
+	f(t, "like", `{"uid":"18446744073709551616","post":1}`, pipeline.Event{}, "not an unsigned")
+	f(t, "like", `{"uid":7,"post":1,"psot":2}`, pipeline.Event{}, "unknown field")
+	f(t, "like", `{"type":"view","uid":7,"post":1}`, pipeline.Event{}, "differs")
+	f(t, "like", `{"uid":7,"post":1} x`, pipeline.Event{}, "trailing")
+	f(t, "poke", `{"uid":7,"post":1}`, pipeline.Event{}, "unknown type")
+	f(t, "comment", `{"uid":7,"post":1}`, pipeline.Event{}, "needs comment")
+	f(t, "follow", `{"uid":7,"target":7}`, pipeline.Event{}, "themself")
+	f(t, "read", `{"uid":7,"kinds":["like","spam"]}`, pipeline.Event{}, "spam")
+	f(t, "incr", `{"family":"video","id":9,"field":"view","n":1}`, pipeline.Event{}, "unknown family")
+	f(t, "incr", `{"family":"post","id":9,"field":"views","n":1}`, pipeline.Event{}, "unknown field")
+	f(t, "view", `{"post":9,"n":-1}`, pipeline.Event{}, "out of range")
+	f(t, "like", "\xff\x00garbage", pipeline.Event{}, "cannot decode")
+	f(t, "like", "", pipeline.Event{}, "empty payload")
+}
+
+func TestDecodeBatchMsgpack(t *testing.T) {
+	fams := pipeline.Families(pipeline.DefaultFamilies())
+	b := pipeline.Batch{Events: []pipeline.Event{
+		{Type: "like", UID: 1, Post: 2}, {Type: "view", Post: 2, N: 3},
+	}}
+	data, err := pipeline.Marshal(&b, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := pipeline.DecodeEvents("batch", data, nil, fams)
+	if err != nil || len(evs) != 2 || evs[1].N != 3 || evs[0].Post != 2 {
+		t.Fatalf("batch round trip: %+v %v", evs, err)
+	}
+	big := pipeline.Batch{Events: make([]pipeline.Event, pipeline.MaxBatch+1)}
+	for i := range big.Events {
+		big.Events[i] = pipeline.Event{Type: "view", Post: 1}
+	}
+	data, _ = pipeline.Marshal(&big, false)
+	if _, err := pipeline.DecodeEvents("batch", data, nil, fams); err == nil || !contains(err.Error(), "at most") {
+		t.Fatalf("oversized batch: %v", err)
+	}
+	bad := pipeline.Batch{Events: []pipeline.Event{{Type: "view", Post: 1}, {Type: "like", UID: 1}}}
+	data, _ = pipeline.Marshal(&bad, true)
+	if _, err := pipeline.DecodeEvents("batch", data, nil, fams); err == nil || !contains(err.Error(), "batch event 1") {
+		t.Fatalf("batch with a bad event: %v", err)
+	}
+}
+
+func TestDeltaBatchRoundTrip(t *testing.T) {
+	in := pipeline.DeltaBatch{Source: 3, Seq: 1 << 50, Deltas: []pipeline.Delta{
+		{ID: 1, Field: 0, Op: pipeline.OpAdd, N: 3},
+		{ID: 1<<64 - 1, Field: 3, Op: pipeline.OpSet, N: 0},
+		{ID: 5, Field: 1, Op: pipeline.OpAdd, N: -2},
+	}}
+	var out pipeline.DeltaBatch
+	if err := pipeline.DecodeDeltaBatch(pipeline.AppendDeltaBatch(nil, &in), &out); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(in) != fmt.Sprint(out) {
+		t.Fatalf("got %+v want %+v", out, in)
+	}
+}
+
+func TestDeltaThen(t *testing.T) {
+	add := func(n int64) pipeline.Delta { return pipeline.Delta{Op: pipeline.OpAdd, N: n} }
+	set := func(n int64) pipeline.Delta { return pipeline.Delta{Op: pipeline.OpSet, N: n} }
+	f := func(a, b, want pipeline.Delta) {
+		t.Helper()
+		if got := a.Then(b); got != want {
+			t.Fatalf("%+v then %+v = %+v, want %+v", a, b, got, want)
+		}
+	}
+	f(add(1), add(2), add(3))
+	f(add(5), set(0), set(0))
+	f(set(0), add(2), set(2))
+	f(set(1), add(-3), set(0))
+}
+
+func TestWaitForStreams(t *testing.T) {
+	// Setup honours a cancelled context instead of hanging.
+	s := natstest.Start(t)
+	js, _ := jetstream.New(natstest.Connect(t, s))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Nanosecond)
+	defer cancel()
+	<-ctx.Done()
+	if err := pipeline.Setup(ctx, js, pipeline.DefaultStreamConfig()); err == nil {
+		t.Fatal("Setup with a cancelled context succeeded")
+	}
+}
+
+func contains(s, sub string) bool { return len(sub) == 0 || indexOf(s, sub) >= 0 }
+
+func indexOf(s, sub string) int {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return i
+		}
+	}
+	return -1
+}

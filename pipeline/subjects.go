@@ -1,0 +1,69 @@
+package pipeline
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Subjects names every subject and stream under one prefix ("tally" by default).
+type Subjects struct {
+	Prefix string
+}
+
+// DefaultPrefix is the subject prefix used unless configured otherwise.
+const DefaultPrefix = "tally"
+
+// NewSubjects returns the subjects under prefix (DefaultPrefix when empty).
+func NewSubjects(prefix string) Subjects {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	return Subjects{Prefix: prefix}
+}
+
+func (s Subjects) join(parts ...string) string {
+	return s.Prefix + "." + strings.Join(parts, ".")
+}
+
+// Event is where producers publish: <prefix>.ev.<type>.<key>.
+func (s Subjects) Event(typ string, key ID) string { return s.join("ev", typ, key.String()) }
+
+// Events matches every event subject a producer may publish to.
+func (s Subjects) Events() string { return s.join("ev", "*", "*") }
+
+// EventsStored is the subject an event is stored under after partitioning:
+// <prefix>.ep.<p>.<type>.<key>; the event stage of partition p reads <prefix>.ep.<p>.>.
+func (s Subjects) EventsStored(p int) string { return s.join("ep", strconv.Itoa(p), ">") }
+
+// Delta is the subject of deltas for one counter partition.
+func (s Subjects) Delta(family string, p int) string { return s.join("delta", family, strconv.Itoa(p)) }
+
+// Change is the subject of change events of one counter partition.
+func (s Subjects) Change(family string, p int) string { return s.join("chg", family, strconv.Itoa(p)) }
+
+// Changes matches the change events of every partition of a family.
+func (s Subjects) Changes(family string) string { return s.join("chg", family, "*") }
+
+// DLQ is the dead-letter subject of one partition of a stage.
+func (s Subjects) DLQ(stage string, p int) string { return s.join("dlq", stage, strconv.Itoa(p)) }
+
+// Get is the batch query subject of a family.
+func (s Subjects) Get(family string) string { return s.join("get", family) }
+
+// Query subjects.
+func (s Subjects) Liked() string     { return s.join("liked") }
+func (s Subjects) LikesUser() string { return s.join("likes", "user") }
+func (s Subjects) LikesPost() string { return s.join("likes", "post") }
+func (s Subjects) Following() string { return s.join("following") }
+func (s Subjects) Followers() string { return s.join("followers") }
+func (s Subjects) Unread() string    { return s.join("unread") }
+func (s Subjects) Health() string    { return s.join("health") }
+
+// Stream names.
+func (s Subjects) stream(kind string) string {
+	return strings.ToUpper(strings.NewReplacer(".", "_", "-", "_").Replace(s.Prefix)) + "_" + kind
+}
+func (s Subjects) EventsStream() string  { return s.stream("EVENTS") }
+func (s Subjects) DeltasStream() string  { return s.stream("DELTAS") }
+func (s Subjects) ChangesStream() string { return s.stream("CHANGES") }
+func (s Subjects) DLQStream() string     { return s.stream("DLQ") }
