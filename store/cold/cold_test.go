@@ -1,0 +1,141 @@
+package cold_test
+
+import (
+	"testing"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/tally-dev/tally/store/cold"
+)
+
+func open(t *testing.T) *cold.DB {
+	t.Helper()
+	db, err := cold.Open(cold.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func TestRelationsAndPaging(t *testing.T) {
+	db := open(t)
+	update := func(fn func(txn *badger.Txn) (bool, error)) bool {
+		t.Helper()
+		var changed bool
+		if err := db.Badger().Update(func(txn *badger.Txn) (err error) { changed, err = fn(txn); return err }); err != nil {
+			t.Fatal(err)
+		}
+		return changed
+	}
+	for post := uint64(1); post <= 25; post++ {
+		if !update(func(txn *badger.Txn) (bool, error) { return cold.Relate(txn, cold.Like, cold.Rel{A: 7, B: post}, int64(post*10)) }) {
+			t.Fatalf("first like of %d changed nothing", post)
+		}
+	}
+	if update(func(txn *badger.Txn) (bool, error) { return cold.Relate(txn, cold.Like, cold.Rel{A: 7, B: 3}, 999) }) {
+		t.Fatal("liking twice changed something")
+	}
+	if update(func(txn *badger.Txn) (bool, error) { return cold.Unrelate(txn, cold.Like, cold.Rel{A: 7, B: 99}) }) {
+		t.Fatal("unliking what was never liked changed something")
+	}
+	if !update(func(txn *badger.Txn) (bool, error) { return cold.Unrelate(txn, cold.Like, cold.Rel{A: 7, B: 20}) }) {
+		t.Fatal("unlike changed nothing")
+	}
+	liked, err := cold.Related(db, cold.Like, 7, []uint64{1, 20, 25, 26})
+	if err != nil || liked[0] != true || liked[1] || !liked[2] || liked[3] {
+		t.Fatalf("Related = %v, %v", liked, err)
+	}
+	var got []uint64
+	cursor := ""
+	for page := 0; ; page++ {
+		items, next, err := cold.List(db, cold.Like, true, 7, 10, cursor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, it := range items {
+			got = append(got, it.ID)
+			if it.TS != int64(it.ID*10) {
+				t.Fatalf("item %d has ts %d", it.ID, it.TS)
+			}
+		}
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	if len(got) != 24 || got[0] != 25 || got[len(got)-1] != 1 {
+		t.Fatalf("pages gave %v, want 25..1 newest first without 20", got)
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i] >= got[i-1] || got[i] == 20 {
+			t.Fatalf("pages out of order or hold the unliked post: %v", got)
+		}
+	}
+	items, _, err := cold.List(db, cold.Like, false, 25, 10, "")
+	if err != nil || len(items) != 1 || items[0].ID != 7 {
+		t.Fatalf("likers of 25 = %v, %v", items, err)
+	}
+	if _, _, err := cold.List(db, cold.Like, true, 7, 10, "zz"); err == nil {
+		t.Fatal("a garbage cursor was accepted")
+	}
+}
+
+func TestCountersCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	db, err := cold.Open(cold.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := &cold.Checkpoint{Pos: 42, Marks: map[uint32]*cold.Mark{3: {Through: 7, Above: []uint64{9}}}}
+	entries := []cold.Entry{{ID: 1, Counts: []uint64{1, 0, 1 << 40, 0}}, {ID: 2, Counts: []uint64{5, 5, 5, 5}}}
+	if err := cold.SaveCounters(db, "post", 1, entries, cp); err != nil {
+		t.Fatal(err)
+	}
+	if err := cold.SaveCounters(db, "post", 1, []cold.Entry{{ID: 2, Counts: make([]uint64, 4)}}, cp); err != nil {
+		t.Fatal(err)
+	}
+	if err := cold.SaveCounters(db, "post", 2, []cold.Entry{{ID: 3, Counts: []uint64{1, 1, 1, 1}}}, &cold.Checkpoint{Pos: 1}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	db, err = cold.Open(cold.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	got := map[uint64][]uint64{}
+	back, err := cold.LoadCounters(db, "post", 1, 4, func(id uint64, c []uint64) { got[id] = append([]uint64(nil), c...) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[1][2] != 1<<40 || back.Pos != 42 || back.Marks[3].Through != 7 || back.Marks[3].Above[0] != 9 {
+		t.Fatalf("loaded %v %+v", got, back)
+	}
+}
+
+func TestStageOutbox(t *testing.T) {
+	db := open(t)
+	st, out, err := cold.LoadStage(db, 2)
+	if err != nil || st.Pos != 0 || len(out) != 0 {
+		t.Fatalf("fresh stage: %+v %v %v", st, out, err)
+	}
+	err = db.Badger().Update(func(txn *badger.Txn) error {
+		for i := uint64(1); i <= 3; i++ {
+			if err := cold.PutOutbox(txn, 2, &cold.OutboxEntry{Seq: i, Subject: "s", MsgID: "m", Data: []byte{byte(i)}}); err != nil {
+				return err
+			}
+		}
+		return cold.PutStage(txn, 2, &cold.StageState{Pos: 9, Outbox: 3, Seqs: map[string]uint64{"post.1": 4}})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Badger().Update(func(txn *badger.Txn) error { return cold.DeleteOutbox(txn, 2, []uint64{1}) }); err != nil {
+		t.Fatal(err)
+	}
+	st, out, err = cold.LoadStage(db, 2)
+	if err != nil || st.Pos != 9 || st.Seqs["post.1"] != 4 || len(out) != 2 || out[0].Seq != 2 || out[1].Data[0] != 3 {
+		t.Fatalf("stage state %+v outbox %+v err %v", st, out, err)
+	}
+}

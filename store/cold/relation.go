@@ -1,0 +1,163 @@
+package cold
+
+import (
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// Kind is a kind of relation.
+type Kind byte
+
+// Relation kinds. A comment relation is (user, post, comment id); likes and follows have
+// no third part.
+const (
+	Like    Kind = 'l'
+	Comment Kind = 'c'
+	Follow  Kind = 'f'
+)
+
+// indexed reports whether a kind keeps newest-first lists per subject and per object.
+func (k Kind) indexed() bool { return k == Like || k == Follow }
+
+// Rel is subject A related to object B (third part C for comments).
+type Rel struct{ A, B, C uint64 }
+
+func relKey(k Kind, r Rel) key {
+	return newKey(nsRelation, 26).u8(byte(k)).u64(r.A).u64(r.B).u64(r.C)
+}
+
+// Index keys order by descending time: ^ts sorts the newest first.
+func subjectKey(k Kind, r Rel, ts int64) key {
+	return newKey(nsBySubject, 34).u8(byte(k)).u64(r.A).u64(math.MaxUint64 - uint64(ts)).u64(r.B).u64(r.C)
+}
+
+func objectKey(k Kind, r Rel, ts int64) key {
+	return newKey(nsByObject, 34).u8(byte(k)).u64(r.B).u64(math.MaxUint64 - uint64(ts)).u64(r.A).u64(r.C)
+}
+
+// Relate makes r if it does not exist; it reports whether anything changed.
+func Relate(txn *badger.Txn, k Kind, r Rel, ts int64) (bool, error) {
+	if ts < 0 {
+		ts = 0
+	}
+	rk := relKey(k, r)
+	if _, err := txn.Get(rk); err == nil {
+		return false, nil
+	} else if !errors.Is(err, badger.ErrKeyNotFound) {
+		return false, err
+	}
+	if err := txn.Set(rk, binary.BigEndian.AppendUint64(nil, uint64(ts))); err != nil {
+		return false, err
+	}
+	if k.indexed() {
+		if err := txn.Set(subjectKey(k, r, ts), nil); err != nil {
+			return false, err
+		}
+		if err := txn.Set(objectKey(k, r, ts), nil); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// Unrelate removes r if it exists; it reports whether anything changed.
+func Unrelate(txn *badger.Txn, k Kind, r Rel) (bool, error) {
+	rk := relKey(k, r)
+	item, err := txn.Get(rk)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	v, err := item.ValueCopy(nil)
+	if err != nil {
+		return false, err
+	}
+	if len(v) != 8 {
+		return false, fmt.Errorf("%w: relation value of %d bytes", ErrCorrupt, len(v))
+	}
+	ts := int64(binary.BigEndian.Uint64(v))
+	if err := txn.Delete(rk); err != nil {
+		return false, err
+	}
+	if k.indexed() {
+		if err := txn.Delete(subjectKey(k, r, ts)); err != nil {
+			return false, err
+		}
+		if err := txn.Delete(objectKey(k, r, ts)); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// Related reports for each b whether (a, b) exists (likes and follows).
+func Related(db *DB, k Kind, a uint64, bs []uint64) ([]bool, error) {
+	out := make([]bool, len(bs))
+	err := db.db.View(func(txn *badger.Txn) error {
+		for i, b := range bs {
+			_, err := txn.Get(relKey(k, Rel{A: a, B: b}))
+			switch {
+			case err == nil:
+				out[i] = true
+			case !errors.Is(err, badger.ErrKeyNotFound):
+				return err
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Item is one entry of a relation list: the other side's id and the time of the relation.
+type Item struct {
+	ID uint64
+	TS int64
+}
+
+// List returns up to limit relations of id, newest first: the objects of subject id
+// (bySubject) or the subjects of object id. before is the cursor returned by the previous
+// page ("" for the first); next is "" on the last page.
+func List(db *DB, k Kind, bySubject bool, id uint64, limit int, before string) (items []Item, next string, err error) {
+	if !k.indexed() {
+		return nil, "", fmt.Errorf("relation kind %c has no lists", k)
+	}
+	ns := byte(nsByObject)
+	if bySubject {
+		ns = nsBySubject
+	}
+	prefix := newKey(ns, 10).u8(byte(k)).u64(id)
+	start := prefix
+	if before != "" {
+		c, err := hex.DecodeString(before)
+		if err != nil || len(c) != 24 {
+			return nil, "", fmt.Errorf("before %q is not a cursor this server returned", before)
+		}
+		// Seek just past the cursor: append a byte so the cursor key itself is skipped.
+		start = append(append(append(key{}, prefix...), c...), 0)
+	}
+	err = db.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		defer it.Close()
+		var last []byte
+		for it.Seek(start); it.ValidForPrefix(prefix); it.Next() {
+			kb := it.Item().Key()
+			if len(kb) != 34 {
+				return fmt.Errorf("%w: index key of %d bytes", ErrCorrupt, len(kb))
+			}
+			if len(items) == limit {
+				next = hex.EncodeToString(last)
+				return nil
+			}
+			items = append(items, Item{ID: u64at(kb, 18), TS: int64(math.MaxUint64 - u64at(kb, 10))})
+			last = append(last[:0], kb[10:34]...)
+		}
+		return nil
+	})
+	return items, next, err
+}

@@ -1,0 +1,92 @@
+package cold
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// StageState is what an event-stage partition commits with every transaction: the last
+// stream sequence it consumed and the next sequence of each outbox destination.
+type StageState struct {
+	Pos uint64 `msgpack:"pos"`
+	// Seqs maps a delta destination ("family.partition") to the last batch sequence sent.
+	Seqs map[string]uint64 `msgpack:"seqs"`
+	// Outbox is the sequence of the last outbox entry written.
+	Outbox uint64 `msgpack:"outbox"`
+}
+
+// OutboxEntry is one message to publish after the transaction that wrote it commits.
+type OutboxEntry struct {
+	Seq     uint64 `msgpack:"-"`
+	Subject string `msgpack:"s"`
+	MsgID   string `msgpack:"i"`
+	Data    []byte `msgpack:"d"`
+}
+
+func stageKey(p int) key              { return newKey(nsStage, 3).u16(p) }
+func outboxKey(p int, seq uint64) key { return newKey(nsOutbox, 11).u16(p).u64(seq) }
+
+// LoadStage returns partition p's state and its unpublished outbox, oldest first.
+func LoadStage(db *DB, p int) (StageState, []OutboxEntry, error) {
+	st := StageState{Seqs: map[string]uint64{}}
+	var out []OutboxEntry
+	err := db.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(stageKey(p))
+		switch {
+		case errors.Is(err, badger.ErrKeyNotFound):
+		case err != nil:
+			return err
+		default:
+			if err := item.Value(func(v []byte) error { return msgpack.Unmarshal(v, &st) }); err != nil {
+				return fmt.Errorf("%w: stage %d state: %w", ErrCorrupt, p, err)
+			}
+			if st.Seqs == nil {
+				st.Seqs = map[string]uint64{}
+			}
+		}
+		prefix := newKey(nsOutbox, 3).u16(p)
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
+		defer it.Close()
+		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
+			var e OutboxEntry
+			if err := it.Item().Value(func(v []byte) error { return msgpack.Unmarshal(v, &e) }); err != nil {
+				return fmt.Errorf("%w: stage %d outbox: %w", ErrCorrupt, p, err)
+			}
+			e.Seq = u64at(it.Item().Key(), 3)
+			out = append(out, e)
+		}
+		return nil
+	})
+	return st, out, err
+}
+
+// PutStage writes partition p's state in txn.
+func PutStage(txn *badger.Txn, p int, st *StageState) error {
+	v, err := msgpack.Marshal(st)
+	if err != nil {
+		return err
+	}
+	return txn.Set(stageKey(p), v)
+}
+
+// PutOutbox writes an outbox entry in txn; e.Seq must be the state's new Outbox value.
+func PutOutbox(txn *badger.Txn, p int, e *OutboxEntry) error {
+	v, err := msgpack.Marshal(e)
+	if err != nil {
+		return err
+	}
+	return txn.Set(outboxKey(p, e.Seq), v)
+}
+
+// DeleteOutbox removes published entries of partition p in txn.
+func DeleteOutbox(txn *badger.Txn, p int, seqs []uint64) error {
+	for _, s := range seqs {
+		if err := txn.Delete(outboxKey(p, s)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
