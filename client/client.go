@@ -1,0 +1,181 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/tally-dev/tally/pipeline"
+)
+
+// ErrRemote wraps an error reply from Tally (the request was understood and refused, or
+// a partition could not answer).
+var ErrRemote = errors.New("tally replied with an error")
+
+// Client talks to Tally over one NATS connection. It is safe for concurrent use.
+type Client struct {
+	nc         *nats.Conn
+	js         jetstream.JetStream
+	subj       pipeline.Subjects
+	partitions int
+	timeout    time.Duration
+}
+
+// Option configures a Client.
+type Option func(*Client) error
+
+// WithPrefix sets the subject prefix (default "tally").
+func WithPrefix(p string) Option {
+	return func(c *Client) error { c.subj = pipeline.NewSubjects(p); return nil }
+}
+
+// WithPartitions sets the partition count used to split batches; by default the client
+// reads it from the events stream.
+func WithPartitions(n int) Option {
+	return func(c *Client) error {
+		if n < 1 {
+			return fmt.Errorf("partitions must be positive, not %d", n)
+		}
+		c.partitions = n
+		return nil
+	}
+}
+
+// WithTimeout bounds a request when the context has no deadline (default 5s).
+func WithTimeout(d time.Duration) Option {
+	return func(c *Client) error { c.timeout = d; return nil }
+}
+
+// New returns a client on nc.
+func New(nc *nats.Conn, opts ...Option) (*Client, error) {
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(8192))
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{nc: nc, js: js, subj: pipeline.NewSubjects(""), timeout: 5 * time.Second}
+	for _, o := range opts {
+		if err := o(c); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Subjects returns the subjects the client uses.
+func (c *Client) Subjects() pipeline.Subjects { return c.subj }
+
+// NewTx returns a fresh transaction id. Give an event the same tx on every retry of the
+// same action, so that Tally counts it once.
+func NewTx() string { return nuid.Next() }
+
+// Publish publishes events one message each, with Nats-Msg-Id = the event's tx (a new
+// one when empty), and returns when all are stored.
+func (c *Client) Publish(ctx context.Context, events ...pipeline.Event) error {
+	futures := make([]jetstream.PubAckFuture, len(events))
+	for i := range events {
+		e := events[i]
+		if !pipeline.ValidType(e.Type) {
+			return fmt.Errorf("%w: event %d: unknown type %q", pipeline.ErrBadEvent, i, e.Type)
+		}
+		if e.Tx == "" {
+			e.Tx = NewTx()
+		}
+		data, err := pipeline.Marshal(&e, false)
+		if err != nil {
+			return err
+		}
+		f, err := c.js.PublishAsync(c.subj.Event(e.Type, e.Key()), data, jetstream.WithMsgID(e.Tx))
+		if err != nil {
+			return fmt.Errorf("cannot publish event %d: %w", i, err)
+		}
+		futures[i] = f
+	}
+	return wait(ctx, futures)
+}
+
+func wait(ctx context.Context, futures []jetstream.PubAckFuture) error {
+	for i, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return fmt.Errorf("message %d not stored: %w", i, err)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// PublishBatch publishes events as few batch messages as partitions allow: one per
+// partition, each deduplicated as a whole by the message id tx.<partition>. Re-sending
+// the same events with the same tx counts them once. This is the fast path.
+func (c *Client) PublishBatch(ctx context.Context, tx string, events []pipeline.Event) error {
+	if tx == "" {
+		return fmt.Errorf("%w: a batch needs a transaction id", pipeline.ErrBadEvent)
+	}
+	n, err := c.Partitions(ctx)
+	if err != nil {
+		return err
+	}
+	groups := map[int][]pipeline.Event{}
+	var order []int
+	for _, e := range events {
+		if !pipeline.ValidType(e.Type) {
+			return fmt.Errorf("%w: unknown type %q", pipeline.ErrBadEvent, e.Type)
+		}
+		p := pipeline.PartitionOf(e.Key(), n)
+		if groups[p] == nil {
+			order = append(order, p)
+		}
+		groups[p] = append(groups[p], e)
+	}
+	var futures []jetstream.PubAckFuture
+	for _, p := range order {
+		g := groups[p]
+		for part := 0; len(g) > 0; part++ {
+			k := min(len(g), pipeline.MaxBatch)
+			data, err := pipeline.Marshal(&pipeline.Batch{Events: g[:k]}, false)
+			if err != nil {
+				return err
+			}
+			id := tx + "." + strconv.Itoa(p) + "." + strconv.Itoa(part)
+			f, err := c.js.PublishAsync(c.subj.Event(pipeline.TypeBatch, g[0].Key()), data, jetstream.WithMsgID(id))
+			if err != nil {
+				return fmt.Errorf("cannot publish batch: %w", err)
+			}
+			futures = append(futures, f)
+			g = g[k:]
+		}
+	}
+	return wait(ctx, futures)
+}
+
+var partitionsIn = regexp.MustCompile(`\{\{\s*partition\((\d+)`)
+
+// Partitions returns the partition count, read once from the events stream.
+func (c *Client) Partitions(ctx context.Context) (int, error) {
+	if c.partitions > 0 {
+		return c.partitions, nil
+	}
+	st, err := c.js.Stream(ctx, c.subj.EventsStream())
+	if err != nil {
+		return 0, fmt.Errorf("cannot read stream %s (is tallyd running?): %w", c.subj.EventsStream(), err)
+	}
+	tr := st.CachedInfo().Config.SubjectTransform
+	if tr == nil {
+		return 0, fmt.Errorf("stream %s has no partitioning transform", c.subj.EventsStream())
+	}
+	m := partitionsIn.FindStringSubmatch(tr.Destination)
+	if m == nil {
+		return 0, fmt.Errorf("stream %s: cannot read the partition count from %q", c.subj.EventsStream(), tr.Destination)
+	}
+	c.partitions, _ = strconv.Atoi(m[1])
+	return c.partitions, nil
+}

@@ -1,0 +1,153 @@
+package client
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tally-dev/tally/pipeline"
+)
+
+// request sends req as MessagePack and decodes the reply into reply; an error field in
+// the reply becomes an error wrapping ErrRemote.
+func (c *Client) request(ctx context.Context, subject string, req, reply any, errField *string) error {
+	data, err := pipeline.Marshal(req, false)
+	if err != nil {
+		return err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	msg, err := c.nc.RequestWithContext(ctx, subject, data)
+	if err != nil {
+		return fmt.Errorf("%s: %w", subject, err)
+	}
+	if err := pipeline.Unmarshal(msg.Data, false, reply); err != nil {
+		return fmt.Errorf("%s: cannot decode reply: %w", subject, err)
+	}
+	if *errField != "" {
+		return fmt.Errorf("%w: %s: %s", ErrRemote, subject, *errField)
+	}
+	return nil
+}
+
+func toIDs(ids []uint64) []pipeline.ID {
+	out := make([]pipeline.ID, len(ids))
+	for i, id := range ids {
+		out[i] = pipeline.ID(id)
+	}
+	return out
+}
+
+// Get returns the counters of ids, in the order asked (unknown ids are zeros).
+func (c *Client) Get(ctx context.Context, family string, ids ...uint64) (*pipeline.GetReply, error) {
+	var r pipeline.GetReply
+	err := c.request(ctx, c.subj.Get(family), pipeline.GetRequest{IDs: toIDs(ids)}, &r, &r.Error)
+	return &r, err
+}
+
+// Liked reports whether uid liked each of posts.
+func (c *Client) Liked(ctx context.Context, uid uint64, posts ...uint64) ([]bool, error) {
+	var r pipeline.LikedReply
+	err := c.request(ctx, c.subj.Liked(), pipeline.LikedRequest{UID: pipeline.ID(uid), Posts: toIDs(posts)}, &r, &r.Error)
+	return r.Liked, err
+}
+
+// Page is one page of a relation list, newest first.
+type Page struct {
+	IDs  []uint64
+	TS   []int64
+	Next string // cursor of the next page; "" on the last
+}
+
+// List kinds for Client.List.
+const (
+	LikesOfUser = "likes.user" // posts a user liked
+	LikesOfPost = "likes.post" // users who liked a post
+	Following   = "following"  // whom a user follows
+	Followers   = "followers"  // who follows a user
+)
+
+// List returns one page of a relation list of id; before is the previous page's Next.
+func (c *Client) List(ctx context.Context, list string, id uint64, limit int, before string) (*Page, error) {
+	req := pipeline.ListRequest{Limit: limit, Before: before}
+	subject := c.subj.Prefix + "." + list
+	switch list {
+	case LikesOfPost:
+		req.Post = pipeline.ID(id)
+	case LikesOfUser, Following, Followers:
+		req.UID = pipeline.ID(id)
+	default:
+		return nil, fmt.Errorf("unknown list %q", list)
+	}
+	var r struct {
+		IDs   []pipeline.ID `json:"ids"`
+		TS    []int64       `json:"ts"`
+		Next  string        `json:"next"`
+		Error string        `json:"error"`
+	}
+	if err := c.request(ctx, subject, req, &r, &r.Error); err != nil {
+		return nil, err
+	}
+	p := &Page{IDs: make([]uint64, len(r.IDs)), TS: r.TS, Next: r.Next}
+	for i, id := range r.IDs {
+		p.IDs[i] = uint64(id)
+	}
+	return p, nil
+}
+
+// Unread returns a user's unread counts.
+func (c *Client) Unread(ctx context.Context, uid uint64) (pipeline.Unread, error) {
+	var r pipeline.UnreadReply
+	err := c.request(ctx, c.subj.Unread(), pipeline.UnreadRequest{UID: pipeline.ID(uid)}, &r, &r.Error)
+	return r.Unread, err
+}
+
+// Health asks whether every partition has caught up.
+func (c *Client) Health(ctx context.Context) (*pipeline.HealthReply, error) {
+	var r pipeline.HealthReply
+	err := c.request(ctx, c.subj.Health(), struct{}{}, &r, &r.Error)
+	return &r, err
+}
+
+// Watch delivers the change events of family from now on until ctx ends; the channel is
+// closed then. A slow reader slows delivery, it loses nothing.
+func (c *Client) Watch(ctx context.Context, family string) (<-chan pipeline.Change, error) {
+	cons, err := c.js.OrderedConsumer(ctx, c.subj.ChangesStream(), jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{c.subj.Changes(family)}, DeliverPolicy: jetstream.DeliverNewPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cannot watch %s: %w", family, err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan pipeline.Change, 64)
+	go func() {
+		<-ctx.Done()
+		it.Stop()
+	}()
+	go func() {
+		defer close(out)
+		for {
+			m, err := it.Next()
+			if err != nil {
+				return
+			}
+			var ch pipeline.Change
+			if pipeline.Unmarshal(m.Data(), false, &ch) != nil {
+				continue // not produced by Tally; nothing to deliver
+			}
+			select {
+			case out <- ch:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
+}

@@ -1,0 +1,278 @@
+package counter
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/stages/flow"
+	"github.com/tally-dev/tally/store"
+	"github.com/tally-dev/tally/store/cold"
+)
+
+// Config configures one counter partition.
+type Config struct {
+	Family    pipeline.Family
+	Partition int
+	Subjects  pipeline.Subjects
+	// FlushInterval is the coalescing window: changes are written and announced at most
+	// this often.
+	FlushInterval time.Duration
+	// MaxDirty flushes early when this many ids changed, bounding a transaction.
+	MaxDirty int
+	// MaxChange is the most ids in one change message.
+	MaxChange int
+	// NewTable makes the in-RAM table (store.NewMap when nil).
+	NewTable func(fields int) store.Table
+}
+
+// Stats counts what workers did; safe to read from any goroutine and shareable.
+type Stats struct {
+	Batches    atomic.Int64 // delta batches applied
+	Duplicates atomic.Int64 // delta batches skipped as already applied
+	Deltas     atomic.Int64 // deltas applied
+	Flushes    atomic.Int64
+	Flushed    atomic.Int64 // ids written by flushes
+	Bad        atomic.Int64 // undecodable delta messages (dead-lettered)
+	ChangeErrs atomic.Int64 // change events that could not be published
+}
+
+// Worker owns one (family, partition).
+type Worker struct {
+	cfg     Config
+	js      jetstream.JetStream
+	db      *cold.DB
+	log     *slog.Logger
+	stats   *Stats
+	queries chan *query
+
+	lag   atomic.Uint64 // messages in the stream not yet applied, as of the last one
+	ready atomic.Bool
+	pos   atomic.Uint64
+
+	table  store.Table
+	cp     cold.Checkpoint
+	dirty  map[uint64]struct{}
+	order  []uint64
+	counts []uint64
+	flushN uint64
+}
+
+type query struct {
+	ids  []uint64
+	out  [][]uint64 // out[i] has Fields() counters for ids[i]
+	done chan struct{}
+}
+
+// New returns a worker; Run starts it.
+func New(cfg Config, js jetstream.JetStream, db *cold.DB, log *slog.Logger, stats *Stats) *Worker {
+	if cfg.FlushInterval <= 0 {
+		cfg.FlushInterval = 100 * time.Millisecond
+	}
+	if cfg.MaxDirty <= 0 {
+		cfg.MaxDirty = 8192
+	}
+	if cfg.MaxChange <= 0 {
+		cfg.MaxChange = 4096
+	}
+	if cfg.NewTable == nil {
+		cfg.NewTable = func(fields int) store.Table { return store.NewMap(fields) }
+	}
+	return &Worker{
+		cfg: cfg, js: js, db: db, stats: stats, queries: make(chan *query),
+		log: log.With("stage", "counter", "family", cfg.Family.Name, "partition", cfg.Partition),
+	}
+}
+
+// Ready reports whether the worker has loaded its checkpoint and is consuming.
+func (w *Worker) Ready() bool { return w.ready.Load() }
+
+// Lag is how many delta messages were in the stream behind the last one applied.
+func (w *Worker) Lag() uint64 { return w.lag.Load() }
+
+// Position is the last DELTAS sequence applied.
+func (w *Worker) Position() uint64 { return w.pos.Load() }
+
+// Get fills out[i] with the counters of ids[i]; it blocks until the worker answers or ctx
+// ends.
+func (w *Worker) Get(ctx context.Context, ids []uint64, out [][]uint64) error {
+	q := &query{ids: ids, out: out, done: make(chan struct{})}
+	select {
+	case w.queries <- q:
+	case <-ctx.Done():
+		return fmt.Errorf("partition %s/%d did not answer: %w", w.cfg.Family.Name, w.cfg.Partition, ctx.Err())
+	}
+	select {
+	case <-q.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("partition %s/%d did not answer: %w", w.cfg.Family.Name, w.cfg.Partition, ctx.Err())
+	}
+}
+
+// Run loads the checkpoint, replays the stream after it, and applies deltas until ctx
+// ends, when it flushes once more.
+func (w *Worker) Run(ctx context.Context) error {
+	fields := len(w.cfg.Family.Fields)
+	w.table = w.cfg.NewTable(fields)
+	w.counts = make([]uint64, fields)
+	w.dirty = make(map[uint64]struct{})
+	cp, err := cold.LoadCounters(w.db, w.cfg.Family.Name, w.cfg.Partition, fields, func(id uint64, c []uint64) {
+		w.table.Put(id, c)
+	})
+	if err != nil {
+		return err
+	}
+	w.cp = cp
+	w.pos.Store(cp.Pos)
+	r, err := flow.Read(ctx, w.js, w.cfg.Subjects.DeltasStream(), w.cfg.Subjects.Delta(w.cfg.Family.Name, w.cfg.Partition), cp.Pos, 1024)
+	if err != nil {
+		return err
+	}
+	defer r.Stop()
+	w.ready.Store(true)
+	defer w.ready.Store(false)
+	tick := time.NewTicker(w.cfg.FlushInterval)
+	defer tick.Stop()
+	batch := make([]jetstream.Msg, 0, 1024)
+	var b pipeline.DeltaBatch
+	for {
+		select {
+		case <-ctx.Done():
+			return w.flush(context.WithoutCancel(ctx))
+		case q := <-w.queries:
+			w.answer(q)
+		case <-tick.C:
+			if err := w.flush(ctx); err != nil {
+				return err
+			}
+		case m := <-r.C:
+			batch = r.Drain(append(batch[:0], m), cap(batch))
+			for _, m := range batch {
+				if err := w.apply(m, &b); err != nil {
+					return err
+				}
+				if len(w.order) >= w.cfg.MaxDirty {
+					if err := w.flush(ctx); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+}
+
+func (w *Worker) answer(q *query) {
+	for i, id := range q.ids {
+		w.table.Get(id, q.out[i])
+	}
+	close(q.done)
+}
+
+func (w *Worker) apply(m jetstream.Msg, b *pipeline.DeltaBatch) error {
+	md, err := m.Metadata()
+	if err != nil {
+		return fmt.Errorf("delta without metadata: %w", err)
+	}
+	w.cp.Pos = md.Sequence.Stream
+	w.pos.Store(w.cp.Pos)
+	w.lag.Store(md.NumPending)
+	if err := pipeline.DecodeDeltaBatch(m.Data(), b); err != nil {
+		w.deadLetter(m, md.Sequence.Stream, err)
+		return nil
+	}
+	mark := w.cp.Marks[b.Source]
+	if mark == nil {
+		mark = &cold.Mark{}
+		w.cp.Marks[b.Source] = mark
+	}
+	if seen(mark, b.Seq) {
+		w.stats.Duplicates.Add(1)
+		return nil
+	}
+	fields := uint8(len(w.cfg.Family.Fields))
+	for _, d := range b.Deltas {
+		if d.Field >= fields {
+			continue // validated by the producer stage; a newer config's field is ignored, not fatal
+		}
+		switch d.Op {
+		case pipeline.OpAdd:
+			w.table.Add(d.ID, int(d.Field), d.N)
+		case pipeline.OpSet:
+			w.table.Set(d.ID, int(d.Field), uint64(max(d.N, 0)))
+		}
+		if _, ok := w.dirty[d.ID]; !ok {
+			w.dirty[d.ID] = struct{}{}
+			w.order = append(w.order, d.ID)
+		}
+	}
+	record(mark, b.Seq)
+	w.stats.Batches.Add(1)
+	w.stats.Deltas.Add(int64(len(b.Deltas)))
+	return nil
+}
+
+func (w *Worker) deadLetter(m jetstream.Msg, seq uint64, reason error) {
+	w.stats.Bad.Add(1)
+	w.log.Error("undecodable delta batch dead-lettered", "seq", seq, "err", reason)
+	msg := &nats.Msg{Subject: w.cfg.Subjects.DLQ("counter."+w.cfg.Family.Name, w.cfg.Partition), Data: m.Data(),
+		Header: nats.Header{jetstream.MsgIDHeader: []string{fmt.Sprintf("dlq.%s.%d.%d", w.cfg.Family.Name, w.cfg.Partition, seq)}, "Tally-Error": []string{reason.Error()}}}
+	if _, err := w.js.PublishMsgAsync(msg); err != nil {
+		w.log.Error("cannot dead-letter delta batch", "seq", seq, "err", err)
+	}
+}
+
+// flush writes every changed id with the position and watermarks in one transaction,
+// then announces the new values.
+func (w *Worker) flush(ctx context.Context) error {
+	if len(w.order) == 0 {
+		return nil
+	}
+	fields := len(w.cfg.Family.Fields)
+	entries := make([]cold.Entry, len(w.order))
+	flat := make([]uint64, len(w.order)*fields)
+	for i, id := range w.order {
+		c := flat[i*fields : (i+1)*fields]
+		w.table.Get(id, c)
+		entries[i] = cold.Entry{ID: id, Counts: c}
+	}
+	if err := cold.SaveCounters(w.db, w.cfg.Family.Name, w.cfg.Partition, entries, &w.cp); err != nil {
+		return err
+	}
+	w.stats.Flushes.Add(1)
+	w.stats.Flushed.Add(int64(len(entries)))
+	w.flushN++
+	w.announce(ctx, entries)
+	clear(w.dirty)
+	w.order = w.order[:0]
+	return nil
+}
+
+// announce publishes the change event(s) of one flush. Change events are for mirrors and
+// push gateways; a failed publish is counted and logged, never allowed to stop counting.
+func (w *Worker) announce(ctx context.Context, entries []cold.Entry) {
+	for part := 0; len(entries) > 0; part++ {
+		n := min(len(entries), w.cfg.MaxChange)
+		ch := pipeline.Change{Fields: w.cfg.Family.Fields, IDs: make([]pipeline.ID, n), Counts: make([][]uint64, n)}
+		for i, e := range entries[:n] {
+			ch.IDs[i], ch.Counts[i] = pipeline.ID(e.ID), e.Counts
+		}
+		entries = entries[n:]
+		data, err := pipeline.Marshal(&ch, false)
+		if err == nil {
+			msg := &nats.Msg{Subject: w.cfg.Subjects.Change(w.cfg.Family.Name, w.cfg.Partition), Data: data,
+				Header: nats.Header{jetstream.MsgIDHeader: []string{fmt.Sprintf("chg.%s.%d.%d.%d", w.cfg.Family.Name, w.cfg.Partition, w.cp.Pos, part)}}}
+			_, err = w.js.PublishMsgAsync(msg)
+		}
+		if err != nil && ctx.Err() == nil {
+			w.stats.ChangeErrs.Add(1)
+			w.log.Warn("cannot publish change event", "err", err)
+		}
+	}
+}

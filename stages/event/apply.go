@@ -1,0 +1,95 @@
+package event
+
+import (
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/store/cold"
+)
+
+// apply makes the relation change of one event in txn and adds the deltas it causes.
+// A relation that does not change (a second like, an unlike of nothing) adds nothing.
+func (s *Stage) apply(txn *badger.Txn, e *pipeline.Event, c *coalescer) error {
+	f := s.fields
+	add := func(r fieldRef, id pipeline.ID, n int64) { c.add(r, id, pipeline.OpAdd, n) }
+	notify := func(r fieldRef, owner, actor pipeline.ID) {
+		if owner != 0 && owner != actor {
+			add(r, owner, 1)
+		}
+	}
+	relate := func(k cold.Kind, r cold.Rel, on bool) (bool, error) {
+		var changed bool
+		var err error
+		if on {
+			changed, err = cold.Relate(txn, k, r, e.TS)
+		} else {
+			changed, err = cold.Unrelate(txn, k, r)
+		}
+		if err == nil && !changed {
+			s.stats.Unchanged.Add(1)
+		}
+		return changed, err
+	}
+	switch e.Type {
+	case pipeline.TypeLike, pipeline.TypeUnlike:
+		on := e.Type == pipeline.TypeLike
+		changed, err := relate(cold.Like, cold.Rel{A: uint64(e.UID), B: uint64(e.Post)}, on)
+		if err != nil || !changed {
+			return err
+		}
+		if on {
+			add(f.like, e.Post, 1)
+			notify(f.unLike, e.Owner, e.UID)
+		} else {
+			add(f.like, e.Post, -1)
+		}
+	case pipeline.TypeComment, pipeline.TypeUncomment:
+		on := e.Type == pipeline.TypeComment
+		changed, err := relate(cold.Comment, cold.Rel{A: uint64(e.UID), B: uint64(e.Post), C: uint64(e.Comment)}, on)
+		if err != nil || !changed {
+			return err
+		}
+		if on {
+			add(f.comment, e.Post, 1)
+			notify(f.unComment, e.Owner, e.UID)
+		} else {
+			add(f.comment, e.Post, -1)
+		}
+	case pipeline.TypeFollow, pipeline.TypeUnfollow:
+		on := e.Type == pipeline.TypeFollow
+		changed, err := relate(cold.Follow, cold.Rel{A: uint64(e.UID), B: uint64(e.Target)}, on)
+		if err != nil || !changed {
+			return err
+		}
+		n := int64(1)
+		if !on {
+			n = -1
+		}
+		add(f.following, e.UID, n)
+		add(f.follower, e.Target, n)
+	case pipeline.TypeRepost:
+		add(f.repost, e.Post, 1)
+		add(f.posts, e.UID, 1)
+	case pipeline.TypePost:
+		add(f.posts, e.UID, 1)
+	case pipeline.TypeView:
+		add(f.view, e.Post, max(e.N, 1))
+	case pipeline.TypeMention:
+		notify(f.unMention, e.Target, e.UID)
+	case pipeline.TypeDM:
+		notify(f.unDM, e.Target, e.UID)
+	case pipeline.TypeRead:
+		kinds := e.Kinds
+		if len(kinds) == 0 {
+			kinds = pipeline.UnreadKinds()
+		}
+		for _, k := range kinds {
+			c.add(f.unread[k], e.UID, pipeline.OpSet, 0)
+		}
+	case pipeline.TypeIncr:
+		fam, _ := s.cfg.Families.Lookup(e.Family) // validated at decode
+		i, _ := fam.Field(e.Field)
+		add(fieldRef{family: e.Family, field: uint8(i)}, e.ID, e.N)
+	}
+	return nil
+}

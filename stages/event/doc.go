@@ -1,0 +1,10 @@
+// Package event is the event stage: one Stage per event partition reads the partition's
+// events in stream order, keeps relation state (who liked what, who follows whom) in
+// Badger, turns each event into coalesced deltas for the counter partitions, and commits
+// the state change, the outbox of deltas and the consumed stream position in one Badger
+// transaction. Only then does it publish the outbox, under message ids that are the same
+// every time it is re-sent, so a crash at any instant neither loses nor repeats a count.
+//
+// A malformed event becomes a dead-letter entry through the same outbox: it is kept,
+// counted, and never stops the partition.
+package event

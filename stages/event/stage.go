@@ -1,0 +1,306 @@
+package event
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/stages/flow"
+	"github.com/tally-dev/tally/store/cold"
+)
+
+// Config configures one event-stage partition.
+type Config struct {
+	Partition  int
+	Partitions int
+	Subjects   pipeline.Subjects
+	Families   pipeline.Families
+	// MaxBatch is the most messages committed in one transaction.
+	MaxBatch int
+	// MaxWrites bounds the relation writes of one transaction, under Badger's limit; a
+	// transaction is committed early when the next message could pass it.
+	MaxWrites int
+}
+
+// Stats counts what a stage did; safe to read from any goroutine.
+type Stats struct {
+	Messages  atomic.Int64  // messages consumed
+	Events    atomic.Int64  // events applied
+	Unchanged atomic.Int64  // relation events that changed nothing (a second like, an unlike of nothing)
+	Dead      atomic.Int64  // messages dead-lettered
+	Forwarded atomic.Int64  // relation events in a batch that belong to another partition
+	Deltas    atomic.Int64  // deltas published after coalescing
+	Txns      atomic.Int64  // transactions committed
+	Retries   atomic.Int64  // outbox publish retries
+	Position  atomic.Uint64 // last stream sequence committed
+}
+
+// Stage is one event partition. Run owns all of its state.
+type Stage struct {
+	cfg    Config
+	js     jetstream.JetStream
+	db     *cold.DB
+	log    *slog.Logger
+	stats  *Stats
+	fields *fields
+
+	lag       atomic.Uint64
+	st        cold.StageState
+	published []uint64 // outbox entries acknowledged, deleted in the next transaction
+}
+
+// New returns a stage for cfg.Partition. stats may be shared by several stages.
+func New(cfg Config, js jetstream.JetStream, db *cold.DB, log *slog.Logger, stats *Stats) (*Stage, error) {
+	f, err := resolveFields(cfg.Families)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = 256
+	}
+	if cfg.MaxWrites <= 0 {
+		cfg.MaxWrites = 20_000
+	}
+	return &Stage{cfg: cfg, js: js, db: db, log: log.With("stage", "event", "partition", cfg.Partition), stats: stats, fields: f}, nil
+}
+
+// Lag is how many messages were in the partition behind the last one processed.
+func (s *Stage) Lag() uint64 { return s.lag.Load() }
+
+// Run consumes the partition until ctx ends. It first re-publishes whatever the outbox
+// still holds from before a crash, then resumes after the committed position.
+func (s *Stage) Run(ctx context.Context) error {
+	p := s.cfg.Partition
+	st, outbox, err := cold.LoadStage(s.db, p)
+	if err != nil {
+		return fmt.Errorf("event partition %d: %w", p, err)
+	}
+	s.st = st
+	if err := s.publish(ctx, outbox); err != nil {
+		return err
+	}
+	r, err := flow.Read(ctx, s.js, s.cfg.Subjects.EventsStream(), s.cfg.Subjects.EventsStored(p), s.st.Pos, 2*s.cfg.MaxBatch)
+	if err != nil {
+		return err
+	}
+	defer r.Stop()
+	batch := make([]jetstream.Msg, 0, s.cfg.MaxBatch)
+	c := newCoalescer(s.cfg.Partitions)
+	for {
+		select {
+		case <-ctx.Done():
+			return s.finish()
+		case m := <-r.C:
+			batch = r.Drain(append(batch[:0], m), s.cfg.MaxBatch)
+		}
+		if err := s.process(ctx, batch, c); err != nil {
+			if ctx.Err() != nil {
+				return s.finish()
+			}
+			return fmt.Errorf("event partition %d: %w", p, err)
+		}
+	}
+}
+
+// finish deletes the acknowledged outbox entries on a clean stop.
+func (s *Stage) finish() error {
+	if len(s.published) == 0 {
+		return nil
+	}
+	err := s.db.Badger().Update(func(txn *badger.Txn) error {
+		return cold.DeleteOutbox(txn, s.cfg.Partition, s.published)
+	})
+	s.published = nil
+	return err
+}
+
+// process commits msgs in as few transactions as MaxWrites allows, then publishes.
+func (s *Stage) process(ctx context.Context, msgs []jetstream.Msg, c *coalescer) error {
+	for len(msgs) > 0 {
+		n, err := s.commit(ctx, msgs, c)
+		if err != nil {
+			return err
+		}
+		msgs = msgs[n:]
+	}
+	return nil
+}
+
+// commit applies a prefix of msgs in one transaction and returns its length; the outbox
+// it wrote is published before commit returns.
+func (s *Stage) commit(ctx context.Context, msgs []jetstream.Msg, c *coalescer) (int, error) {
+	p := s.cfg.Partition
+	txn := s.db.Badger().NewTransaction(true)
+	defer txn.Discard()
+	c.reset()
+	var outbox []cold.OutboxEntry
+	st := s.st // st.Seqs is replaced below, never written in place
+	writes, n := 0, 0
+	for _, m := range msgs {
+		md, err := m.Metadata()
+		if err != nil {
+			return 0, fmt.Errorf("message without metadata: %w", err)
+		}
+		seq, ts := md.Sequence.Stream, md.Timestamp
+		s.lag.Store(md.NumPending)
+		evs, derr := s.decode(m)
+		if n > 0 && writes+3*len(evs) > s.cfg.MaxWrites {
+			break
+		}
+		n++
+		st.Pos = seq
+		s.stats.Messages.Add(1)
+		if derr != nil {
+			outbox = append(outbox, s.deadLetter(m, seq, derr))
+			continue
+		}
+		for i := range evs {
+			e := &evs[i]
+			if e.TS == 0 {
+				e.TS = ts.UnixMilli()
+			}
+			if e.Relational() && pipeline.PartitionOf(e.Key(), s.cfg.Partitions) != p {
+				fwd, err := s.forward(e, seq, i)
+				if err != nil {
+					return 0, err
+				}
+				outbox = append(outbox, fwd)
+				continue
+			}
+			if err := s.apply(txn, e, c); err != nil {
+				return 0, fmt.Errorf("cannot apply %s event at %d: %w", e.Type, seq, err)
+			}
+			writes += 3
+		}
+		s.stats.Events.Add(int64(len(evs)))
+	}
+	if len(s.published) > 0 {
+		if err := cold.DeleteOutbox(txn, p, s.published); err != nil {
+			return 0, err
+		}
+	}
+	st.Seqs = make(map[string]uint64, len(s.st.Seqs)+len(c.order))
+	for k, v := range s.st.Seqs {
+		st.Seqs[k] = v
+	}
+	for _, d := range c.order {
+		dd := c.byDest[d]
+		key := d.String()
+		st.Seqs[key]++
+		b := pipeline.DeltaBatch{Source: uint32(p), Seq: st.Seqs[key], Deltas: dd.deltas}
+		outbox = append(outbox, cold.OutboxEntry{
+			Subject: s.cfg.Subjects.Delta(d.family, d.partition),
+			MsgID:   fmt.Sprintf("d.%d.%s.%d", p, key, b.Seq),
+			Data:    pipeline.AppendDeltaBatch(nil, &b),
+		})
+		s.stats.Deltas.Add(int64(len(dd.deltas)))
+	}
+	for i := range outbox {
+		st.Outbox++
+		outbox[i].Seq = st.Outbox
+		if err := cold.PutOutbox(txn, p, &outbox[i]); err != nil {
+			return 0, err
+		}
+	}
+	if err := cold.PutStage(txn, p, &st); err != nil {
+		return 0, err
+	}
+	if err := txn.Commit(); err != nil {
+		return 0, fmt.Errorf("cannot commit: %w", err)
+	}
+	s.st, s.published = st, nil
+	s.stats.Txns.Add(1)
+	s.stats.Position.Store(st.Pos)
+	return n, s.publish(ctx, outbox)
+}
+
+// decode returns a message's events, or the reason it must be dead-lettered.
+func (s *Stage) decode(m jetstream.Msg) ([]pipeline.Event, error) {
+	typ, err := s.parseSubject(m.Subject())
+	if err != nil {
+		return nil, err
+	}
+	evs, err := pipeline.DecodeEvents(typ, m.Data(), m.Headers(), s.cfg.Families)
+	if err != nil {
+		return nil, err
+	}
+	if m.Headers().Get(jetstream.MsgIDHeader) == "" && (typ == pipeline.TypeBatch || evs[0].Tx == "") {
+		return nil, fmt.Errorf("%w: no transaction id: set the Nats-Msg-Id header (or tx in a single event)", pipeline.ErrBadEvent)
+	}
+	return evs, nil
+}
+
+// parseSubject returns the type token of <prefix>.ep.<p>.<type>.<key>.
+func (s *Stage) parseSubject(subj string) (string, error) {
+	rest, ok := strings.CutPrefix(subj, s.cfg.Subjects.Prefix+".ep.")
+	parts := strings.Split(rest, ".")
+	if !ok || len(parts) != 3 {
+		return "", fmt.Errorf("%w: unexpected subject %q", pipeline.ErrBadEvent, subj)
+	}
+	return parts[1], nil
+}
+
+// forward re-publishes a relation event of a batch to the subject of its own partition,
+// through the outbox so it is neither lost nor repeated.
+func (s *Stage) forward(e *pipeline.Event, seq uint64, i int) (cold.OutboxEntry, error) {
+	data, err := pipeline.Marshal(e, false)
+	if err != nil {
+		return cold.OutboxEntry{}, err
+	}
+	s.stats.Forwarded.Add(1)
+	return cold.OutboxEntry{
+		Subject: s.cfg.Subjects.Event(e.Type, e.Key()),
+		MsgID:   fmt.Sprintf("fwd.%d.%d.%d", s.cfg.Partition, seq, i),
+		Data:    data,
+	}, nil
+}
+
+// DeadLetter is the JSON payload of a dead-letter entry.
+type DeadLetter struct {
+	Error   string      `json:"error"`
+	Subject string      `json:"subject"`
+	Seq     uint64      `json:"seq"`
+	Header  nats.Header `json:"header,omitempty"`
+	Data    []byte      `json:"data"`
+}
+
+func (s *Stage) deadLetter(m jetstream.Msg, seq uint64, reason error) cold.OutboxEntry {
+	s.stats.Dead.Add(1)
+	data, _ := json.Marshal(DeadLetter{Error: reason.Error(), Subject: m.Subject(), Seq: seq, Header: m.Headers(), Data: m.Data()})
+	return cold.OutboxEntry{
+		Subject: s.cfg.Subjects.DLQ("event", s.cfg.Partition),
+		MsgID:   fmt.Sprintf("dlq.%d.%d", s.cfg.Partition, seq),
+		Data:    data,
+	}
+}
+
+// publish sends outbox entries until every one is stored; they are deleted from the
+// outbox in the next transaction.
+func (s *Stage) publish(ctx context.Context, outbox []cold.OutboxEntry) error {
+	if len(outbox) == 0 {
+		return nil
+	}
+	msgs := make([]*nats.Msg, len(outbox))
+	for i, e := range outbox {
+		msgs[i] = &nats.Msg{Subject: e.Subject, Data: e.Data, Header: nats.Header{jetstream.MsgIDHeader: []string{e.MsgID}}}
+	}
+	err := flow.PublishAll(ctx, s.js, msgs, func(err error) {
+		s.stats.Retries.Add(1)
+		s.log.Warn("outbox publish failed, retrying", "err", err)
+	})
+	if err != nil {
+		return fmt.Errorf("cannot publish outbox: %w", err)
+	}
+	for _, e := range outbox {
+		s.published = append(s.published, e.Seq)
+	}
+	return nil
+}

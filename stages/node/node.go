@@ -1,0 +1,217 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/stages/counter"
+	"github.com/tally-dev/tally/stages/event"
+	"github.com/tally-dev/tally/stages/query"
+	"github.com/tally-dev/tally/store"
+	"github.com/tally-dev/tally/store/cold"
+)
+
+// Node is a running Tally process.
+type Node struct {
+	cfg     Config
+	log     *slog.Logger
+	ns      *server.Server // nil when joining existing NATS
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	db      *cold.DB
+	query   *query.Server
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	errOnce sync.Once
+	err     error
+	failed  chan struct{}
+
+	EventStats   event.Stats
+	CounterStats counter.Stats
+	stages       []*event.Stage
+}
+
+// Run runs a node until ctx ends or a partition fails.
+func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	n, err := Start(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case <-n.failed:
+	}
+	return n.Close()
+}
+
+// Start starts a node and returns once every partition is running.
+func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	n := &Node{cfg: cfg, log: log, failed: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			n.Close()
+		}
+	}()
+	url := cfg.NATSURL
+	if url == "" {
+		if n.ns, err = n.embed(); err != nil {
+			return nil, err
+		}
+		url = n.ns.ClientURL()
+	}
+	n.nc, err = nats.Connect(url, nats.Name("tallyd"), nats.MaxReconnects(-1),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("NATS disconnected", "err", err) }),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", "url", c.ConnectedUrl()) }))
+	if err != nil {
+		return nil, fmt.Errorf("cannot connect to NATS at %s: %w", url, err)
+	}
+	js, err := jetstream.New(n.nc, jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		return nil, err
+	}
+	n.js = js
+	sc := cfg.streams()
+	if err := pipeline.Setup(ctx, js, sc); err != nil {
+		return nil, err
+	}
+	if n.db, err = cold.Open(cold.Options{Dir: filepath.Join(cfg.DataDir, "state"), SyncWrites: cfg.SyncWrites, Logger: log}); err != nil {
+		return nil, err
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	n.cancel = cancel
+	owners, err := n.startWorkers(runCtx, js, sc.Subjects)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.startStages(runCtx, js, sc.Subjects); err != nil {
+		return nil, err
+	}
+	n.query = query.New(query.Config{Subjects: sc.Subjects, Families: cfg.Families, Partitions: cfg.Partitions, Lag: n.stageLag},
+		n.nc, n.db, owners, log)
+	if err := n.query.Start(); err != nil {
+		return nil, err
+	}
+	log.Info("tally running", "nats", url, "partitions", cfg.Partitions, "families", len(cfg.Families), "data", cfg.DataDir)
+	return n, nil
+}
+
+func (n *Node) embed() (*server.Server, error) {
+	host, port, err := net.SplitHostPort(n.cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen address %q: %w", n.cfg.Listen, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return nil, fmt.Errorf("listen port %q: %w", port, err)
+	}
+	return pipeline.StartEmbedded(pipeline.EmbedConfig{Host: host, Port: p, StoreDir: filepath.Join(n.cfg.DataDir, "nats")})
+}
+
+func newTable(kind string) (func(int) store.Table, error) {
+	switch kind {
+	case "", "map":
+		return func(f int) store.Table { return store.NewMap(f) }, nil
+	}
+	return nil, fmt.Errorf("unknown table %q (map)", kind)
+}
+
+func (n *Node) startWorkers(ctx context.Context, js jetstream.JetStream, sj pipeline.Subjects) (map[string][]query.Partition, error) {
+	mk, _ := newTable(n.cfg.Table)
+	owners := map[string][]query.Partition{}
+	for _, fam := range n.cfg.Families {
+		for p := range n.cfg.Partitions {
+			w := counter.New(counter.Config{Family: fam, Partition: p, Subjects: sj, FlushInterval: n.cfg.FlushInterval, NewTable: mk},
+				js, n.db, n.log, &n.CounterStats)
+			owners[fam.Name] = append(owners[fam.Name], w)
+			n.goRun(ctx, w.Run)
+		}
+	}
+	return owners, nil
+}
+
+func (n *Node) startStages(ctx context.Context, js jetstream.JetStream, sj pipeline.Subjects) error {
+	for p := range n.cfg.Partitions {
+		st, err := event.New(event.Config{Partition: p, Partitions: n.cfg.Partitions, Subjects: sj, Families: n.cfg.Families},
+			js, n.db, n.log, &n.EventStats)
+		if err != nil {
+			return err
+		}
+		n.stages = append(n.stages, st)
+		n.goRun(ctx, st.Run)
+	}
+	return nil
+}
+
+func (n *Node) stageLag() map[string]uint64 {
+	m := make(map[string]uint64, len(n.stages))
+	for p, s := range n.stages {
+		m["event."+strconv.Itoa(p)] = s.Lag()
+	}
+	return m
+}
+
+// goRun runs a partition; a partition that fails stops the node (a restart resumes it
+// from its last commit) rather than leaving it silently dead.
+func (n *Node) goRun(ctx context.Context, run func(context.Context) error) {
+	n.wg.Go(func() {
+		if err := run(ctx); err != nil && ctx.Err() == nil {
+			n.errOnce.Do(func() {
+				n.err = err
+				n.log.Error("partition failed; stopping", "err", err)
+				close(n.failed)
+			})
+		}
+	})
+}
+
+// ClientURL is the NATS URL clients use to reach this node.
+func (n *Node) ClientURL() string { return n.nc.ConnectedUrl() }
+
+// Failed is closed when a partition failed and the node must stop.
+func (n *Node) Failed() <-chan struct{} { return n.failed }
+
+// Close stops queries, lets every partition flush, and closes Badger and NATS.
+func (n *Node) Close() error {
+	if n.query != nil {
+		n.query.Stop()
+	}
+	if n.cancel != nil {
+		n.cancel()
+	}
+	n.wg.Wait()
+	var errs []error
+	if n.js != nil {
+		select { // change events published by the last flushes
+		case <-n.js.PublishAsyncComplete():
+		case <-time.After(5 * time.Second):
+			n.log.Warn("some change events were not acknowledged before shutdown")
+		}
+	}
+	if n.nc != nil {
+		n.nc.Close()
+	}
+	if n.db != nil {
+		errs = append(errs, n.db.Close())
+	}
+	if n.ns != nil {
+		n.ns.Shutdown()
+		n.ns.WaitForShutdown()
+	}
+	errs = append(errs, n.err)
+	return errors.Join(errs...)
+}

@@ -1,0 +1,111 @@
+package node_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/tally-dev/tally/client"
+	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/stages/node"
+)
+
+// startNode runs a node with embedded NATS on a free port and data in t.TempDir().
+func startNode(t testing.TB, mod func(*node.Config)) (*node.Node, *client.Client) {
+	t.Helper()
+	cfg := node.DefaultConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.Listen = "127.0.0.1:-1"
+	cfg.Partitions = 4
+	cfg.FlushInterval = 20 * time.Millisecond
+	if mod != nil {
+		mod(&cfg)
+	}
+	n, err := node.Start(context.Background(), cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := n.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	nc, err := nats.Connect(n.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	c, err := client.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n, c
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t testing.TB, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var last string
+	for time.Now().Before(deadline) {
+		var ok bool
+		if ok, last = cond(); ok {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("%s: still not true after 30s: %s", what, last)
+}
+
+func TestLikesEndToEnd(t *testing.T) {
+	_, c := startNode(t, nil)
+	ctx := context.Background()
+	evs := []pipeline.Event{
+		{Type: "like", UID: 1, Post: 100, Owner: 9, Tx: "a"},
+		{Type: "like", UID: 1, Post: 100, Owner: 9, Tx: "b"}, // likes twice: no change
+		{Type: "like", UID: 2, Post: 100, Owner: 9, Tx: "c"},
+		{Type: "like", UID: 2, Post: 100, Owner: 9, Tx: "c"}, // re-sent: dropped by dedup
+		{Type: "unlike", UID: 3, Post: 100, Tx: "d"},         // unlike of nothing
+		{Type: "view", Post: 100, N: 5, Tx: "e"},
+		{Type: "repost", UID: 2, Post: 100, Tx: "f"},
+		{Type: "comment", UID: 3, Post: 100, Comment: 7, Owner: 9, Tx: "g"},
+	}
+	if err := c.Publish(ctx, evs...); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "counts of post 100", func() (bool, string) {
+		r, err := c.Get(ctx, "post", 100, 101)
+		if err != nil {
+			return false, err.Error()
+		}
+		got := r.Counts
+		return len(got) == 2 && got[0][0] == 2 && got[0][1] == 1 && got[0][2] == 1 && got[0][3] == 5 && got[1][0] == 0,
+			pipeline.ID(0).String() + " " + fmtCounts(got)
+	})
+	liked, err := c.Liked(ctx, 1, 100, 101)
+	if err != nil || !liked[0] || liked[1] {
+		t.Fatalf("liked = %v %v", liked, err)
+	}
+	un, err := c.Unread(ctx, 9)
+	if err != nil || un.Like != 2 || un.Comment != 1 {
+		t.Fatalf("unread of the owner = %+v %v", un, err)
+	}
+	page, err := c.List(ctx, client.LikesOfPost, 100, 10, "")
+	if err != nil || len(page.IDs) != 2 {
+		t.Fatalf("likers page = %+v %v", page, err)
+	}
+}
+
+func fmtCounts(c [][]uint64) string {
+	s := ""
+	for _, r := range c {
+		for _, v := range r {
+			s += " " + pipeline.ID(v).String()
+		}
+		s += ";"
+	}
+	return s
+}

@@ -1,0 +1,6 @@
+// Package query answers Tally's request-reply subjects: batch counts per family
+// (scatter-gather over the partitions that own the ids), did-I-like, newest-first relation
+// pages, unread counts and health. Every request gets a reply; one that cannot be
+// answered gets a reply whose error field says why. JSON requests are answered in JSON,
+// MessagePack requests in MessagePack.
+package query
