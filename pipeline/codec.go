@@ -70,42 +70,55 @@ func Marshal(v any, asJSON bool) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// BadEvent is one event of a batch that failed validation; the rest of the batch stands.
+type BadEvent struct {
+	Index int
+	Event Event
+	Err   error
+}
+
 // DecodeEvents decodes the payload of a message on tally.ev.<typ>.<key>: one event, or a
 // batch when typ is "batch". A single event takes its type from the subject (a type in
-// the body must agree). Each event is validated; the error wraps ErrBadEvent.
-func DecodeEvents(typ string, data []byte, h nats.Header, fams Families) ([]Event, error) {
+// the body must agree) and an invalid one is an error. A batch that decodes yields its
+// valid events and, separately, each invalid one with the reason, so one bad event does
+// not take its neighbours down with it. Errors wrap ErrBadEvent.
+func DecodeEvents(typ string, data []byte, h nats.Header, fams Families) ([]Event, []BadEvent, error) {
 	asJSON := IsJSON(data, h)
 	if typ == TypeBatch {
 		var b Batch
 		if err := Unmarshal(data, asJSON, &b); err != nil {
-			return nil, fmt.Errorf("%w: cannot decode batch: %w", ErrBadEvent, err)
+			return nil, nil, fmt.Errorf("%w: cannot decode batch: %w", ErrBadEvent, err)
 		}
 		if len(b.Events) == 0 {
-			return nil, fmt.Errorf("%w: empty batch", ErrBadEvent)
+			return nil, nil, fmt.Errorf("%w: empty batch", ErrBadEvent)
 		}
 		if len(b.Events) > MaxBatch {
-			return nil, fmt.Errorf("%w: batch of %d events, at most %d", ErrBadEvent, len(b.Events), MaxBatch)
+			return nil, nil, fmt.Errorf("%w: batch of %d events, at most %d", ErrBadEvent, len(b.Events), MaxBatch)
 		}
-		for i := range b.Events {
-			if err := b.Events[i].Validate(fams); err != nil {
-				return nil, fmt.Errorf("batch event %d: %w", i, err)
+		var bad []BadEvent
+		good := b.Events[:0:0]
+		for i, e := range b.Events {
+			if err := e.Validate(fams); err != nil {
+				bad = append(bad, BadEvent{Index: i, Event: e, Err: fmt.Errorf("batch event %d: %w", i, err)})
+				continue
 			}
+			good = append(good, e)
 		}
-		return b.Events, nil
+		return good, bad, nil
 	}
 	if !ValidType(typ) {
-		return nil, fmt.Errorf("%w: unknown type %q in subject", ErrBadEvent, typ)
+		return nil, nil, fmt.Errorf("%w: unknown type %q in subject", ErrBadEvent, typ)
 	}
 	var e Event
 	if err := Unmarshal(data, asJSON, &e); err != nil {
-		return nil, fmt.Errorf("%w: cannot decode %s event: %w", ErrBadEvent, typ, err)
+		return nil, nil, fmt.Errorf("%w: cannot decode %s event: %w", ErrBadEvent, typ, err)
 	}
 	if e.Type != "" && e.Type != typ {
-		return nil, fmt.Errorf("%w: body type %q differs from subject type %q", ErrBadEvent, e.Type, typ)
+		return nil, nil, fmt.Errorf("%w: body type %q differs from subject type %q", ErrBadEvent, e.Type, typ)
 	}
 	e.Type = typ
 	if err := e.Validate(fams); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return []Event{e}, nil
+	return []Event{e}, nil, nil
 }

@@ -14,12 +14,17 @@ func FuzzDecodeEvent(f *testing.F) {
 	f.Add("batch", []byte{0x81, 0xa6, 'e', 'v', 'e', 'n', 't', 's', 0xdd, 0xff, 0xff, 0xff, 0xff})
 	fams := pipeline.Families(pipeline.DefaultFamilies())
 	f.Fuzz(func(t *testing.T, typ string, data []byte) {
-		evs, err := pipeline.DecodeEvents(typ, data, nil, fams)
+		evs, bad, err := pipeline.DecodeEvents(typ, data, nil, fams)
 		if err != nil {
 			if !errors.Is(err, pipeline.ErrBadEvent) {
 				t.Fatalf("error does not wrap ErrBadEvent: %v", err)
 			}
 			return
+		}
+		for _, b := range bad {
+			if !errors.Is(b.Err, pipeline.ErrBadEvent) || b.Event.Validate(fams) == nil {
+				t.Fatalf("bad event %d: %v", b.Index, b.Err)
+			}
 		}
 		for _, e := range evs {
 			if err := e.Validate(fams); err != nil {

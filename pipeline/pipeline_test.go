@@ -58,7 +58,7 @@ func TestDecodeEvents(t *testing.T) {
 	fams := pipeline.Families(pipeline.DefaultFamilies())
 	f := func(t *testing.T, typ, body string, want pipeline.Event, wantErr string) {
 		t.Helper()
-		evs, err := pipeline.DecodeEvents(typ, []byte(body), nil, fams)
+		evs, _, err := pipeline.DecodeEvents(typ, []byte(body), nil, fams)
 		if wantErr != "" {
 			if err == nil || !errors.Is(err, pipeline.ErrBadEvent) || !contains(err.Error(), wantErr) {
 				t.Fatalf("%s %s: err=%v, want ErrBadEvent containing %q", typ, body, err, wantErr)
@@ -103,8 +103,8 @@ func TestDecodeBatchMsgpack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	evs, err := pipeline.DecodeEvents("batch", data, nil, fams)
-	if err != nil || len(evs) != 2 || evs[1].N != 3 || evs[0].Post != 2 {
+	evs, bad, err := pipeline.DecodeEvents("batch", data, nil, fams)
+	if err != nil || len(bad) != 0 || len(evs) != 2 || evs[1].N != 3 || evs[0].Post != 2 {
 		t.Fatalf("batch round trip: %+v %v", evs, err)
 	}
 	big := pipeline.Batch{Events: make([]pipeline.Event, pipeline.MaxBatch+1)}
@@ -112,13 +112,15 @@ func TestDecodeBatchMsgpack(t *testing.T) {
 		big.Events[i] = pipeline.Event{Type: "view", Post: 1}
 	}
 	data, _ = pipeline.Marshal(&big, false)
-	if _, err := pipeline.DecodeEvents("batch", data, nil, fams); err == nil || !contains(err.Error(), "at most") {
+	if _, _, err := pipeline.DecodeEvents("batch", data, nil, fams); err == nil || !contains(err.Error(), "at most") {
 		t.Fatalf("oversized batch: %v", err)
 	}
-	bad := pipeline.Batch{Events: []pipeline.Event{{Type: "view", Post: 1}, {Type: "like", UID: 1}}}
-	data, _ = pipeline.Marshal(&bad, true)
-	if _, err := pipeline.DecodeEvents("batch", data, nil, fams); err == nil || !contains(err.Error(), "batch event 1") {
-		t.Fatalf("batch with a bad event: %v", err)
+	mixed := pipeline.Batch{Events: []pipeline.Event{{Type: "view", Post: 1}, {Type: "like", UID: 1}}}
+	data, _ = pipeline.Marshal(&mixed, true)
+	evs, bad, err = pipeline.DecodeEvents("batch", data, nil, fams)
+	if err != nil || len(evs) != 1 || len(bad) != 1 || bad[0].Index != 1 || !errors.Is(bad[0].Err, pipeline.ErrBadEvent) ||
+		!contains(bad[0].Err.Error(), "batch event 1") {
+		t.Fatalf("batch with a bad event: good %v bad %v err %v", evs, bad, err)
 	}
 }
 

@@ -52,7 +52,6 @@ type Worker struct {
 	stats   *Stats
 	queries chan *query
 
-	lag   atomic.Uint64 // messages in the stream not yet applied, as of the last one
 	ready atomic.Bool
 	pos   atomic.Uint64
 
@@ -93,8 +92,11 @@ func New(cfg Config, js jetstream.JetStream, db *cold.DB, log *slog.Logger, stat
 // Ready reports whether the worker has loaded its checkpoint and is consuming.
 func (w *Worker) Ready() bool { return w.ready.Load() }
 
-// Lag is how many delta messages were in the stream behind the last one applied.
-func (w *Worker) Lag() uint64 { return w.lag.Load() }
+// Lag is how many sequences of the deltas stream lie between the last delta applied
+// and the newest one for this partition.
+func (w *Worker) Lag(ctx context.Context) (uint64, error) {
+	return flow.Lag(ctx, w.js, w.cfg.Subjects.DeltasStream(), w.cfg.Subjects.Delta(w.cfg.Family.Name, w.cfg.Partition), w.pos.Load())
+}
 
 // Position is the last DELTAS sequence applied.
 func (w *Worker) Position() uint64 { return w.pos.Load() }
@@ -182,7 +184,6 @@ func (w *Worker) apply(m jetstream.Msg, b *pipeline.DeltaBatch) error {
 	}
 	w.cp.Pos = md.Sequence.Stream
 	w.pos.Store(w.cp.Pos)
-	w.lag.Store(md.NumPending)
 	if err := pipeline.DecodeDeltaBatch(m.Data(), b); err != nil {
 		w.deadLetter(m, md.Sequence.Stream, err)
 		return nil

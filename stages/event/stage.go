@@ -52,7 +52,8 @@ type Stage struct {
 	stats  *Stats
 	fields *fields
 
-	lag       atomic.Uint64
+	pos       atomic.Uint64 // last stream sequence committed
+	busy      atomic.Bool   // between taking messages and publishing their outbox
 	st        cold.StageState
 	published []uint64 // outbox entries acknowledged, deleted in the next transaction
 }
@@ -72,8 +73,17 @@ func New(cfg Config, js jetstream.JetStream, db *cold.DB, log *slog.Logger, stat
 	return &Stage{cfg: cfg, js: js, db: db, log: log.With("stage", "event", "partition", cfg.Partition), stats: stats, fields: f}, nil
 }
 
-// Lag is how many messages were in the partition behind the last one processed.
-func (s *Stage) Lag() uint64 { return s.lag.Load() }
+// Lag is how far the partition is behind its stream: the sequences between its committed
+// position and the newest event on its subject, or at least 1 while an outbox is being
+// published.
+func (s *Stage) Lag(ctx context.Context) (uint64, error) {
+	lag, err := flow.Lag(ctx, s.js, s.cfg.Subjects.EventsStream(), s.cfg.Subjects.EventsStored(s.cfg.Partition), s.pos.Load())
+	// busy is read after the position: a batch committed since then is still publishing.
+	if s.busy.Load() && lag == 0 {
+		lag = 1
+	}
+	return lag, err
+}
 
 // Run consumes the partition until ctx ends. It first re-publishes whatever the outbox
 // still holds from before a crash, then resumes after the committed position.
@@ -84,6 +94,7 @@ func (s *Stage) Run(ctx context.Context) error {
 		return fmt.Errorf("event partition %d: %w", p, err)
 	}
 	s.st = st
+	s.pos.Store(st.Pos)
 	if err := s.publish(ctx, outbox); err != nil {
 		return err
 	}
@@ -99,9 +110,12 @@ func (s *Stage) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return s.finish()
 		case m := <-r.C:
+			s.busy.Store(true)
 			batch = r.Drain(append(batch[:0], m), s.cfg.MaxBatch)
 		}
-		if err := s.process(ctx, batch, c); err != nil {
+		err := s.process(ctx, batch, c)
+		s.busy.Store(false)
+		if err != nil {
 			if ctx.Err() != nil {
 				return s.finish()
 			}
@@ -150,8 +164,7 @@ func (s *Stage) commit(ctx context.Context, msgs []jetstream.Msg, c *coalescer) 
 			return 0, fmt.Errorf("message without metadata: %w", err)
 		}
 		seq, ts := md.Sequence.Stream, md.Timestamp
-		s.lag.Store(md.NumPending)
-		evs, derr := s.decode(m)
+		evs, bad, derr := s.decode(m)
 		if n > 0 && writes+3*len(evs) > s.cfg.MaxWrites {
 			break
 		}
@@ -159,8 +172,12 @@ func (s *Stage) commit(ctx context.Context, msgs []jetstream.Msg, c *coalescer) 
 		st.Pos = seq
 		s.stats.Messages.Add(1)
 		if derr != nil {
-			outbox = append(outbox, s.deadLetter(m, seq, derr))
+			outbox = append(outbox, s.deadLetter(m, seq, -1, m.Data(), derr))
 			continue
+		}
+		for _, b := range bad {
+			data, _ := pipeline.Marshal(&b.Event, true)
+			outbox = append(outbox, s.deadLetter(m, seq, b.Index, data, b.Err))
 		}
 		for i := range evs {
 			e := &evs[i]
@@ -218,24 +235,27 @@ func (s *Stage) commit(ctx context.Context, msgs []jetstream.Msg, c *coalescer) 
 	}
 	s.st, s.published = st, nil
 	s.stats.Txns.Add(1)
-	s.stats.Position.Store(st.Pos)
+	s.pos.Store(st.Pos)
 	return n, s.publish(ctx, outbox)
 }
 
 // decode returns a message's events, or the reason it must be dead-lettered.
-func (s *Stage) decode(m jetstream.Msg) ([]pipeline.Event, error) {
+func (s *Stage) decode(m jetstream.Msg) ([]pipeline.Event, []pipeline.BadEvent, error) {
 	typ, err := s.parseSubject(m.Subject())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	evs, err := pipeline.DecodeEvents(typ, m.Data(), m.Headers(), s.cfg.Families)
+	if m.Headers().Get(jetstream.MsgIDHeader) == "" && typ == pipeline.TypeBatch {
+		return nil, nil, fmt.Errorf("%w: a batch needs a Nats-Msg-Id header", pipeline.ErrBadEvent)
+	}
+	evs, bad, err := pipeline.DecodeEvents(typ, m.Data(), m.Headers(), s.cfg.Families)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if m.Headers().Get(jetstream.MsgIDHeader) == "" && (typ == pipeline.TypeBatch || evs[0].Tx == "") {
-		return nil, fmt.Errorf("%w: no transaction id: set the Nats-Msg-Id header (or tx in a single event)", pipeline.ErrBadEvent)
+	if m.Headers().Get(jetstream.MsgIDHeader) == "" && typ != pipeline.TypeBatch && evs[0].Tx == "" {
+		return nil, nil, fmt.Errorf("%w: no transaction id: set the Nats-Msg-Id header (or tx in the event)", pipeline.ErrBadEvent)
 	}
-	return evs, nil
+	return evs, bad, nil
 }
 
 // parseSubject returns the type token of <prefix>.ep.<p>.<type>.<key>.
@@ -263,22 +283,24 @@ func (s *Stage) forward(e *pipeline.Event, seq uint64, i int) (cold.OutboxEntry,
 	}, nil
 }
 
-// DeadLetter is the JSON payload of a dead-letter entry.
+// DeadLetter is the JSON payload of a dead-letter entry: a whole message (Index -1) or
+// one event of a batch (Data is then that event as JSON).
 type DeadLetter struct {
 	Error   string      `json:"error"`
 	Subject string      `json:"subject"`
 	Seq     uint64      `json:"seq"`
+	Index   int         `json:"index"`
 	Header  nats.Header `json:"header,omitempty"`
 	Data    []byte      `json:"data"`
 }
 
-func (s *Stage) deadLetter(m jetstream.Msg, seq uint64, reason error) cold.OutboxEntry {
+func (s *Stage) deadLetter(m jetstream.Msg, seq uint64, index int, data []byte, reason error) cold.OutboxEntry {
 	s.stats.Dead.Add(1)
-	data, _ := json.Marshal(DeadLetter{Error: reason.Error(), Subject: m.Subject(), Seq: seq, Header: m.Headers(), Data: m.Data()})
+	payload, _ := json.Marshal(DeadLetter{Error: reason.Error(), Subject: m.Subject(), Seq: seq, Index: index, Header: m.Headers(), Data: data})
 	return cold.OutboxEntry{
 		Subject: s.cfg.Subjects.DLQ("event", s.cfg.Partition),
-		MsgID:   fmt.Sprintf("dlq.%d.%d", s.cfg.Partition, seq),
-		Data:    data,
+		MsgID:   fmt.Sprintf("dlq.%d.%d.%d", s.cfg.Partition, seq, index),
+		Data:    payload,
 	}
 }
 

@@ -67,6 +67,31 @@ func (r *Reader) Drain(batch []jetstream.Msg, max int) []jetstream.Msg {
 	return batch
 }
 
+// LastSeq returns the stream sequence of the newest message on filter (0 if none).
+func LastSeq(ctx context.Context, js jetstream.JetStream, stream, filter string) (uint64, error) {
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return 0, err
+	}
+	m, err := st.GetLastMsgForSubject(ctx, filter)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return m.Sequence, nil
+}
+
+// Lag is how many stream sequences lie between pos and the newest message on filter.
+func Lag(ctx context.Context, js jetstream.JetStream, stream, filter string, pos uint64) (uint64, error) {
+	last, err := LastSeq(ctx, js, stream, filter)
+	if err != nil || last <= pos {
+		return 0, err
+	}
+	return last - pos, nil
+}
+
 // PublishAll publishes every message (each with its Nats-Msg-Id already set) and waits
 // until all are stored, retrying the failed ones with backoff until ctx ends. Re-sending
 // is safe: the stream drops a repeated message id.

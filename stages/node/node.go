@@ -101,7 +101,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	if err := n.startStages(runCtx, js, sc.Subjects); err != nil {
 		return nil, err
 	}
-	n.query = query.New(query.Config{Subjects: sc.Subjects, Families: cfg.Families, Partitions: cfg.Partitions, Lag: n.stageLag},
+	stages := map[string]query.Lagger{}
+	for p, st := range n.stages {
+		stages["event."+strconv.Itoa(p)] = st
+	}
+	n.query = query.New(query.Config{Subjects: sc.Subjects, Families: cfg.Families, Partitions: cfg.Partitions, Stages: stages},
 		n.nc, n.db, owners, log)
 	if err := n.query.Start(); err != nil {
 		return nil, err
@@ -155,14 +159,6 @@ func (n *Node) startStages(ctx context.Context, js jetstream.JetStream, sj pipel
 		n.goRun(ctx, st.Run)
 	}
 	return nil
-}
-
-func (n *Node) stageLag() map[string]uint64 {
-	m := make(map[string]uint64, len(n.stages))
-	for p, s := range n.stages {
-		m["event."+strconv.Itoa(p)] = s.Lag()
-	}
-	return m
 }
 
 // goRun runs a partition; a partition that fails stops the node (a restart resumes it

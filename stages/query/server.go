@@ -20,7 +20,12 @@ import (
 type Partition interface {
 	Get(ctx context.Context, ids []uint64, out [][]uint64) error
 	Ready() bool
-	Lag() uint64
+	Lag(ctx context.Context) (uint64, error)
+}
+
+// Lagger is anything else whose lag health reports (an event-stage partition).
+type Lagger interface {
+	Lag(ctx context.Context) (uint64, error)
 }
 
 // Config configures a Server.
@@ -32,8 +37,8 @@ type Config struct {
 	Timeout time.Duration
 	// Workers is the number of subscriptions per subject (each has its own goroutine).
 	Workers int
-	// Lag reports extra partitions' lag for health (the event stages), by name.
-	Lag func() map[string]uint64
+	// Stages are reported by health beside the counter partitions, by name.
+	Stages map[string]Lagger
 }
 
 // Server answers queries. Owners maps a family to its partitions, indexed by number.
@@ -300,23 +305,34 @@ func (s *Server) unreadCounts(r *request) (any, error) {
 	return pipeline.UnreadReply{Users: users}, nil
 }
 
-func (s *Server) health(*request) (any, error) {
+// health checks the event stages first and the counter partitions after them, so a
+// delta published by a stage just before it was checked is seen by its counter's check.
+func (s *Server) health(r *request) (any, error) {
 	h := pipeline.HealthReply{OK: true, Lagging: map[string]uint64{}}
-	for fam, ps := range s.owners {
-		for p, o := range ps {
-			h.Partitions++
-			if !o.Ready() || o.Lag() > 0 {
-				h.OK = false
-				h.Lagging[fmt.Sprintf("counter.%s.%d", fam, p)] = o.Lag()
-			}
+	check := func(name string, l Lagger, ready bool) error {
+		h.Partitions++
+		lag, err := l.Lag(r.ctx)
+		if err != nil {
+			return fmt.Errorf("cannot tell the lag of %s: %w", name, err)
+		}
+		if !ready && lag == 0 {
+			lag = 1
+		}
+		if lag > 0 {
+			h.OK = false
+			h.Lagging[name] = lag
+		}
+		return nil
+	}
+	for name, st := range s.cfg.Stages {
+		if err := check(name, st, true); err != nil {
+			return nil, err
 		}
 	}
-	if s.cfg.Lag != nil {
-		for name, lag := range s.cfg.Lag() {
-			h.Partitions++
-			if lag > 0 {
-				h.OK = false
-				h.Lagging[name] = lag
+	for fam, ps := range s.owners {
+		for p, o := range ps {
+			if err := check(fmt.Sprintf("counter.%s.%d", fam, p), o, o.Ready()); err != nil {
+				return nil, err
 			}
 		}
 	}

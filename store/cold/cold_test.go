@@ -29,7 +29,9 @@ func TestRelationsAndPaging(t *testing.T) {
 		return changed
 	}
 	for post := uint64(1); post <= 25; post++ {
-		if !update(func(txn *badger.Txn) (bool, error) { return cold.Relate(txn, cold.Like, cold.Rel{A: 7, B: post}, int64(post*10)) }) {
+		if !update(func(txn *badger.Txn) (bool, error) {
+			return cold.Relate(txn, cold.Like, cold.Rel{A: 7, B: post}, int64(post*10))
+		}) {
 			t.Fatalf("first like of %d changed nothing", post)
 		}
 	}
