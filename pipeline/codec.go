@@ -13,13 +13,14 @@ import (
 const ContentTypeJSON = "application/json"
 
 // IsJSON reports whether a payload is JSON: a Content-Type header says so, or the payload
-// starts with '{' (which no MessagePack map does).
+// starts with '{' or '[' (which no MessagePack map does), so a wrong JSON shape is
+// reported as a JSON error.
 func IsJSON(data []byte, h nats.Header) bool {
 	if h != nil && h.Get("Content-Type") == ContentTypeJSON {
 		return true
 	}
 	d := bytes.TrimLeft(data, " \t\r\n")
-	return len(d) > 0 && d[0] == '{'
+	return len(d) > 0 && (d[0] == '{' || d[0] == '[')
 }
 
 // Unmarshal decodes a JSON or MessagePack payload into v. Unknown fields are errors in
