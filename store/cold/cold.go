@@ -46,7 +46,10 @@ func Open(o Options) (*DB, error) {
 		WithSyncWrites(o.SyncWrites).
 		WithLogger(badgerLogger{o.Logger}).
 		WithMemTableSize(32 << 20).
-		WithNumVersionsToKeep(1)
+		WithNumVersionsToKeep(1).
+		// Each key has one writer goroutine (its partition), so transactions never conflict;
+		// tracking their reads for conflict detection would be pure cost.
+		WithDetectConflicts(false)
 	db, err := badger.Open(bo)
 	if err != nil {
 		return nil, fmt.Errorf("cannot open Badger in %s: %w", o.Dir, err)
