@@ -60,7 +60,6 @@ type Worker struct {
 	dirty  map[uint64]struct{}
 	order  []uint64
 	counts []uint64
-	flushN uint64
 }
 
 type query struct {
@@ -248,7 +247,6 @@ func (w *Worker) flush(ctx context.Context) error {
 	}
 	w.stats.Flushes.Add(1)
 	w.stats.Flushed.Add(int64(len(entries)))
-	w.flushN++
 	w.announce(ctx, entries)
 	clear(w.dirty)
 	w.order = w.order[:0]

@@ -101,8 +101,6 @@ func (c *coalescer) add(f fieldRef, id pipeline.ID, op pipeline.Op, n int64) {
 	dd.deltas = append(dd.deltas, x)
 }
 
-func (c *coalescer) empty() bool { return len(c.order) == 0 }
-
 func (c *coalescer) reset() {
 	clear(c.byDest)
 	c.order = c.order[:0]

@@ -280,7 +280,7 @@ func TestModel(t *testing.T) {
 	}
 }
 
-func waitCaughtUp(t *testing.T, c *client.Client) {
+func waitCaughtUp(t testing.TB, c *client.Client) {
 	t.Helper()
 	eventually(t, "every partition caught up", func() (bool, string) {
 		h, err := c.Health(context.Background())

@@ -1,0 +1,168 @@
+package node_test
+
+import (
+	"context"
+	"math/rand"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/pipeline/natstest"
+	"github.com/tally-dev/tally/stages/node"
+)
+
+// benchEvents makes n events over a Zipf-skewed set of posts: 70% likes (each a new
+// relation), 30% views. It returns the expected like and view count of every post.
+func benchEvents(n int) ([]pipeline.Event, map[uint64][2]uint64) {
+	r := rand.New(rand.NewSource(1))
+	z := rand.NewZipf(r, 1.1, 1, 99_999)
+	evs := make([]pipeline.Event, n)
+	want := map[uint64][2]uint64{}
+	for i := range evs {
+		post := 1<<41 + z.Uint64()
+		w := want[post]
+		if r.Intn(10) < 7 {
+			evs[i] = pipeline.Event{Type: "like", UID: pipeline.ID(1 + i), Post: pipeline.ID(post)}
+			w[0]++
+		} else {
+			evs[i] = pipeline.Event{Type: "view", Post: pipeline.ID(post), N: 1}
+			w[1]++
+		}
+		want[post] = w
+	}
+	return evs, want
+}
+
+const benchBatch = 1000
+
+// BenchmarkEndToEnd is events applied per second through the whole path (durable file
+// storage, exactly once), beside raw JetStream publishing of the same batch messages.
+// Run: go test ./stages/node -run XXX -bench EndToEnd -benchtime 200000x
+func BenchmarkEndToEnd(b *testing.B) {
+	b.Run("jetstream-publish", func(b *testing.B) {
+		s := natstest.Start(b)
+		nc := natstest.Connect(b, s)
+		js, _ := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(8192))
+		ctx := context.Background()
+		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "RAW", Subjects: []string{"raw.>"}, Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute}); err != nil {
+			b.Fatal(err)
+		}
+		evs, _ := benchEvents(b.N)
+		b.ResetTimer()
+		var futures []jetstream.PubAckFuture
+		for i := 0; i < len(evs); i += benchBatch {
+			data, _ := pipeline.Marshal(&pipeline.Batch{Events: evs[i:min(i+benchBatch, len(evs))]}, false)
+			f, err := js.PublishAsync("raw."+strconv.Itoa(i%16), data, jetstream.WithMsgID(strconv.Itoa(i)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			futures = append(futures, f)
+		}
+		for _, f := range futures {
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	})
+	b.Run("tally", func(b *testing.B) {
+		n, c := startNode(b, func(c *node.Config) { c.Partitions = 16; c.FlushInterval = 100 * time.Millisecond })
+		evs, want := benchEvents(b.N)
+		ctx := context.Background()
+		b.ResetTimer()
+		for i := 0; i < len(evs); i += benchBatch * 16 {
+			if err := c.PublishBatch(ctx, "bench."+strconv.Itoa(i), evs[i:min(i+benchBatch*16, len(evs))]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		published := b.Elapsed()
+		waitCaughtUp(b, c)
+		b.StopTimer()
+		b.ReportMetric(float64(b.N)/published.Seconds(), "published/s")
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+		checkBench(b, c, want)
+		b.ReportMetric(float64(n.CounterStats.Flushed.Load())/float64(b.N), "writes/event")
+	})
+}
+
+// checkBench fails the benchmark unless every count is exact.
+func checkBench(b *testing.B, c interface {
+	Get(context.Context, string, ...uint64) (*pipeline.GetReply, error)
+}, want map[uint64][2]uint64) {
+	ids := make([]uint64, 0, len(want))
+	for id := range want {
+		ids = append(ids, id)
+	}
+	for len(ids) > 0 {
+		k := min(len(ids), 1000)
+		r, err := c.Get(context.Background(), "post", ids[:k]...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i, id := range ids[:k] {
+			if w := want[id]; r.Counts[i][0] != w[0] || r.Counts[i][3] != w[1] {
+				b.Fatalf("post %d: like %d view %d, want %v", id, r.Counts[i][0], r.Counts[i][3], w)
+			}
+		}
+		ids = ids[k:]
+	}
+}
+
+// BenchmarkGet20 is the latency of a 20-id batch query over loopback, beside a bare NATS
+// request-reply echo of the same size.
+// Run: go test ./stages/node -run XXX -bench Get20 -benchtime 20000x
+func BenchmarkGet20(b *testing.B) {
+	report := func(b *testing.B, lat []time.Duration) {
+		slices.Sort(lat)
+		b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+	}
+	ids := make([]uint64, 20)
+	b.Run("nats-echo", func(b *testing.B) {
+		s := natstest.Start(b)
+		nc := natstest.Connect(b, s)
+		if _, err := nc.Subscribe("echo", func(m *nats.Msg) { _ = m.Respond(make([]byte, 200)) }); err != nil {
+			b.Fatal(err)
+		}
+		req, _ := pipeline.Marshal(pipeline.GetRequest{IDs: make([]pipeline.ID, 20)}, false)
+		lat := make([]time.Duration, 0, b.N)
+		b.ResetTimer()
+		for range b.N {
+			t0 := time.Now()
+			if _, err := nc.Request("echo", req, time.Second); err != nil {
+				b.Fatal(err)
+			}
+			lat = append(lat, time.Since(t0))
+		}
+		report(b, lat)
+	})
+	b.Run("tally", func(b *testing.B) {
+		_, c := startNode(b, func(c *node.Config) { c.Partitions = 16 })
+		evs, _ := benchEvents(100_000)
+		if err := c.PublishBatch(context.Background(), "warm", evs); err != nil {
+			b.Fatal(err)
+		}
+		waitCaughtUp(b, c)
+		r := rand.New(rand.NewSource(2))
+		lat := make([]time.Duration, 0, b.N)
+		b.ResetTimer()
+		for range b.N {
+			for i := range ids {
+				ids[i] = 1<<41 + uint64(r.Intn(100_000))
+			}
+			t0 := time.Now()
+			if _, err := c.Get(context.Background(), "post", ids...); err != nil {
+				b.Fatal(err)
+			}
+			lat = append(lat, time.Since(t0))
+		}
+		report(b, lat)
+	})
+}
