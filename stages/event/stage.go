@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/nats-io/nats.go"
@@ -53,9 +54,10 @@ type Stage struct {
 	fields *fields
 
 	pos       atomic.Uint64 // last stream sequence committed
-	busy      atomic.Bool   // between taking messages and publishing their outbox
+	busy      atomic.Bool   // from taking messages until their outbox is acknowledged
 	st        cold.StageState
 	published []uint64 // outbox entries acknowledged, deleted in the next transaction
+	inflight  []inflight
 }
 
 // New returns a stage for cfg.Partition. stats may be shared by several stages.
@@ -95,7 +97,8 @@ func (s *Stage) Run(ctx context.Context) error {
 	}
 	s.st = st
 	s.pos.Store(st.Pos)
-	if err := s.publish(ctx, outbox); err != nil {
+	s.send(outbox) // what a crash left unacknowledged, under the same message ids
+	if err := s.reap(ctx, true); err != nil {
 		return err
 	}
 	r, err := flow.Read(ctx, s.js, s.cfg.Subjects.EventsStream(), s.cfg.Subjects.EventsStored(p), s.st.Pos, 2*s.cfg.MaxBatch)
@@ -105,27 +108,40 @@ func (s *Stage) Run(ctx context.Context) error {
 	defer r.Stop()
 	batch := make([]jetstream.Msg, 0, s.cfg.MaxBatch)
 	c := newCoalescer(s.cfg.Partitions)
-	for {
+	for ctx.Err() == nil {
+		var m jetstream.Msg
 		select {
-		case <-ctx.Done():
-			return s.finish()
-		case m := <-r.C:
-			s.busy.Store(true)
-			batch = r.Drain(append(batch[:0], m), s.cfg.MaxBatch)
-		}
-		err := s.process(ctx, batch, c)
-		s.busy.Store(false)
-		if err != nil {
-			if ctx.Err() != nil {
-				return s.finish()
+		case m = <-r.C:
+		default: // idle: settle the outbox before waiting
+			if err := s.reap(ctx, true); err != nil {
+				continue // ctx ended
 			}
+			s.busy.Store(false)
+			select {
+			case <-ctx.Done():
+				continue
+			case m = <-r.C:
+			}
+		}
+		s.busy.Store(true)
+		batch = r.Drain(append(batch[:0], m), s.cfg.MaxBatch)
+		err := s.process(batch, c)
+		if err == nil {
+			err = s.reap(ctx, len(s.inflight) > maxInflight)
+		}
+		if err != nil && ctx.Err() == nil {
 			return fmt.Errorf("event partition %d: %w", p, err)
 		}
 	}
+	return s.finish()
 }
 
-// finish deletes the acknowledged outbox entries on a clean stop.
+// finish waits briefly for outstanding acks and deletes the acknowledged outbox entries
+// on a clean stop; anything unacknowledged is re-sent at the next start.
 func (s *Stage) finish() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = s.reap(ctx, true)
 	if len(s.published) == 0 {
 		return nil
 	}
@@ -137,9 +153,9 @@ func (s *Stage) finish() error {
 }
 
 // process commits msgs in as few transactions as MaxWrites allows, then publishes.
-func (s *Stage) process(ctx context.Context, msgs []jetstream.Msg, c *coalescer) error {
+func (s *Stage) process(msgs []jetstream.Msg, c *coalescer) error {
 	for len(msgs) > 0 {
-		n, err := s.commit(ctx, msgs, c)
+		n, err := s.commit(msgs, c)
 		if err != nil {
 			return err
 		}
@@ -149,8 +165,8 @@ func (s *Stage) process(ctx context.Context, msgs []jetstream.Msg, c *coalescer)
 }
 
 // commit applies a prefix of msgs in one transaction and returns its length; the outbox
-// it wrote is published before commit returns.
-func (s *Stage) commit(ctx context.Context, msgs []jetstream.Msg, c *coalescer) (int, error) {
+// it wrote is sent once the transaction has committed.
+func (s *Stage) commit(msgs []jetstream.Msg, c *coalescer) (int, error) {
 	p := s.cfg.Partition
 	txn := s.db.Badger().NewTransaction(true)
 	defer txn.Discard()
@@ -236,7 +252,8 @@ func (s *Stage) commit(ctx context.Context, msgs []jetstream.Msg, c *coalescer) 
 	s.st, s.published = st, nil
 	s.stats.Txns.Add(1)
 	s.pos.Store(st.Pos)
-	return n, s.publish(ctx, outbox)
+	s.send(outbox)
+	return n, nil
 }
 
 // decode returns a message's events, or the reason it must be dead-lettered.
@@ -302,27 +319,4 @@ func (s *Stage) deadLetter(m jetstream.Msg, seq uint64, index int, data []byte, 
 		MsgID:   fmt.Sprintf("dlq.%d.%d.%d", s.cfg.Partition, seq, index),
 		Data:    payload,
 	}
-}
-
-// publish sends outbox entries until every one is stored; they are deleted from the
-// outbox in the next transaction.
-func (s *Stage) publish(ctx context.Context, outbox []cold.OutboxEntry) error {
-	if len(outbox) == 0 {
-		return nil
-	}
-	msgs := make([]*nats.Msg, len(outbox))
-	for i, e := range outbox {
-		msgs[i] = &nats.Msg{Subject: e.Subject, Data: e.Data, Header: nats.Header{jetstream.MsgIDHeader: []string{e.MsgID}}}
-	}
-	err := flow.PublishAll(ctx, s.js, msgs, func(err error) {
-		s.stats.Retries.Add(1)
-		s.log.Warn("outbox publish failed, retrying", "err", err)
-	})
-	if err != nil {
-		return fmt.Errorf("cannot publish outbox: %w", err)
-	}
-	for _, e := range outbox {
-		s.published = append(s.published, e.Seq)
-	}
-	return nil
 }

@@ -1,15 +1,12 @@
 // Package flow is the JetStream plumbing the stages share: reading one partition's
-// subject from a stored position, and publishing a set of messages until every one is
-// acknowledged.
+// subject from a stored position, and telling how far a position is behind its stream.
 package flow
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -90,51 +87,4 @@ func Lag(ctx context.Context, js jetstream.JetStream, stream, filter string, pos
 		return 0, err
 	}
 	return last - pos, nil
-}
-
-// PublishAll publishes every message (each with its Nats-Msg-Id already set) and waits
-// until all are stored, retrying the failed ones with backoff until ctx ends. Re-sending
-// is safe: the stream drops a repeated message id.
-func PublishAll(ctx context.Context, js jetstream.JetStream, msgs []*nats.Msg, onRetry func(error)) error {
-	todo := msgs
-	backoff := 50 * time.Millisecond
-	for len(todo) > 0 {
-		futures := make([]jetstream.PubAckFuture, len(todo))
-		var failed []*nats.Msg
-		var lastErr error
-		for i, m := range todo {
-			f, err := js.PublishMsgAsync(m)
-			if err != nil {
-				failed, lastErr = append(failed, m), err
-				continue
-			}
-			futures[i] = f
-		}
-		for i, f := range futures {
-			if f == nil {
-				continue
-			}
-			select {
-			case <-f.Ok():
-			case err := <-f.Err():
-				failed, lastErr = append(failed, todo[i]), err
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		if len(failed) == 0 {
-			return nil
-		}
-		if onRetry != nil {
-			onRetry(lastErr)
-		}
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-			return errors.Join(ctx.Err(), lastErr)
-		}
-		backoff = min(2*backoff, 2*time.Second)
-		todo = failed
-	}
-	return nil
 }
