@@ -59,7 +59,6 @@ type Worker struct {
 	cp     cold.Checkpoint
 	dirty  map[uint64]struct{}
 	order  []uint64
-	counts []uint64
 }
 
 type query struct {
@@ -122,7 +121,6 @@ func (w *Worker) Get(ctx context.Context, ids []uint64, out [][]uint64) error {
 func (w *Worker) Run(ctx context.Context) error {
 	fields := len(w.cfg.Family.Fields)
 	w.table = w.cfg.NewTable(fields)
-	w.counts = make([]uint64, fields)
 	w.dirty = make(map[uint64]struct{})
 	cp, err := cold.LoadCounters(w.db, w.cfg.Family.Name, w.cfg.Partition, fields, func(id uint64, c []uint64) {
 		w.table.Put(id, c)
