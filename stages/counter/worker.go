@@ -55,10 +55,10 @@ type Worker struct {
 	ready atomic.Bool
 	pos   atomic.Uint64
 
-	table  store.Table
-	cp     cold.Checkpoint
-	dirty  map[uint64]struct{}
-	order  []uint64
+	table store.Table
+	cp    cold.Checkpoint
+	dirty map[uint64]struct{}
+	order []uint64
 }
 
 type query struct {
