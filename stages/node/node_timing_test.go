@@ -18,7 +18,10 @@ import (
 
 // benchEvents makes n events over a Zipf-skewed set of posts: 70% likes (each a new
 // relation), 30% views. It returns the expected like and view count of every post.
-func benchEvents(n int) ([]pipeline.Event, map[uint64][2]uint64) {
+func benchEvents(n int) ([]pipeline.Event, map[uint64][2]uint64) { return benchMix(n, 7) }
+
+// benchMix is benchEvents with likes tenths of likes.
+func benchMix(n, likes int) ([]pipeline.Event, map[uint64][2]uint64) {
 	r := rand.New(rand.NewSource(1))
 	z := rand.NewZipf(r, 1.1, 1, 99_999)
 	evs := make([]pipeline.Event, n)
@@ -26,7 +29,7 @@ func benchEvents(n int) ([]pipeline.Event, map[uint64][2]uint64) {
 	for i := range evs {
 		post := 1<<41 + z.Uint64()
 		w := want[post]
-		if r.Intn(10) < 7 {
+		if r.Intn(10) < likes {
 			evs[i] = pipeline.Event{Type: "like", UID: pipeline.ID(1 + i), Post: pipeline.ID(post)}
 			w[0]++
 		} else {
@@ -72,24 +75,29 @@ func BenchmarkEndToEnd(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	})
-	b.Run("tally", func(b *testing.B) {
-		n, c := startNode(b, func(c *node.Config) { c.Partitions = 16; c.FlushInterval = 100 * time.Millisecond })
-		evs, want := benchEvents(b.N)
-		ctx := context.Background()
-		b.ResetTimer()
-		for i := 0; i < len(evs); i += benchBatch * 16 {
-			if err := c.PublishBatch(ctx, "bench."+strconv.Itoa(i), evs[i:min(i+benchBatch*16, len(evs))]); err != nil {
-				b.Fatal(err)
-			}
+	b.Run("tally", func(b *testing.B) { benchTally(b, 7) })
+	b.Run("tally-views-only", func(b *testing.B) { benchTally(b, 0) })
+}
+
+// benchTally publishes b.N events (likes tenths of them likes) in batches and waits until
+// every partition has applied them, then checks every count.
+func benchTally(b *testing.B, likes int) {
+	n, c := startNode(b, func(c *node.Config) { c.Partitions = 16; c.FlushInterval = 100 * time.Millisecond })
+	evs, want := benchMix(b.N, likes)
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := 0; i < len(evs); i += benchBatch * 16 {
+		if err := c.PublishBatch(ctx, "bench."+strconv.Itoa(i), evs[i:min(i+benchBatch*16, len(evs))]); err != nil {
+			b.Fatal(err)
 		}
-		published := b.Elapsed()
-		waitCaughtUp(b, c)
-		b.StopTimer()
-		b.ReportMetric(float64(b.N)/published.Seconds(), "published/s")
-		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
-		checkBench(b, c, want)
-		b.ReportMetric(float64(n.CounterStats.Flushed.Load())/float64(b.N), "writes/event")
-	})
+	}
+	published := b.Elapsed()
+	waitCaughtUp(b, c)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/published.Seconds(), "published/s")
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	checkBench(b, c, want)
+	b.ReportMetric(float64(n.CounterStats.Flushed.Load())/float64(b.N), "writes/event")
 }
 
 // checkBench fails the benchmark unless every count is exact.
