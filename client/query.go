@@ -106,6 +106,13 @@ func (c *Client) Unread(ctx context.Context, uid uint64) (pipeline.Unread, error
 	return r.Unread, err
 }
 
+// UnreadMany returns the unread counts of many users in one request, in the order asked.
+func (c *Client) UnreadMany(ctx context.Context, uids ...uint64) ([]pipeline.Unread, error) {
+	var r pipeline.UnreadReply
+	err := c.request(ctx, c.subj.Unread(), pipeline.UnreadRequest{UIDs: toIDs(uids)}, &r, &r.Error)
+	return r.Users, err
+}
+
 // Health asks whether every partition has caught up.
 func (c *Client) Health(ctx context.Context) (*pipeline.HealthReply, error) {
 	var r pipeline.HealthReply

@@ -20,6 +20,7 @@ const (
 	TypeDM        = "dm"
 	TypeRead      = "read"
 	TypeIncr      = "incr"
+	TypeSystem    = "system"
 	// TypeBatch is the subject token of a batch message; it is not an event type.
 	TypeBatch = "batch"
 )
@@ -43,6 +44,9 @@ type Event struct {
 	N       int64    `json:"n,omitempty" msgpack:"n,omitempty"`
 	Kinds   []string `json:"kinds,omitempty" msgpack:"kinds,omitempty"`
 	TS      int64    `json:"ts,omitempty" msgpack:"ts,omitempty"`
+	// Local marks a copy of a system notice that Tally's own fan-out sent to one
+	// partition; such a copy is counted there and not fanned out again.
+	Local bool `json:"local,omitempty" msgpack:"local,omitempty"`
 }
 
 // Batch is many events in one message, deduplicated as a whole by its Nats-Msg-Id.
@@ -53,9 +57,9 @@ type Batch struct {
 // MaxBatch is the most events one batch message may hold.
 const MaxBatch = 10_000
 
-// UnreadKinds are the notification kinds a read event may reset: the fields of the
-// unread family.
-var unreadKinds = []string{"comment", "mention", "like", "dm"}
+// unreadKinds are what a read event may reset: the notification counters, the feed and
+// the system notices.
+var unreadKinds = []string{"comment", "mention", "like", "dm", "feed", "system"}
 
 // UnreadKinds returns the notification kinds a read event may name.
 func UnreadKinds() []string { return append([]string(nil), unreadKinds...) }
@@ -68,18 +72,18 @@ func (e *Event) Key() ID {
 		return e.Post
 	case TypeMention, TypeDM:
 		return e.Target
-	case TypeIncr:
+	case TypeIncr, TypeSystem:
 		return e.ID
 	default:
 		return e.UID
 	}
 }
 
-// Relational reports whether the event changes relation state, so that it must be
-// handled by the partition owning its key.
+// Relational reports whether the event reads and writes state owned by its key's
+// partition (relations, a reader's state), so that it must be handled there.
 func (e *Event) Relational() bool {
 	switch e.Type {
-	case TypeLike, TypeUnlike, TypeComment, TypeUncomment, TypeFollow, TypeUnfollow:
+	case TypeLike, TypeUnlike, TypeComment, TypeUncomment, TypeFollow, TypeUnfollow, TypeRead:
 		return true
 	}
 	return false
@@ -125,6 +129,8 @@ func (e *Event) Validate(fams Families) error {
 		if err == nil {
 			err = e.validateIncr(fams)
 		}
+	case TypeSystem:
+		err = need("id", e.ID)
 	case "":
 		err = fmt.Errorf("%w: missing type", ErrBadEvent)
 	default:
@@ -151,7 +157,7 @@ func (e *Event) validateIncr(fams Families) error {
 func ValidType(t string) bool {
 	switch t {
 	case TypeLike, TypeUnlike, TypeRepost, TypeComment, TypeUncomment, TypeView, TypePost,
-		TypeFollow, TypeUnfollow, TypeMention, TypeDM, TypeRead, TypeIncr:
+		TypeFollow, TypeUnfollow, TypeMention, TypeDM, TypeRead, TypeIncr, TypeSystem:
 		return true
 	}
 	return false

@@ -21,7 +21,7 @@ func DefaultFamilies() []Family {
 	return []Family{
 		{Name: FamilyPost, Fields: []string{"like", "repost", "comment", "view"}},
 		{Name: FamilyUser, Fields: []string{"follower", "following", "post"}},
-		{Name: FamilyUnread, Fields: []string{"comment", "mention", "like", "dm"}},
+		{Name: FamilyUnread, Fields: []string{"comment", "mention", "like", "dm", "feed"}},
 	}
 }
 

@@ -68,12 +68,15 @@ type UnreadRequest struct {
 	UIDs []ID `json:"uids,omitempty"`
 }
 
-// Unread is one user's unread counts.
+// Unread is one user's unread counts: notifications by kind, system notices not yet
+// read, and new posts in the feed since the last feed read.
 type Unread struct {
 	Comment uint64 `json:"comment"`
 	Mention uint64 `json:"mention"`
 	Like    uint64 `json:"like"`
 	DM      uint64 `json:"dm"`
+	System  uint64 `json:"system"`
+	Feed    uint64 `json:"feed"`
 }
 
 // UnreadReply answers a single-user request in the embedded Unread and a many-user

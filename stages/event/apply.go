@@ -17,13 +17,14 @@ func (s *Stage) apply(txn *badger.Txn, e *pipeline.Event, c *coalescer) error {
 			add(r, owner, 1)
 		}
 	}
+	var since int64 // when an undone relation was made
 	relate := func(k cold.Kind, r cold.Rel, on bool) (bool, error) {
 		var changed bool
 		var err error
 		if on {
 			changed, err = cold.Relate(txn, k, r, e.TS)
 		} else {
-			changed, err = cold.Unrelate(txn, k, r)
+			changed, since, err = cold.Unrelate(txn, k, r)
 		}
 		if err == nil && !changed {
 			s.stats.Unchanged.Add(1)
@@ -67,11 +68,15 @@ func (s *Stage) apply(txn *badger.Txn, e *pipeline.Event, c *coalescer) error {
 		}
 		add(f.following, e.UID, n)
 		add(f.follower, e.Target, n)
+		if !on {
+			return s.unfollowFeed(txn, e, since, c)
+		}
 	case pipeline.TypeRepost:
 		add(f.repost, e.Post, 1)
 		add(f.posts, e.UID, 1)
 	case pipeline.TypePost:
 		add(f.posts, e.UID, 1)
+		return s.post(txn, e, c)
 	case pipeline.TypeView:
 		add(f.view, e.Post, max(e.N, 1))
 	case pipeline.TypeMention:
@@ -79,13 +84,13 @@ func (s *Stage) apply(txn *badger.Txn, e *pipeline.Event, c *coalescer) error {
 	case pipeline.TypeDM:
 		notify(f.unDM, e.Target, e.UID)
 	case pipeline.TypeRead:
-		kinds := e.Kinds
-		if len(kinds) == 0 {
-			kinds = pipeline.UnreadKinds()
+		return s.read(txn, e, c)
+	case pipeline.TypeSystem:
+		n, err := cold.SystemCount(txn, s.cfg.Partition)
+		if err != nil {
+			return err
 		}
-		for _, k := range kinds {
-			c.add(f.unread[k], e.UID, pipeline.OpSet, 0)
-		}
+		return cold.PutSystemCount(txn, s.cfg.Partition, n+1)
 	case pipeline.TypeIncr:
 		fam, _ := s.cfg.Families.Lookup(e.Family) // validated at decode
 		i, _ := fam.Field(e.Field)

@@ -18,7 +18,7 @@ type fields struct {
 	like, repost, comment, view  fieldRef
 	follower, following, posts   fieldRef
 	unComment, unMention, unLike fieldRef
-	unDM                         fieldRef
+	unDM, unFeed                 fieldRef
 	unread                       map[string]fieldRef
 }
 
@@ -44,12 +44,12 @@ func resolveFields(fams pipeline.Families) (*fields, error) {
 		comment: ref("post", "comment"), view: ref("post", "view"),
 		follower: ref("user", "follower"), following: ref("user", "following"), posts: ref("user", "post"),
 		unComment: ref("unread", "comment"), unMention: ref("unread", "mention"),
-		unLike: ref("unread", "like"), unDM: ref("unread", "dm"),
+		unLike: ref("unread", "like"), unDM: ref("unread", "dm"), unFeed: ref("unread", "feed"),
 	}
 	if err != nil {
 		return nil, fmt.Errorf("the event types need families post, user and unread: %w", err)
 	}
-	f.unread = map[string]fieldRef{"comment": f.unComment, "mention": f.unMention, "like": f.unLike, "dm": f.unDM}
+	f.unread = map[string]fieldRef{"comment": f.unComment, "mention": f.unMention, "like": f.unLike, "dm": f.unDM, "feed": f.unFeed}
 	return f, nil
 }
 

@@ -29,6 +29,9 @@ type Config struct {
 	// MaxWrites bounds the relation writes of one transaction, under Badger's limit; a
 	// transaction is committed early when the next message could pass it.
 	MaxWrites int
+	// FanoutLimit is the most followers a post is pushed to; a post of an author with
+	// more is pulled by readers instead.
+	FanoutLimit int
 }
 
 // Stats counts what a stage did; safe to read from any goroutine.
@@ -41,6 +44,8 @@ type Stats struct {
 	Deltas    atomic.Int64  // deltas published after coalescing
 	Txns      atomic.Int64  // transactions committed
 	Retries   atomic.Int64  // outbox publish retries
+	Pushed    atomic.Int64  // feed counters a post was pushed to
+	Pulled    atomic.Int64  // posts left for readers to pull
 	Position  atomic.Uint64 // last stream sequence committed
 }
 
@@ -52,6 +57,7 @@ type Stage struct {
 	log    *slog.Logger
 	stats  *Stats
 	fields *fields
+	keys   []pipeline.ID // an id routing to each partition, for broadcasts
 
 	pos       atomic.Uint64 // last stream sequence committed
 	busy      atomic.Bool   // from taking messages until their outbox is acknowledged
@@ -72,7 +78,10 @@ func New(cfg Config, js jetstream.JetStream, db *cold.DB, log *slog.Logger, stat
 	if cfg.MaxWrites <= 0 {
 		cfg.MaxWrites = 20_000
 	}
-	return &Stage{cfg: cfg, js: js, db: db, log: log.With("stage", "event", "partition", cfg.Partition), stats: stats, fields: f}, nil
+	if cfg.FanoutLimit <= 0 {
+		cfg.FanoutLimit = 10_000
+	}
+	return &Stage{cfg: cfg, js: js, db: db, log: log.With("stage", "event", "partition", cfg.Partition), stats: stats, fields: f, keys: partitionKeys(cfg.Partitions)}, nil
 }
 
 // Lag is how far the partition is behind its stream: the sequences between its committed
@@ -199,6 +208,13 @@ func (s *Stage) commit(msgs []jetstream.Msg, c *coalescer) (int, error) {
 			e := &evs[i]
 			if e.TS == 0 {
 				e.TS = ts.UnixMilli()
+			}
+			if e.Type == pipeline.TypeSystem && !e.Local {
+				copies, err := s.broadcast(e, seq, i)
+				if err != nil {
+					return 0, err
+				}
+				outbox = append(outbox, copies...)
 			}
 			if e.Relational() && pipeline.PartitionOf(e.Key(), s.cfg.Partitions) != p {
 				fwd, err := s.forward(e, seq, i)

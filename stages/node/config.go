@@ -26,6 +26,9 @@ type Config struct {
 	SyncWrites bool
 	// Table picks the in-RAM counter table: "map" (a Go map) or "hot" (packed).
 	Table string
+	// FanoutLimit is the most followers a post is pushed to; posts of authors with more
+	// are pulled by their readers (one write per post however many followers).
+	FanoutLimit int
 }
 
 // DefaultConfig is one process owning 16 partitions with embedded NATS on
@@ -42,6 +45,7 @@ func DefaultConfig() Config {
 		Replicas:      1,
 		DupWindow:     sc.DupWindow,
 		Table:         "map",
+		FanoutLimit:   10_000,
 	}
 }
 

@@ -150,7 +150,7 @@ func (n *Node) startWorkers(ctx context.Context, js jetstream.JetStream, sj pipe
 
 func (n *Node) startStages(ctx context.Context, js jetstream.JetStream, sj pipeline.Subjects) error {
 	for p := range n.cfg.Partitions {
-		st, err := event.New(event.Config{Partition: p, Partitions: n.cfg.Partitions, Subjects: sj, Families: n.cfg.Families},
+		st, err := event.New(event.Config{Partition: p, Partitions: n.cfg.Partitions, Subjects: sj, Families: n.cfg.Families, FanoutLimit: n.cfg.FanoutLimit},
 			js, n.db, n.log, &n.EventStats)
 		if err != nil {
 			return err

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dgraph-io/badger/v4"
 	"github.com/nats-io/nats.go"
 
 	"github.com/tally-dev/tally/pipeline"
@@ -294,15 +295,56 @@ func (s *Server) unreadCounts(r *request) (any, error) {
 		return nil, err
 	}
 	idx := func(name string) int { i, _ := s.unread.Field(name); return i }
-	ic, im, il, id := idx("comment"), idx("mention"), idx("like"), idx("dm")
+	ic, im, il, id, ifeed := idx("comment"), idx("mention"), idx("like"), idx("dm"), idx("feed")
 	users := make([]pipeline.Unread, len(counts))
-	for i, c := range counts {
-		users[i] = pipeline.Unread{Comment: c[ic], Mention: c[im], Like: c[il], DM: c[id]}
+	err = s.db.Badger().View(func(txn *badger.Txn) error {
+		for i, c := range counts {
+			sys, feed, err := s.pulled(txn, uint64(uids[i]))
+			if err != nil {
+				return err
+			}
+			users[i] = pipeline.Unread{Comment: c[ic], Mention: c[im], Like: c[il], DM: c[id], System: sys, Feed: c[ifeed] + feed}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if single {
 		return pipeline.UnreadReply{Unread: users[0]}, nil
 	}
 	return pipeline.UnreadReply{Users: users}, nil
+}
+
+// maxPulled bounds the pulled posts counted per followee ("a lot" needs no exact figure).
+const maxPulled = 10_000
+
+// pulled computes what a reader's counters do not hold: system notices since their last
+// read, and posts of followees with too many followers to push to, since the later of
+// the last feed read and the follow.
+func (s *Server) pulled(txn *badger.Txn, uid uint64) (system, feed uint64, err error) {
+	rs, err := cold.GetReader(txn, uid)
+	if err != nil {
+		return 0, 0, err
+	}
+	n, err := cold.SystemCount(txn, pipeline.PartitionOf(pipeline.ID(uid), s.cfg.Partitions))
+	if err != nil {
+		return 0, 0, err
+	}
+	if n > rs.SysSeen {
+		system = n - rs.SysSeen
+	}
+	cold.Objects(txn, cold.Follow, uid, func(author uint64, followed int64) bool {
+		var has bool
+		if has, err = cold.HasPulled(txn, author); err != nil || !has {
+			return err == nil
+		}
+		var k uint64
+		k, err = cold.CountPosts(txn, author, max(rs.FeedRead, followed), false, maxPulled)
+		feed += k
+		return err == nil
+	})
+	return system, feed, err
 }
 
 // health checks the event stages first and the counter partitions after them, so a

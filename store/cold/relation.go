@@ -65,35 +65,60 @@ func Relate(txn *badger.Txn, k Kind, r Rel, ts int64) (bool, error) {
 	return true, nil
 }
 
-// Unrelate removes r if it exists; it reports whether anything changed.
-func Unrelate(txn *badger.Txn, k Kind, r Rel) (bool, error) {
+// Unrelate removes r if it exists; it reports whether anything changed and, if so, the
+// time the relation was made.
+func Unrelate(txn *badger.Txn, k Kind, r Rel) (changed bool, since int64, err error) {
 	rk := relKey(k, r)
 	item, err := txn.Get(rk)
 	if errors.Is(err, badger.ErrKeyNotFound) {
-		return false, nil
+		return false, 0, nil
 	} else if err != nil {
-		return false, err
+		return false, 0, err
 	}
 	v, err := item.ValueCopy(nil)
 	if err != nil {
-		return false, err
+		return false, 0, err
 	}
 	if len(v) != 8 {
-		return false, fmt.Errorf("%w: relation value of %d bytes", ErrCorrupt, len(v))
+		return false, 0, fmt.Errorf("%w: relation value of %d bytes", ErrCorrupt, len(v))
 	}
 	ts := int64(binary.BigEndian.Uint64(v))
 	if err := txn.Delete(rk); err != nil {
-		return false, err
+		return false, 0, err
 	}
 	if k.indexed() {
 		if err := txn.Delete(subjectKey(k, r, ts)); err != nil {
-			return false, err
+			return false, 0, err
 		}
 		if err := txn.Delete(objectKey(k, r, ts)); err != nil {
-			return false, err
+			return false, 0, err
 		}
 	}
-	return true, nil
+	return true, ts, nil
+}
+
+// Objects calls fn for the objects of subject a (whom a follows, what a liked) with the
+// time each relation was made, newest first, until fn returns false.
+func Objects(txn *badger.Txn, k Kind, a uint64, fn func(b uint64, ts int64) bool) {
+	scan(txn, nsBySubject, k, a, fn)
+}
+
+// Subjects calls fn for the subjects of object b (who follows b, who liked b), newest
+// first, until fn returns false. It reads keys only.
+func Subjects(txn *badger.Txn, k Kind, b uint64, fn func(a uint64, ts int64) bool) {
+	scan(txn, nsByObject, k, b, fn)
+}
+
+func scan(txn *badger.Txn, ns byte, k Kind, id uint64, fn func(other uint64, ts int64) bool) {
+	prefix := newKey(ns, 10).u8(byte(k)).u64(id)
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+	defer it.Close()
+	for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
+		kb := it.Item().Key()
+		if len(kb) == 34 && !fn(u64at(kb, 18), int64(math.MaxUint64-u64at(kb, 10))) {
+			return
+		}
+	}
 }
 
 // Related reports for each b whether (a, b) exists (likes and follows).

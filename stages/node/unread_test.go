@@ -1,0 +1,235 @@
+package node_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/tally-dev/tally/client"
+	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/stages/node"
+)
+
+// unreadModel is the reference for unread counts. Feed unread is defined without push
+// or pull: posts by the accounts a reader follows, made after both the reader's last
+// feed read and the follow.
+type unreadModel struct {
+	follows  map[[2]uint64]int64 // (reader, author) → when followed
+	posts    map[uint64][]int64  // author → post times
+	likes    map[[2]uint64]bool
+	notif    map[uint64]*[4]uint64 // comment, mention, like, dm
+	feedRead map[uint64]int64
+	sysSeen  map[uint64]uint64
+	system   uint64
+}
+
+func (m *unreadModel) want(u uint64) pipeline.Unread {
+	var w pipeline.Unread
+	if n := m.notif[u]; n != nil {
+		w.Comment, w.Mention, w.Like, w.DM = n[0], n[1], n[2], n[3]
+	}
+	w.System = m.system - m.sysSeen[u]
+	for k, since := range m.follows {
+		if k[0] != u {
+			continue
+		}
+		for _, ts := range m.posts[k[1]] {
+			if ts > max(since, m.feedRead[u]) {
+				w.Feed++
+			}
+		}
+	}
+	return w
+}
+
+func (m *unreadModel) apply(e pipeline.Event) {
+	uid, target := uint64(e.UID), uint64(e.Target)
+	bump := func(who uint64, f int) {
+		if m.notif[who] == nil {
+			m.notif[who] = new([4]uint64)
+		}
+		m.notif[who][f]++
+	}
+	switch e.Type {
+	case "follow":
+		if _, ok := m.follows[[2]uint64{uid, target}]; !ok {
+			m.follows[[2]uint64{uid, target}] = e.TS
+		}
+	case "unfollow":
+		delete(m.follows, [2]uint64{uid, target})
+	case "post":
+		m.posts[uid] = append(m.posts[uid], e.TS)
+	case "like":
+		if !m.likes[[2]uint64{uid, uint64(e.Post)}] {
+			m.likes[[2]uint64{uid, uint64(e.Post)}] = true
+			if e.Owner != e.UID {
+				bump(uint64(e.Owner), 2)
+			}
+		}
+	case "comment":
+		if e.Owner != e.UID {
+			bump(uint64(e.Owner), 0)
+		}
+	case "mention", "dm":
+		if uid != target {
+			bump(target, map[string]int{"mention": 1, "dm": 3}[e.Type])
+		}
+	case "system":
+		m.system++
+	case "read":
+		kinds := e.Kinds
+		if len(kinds) == 0 {
+			kinds = pipeline.UnreadKinds()
+		}
+		for _, k := range kinds {
+			switch k {
+			case "feed":
+				m.feedRead[uid] = max(m.feedRead[uid], e.TS)
+			case "system":
+				m.sysSeen[uid] = m.system
+			default:
+				if m.notif[uid] != nil {
+					m.notif[uid][map[string]int{"comment": 0, "mention": 1, "like": 2, "dm": 3}[k]] = 0
+				}
+			}
+		}
+	}
+}
+
+// TestUnreadModel runs steps of one kind of event each (follows, posts, notifications,
+// reads, system notices), waits until they are applied, and compares every user's six
+// unread counts with the reference after every step. User 1 is a celebrity above the
+// fan-out limit, so their posts are pulled while others' are pushed.
+func TestUnreadModel(t *testing.T) {
+	const users, limit = 40, 5
+	steps := 60
+	if testing.Short() {
+		steps = 20
+	}
+	n, c := startNode(t, func(c *node.Config) { c.Partitions = 8; c.FanoutLimit = limit })
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(5, 6))
+	ref := &unreadModel{follows: map[[2]uint64]int64{}, posts: map[uint64][]int64{}, likes: map[[2]uint64]bool{},
+		notif: map[uint64]*[4]uint64{}, feedRead: map[uint64]int64{}, sysSeen: map[uint64]uint64{}}
+	ts := int64(1_000_000)
+	uid := func() pipeline.ID { return pipeline.ID(1 + r.IntN(users)) }
+	other := func(u pipeline.ID) pipeline.ID { return u%users + 1 }
+	run := func(step int, evs []pipeline.Event) {
+		t.Helper()
+		for i := range evs {
+			ts++
+			evs[i].TS = ts
+			ref.apply(evs[i])
+		}
+		if err := c.PublishBatch(ctx, fmt.Sprint("step.", step), evs); err != nil {
+			t.Fatal(err)
+		}
+		waitCaughtUp(t, c)
+		ids := make([]uint64, users)
+		for i := range ids {
+			ids[i] = uint64(i + 1)
+		}
+		got := unreadMany(t, c, ids)
+		for i, u := range ids {
+			if w := ref.want(u); got[i] != w {
+				t.Fatalf("step %d (%s): unread of %d = %+v, reference %+v", step, evs[0].Type, u, got[i], w)
+			}
+		}
+	}
+	// The celebrity: more followers than the fan-out limit.
+	var setup []pipeline.Event
+	for u := 2; u <= 3*limit; u++ {
+		setup = append(setup, pipeline.Event{Type: "follow", UID: pipeline.ID(u), Target: 1})
+	}
+	run(0, setup)
+	for step := 1; step <= steps; step++ {
+		var evs []pipeline.Event
+		switch kind := r.IntN(5); kind {
+		case 0:
+			for range 15 {
+				u, t := uid(), uid()
+				if t == u {
+					t = other(u)
+				}
+				typ := "follow"
+				if r.IntN(3) == 0 {
+					typ = "unfollow"
+					for k := range ref.follows { // mostly an existing follow, with posts to take back
+						if k[1] != 1 && r.IntN(4) != 0 {
+							u, t = pipeline.ID(k[0]), pipeline.ID(k[1])
+							break
+						}
+					}
+				}
+				evs = append(evs, pipeline.Event{Type: typ, UID: u, Target: t})
+			}
+		case 1:
+			for range 6 {
+				author := uid()
+				if r.IntN(3) == 0 {
+					author = 1
+				}
+				evs = append(evs, pipeline.Event{Type: "post", UID: author, Post: pipeline.ID(1<<40 + step*100 + len(evs))})
+			}
+		case 2:
+			for range 20 {
+				u, o := uid(), uid()
+				post := pipeline.ID(1<<40 + r.IntN(30))
+				switch r.IntN(4) {
+				case 0:
+					evs = append(evs, pipeline.Event{Type: "like", UID: u, Post: post, Owner: o})
+				case 1:
+					evs = append(evs, pipeline.Event{Type: "comment", UID: u, Post: post, Owner: o, Comment: pipeline.ID(step*100 + len(evs))})
+				case 2:
+					evs = append(evs, pipeline.Event{Type: "mention", UID: u, Target: o})
+				default:
+					evs = append(evs, pipeline.Event{Type: "dm", UID: u, Target: o})
+				}
+			}
+		case 3:
+			for range 8 {
+				kinds := pipeline.UnreadKinds()
+				r.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
+				evs = append(evs, pipeline.Event{Type: "read", UID: uid(), Kinds: kinds[:r.IntN(len(kinds))]})
+			}
+		default:
+			evs = append(evs, pipeline.Event{Type: "system", ID: pipeline.ID(1 + step)})
+		}
+		run(step, evs)
+	}
+
+	// A celebrity's post costs one delta (their own post count), however many followers;
+	// a post of an author with k followers costs 1 + k.
+	cost := func(author pipeline.ID) int64 {
+		before := n.EventStats.Deltas.Load()
+		run(steps+int(author), []pipeline.Event{{Type: "post", UID: author, Post: pipeline.ID(1<<41 + author)}})
+		return n.EventStats.Deltas.Load() - before
+	}
+	if d := cost(1); d != 1 {
+		t.Fatalf("a celebrity post with %d+ followers cost %d deltas, want 1", 3*limit-1, d)
+	}
+	followers := 0
+	for k := range ref.follows {
+		if k[1] == 7 {
+			followers++
+		}
+	}
+	if followers <= limit {
+		if d := cost(7); d != int64(1+followers) {
+			t.Fatalf("a post of an author with %d followers cost %d deltas, want %d", followers, d, 1+followers)
+		}
+	}
+	if n.EventStats.Pulled.Load() == 0 || n.EventStats.Pushed.Load() == 0 {
+		t.Fatalf("pulled %d, pushed %d: both paths must have run", n.EventStats.Pulled.Load(), n.EventStats.Pushed.Load())
+	}
+}
+
+func unreadMany(t *testing.T, c *client.Client, uids []uint64) []pipeline.Unread {
+	t.Helper()
+	got, err := c.UnreadMany(context.Background(), uids...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
