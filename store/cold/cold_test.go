@@ -38,10 +38,16 @@ func TestRelationsAndPaging(t *testing.T) {
 	if update(func(txn *badger.Txn) (bool, error) { return cold.Relate(txn, cold.Like, cold.Rel{A: 7, B: 3}, 999) }) {
 		t.Fatal("liking twice changed something")
 	}
-	if update(func(txn *badger.Txn) (bool, error) { c, _, err := cold.Unrelate(txn, cold.Like, cold.Rel{A: 7, B: 99}); return c, err }) {
+	if update(func(txn *badger.Txn) (bool, error) {
+		c, _, err := cold.Unrelate(txn, cold.Like, cold.Rel{A: 7, B: 99})
+		return c, err
+	}) {
 		t.Fatal("unliking what was never liked changed something")
 	}
-	if !update(func(txn *badger.Txn) (bool, error) { c, _, err := cold.Unrelate(txn, cold.Like, cold.Rel{A: 7, B: 20}); return c, err }) {
+	if !update(func(txn *badger.Txn) (bool, error) {
+		c, _, err := cold.Unrelate(txn, cold.Like, cold.Rel{A: 7, B: 20})
+		return c, err
+	}) {
 		t.Fatal("unlike changed nothing")
 	}
 	liked, err := cold.Related(db, cold.Like, 7, []uint64{1, 20, 25, 26})
