@@ -32,6 +32,8 @@ type Config struct {
 	// FanoutLimit is the most followers a post is pushed to; a post of an author with
 	// more is pulled by readers instead.
 	FanoutLimit int
+	// Pulled is the shared set of authors whose posts are pulled.
+	Pulled *cold.Pulled
 }
 
 // Stats counts what a stage did; safe to read from any goroutine.

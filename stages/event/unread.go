@@ -24,6 +24,10 @@ func (s *Stage) post(txn *badger.Txn, e *pipeline.Event, c *coalescer) error {
 	if err != nil {
 		return err
 	}
+	if !pushed {
+		// Before the commit is harmless: a reader finding no pulled post counts zero.
+		s.cfg.Pulled.Add(uint64(e.UID))
+	}
 	return cold.PutPost(txn, uint64(e.UID), e.TS, uint64(e.Post), pushed)
 }
 

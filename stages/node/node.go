@@ -31,6 +31,7 @@ type Node struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	db      *cold.DB
+	pulled  *cold.Pulled
 	query   *query.Server
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -92,6 +93,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	if n.db, err = cold.Open(cold.Options{Dir: filepath.Join(cfg.DataDir, "state"), SyncWrites: cfg.SyncWrites, Logger: log}); err != nil {
 		return nil, err
 	}
+	if n.pulled, err = cold.LoadPulled(n.db); err != nil {
+		return nil, err
+	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	n.cancel = cancel
 	owners, err := n.startWorkers(runCtx, js, sc.Subjects)
@@ -105,7 +109,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	for p, st := range n.stages {
 		stages["event."+strconv.Itoa(p)] = st
 	}
-	n.query = query.New(query.Config{Subjects: sc.Subjects, Families: cfg.Families, Partitions: cfg.Partitions, Stages: stages},
+	n.query = query.New(query.Config{Subjects: sc.Subjects, Families: cfg.Families, Partitions: cfg.Partitions, Stages: stages, Pulled: n.pulled},
 		n.nc, n.db, owners, log)
 	if err := n.query.Start(); err != nil {
 		return nil, err
@@ -150,7 +154,7 @@ func (n *Node) startWorkers(ctx context.Context, js jetstream.JetStream, sj pipe
 
 func (n *Node) startStages(ctx context.Context, js jetstream.JetStream, sj pipeline.Subjects) error {
 	for p := range n.cfg.Partitions {
-		st, err := event.New(event.Config{Partition: p, Partitions: n.cfg.Partitions, Subjects: sj, Families: n.cfg.Families, FanoutLimit: n.cfg.FanoutLimit},
+		st, err := event.New(event.Config{Partition: p, Partitions: n.cfg.Partitions, Subjects: sj, Families: n.cfg.Families, FanoutLimit: n.cfg.FanoutLimit, Pulled: n.pulled},
 			js, n.db, n.log, &n.EventStats)
 		if err != nil {
 			return err

@@ -40,6 +40,8 @@ type Config struct {
 	Workers int
 	// Stages are reported by health beside the counter partitions, by name.
 	Stages map[string]Lagger
+	// Pulled is the set of authors whose posts readers pull.
+	Pulled *cold.Pulled
 }
 
 // Server answers queries. Owners maps a family to its partitions, indexed by number.
@@ -335,9 +337,8 @@ func (s *Server) pulled(txn *badger.Txn, uid uint64) (system, feed uint64, err e
 		system = n - rs.SysSeen
 	}
 	cold.Objects(txn, cold.Follow, uid, func(author uint64, followed int64) bool {
-		var has bool
-		if has, err = cold.HasPulled(txn, author); err != nil || !has {
-			return err == nil
+		if !s.cfg.Pulled.Has(author) {
+			return true
 		}
 		var k uint64
 		k, err = cold.CountPosts(txn, author, max(rs.FeedRead, followed), false, maxPulled)

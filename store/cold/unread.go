@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/vmihailenco/msgpack/v5"
@@ -63,15 +64,6 @@ func PutPost(txn *badger.Txn, author uint64, ts int64, post uint64, pushed bool)
 		return err
 	}
 	return txn.Set(newKey(nsPost, 25).u64(author).u64(uint64(max(ts, 0))).u64(post), v)
-}
-
-// HasPulled reports whether author ever made a post that followers pull.
-func HasPulled(txn *badger.Txn, author uint64) (bool, error) {
-	_, err := txn.Get(newKey(nsPulled, 9).u64(author))
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return false, nil
-	}
-	return err == nil, err
 }
 
 // CountPosts counts author's posts made after ts that were pushed (pushed) or pulled
@@ -144,4 +136,45 @@ func StoredCounts(txn *badger.Txn, family string, p int, id uint64, dst []uint64
 		return err
 	}
 	return item.Value(func(v []byte) error { return unpackCounts(v, dst) })
+}
+
+// Pulled is the set of authors who have posts their followers pull, kept in RAM so a
+// reader following thousands of accounts is answered without a lookup per followee. It
+// only grows (a pulled post stays pulled), so being shared by the stages that add to it
+// and the queries that read it needs no more than a read-write lock.
+type Pulled struct {
+	mu sync.RWMutex
+	m  map[uint64]struct{}
+}
+
+// LoadPulled reads the set from the database.
+func LoadPulled(db *DB) (*Pulled, error) {
+	p := &Pulled{m: map[uint64]struct{}{}}
+	err := db.db.View(func(txn *badger.Txn) error {
+		prefix := key{nsPulled}
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		defer it.Close()
+		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
+			if k := it.Item().Key(); len(k) == 9 {
+				p.m[u64at(k, 1)] = struct{}{}
+			}
+		}
+		return nil
+	})
+	return p, err
+}
+
+// Add records that author has pulled posts.
+func (p *Pulled) Add(author uint64) {
+	p.mu.Lock()
+	p.m[author] = struct{}{}
+	p.mu.Unlock()
+}
+
+// Has reports whether author has pulled posts.
+func (p *Pulled) Has(author uint64) bool {
+	p.mu.RLock()
+	_, ok := p.m[author]
+	p.mu.RUnlock()
+	return ok
 }
