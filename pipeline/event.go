@@ -153,6 +153,12 @@ func (e *Event) validateIncr(fams Families) error {
 	return nil
 }
 
+// Types lists the event types.
+func Types() []string {
+	return []string{TypeLike, TypeUnlike, TypeRepost, TypeComment, TypeUncomment, TypeView, TypePost,
+		TypeFollow, TypeUnfollow, TypeMention, TypeDM, TypeRead, TypeIncr, TypeSystem}
+}
+
 // ValidType reports whether t is an event type.
 func ValidType(t string) bool {
 	switch t {

@@ -30,6 +30,8 @@ type Config struct {
 	MaxChange int
 	// NewTable makes the in-RAM table (store.NewMap when nil).
 	NewTable func(fields int) store.Table
+	// OnFlush, when set, is told the size and duration of every checkpoint.
+	OnFlush func(ids int, took time.Duration)
 }
 
 // Stats counts what workers did; safe to read from any goroutine and shareable.
@@ -52,8 +54,10 @@ type Worker struct {
 	stats   *Stats
 	queries chan *query
 
-	ready atomic.Bool
-	pos   atomic.Uint64
+	ready   atomic.Bool
+	pos     atomic.Uint64
+	entries atomic.Int64 // ids in the table, as of the last flush
+	bytes   atomic.Int64 // the table's RAM, as of the last flush, when it can tell
 
 	table store.Table
 	cp    cold.Checkpoint
@@ -96,6 +100,15 @@ func (w *Worker) Lag(ctx context.Context) (uint64, error) {
 	return flow.Lag(ctx, w.js, w.cfg.Subjects.DeltasStream(), w.cfg.Subjects.Delta(w.cfg.Family.Name, w.cfg.Partition), w.pos.Load())
 }
 
+// Entries is the number of ids in RAM as of the last flush.
+func (w *Worker) Entries() int64 { return w.entries.Load() }
+
+// Bytes is the RAM the table holds as of the last flush (0 if the table cannot tell).
+func (w *Worker) Bytes() int64 { return w.bytes.Load() }
+
+// sizer is a table that knows its memory footprint.
+type sizer interface{ MemBytes() int }
+
 // Position is the last DELTAS sequence applied.
 func (w *Worker) Position() uint64 { return w.pos.Load() }
 
@@ -130,6 +143,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.cp = cp
 	w.pos.Store(cp.Pos)
+	w.entries.Store(int64(w.table.Len()))
 	r, err := flow.Read(ctx, w.js, w.cfg.Subjects.DeltasStream(), w.cfg.Subjects.Delta(w.cfg.Family.Name, w.cfg.Partition), cp.Pos, 1024)
 	if err != nil {
 		return err
@@ -240,8 +254,16 @@ func (w *Worker) flush(ctx context.Context) error {
 		w.table.Get(id, c)
 		entries[i] = cold.Entry{ID: id, Counts: c}
 	}
+	start := time.Now()
 	if err := cold.SaveCounters(w.db, w.cfg.Family.Name, w.cfg.Partition, entries, &w.cp); err != nil {
 		return err
+	}
+	if w.cfg.OnFlush != nil {
+		w.cfg.OnFlush(len(entries), time.Since(start))
+	}
+	w.entries.Store(int64(w.table.Len()))
+	if sz, ok := w.table.(sizer); ok {
+		w.bytes.Store(int64(sz.MemBytes()))
 	}
 	w.stats.Flushes.Add(1)
 	w.stats.Flushed.Add(int64(len(entries)))

@@ -38,17 +38,27 @@ type Config struct {
 
 // Stats counts what a stage did; safe to read from any goroutine.
 type Stats struct {
-	Messages  atomic.Int64  // messages consumed
-	Events    atomic.Int64  // events applied
-	Unchanged atomic.Int64  // relation events that changed nothing (a second like, an unlike of nothing)
-	Dead      atomic.Int64  // messages dead-lettered
-	Forwarded atomic.Int64  // relation events in a batch that belong to another partition
-	Deltas    atomic.Int64  // deltas published after coalescing
-	Txns      atomic.Int64  // transactions committed
-	Retries   atomic.Int64  // outbox publish retries
-	Pushed    atomic.Int64  // feed counters a post was pushed to
-	Pulled    atomic.Int64  // posts left for readers to pull
-	Position  atomic.Uint64 // last stream sequence committed
+	Messages  atomic.Int64 // messages consumed
+	Events    atomic.Int64 // events applied
+	Unchanged atomic.Int64 // relation events that changed nothing (a second like, an unlike of nothing)
+	Dead      atomic.Int64 // messages dead-lettered
+	Forwarded atomic.Int64 // relation events in a batch that belong to another partition
+	Deltas    atomic.Int64 // deltas published after coalescing
+	Txns      atomic.Int64 // transactions committed
+	Retries   atomic.Int64 // outbox publish retries
+	Pushed    atomic.Int64 // feed counters a post was pushed to
+	Pulled    atomic.Int64 // posts left for readers to pull
+	// ByType counts events applied per type; made by NewStats, read-only map.
+	ByType map[string]*atomic.Int64
+}
+
+// NewStats returns Stats with a counter per event type.
+func NewStats() *Stats {
+	st := &Stats{ByType: map[string]*atomic.Int64{}}
+	for _, t := range pipeline.Types() {
+		st.ByType[t] = new(atomic.Int64)
+	}
+	return st
 }
 
 // Stage is one event partition. Run owns all of its state.
@@ -228,6 +238,9 @@ func (s *Stage) commit(msgs []jetstream.Msg, c *coalescer) (int, error) {
 			}
 			if err := s.apply(txn, e, c); err != nil {
 				return 0, fmt.Errorf("cannot apply %s event at %d: %w", e.Type, seq, err)
+			}
+			if n := s.stats.ByType[e.Type]; n != nil {
+				n.Add(1)
 			}
 			writes += 3
 		}

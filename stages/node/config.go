@@ -29,6 +29,9 @@ type Config struct {
 	// FanoutLimit is the most followers a post is pushed to; posts of authors with more
 	// are pulled by their readers (one write per post however many followers).
 	FanoutLimit int
+	// Metrics is the address of the HTTP server for /metrics (Prometheus) and /healthz;
+	// empty disables it.
+	Metrics string
 }
 
 // DefaultConfig is one process owning 16 partitions with embedded NATS on

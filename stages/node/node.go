@@ -2,10 +2,12 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -18,6 +20,7 @@ import (
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/stages/counter"
 	"github.com/tally-dev/tally/stages/event"
+	"github.com/tally-dev/tally/stages/metrics"
 	"github.com/tally-dev/tally/stages/query"
 	"github.com/tally-dev/tally/store"
 	"github.com/tally-dev/tally/store/cold"
@@ -39,9 +42,13 @@ type Node struct {
 	err     error
 	failed  chan struct{}
 
-	EventStats   event.Stats
+	EventStats   *event.Stats
 	CounterStats counter.Stats
 	stages       []*event.Stage
+	workers      []*counter.Worker
+	metrics      *metrics.Metrics
+	http         *http.Server
+	metricsAddr  string
 }
 
 // Run runs a node until ctx ends or a partition fails.
@@ -62,7 +69,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: log, failed: make(chan struct{})}
+	n := &Node{cfg: cfg, log: log, failed: make(chan struct{}), EventStats: event.NewStats()}
 	defer func() {
 		if err != nil {
 			n.Close()
@@ -98,6 +105,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	n.cancel = cancel
+	n.metrics = metrics.New(metrics.Source{Events: n.EventStats, Counters: &n.CounterStats, Hot: n.hot,
+		Lag: func(ctx context.Context) (*pipeline.HealthReply, error) { return n.query.Health(ctx) }})
 	owners, err := n.startWorkers(runCtx, js, sc.Subjects)
 	if err != nil {
 		return nil, err
@@ -109,10 +118,15 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	for p, st := range n.stages {
 		stages["event."+strconv.Itoa(p)] = st
 	}
-	n.query = query.New(query.Config{Subjects: sc.Subjects, Families: cfg.Families, Partitions: cfg.Partitions, Stages: stages, Pulled: n.pulled},
+	n.query = query.New(query.Config{Subjects: sc.Subjects, Families: cfg.Families, Partitions: cfg.Partitions, Stages: stages, Pulled: n.pulled, OnQuery: n.metrics.OnQuery},
 		n.nc, n.db, owners, log)
 	if err := n.query.Start(); err != nil {
 		return nil, err
+	}
+	if cfg.Metrics != "" {
+		if err := n.serveHTTP(cfg.Metrics); err != nil {
+			return nil, err
+		}
 	}
 	log.Info("tally running", "nats", url, "partitions", cfg.Partitions, "families", len(cfg.Families), "data", cfg.DataDir)
 	return n, nil
@@ -143,9 +157,10 @@ func (n *Node) startWorkers(ctx context.Context, js jetstream.JetStream, sj pipe
 	owners := map[string][]query.Partition{}
 	for _, fam := range n.cfg.Families {
 		for p := range n.cfg.Partitions {
-			w := counter.New(counter.Config{Family: fam, Partition: p, Subjects: sj, FlushInterval: n.cfg.FlushInterval, NewTable: mk},
+			w := counter.New(counter.Config{Family: fam, Partition: p, Subjects: sj, FlushInterval: n.cfg.FlushInterval, NewTable: mk, OnFlush: n.metrics.OnFlush},
 				js, n.db, n.log, &n.CounterStats)
 			owners[fam.Name] = append(owners[fam.Name], w)
+			n.workers = append(n.workers, w)
 			n.goRun(ctx, w.Run)
 		}
 	}
@@ -155,7 +170,7 @@ func (n *Node) startWorkers(ctx context.Context, js jetstream.JetStream, sj pipe
 func (n *Node) startStages(ctx context.Context, js jetstream.JetStream, sj pipeline.Subjects) error {
 	for p := range n.cfg.Partitions {
 		st, err := event.New(event.Config{Partition: p, Partitions: n.cfg.Partitions, Subjects: sj, Families: n.cfg.Families, FanoutLimit: n.cfg.FanoutLimit, Pulled: n.pulled},
-			js, n.db, n.log, &n.EventStats)
+			js, n.db, n.log, n.EventStats)
 		if err != nil {
 			return err
 		}
@@ -179,6 +194,49 @@ func (n *Node) goRun(ctx context.Context, run func(context.Context) error) {
 	})
 }
 
+// hot sums the RAM tables of each family.
+func (n *Node) hot() map[string][2]int64 {
+	out := map[string][2]int64{}
+	for i, w := range n.workers {
+		fam := n.cfg.Families[i/n.cfg.Partitions].Name
+		v := out[fam]
+		out[fam] = [2]int64{v[0] + w.Entries(), v[1] + w.Bytes()}
+	}
+	return out
+}
+
+// serveHTTP serves /metrics and /healthz (200 when every partition is caught up).
+func (n *Node) serveHTTP(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("cannot serve metrics on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", n.metrics.Handler())
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		h, err := n.query.Health(r.Context())
+		switch {
+		case err != nil:
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		case !h.OK:
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_ = json.NewEncoder(w).Encode(h)
+		default:
+			_ = json.NewEncoder(w).Encode(h)
+		}
+	})
+	n.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	n.wg.Go(func() { _ = n.http.Serve(ln) })
+	n.metricsAddr = ln.Addr().String()
+	n.log.Info("metrics", "addr", n.metricsAddr)
+	return nil
+}
+
+// MetricsAddr is where /metrics is served ("" when disabled).
+func (n *Node) MetricsAddr() string {
+	return n.metricsAddr
+}
+
 // ClientURL is the NATS URL clients use to reach this node.
 func (n *Node) ClientURL() string { return n.nc.ConnectedUrl() }
 
@@ -187,6 +245,9 @@ func (n *Node) Failed() <-chan struct{} { return n.failed }
 
 // Close stops queries, lets every partition flush, and closes Badger and NATS.
 func (n *Node) Close() error {
+	if n.http != nil {
+		_ = n.http.Close()
+	}
 	if n.query != nil {
 		n.query.Stop()
 	}

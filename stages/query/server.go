@@ -42,6 +42,8 @@ type Config struct {
 	Stages map[string]Lagger
 	// Pulled is the set of authors whose posts readers pull.
 	Pulled *cold.Pulled
+	// OnQuery, when set, is told every request's subject kind, duration and failure.
+	OnQuery func(kind string, took time.Duration, failed bool)
 }
 
 // Server answers queries. Owners maps a family to its partitions, indexed by number.
@@ -85,8 +87,9 @@ func (s *Server) Start() error {
 		sj.Health():          s.health,
 	}
 	for subj, h := range handlers {
+		kind := strings.TrimPrefix(strings.TrimSuffix(subj, ".*"), sj.Prefix+".")
 		for range s.cfg.Workers {
-			sub, err := s.nc.QueueSubscribe(subj, QueueGroup, s.handle(h))
+			sub, err := s.nc.QueueSubscribe(subj, QueueGroup, s.handle(kind, h))
 			if err != nil {
 				s.Stop()
 				return fmt.Errorf("cannot subscribe %s: %w", subj, err)
@@ -123,15 +126,17 @@ type errorReply struct {
 	Error string `json:"error"`
 }
 
-func (s *Server) handle(h func(*request) (any, error)) nats.MsgHandler {
+func (s *Server) handle(kind string, h func(*request) (any, error)) nats.MsgHandler {
 	return func(m *nats.Msg) {
 		if m.Reply == "" {
 			return // a publish, not a request: there is no one to answer
 		}
+		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
 		defer cancel()
 		r := &request{msg: m, asJSON: pipeline.IsJSON(m.Data, m.Header), ctx: ctx}
 		reply, err := h(r)
+		failed := err != nil
 		if err != nil {
 			if !errors.Is(err, pipeline.ErrBadRequest) && !errors.Is(err, pipeline.ErrUnknownFamily) {
 				s.log.Warn("query failed", "subject", m.Subject, "err", err)
@@ -147,6 +152,9 @@ func (s *Server) handle(h func(*request) (any, error)) nats.MsgHandler {
 			out.Header = nats.Header{"Content-Type": []string{pipeline.ContentTypeJSON}}
 		}
 		_ = m.RespondMsg(out)
+		if s.cfg.OnQuery != nil {
+			s.cfg.OnQuery(kind, time.Since(start), failed)
+		}
 	}
 }
 
@@ -350,11 +358,14 @@ func (s *Server) pulled(txn *badger.Txn, uid uint64) (system, feed uint64, err e
 
 // health checks the event stages first and the counter partitions after them, so a
 // delta published by a stage just before it was checked is seen by its counter's check.
-func (s *Server) health(r *request) (any, error) {
-	h := pipeline.HealthReply{OK: true, Lagging: map[string]uint64{}}
+func (s *Server) health(r *request) (any, error) { return s.Health(r.ctx) }
+
+// Health reports whether every partition has applied all of its stream.
+func (s *Server) Health(ctx context.Context) (*pipeline.HealthReply, error) {
+	h := &pipeline.HealthReply{OK: true, Lagging: map[string]uint64{}}
 	check := func(name string, l Lagger, ready bool) error {
 		h.Partitions++
-		lag, err := l.Lag(r.ctx)
+		lag, err := l.Lag(ctx)
 		if err != nil {
 			return fmt.Errorf("cannot tell the lag of %s: %w", name, err)
 		}

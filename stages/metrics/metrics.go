@@ -1,0 +1,152 @@
+// Package metrics exposes a Tally process in the Prometheus text format. Counters are
+// read from the stages' atomic statistics when scraped, so the hot path pays nothing for
+// them; only checkpoint and query durations are observed as they happen.
+package metrics
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/stages/counter"
+	"github.com/tally-dev/tally/stages/event"
+)
+
+// Source is what the metrics read from a running process.
+type Source struct {
+	Events   *event.Stats
+	Counters *counter.Stats
+	// Lag returns each partition's lag by name (event.<p>, counter.<family>.<p>).
+	Lag func(ctx context.Context) (*pipeline.HealthReply, error)
+	// Hot returns the ids and bytes held in RAM per family.
+	Hot func() map[string][2]int64
+}
+
+// Metrics is one process's registry.
+type Metrics struct {
+	reg        *prometheus.Registry
+	checkpoint prometheus.Histogram
+	flushSize  prometheus.Histogram
+	query      *prometheus.HistogramVec
+	src        Source
+}
+
+// New registers every metric of src.
+func New(src Source) *Metrics {
+	m := &Metrics{reg: prometheus.NewRegistry(), src: src}
+	m.checkpoint = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "tally_checkpoint_seconds", Help: "Duration of a counter partition's checkpoint (one Badger transaction).",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+	})
+	m.flushSize = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "tally_flush_ids", Help: "Ids written by one checkpoint: a hot id counts once however often it changed.",
+		Buckets: prometheus.ExponentialBuckets(1, 4, 9),
+	})
+	m.query = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "tally_query_seconds", Help: "Query latency by subject, from request received to reply sent.",
+		Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16),
+	}, []string{"query", "outcome"})
+	m.reg.MustRegister(m.checkpoint, m.flushSize, m.query,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	counterFn := func(name, help string, f func() int64) {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f()) }))
+	}
+	ev, ct := src.Events, src.Counters
+	counterFn("tally_event_messages_total", "Event messages consumed (a batch is one message).", ev.Messages.Load)
+	counterFn("tally_events_unchanged_total", "Relation events that changed nothing: a second like, an unlike of nothing (deduplicated by state).", ev.Unchanged.Load)
+	counterFn("tally_events_dead_lettered_total", "Messages or batch events dead-lettered as malformed.", ev.Dead.Load)
+	counterFn("tally_events_forwarded_total", "Relation events forwarded to their own partition.", ev.Forwarded.Load)
+	counterFn("tally_stage_transactions_total", "Event-stage Badger transactions committed.", ev.Txns.Load)
+	counterFn("tally_deltas_published_total", "Deltas published after coalescing in the event stage.", ev.Deltas.Load)
+	counterFn("tally_outbox_retries_total", "Outbox publishes retried.", ev.Retries.Load)
+	counterFn("tally_feed_pushed_total", "Feed counters posts were pushed to.", ev.Pushed.Load)
+	counterFn("tally_feed_pulled_total", "Posts left for readers to pull (author above the fan-out limit).", ev.Pulled.Load)
+	counterFn("tally_delta_batches_total", "Delta batches applied by counter partitions.", ct.Batches.Load)
+	counterFn("tally_delta_batches_duplicate_total", "Delta batches skipped as already applied (deduplicated by sequence).", ct.Duplicates.Load)
+	counterFn("tally_deltas_applied_total", "Deltas applied to counters.", ct.Deltas.Load)
+	counterFn("tally_flushed_ids_total", "Ids written by checkpoints; deltas_applied / flushed_ids is the coalescing ratio.", ct.Flushed.Load)
+	counterFn("tally_delta_batches_bad_total", "Undecodable delta batches dead-lettered.", ct.Bad.Load)
+	counterFn("tally_change_publish_errors_total", "Change events that could not be published.", ct.ChangeErrs.Load)
+	m.reg.MustRegister(newDynamic(src))
+	return m
+}
+
+// OnFlush observes a checkpoint.
+func (m *Metrics) OnFlush(ids int, took time.Duration) {
+	m.checkpoint.Observe(took.Seconds())
+	m.flushSize.Observe(float64(ids))
+}
+
+// OnQuery observes a query.
+func (m *Metrics) OnQuery(kind string, took time.Duration, failed bool) {
+	outcome := "ok"
+	if failed {
+		outcome = "error"
+	}
+	m.query.WithLabelValues(kind, outcome).Observe(took.Seconds())
+}
+
+// Handler serves /metrics.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// dynamic collects what has labels known only at scrape time: events by type, lag by
+// partition, RAM by family.
+type dynamic struct {
+	src                                          Source
+	descEvents, descLag, descHotIDs, descHotSize *prometheus.Desc
+	descCaught                                   *prometheus.Desc
+}
+
+func newDynamic(src Source) *dynamic {
+	return &dynamic{
+		src:         src,
+		descEvents:  prometheus.NewDesc("tally_events_applied_total", "Events applied by type.", []string{"type"}, nil),
+		descLag:     prometheus.NewDesc("tally_partition_lag", "Stream sequences a partition has not applied yet.", []string{"partition"}, nil),
+		descHotIDs:  prometheus.NewDesc("tally_hot_ids", "Ids held in RAM by family.", []string{"family"}, nil),
+		descHotSize: prometheus.NewDesc("tally_hot_bytes", "RAM held by the counter tables by family (0 when the table cannot tell).", []string{"family"}, nil),
+		descCaught:  prometheus.NewDesc("tally_caught_up", "1 when every partition has applied all of its stream.", nil, nil),
+	}
+}
+
+func (d *dynamic) Describe(ch chan<- *prometheus.Desc) {
+	for _, x := range []*prometheus.Desc{d.descEvents, d.descLag, d.descHotIDs, d.descHotSize, d.descCaught} {
+		ch <- x
+	}
+}
+
+func (d *dynamic) Collect(ch chan<- prometheus.Metric) {
+	for t, n := range d.src.Events.ByType {
+		ch <- prometheus.MustNewConstMetric(d.descEvents, prometheus.CounterValue, float64(n.Load()), t)
+	}
+	if d.src.Hot != nil {
+		for fam, v := range d.src.Hot() {
+			ch <- prometheus.MustNewConstMetric(d.descHotIDs, prometheus.GaugeValue, float64(v[0]), fam)
+			ch <- prometheus.MustNewConstMetric(d.descHotSize, prometheus.GaugeValue, float64(v[1]), fam)
+		}
+	}
+	if d.src.Lag == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	h, err := d.src.Lag(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(d.descLag, err)
+		return
+	}
+	ok := 0.0
+	if h.OK {
+		ok = 1
+	}
+	ch <- prometheus.MustNewConstMetric(d.descCaught, prometheus.GaugeValue, ok)
+	for name, lag := range h.Lagging {
+		ch <- prometheus.MustNewConstMetric(d.descLag, prometheus.GaugeValue, float64(lag), name)
+	}
+}

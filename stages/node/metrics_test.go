@@ -1,0 +1,69 @@
+package node_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/stages/node"
+)
+
+func TestMetricsAndHealthz(t *testing.T) {
+	n, c := startNode(t, func(c *node.Config) { c.Metrics = "127.0.0.1:0" })
+	ctx := context.Background()
+	var evs []pipeline.Event
+	for i := range 30 {
+		evs = append(evs, pipeline.Event{Type: "like", UID: pipeline.ID(1 + i), Post: 500})
+	}
+	evs = append(evs, pipeline.Event{Type: "like", UID: 1, Post: 500}) // changes nothing
+	if err := c.PublishBatch(ctx, "m", evs); err != nil {
+		t.Fatal(err)
+	}
+	waitCaughtUp(t, c)
+	if _, err := c.Get(ctx, "post", 500); err != nil {
+		t.Fatal(err)
+	}
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get("http://" + n.MetricsAddr() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	eventually(t, "a checkpoint observed", func() (bool, string) {
+		_, body := get("/metrics")
+		return strings.Contains(body, "tally_checkpoint_seconds_count"), ""
+	})
+	code, body := get("/metrics")
+	for _, want := range []string{
+		`tally_events_applied_total{type="like"} 31`,
+		"tally_events_unchanged_total 1",
+		"tally_caught_up 1",
+		`tally_hot_ids{family="post"} 1`,
+		`tally_query_seconds_count{outcome="ok",query="get"}`,
+	} {
+		if code != 200 || !strings.Contains(body, want) {
+			t.Fatalf("/metrics (%d) lacks %q:\n%s", code, want, grep(body, "tally_"))
+		}
+	}
+	if code, body := get("/healthz"); code != 200 || !strings.Contains(body, `"ok":true`) {
+		t.Fatalf("/healthz = %d %s", code, body)
+	}
+}
+
+func grep(s, prefix string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	return fmt.Sprint(strings.Join(out, "\n"))
+}
