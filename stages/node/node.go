@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -75,6 +76,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 			n.Close()
 		}
 	}()
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("cannot use data directory: %w", err)
+	}
 	url := cfg.NATSURL
 	if url == "" {
 		if n.ns, err = n.embed(); err != nil {
@@ -83,7 +87,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		url = n.ns.ClientURL()
 	}
 	n.nc, err = nats.Connect(url, nats.Name("tallyd"), nats.MaxReconnects(-1),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { log.Warn("NATS disconnected", "err", err) }),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil { // nil: our own close
+				log.Warn("NATS disconnected", "err", err)
+			}
+		}),
 		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", "url", c.ConnectedUrl()) }))
 	if err != nil {
 		return nil, fmt.Errorf("cannot connect to NATS at %s: %w", url, err)
@@ -140,6 +148,13 @@ func (n *Node) embed() (*server.Server, error) {
 	p, err := strconv.Atoi(port)
 	if err != nil {
 		return nil, fmt.Errorf("listen port %q: %w", port, err)
+	}
+	if p > 0 { // say so now rather than after the server's start-up timeout
+		ln, err := net.Listen("tcp", n.cfg.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("cannot listen on %s (is another tallyd or NATS running?): %w", n.cfg.Listen, err)
+		}
+		ln.Close()
 	}
 	return pipeline.StartEmbedded(pipeline.EmbedConfig{Host: host, Port: p, StoreDir: filepath.Join(n.cfg.DataDir, "nats")})
 }

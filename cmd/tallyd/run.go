@@ -1,0 +1,77 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/tally-dev/tally/stages/node"
+)
+
+// run parses flags (and TALLY_* environment variables) into a node.Config and runs it
+// until ctx ends. It returns the exit code: 0 on a clean stop, 1 on failure, 2 on bad
+// flags.
+func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
+	cfg, level, err := parse(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "tallyd:", err)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if err := node.Run(ctx, cfg, log); err != nil {
+		log.Error("tallyd stopped", "err", err)
+		return 1
+	}
+	log.Info("tallyd stopped cleanly")
+	return 0
+}
+
+func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Config, slog.Level, error) {
+	cfg := node.DefaultConfig()
+	fs := flag.NewFlagSet("tallyd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	env := func(name, def string) string {
+		if v := getenv(name); v != "" {
+			return v
+		}
+		return def
+	}
+	fs.StringVar(&cfg.DataDir, "data", env("TALLY_DATA", cfg.DataDir), "data directory: Badger state and the embedded NATS store (TALLY_DATA)")
+	fs.StringVar(&cfg.Listen, "listen", env("TALLY_LISTEN", cfg.Listen), "address of the embedded NATS server (TALLY_LISTEN)")
+	fs.StringVar(&cfg.NATSURL, "nats", env("TALLY_NATS", ""), "join these NATS servers (comma-separated URLs) instead of embedding one (TALLY_NATS)")
+	fs.IntVar(&cfg.Partitions, "partitions", cfg.Partitions, "number of partitions; fixed once the streams exist")
+	fs.StringVar(&cfg.Prefix, "prefix", cfg.Prefix, "subject prefix")
+	fs.DurationVar(&cfg.FlushInterval, "flush", cfg.FlushInterval, "coalescing window: counters are written and announced at most this often")
+	fs.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "stream replicas (on a NATS cluster)")
+	fs.DurationVar(&cfg.DupWindow, "dup-window", cfg.DupWindow, "how long a re-sent Nats-Msg-Id is recognised and dropped")
+	fs.BoolVar(&cfg.SyncWrites, "sync", cfg.SyncWrites, "fsync every Badger commit (exact across power loss, slower)")
+	fs.StringVar(&cfg.Table, "table", cfg.Table, "in-RAM counter table: map")
+	fs.IntVar(&cfg.FanoutLimit, "fanout-limit", cfg.FanoutLimit, "most followers a post is pushed to; above it readers pull")
+	fs.StringVar(&cfg.Metrics, "metrics", env("TALLY_METRICS", ""), "serve /metrics and /healthz on this address, e.g. 127.0.0.1:9464 (TALLY_METRICS)")
+	levelName := fs.String("log-level", env("TALLY_LOG_LEVEL", "info"), "debug, info, warn or error (TALLY_LOG_LEVEL)")
+	if err := fs.Parse(args); err != nil {
+		return cfg, 0, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, 0, fmt.Errorf("unexpected argument %q (flags only; see -h)", fs.Arg(0))
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*levelName)); err != nil {
+		return cfg, 0, fmt.Errorf("log level %q: %w", *levelName, err)
+	}
+	if cfg.FlushInterval < time.Millisecond {
+		return cfg, 0, fmt.Errorf("flush %v is too short (at least 1ms)", cfg.FlushInterval)
+	}
+	if cfg.Partitions < 1 {
+		return cfg, 0, fmt.Errorf("partitions %s: must be at least 1", strconv.Itoa(cfg.Partitions))
+	}
+	return cfg, level, nil
+}

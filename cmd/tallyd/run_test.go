@@ -1,0 +1,61 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func noEnv(string) string { return "" }
+
+func TestParse(t *testing.T) {
+	var out bytes.Buffer
+	cfg, _, err := parse([]string{"--data", "/x", "--partitions", "4", "--flush", "20ms", "--metrics", "127.0.0.1:0"}, noEnv, &out)
+	if err != nil || cfg.DataDir != "/x" || cfg.Partitions != 4 || cfg.FlushInterval != 20*time.Millisecond || cfg.Metrics != "127.0.0.1:0" {
+		t.Fatalf("parse: %+v %v", cfg, err)
+	}
+	env := func(k string) string { return map[string]string{"TALLY_DATA": "/env", "TALLY_NATS": "nats://a:1"}[k] }
+	cfg, _, err = parse(nil, env, &out)
+	if err != nil || cfg.DataDir != "/env" || cfg.NATSURL != "nats://a:1" {
+		t.Fatalf("env: %+v %v", cfg, err)
+	}
+	for _, bad := range [][]string{{"--partitions", "0"}, {"--flush", "1ns"}, {"--log-level", "loud"}, {"extra"}, {"--nope"}} {
+		if _, _, err := parse(bad, noEnv, &out); err == nil {
+			t.Errorf("%v: accepted", bad)
+		}
+	}
+}
+
+// Bad configurations stop tallyd with a clear message and a non-zero exit.
+func TestRunFailsClearly(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--data", t.TempDir(), "--listen", busy.Addr().String()}, "address already in use"},
+		{[]string{"--data", filepath.Join(file, "sub"), "--listen", "127.0.0.1:-1"}, "not a directory"},
+		{[]string{"--table", "btree", "--listen", "127.0.0.1:-1"}, "unknown table"},
+	} {
+		var out bytes.Buffer
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		code := run(ctx, c.args, noEnv, &out)
+		cancel()
+		if code == 0 || !strings.Contains(out.String(), c.want) {
+			t.Errorf("%v: exit %d, output %q, want it to contain %q", c.args, code, out.String(), c.want)
+		}
+	}
+}
