@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/tally-dev/tally/client"
+	"github.com/tally-dev/tally/pipeline"
+)
+
+// env is the process's outside world, so that run can be tested in-process.
+type env struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	getenv         func(string) string
+}
+
+// errUsage marks a mistake in the command line: exit code 2.
+var errUsage = errors.New("usage")
+
+const usage = `tally — Tally's command-line client
+
+  tally pub [file]                         publish NDJSON events (stdin without a file)
+  tally get <family> <id>...               counts of ids
+  tally liked <uid> <post>...              did uid like these posts
+  tally likes user <uid> | post <post>     who liked / what was liked, newest first
+  tally following <uid> | followers <uid>  follow lists, newest first
+  tally unread <uid>...                    unread counts
+  tally watch <family>                     print change events until Ctrl-C
+  tally health                             exit 0 when every partition is caught up
+  tally bench                              load benchmark with exact-count check
+
+Common flags (before or after the command's own):
+  --server URL   NATS URL (NATS_URL, default nats://127.0.0.1:4222)
+  --prefix P     subject prefix (default tally)
+  --timeout D    request timeout (default 5s)
+Run "tally <command> -h" for a command's flags.
+`
+
+type command struct {
+	name  string
+	flags func(fs *flag.FlagSet) // the command's own flags
+	run   func(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env) error
+}
+
+func commands() []command {
+	return []command{
+		{"pub", pubFlags, runPub},
+		{"get", nil, runGet},
+		{"liked", nil, runLiked},
+		{"likes", listFlags, runLikes},
+		{"following", listFlags, runFollowList(client.Following)},
+		{"followers", listFlags, runFollowList(client.Followers)},
+		{"unread", nil, runUnread},
+		{"watch", nil, runWatch},
+		{"health", nil, runHealth},
+		{"bench", benchFlags, runBench},
+	}
+}
+
+// run executes one command line and returns the exit code.
+func run(ctx context.Context, args []string, e env) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprint(e.stdout, usage)
+		return 0
+	}
+	var cmd *command
+	for _, c := range commands() {
+		if c.name == args[0] {
+			cmd = &c
+		}
+	}
+	if cmd == nil {
+		fmt.Fprintf(e.stderr, "tally: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	fs := flag.NewFlagSet("tally "+cmd.name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	server := fs.String("server", or(e.getenv("NATS_URL"), nats.DefaultURL), "NATS URL")
+	prefix := fs.String("prefix", pipeline.DefaultPrefix, "subject prefix")
+	timeout := fs.Duration("timeout", 5*time.Second, "request timeout")
+	if cmd.flags != nil {
+		cmd.flags(fs)
+	}
+	if err := parseInterspersed(fs, args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	nc, err := nats.Connect(*server, nats.Name("tally-cli"))
+	if err != nil {
+		fmt.Fprintf(e.stderr, "tally: cannot connect to %s: %v (is tallyd running?)\n", *server, err)
+		return 1
+	}
+	defer nc.Close()
+	c, err := client.New(nc, client.WithPrefix(*prefix), client.WithTimeout(*timeout))
+	if err != nil {
+		fmt.Fprintln(e.stderr, "tally:", err)
+		return 1
+	}
+	if err := cmd.run(ctx, c, fs, e); err != nil {
+		fmt.Fprintf(e.stderr, "tally %s: %v\n", cmd.name, err)
+		if errors.Is(err, errUsage) {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}
+
+// parseInterspersed parses flags wherever they stand among the arguments.
+func parseInterspersed(fs *flag.FlagSet, args []string) error {
+	var rest []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		rest = append(rest, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	return fs.Parse(append([]string{"--"}, rest...))
+}
+
+func or(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// ids parses decimal ids.
+func ids(args []string) ([]uint64, error) {
+	out := make([]uint64, len(args))
+	for i, a := range args {
+		id, err := pipeline.ParseID(a)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", errUsage, err)
+		}
+		out[i] = uint64(id)
+	}
+	return out, nil
+}
+
+func needArgs(fs *flag.FlagSet, min int, what string) error {
+	if fs.NArg() < min {
+		return fmt.Errorf("%w: need %s", errUsage, what)
+	}
+	return nil
+}
+
+func tabRow(cells ...string) string { return strings.Join(cells, "\t") + "\n" }

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/tally-dev/tally/client"
+)
+
+func runGet(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env) error {
+	if err := needArgs(fs, 2, "a family and at least one id"); err != nil {
+		return err
+	}
+	list, err := ids(fs.Args()[1:])
+	if err != nil {
+		return err
+	}
+	r, err := c.Get(ctx, fs.Arg(0), list...)
+	if err != nil {
+		return err
+	}
+	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprint(w, tabRow(append([]string{"id"}, r.Fields...)...))
+	for i, id := range list {
+		row := []string{strconv.FormatUint(id, 10)}
+		for _, v := range r.Counts[i] {
+			row = append(row, strconv.FormatUint(v, 10))
+		}
+		fmt.Fprint(w, tabRow(row...))
+	}
+	return w.Flush()
+}
+
+func runLiked(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env) error {
+	if err := needArgs(fs, 2, "a uid and at least one post"); err != nil {
+		return err
+	}
+	list, err := ids(fs.Args())
+	if err != nil {
+		return err
+	}
+	liked, err := c.Liked(ctx, list[0], list[1:]...)
+	if err != nil {
+		return err
+	}
+	for i, p := range list[1:] {
+		fmt.Fprintf(e.stdout, "%d\t%v\n", p, liked[i])
+	}
+	return nil
+}
+
+func listFlags(fs *flag.FlagSet) {
+	fs.Int("limit", 20, "ids per page")
+	fs.String("before", "", "cursor from a previous page's next line")
+}
+
+func runLikes(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env) error {
+	if err := needArgs(fs, 2, `"user <uid>" or "post <post>"`); err != nil {
+		return err
+	}
+	switch fs.Arg(0) {
+	case "user":
+		return list(ctx, c, fs, e, client.LikesOfUser, fs.Arg(1))
+	case "post":
+		return list(ctx, c, fs, e, client.LikesOfPost, fs.Arg(1))
+	}
+	return fmt.Errorf(`%w: "likes user <uid>" or "likes post <post>", not %q`, errUsage, fs.Arg(0))
+}
+
+func runFollowList(which string) func(context.Context, *client.Client, *flag.FlagSet, env) error {
+	return func(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env) error {
+		if err := needArgs(fs, 1, "a uid"); err != nil {
+			return err
+		}
+		return list(ctx, c, fs, e, which, fs.Arg(0))
+	}
+}
+
+func list(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env, which, idArg string) error {
+	id, err := ids([]string{idArg})
+	if err != nil {
+		return err
+	}
+	limit := fs.Lookup("limit").Value.(flag.Getter).Get().(int)
+	page, err := c.List(ctx, which, id[0], limit, fs.Lookup("before").Value.String())
+	if err != nil {
+		return err
+	}
+	for i, id := range page.IDs {
+		fmt.Fprintf(e.stdout, "%d\t%s\n", id, time.UnixMilli(page.TS[i]).UTC().Format(time.RFC3339))
+	}
+	if page.Next != "" {
+		fmt.Fprintf(e.stdout, "next: %s\n", page.Next)
+	}
+	return nil
+}
+
+func runUnread(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env) error {
+	if err := needArgs(fs, 1, "at least one uid"); err != nil {
+		return err
+	}
+	list, err := ids(fs.Args())
+	if err != nil {
+		return err
+	}
+	users, err := c.UnreadMany(ctx, list...)
+	if err != nil {
+		return err
+	}
+	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprint(w, tabRow("uid", "comment", "mention", "like", "dm", "system", "feed"))
+	for i, u := range users {
+		fmt.Fprintf(w, "%d\t%d\t%d\t%d\t%d\t%d\t%d\n", list[i], u.Comment, u.Mention, u.Like, u.DM, u.System, u.Feed)
+	}
+	return w.Flush()
+}
+
+func runHealth(ctx context.Context, c *client.Client, _ *flag.FlagSet, e env) error {
+	h, err := c.Health(ctx)
+	if err != nil {
+		return err
+	}
+	if !h.OK {
+		return fmt.Errorf("not caught up: %d partitions, lagging %v", h.Partitions, h.Lagging)
+	}
+	fmt.Fprintf(e.stdout, "ok: %d partitions caught up\n", h.Partitions)
+	return nil
+}
