@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tally-dev/tally/pipeline/natstest"
 )
 
 // startTallyd builds tallyd and runs it as a real process on a free port.
@@ -69,16 +71,7 @@ func tally(t *testing.T, stdin string, args ...string) (code int, stdout, stderr
 
 func waitFor(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	last := ""
-	for time.Now().Before(deadline) {
-		var ok bool
-		if ok, last = cond(); ok {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("%s: not true after 60s: %s", what, last)
+	natstest.Eventually(t, 60*time.Second, what, cond)
 }
 
 func TestCLIAgainstTallyd(t *testing.T) {

@@ -31,31 +31,27 @@ func (s *Stage) apply(txn *badger.Txn, e *pipeline.Event, c *coalescer) error {
 		}
 		return changed, err
 	}
+	// toggle makes or undoes a user's relation to a post and counts it on the post; making
+	// it notifies the post's owner.
+	toggle := func(k cold.Kind, r cold.Rel, on bool, count, note fieldRef) error {
+		changed, err := relate(k, r, on)
+		if err != nil || !changed {
+			return err
+		}
+		if !on {
+			add(count, e.Post, -1)
+			return nil
+		}
+		add(count, e.Post, 1)
+		notify(note, e.Owner, e.UID)
+		return nil
+	}
 	switch e.Type {
 	case pipeline.TypeLike, pipeline.TypeUnlike:
-		on := e.Type == pipeline.TypeLike
-		changed, err := relate(cold.Like, cold.Rel{A: uint64(e.UID), B: uint64(e.Post)}, on)
-		if err != nil || !changed {
-			return err
-		}
-		if on {
-			add(f.like, e.Post, 1)
-			notify(f.unLike, e.Owner, e.UID)
-		} else {
-			add(f.like, e.Post, -1)
-		}
+		return toggle(cold.Like, cold.Rel{A: uint64(e.UID), B: uint64(e.Post)}, e.Type == pipeline.TypeLike, f.like, f.unLike)
 	case pipeline.TypeComment, pipeline.TypeUncomment:
-		on := e.Type == pipeline.TypeComment
-		changed, err := relate(cold.Comment, cold.Rel{A: uint64(e.UID), B: uint64(e.Post), C: uint64(e.Comment)}, on)
-		if err != nil || !changed {
-			return err
-		}
-		if on {
-			add(f.comment, e.Post, 1)
-			notify(f.unComment, e.Owner, e.UID)
-		} else {
-			add(f.comment, e.Post, -1)
-		}
+		return toggle(cold.Comment, cold.Rel{A: uint64(e.UID), B: uint64(e.Post), C: uint64(e.Comment)},
+			e.Type == pipeline.TypeComment, f.comment, f.unComment)
 	case pipeline.TypeFollow, pipeline.TypeUnfollow:
 		on := e.Type == pipeline.TypeFollow
 		changed, err := relate(cold.Follow, cold.Rel{A: uint64(e.UID), B: uint64(e.Target)}, on)

@@ -2,6 +2,7 @@ package event
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -50,44 +51,27 @@ func (s *Stage) retry(err error) {
 func (s *Stage) reap(ctx context.Context, wait bool) error {
 	backoff := 50 * time.Millisecond
 	for {
-		keep := s.inflight[:0]
-		for _, f := range s.inflight {
+		keep := make([]inflight, 0, len(s.inflight))
+		for i, f := range s.inflight {
 			if f.fut != nil {
-				var done <-chan struct{}
-				if wait {
-					done = ctx.Done()
+				stored, failure, err := settle(ctx, f.fut, wait)
+				if err != nil {
+					s.inflight = append(keep, s.inflight[i:]...)
+					return err
 				}
-				select {
-				case <-f.fut.Ok():
+				if stored {
 					s.published = append(s.published, f.entry.Seq)
 					continue
-				case err := <-f.fut.Err():
-					s.retry(err)
+				}
+				if failure != nil {
+					s.retry(failure)
 					f.fut = nil
-				case <-done:
-					return ctx.Err()
-				default:
-					if wait {
-						select {
-						case <-f.fut.Ok():
-							s.published = append(s.published, f.entry.Seq)
-							continue
-						case err := <-f.fut.Err():
-							s.retry(err)
-							f.fut = nil
-						case <-ctx.Done():
-							return ctx.Err()
-						}
-					}
 				}
 			}
 			keep = append(keep, f)
 		}
 		s.inflight = keep
-		resend := false
-		for _, f := range s.inflight {
-			resend = resend || f.fut == nil
-		}
+		resend := slices.ContainsFunc(s.inflight, func(f inflight) bool { return f.fut == nil })
 		if resend && wait {
 			select {
 			case <-time.After(backoff):
@@ -104,5 +88,28 @@ func (s *Stage) reap(ctx context.Context, wait bool) error {
 		if !wait || len(s.inflight) == 0 {
 			return nil
 		}
+	}
+}
+
+// settle reports whether a publish was stored or failed; without wait it does not block
+// (neither is then reported for a publish still in flight).
+func settle(ctx context.Context, fut jetstream.PubAckFuture, wait bool) (stored bool, failure, err error) {
+	select {
+	case <-fut.Ok():
+		return true, nil, nil
+	case e := <-fut.Err():
+		return false, e, nil
+	default:
+		if !wait {
+			return false, nil, nil
+		}
+	}
+	select {
+	case <-fut.Ok():
+		return true, nil, nil
+	case e := <-fut.Err():
+		return false, e, nil
+	case <-ctx.Done():
+		return false, nil, ctx.Err()
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tally-dev/tally/client"
 	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/stages/node"
 )
 
@@ -45,19 +46,10 @@ func startNode(t testing.TB, mod func(*node.Config)) (*node.Node, *client.Client
 	return n, c
 }
 
-// eventually polls cond until it holds or the deadline passes.
+// eventually polls cond until it holds or 30s pass.
 func eventually(t testing.TB, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	var last string
-	for time.Now().Before(deadline) {
-		var ok bool
-		if ok, last = cond(); ok {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("%s: still not true after 30s: %s", what, last)
+	natstest.Eventually(t, 30*time.Second, what, cond)
 }
 
 func TestLikesEndToEnd(t *testing.T) {
