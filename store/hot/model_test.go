@@ -1,0 +1,173 @@
+package hot_test
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/tally-dev/tally/store"
+	"github.com/tally-dev/tally/store/hot"
+	"github.com/tally-dev/tally/store/storetest"
+)
+
+// TestModel drives the table and a store.Map with millions of mixed operations —
+// increments, decrements to zero (tombstones), overflow values, sets, puts, bucket
+// growth — and checks after each checkpoint that Dirty reported exactly what changed,
+// that snapshots round-trip, and that compaction and bucket drops keep every count.
+func TestModel(t *testing.T) {
+	ops := 3_000_000
+	if testing.Short() || raceEnabled {
+		ops = 400_000
+	}
+	const fields = 4
+	r := rand.New(rand.NewPCG(9, 10))
+	tb, ref := hot.New(fields), store.NewMap(fields)
+	checkpoint := store.NewMap(fields) // what a checkpoint built from Dirty holds
+	ids := make([]uint64, 0, 1<<16)
+	got := make([]uint64, fields)
+	newID := func() uint64 {
+		switch r.IntN(20) {
+		case 0:
+			return r.Uint64() // not a snowflake: still works
+		case 1:
+			return uint64(r.IntN(3)) // tiny ids, including 0
+		}
+		ms := uint64(1_700_000_000_000 + r.IntN(20_000)) // 20 s of snowflakes
+		return ms<<22 | uint64(r.IntN(1<<22))
+	}
+	for i := range ops {
+		var id uint64
+		if len(ids) == 0 || r.IntN(3) == 0 {
+			id = newID()
+			ids = append(ids, id)
+		} else {
+			id = ids[r.IntN(len(ids))]
+		}
+		f := r.IntN(fields)
+		switch op := r.IntN(100); {
+		case op < 45:
+			n := int64(1 + r.IntN(3))
+			if r.IntN(200) == 0 {
+				n = int64(r.IntN(1 << 20)) // past 16 bits: overflow
+			}
+			if g, w := tb.Add(id, f, n), ref.Add(id, f, n); g != w {
+				t.Fatalf("op %d: Add(%d,%d,%d) = %d, want %d", i, id, f, n, g, w)
+			}
+		case op < 80:
+			n := -int64(1 + r.IntN(4))
+			if r.IntN(100) == 0 {
+				n = -int64(r.IntN(1 << 21))
+			}
+			if g, w := tb.Add(id, f, n), ref.Add(id, f, n); g != w {
+				t.Fatalf("op %d: Add(%d,%d,%d) = %d, want %d", i, id, f, n, g, w)
+			}
+		case op < 90:
+			v := uint64(r.IntN(3))
+			if r.IntN(20) == 0 {
+				v = r.Uint64()
+			}
+			tb.Set(id, f, v)
+			ref.Set(id, f, v)
+		default:
+			tb.Put(id, make([]uint64, fields))
+			ref.Put(id, make([]uint64, fields))
+		}
+		if i%100_000 == 99_999 {
+			applyDirty(t, tb, checkpoint)
+			storetest.Equal(t, checkpoint, ref)
+			if r.IntN(3) == 0 {
+				roundTrip(t, tb)
+				storetest.Equal(t, tb, ref)
+			}
+			if r.IntN(3) == 0 {
+				tb.Compact()
+				storetest.Equal(t, tb, ref)
+			}
+		}
+		if g, w := tb.Get(id, got), ref.Get(id, make([]uint64, fields)); g != w {
+			t.Fatalf("op %d: Get(%d) present %v, want %v", i, id, g, w)
+		}
+	}
+	storetest.Equal(t, tb, ref)
+	// Dropping a bucket removes exactly its ids.
+	bks := tb.Buckets()
+	drop := bks[len(bks)/2]
+	tb.RangeBucket(drop, func(id uint64, _ []uint64) bool { ref.Put(id, make([]uint64, fields)); return true })
+	tb.DropBucket(drop)
+	storetest.Equal(t, tb, ref)
+}
+
+// applyDirty applies what Dirty reports to a checkpoint copy, as a counter worker would.
+func applyDirty(t *testing.T, tb *hot.Table, cp *store.Map) {
+	t.Helper()
+	tb.Dirty(func(id uint64, counts []uint64) bool {
+		cp.Put(id, counts)
+		return true
+	})
+	tb.ClearDirty()
+}
+
+func roundTrip(t *testing.T, tb *hot.Table) {
+	t.Helper()
+	var buf bytes.Buffer
+	n, err := tb.WriteTo(&buf)
+	if err != nil || n != int64(buf.Len()) {
+		t.Fatalf("WriteTo = %d, %v (buffer %d)", n, err, buf.Len())
+	}
+	if _, err := tb.ReadFrom(bytes.NewReader(buf.Bytes())); err != nil {
+		t.Fatalf("ReadFrom: %v", err)
+	}
+}
+
+func TestSnapshotErrors(t *testing.T) {
+	tb := hot.New(4)
+	tb.Put(1<<40|7, []uint64{1, 2, 70000, 0})
+	var buf bytes.Buffer
+	if _, err := tb.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	good := buf.Bytes()
+	f := func(name string, data []byte) {
+		t.Helper()
+		other := hot.New(4)
+		other.Put(5, []uint64{1, 0, 0, 0})
+		if _, err := other.ReadFrom(bytes.NewReader(data)); !errors.Is(err, hot.ErrSnapshot) {
+			t.Fatalf("%s: err %v, want ErrSnapshot", name, err)
+		}
+		if other.Len() != 0 {
+			t.Fatalf("%s: a failed load left %d ids", name, other.Len())
+		}
+	}
+	f("empty", nil)
+	f("truncated", good[:len(good)-5])
+	flipped := bytes.Clone(good)
+	flipped[len(flipped)-6] ^= 1
+	f("flipped bit", flipped)
+	f("wrong magic", append([]byte("XXXX"), good[4:]...))
+	if _, err := hot.New(3).ReadFrom(bytes.NewReader(good)); !errors.Is(err, hot.ErrSnapshot) {
+		t.Fatalf("fields mismatch: %v", err)
+	}
+	back := hot.New(4)
+	if _, err := back.ReadFrom(bytes.NewReader(good)); err != nil {
+		t.Fatal(err)
+	}
+	storetest.Equal(t, back, tb)
+}
+
+// No allocation per increment or insert once a bucket has room.
+func TestNoAllocs(t *testing.T) {
+	tb := hot.New(4)
+	base := uint64(1_700_000_000_000) << 22
+	for i := range 100_000 {
+		tb.Add(base+uint64(i), 0, 1)
+	}
+	i := 0
+	if a := testing.AllocsPerRun(10_000, func() { tb.Add(base+uint64(i%100_000), i%4, 1); i++ }); a != 0 {
+		t.Fatalf("increment allocates %.1f times", a)
+	}
+	dst := make([]uint64, 4)
+	if a := testing.AllocsPerRun(10_000, func() { tb.Get(base+uint64(i%100_000), dst); i++ }); a != 0 {
+		t.Fatalf("lookup allocates %.1f times", a)
+	}
+}

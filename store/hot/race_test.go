@@ -1,0 +1,5 @@
+//go:build race
+
+package hot_test
+
+const raceEnabled = true
