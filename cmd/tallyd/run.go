@@ -53,7 +53,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 	fs.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "stream replicas (on a NATS cluster)")
 	fs.DurationVar(&cfg.DupWindow, "dup-window", cfg.DupWindow, "how long a re-sent Nats-Msg-Id is recognised and dropped")
 	fs.BoolVar(&cfg.SyncWrites, "sync", cfg.SyncWrites, "fsync every Badger commit (exact across power loss, slower)")
-	fs.StringVar(&cfg.Table, "table", cfg.Table, "in-RAM counter table: map")
+	fs.StringVar(&cfg.Table, "table", cfg.Table, "in-RAM counter table: hot (packed, ~13 B a post) or map (a Go map, the reference)")
 	fs.IntVar(&cfg.FanoutLimit, "fanout-limit", cfg.FanoutLimit, "most followers a post is pushed to; above it readers pull")
 	fs.StringVar(&cfg.Metrics, "metrics", env("TALLY_METRICS", ""), "serve /metrics and /healthz on this address, e.g. 127.0.0.1:9464 (TALLY_METRICS)")
 	levelName := fs.String("log-level", env("TALLY_LOG_LEVEL", "info"), "debug, info, warn or error (TALLY_LOG_LEVEL)")

@@ -47,7 +47,7 @@ func DefaultConfig() Config {
 		FlushInterval: 100 * time.Millisecond,
 		Replicas:      1,
 		DupWindow:     sc.DupWindow,
-		Table:         "map",
+		Table:         "hot",
 		FanoutLimit:   10_000,
 	}
 }

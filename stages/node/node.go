@@ -25,6 +25,7 @@ import (
 	"github.com/tally-dev/tally/stages/query"
 	"github.com/tally-dev/tally/store"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/hot"
 )
 
 // Node is a running Tally process.
@@ -161,10 +162,12 @@ func (n *Node) embed() (*server.Server, error) {
 
 func newTable(kind string) (func(int) store.Table, error) {
 	switch kind {
-	case "", "map":
+	case "", "hot":
+		return func(f int) store.Table { return hot.New(f) }, nil
+	case "map":
 		return func(f int) store.Table { return store.NewMap(f) }, nil
 	}
-	return nil, fmt.Errorf("unknown table %q (map)", kind)
+	return nil, fmt.Errorf("unknown table %q (hot or map)", kind)
 }
 
 func (n *Node) startWorkers(ctx context.Context, js jetstream.JetStream, sj pipeline.Subjects) (map[string][]query.Partition, error) {
