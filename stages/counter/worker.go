@@ -32,6 +32,10 @@ type Config struct {
 	NewTable func(fields int) store.Table
 	// OnFlush, when set, is told the size and duration of every checkpoint.
 	OnFlush func(ids int, took time.Duration)
+	// PurgeEvery is how often the deltas a checkpoint covers are purged from the stream:
+	// a restart resumes after the checkpoint, and a re-sent batch is recognised by its
+	// sequence, not by the stream, so they are never needed again. 0 never purges.
+	PurgeEvery time.Duration
 }
 
 // Stats counts what workers did; safe to read from any goroutine and shareable.
@@ -59,10 +63,12 @@ type Worker struct {
 	entries atomic.Int64 // ids in the table, as of the last flush
 	bytes   atomic.Int64 // the table's RAM, as of the last flush, when it can tell
 
-	table store.Table
-	cp    cold.Checkpoint
-	dirty map[uint64]struct{}
-	order []uint64
+	table     store.Table
+	cp        cold.Checkpoint
+	purgedTo  uint64 // deltas below this sequence are purged
+	lastPurge time.Time
+	dirty     map[uint64]struct{}
+	order     []uint64
 }
 
 type query struct {
@@ -270,7 +276,29 @@ func (w *Worker) flush(ctx context.Context) error {
 	w.announce(ctx, entries)
 	clear(w.dirty)
 	w.order = w.order[:0]
+	w.purge(ctx)
 	return nil
+}
+
+// purge drops the deltas the last checkpoint covers, at most every PurgeEvery. A failed
+// purge is logged and tried again later: it only costs disk.
+func (w *Worker) purge(ctx context.Context) {
+	if w.cfg.PurgeEvery <= 0 || time.Since(w.lastPurge) < w.cfg.PurgeEvery || w.cp.Pos < w.purgedTo {
+		return
+	}
+	w.lastPurge = time.Now()
+	st, err := w.js.Stream(ctx, w.cfg.Subjects.DeltasStream())
+	if err == nil {
+		err = st.Purge(ctx, jetstream.WithPurgeSubject(w.cfg.Subjects.Delta(w.cfg.Family.Name, w.cfg.Partition)),
+			jetstream.WithPurgeSequence(w.cp.Pos+1))
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn("cannot purge applied deltas", "err", err)
+		}
+		return
+	}
+	w.purgedTo = w.cp.Pos + 1
 }
 
 // announce publishes the change event(s) of one flush. Change events are for mirrors and

@@ -29,6 +29,9 @@ type Config struct {
 	// FanoutLimit is the most followers a post is pushed to; posts of authors with more
 	// are pulled by their readers (one write per post however many followers).
 	FanoutLimit int
+	// PurgeEvery is how often each counter partition purges the deltas its checkpoint
+	// covers, bounding the deltas stream by what is not yet checkpointed; 0 never purges.
+	PurgeEvery time.Duration
 	// Metrics is the address of the HTTP server for /metrics (Prometheus) and /healthz;
 	// empty disables it.
 	Metrics string
@@ -49,6 +52,7 @@ func DefaultConfig() Config {
 		DupWindow:     sc.DupWindow,
 		Table:         "hot",
 		FanoutLimit:   10_000,
+		PurgeEvery:    time.Minute,
 	}
 }
 

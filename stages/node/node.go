@@ -175,7 +175,7 @@ func (n *Node) startWorkers(ctx context.Context, js jetstream.JetStream, sj pipe
 	owners := map[string][]query.Partition{}
 	for _, fam := range n.cfg.Families {
 		for p := range n.cfg.Partitions {
-			w := counter.New(counter.Config{Family: fam, Partition: p, Subjects: sj, FlushInterval: n.cfg.FlushInterval, NewTable: mk, OnFlush: n.metrics.OnFlush},
+			w := counter.New(counter.Config{Family: fam, Partition: p, Subjects: sj, FlushInterval: n.cfg.FlushInterval, NewTable: mk, OnFlush: n.metrics.OnFlush, PurgeEvery: n.cfg.PurgeEvery},
 				js, n.db, n.log, &n.CounterStats)
 			owners[fam.Name] = append(owners[fam.Name], w)
 			n.workers = append(n.workers, w)

@@ -2,11 +2,13 @@ package node_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tally-dev/tally/client"
 	"github.com/tally-dev/tally/pipeline"
@@ -100,4 +102,39 @@ func fmtCounts(c [][]uint64) string {
 		s += ";"
 	}
 	return s
+}
+
+// Checkpointed deltas are purged, so the deltas stream holds only what is not yet
+// checkpointed; counts survive a restart after the purge.
+func TestDeltasPurgedAfterCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	mod := func(c *node.Config) { c.DataDir = dir; c.PurgeEvery = time.Millisecond }
+	n, c := startNode(t, mod)
+	ctx := context.Background()
+	var evs []pipeline.Event
+	for i := range 500 {
+		evs = append(evs, pipeline.Event{Type: "view", Post: pipeline.ID(1 + i%50), N: 2})
+	}
+	if err := c.PublishBatch(ctx, "purge", evs); err != nil {
+		t.Fatal(err)
+	}
+	nc, _ := nats.Connect(n.ClientURL())
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	eventually(t, "deltas stream purged", func() (bool, string) {
+		st, err := js.Stream(ctx, c.Subjects().DeltasStream())
+		if err != nil {
+			return false, err.Error()
+		}
+		msgs := st.CachedInfo().State.Msgs
+		return msgs == 0 && st.CachedInfo().State.LastSeq > 0, fmt.Sprint(msgs, " messages")
+	})
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, c2 := startNode(t, mod)
+	r, err := c2.Get(ctx, "post", 1, 50)
+	if err != nil || r.Counts[0][3] != 20 || r.Counts[1][3] != 20 {
+		t.Fatalf("after restart: %v %v", r.Counts, err)
+	}
 }
