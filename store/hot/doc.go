@@ -1,13 +1,23 @@
-// Package hot is Tally's packed in-RAM counter table: about 13 bytes per post with four
-// counters, where a Go map of id → [4]uint32 takes 40–60.
+// Package hot is Tally's packed in-RAM counter table: about 12–13 bytes per post with
+// four counters, where a Go map of id → [4]uint32 takes about 45.
 //
-// Ids are split by time: snowflake ids carry milliseconds in their high bits, so the ids
-// of one bucket (id >> 32, about a second) share their top 32 bits, which are stored once
-// per bucket; a slot holds the low 32 bits and the counters, 16 bits each. A count that
-// does not fit 16 bits is marked with an escape value and kept exactly in a small
-// overflow map: no count is clamped or wrapped. Each bucket is an open-addressing table
-// with double hashing over a prime number of slots, in flat pointer-free arrays the GC
-// never scans. Growth rehashes one bucket at a time, never the whole table.
+// Ids are split by time. Snowflake ids carry milliseconds in their high bits, so the ids
+// of one time bucket (id >> 32, about a second) share their top 32 bits, which are stored
+// once; a slot holds the low 32 bits and the counters, 16 bits each. A count that does
+// not fit 16 bits is marked with an escape value and kept exactly in a small sorted
+// overflow list: no count is clamped or wrapped.
+//
+// A bucket being written is open: an open-addressing table with double hashing over a
+// power-of-two number of slots (odd steps reach every slot), in flat pointer-free arrays
+// the GC never scans, with tombstones that later inserts reuse. When time moves on to the
+// next group of 256 buckets (id >> 40, about 4.4 minutes) the previous group is sealed:
+// its entries are merged into one dense sorted array with no empty slots, searched by
+// interpolation. Sealing is what keeps sparse ids cheap: at a few posts a second a table
+// per bucket would be mostly overhead. Ids that arrive late for a sealed group wait in
+// open buckets until enough of them make the group merge again.
+//
+// Growth and sealing each rehash one bucket or merge one group, never the whole table,
+// so no pause is proportional to the table's size.
 //
 // A Table is owned by one goroutine; it is not safe for concurrent use.
 package hot

@@ -39,19 +39,15 @@ func (t *Table) WriteTo(w io.Writer) (int64, error) {
 	bks := t.Buckets()
 	uv(uint64(len(bks)))
 	for _, bk := range bks {
-		b := t.buckets[bk]
 		u32(bk)
-		uv(uint64(b.used))
-		for s := range b.size() {
-			if b.isZero(s, t.fields) {
-				continue
+		uv(uint64(t.bucketLen(bk)))
+		t.RangeBucket(bk, func(id uint64, counts []uint64) bool {
+			u32(uint32(id))
+			for _, v := range counts {
+				uv(v)
 			}
-			u32(b.key(s))
-			id := uint64(bk)<<32 | uint64(b.key(s))
-			for f := range t.fields {
-				uv(t.value(b, s, id, f))
-			}
-		}
+			return true
+		})
 	}
 	if err := bw.Flush(); err != nil {
 		return cw.n, err
@@ -77,20 +73,21 @@ func (c *countWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// ReadFrom replaces the table's contents with a snapshot. On any error the table is left
-// empty and the error wraps ErrSnapshot (or is the reader's).
+// ReadFrom replaces the table's contents with a snapshot, sealed (see Compact) and clean
+// (nothing Dirty). On any error the table is left as it was and the error wraps
+// ErrSnapshot, or is the reader's.
 func (t *Table) ReadFrom(r io.Reader) (int64, error) {
 	fresh := NewWithOptions(t.fields, t.opt)
 	cr := &crcReader{r: bufio.NewReader(r), crc: crc32.NewIEEE()}
 	err := fresh.load(cr)
-	*t = *fresh
 	if err != nil {
-		*t = *NewWithOptions(t.fields, t.opt)
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			err = fmt.Errorf("%w: truncated", ErrSnapshot)
 		}
+		return cr.n, err
 	}
-	return cr.n, err
+	*t = *fresh
+	return cr.n, nil
 }
 
 func (t *Table) load(cr *crcReader) error {
@@ -151,6 +148,7 @@ func (t *Table) load(cr *crcReader) error {
 	if binary.BigEndian.Uint32(key[:]) != want {
 		return fmt.Errorf("%w: checksum mismatch", ErrSnapshot)
 	}
+	t.Compact()
 	t.ClearDirty()
 	return nil
 }

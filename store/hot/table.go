@@ -1,77 +1,180 @@
 package hot
 
 import (
-	"slices"
+	"fmt"
 
 	"github.com/tally-dev/tally/store"
 )
 
 // Options tune a Table.
 type Options struct {
-	// MaxLoad is the fraction of a bucket's slots (entries plus tombstones) above which
-	// it grows or is rehashed.
+	// MaxLoad is the fraction of an open bucket's slots (entries plus tombstones) above
+	// which it is rehashed: doubled when live entries fill more than half of that
+	// limit, else rehashed at the same size to clear tombstones.
 	MaxLoad float64
-	// CompactLoad is the load Compact packs buckets to.
-	CompactLoad float64
-	// MinSize is a new bucket's slot count.
+	// MinSize is a new open bucket's slot count, rounded up to a power of two.
 	MinSize int
 }
 
-// DefaultOptions grow at 0.9 and pack sealed buckets to 0.97.
-func DefaultOptions() Options {
-	return Options{MaxLoad: 0.9, CompactLoad: 0.97, MinSize: 7}
-}
+// DefaultOptions grow open buckets at load 0.9, which double hashing handles without a
+// cliff (see BenchmarkInsertNew).
+func DefaultOptions() Options { return Options{MaxLoad: 0.9, MinSize: 8} }
 
 // Table is the packed counter table. It implements store.Table.
 type Table struct {
 	opt     Options
 	fields  int
-	buckets map[uint32]*bucket
-	last    *bucket // the bucket of the previous call: ids arrive in runs of one time
+	buckets map[uint32]*bucket // open buckets by id >> 32
+	groups  map[uint32]*group  // by id >> 40; exists while it has sealed or open ids
+	// The bucket and group of the previous call: ids arrive in runs of one time.
+	last    *bucket
 	lastKey uint32
+	lastG   *group
+	lastGK  uint32
 	n       int
-	deleted []uint64 // dirty ids that were deleted since ClearDirty
-	newest  uint32   // the newest bucket; older ones are sealed and packed
-	slabs   slabs    // arrays of packed buckets
+	deleted []uint64 // ids deleted since ClearDirty
+	newest  uint32   // the newest bucket seen; groups before its group are sealed
+	started bool
+	due     bool // a merge of group dueGK waits for the current call to finish
+	dueGK   uint32
+	scratch []uint64 // reused by merge
 }
 
 var _ store.Table = (*Table)(nil)
 
-// New returns an empty table with the given number of counters per id (at most 255).
+// New returns an empty table with the given number of counters per id (1 to 256).
 func New(fields int) *Table { return NewWithOptions(fields, DefaultOptions()) }
 
-// NewWithOptions is New with options.
+// NewWithOptions is New with options; zero or out-of-range options take their defaults.
 func NewWithOptions(fields int, opt Options) *Table {
-	if opt.MinSize < 3 {
-		opt.MinSize = 3
+	if fields < 1 || fields > 256 {
+		panic(fmt.Sprintf("hot: %d counters per id, want 1 to 256", fields))
 	}
-	return &Table{opt: opt, fields: fields, buckets: map[uint32]*bucket{}}
+	def := DefaultOptions()
+	if opt.MaxLoad <= 0 || opt.MaxLoad > 0.99 {
+		opt.MaxLoad = def.MaxLoad
+	}
+	size := 4
+	for size < opt.MinSize {
+		size *= 2
+	}
+	opt.MinSize = size
+	return &Table{opt: opt, fields: fields, buckets: map[uint32]*bucket{}, groups: map[uint32]*group{}}
 }
 
 func split(id uint64) (bucketKey, suffix uint32) { return uint32(id >> 32), uint32(id) }
 
-func (t *Table) bucket(bk uint32, create bool) *bucket {
+func (t *Table) bucket(bk uint32) *bucket {
 	if t.last != nil && t.lastKey == bk {
 		return t.last
 	}
 	b := t.buckets[bk]
-	if b == nil {
-		if !create {
-			return nil
-		}
-		b = newBucket(nextPrime(t.opt.MinSize), t.fields)
-		t.buckets[bk] = b
-		if bk > t.newest {
-			// Snowflake ids arrive in time order: a new second seals the previous one,
-			// which is packed now, once, instead of sitting at growth-time load.
-			if prev := t.buckets[t.newest]; prev != nil {
-				t.pack(t.newest, prev)
+	if b != nil {
+		t.last, t.lastKey = b, bk
+	}
+	return b
+}
+
+func (t *Table) group(gk uint32) *group {
+	if t.lastG != nil && t.lastGK == gk {
+		return t.lastG
+	}
+	g := t.groups[gk]
+	if g != nil {
+		t.lastG, t.lastGK = g, gk
+	}
+	return g
+}
+
+// find locates id: in open bucket b at slot i when b is not nil, else at sealed entry i
+// of g (which may be dead: all zeros), else i < 0.
+func (t *Table) find(id uint64) (g *group, b *bucket, i int) {
+	bk, key := split(id)
+	g = t.group(bk >> subBits)
+	if g == nil {
+		return nil, nil, -1
+	}
+	if g.open > 0 {
+		if b = t.bucket(bk); b != nil {
+			if s := b.find(key); s >= 0 {
+				return g, b, s
 			}
-			t.newest = bk
 		}
 	}
-	t.last, t.lastKey = b, bk
-	return b
+	return g, nil, g.find(uint8(bk), key)
+}
+
+// value reads counter f of the entry find returned.
+func (t *Table) value(g *group, b *bucket, i int, id uint64, f int) uint64 {
+	if b != nil {
+		if c := b.count(i, f); c != escape {
+			return uint64(c)
+		}
+		return b.ov.get(uint64(uint32(id))<<8 | uint64(f))
+	}
+	if c := g.count(i, f); c != escape {
+		return uint64(c)
+	}
+	return g.ov.get(gOvKey(uint8(id>>32), uint32(id), f))
+}
+
+// storeCount writes counter f into an entry's counter words, escaping values that do not
+// fit 16 bits to ov at key k.
+func storeCount(w []uint32, ov *overflow, k uint64, f int, v uint64) {
+	if getCount(w, f) == escape && v < escape {
+		ov.del(k)
+	}
+	if v >= escape {
+		ov.set(k, v)
+		putCount(w, f, escape)
+		return
+	}
+	putCount(w, f, uint16(v))
+}
+
+// set stores v (a change) in the entry find or insert returned and deletes the entry when
+// its last non-zero counter becomes zero.
+func (t *Table) set(g *group, b *bucket, i int, id uint64, f int, v uint64) {
+	bk, key := split(id)
+	if b != nil {
+		storeCount(b.words[i*b.stride+1:(i+1)*b.stride], &b.ov, uint64(key)<<8|uint64(f), f, v)
+		b.markDirty(i)
+		if v == 0 && b.isZero(i) {
+			// A tombstone: zero counters and a non-zero key, since key 0 would read as
+			// empty and cut the probe sequences that pass through this slot.
+			b.setKey(i, 1)
+			b.used--
+			b.tombs++
+			t.n--
+			t.deleted = append(t.deleted, id)
+		}
+		return
+	}
+	wasZero := g.isZero(i)
+	storeCount(g.counters(i), &g.ov, gOvKey(uint8(bk), key, f), f, v)
+	g.markDirty(i)
+	switch isZero := g.isZero(i); {
+	case wasZero && !isZero:
+		g.live++
+		g.dead--
+		t.n++
+	case !wasZero && isZero:
+		g.live--
+		g.dead++
+		t.n--
+		t.deleted = append(t.deleted, id)
+		if g.dead > g.live/4+16 {
+			t.due, t.dueGK = true, bk>>subBits
+		}
+	}
+}
+
+// settle runs a merge that set or insert asked for, once no entry index is held.
+func (t *Table) settle() {
+	if t.due {
+		t.due = false
+		t.merge(t.dueGK)
+	}
 }
 
 // Fields is the number of counters per id.
@@ -80,271 +183,141 @@ func (t *Table) Fields() int { return t.fields }
 // Len is the number of ids stored.
 func (t *Table) Len() int { return t.n }
 
-// value reads counter f of the entry at slot.
-func (t *Table) value(b *bucket, slot int, id uint64, f int) uint64 {
-	c := b.count(slot, f)
-	if c == escape {
-		return b.ovGet(uint32(id), f)
-	}
-	return uint64(c)
-}
-
-// store writes counter f of the entry at slot, escaping values that do not fit.
-func (t *Table) store(b *bucket, slot int, id uint64, f int, v uint64) {
-	if b.count(slot, f) == escape && v < escape {
-		b.ovDelete(uint32(id), f)
-	}
-	if v >= escape {
-		b.ovSet(uint32(id), f, v)
-		b.setCount(slot, f, escape)
-		return
-	}
-	b.setCount(slot, f, uint16(v))
-}
-
 // Get copies id's counters into dst and reports whether id is stored.
 func (t *Table) Get(id uint64, dst []uint64) bool {
-	bk, key := split(id)
-	b := t.bucket(bk, false)
-	slot := -1
-	if b != nil {
-		slot = b.find(key, t.fields)
-	}
-	if slot < 0 {
+	g, b, i := t.find(id)
+	if i < 0 || (b == nil && g.isZero(i)) {
 		clear(dst)
 		return false
 	}
 	for f := range dst {
-		dst[f] = t.value(b, slot, id, f)
+		dst[f] = t.value(g, b, i, id, f)
 	}
 	return true
 }
 
 // Add adds n to counter f of id (never below zero) and returns the new value.
 func (t *Table) Add(id uint64, f int, n int64) uint64 {
-	bk, key := split(id)
-	b := t.bucket(bk, n > 0)
-	if b == nil {
-		return 0
+	g, b, i := t.find(id)
+	var old uint64
+	if i >= 0 {
+		old = t.value(g, b, i, id, f)
 	}
-	slot := b.find(key, t.fields)
-	if slot < 0 {
-		if n <= 0 {
-			return 0
-		}
-		b, slot = t.insert(bk, b, key)
+	v := store.AddSat(old, n)
+	if v != old {
+		t.update(g, b, i, id, f, v)
 	}
-	v := store.AddSat(t.value(b, slot, id, f), n)
-	t.set(b, slot, id, f, v)
 	return v
 }
 
 // Set sets counter f of id to v.
 func (t *Table) Set(id uint64, f int, v uint64) {
-	bk, key := split(id)
-	b := t.bucket(bk, v != 0)
-	if b == nil {
-		return
+	g, b, i := t.find(id)
+	var old uint64
+	if i >= 0 {
+		old = t.value(g, b, i, id, f)
 	}
-	slot := b.find(key, t.fields)
-	if slot < 0 {
-		if v == 0 {
-			return
-		}
-		b, slot = t.insert(bk, b, key)
+	if v != old {
+		t.update(g, b, i, id, f, v)
 	}
-	t.set(b, slot, id, f, v)
 }
 
-// Put replaces all counters of id; all zeros deletes it.
+// update stores a changed value, inserting id if it is absent.
+func (t *Table) update(g *group, b *bucket, i int, id uint64, f int, v uint64) {
+	if i < 0 {
+		g, b, i = t.insert(id)
+	}
+	t.set(g, b, i, id, f, v)
+	t.settle()
+}
+
+// Put replaces all counters of id; all zeros deletes it. Non-zero counters are written
+// first so that an id keeping some counter is never deleted on the way.
 func (t *Table) Put(id uint64, counts []uint64) {
 	for f, v := range counts {
-		t.Set(id, f, v)
+		if v != 0 {
+			t.Set(id, f, v)
+		}
+	}
+	for f, v := range counts {
+		if v == 0 {
+			t.Set(id, f, 0)
+		}
 	}
 }
 
-// set stores v and deletes the entry when its last non-zero counter becomes zero.
-func (t *Table) set(b *bucket, slot int, id uint64, f int, v uint64) {
-	t.store(b, slot, id, f, v)
-	b.markDirty(slot)
-	if v == 0 && b.isZero(slot, t.fields) {
-		// A tombstone: zero counters, a non-zero key (0 would read as empty).
-		b.setKey(slot, 1)
-		b.used--
-		b.tombs++
-		t.n--
-		t.deleted = append(t.deleted, id)
+// insert makes room for an absent id in its open bucket and returns the slot; the slot's
+// counters are zero until the caller stores one, which is what makes it used.
+func (t *Table) insert(id uint64) (*group, *bucket, int) {
+	bk, key := split(id)
+	gk := bk >> subBits
+	switch {
+	case !t.started:
+		t.started, t.newest = true, bk
+	case bk > t.newest:
+		if gk > t.newest>>subBits {
+			// Snowflake ids arrive in time order: a new group seals the previous one,
+			// once, instead of leaving it in hash tables at growth-time load.
+			t.merge(t.newest >> subBits)
+		}
+		t.newest = bk
 	}
-}
-
-// insert makes room for key and returns its slot; the slot's counters are zero until the
-// caller stores one, which is what makes it used.
-func (t *Table) insert(bk uint32, b *bucket, key uint32) (*bucket, int) {
+	g := t.group(gk)
+	if g == nil {
+		g = &group{}
+		t.groups[gk] = g
+		t.lastG, t.lastGK = g, gk
+	}
+	if gk < t.newest>>subBits {
+		// A late id (a first like on an old post) in a sealed group waits in an open
+		// bucket; enough of them and the group is merged again.
+		if g.late++; g.late > max(8, g.live/16) {
+			t.due, t.dueGK = true, gk
+		}
+	}
+	b := t.bucket(bk)
+	if b == nil {
+		b = newBucket(t.opt.MinSize, t.fields)
+		t.buckets[bk] = b
+		t.last, t.lastKey = b, bk
+		g.open++
+	}
 	if float64(b.used+b.tombs+1) > t.opt.MaxLoad*float64(b.size()) {
-		size := b.size()
-		if float64(b.used+1) > t.opt.MaxLoad*float64(size)*0.75 {
-			size = nextPrime(2 * size) // mostly entries: grow
-		} // mostly tombstones: rehash in place
-		b = t.rehash(bk, b, size, false)
+		b = t.rehash(bk, b)
 	}
-	slot := b.insertSlot(key, t.fields)
+	slot := b.insertSlot(key)
 	if b.key(slot) != 0 {
 		b.tombs--
 	}
 	b.setKey(slot, key)
 	b.used++
 	t.n++
-	return b, slot
+	return g, b, slot
 }
 
-// rehash moves a bucket's entries into a new array of size slots, dropping tombstones;
-// packed buckets take their arrays from the slabs.
-func (t *Table) rehash(bk uint32, old *bucket, size int, packed bool) *bucket {
-	nb := newBucket
-	if packed {
-		nb = t.slabs.bucket
+// rehash moves an open bucket's entries into a new array, dropping tombstones: twice the
+// size when entries fill more than half the load limit, else the same size. Growth never
+// touches another bucket, so its pause is bounded by one bucket, not the table.
+func (t *Table) rehash(bk uint32, old *bucket) *bucket {
+	size := old.size()
+	if float64(old.used+1) > t.opt.MaxLoad*float64(size)/2 {
+		size *= 2
 	}
-	return t.move(bk, old, nb(size, t.fields))
-}
-
-func (t *Table) move(bk uint32, old, nb *bucket) *bucket {
+	nb := newBucket(size, t.fields)
+	st := nb.stride
 	for s := range old.size() {
-		if old.isZero(s, t.fields) {
+		if old.isZero(s) {
 			continue
 		}
-		slot := nb.insertSlot(old.key(s), t.fields)
-		nb.copySlot(slot, old, s)
+		d := nb.insertSlot(old.key(s))
+		copy(nb.words[d*st:(d+1)*st], old.words[s*st:(s+1)*st])
 		nb.used++
 		if old.isDirty(s) {
-			nb.markDirty(slot)
+			nb.markDirty(d)
 		}
 	}
-	nb.ovKeys, nb.ovVals = slices.Clip(old.ovKeys), slices.Clip(old.ovVals)
+	nb.ov = old.ov
 	t.buckets[bk] = nb
 	t.last, t.lastKey = nb, bk
 	return nb
-}
-
-// Compact packs every bucket to CompactLoad and frees empty ones. Sealed buckets are
-// packed as new ones open; Compact also packs the newest (before a snapshot, or when ids
-// do not arrive in time order).
-func (t *Table) Compact() {
-	for bk, b := range t.buckets {
-		if b.used == 0 {
-			delete(t.buckets, bk)
-			continue
-		}
-		t.pack(bk, b)
-	}
-	t.last = nil
-}
-
-// pack rehashes a bucket to CompactLoad if that makes it smaller or clears tombstones.
-func (t *Table) pack(bk uint32, b *bucket) {
-	if b.packed && b.tombs == 0 {
-		return
-	}
-	size := nextPrime(max(int(float64(b.used)/t.opt.CompactLoad)+1, b.used+1))
-	if size < b.size() || b.tombs > 0 {
-		t.rehash(bk, b, size, true)
-	}
-}
-
-// Range calls fn for every id with its counters until fn returns false.
-func (t *Table) Range(fn func(id uint64, counts []uint64) bool) {
-	for _, bk := range t.Buckets() {
-		if !t.RangeBucket(bk, fn) {
-			return
-		}
-	}
-}
-
-// Buckets returns the time buckets (id >> 32) that hold ids, in order.
-func (t *Table) Buckets() []uint32 {
-	out := make([]uint32, 0, len(t.buckets))
-	for bk, b := range t.buckets {
-		if b.used > 0 {
-			out = append(out, bk)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
-// RangeBucket calls fn for every id of one time bucket; it reports false if fn stopped it.
-func (t *Table) RangeBucket(bk uint32, fn func(id uint64, counts []uint64) bool) bool {
-	b := t.buckets[bk]
-	if b == nil {
-		return true
-	}
-	counts := make([]uint64, t.fields)
-	for s := range b.size() {
-		if b.isZero(s, t.fields) {
-			continue
-		}
-		id := uint64(bk)<<32 | uint64(b.key(s))
-		for f := range counts {
-			counts[f] = t.value(b, s, id, f)
-		}
-		if !fn(id, counts) {
-			return false
-		}
-	}
-	return true
-}
-
-// DropBucket removes a whole time bucket (after it was moved to the cold tier).
-func (t *Table) DropBucket(bk uint32) {
-	b := t.buckets[bk]
-	if b == nil {
-		return
-	}
-	t.n -= b.used
-	delete(t.buckets, bk)
-	t.last = nil
-}
-
-// Dirty calls fn for every id changed since ClearDirty with its counters; a deleted id
-// comes with all zeros (a checkpoint must delete it too). It stops when fn returns false.
-func (t *Table) Dirty(fn func(id uint64, counts []uint64) bool) {
-	counts := make([]uint64, t.fields)
-	for _, id := range t.deleted {
-		if !t.Get(id, counts) && !fn(id, counts) { // re-inserted ids are reported below
-			return
-		}
-	}
-	for bk, b := range t.buckets {
-		if b.dirty == nil {
-			continue
-		}
-		for s := range b.size() {
-			if !b.isDirty(s) || b.isZero(s, t.fields) {
-				continue
-			}
-			id := uint64(bk)<<32 | uint64(b.key(s))
-			for f := range counts {
-				counts[f] = t.value(b, s, id, f)
-			}
-			if !fn(id, counts) {
-				return
-			}
-		}
-	}
-}
-
-// ClearDirty forgets what changed (after a checkpoint).
-func (t *Table) ClearDirty() {
-	for _, b := range t.buckets {
-		b.dirty = nil
-	}
-	t.deleted = t.deleted[:0]
-}
-
-// MemBytes is the RAM the table holds: bucket arrays, their headers, the overflow map.
-func (t *Table) MemBytes() int {
-	n := 0
-	for _, b := range t.buckets {
-		n += b.bytes()
-	}
-	return n + 8*cap(t.deleted)
 }

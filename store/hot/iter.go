@@ -1,0 +1,217 @@
+package hot
+
+import "slices"
+
+// Compact seals every group: open buckets and dead entries are merged into the groups'
+// dense arrays. Older groups are sealed as time moves on; Compact also seals the newest
+// (before a snapshot, or when ids do not arrive in time order).
+func (t *Table) Compact() {
+	gks := make([]uint32, 0, len(t.groups))
+	for gk, g := range t.groups {
+		if g.open > 0 || g.dead > 0 {
+			gks = append(gks, gk)
+		}
+	}
+	for _, gk := range gks {
+		t.merge(gk)
+	}
+}
+
+// Range calls fn for every id with its counters until fn returns false.
+func (t *Table) Range(fn func(id uint64, counts []uint64) bool) {
+	for _, bk := range t.Buckets() {
+		if !t.RangeBucket(bk, fn) {
+			return
+		}
+	}
+}
+
+// Buckets returns the time buckets (id >> 32) that hold ids, in order.
+func (t *Table) Buckets() []uint32 {
+	var out []uint32
+	for bk, b := range t.buckets {
+		if b.used > 0 {
+			out = append(out, bk)
+		}
+	}
+	for gk, g := range t.groups {
+		for s := range 1 << subBits {
+			lo, hi := g.bounds(uint8(s))
+			for i := lo; i < hi; i++ {
+				if !g.isZero(i) {
+					out = append(out, gk<<subBits|uint32(s))
+					break
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// RangeBucket calls fn for every id of one time bucket, in no particular order, and
+// reports false if fn stopped it. counts is only valid during the call.
+func (t *Table) RangeBucket(bk uint32, fn func(id uint64, counts []uint64) bool) bool {
+	counts := make([]uint64, t.fields)
+	if b := t.buckets[bk]; b != nil {
+		for s := range b.size() {
+			if b.isZero(s) {
+				continue
+			}
+			id := uint64(bk)<<32 | uint64(b.key(s))
+			for f := range counts {
+				counts[f] = t.value(nil, b, s, id, f)
+			}
+			if !fn(id, counts) {
+				return false
+			}
+		}
+	}
+	if g := t.groups[bk>>subBits]; g != nil {
+		lo, hi := g.bounds(uint8(bk))
+		for i := lo; i < hi; i++ {
+			if g.isZero(i) {
+				continue
+			}
+			id := uint64(bk)<<32 | uint64(g.key(i))
+			for f := range counts {
+				counts[f] = t.value(g, nil, i, id, f)
+			}
+			if !fn(id, counts) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// bucketLen is the number of ids in one time bucket.
+func (t *Table) bucketLen(bk uint32) int {
+	n := 0
+	if b := t.buckets[bk]; b != nil {
+		n = b.used
+	}
+	if g := t.groups[bk>>subBits]; g != nil {
+		lo, hi := g.bounds(uint8(bk))
+		for i := lo; i < hi; i++ {
+			if !g.isZero(i) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// DropBucket removes a whole time bucket (after it was moved to the cold tier). Its ids
+// are not reported by Dirty as deleted: the cold tier holds them now.
+func (t *Table) DropBucket(bk uint32) {
+	gk := bk >> subBits
+	g := t.groups[gk]
+	if g == nil {
+		return
+	}
+	if b := t.buckets[bk]; b != nil {
+		t.n -= b.used
+		delete(t.buckets, bk)
+		g.open--
+		t.last = nil
+	}
+	lo, hi := g.bounds(uint8(bk))
+	for i := lo; i < hi; i++ {
+		if g.isZero(i) {
+			continue
+		}
+		for f := range t.fields {
+			if g.count(i, f) == escape {
+				g.ov.del(gOvKey(uint8(bk), g.key(i), f))
+			}
+		}
+		clear(g.counters(i))
+		if g.dirty != nil {
+			g.dirty[i/64] &^= 1 << (i % 64)
+		}
+		g.live--
+		g.dead++
+		t.n--
+	}
+	t.deleted = slices.DeleteFunc(t.deleted, func(id uint64) bool { return uint32(id>>32) == bk })
+	if g.dead > g.live/4+16 || (g.live == 0 && g.open == 0) {
+		t.merge(gk)
+	}
+}
+
+// Dirty calls fn for every id changed since ClearDirty with its counters; a deleted id
+// comes with all zeros (a checkpoint must delete it too). It stops when fn returns false.
+// The table must not be modified during Dirty.
+func (t *Table) Dirty(fn func(id uint64, counts []uint64) bool) {
+	counts := make([]uint64, t.fields)
+	slices.Sort(t.deleted)
+	t.deleted = slices.Compact(t.deleted) // an id deleted twice is reported once
+	for _, id := range t.deleted {
+		if !t.Get(id, counts) && !fn(id, counts) { // re-inserted ids are reported below
+			return
+		}
+	}
+	for bk, b := range t.buckets {
+		if b.dirty == nil {
+			continue
+		}
+		for s := range b.size() {
+			if !b.isDirty(s) || b.isZero(s) {
+				continue
+			}
+			id := uint64(bk)<<32 | uint64(b.key(s))
+			for f := range counts {
+				counts[f] = t.value(nil, b, s, id, f)
+			}
+			if !fn(id, counts) {
+				return
+			}
+		}
+	}
+	for gk, g := range t.groups {
+		if g.dirty == nil {
+			continue
+		}
+		for s := range 1 << subBits {
+			lo, hi := g.bounds(uint8(s))
+			for i := lo; i < hi; i++ {
+				if !g.isDirty(i) || g.isZero(i) {
+					continue
+				}
+				id := uint64(gk<<subBits|uint32(s))<<32 | uint64(g.key(i))
+				for f := range counts {
+					counts[f] = t.value(g, nil, i, id, f)
+				}
+				if !fn(id, counts) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// ClearDirty forgets what changed (after a checkpoint). The dirty bitmaps are freed, not
+// cleared: between checkpoints most buckets stay clean and need none.
+func (t *Table) ClearDirty() {
+	for _, b := range t.buckets {
+		b.dirty = nil
+	}
+	for _, g := range t.groups {
+		g.dirty = nil
+	}
+	t.deleted = t.deleted[:0]
+}
+
+// MemBytes estimates the RAM the table holds: arrays, their headers and index entries,
+// overflow lists, dirty state.
+func (t *Table) MemBytes() int {
+	n := 8*cap(t.deleted) + 8*cap(t.scratch)
+	for _, b := range t.buckets {
+		n += b.bytes()
+	}
+	for _, g := range t.groups {
+		n += g.bytes()
+	}
+	return n
+}
