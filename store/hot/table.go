@@ -231,19 +231,30 @@ func (t *Table) update(g *group, b *bucket, i int, id uint64, f int, v uint64) {
 	t.settle()
 }
 
-// Put replaces all counters of id; all zeros deletes it. Non-zero counters are written
-// first so that an id keeping some counter is never deleted on the way.
+// Put replaces all counters of id; all zeros deletes it. It finds id once (Put is how a
+// checkpoint is loaded at start). Non-zero counters are written first so that an id
+// keeping some counter is never deleted on the way.
 func (t *Table) Put(id uint64, counts []uint64) {
-	for f, v := range counts {
-		if v != 0 {
-			t.Set(id, f, v)
+	g, b, i := t.find(id)
+	for _, nonzero := range [2]bool{true, false} {
+		for f, v := range counts {
+			if (v != 0) != nonzero {
+				continue
+			}
+			var old uint64
+			if i >= 0 {
+				old = t.value(g, b, i, id, f)
+			}
+			if v == old {
+				continue
+			}
+			if i < 0 {
+				g, b, i = t.insert(id)
+			}
+			t.set(g, b, i, id, f, v)
 		}
 	}
-	for f, v := range counts {
-		if v == 0 {
-			t.Set(id, f, 0)
-		}
-	}
+	t.settle()
 }
 
 // insert makes room for an absent id in its open bucket and returns the slot; the slot's
