@@ -76,7 +76,9 @@ func (c *Client) Subjects() pipeline.Subjects { return c.subj }
 func NewTx() string { return nuid.Next() }
 
 // Publish publishes events one message each, with Nats-Msg-Id = the event's tx (a new
-// one when empty), and returns when all are stored.
+// one when empty), and returns when all are stored. On an error (or ctx ending first)
+// some of them may have been stored: resend the same events with the same tx to be sure,
+// which counts none twice within the duplicate window. Set Tx yourself if you may retry.
 func (c *Client) Publish(ctx context.Context, events ...pipeline.Event) error {
 	futures := make([]jetstream.PubAckFuture, len(events))
 	for i := range events {
@@ -115,7 +117,8 @@ func wait(ctx context.Context, futures []jetstream.PubAckFuture) error {
 
 // PublishBatch publishes events as few batch messages as partitions allow: one per
 // partition, each deduplicated as a whole by the message id tx.<partition>. Re-sending
-// the same events with the same tx counts them once. This is the fast path.
+// the same events with the same tx counts them once — which is also what to do after an
+// error, when some of the messages may already have been stored. This is the fast path.
 func (c *Client) PublishBatch(ctx context.Context, tx string, events []pipeline.Event) error {
 	if tx == "" {
 		return fmt.Errorf("%w: a batch needs a transaction id", pipeline.ErrBadEvent)

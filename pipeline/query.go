@@ -90,8 +90,11 @@ type UnreadReply struct {
 // HealthReply answers tally.health: whether every partition has applied everything in
 // its stream, and the lag of those that have not.
 type HealthReply struct {
-	OK         bool              `json:"ok"`
-	Partitions int               `json:"partitions"`
-	Lagging    map[string]uint64 `json:"lagging,omitempty"`
-	Error      string            `json:"error,omitempty"`
+	OK         bool `json:"ok"`
+	Partitions int  `json:"partitions"` // the configured partition count
+	// Checked is the number of consumers examined: each partition's event stage and one
+	// counter worker per family and partition.
+	Checked int               `json:"checked"`
+	Lagging map[string]uint64 `json:"lagging,omitempty"`
+	Error   string            `json:"error,omitempty"`
 }

@@ -20,6 +20,8 @@ type env struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) string
+	// nc is the connection the command's client uses, for commands that print raw replies.
+	nc *nats.Conn
 }
 
 // errUsage marks a mistake in the command line: exit code 2.
@@ -28,13 +30,13 @@ var errUsage = errors.New("usage")
 const usage = `tally — Tally's command-line client
 
   tally pub [file]                         publish NDJSON events (stdin without a file)
-  tally get <family> <id>...               counts of ids
+  tally get [--json] <family> <id>...      counts of ids (--json: the raw reply)
   tally liked <uid> <post>...              did uid like these posts
   tally likes user <uid> | post <post>     who liked / what was liked, newest first
   tally following <uid> | followers <uid>  follow lists, newest first
   tally unread <uid>...                    unread counts
   tally watch <family>                     print change events until Ctrl-C
-  tally health                             exit 0 when every partition is caught up
+  tally health                             print the health reply; exit 1 unless caught up
   tally bench                              load benchmark with exact-count check
 
 Common flags (before or after the command's own):
@@ -53,7 +55,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"pub", pubFlags, runPub},
-		{"get", nil, runGet},
+		{"get", getFlags, runGet},
 		{"liked", nil, runLiked},
 		{"likes", listFlags, runLikes},
 		{"following", listFlags, runFollowList(client.Following)},
@@ -106,6 +108,7 @@ func run(ctx context.Context, args []string, e env) int {
 		fmt.Fprintln(e.stderr, "tally:", err)
 		return 1
 	}
+	e.nc = nc
 	if err := cmd.run(ctx, c, fs, e); err != nil {
 		fmt.Fprintf(e.stderr, "tally %s: %v\n", cmd.name, err)
 		if errors.Is(err, errUsage) {

@@ -90,6 +90,12 @@ func runPub(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env) erro
 	if batch < 1 || batch > pipeline.MaxBatch {
 		return fmt.Errorf("%w: --batch must be 1..%d", errUsage, pipeline.MaxBatch)
 	}
+	// --batch 1 sends one message per event; they still go out in chunks, acknowledged
+	// together, so that a round trip per event does not set the pace.
+	chunkSize := batch
+	if batch == 1 {
+		chunkSize = 1000
+	}
 	runID := client.NewTx()
 	r := newNDJSON(in)
 	var pending []pipeline.Event
@@ -113,7 +119,7 @@ func runPub(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env) erro
 		pending = pending[:0]
 		if time.Since(lastReport) >= time.Second {
 			lastReport = time.Now()
-			fmt.Fprintf(e.stderr, "published %d events (%.0f/s)\n", published, float64(published)/time.Since(start).Seconds())
+			fmt.Fprintf(e.stderr, "published %d events, %.0f/s\n", published, float64(published)/time.Since(start).Seconds())
 		}
 		return nil
 	}
@@ -137,7 +143,7 @@ func runPub(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env) erro
 			ev.Tx = runID + "." + strconv.Itoa(r.line)
 		}
 		pending = append(pending, ev)
-		if len(pending) >= batch {
+		if len(pending) >= chunkSize {
 			if err := flush(); err != nil {
 				return err
 			}
@@ -147,6 +153,6 @@ func runPub(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env) erro
 		return err
 	}
 	took := time.Since(start)
-	fmt.Fprintf(e.stderr, "published %d events in %v (%.0f/s), skipped %d\n", published, took.Round(time.Millisecond), float64(published)/took.Seconds(), skipped)
+	fmt.Fprintf(e.stderr, "published %d events in %v, %.0f/s, skipped %d\n", published, took.Round(time.Millisecond), float64(published)/took.Seconds(), skipped)
 	return nil
 }

@@ -1,15 +1,24 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"strconv"
 	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/tally-dev/tally/client"
+	"github.com/tally-dev/tally/pipeline"
 )
+
+func getFlags(fs *flag.FlagSet) {
+	fs.Bool("json", false, "print the raw JSON reply")
+}
 
 func runGet(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env) error {
 	if err := needArgs(fs, 2, "a family and at least one id"); err != nil {
@@ -18,6 +27,9 @@ func runGet(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env) erro
 	list, err := ids(fs.Args()[1:])
 	if err != nil {
 		return err
+	}
+	if fs.Lookup("json").Value.(flag.Getter).Get().(bool) {
+		return getRaw(ctx, c, fs, e, list)
 	}
 	r, err := c.Get(ctx, fs.Arg(0), list...)
 	if err != nil {
@@ -33,6 +45,35 @@ func runGet(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env) erro
 		fmt.Fprint(w, tabRow(row...))
 	}
 	return w.Flush()
+}
+
+// getRaw asks in JSON, so that the server answers in JSON, and prints the reply as is.
+func getRaw(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env, list []uint64) error {
+	req := pipeline.GetRequest{IDs: make([]pipeline.ID, len(list))}
+	for i, id := range list {
+		req.IDs[i] = pipeline.ID(id)
+	}
+	data, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, fs.Lookup("timeout").Value.(flag.Getter).Get().(time.Duration))
+	defer cancel()
+	subject := c.Subjects().Get(fs.Arg(0))
+	msg, err := e.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: subject, Data: data,
+		Header: nats.Header{"Content-Type": []string{pipeline.ContentTypeJSON}}})
+	if err != nil {
+		return fmt.Errorf("%s: %w", subject, err)
+	}
+	fmt.Fprintf(e.stdout, "%s\n", bytes.TrimSpace(msg.Data))
+	var r pipeline.GetReply
+	if err := json.Unmarshal(msg.Data, &r); err != nil {
+		return fmt.Errorf("%s: cannot decode reply: %w", subject, err)
+	}
+	if r.Error != "" {
+		return fmt.Errorf("%w: %s", client.ErrRemote, r.Error)
+	}
+	return nil
 }
 
 func runLiked(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env) error {
@@ -119,14 +160,17 @@ func runUnread(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env) e
 	return w.Flush()
 }
 
+// runHealth prints the reply as JSON and fails unless every partition is caught up.
 func runHealth(ctx context.Context, c *client.Client, _ *flag.FlagSet, e env) error {
 	h, err := c.Health(ctx)
 	if err != nil {
 		return err
 	}
-	if !h.OK {
-		return fmt.Errorf("not caught up: %d partitions, lagging %v", h.Partitions, h.Lagging)
+	if err := json.NewEncoder(e.stdout).Encode(h); err != nil {
+		return err
 	}
-	fmt.Fprintf(e.stdout, "ok: %d partitions caught up\n", h.Partitions)
+	if !h.OK {
+		return fmt.Errorf("not caught up: lagging %v", h.Lagging)
+	}
 	return nil
 }

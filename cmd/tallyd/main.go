@@ -15,5 +15,6 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	context.AfterFunc(ctx, stop) // a second Ctrl-C kills at once
 	os.Exit(run(ctx, os.Args[1:], os.Getenv, os.Stderr))
 }

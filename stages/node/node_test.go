@@ -91,6 +91,11 @@ func TestLikesEndToEnd(t *testing.T) {
 	if err != nil || len(page.IDs) != 2 {
 		t.Fatalf("likers page = %+v %v", page, err)
 	}
+	// 4 partitions: 4 event stages and 3 families × 4 counter workers are checked.
+	h, err := c.Health(ctx)
+	if err != nil || h.Partitions != 4 || h.Checked != 16 {
+		t.Fatalf("health = %+v %v, want partitions 4, checked 16", h, err)
+	}
 }
 
 func fmtCounts(c [][]uint64) string {

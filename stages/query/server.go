@@ -362,9 +362,9 @@ func (s *Server) health(r *request) (any, error) { return s.Health(r.ctx) }
 
 // Health reports whether every partition has applied all of its stream.
 func (s *Server) Health(ctx context.Context) (*pipeline.HealthReply, error) {
-	h := &pipeline.HealthReply{OK: true, Lagging: map[string]uint64{}}
+	h := &pipeline.HealthReply{OK: true, Partitions: s.cfg.Partitions, Lagging: map[string]uint64{}}
 	check := func(name string, l Lagger, ready bool) error {
-		h.Partitions++
+		h.Checked++
 		lag, err := l.Lag(ctx)
 		if err != nil {
 			return fmt.Errorf("cannot tell the lag of %s: %w", name, err)
