@@ -5,11 +5,12 @@ package store
 type Map struct {
 	fields int
 	m      map[uint64][]uint64
+	dirty  map[uint64]struct{}
 }
 
 // NewMap returns an empty Map with the given number of counters per id.
 func NewMap(fields int) *Map {
-	return &Map{fields: fields, m: make(map[uint64][]uint64)}
+	return &Map{fields: fields, m: make(map[uint64][]uint64), dirty: make(map[uint64]struct{})}
 }
 
 func (t *Map) Fields() int { return t.fields }
@@ -27,6 +28,7 @@ func (t *Map) Add(id uint64, f int, n int64) uint64 {
 }
 
 func (t *Map) Set(id uint64, f int, v uint64) {
+	t.dirty[id] = struct{}{}
 	c := t.m[id]
 	if c == nil {
 		if v == 0 {
@@ -52,6 +54,7 @@ func (t *Map) Get(id uint64, dst []uint64) bool {
 }
 
 func (t *Map) Put(id uint64, counts []uint64) {
+	t.dirty[id] = struct{}{}
 	if allZero(counts) {
 		delete(t.m, id)
 		return
@@ -80,3 +83,15 @@ func allZero(c []uint64) bool {
 	}
 	return true
 }
+
+func (t *Map) Dirty(fn func(id uint64, counts []uint64) bool) {
+	c := make([]uint64, t.fields)
+	for id := range t.dirty {
+		t.Get(id, c)
+		if !fn(id, c) {
+			return
+		}
+	}
+}
+
+func (t *Map) ClearDirty() { clear(t.dirty) }

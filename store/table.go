@@ -22,6 +22,11 @@ type Table interface {
 	// Range calls fn for every id with its counters until fn returns false. counts is
 	// only valid during the call. The table must not be modified during Range.
 	Range(fn func(id uint64, counts []uint64) bool)
+	// Dirty calls fn for every id changed since ClearDirty, with its counters (all zeros
+	// for an id deleted since), until fn returns false: what a checkpoint must write.
+	Dirty(fn func(id uint64, counts []uint64) bool)
+	// ClearDirty forgets what changed (after a checkpoint).
+	ClearDirty()
 }
 
 // AddSat returns v+n clamped to [0, max uint64].

@@ -67,8 +67,7 @@ type Worker struct {
 	cp        cold.Checkpoint
 	purgedTo  uint64 // deltas below this sequence are purged
 	lastPurge time.Time
-	dirty     map[uint64]struct{}
-	order     []uint64
+	changed   int // deltas applied since the last flush: at least the dirty ids
 }
 
 type query struct {
@@ -140,13 +139,13 @@ func (w *Worker) Get(ctx context.Context, ids []uint64, out [][]uint64) error {
 func (w *Worker) Run(ctx context.Context) error {
 	fields := len(w.cfg.Family.Fields)
 	w.table = w.cfg.NewTable(fields)
-	w.dirty = make(map[uint64]struct{})
 	cp, err := cold.LoadCounters(w.db, w.cfg.Family.Name, w.cfg.Partition, fields, func(id uint64, c []uint64) {
 		w.table.Put(id, c)
 	})
 	if err != nil {
 		return err
 	}
+	w.table.ClearDirty() // what was loaded is already checkpointed
 	w.cp = cp
 	w.pos.Store(cp.Pos)
 	w.entries.Store(int64(w.table.Len()))
@@ -177,7 +176,7 @@ func (w *Worker) Run(ctx context.Context) error {
 				if err := w.apply(m, &b); err != nil {
 					return err
 				}
-				if len(w.order) >= w.cfg.MaxDirty {
+				if w.changed >= w.cfg.MaxDirty {
 					if err := w.flush(ctx); err != nil {
 						return err
 					}
@@ -225,10 +224,7 @@ func (w *Worker) apply(m jetstream.Msg, b *pipeline.DeltaBatch) error {
 		case pipeline.OpSet:
 			w.table.Set(d.ID, int(d.Field), uint64(max(d.N, 0)))
 		}
-		if _, ok := w.dirty[d.ID]; !ok {
-			w.dirty[d.ID] = struct{}{}
-			w.order = append(w.order, d.ID)
-		}
+		w.changed++
 	}
 	record(mark, b.Seq)
 	w.stats.Batches.Add(1)
@@ -249,17 +245,14 @@ func (w *Worker) deadLetter(m jetstream.Msg, seq uint64, reason error) {
 // flush writes every changed id with the position and watermarks in one transaction,
 // then announces the new values.
 func (w *Worker) flush(ctx context.Context) error {
-	if len(w.order) == 0 {
+	if w.changed == 0 {
 		return nil
 	}
-	fields := len(w.cfg.Family.Fields)
-	entries := make([]cold.Entry, len(w.order))
-	flat := make([]uint64, len(w.order)*fields)
-	for i, id := range w.order {
-		c := flat[i*fields : (i+1)*fields]
-		w.table.Get(id, c)
-		entries[i] = cold.Entry{ID: id, Counts: c}
-	}
+	var entries []cold.Entry
+	w.table.Dirty(func(id uint64, counts []uint64) bool {
+		entries = append(entries, cold.Entry{ID: id, Counts: append([]uint64(nil), counts...)})
+		return true
+	})
 	start := time.Now()
 	if err := cold.SaveCounters(w.db, w.cfg.Family.Name, w.cfg.Partition, entries, &w.cp); err != nil {
 		return err
@@ -274,8 +267,8 @@ func (w *Worker) flush(ctx context.Context) error {
 	w.stats.Flushes.Add(1)
 	w.stats.Flushed.Add(int64(len(entries)))
 	w.announce(ctx, entries)
-	clear(w.dirty)
-	w.order = w.order[:0]
+	w.table.ClearDirty()
+	w.changed = 0
 	w.purge(ctx)
 	return nil
 }

@@ -75,6 +75,26 @@ func testContract(t *testing.T, newTable New) {
 	if seen != 1 {
 		t.Fatalf("Range saw %d ids, want 1", seen)
 	}
+	// Dirty reports what changed since ClearDirty; a deleted id comes with zeros.
+	tb.ClearDirty()
+	tb.Add(10, 0, 4)
+	tb.Put(8, []uint64{0, 0, 0, 0})
+	dirty := map[uint64][]uint64{}
+	tb.Dirty(func(id uint64, c []uint64) bool { dirty[id] = append([]uint64(nil), c...); return true })
+	if len(dirty) != 2 || dirty[10][0] != 4 || dirty[8] == nil || !allZero(dirty[8]) {
+		t.Fatalf("Dirty = %v, want 10:[4 0 0 0] and 8 deleted", dirty)
+	}
+	tb.ClearDirty()
+	tb.Dirty(func(id uint64, _ []uint64) bool { t.Fatalf("Dirty after ClearDirty reported %d", id); return false })
+}
+
+func allZero(c []uint64) bool {
+	for _, v := range c {
+		if v != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // testModel applies ops random operations to the table and to a store.Map and compares.
