@@ -32,6 +32,8 @@ type group struct {
 	late   int32    // ids inserted into open buckets since the group was sealed
 	dirty  []uint64 // one bit per entry, nil while clean
 	ov     overflow // escaped counters by sub<<40 | suffix<<8 | field
+	// touched is the table's tick when an id of the group was last read or written.
+	touched uint32
 }
 
 func gOvKey(sub uint8, suffix uint32, f int) uint64 {
@@ -238,6 +240,7 @@ func (t *Table) merge(gk uint32) {
 		}
 		return
 	}
+	ng.touched = g.touched
 	*g = *ng // in place, so cached pointers stay valid
 }
 

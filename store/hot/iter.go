@@ -1,6 +1,9 @@
 package hot
 
-import "slices"
+import (
+	"cmp"
+	"slices"
+)
 
 // Compact seals every group: open buckets and dead entries are merged into the groups'
 // dense arrays. Older groups are sealed as time moves on; Compact also seals the newest
@@ -214,4 +217,58 @@ func (t *Table) MemBytes() int {
 		n += g.bytes()
 	}
 	return n
+}
+
+// SetTick sets the clock that every read or write of an id stamps on its group: a
+// caller advancing it (say once a second) can tell which groups were used least recently.
+func (t *Table) SetTick(tick uint32) { t.tick = tick }
+
+// GroupInfo describes a group: the ids sharing id >> 40 (about 4.4 minutes of snowflake
+// ids), the unit in which the table is moved to a colder tier.
+type GroupInfo struct {
+	Key     uint32 // id >> 40
+	Touched uint32 // the tick of the last read or write of one of its ids
+	Bytes   int    // RAM it holds, open buckets included
+	IDs     int
+}
+
+// Groups returns every group that holds ids, in key order.
+func (t *Table) Groups() []GroupInfo {
+	out := make([]GroupInfo, 0, len(t.groups))
+	idx := make(map[uint32]int, len(t.groups))
+	for gk, g := range t.groups {
+		idx[gk] = len(out)
+		out = append(out, GroupInfo{Key: gk, Touched: g.touched, Bytes: g.bytes(), IDs: int(g.live)})
+	}
+	for bk, b := range t.buckets {
+		gi := &out[idx[bk>>subBits]]
+		gi.Bytes += b.bytes()
+		gi.IDs += b.used
+	}
+	slices.SortFunc(out, func(a, b GroupInfo) int { return cmp.Compare(a.Key, b.Key) })
+	return out
+}
+
+// DropGroup removes every id of group gk (id >> 40) from RAM, after a checkpoint wrote
+// them to the cold tier. Its ids are not reported by Dirty, as changed or deleted: call it
+// when the table is clean.
+func (t *Table) DropGroup(gk uint32) {
+	g := t.groups[gk]
+	if g == nil {
+		return
+	}
+	t.n -= int(g.live)
+	for sub := range 1 << subBits {
+		bk := gk<<subBits | uint32(sub)
+		if b := t.buckets[bk]; b != nil {
+			t.n -= b.used
+			delete(t.buckets, bk)
+		}
+	}
+	delete(t.groups, gk)
+	t.deleted = slices.DeleteFunc(t.deleted, func(id uint64) bool { return uint32(id>>40) == gk })
+	t.last, t.lastG = nil, nil
+	if t.due && t.dueGK == gk {
+		t.due = false
+	}
 }

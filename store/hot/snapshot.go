@@ -7,54 +7,95 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"slices"
 )
 
-// Snapshot format, version 1, all integers uvarint unless noted:
+// Snapshot format, version 2: the sealed groups' arrays as they are in RAM, so a load is
+// a copy, not an insert per id. Integers are uvarints unless noted; arrays are
+// little-endian.
 //
-//	"TLYH" version(byte) fields buckets
-//	per bucket: key(4 bytes BE) entries, then per entry: suffix(4 bytes BE) counters…
-//	crc32 (IEEE, 4 bytes BE) of everything before it
+//	"TLYH" version(byte) fields groups
+//	per group, in key order: key(u32) entries words[entries*stride](u32)
+//	  runs: 0 cnt[256](u8) base[16](u16) | 1 off[257](u32)
+//	  overflow: n keys[n](u64) vals[n](u64)
+//	crc32 (Castagnoli, 4 bytes BE) of everything before it
 //
-// Only live entries are written, with their exact values (overflow included), so a
-// snapshot is about as small as the data and loads into right-sized buckets.
+// WriteTo seals every group first (see Compact), so a snapshot holds no open bucket and no
+// dead entry.
 const (
 	magic          = "TLYH"
-	version        = 1
+	version        = 2
 	maxSnapshotIDs = 1 << 34
+	chunkWords     = 1 << 16 // a load allocates as data arrives, never from a header alone
 )
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // ErrSnapshot wraps every problem with a snapshot's bytes.
 var ErrSnapshot = errors.New("bad hot table snapshot")
 
-// WriteTo writes a snapshot of the table.
+// WriteTo seals the table's groups (which changes no value and nothing Dirty reports)
+// and writes a snapshot of it.
 func (t *Table) WriteTo(w io.Writer) (int64, error) {
-	cw := &countWriter{w: w, crc: crc32.NewIEEE()}
-	bw := bufio.NewWriter(cw)
-	var buf [binary.MaxVarintLen64 + 4]byte
-	uv := func(v uint64) { bw.Write(binary.AppendUvarint(buf[:0], v)) }
-	u32 := func(v uint32) { bw.Write(binary.BigEndian.AppendUint32(buf[:0], v)) }
-	bw.WriteString(magic)
-	bw.WriteByte(version)
+	t.Compact()
+	cw := &countWriter{w: w, crc: crc32.New(castagnoli)}
+	bw := bufio.NewWriterSize(cw, 1<<16)
+	var buf []byte
+	uv := func(v uint64) { buf = binary.AppendUvarint(buf, v) }
+	flush := func() { bw.Write(buf); buf = buf[:0] }
+	buf = append(buf, magic...)
+	buf = append(buf, version)
 	uv(uint64(t.fields))
-	bks := t.Buckets()
-	uv(uint64(len(bks)))
-	for _, bk := range bks {
-		u32(bk)
-		uv(uint64(t.bucketLen(bk)))
-		t.RangeBucket(bk, func(id uint64, counts []uint64) bool {
-			u32(uint32(id))
-			for _, v := range counts {
-				uv(v)
+	gks := make([]uint32, 0, len(t.groups))
+	for gk := range t.groups {
+		gks = append(gks, gk)
+	}
+	slices.Sort(gks)
+	uv(uint64(len(gks)))
+	for _, gk := range gks {
+		g := t.groups[gk]
+		buf = binary.LittleEndian.AppendUint32(buf, gk)
+		uv(uint64(g.size()))
+		flush()
+		writeWords(bw, g.words, &buf)
+		if g.cnt != nil {
+			buf = append(buf, 0)
+			buf = append(buf, g.cnt...)
+			for _, b := range g.base {
+				buf = binary.LittleEndian.AppendUint16(buf, b)
 			}
-			return true
-		})
+		} else {
+			buf = append(buf, 1)
+			flush()
+			writeWords(bw, g.off32, &buf)
+		}
+		uv(uint64(len(g.ov.keys)))
+		for _, k := range g.ov.keys {
+			buf = binary.LittleEndian.AppendUint64(buf, k)
+		}
+		for _, v := range g.ov.vals {
+			buf = binary.LittleEndian.AppendUint64(buf, v)
+		}
+		flush()
 	}
 	if err := bw.Flush(); err != nil {
 		return cw.n, err
 	}
-	sum := cw.crc.Sum32()
-	_, err := cw.w.Write(binary.BigEndian.AppendUint32(nil, sum))
+	_, err := cw.w.Write(binary.BigEndian.AppendUint32(nil, cw.crc.Sum32()))
 	return cw.n + 4, err
+}
+
+// writeWords writes ws little-endian through scratch in bounded pieces.
+func writeWords(w io.Writer, ws []uint32, scratch *[]byte) {
+	for len(ws) > 0 {
+		n := min(len(ws), chunkWords)
+		b := (*scratch)[:0]
+		for _, v := range ws[:n] {
+			b = binary.LittleEndian.AppendUint32(b, v)
+		}
+		w.Write(b)
+		*scratch, ws = b[:0], ws[n:]
+	}
 }
 
 type countWriter struct {
@@ -73,12 +114,12 @@ func (c *countWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// ReadFrom replaces the table's contents with a snapshot, sealed (see Compact) and clean
-// (nothing Dirty). On any error the table is left as it was and the error wraps
-// ErrSnapshot, or is the reader's.
+// ReadFrom replaces the table's contents with a snapshot, sealed and clean (nothing
+// Dirty). On any error the table is left as it was and the error wraps ErrSnapshot, or
+// is the reader's.
 func (t *Table) ReadFrom(r io.Reader) (int64, error) {
 	fresh := NewWithOptions(t.fields, t.opt)
-	cr := &crcReader{r: bufio.NewReader(r), crc: crc32.NewIEEE()}
+	cr := &crcReader{r: bufio.NewReaderSize(r, 1<<16), crc: crc32.New(castagnoli)}
 	err := fresh.load(cr)
 	if err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
@@ -105,52 +146,201 @@ func (t *Table) load(cr *crcReader) error {
 	if int(fields) != t.fields {
 		return fmt.Errorf("%w: %d counters per id, this table has %d", ErrSnapshot, fields, t.fields)
 	}
-	nb, err := binary.ReadUvarint(cr)
+	ng, err := binary.ReadUvarint(cr)
 	if err != nil {
 		return err
 	}
-	var key [4]byte
-	counts := make([]uint64, t.fields)
+	st := strideOf(t.fields)
+	var scratch []byte
 	total := uint64(0)
-	for range nb {
-		if _, err := io.ReadFull(cr, key[:]); err != nil {
+	for i := range ng {
+		gk, err := readU32(cr, &scratch)
+		if err != nil {
 			return err
 		}
-		bk := binary.BigEndian.Uint32(key[:])
+		if i > 0 && gk <= t.newest>>subBits {
+			return fmt.Errorf("%w: groups out of order", ErrSnapshot)
+		}
 		n, err := binary.ReadUvarint(cr)
 		if err != nil {
 			return err
 		}
-		if total += n; total > maxSnapshotIDs {
-			return fmt.Errorf("%w: more than %d ids", ErrSnapshot, uint64(maxSnapshotIDs))
+		if total += n; n == 0 || total > maxSnapshotIDs {
+			return fmt.Errorf("%w: a group of %d ids", ErrSnapshot, n)
 		}
-		for range n {
-			if _, err := io.ReadFull(cr, key[:]); err != nil {
-				return err
-			}
-			nonzero := false
-			for f := range counts {
-				if counts[f], err = binary.ReadUvarint(cr); err != nil {
-					return err
-				}
-				nonzero = nonzero || counts[f] != 0
-			}
-			if !nonzero {
-				return fmt.Errorf("%w: an all-zero entry", ErrSnapshot)
-			}
-			t.Put(uint64(bk)<<32|uint64(binary.BigEndian.Uint32(key[:])), counts)
+		g := &group{stride: int32(st), live: int32(n)}
+		if g.words, err = readWords(cr, int(n)*st, &scratch); err != nil {
+			return err
 		}
+		if err := g.readRuns(cr, &scratch); err != nil {
+			return err
+		}
+		if err := g.readOverflow(cr, &scratch); err != nil {
+			return err
+		}
+		if err := g.check(); err != nil {
+			return err
+		}
+		t.groups[gk] = g
+		t.n += int(n)
+		t.started, t.newest = true, gk<<subBits|g.lastSub()
 	}
 	want := cr.crc.Sum32()
-	if _, err := io.ReadFull(cr.r, key[:]); err != nil {
+	var sum [4]byte
+	if _, err := io.ReadFull(cr.r, sum[:]); err != nil {
 		return err
 	}
-	if binary.BigEndian.Uint32(key[:]) != want {
+	if binary.BigEndian.Uint32(sum[:]) != want {
 		return fmt.Errorf("%w: checksum mismatch", ErrSnapshot)
 	}
-	t.Compact()
-	t.ClearDirty()
 	return nil
+}
+
+func (g *group) readRuns(cr *crcReader, scratch *[]byte) error {
+	form, err := cr.ReadByte()
+	if err != nil {
+		return err
+	}
+	switch form {
+	case 0:
+		b, err := readBytes(cr, 1<<subBits+2*(1<<subBits)/16, scratch)
+		if err != nil {
+			return err
+		}
+		g.cnt = slices.Clone(b[:1<<subBits])
+		g.base = make([]uint16, (1<<subBits)/16)
+		for q := range g.base {
+			g.base[q] = binary.LittleEndian.Uint16(b[1<<subBits+2*q:])
+		}
+	case 1:
+		if g.off32, err = readWords(cr, 1<<subBits+1, scratch); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("%w: unknown run form %d", ErrSnapshot, form)
+	}
+	return nil
+}
+
+func (g *group) readOverflow(cr *crcReader, scratch *[]byte) error {
+	n, err := binary.ReadUvarint(cr)
+	if err != nil {
+		return err
+	}
+	if n > uint64(g.size())*uint64(g.stride) {
+		return fmt.Errorf("%w: %d overflow values for %d ids", ErrSnapshot, n, g.size())
+	}
+	if n == 0 {
+		return nil
+	}
+	b, err := readBytes(cr, 16*int(n), scratch)
+	if err != nil {
+		return err
+	}
+	g.ov.keys, g.ov.vals = make([]uint64, n), make([]uint64, n)
+	for i := range int(n) {
+		g.ov.keys[i] = binary.LittleEndian.Uint64(b[8*i:])
+		g.ov.vals[i] = binary.LittleEndian.Uint64(b[8*(int(n)+i):])
+	}
+	return nil
+}
+
+// check validates a loaded group, so that a snapshot that passes it can be searched
+// without panics: runs cover the entries exactly, keys ascend within each run, no entry
+// is all zeros, overflow keys ascend.
+func (g *group) check() error {
+	bad := func(what string) error { return fmt.Errorf("%w: %s", ErrSnapshot, what) }
+	size := g.size()
+	if g.cnt != nil {
+		sum := 0
+		for s, c := range g.cnt {
+			if s%16 == 0 && int(g.base[s/16]) != sum {
+				return bad("run index")
+			}
+			sum += int(c)
+		}
+		if sum != size {
+			return bad("runs do not cover the group")
+		}
+	} else {
+		if g.off32[0] != 0 || int(g.off32[1<<subBits]) != size {
+			return bad("runs do not cover the group")
+		}
+		for s := range 1 << subBits {
+			if g.off32[s+1] < g.off32[s] {
+				return bad("run index")
+			}
+		}
+	}
+	for s := range 1 << subBits {
+		lo, hi := g.bounds(uint8(s))
+		for i := lo; i < hi; i++ {
+			if i > lo && g.key(i) <= g.key(i-1) {
+				return bad("keys out of order")
+			}
+			if g.isZero(i) {
+				return bad("an all-zero entry")
+			}
+		}
+	}
+	for i := 1; i < len(g.ov.keys); i++ {
+		if g.ov.keys[i] <= g.ov.keys[i-1] {
+			return bad("overflow out of order")
+		}
+	}
+	return nil
+}
+
+// lastSub is the last bucket of the group that holds entries.
+func (g *group) lastSub() uint32 {
+	for s := 1<<subBits - 1; s > 0; s-- {
+		if lo, hi := g.bounds(uint8(s)); hi > lo {
+			return uint32(s)
+		}
+	}
+	return 0
+}
+
+// readBytes reads n bytes into scratch, growing it as data arrives.
+func readBytes(cr *crcReader, n int, scratch *[]byte) ([]byte, error) {
+	b := (*scratch)[:0]
+	for len(b) < n {
+		k := min(n-len(b), 4*chunkWords)
+		b = slices.Grow(b, k)
+		if _, err := io.ReadFull(cr, b[len(b):len(b)+k]); err != nil {
+			return nil, err
+		}
+		b = b[:len(b)+k]
+	}
+	*scratch = b
+	return b, nil
+}
+
+// readWords reads n little-endian words, allocating as they arrive.
+func readWords(cr *crcReader, n int, scratch *[]byte) ([]uint32, error) {
+	var ws []uint32
+	for len(ws) < n {
+		k := min(n-len(ws), chunkWords)
+		b, err := readBytes(cr, 4*k, scratch)
+		if err != nil {
+			return nil, err
+		}
+		if ws == nil && k == n {
+			ws = make([]uint32, 0, n)
+		}
+		for i := range k {
+			ws = append(ws, binary.LittleEndian.Uint32(b[4*i:]))
+		}
+	}
+	return ws, nil
+}
+
+func readU32(cr *crcReader, scratch *[]byte) (uint32, error) {
+	b, err := readBytes(cr, 4, scratch)
+	if err != nil {
+		return 0, err
+	}
+	return binary.LittleEndian.Uint32(b), nil
 }
 
 // crcReader checksums what it reads; the trailing checksum is read from r directly.

@@ -38,6 +38,7 @@ type Table struct {
 	due     bool // a merge of group dueGK waits for the current call to finish
 	dueGK   uint32
 	scratch []uint64 // reused by merge
+	tick    uint32   // stamped on a group when one of its ids is used (see SetTick)
 }
 
 var _ store.Table = (*Table)(nil)
@@ -94,6 +95,7 @@ func (t *Table) find(id uint64) (g *group, b *bucket, i int) {
 	if g == nil {
 		return nil, nil, -1
 	}
+	g.touched = t.tick
 	if g.open > 0 {
 		if b = t.bucket(bk); b != nil {
 			if s := b.find(key); s >= 0 {
@@ -275,7 +277,7 @@ func (t *Table) insert(id uint64) (*group, *bucket, int) {
 	}
 	g := t.group(gk)
 	if g == nil {
-		g = &group{}
+		g = &group{touched: t.tick}
 		t.groups[gk] = g
 		t.lastG, t.lastGK = g, gk
 	}
