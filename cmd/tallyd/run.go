@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tally-dev/tally/stages/node"
@@ -56,7 +57,23 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 	fs.StringVar(&cfg.Table, "table", cfg.Table, "in-RAM counter table: hot (packed, ~13 B a post) or map (a Go map, the reference)")
 	fs.IntVar(&cfg.FanoutLimit, "fanout-limit", cfg.FanoutLimit, "most followers a post is pushed to; above it readers pull")
 	fs.StringVar(&cfg.Metrics, "metrics", env("TALLY_METRICS", ""), "serve /metrics and /healthz on this address, e.g. 127.0.0.1:9464 (TALLY_METRICS)")
+	fs.DurationVar(&cfg.ColdAge, "cold-age", cfg.ColdAge, "move counters of ids older than this (by snowflake time) from RAM to the cold tier; 0 keeps them")
+	fs.Int64Var(&cfg.IDEpoch, "id-epoch", cfg.IDEpoch, "Unix time in ms that an id's snowflake time (id >> 22) counts from")
+	fs.Func("hot-max-mem", "bound the RAM of the counter tables, e.g. 8GiB (TALLY_HOT_MAX_MEM); above it the least recently used ids move to the cold tier; 0 is unbounded", func(v string) error {
+		n, err := parseBytes(v)
+		cfg.HotMaxMem = n
+		return err
+	})
+	fs.IntVar(&cfg.ColdCache, "cold-cache", cfg.ColdCache, "most cold ids whose counters stay in RAM after a read")
+	fs.BoolVar(&cfg.Snapshots, "snapshots", cfg.Snapshots, "keep hot-table snapshots in <data>/snapshots for a fast restart")
 	levelName := fs.String("log-level", env("TALLY_LOG_LEVEL", "info"), "debug, info, warn or error (TALLY_LOG_LEVEL)")
+	if v := getenv("TALLY_HOT_MAX_MEM"); v != "" {
+		n, err := parseBytes(v)
+		if err != nil {
+			return cfg, 0, fmt.Errorf("TALLY_HOT_MAX_MEM: %w", err)
+		}
+		cfg.HotMaxMem = n
+	}
 	if err := fs.Parse(args); err != nil {
 		return cfg, 0, err
 	}
@@ -74,4 +91,26 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 		return cfg, 0, fmt.Errorf("partitions %s: must be at least 1", strconv.Itoa(cfg.Partitions))
 	}
 	return cfg, level, nil
+}
+
+// parseBytes reads a size: a number of bytes with an optional unit, KiB/MiB/GiB/TiB or
+// KB/MB/GB/TB (powers of ten).
+func parseBytes(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mul    int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1}}
+	mul := int64(1)
+	num := strings.TrimSpace(s)
+	for _, u := range units {
+		if strings.HasSuffix(num, u.suffix) {
+			num, mul = strings.TrimSpace(strings.TrimSuffix(num, u.suffix)), u.mul
+			break
+		}
+	}
+	v, err := strconv.ParseFloat(num, 64)
+	if err != nil || v < 0 || v*float64(mul) > 1<<62 {
+		return 0, fmt.Errorf("size %q: want bytes like 8GiB, 512MiB or 1000000", s)
+	}
+	return int64(v * float64(mul)), nil
 }

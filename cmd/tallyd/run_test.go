@@ -24,7 +24,15 @@ func TestParse(t *testing.T) {
 	if err != nil || cfg.DataDir != "/env" || cfg.NATSURL != "nats://a:1" {
 		t.Fatalf("env: %+v %v", cfg, err)
 	}
-	for _, bad := range [][]string{{"--partitions", "0"}, {"--flush", "1ns"}, {"--log-level", "loud"}, {"extra"}, {"--nope"}} {
+	cfg, _, err = parse([]string{"--hot-max-mem", "1.5GiB", "--cold-age", "720h"}, noEnv, &out)
+	if err != nil || cfg.HotMaxMem != 3<<29 || cfg.ColdAge != 720*time.Hour {
+		t.Fatalf("tiers: %+v %v", cfg, err)
+	}
+	cfg, _, err = parse(nil, func(k string) string { return map[string]string{"TALLY_HOT_MAX_MEM": "2GB"}[k] }, &out)
+	if err != nil || cfg.HotMaxMem != 2e9 {
+		t.Fatalf("TALLY_HOT_MAX_MEM: %d %v", cfg.HotMaxMem, err)
+	}
+	for _, bad := range [][]string{{"--partitions", "0"}, {"--flush", "1ns"}, {"--log-level", "loud"}, {"extra"}, {"--nope"}, {"--hot-max-mem", "lots"}, {"--hot-max-mem", "-1GiB"}} {
 		if _, _, err := parse(bad, noEnv, &out); err == nil {
 			t.Errorf("%v: accepted", bad)
 		}

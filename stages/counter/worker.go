@@ -36,6 +36,27 @@ type Config struct {
 	// a restart resumes after the checkpoint, and a re-sent batch is recognised by its
 	// sequence, not by the stream, so they are never needed again. 0 never purges.
 	PurgeEvery time.Duration
+
+	// The rest applies to a table that can move ids to the cold tier (hot.Table).
+
+	// SnapshotDir, when set, holds a snapshot of the table, rewritten once the journal
+	// since the last one reaches a quarter of the table (and on a clean stop), so a
+	// restart loads RAM in one read instead of reading every stored counter.
+	SnapshotDir string
+	// OnSnapshot, when set, is told the size and duration of every snapshot written.
+	OnSnapshot func(bytes int, took time.Duration)
+	// ColdAge moves ids older than this (by their snowflake time) out of RAM; 0 never.
+	// AgeEvery is how often that is looked at (default a minute).
+	ColdAge  time.Duration
+	AgeEvery time.Duration
+	// IDEpoch is the Unix time in ms that the snowflake time of an id (id >> 22) counts
+	// from.
+	IDEpoch int64
+	// Budget bounds the RAM of the hot tables of all workers sharing it; nil is
+	// unbounded.
+	Budget *Budget
+	// ColdCache is the most cold ids whose counters are kept in RAM after a read.
+	ColdCache int
 }
 
 // Stats counts what workers did; safe to read from any goroutine and shareable.
@@ -47,6 +68,14 @@ type Stats struct {
 	Flushed    atomic.Int64 // ids written by flushes
 	Bad        atomic.Int64 // undecodable delta messages (dead-lettered)
 	ChangeErrs atomic.Int64 // change events that could not be published
+
+	ColdReads    atomic.Int64 // ids read from the cold tier (Badger)
+	ColdHits     atomic.Int64 // cold ids answered by the cold cache
+	Evicted      atomic.Int64 // groups moved out of RAM
+	EvictedIDs   atomic.Int64 // ids in them
+	Snapshots    atomic.Int64
+	SnapshotErrs atomic.Int64
+	Restored     atomic.Int64 // partitions loaded from a snapshot and its journal
 }
 
 // Worker owns one (family, partition).
@@ -68,11 +97,24 @@ type Worker struct {
 	purgedTo  uint64 // deltas below this sequence are purged
 	lastPurge time.Time
 	changed   int // deltas applied since the last flush: at least the dirty ids
+	scratch   []uint64
+
+	// The cold tier, when the table is tiered.
+	tier      tiered
+	cold      coldSet
+	cache     coldCache
+	lastAged  time.Time
+	reported  int64 // bytes last told to the budget
+	snapSeq   uint64
+	snapping  bool
+	snapDone  chan snapResult
+	journaled int // entries journaled since the last snapshot
 }
 
 type query struct {
 	ids  []uint64
 	out  [][]uint64 // out[i] has Fields() counters for ids[i]
+	err  error
 	done chan struct{}
 }
 
@@ -90,9 +132,13 @@ func New(cfg Config, js jetstream.JetStream, db *cold.DB, log *slog.Logger, stat
 	if cfg.NewTable == nil {
 		cfg.NewTable = func(fields int) store.Table { return store.NewMap(fields) }
 	}
+	if cfg.AgeEvery <= 0 {
+		cfg.AgeEvery = time.Minute
+	}
 	return &Worker{
-		cfg: cfg, js: js, db: db, stats: stats, queries: make(chan *query),
-		log: log.With("stage", "counter", "family", cfg.Family.Name, "partition", cfg.Partition),
+		cfg: cfg, js: js, db: db, stats: stats, queries: make(chan *query), snapDone: make(chan snapResult, 1),
+		cache: coldCache{size: cfg.ColdCache},
+		log:   log.With("stage", "counter", "family", cfg.Family.Name, "partition", cfg.Partition),
 	}
 }
 
@@ -111,9 +157,6 @@ func (w *Worker) Entries() int64 { return w.entries.Load() }
 // Bytes is the RAM the table holds as of the last flush (0 if the table cannot tell).
 func (w *Worker) Bytes() int64 { return w.bytes.Load() }
 
-// sizer is a table that knows its memory footprint.
-type sizer interface{ MemBytes() int }
-
 // Position is the last DELTAS sequence applied.
 func (w *Worker) Position() uint64 { return w.pos.Load() }
 
@@ -128,7 +171,7 @@ func (w *Worker) Get(ctx context.Context, ids []uint64, out [][]uint64) error {
 	}
 	select {
 	case <-q.done:
-		return nil
+		return q.err
 	case <-ctx.Done():
 		return fmt.Errorf("partition %s/%d did not answer: %w", w.cfg.Family.Name, w.cfg.Partition, ctx.Err())
 	}
@@ -137,25 +180,17 @@ func (w *Worker) Get(ctx context.Context, ids []uint64, out [][]uint64) error {
 // Run loads the checkpoint, replays the stream after it, and applies deltas until ctx
 // ends, when it flushes once more.
 func (w *Worker) Run(ctx context.Context) error {
-	fields := len(w.cfg.Family.Fields)
-	w.table = w.cfg.NewTable(fields)
-	cp, err := cold.LoadCounters(w.db, w.cfg.Family.Name, w.cfg.Partition, fields, func(id uint64, c []uint64) {
-		w.table.Put(id, c)
-	})
-	if err != nil {
+	if err := w.load(); err != nil {
 		return err
 	}
-	w.table.ClearDirty() // what was loaded is already checkpointed
-	w.cp = cp
-	w.pos.Store(cp.Pos)
-	w.entries.Store(int64(w.table.Len()))
-	r, err := flow.Read(ctx, w.js, w.cfg.Subjects.DeltasStream(), w.cfg.Subjects.Delta(w.cfg.Family.Name, w.cfg.Partition), cp.Pos, 1024)
+	r, err := flow.Read(ctx, w.js, w.cfg.Subjects.DeltasStream(), w.cfg.Subjects.Delta(w.cfg.Family.Name, w.cfg.Partition), w.cp.Pos, 1024)
 	if err != nil {
 		return err
 	}
 	defer r.Stop()
 	w.ready.Store(true)
 	defer w.ready.Store(false)
+	defer w.waitSnapshot()
 	tick := time.NewTicker(w.cfg.FlushInterval)
 	defer tick.Stop()
 	batch := make([]jetstream.Msg, 0, 1024)
@@ -163,13 +198,16 @@ func (w *Worker) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			return w.flush(context.WithoutCancel(ctx))
+			return w.stop(context.WithoutCancel(ctx))
 		case q := <-w.queries:
 			w.answer(q)
+		case r := <-w.snapDone:
+			w.snapFinished(r)
 		case <-tick.C:
 			if err := w.flush(ctx); err != nil {
 				return err
 			}
+			w.evict()
 		case m := <-r.C:
 			batch = r.Drain(append(batch[:0], m), cap(batch))
 			for _, m := range batch {
@@ -186,9 +224,72 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 }
 
+// load fills the table from the snapshot and the journal after it, or else from every
+// stored counter, and takes the checkpoint's position and watermarks.
+func (w *Worker) load() error {
+	fields := len(w.cfg.Family.Fields)
+	w.scratch = make([]uint64, fields)
+	w.table = w.cfg.NewTable(fields)
+	w.tier, _ = w.table.(tiered)
+	cp, err := cold.LoadCheckpoint(w.db, w.cfg.Family.Name, w.cfg.Partition)
+	if err != nil {
+		return err
+	}
+	w.cp = cp
+	w.pos.Store(cp.Pos)
+	if w.loadSnapshot(cp) {
+		w.stats.Restored.Add(1)
+	} else {
+		// Ids past ColdAge stay in the cold tier.
+		w.cold.below = w.ageLimit()
+		err := cold.LoadCounters(w.db, w.cfg.Family.Name, w.cfg.Partition, fields, func(id uint64, c []uint64) {
+			if !w.isCold(id) {
+				w.table.Put(id, c)
+			}
+		})
+		if err != nil {
+			return err
+		}
+		w.journaled = w.table.Len() + 1 // snapshot at the first checkpoint
+	}
+	w.table.ClearDirty() // what was loaded is already checkpointed
+	if w.tier != nil {
+		w.tier.SetTick(now())
+		w.account()
+	}
+	w.entries.Store(int64(w.table.Len()))
+	return nil
+}
+
+// stop flushes once more and, with snapshots on, writes one, so the next start loads
+// RAM from it without a journal to replay.
+func (w *Worker) stop(ctx context.Context) error {
+	if err := w.flush(ctx); err != nil {
+		return err
+	}
+	w.waitSnapshot()
+	if w.journaled > 0 {
+		w.startSnapshot()
+		w.waitSnapshot()
+	}
+	return nil
+}
+
+func (w *Worker) waitSnapshot() {
+	if w.snapping {
+		w.snapFinished(<-w.snapDone)
+	}
+}
+
 func (w *Worker) answer(q *query) {
+	var cold []int
 	for i, id := range q.ids {
-		w.table.Get(id, q.out[i])
+		if !w.table.Get(id, q.out[i]) && w.isCold(id) {
+			cold = append(cold, i)
+		}
+	}
+	if len(cold) > 0 {
+		q.err = w.readCold(q.ids, q.out, cold)
 	}
 	close(q.done)
 }
@@ -218,11 +319,23 @@ func (w *Worker) apply(m jetstream.Msg, b *pipeline.DeltaBatch) error {
 		if d.Field >= fields {
 			continue // validated by the producer stage; a newer config's field is ignored, not fatal
 		}
+		isCold, err := w.warm(d.ID)
+		if err != nil {
+			// The batch is not recorded as applied: the worker stops and a restart
+			// resumes from the last checkpoint, before it.
+			return fmt.Errorf("counter %s/%d: %w", w.cfg.Family.Name, w.cfg.Partition, err)
+		}
 		switch d.Op {
 		case pipeline.OpAdd:
 			w.table.Add(d.ID, int(d.Field), d.N)
 		case pipeline.OpSet:
 			w.table.Set(d.ID, int(d.Field), uint64(max(d.N, 0)))
+		}
+		if isCold && !w.table.Get(d.ID, w.scratch) {
+			if w.cold.zeroed == nil {
+				w.cold.zeroed = map[uint64]struct{}{}
+			}
+			w.cold.zeroed[d.ID] = struct{}{}
 		}
 		w.changed++
 	}
@@ -254,15 +367,19 @@ func (w *Worker) flush(ctx context.Context) error {
 		return true
 	})
 	start := time.Now()
-	if err := cold.SaveCounters(w.db, w.cfg.Family.Name, w.cfg.Partition, entries, &w.cp); err != nil {
+	snaps := w.tier != nil && w.cfg.SnapshotDir != ""
+	j := cold.Journal{Append: snaps, DropThrough: w.snapSeq}
+	if err := cold.SaveCounters(w.db, w.cfg.Family.Name, w.cfg.Partition, entries, &w.cp, j); err != nil {
 		return err
 	}
 	if w.cfg.OnFlush != nil {
 		w.cfg.OnFlush(len(entries), time.Since(start))
 	}
-	w.entries.Store(int64(w.table.Len()))
-	if sz, ok := w.table.(sizer); ok {
-		w.bytes.Store(int64(sz.MemBytes()))
+	w.cold.zeroed = nil // the checkpoint deleted them from the cold tier
+	if w.tier != nil {
+		w.account()
+	} else {
+		w.entries.Store(int64(w.table.Len()))
 	}
 	w.stats.Flushes.Add(1)
 	w.stats.Flushed.Add(int64(len(entries)))
@@ -270,6 +387,11 @@ func (w *Worker) flush(ctx context.Context) error {
 	w.table.ClearDirty()
 	w.changed = 0
 	w.purge(ctx)
+	if snaps {
+		if w.journaled += len(entries); w.journaled > max(1<<16, w.table.Len()/4) {
+			w.startSnapshot()
+		}
+	}
 	return nil
 }
 

@@ -32,6 +32,7 @@ type Metrics struct {
 	reg        *prometheus.Registry
 	checkpoint prometheus.Histogram
 	flushSize  prometheus.Histogram
+	snapshot   prometheus.Histogram
 	query      *prometheus.HistogramVec
 	src        Source
 }
@@ -47,11 +48,15 @@ func New(src Source) *Metrics {
 		Name: "tally_flush_ids", Help: "Ids written by one checkpoint: a hot id counts once however often it changed.",
 		Buckets: prometheus.ExponentialBuckets(1, 4, 9),
 	})
+	m.snapshot = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "tally_snapshot_seconds", Help: "Duration of writing a counter partition's hot-table snapshot, encoding to fsync.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+	})
 	m.query = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "tally_query_seconds", Help: "Query latency by subject, from request received to reply sent.",
 		Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16),
 	}, []string{"query", "outcome"})
-	m.reg.MustRegister(m.checkpoint, m.flushSize, m.query,
+	m.reg.MustRegister(m.checkpoint, m.flushSize, m.snapshot, m.query,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	counterFn := func(name, help string, f func() int64) {
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f()) }))
@@ -72,6 +77,13 @@ func New(src Source) *Metrics {
 	counterFn("tally_flushed_ids_total", "Ids written by checkpoints; deltas_applied / flushed_ids is the coalescing ratio.", ct.Flushed.Load)
 	counterFn("tally_delta_batches_bad_total", "Undecodable delta batches dead-lettered.", ct.Bad.Load)
 	counterFn("tally_change_publish_errors_total", "Change events that could not be published.", ct.ChangeErrs.Load)
+	counterFn("tally_cold_reads_total", "Ids read from the cold tier (Badger): cache misses.", ct.ColdReads.Load)
+	counterFn("tally_cold_cache_hits_total", "Cold ids answered from the cold cache; hits / (hits + cold_reads) is its hit rate.", ct.ColdHits.Load)
+	counterFn("tally_cold_cache_misses_total", "Cold ids not in the cold cache (each one Badger read; same as tally_cold_reads_total).", ct.ColdReads.Load)
+	counterFn("tally_evictions_total", "Groups of ids (id >> 40, about 4.4 minutes of snowflake ids) moved from RAM to the cold tier.", ct.Evicted.Load)
+	counterFn("tally_evicted_ids_total", "Ids moved from RAM to the cold tier.", ct.EvictedIDs.Load)
+	counterFn("tally_snapshots_total", "Hot-table snapshots written.", ct.Snapshots.Load)
+	counterFn("tally_snapshot_errors_total", "Hot-table snapshots that could not be written (the journal is kept).", ct.SnapshotErrs.Load)
 	m.reg.MustRegister(newDynamic(src))
 	return m
 }
@@ -81,6 +93,9 @@ func (m *Metrics) OnFlush(ids int, took time.Duration) {
 	m.checkpoint.Observe(took.Seconds())
 	m.flushSize.Observe(float64(ids))
 }
+
+// OnSnapshot observes a snapshot written.
+func (m *Metrics) OnSnapshot(_ int, took time.Duration) { m.snapshot.Observe(took.Seconds()) }
 
 // OnQuery observes a query.
 func (m *Metrics) OnQuery(kind string, took time.Duration, failed bool) {

@@ -32,10 +32,29 @@ type Config struct {
 	// PurgeEvery is how often each counter partition purges the deltas its checkpoint
 	// covers, bounding the deltas stream by what is not yet checkpointed; 0 never purges.
 	PurgeEvery time.Duration
+	// ColdAge moves counters of ids older than this (by their snowflake time, see
+	// IDEpoch) from RAM to the cold tier; 0 keeps them. Ids below 2^40 have no time and
+	// never age.
+	ColdAge time.Duration
+	// IDEpoch is the Unix time in ms that an id's snowflake time (id >> 22) counts from:
+	// Twitter's by default.
+	IDEpoch int64
+	// HotMaxMem bounds the RAM of all counter tables (bytes): above it, the least
+	// recently used groups of ids move to the cold tier. 0 is unbounded.
+	HotMaxMem int64
+	// ColdCache is the most cold ids whose counters stay in RAM after a read, for the
+	// whole process.
+	ColdCache int
+	// Snapshots keeps a snapshot of every counter table in DataDir/snapshots, so a
+	// restart loads RAM in one read per partition.
+	Snapshots bool
 	// Metrics is the address of the HTTP server for /metrics (Prometheus) and /healthz;
 	// empty disables it.
 	Metrics string
 }
+
+// SnowflakeEpoch is Twitter's snowflake epoch, 2010-11-04 01:42:54.657 UTC, in Unix ms.
+const SnowflakeEpoch = 1288834974657
 
 // DefaultConfig is one process owning 16 partitions with embedded NATS on
 // 127.0.0.1:4222 and data in ./data.
@@ -53,6 +72,10 @@ func DefaultConfig() Config {
 		Table:         "hot",
 		FanoutLimit:   10_000,
 		PurgeEvery:    time.Minute,
+		ColdAge:       180 * 24 * time.Hour,
+		IDEpoch:       SnowflakeEpoch,
+		ColdCache:     1 << 20,
+		Snapshots:     true,
 	}
 }
 
@@ -65,6 +88,9 @@ func (c Config) validate() error {
 	}
 	if c.FlushInterval <= 0 {
 		return fmt.Errorf("flush interval must be positive")
+	}
+	if c.ColdAge < 0 || c.HotMaxMem < 0 || c.ColdCache < 0 {
+		return fmt.Errorf("cold age, hot memory and cold cache must not be negative")
 	}
 	if _, err := newTable(c.Table); err != nil {
 		return err

@@ -176,14 +176,35 @@ func (g *gen) event(relationsOnly bool) pipeline.Event {
 
 // TestModel publishes random events through the whole pipeline, with re-sent
 // duplicates, likes twice, unlikes of nothing, batches sent to the wrong partition and a
-// restart, and compares every count and relation with the reference.
+// restart, and compares every count and relation with the reference. It runs with the
+// defaults — post ids are from 2010, past the cold age, so posts are served from the
+// cold tier once aged out — and with a hot-tier budget of one byte and a tiny cold
+// cache, so that every group of ids is evicted at every flush and read back from Badger.
 func TestModel(t *testing.T) {
 	total := 120_000
 	if testing.Short() {
 		total = 20_000
 	}
+	t.Run("defaults", func(t *testing.T) {
+		n := testModel(t, total, func(*node.Config) {})
+		if st := &n.CounterStats; st.ColdReads.Load() == 0 || st.Restored.Load() != 16*3 {
+			t.Fatalf("%d cold reads of aged posts; %d of 48 partitions restored from snapshots", st.ColdReads.Load(), st.Restored.Load())
+		}
+	})
+	t.Run("evict-all", func(t *testing.T) {
+		n := testModel(t, total/2, func(c *node.Config) { c.HotMaxMem, c.ColdCache, c.ColdAge = 1, 16*64, 0 })
+		st := &n.CounterStats
+		if st.Evicted.Load() < 100 || st.ColdReads.Load() < 1000 || st.Restored.Load() != 16*3 {
+			t.Fatalf("cold tier barely used: %d groups evicted, %d cold reads; %d of 48 partitions restored from snapshots", st.Evicted.Load(), st.ColdReads.Load(), st.Restored.Load())
+		}
+	})
+}
+
+// testModel runs the model test with a configuration and returns the node after the
+// restart, for its statistics.
+func testModel(t *testing.T, total int, mod func(*node.Config)) *node.Node {
 	dir := t.TempDir()
-	cfgMod := func(c *node.Config) { c.DataDir = dir; c.Partitions = 16 }
+	cfgMod := func(c *node.Config) { c.DataDir = dir; c.Partitions = 16; mod(c) }
 	n, c := startNode(t, cfgMod)
 	ctx := context.Background()
 	g := &gen{r: rand.New(rand.NewPCG(7, 11)), users: 3000, posts: 2000}
@@ -278,6 +299,7 @@ func TestModel(t *testing.T) {
 	if got := st.CachedInfo().State.Msgs; got != uint64(ref.invalid) || ref.invalid == 0 {
 		t.Fatalf("%d dead letters, want %d (the invalid events generated)", got, ref.invalid)
 	}
+	return n2
 }
 
 func waitCaughtUp(t testing.TB, c *client.Client) {

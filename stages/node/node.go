@@ -46,6 +46,7 @@ type Node struct {
 
 	EventStats   *event.Stats
 	CounterStats counter.Stats
+	budget       *counter.Budget
 	stages       []*event.Stage
 	workers      []*counter.Worker
 	metrics      *metrics.Metrics
@@ -71,7 +72,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: log, failed: make(chan struct{}), EventStats: event.NewStats()}
+	n := &Node{cfg: cfg, log: log, failed: make(chan struct{}), EventStats: event.NewStats(), budget: counter.NewBudget(cfg.HotMaxMem)}
 	defer func() {
 		if err != nil {
 			n.Close()
@@ -173,10 +174,19 @@ func newTable(kind string) (func(int) store.Table, error) {
 func (n *Node) startWorkers(ctx context.Context, js jetstream.JetStream, sj pipeline.Subjects) (map[string][]query.Partition, error) {
 	mk, _ := newTable(n.cfg.Table)
 	owners := map[string][]query.Partition{}
+	workers := len(n.cfg.Families) * n.cfg.Partitions
+	cc := counter.Config{Subjects: sj, FlushInterval: n.cfg.FlushInterval, NewTable: mk, OnFlush: n.metrics.OnFlush, PurgeEvery: n.cfg.PurgeEvery,
+		OnSnapshot: n.metrics.OnSnapshot, ColdAge: n.cfg.ColdAge, IDEpoch: n.cfg.IDEpoch, Budget: n.budget, ColdCache: n.cfg.ColdCache / workers}
+	if n.cfg.Snapshots {
+		cc.SnapshotDir = filepath.Join(n.cfg.DataDir, "snapshots")
+		if err := os.MkdirAll(cc.SnapshotDir, 0o755); err != nil {
+			return nil, fmt.Errorf("cannot use data directory: %w", err)
+		}
+	}
 	for _, fam := range n.cfg.Families {
 		for p := range n.cfg.Partitions {
-			w := counter.New(counter.Config{Family: fam, Partition: p, Subjects: sj, FlushInterval: n.cfg.FlushInterval, NewTable: mk, OnFlush: n.metrics.OnFlush, PurgeEvery: n.cfg.PurgeEvery},
-				js, n.db, n.log, &n.CounterStats)
+			cc.Family, cc.Partition = fam, p
+			w := counter.New(cc, js, n.db, n.log, &n.CounterStats)
 			owners[fam.Name] = append(owners[fam.Name], w)
 			n.workers = append(n.workers, w)
 			n.goRun(ctx, w.Run)

@@ -21,6 +21,7 @@ const (
 	nsOutbox    = 'x'
 	nsCounter   = 'c'
 	nsMeta      = 'w'
+	nsJournal   = 'j' // j|family|p|checkpoint → the checkpoint's entries, packed
 )
 
 // Options configure the Badger database.
@@ -59,6 +60,9 @@ func Open(o Options) (*DB, error) {
 
 // Badger returns the underlying database for transactions.
 func (d *DB) Badger() *badger.DB { return d.db }
+
+// Size is the bytes the database takes on disk: its LSM tree and its value log.
+func (d *DB) Size() (lsm, vlog int64) { return d.db.Size() }
 
 // Close flushes and closes the database.
 func (d *DB) Close() error { return d.db.Close() }

@@ -23,6 +23,21 @@ type Checkpoint struct {
 	Pos uint64 `msgpack:"pos"`
 	// Marks are per source partition.
 	Marks map[uint32]*Mark `msgpack:"marks"`
+	// Seq numbers the checkpoints (SaveCounters increments it); JournalFrom is the oldest
+	// journal entry kept (see SaveCounters).
+	Seq         uint64 `msgpack:"n,omitempty"`
+	JournalFrom uint64 `msgpack:"jf,omitempty"`
+}
+
+// Journal says what SaveCounters does with the partition's journal.
+type Journal struct {
+	// Append writes the checkpoint's entries, packed in one value, under its number as
+	// well: a snapshot of the hot table taken at checkpoint s plus the journal after s
+	// rebuild the table without reading every counter key.
+	Append bool
+	// DropThrough deletes the journal up to this checkpoint number (a durable snapshot
+	// covers it).
+	DropThrough uint64
 }
 
 // Entry is one id's counters; all zeros deletes it.
@@ -35,17 +50,38 @@ func counterPrefix(family string, p int) key {
 	return newKey(nsCounter, 4+len(family)).str(family).u16(p)
 }
 func metaKey(family string, p int) key { return newKey(nsMeta, 4+len(family)).str(family).u16(p) }
+func journalPrefix(family string, p int) key {
+	return newKey(nsJournal, 12+len(family)).str(family).u16(p)
+}
 
 // SaveCounters writes entries and the checkpoint of (family, p) in one transaction, so
-// the stored counters and the position they reflect never disagree.
-func SaveCounters(db *DB, family string, p int, entries []Entry, cp *Checkpoint) error {
-	v, err := msgpack.Marshal(cp)
+// the stored counters and the position they reflect never disagree, and keeps the
+// journal as j says. It increments cp.Seq.
+func SaveCounters(db *DB, family string, p int, entries []Entry, cp *Checkpoint, j Journal) error {
+	txn := db.db.NewTransaction(true)
+	defer txn.Discard()
+	next := *cp
+	next.Seq++
+	if j.Append {
+		if next.JournalFrom == 0 {
+			next.JournalFrom = next.Seq
+		}
+		if err := txn.Set(journalPrefix(family, p).u64(next.Seq), packEntries(entries)); err != nil {
+			return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
+		}
+	}
+	if next.JournalFrom != 0 {
+		for ; next.JournalFrom <= j.DropThrough && next.JournalFrom <= next.Seq; next.JournalFrom++ {
+			if err := txn.Delete(journalPrefix(family, p).u64(next.JournalFrom)); err != nil {
+				return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
+			}
+		}
+	}
+	v, err := msgpack.Marshal(&next)
 	if err != nil {
 		return err
 	}
 	prefix := counterPrefix(family, p)
-	txn := db.db.NewTransaction(true)
-	defer txn.Discard()
 	for _, e := range entries {
 		k := append(append(key{}, prefix...), 0, 0, 0, 0, 0, 0, 0, 0)
 		binary.BigEndian.PutUint64(k[len(prefix):], e.ID)
@@ -64,28 +100,116 @@ func SaveCounters(db *DB, family string, p int, entries []Entry, cp *Checkpoint)
 	if err := txn.Commit(); err != nil {
 		return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
 	}
+	*cp = next
 	return nil
 }
 
-// LoadCounters calls fn for every stored id of (family, p) and returns the checkpoint.
-// counts is only valid during the call.
-func LoadCounters(db *DB, family string, p, fields int, fn func(id uint64, counts []uint64)) (Checkpoint, error) {
-	cp := Checkpoint{Marks: map[uint32]*Mark{}}
+// LoadJournal calls fn, oldest first, for every entry journaled by the checkpoints after
+// number after, and returns the number of the last one (after if there is none). The
+// journal must run without a gap from after+1: a gap is ErrCorrupt, since the caller
+// would miss changes. counts is only valid during the call.
+func LoadJournal(db *DB, family string, p, fields int, after uint64, fn func(id uint64, counts []uint64)) (uint64, error) {
+	last := after
 	counts := make([]uint64, fields)
+	err := db.db.View(func(txn *badger.Txn) error {
+		prefix := journalPrefix(family, p)
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 16})
+		defer it.Close()
+		for it.Seek(prefix.u64(after + 1)); it.ValidForPrefix(prefix); it.Next() {
+			k := it.Item().Key()
+			if len(k) != len(prefix)+8 {
+				return fmt.Errorf("%w: journal key of %d bytes", ErrCorrupt, len(k))
+			}
+			if n := u64at(k, len(prefix)); n != last+1 {
+				return fmt.Errorf("%w: journal of %s/%d jumps from checkpoint %d to %d", ErrCorrupt, family, p, last, n)
+			}
+			last++
+			if err := it.Item().Value(func(v []byte) error { return unpackEntries(v, counts, fn) }); err != nil {
+				return fmt.Errorf("%w: journal of %s/%d at %d: %w", ErrCorrupt, family, p, last, err)
+			}
+		}
+		return nil
+	})
+	return last, err
+}
+
+// Counts reads the stored counters of ids of (family, p) in one read transaction:
+// out[i] gets those of ids[i], all zeros for an id that has none.
+func Counts(db *DB, family string, p int, ids []uint64, out [][]uint64) error {
+	return db.db.View(func(txn *badger.Txn) error {
+		for i, id := range ids {
+			if err := StoredCounts(txn, family, p, id, out[i]); err != nil {
+				return fmt.Errorf("cold counters of %d in %s/%d: %w", id, family, p, err)
+			}
+		}
+		return nil
+	})
+}
+
+// packEntries packs a checkpoint's entries: per entry the id (8 bytes BE), the number
+// of counters and the counters, all uvarints.
+func packEntries(entries []Entry) []byte {
+	b := make([]byte, 0, 12*len(entries))
+	for _, e := range entries {
+		b = binary.BigEndian.AppendUint64(b, e.ID)
+		b = binary.AppendUvarint(b, uint64(len(e.Counts)))
+		for _, v := range e.Counts {
+			b = binary.AppendUvarint(b, v)
+		}
+	}
+	return b
+}
+
+func unpackEntries(b []byte, counts []uint64, fn func(id uint64, counts []uint64)) error {
+	for len(b) > 0 {
+		if len(b) < 9 {
+			return fmt.Errorf("truncated entry")
+		}
+		id := binary.BigEndian.Uint64(b)
+		n, k := binary.Uvarint(b[8:])
+		if k <= 0 || n != uint64(len(counts)) {
+			return fmt.Errorf("entry of %d counters, want %d", n, len(counts))
+		}
+		b = b[8+k:]
+		for f := range counts {
+			v, k := binary.Uvarint(b)
+			if k <= 0 {
+				return fmt.Errorf("truncated counters")
+			}
+			counts[f], b = v, b[k:]
+		}
+		fn(id, counts)
+	}
+	return nil
+}
+
+// LoadCheckpoint returns the last checkpoint of (family, p), empty if there is none.
+func LoadCheckpoint(db *DB, family string, p int) (Checkpoint, error) {
+	cp := Checkpoint{Marks: map[uint32]*Mark{}}
 	err := db.db.View(func(txn *badger.Txn) error {
 		item, err := txn.Get(metaKey(family, p))
 		switch {
 		case errors.Is(err, badger.ErrKeyNotFound):
+			return nil
 		case err != nil:
 			return err
-		default:
-			if err := item.Value(func(v []byte) error { return msgpack.Unmarshal(v, &cp) }); err != nil {
-				return fmt.Errorf("%w: checkpoint %s/%d: %w", ErrCorrupt, family, p, err)
-			}
-			if cp.Marks == nil {
-				cp.Marks = map[uint32]*Mark{}
-			}
 		}
+		if err := item.Value(func(v []byte) error { return msgpack.Unmarshal(v, &cp) }); err != nil {
+			return fmt.Errorf("%w: checkpoint %s/%d: %w", ErrCorrupt, family, p, err)
+		}
+		if cp.Marks == nil {
+			cp.Marks = map[uint32]*Mark{}
+		}
+		return nil
+	})
+	return cp, err
+}
+
+// LoadCounters calls fn for every stored id of (family, p). counts is only valid during
+// the call.
+func LoadCounters(db *DB, family string, p, fields int, fn func(id uint64, counts []uint64)) error {
+	counts := make([]uint64, fields)
+	return db.db.View(func(txn *badger.Txn) error {
 		prefix := counterPrefix(family, p)
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
 		defer it.Close()
@@ -101,7 +225,6 @@ func LoadCounters(db *DB, family string, p, fields int, fn func(id uint64, count
 		}
 		return nil
 	})
-	return cp, err
 }
 
 // packCounts stores counters as uvarints: small counts, the common case, take a byte.

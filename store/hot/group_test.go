@@ -61,3 +61,12 @@ func TestDropGroup(t *testing.T) {
 	roundTrip(t, tb)
 	storetest.Equal(t, tb, ref)
 }
+
+// An empty table makes a snapshot that loads.
+func TestEmptySnapshot(t *testing.T) {
+	tb := hot.New(3)
+	roundTrip(t, tb)
+	if tb.Len() != 0 {
+		t.Fatalf("%d ids", tb.Len())
+	}
+}

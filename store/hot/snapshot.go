@@ -78,6 +78,7 @@ func (t *Table) WriteTo(w io.Writer) (int64, error) {
 		}
 		flush()
 	}
+	flush()
 	if err := bw.Flush(); err != nil {
 		return cw.n, err
 	}

@@ -1,0 +1,208 @@
+package counter
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/tally-dev/tally/store/cold"
+)
+
+// A snapshot file holds a partition's hot table as of one checkpoint, with the cold set
+// of that moment:
+//
+//	"TLYS" version(1) seq(u64) below(u32) groups(u32) group(u32)… crc32(header)
+//	the table's own snapshot (see hot.Table.WriteTo)
+//
+// All integers big-endian. Restart = snapshot + the journal of the checkpoints after seq
+// (cold.LoadJournal) + the deltas after the last checkpoint.
+const (
+	snapMagic   = "TLYS"
+	snapVersion = 1
+)
+
+var errSnapshotFile = errors.New("bad snapshot file")
+
+func (w *Worker) snapshotPath() string {
+	return filepath.Join(w.cfg.SnapshotDir, fmt.Sprintf("%s-%d.snap", w.cfg.Family.Name, w.cfg.Partition))
+}
+
+// encodeSnapshot writes the table and cold set as of checkpoint seq into a buffer: it
+// runs on the worker goroutine, which owns the table; the file is written elsewhere.
+func (w *Worker) encodeSnapshot(seq uint64) (*bytes.Buffer, error) {
+	var buf bytes.Buffer
+	h := []byte(snapMagic)
+	h = append(h, snapVersion)
+	h = binary.BigEndian.AppendUint64(h, seq)
+	h = binary.BigEndian.AppendUint32(h, w.cold.below)
+	h = binary.BigEndian.AppendUint32(h, uint32(len(w.cold.groups)))
+	for _, g := range w.cold.groups {
+		h = binary.BigEndian.AppendUint32(h, g)
+	}
+	h = binary.BigEndian.AppendUint32(h, crc32.ChecksumIEEE(h))
+	buf.Write(h)
+	if _, err := w.tier.WriteTo(&buf); err != nil {
+		return nil, err
+	}
+	return &buf, nil
+}
+
+// writeFile replaces path with data durably: a temporary file, fsync, rename, fsync of
+// the directory. A crash at any point leaves the old file or the new one, never a mix.
+func writeFile(path string, data []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// startSnapshot encodes a snapshot as of the last checkpoint and writes it in the
+// background; the journal it covers is dropped by the first checkpoint after it is
+// durable (see snapDone).
+func (w *Worker) startSnapshot() {
+	if w.tier == nil || w.cfg.SnapshotDir == "" || w.snapping {
+		return
+	}
+	start := time.Now()
+	seq := w.cp.Seq
+	buf, err := w.encodeSnapshot(seq)
+	if err != nil {
+		w.snapFailed(err)
+		return
+	}
+	w.snapping = true
+	w.journaled = 0
+	go func() {
+		err := writeFile(w.snapshotPath(), buf.Bytes())
+		if err == nil && w.cfg.OnSnapshot != nil {
+			w.cfg.OnSnapshot(buf.Len(), time.Since(start))
+		}
+		w.snapDone <- snapResult{seq: seq, err: err}
+	}()
+}
+
+type snapResult struct {
+	seq uint64
+	err error
+}
+
+func (w *Worker) snapFinished(r snapResult) {
+	w.snapping = false
+	if r.err != nil {
+		w.snapFailed(r.err)
+		return
+	}
+	w.stats.Snapshots.Add(1)
+	w.snapSeq = r.seq
+}
+
+// snapFailed logs a snapshot that could not be written: it costs restart time, not data
+// (the journal is kept until a snapshot covers it).
+func (w *Worker) snapFailed(err error) {
+	w.stats.SnapshotErrs.Add(1)
+	w.log.Warn("cannot write snapshot; the journal is kept", "err", err)
+}
+
+// loadSnapshot rebuilds the table from the snapshot file and the journal after it,
+// reporting false (with the reason logged) when there is none or it cannot be used: the
+// caller then loads every stored counter instead.
+func (w *Worker) loadSnapshot(cp cold.Checkpoint) bool {
+	if w.tier == nil || w.cfg.SnapshotDir == "" {
+		return false
+	}
+	f, err := os.Open(w.snapshotPath())
+	if errors.Is(err, os.ErrNotExist) {
+		return false
+	}
+	if err == nil {
+		defer f.Close()
+		err = w.readSnapshot(bufio.NewReaderSize(f, 1<<20), cp)
+	}
+	if err != nil {
+		w.log.Warn("snapshot not used; loading every stored counter", "err", err)
+		w.table = w.cfg.NewTable(len(w.cfg.Family.Fields))
+		w.tier = w.table.(tiered)
+		w.cold = coldSet{}
+		return false
+	}
+	return true
+}
+
+func (w *Worker) readSnapshot(r io.Reader, cp cold.Checkpoint) error {
+	h := make([]byte, 4+1+8+4+4)
+	if _, err := io.ReadFull(r, h); err != nil {
+		return fmt.Errorf("%w: %w", errSnapshotFile, err)
+	}
+	if string(h[:4]) != snapMagic || h[4] != snapVersion {
+		return fmt.Errorf("%w: not a version %d snapshot", errSnapshotFile, snapVersion)
+	}
+	seq := binary.BigEndian.Uint64(h[5:])
+	below := binary.BigEndian.Uint32(h[13:])
+	n := binary.BigEndian.Uint32(h[17:])
+	if n > 1<<24 {
+		return fmt.Errorf("%w: %d cold groups", errSnapshotFile, n)
+	}
+	rest := make([]byte, 4*int(n)+4)
+	if _, err := io.ReadFull(r, rest); err != nil {
+		return fmt.Errorf("%w: %w", errSnapshotFile, err)
+	}
+	h = append(h, rest[:4*n]...)
+	if crc32.ChecksumIEEE(h) != binary.BigEndian.Uint32(rest[4*n:]) {
+		return fmt.Errorf("%w: header checksum mismatch", errSnapshotFile)
+	}
+	if seq > cp.Seq || (seq < cp.Seq && seq+1 < cp.JournalFrom) || (seq < cp.Seq && cp.JournalFrom == 0) {
+		return fmt.Errorf("%w: taken at checkpoint %d, the journal covers %d to %d", errSnapshotFile, seq, cp.JournalFrom, cp.Seq)
+	}
+	if _, err := w.tier.ReadFrom(r); err != nil {
+		return err
+	}
+	w.cold = coldSet{below: below}
+	for i := range int(n) {
+		g := binary.BigEndian.Uint32(rest[4*i:])
+		if i > 0 && g <= w.cold.groups[i-1] {
+			return fmt.Errorf("%w: cold groups out of order", errSnapshotFile)
+		}
+		w.cold.groups = append(w.cold.groups, g)
+	}
+	w.journaled = 0
+	last, err := cold.LoadJournal(w.db, w.cfg.Family.Name, w.cfg.Partition, len(w.cfg.Family.Fields), seq, func(id uint64, counts []uint64) {
+		w.table.Put(id, counts)
+		w.journaled++
+	})
+	if err != nil {
+		return err
+	}
+	if last != cp.Seq {
+		return fmt.Errorf("%w: journal ends at checkpoint %d, the last one is %d", errSnapshotFile, last, cp.Seq)
+	}
+	w.snapSeq = seq
+	return nil
+}

@@ -1,0 +1,257 @@
+package counter
+
+import (
+	"cmp"
+	"io"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/tally-dev/tally/store"
+	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/hot"
+)
+
+// tiered is a table that can leave part of its ids to the cold tier and write itself to
+// a snapshot: the packed hot table. Workers with another table keep every id in RAM.
+type tiered interface {
+	store.Table
+	io.WriterTo
+	io.ReaderFrom
+	SetTick(uint32)
+	Groups() []hot.GroupInfo
+	DropGroup(gk uint32)
+	MemBytes() int
+}
+
+// Budget bounds the RAM of the hot tables of every worker that shares it: after a
+// checkpoint, a worker whose node is over the budget moves its least recently used
+// groups of ids to the cold tier until the node is under it again.
+type Budget struct {
+	max  int64
+	used atomic.Int64
+}
+
+// NewBudget returns a budget of max bytes; max <= 0 is unbounded.
+func NewBudget(max int64) *Budget { return &Budget{max: max} }
+
+// Used is the bytes the workers' hot tables hold, as of their last checkpoints.
+func (b *Budget) Used() int64 { return b.used.Load() }
+
+func (b *Budget) over() bool { return b != nil && b.max > 0 && b.used.Load() > b.max }
+
+// groupOf is the eviction unit of an id: id >> 40, 2^18 ms of snowflake ids.
+func groupOf(id uint64) uint32 { return uint32(id >> 40) }
+
+// coldSet says which ids may be in the cold tier rather than in RAM: those of groups
+// below below (but not group 0, which holds every id under 2^40 — not snowflake ids, so
+// they have no age) and of the listed groups. For every other id the table is
+// authoritative: absent means zero.
+type coldSet struct {
+	below  uint32
+	groups []uint32 // sorted
+	// zeroed are cold ids whose counters became zero in RAM since the last checkpoint:
+	// the table no longer holds them but the cold tier still has their old value.
+	zeroed map[uint64]struct{}
+}
+
+func (c *coldSet) has(gk uint32) bool {
+	if gk > 0 && gk < c.below {
+		return true
+	}
+	_, ok := slices.BinarySearch(c.groups, gk)
+	return ok
+}
+
+func (c *coldSet) empty() bool { return c.below <= 1 && len(c.groups) == 0 }
+
+func (c *coldSet) add(gk uint32) {
+	if gk > 0 && gk < c.below {
+		return
+	}
+	if i, ok := slices.BinarySearch(c.groups, gk); !ok {
+		c.groups = slices.Insert(c.groups, i, gk)
+	}
+}
+
+// raise makes every group below gk cold and forgets the listed ones it covers.
+func (c *coldSet) raise(gk uint32) {
+	if gk <= c.below {
+		return
+	}
+	c.below = gk
+	c.groups = slices.DeleteFunc(c.groups, func(g uint32) bool { return g > 0 && g < gk })
+}
+
+// coldCache keeps the counters of cold ids read recently, zeros included, in two
+// generations: a full young generation becomes the old one and the old one is dropped,
+// so the cache holds at most size ids and a hit in the old generation moves the id back
+// to the young one. Ids are never changed in the cache: an increment moves the id into
+// the table, which is read first.
+type coldCache struct {
+	size       int
+	young, old map[uint64][]uint64
+}
+
+func (c *coldCache) get(id uint64, dst []uint64) bool {
+	v, ok := c.young[id]
+	if !ok {
+		if v, ok = c.old[id]; !ok {
+			return false
+		}
+		c.put(id, v)
+	}
+	copy(dst, v)
+	return true
+}
+
+func (c *coldCache) put(id uint64, v []uint64) {
+	if c.size <= 0 {
+		return
+	}
+	if len(c.young) >= c.size/2 {
+		c.old, c.young = c.young, make(map[uint64][]uint64, c.size/2)
+	}
+	if c.young == nil {
+		c.young = make(map[uint64][]uint64)
+	}
+	c.young[id] = slices.Clone(v)
+}
+
+func (c *coldCache) drop(id uint64) {
+	delete(c.young, id)
+	delete(c.old, id)
+}
+
+// isCold reports whether id may live in the cold tier (not whether it does).
+func (w *Worker) isCold(id uint64) bool {
+	return w.tier != nil && !w.cold.empty() && w.cold.has(groupOf(id))
+}
+
+// readCold fills out[i] for the ids at idx, which the table does not hold and which may
+// be cold: from the zeroed set, the cache, or one Badger transaction for the rest.
+func (w *Worker) readCold(ids []uint64, out [][]uint64, idx []int) error {
+	var missIDs []uint64
+	var missOut [][]uint64
+	for _, i := range idx {
+		id := ids[i]
+		if _, ok := w.cold.zeroed[id]; ok {
+			clear(out[i])
+			continue
+		}
+		if w.cache.get(id, out[i]) {
+			w.stats.ColdHits.Add(1)
+			continue
+		}
+		missIDs, missOut = append(missIDs, id), append(missOut, out[i])
+	}
+	if len(missIDs) == 0 {
+		return nil
+	}
+	w.stats.ColdReads.Add(int64(len(missIDs)))
+	if err := cold.Counts(w.db, w.cfg.Family.Name, w.cfg.Partition, missIDs, missOut); err != nil {
+		return err
+	}
+	for i, id := range missIDs {
+		w.cache.put(id, missOut[i])
+	}
+	return nil
+}
+
+// warm brings a cold id into the table before it changes, so the change applies to its
+// stored value exactly once; it reports whether id is cold, so the caller can tell when
+// its counters become zero.
+func (w *Worker) warm(id uint64) (bool, error) {
+	if !w.isCold(id) || w.table.Get(id, w.scratch) {
+		return w.isCold(id), nil
+	}
+	if err := w.readCold([]uint64{id}, [][]uint64{w.scratch}, []int{0}); err != nil {
+		return true, err
+	}
+	w.cache.drop(id)
+	delete(w.cold.zeroed, id)
+	w.table.Put(id, w.scratch)
+	return true, nil
+}
+
+// now is the tick stamped on groups as they are used: Unix seconds, so ticks of
+// different workers compare.
+func now() uint32 { return uint32(time.Now().Unix()) }
+
+// evict moves groups to the cold tier: those older than ColdAge and, while the node is
+// over its budget, the least recently used. The table must be clean (just after a
+// checkpoint): every id it drops is then in Badger with the value it had.
+func (w *Worker) evict() {
+	t := w.tier
+	if t == nil {
+		return
+	}
+	t.SetTick(now())
+	// Aged groups leave RAM as a whole when their time passes the limit, and again when
+	// ids of theirs were read or changed since.
+	if limit := w.ageLimit(); limit > 0 && time.Since(w.lastAged) >= w.cfg.AgeEvery {
+		w.lastAged = time.Now()
+		dropped := false
+		for _, g := range t.Groups() {
+			if g.Key >= limit {
+				break
+			}
+			if g.Key > 0 {
+				w.drop(g)
+				dropped = true
+			}
+		}
+		w.cold.raise(limit)
+		if dropped {
+			w.account()
+		}
+	}
+	if !w.cfg.Budget.over() {
+		return
+	}
+	groups := t.Groups()
+	slices.SortFunc(groups, func(a, b hot.GroupInfo) int { return cmp.Compare(a.Touched, b.Touched) })
+	for _, g := range groups {
+		if !w.cfg.Budget.over() {
+			break
+		}
+		w.drop(g)
+		w.cold.add(g.Key)
+	}
+	w.account()
+}
+
+// ageLimit is the first group younger than ColdAge (0 when nothing is that old): the
+// snowflake time of an id is id >> 22 ms after IDEpoch, a group is id >> 40.
+func (w *Worker) ageLimit() uint32 {
+	if w.tier == nil || w.cfg.ColdAge <= 0 {
+		return 0
+	}
+	ms := time.Now().Add(-w.cfg.ColdAge).UnixMilli() - w.cfg.IDEpoch
+	if ms <= 0 {
+		return 0
+	}
+	return uint32(min(uint64(ms)>>18, 1<<32-1))
+}
+
+// drop moves one group out of RAM; account settles the figures afterwards.
+func (w *Worker) drop(g hot.GroupInfo) {
+	w.tier.DropGroup(g.Key)
+	w.stats.Evicted.Add(1)
+	w.stats.EvictedIDs.Add(int64(g.IDs))
+	if w.cfg.Budget != nil {
+		w.cfg.Budget.used.Add(-int64(g.Bytes))
+	}
+	w.reported -= int64(g.Bytes)
+}
+
+// account tells the budget what the table holds now.
+func (w *Worker) account() {
+	n := int64(w.tier.MemBytes())
+	if w.cfg.Budget != nil {
+		w.cfg.Budget.used.Add(n - w.reported)
+	}
+	w.reported = n
+	w.bytes.Store(n)
+	w.entries.Store(int64(w.table.Len()))
+}
