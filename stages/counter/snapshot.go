@@ -98,7 +98,7 @@ func (w *Worker) startSnapshot() {
 		w.snapFailed(err)
 		return
 	}
-	w.snapping = true
+	w.snapping, w.snapDue = true, false
 	w.journaled = 0
 	go func() {
 		err := writeFile(w.snapshotPath(), buf.Bytes())

@@ -40,9 +40,11 @@ type Config struct {
 	// The rest applies to a table that can move ids to the cold tier (hot.Table).
 
 	// SnapshotDir, when set, holds a snapshot of the table, rewritten once the journal
-	// since the last one reaches a quarter of the table (and on a clean stop), so a
-	// restart loads RAM in one read instead of reading every stored counter.
+	// since the last one holds more than SnapshotMin entries and a quarter of the table
+	// (and on a clean stop), so a restart loads RAM in one read instead of reading every
+	// stored counter.
 	SnapshotDir string
+	SnapshotMin int
 	// OnSnapshot, when set, is told the size and duration of every snapshot written.
 	OnSnapshot func(bytes int, took time.Duration)
 	// ColdAge moves ids older than this (by their snowflake time) out of RAM; 0 never.
@@ -108,7 +110,8 @@ type Worker struct {
 	snapSeq   uint64
 	snapping  bool
 	snapDone  chan snapResult
-	journaled int // entries journaled since the last snapshot
+	journaled int  // entries journaled since the last snapshot
+	snapDue   bool // a snapshot is wanted at the next checkpoint
 }
 
 type query struct {
@@ -131,6 +134,9 @@ func New(cfg Config, js jetstream.JetStream, db *cold.DB, log *slog.Logger, stat
 	}
 	if cfg.NewTable == nil {
 		cfg.NewTable = func(fields int) store.Table { return store.NewMap(fields) }
+	}
+	if cfg.SnapshotMin <= 0 {
+		cfg.SnapshotMin = 1 << 16
 	}
 	if cfg.AgeEvery <= 0 {
 		cfg.AgeEvery = time.Minute
@@ -237,9 +243,11 @@ func (w *Worker) load() error {
 	}
 	w.cp = cp
 	w.pos.Store(cp.Pos)
+	start, source := time.Now(), "snapshot"
 	if w.loadSnapshot(cp) {
 		w.stats.Restored.Add(1)
 	} else {
+		source = "counters"
 		// Ids past ColdAge stay in the cold tier.
 		w.cold.below = w.ageLimit()
 		err := cold.LoadCounters(w.db, w.cfg.Family.Name, w.cfg.Partition, fields, func(id uint64, c []uint64) {
@@ -250,9 +258,10 @@ func (w *Worker) load() error {
 		if err != nil {
 			return err
 		}
-		w.journaled = w.table.Len() + 1 // snapshot at the first checkpoint
+		w.snapDue = true // at the first checkpoint, so the next start is fast
 	}
 	w.table.ClearDirty() // what was loaded is already checkpointed
+	w.log.Info("loaded", "source", source, "ids", w.table.Len(), "journaled", w.journaled, "checkpoint", cp.Seq, "took", time.Since(start))
 	if w.tier != nil {
 		w.tier.SetTick(now())
 		w.account()
@@ -268,7 +277,7 @@ func (w *Worker) stop(ctx context.Context) error {
 		return err
 	}
 	w.waitSnapshot()
-	if w.journaled > 0 {
+	if w.journaled > 0 || w.snapDue {
 		w.startSnapshot()
 		w.waitSnapshot()
 	}
@@ -388,7 +397,7 @@ func (w *Worker) flush(ctx context.Context) error {
 	w.changed = 0
 	w.purge(ctx)
 	if snaps {
-		if w.journaled += len(entries); w.journaled > max(1<<16, w.table.Len()/4) {
+		if w.journaled += len(entries); w.snapDue || w.journaled > max(w.cfg.SnapshotMin, w.table.Len()/4) {
 			w.startSnapshot()
 		}
 	}

@@ -48,6 +48,9 @@ type Config struct {
 	// Snapshots keeps a snapshot of every counter table in DataDir/snapshots, so a
 	// restart loads RAM in one read per partition.
 	Snapshots bool
+	// SnapshotMin is the fewest journaled ids after which a partition writes a new
+	// snapshot (it also waits for a quarter of its table); 0 is 65 536.
+	SnapshotMin int
 	// Metrics is the address of the HTTP server for /metrics (Prometheus) and /healthz;
 	// empty disables it.
 	Metrics string

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -37,6 +38,9 @@ func runChild(dir string) int {
 	cfg.Listen = os.Getenv("TALLY_CRASH_LISTEN")
 	cfg.Partitions = 8
 	cfg.FlushInterval = 20 * time.Millisecond
+	// A hot tier of 16 KiB and a snapshot every 200 journaled ids: kills also land in
+	// evictions, cold reads and snapshot writes.
+	cfg.HotMaxMem, cfg.SnapshotMin = 16<<10, 200
 	if err := node.Run(context.Background(), cfg, slog.New(slog.NewTextHandler(os.Stderr, nil))); err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 1
@@ -50,14 +54,34 @@ type child struct {
 	dir    string
 	listen string
 	cmd    *exec.Cmd
-	stderr *bytes.Buffer
+	stderr *logBuffer // every start's stderr, in order
+}
+
+// logBuffer collects a child's stderr, written by exec's copier while the test reads it.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func (c *child) start() {
 	c.t.Helper()
 	c.cmd = exec.Command(os.Args[0], "-test.run=^$")
 	c.cmd.Env = append(os.Environ(), "TALLY_CRASH_CHILD="+c.dir, "TALLY_CRASH_LISTEN="+c.listen)
-	c.stderr = new(bytes.Buffer)
+	if c.stderr == nil {
+		c.stderr = new(logBuffer)
+	}
 	c.cmd.Stderr = c.stderr
 	if err := c.cmd.Start(); err != nil {
 		c.t.Fatal(err)
@@ -95,7 +119,7 @@ func TestCrashKill9(t *testing.T) {
 	t.Cleanup(func() {
 		ch.kill()
 		if t.Failed() {
-			t.Logf("last child stderr:\n%s", ch.stderr.String())
+			t.Logf("children's stderr:\n%s", ch.stderr.String())
 		}
 	})
 	nc, err := nats.Connect("nats://"+ch.listen, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond),
@@ -168,6 +192,11 @@ func TestCrashKill9(t *testing.T) {
 		return h.OK, fmt.Sprint(h.Lagging)
 	})
 	compare(t, c, ref, g)
+	// Restarts loaded RAM from snapshots and journals, and no snapshot was ever unusable.
+	logs := ch.stderr.String()
+	if n := strings.Count(logs, "source=snapshot"); n == 0 || strings.Contains(logs, "snapshot not used") {
+		t.Fatalf("%d partitions restored from a snapshot; rejected: %v", n, strings.Contains(logs, "snapshot not used"))
+	}
 }
 
 // TestDeltasExactBeyondDupWindow re-sends delta batches under new message ids, as happens

@@ -176,7 +176,7 @@ func (n *Node) startWorkers(ctx context.Context, js jetstream.JetStream, sj pipe
 	owners := map[string][]query.Partition{}
 	workers := len(n.cfg.Families) * n.cfg.Partitions
 	cc := counter.Config{Subjects: sj, FlushInterval: n.cfg.FlushInterval, NewTable: mk, OnFlush: n.metrics.OnFlush, PurgeEvery: n.cfg.PurgeEvery,
-		OnSnapshot: n.metrics.OnSnapshot, ColdAge: n.cfg.ColdAge, IDEpoch: n.cfg.IDEpoch, Budget: n.budget, ColdCache: n.cfg.ColdCache / workers}
+		OnSnapshot: n.metrics.OnSnapshot, ColdAge: n.cfg.ColdAge, IDEpoch: n.cfg.IDEpoch, Budget: n.budget, ColdCache: n.cfg.ColdCache / workers, SnapshotMin: n.cfg.SnapshotMin}
 	if n.cfg.Snapshots {
 		cc.SnapshotDir = filepath.Join(n.cfg.DataDir, "snapshots")
 		if err := os.MkdirAll(cc.SnapshotDir, 0o755); err != nil {
