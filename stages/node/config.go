@@ -43,7 +43,7 @@ type Config struct {
 	// recently used groups of ids move to the cold tier. 0 is unbounded.
 	HotMaxMem int64
 	// ColdCache is the most cold ids whose counters stay in RAM after a read, for the
-	// whole process.
+	// whole process (about 100 bytes each, outside HotMaxMem).
 	ColdCache int
 	// Snapshots keeps a snapshot of every counter table in DataDir/snapshots, so a
 	// restart loads RAM in one read per partition.
@@ -77,7 +77,7 @@ func DefaultConfig() Config {
 		PurgeEvery:    time.Minute,
 		ColdAge:       180 * 24 * time.Hour,
 		IDEpoch:       SnowflakeEpoch,
-		ColdCache:     1 << 20,
+		ColdCache:     1 << 18,
 		Snapshots:     true,
 	}
 }

@@ -222,6 +222,15 @@ func (n *Node) goRun(ctx context.Context, run func(context.Context) error) {
 	})
 }
 
+// HotBytes is the RAM the counter tables hold, as of their last checkpoints.
+func (n *Node) HotBytes() int64 {
+	var sum int64
+	for _, w := range n.workers {
+		sum += w.Bytes()
+	}
+	return sum
+}
+
 // hot sums the RAM tables of each family.
 func (n *Node) hot() map[string][2]int64 {
 	out := map[string][2]int64{}
