@@ -2,6 +2,7 @@ package event
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"time"
 
@@ -17,15 +18,24 @@ import (
 // by gap-free sequence, not by arrival order.
 const maxInflight = 1024
 
+// ackTimeout is how long a publish may go unacknowledged before it is sent again under
+// the same message id. The client fails pending publishes when the connection drops,
+// but a publish lost in a server restart without a disconnect being seen (or an ack
+// lost on the way) would otherwise hold the stage forever.
+var ackTimeout = 10 * time.Second
+
+var errAckTimeout = errors.New("no acknowledgement in time")
+
 type inflight struct {
 	entry cold.OutboxEntry
 	fut   jetstream.PubAckFuture // nil: to be sent (again)
+	sent  time.Time
 }
 
 // send publishes committed outbox entries without waiting for their acks.
 func (s *Stage) send(entries []cold.OutboxEntry) {
 	for _, e := range entries {
-		s.inflight = append(s.inflight, inflight{entry: e, fut: s.sendOne(e)})
+		s.inflight = append(s.inflight, inflight{entry: e, fut: s.sendOne(e), sent: time.Now()})
 	}
 }
 
@@ -39,9 +49,15 @@ func (s *Stage) sendOne(e cold.OutboxEntry) jetstream.PubAckFuture {
 	return f
 }
 
+// retry counts a failed publish; it logs the first and then at most one a second, with
+// how many failed since, rather than a line per entry of an outbox when NATS is away.
 func (s *Stage) retry(err error) {
 	s.stats.Retries.Add(1)
-	s.log.Warn("outbox publish failed, will retry", "err", err)
+	s.retries++
+	if time.Since(s.retryLogged) >= time.Second {
+		s.log.Warn("outbox publish failed, will retry", "failed", s.retries, "err", err)
+		s.retries, s.retryLogged = 0, time.Now()
+	}
 }
 
 // reap collects acknowledgements; acknowledged entries are deleted from the outbox in the
@@ -54,7 +70,7 @@ func (s *Stage) reap(ctx context.Context, wait bool) error {
 		keep := make([]inflight, 0, len(s.inflight))
 		for i, f := range s.inflight {
 			if f.fut != nil {
-				stored, failure, err := settle(ctx, f.fut, wait)
+				stored, failure, err := settle(ctx, f.fut, f.sent, wait)
 				if err != nil {
 					s.inflight = append(keep, s.inflight[i:]...)
 					return err
@@ -82,7 +98,7 @@ func (s *Stage) reap(ctx context.Context, wait bool) error {
 		}
 		for i := range s.inflight {
 			if s.inflight[i].fut == nil {
-				s.inflight[i].fut = s.sendOne(s.inflight[i].entry)
+				s.inflight[i].fut, s.inflight[i].sent = s.sendOne(s.inflight[i].entry), time.Now()
 			}
 		}
 		if !wait || len(s.inflight) == 0 {
@@ -91,24 +107,33 @@ func (s *Stage) reap(ctx context.Context, wait bool) error {
 	}
 }
 
-// settle reports whether a publish was stored or failed; without wait it does not block
-// (neither is then reported for a publish still in flight).
-func settle(ctx context.Context, fut jetstream.PubAckFuture, wait bool) (stored bool, failure, err error) {
+// settle reports whether a publish sent at sent was stored or failed (a publish not
+// acknowledged within ackTimeout has failed); without wait it does not block (neither is
+// then reported for a publish still in flight).
+func settle(ctx context.Context, fut jetstream.PubAckFuture, sent time.Time, wait bool) (stored bool, failure, err error) {
+	left := time.Until(sent.Add(ackTimeout))
 	select {
 	case <-fut.Ok():
 		return true, nil, nil
 	case e := <-fut.Err():
 		return false, e, nil
 	default:
+		if left <= 0 {
+			return false, errAckTimeout, nil
+		}
 		if !wait {
 			return false, nil, nil
 		}
 	}
+	timer := time.NewTimer(left)
+	defer timer.Stop()
 	select {
 	case <-fut.Ok():
 		return true, nil, nil
 	case e := <-fut.Err():
 		return false, e, nil
+	case <-timer.C:
+		return false, errAckTimeout, nil
 	case <-ctx.Done():
 		return false, nil, ctx.Err()
 	}

@@ -76,6 +76,9 @@ type Stage struct {
 	st        cold.StageState
 	published []uint64 // outbox entries acknowledged, deleted in the next transaction
 	inflight  []inflight
+	// failed publishes not yet logged, and when one last was
+	retries     int
+	retryLogged time.Time
 }
 
 // New returns a stage for cfg.Partition. stats may be shared by several stages.

@@ -20,8 +20,9 @@ type Config struct {
 	Families   []pipeline.Family
 	// FlushInterval is the counter workers' coalescing window.
 	FlushInterval time.Duration
-	Replicas      int
-	DupWindow     time.Duration
+	// Replicas of every stream; 0 is 3 on a NATS cluster of three or more servers, else 1.
+	Replicas  int
+	DupWindow time.Duration
 	// SyncWrites fsyncs every Badger commit (exact across power loss, slower).
 	SyncWrites bool
 	// Table picks the in-RAM counter table: "map" (a Go map) or "hot" (packed).
@@ -70,7 +71,7 @@ func DefaultConfig() Config {
 		Prefix:        pipeline.DefaultPrefix,
 		Families:      pipeline.DefaultFamilies(),
 		FlushInterval: 100 * time.Millisecond,
-		Replicas:      1,
+		Replicas:      0,
 		DupWindow:     sc.DupWindow,
 		Table:         "hot",
 		FanoutLimit:   10_000,

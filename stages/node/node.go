@@ -11,7 +11,9 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -81,6 +83,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("cannot use data directory: %w", err)
 	}
+	if err := writable(cfg.DataDir); err != nil { // before the embedded NATS, which only times out
+		return nil, err
+	}
 	url := cfg.NATSURL
 	if url == "" {
 		if n.ns, err = n.embed(); err != nil {
@@ -88,7 +93,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		}
 		url = n.ns.ClientURL()
 	}
-	n.nc, err = nats.Connect(url, nats.Name("tallyd"), nats.MaxReconnects(-1),
+	// Reconnect soon after a NATS restart (the default waits 2 s between attempts): the
+	// stages resume by themselves once the connection is back.
+	n.nc, err = nats.Connect(url, nats.Name("tallyd"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil { // nil: our own close
 				log.Warn("NATS disconnected", "err", err)
@@ -104,7 +111,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	}
 	n.js = js
 	sc := cfg.streams()
-	if err := pipeline.Setup(ctx, js, sc); err != nil {
+	if cfg.Replicas == 0 {
+		sc.Replicas = autoReplicas(n.nc)
+	}
+	if err := setup(ctx, js, sc, log); err != nil {
 		return nil, err
 	}
 	if n.db, err = cold.Open(cold.Options{Dir: filepath.Join(cfg.DataDir, "state"), SyncWrites: cfg.SyncWrites, Logger: log}); err != nil {
@@ -213,6 +223,9 @@ func (n *Node) startStages(ctx context.Context, js jetstream.JetStream, sj pipel
 func (n *Node) goRun(ctx context.Context, run func(context.Context) error) {
 	n.wg.Go(func() {
 		if err := run(ctx); err != nil && ctx.Err() == nil {
+			if diskError(err) {
+				err = fmt.Errorf("cannot write to the data directory %s (disk full, file too large or not writable); free space or fix it and restart, nothing is lost: %w", n.cfg.DataDir, err)
+			}
 			n.errOnce.Do(func() {
 				n.err = err
 				n.log.Error("partition failed; stopping", "err", err)
@@ -222,6 +235,34 @@ func (n *Node) goRun(ctx context.Context, run func(context.Context) error) {
 	})
 }
 
+// setup sets the streams up, retrying for a while: a NATS cluster that is still forming
+// (no JetStream leader yet, peers not all online) refuses for a few seconds what it
+// accepts afterwards. A wrong partition count is final.
+func setup(ctx context.Context, js jetstream.JetStream, sc pipeline.StreamConfig, log *slog.Logger) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := pipeline.Setup(ctx, js, sc)
+		if err == nil || errors.Is(err, pipeline.ErrPartitions) || time.Now().After(deadline) {
+			return err
+		}
+		log.Warn("cannot set up streams yet; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// autoReplicas is 3 on a NATS cluster of three or more servers (those the client was
+// given and those the cluster told it about), else 1.
+func autoReplicas(nc *nats.Conn) int {
+	if nc.ConnectedClusterName() != "" && len(nc.Servers()) >= 3 {
+		return 3
+	}
+	return 1
+}
+
 // HotBytes is the RAM the counter tables hold, as of their last checkpoints.
 func (n *Node) HotBytes() int64 {
 	var sum int64
@@ -229,6 +270,43 @@ func (n *Node) HotBytes() int64 {
 		sum += w.Bytes()
 	}
 	return sum
+}
+
+// writable checks that the data directory and the directories in it can be written,
+// saying which cannot.
+func writable(dir string) error {
+	dirs := []string{dir}
+	for _, sub := range []string{"state", "nats", "snapshots"} {
+		if fi, err := os.Stat(filepath.Join(dir, sub)); err == nil && fi.IsDir() {
+			dirs = append(dirs, filepath.Join(dir, sub))
+		}
+	}
+	for _, d := range dirs {
+		f, err := os.CreateTemp(d, ".tally-probe-*")
+		if err != nil {
+			return fmt.Errorf("data directory %s is not writable: %w", d, err)
+		}
+		f.Close()
+		_ = os.Remove(f.Name())
+	}
+	return nil
+}
+
+// diskError reports whether err is a failure to write the disk. Badger flattens the
+// errors it wraps into text, so the text is looked at too.
+func diskError(err error) bool {
+	for _, e := range []error{syscall.ENOSPC, syscall.EFBIG, syscall.EDQUOT, syscall.EROFS, syscall.EACCES, syscall.EIO} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	msg := err.Error()
+	for _, s := range []string{"no space left on device", "file too large", "disk quota exceeded", "read-only file system", "permission denied", "input/output error"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // hot sums the RAM tables of each family.

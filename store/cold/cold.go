@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 
 	"github.com/dgraph-io/badger/v4"
 )
@@ -42,6 +43,16 @@ type DB struct {
 func Open(o Options) (*DB, error) {
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("cannot create data dir %s: %w", o.Dir, err)
+	}
+	// A memtable file Badger could not size (a full disk) is left empty, and an empty
+	// memtable file stops Badger from opening; it never held a write.
+	mems, _ := filepath.Glob(filepath.Join(o.Dir, "*.mem"))
+	for _, m := range mems {
+		if fi, err := os.Stat(m); err == nil && fi.Size() == 0 {
+			if err := os.Remove(m); err != nil {
+				return nil, fmt.Errorf("cannot remove the empty memtable %s: %w", m, err)
+			}
+		}
 	}
 	bo := badger.DefaultOptions(o.Dir).
 		WithSyncWrites(o.SyncWrites).
