@@ -164,18 +164,7 @@ func TestCrashKill9(t *testing.T) {
 			})
 		}
 		tx := "crash." + strconv.Itoa(chunk)
-		for attempt := 0; ; attempt++ { // a producer's retry: same events, same tx
-			pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-			err := c.PublishBatch(pctx, tx, evs)
-			cancel()
-			if err == nil {
-				break
-			}
-			if attempt > 200 {
-				t.Fatalf("chunk %d never stored: %v", chunk, err)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		publishRetrying(t, c, tx, evs)
 		if g.r.IntN(5) == 0 { // and a retry of an already stored batch
 			_ = c.PublishBatch(ctx, tx, evs)
 		}

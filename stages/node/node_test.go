@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"testing"
 	"time"
 
@@ -27,7 +28,7 @@ func startNode(t testing.TB, mod func(*node.Config)) (*node.Node, *client.Client
 	if mod != nil {
 		mod(&cfg)
 	}
-	n, err := node.Start(context.Background(), cfg, slog.New(slog.DiscardHandler))
+	n, err := node.Start(context.Background(), cfg, testLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,4 +143,11 @@ func TestDeltasPurgedAfterCheckpoint(t *testing.T) {
 	if err != nil || r.Counts[0][3] != 20 || r.Counts[1][3] != 20 {
 		t.Fatalf("after restart: %v %v", r.Counts, err)
 	}
+}
+
+func testLogger() *slog.Logger {
+	if os.Getenv("TALLY_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	return slog.New(slog.DiscardHandler)
 }
