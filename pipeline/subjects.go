@@ -67,3 +67,6 @@ func (s Subjects) EventsStream() string  { return s.stream("EVENTS") }
 func (s Subjects) DeltasStream() string  { return s.stream("DELTAS") }
 func (s Subjects) ChangesStream() string { return s.stream("CHANGES") }
 func (s Subjects) DLQStream() string     { return s.stream("DLQ") }
+
+// OwnersBucket is the KV bucket of partition ownership leases.
+func (s Subjects) OwnersBucket() string { return s.stream("OWNERS") }

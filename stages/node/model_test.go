@@ -194,7 +194,7 @@ func TestModel(t *testing.T) {
 	t.Run("evict-all", func(t *testing.T) {
 		n := testModel(t, total/2, func(c *node.Config) { c.HotMaxMem, c.ColdCache, c.ColdAge = 1, 16*64, 0 })
 		st := &n.CounterStats
-		if st.Evicted.Load() < 100 || st.ColdReads.Load() < 1000 || st.Restored.Load() != 16*3 {
+		if st.Evicted.Load() < 20 || st.ColdReads.Load() < 1000 || st.Restored.Load() != 16*3 {
 			t.Fatalf("cold tier barely used: %d groups evicted, %d cold reads; %d of 48 partitions restored from snapshots", st.Evicted.Load(), st.ColdReads.Load(), st.Restored.Load())
 		}
 	})

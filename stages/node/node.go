@@ -49,6 +49,7 @@ type Node struct {
 	EventStats   *event.Stats
 	CounterStats counter.Stats
 	budget       *counter.Budget
+	lease        *lease
 	stages       []*event.Stage
 	workers      []*counter.Worker
 	metrics      *metrics.Metrics
@@ -117,6 +118,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	if err := setup(ctx, js, sc, log); err != nil {
 		return nil, err
 	}
+	if n.lease, err = acquireLease(ctx, js, sc.Subjects.OwnersBucket(), sc.Replicas, cfg.DataDir); err != nil {
+		return nil, err
+	}
 	if n.db, err = cold.Open(cold.Options{Dir: filepath.Join(cfg.DataDir, "state"), SyncWrites: cfg.SyncWrites, Logger: log}); err != nil {
 		return nil, err
 	}
@@ -125,6 +129,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	n.cancel = cancel
+	n.goRun(runCtx, func(ctx context.Context) error {
+		n.lease.keep(ctx, log)
+		if ctx.Err() == nil {
+			return ErrOwned // lost: another process may own the partitions now
+		}
+		return nil
+	})
 	n.metrics = metrics.New(metrics.Source{Events: n.EventStats, Counters: &n.CounterStats, Hot: n.hot,
 		Lag: func(ctx context.Context) (*pipeline.HealthReply, error) { return n.query.Health(ctx) }})
 	owners, err := n.startWorkers(runCtx, js, sc.Subjects)
@@ -370,6 +381,11 @@ func (n *Node) Close() error {
 		n.cancel()
 	}
 	n.wg.Wait()
+	if n.lease != nil && n.err == nil { // every partition stopped: another tallyd may start now
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		n.lease.release(ctx)
+		cancel()
+	}
 	var errs []error
 	if n.js != nil {
 		select { // change events published by the last flushes

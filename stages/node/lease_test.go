@@ -1,0 +1,66 @@
+package node_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/pipeline/natstest"
+	"github.com/tally-dev/tally/stages/node"
+)
+
+// TestOneOwner starts two tallyd on one NATS: the second refuses with ErrOwned (it would
+// count the same events again from its own disk) and starts once the first has stopped.
+// Then another process takes the lease key, as a new owner would after this one was
+// paused past its lease: at its next renewal the fenced node stops by itself.
+func TestOneOwner(t *testing.T) {
+	s := natstest.Start(t)
+	cfg := func() node.Config {
+		c := node.DefaultConfig()
+		c.DataDir, c.NATSURL, c.Partitions = t.TempDir(), s.ClientURL(), 2
+		return c
+	}
+	ctx := context.Background()
+	log := slog.New(slog.DiscardHandler)
+	a, err := node.Start(ctx, cfg(), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bcfg := cfg()
+	if b, err := node.Start(ctx, bcfg, log); !errors.Is(err, node.ErrOwned) {
+		if b != nil {
+			b.Close()
+		}
+		t.Fatalf("second tallyd: %v, want ErrOwned", err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := node.Start(ctx, bcfg, log)
+	if err != nil {
+		t.Fatalf("after the owner stopped: %v", err)
+	}
+	defer b.Close()
+
+	js, _ := jetstream.New(natstest.Connect(t, s))
+	kv, err := js.KeyValue(ctx, pipeline.NewSubjects(pipeline.DefaultPrefix).OwnersBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "partitions", []byte("usurper")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-b.Failed():
+	case <-time.After(30 * time.Second):
+		t.Fatal("a fenced owner kept running")
+	}
+	if err := b.Close(); !errors.Is(err, node.ErrOwned) {
+		t.Fatalf("close of the fenced node: %v, want ErrOwned", err)
+	}
+}
