@@ -216,7 +216,9 @@ func TestPermissions(t *testing.T) {
 	cfg.Partitions = 4
 	cfg.FlushInterval = 10 * time.Millisecond
 	cfg.PurgeEvery = time.Millisecond // exercise the purge grant at every checkpoint
-	n, err := node.Start(ctx, cfg, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
+	cfg.BackupEvery = 50 * time.Millisecond
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	n, err := node.Start(ctx, cfg, log)
 	if err != nil {
 		t.Fatalf("tally node as user tallyd: %v (violations: %q)", err, logged.take())
 	}
@@ -298,6 +300,28 @@ func TestPermissions(t *testing.T) {
 			return false, err.Error()
 		}
 		return u.Like == 4 && u.System == 1 && h.OK, fmt.Sprintf("unread %+v, health %+v", u, h)
+	})
+
+	// tallyd's state backups, and a takeover from them by another data directory.
+	natstest.Eventually(t, 30*time.Second, "a state backup", func() (bool, string) {
+		logged.none(t)
+		return n.Backups.Load() > 1, fmt.Sprint(n.Backups.Load(), " backups, ", n.BackupErrs.Load(), " failed")
+	})
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cfg.DataDir = t.TempDir()
+	if n, err = node.Start(ctx, cfg, log); err != nil || n.Takeover() != "backup" {
+		t.Fatalf("takeover as user tallyd: %v, from %q (violations: %q)", err, n.Takeover(), logged.take())
+	}
+	natstest.Eventually(t, 30*time.Second, "counts after the takeover", func() (bool, string) {
+		logged.none(t)
+		r, err := read.Get(ctx, "post", 42, 43)
+		if err != nil {
+			return false, err.Error()
+		}
+		got := fmt.Sprint(r.Counts)
+		return got == "[[3 0 0 10] [1 1 0 0]]", got
 	})
 	liked, err := read.Liked(ctx, 9, 42, 43, 44)
 	if err != nil || fmt.Sprint(liked) != "[true true false]" {

@@ -70,3 +70,6 @@ func (s Subjects) DLQStream() string     { return s.stream("DLQ") }
 
 // OwnersBucket is the KV bucket of partition ownership leases.
 func (s Subjects) OwnersBucket() string { return s.stream("OWNERS") }
+
+// StateBucket is the object store of state backups.
+func (s Subjects) StateBucket() string { return s.stream("STATE") }

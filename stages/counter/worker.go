@@ -36,6 +36,8 @@ type Config struct {
 	// a restart resumes after the checkpoint, and a re-sent batch is recognised by its
 	// sequence, not by the stream, so they are never needed again. 0 never purges.
 	PurgeEvery time.Duration
+	// BoundPurge purges only what SetPurgeLimit allows as well: state backed up to NATS.
+	BoundPurge bool
 
 	// The rest applies to a table that can move ids to the cold tier (hot.Table).
 
@@ -89,10 +91,11 @@ type Worker struct {
 	stats   *Stats
 	queries chan *query
 
-	ready   atomic.Bool
-	pos     atomic.Uint64
-	entries atomic.Int64 // ids in the table, as of the last flush
-	bytes   atomic.Int64 // the table's RAM, as of the last flush, when it can tell
+	ready      atomic.Bool
+	pos        atomic.Uint64
+	purgeLimit atomic.Uint64
+	entries    atomic.Int64 // ids in the table, as of the last flush
+	bytes      atomic.Int64 // the table's RAM, as of the last flush, when it can tell
 
 	table     store.Table
 	cp        cold.Checkpoint
@@ -407,14 +410,18 @@ func (w *Worker) flush(ctx context.Context) error {
 // purge drops the deltas the last checkpoint covers, at most every PurgeEvery. A failed
 // purge is logged and tried again later: it only costs disk.
 func (w *Worker) purge(ctx context.Context) {
-	if w.cfg.PurgeEvery <= 0 || time.Since(w.lastPurge) < w.cfg.PurgeEvery || w.cp.Pos < w.purgedTo {
+	upTo := w.cp.Pos
+	if w.cfg.BoundPurge {
+		upTo = min(upTo, w.purgeLimit.Load())
+	}
+	if w.cfg.PurgeEvery <= 0 || time.Since(w.lastPurge) < w.cfg.PurgeEvery || upTo < w.purgedTo {
 		return
 	}
 	w.lastPurge = time.Now()
 	st, err := w.js.Stream(ctx, w.cfg.Subjects.DeltasStream())
 	if err == nil {
 		err = st.Purge(ctx, jetstream.WithPurgeSubject(w.cfg.Subjects.Delta(w.cfg.Family.Name, w.cfg.Partition)),
-			jetstream.WithPurgeSequence(w.cp.Pos+1))
+			jetstream.WithPurgeSequence(upTo+1))
 	}
 	if err != nil {
 		if ctx.Err() == nil {
@@ -422,8 +429,16 @@ func (w *Worker) purge(ctx context.Context) {
 		}
 		return
 	}
-	w.purgedTo = w.cp.Pos + 1
+	w.purgedTo = upTo + 1
 }
+
+// SetPurgeLimit lets the worker purge deltas up to pos when BoundPurge is set: pos is
+// covered by a backup of its state stored in NATS, so a new owner restoring that backup
+// finds every delta after it still in the stream.
+func (w *Worker) SetPurgeLimit(pos uint64) { w.purgeLimit.Store(pos) }
+
+// Partition is the worker's family and partition.
+func (w *Worker) Partition() (family string, p int) { return w.cfg.Family.Name, w.cfg.Partition }
 
 // announce publishes the change event(s) of one flush. Change events are for mirrors and
 // push gateways; a failed publish is counted and logged, never allowed to stop counting.

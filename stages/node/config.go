@@ -52,6 +52,15 @@ type Config struct {
 	// SnapshotMin is the fewest journaled ids after which a partition writes a new
 	// snapshot (it also waits for a quarter of its table); 0 is 65 536.
 	SnapshotMin int
+	// LeaseTTL is how long the ownership lease outlives its owner (DefaultLeaseTTL).
+	LeaseTTL time.Duration
+	// Standby waits for the lease instead of refusing to start when another tallyd owns
+	// the partitions: it takes over when that one stops or dies.
+	Standby bool
+	// BackupEvery, when positive, stores a backup of the whole state in the NATS object
+	// store <PREFIX>_STATE this often, and purges deltas only up to what the last backup
+	// covers: a new owner on another machine restores it and replays the streams.
+	BackupEvery time.Duration
 	// Metrics is the address of the HTTP server for /metrics (Prometheus) and /healthz;
 	// empty disables it.
 	Metrics string
@@ -80,6 +89,7 @@ func DefaultConfig() Config {
 		IDEpoch:       SnowflakeEpoch,
 		ColdCache:     1 << 18,
 		Snapshots:     true,
+		LeaseTTL:      DefaultLeaseTTL,
 	}
 }
 
@@ -92,6 +102,9 @@ func (c Config) validate() error {
 	}
 	if c.FlushInterval <= 0 {
 		return fmt.Errorf("flush interval must be positive")
+	}
+	if c.LeaseTTL < 300*time.Millisecond {
+		return fmt.Errorf("lease TTL %v is too short (at least 300ms)", c.LeaseTTL)
 	}
 	if c.ColdAge < 0 || c.HotMaxMem < 0 || c.ColdCache < 0 {
 		return fmt.Errorf("cold age, hot memory and cold cache must not be negative")

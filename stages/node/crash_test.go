@@ -41,6 +41,10 @@ func runChild(dir string) int {
 	// A hot tier of 16 KiB and a snapshot every 200 journaled ids: kills also land in
 	// evictions, cold reads and snapshot writes.
 	cfg.HotMaxMem, cfg.SnapshotMin = 16<<10, 200
+	// The failover test runs the child on a NATS cluster, backing its state up there.
+	if url := os.Getenv("TALLY_CRASH_NATS"); url != "" {
+		cfg.NATSURL, cfg.BackupEvery, cfg.LeaseTTL = url, 300*time.Millisecond, failoverTTL
+	}
 	if err := node.Run(context.Background(), cfg, slog.New(slog.NewTextHandler(os.Stderr, nil))); err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 1

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -18,27 +19,35 @@ import (
 // ErrOwned is returned by Start when another tallyd owns the partitions of this prefix.
 var ErrOwned = errors.New("the partitions are owned by another tallyd")
 
-// leaseTTL is how long an ownership lease lives without renewal; it is renewed every
-// third of it. A crashed owner's partitions are free this long after its last renewal.
-const leaseTTL = 10 * time.Second
+// DefaultLeaseTTL is how long an ownership lease lives without renewal; it is renewed
+// every third of it. A crashed owner's partitions are free this long after its last
+// renewal.
+const DefaultLeaseTTL = 10 * time.Second
 
 // lease is this process's ownership of every partition of its prefix, held as a key in a
-// KV bucket whose messages expire after leaseTTL. Until partitions can move between
+// KV bucket whose messages expire after the TTL. Until partitions can move between
 // processes with their state, one tallyd owns them all: a second one refuses to start
 // instead of counting the same events again from its own disk. The key's revision is the
 // fencing token: renewal is a compare-and-set on it, and an owner whose renewal fails —
 // because it was paused past the TTL and another took the key — stops at once.
 type lease struct {
+	ttl  time.Duration
 	kv   jetstream.KeyValue
 	key  string
 	id   string
 	rev  uint64
 	lost chan struct{}
+	// renewed is when the lease was last renewed (Unix ns): other goroutines check it
+	// before writing to NATS on the owner's behalf (see valid).
+	renewed atomic.Int64
 }
+
+// valid reports whether the lease is certainly still ours: renewed less than a TTL ago.
+func (l *lease) valid() bool { return time.Since(time.Unix(0, l.renewed.Load())) < l.ttl }
 
 // acquireLease takes the lease, or reports who holds it. A restart of the same data
 // directory (the same node id) takes its own lease back at once.
-func acquireLease(ctx context.Context, js jetstream.JetStream, bucket string, replicas int, dataDir string) (*lease, error) {
+func acquireLease(ctx context.Context, js jetstream.JetStream, bucket string, replicas int, dataDir string, ttl time.Duration) (*lease, error) {
 	id, err := nodeID(dataDir)
 	if err != nil {
 		return nil, err
@@ -46,14 +55,14 @@ func acquireLease(ctx context.Context, js jetstream.JetStream, bucket string, re
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second) // a missing permission only times out
 	defer cancel()
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: bucket, Description: "Tally partition ownership", TTL: leaseTTL, History: 1, Replicas: replicas,
+		Bucket: bucket, Description: "Tally partition ownership", TTL: ttl, History: 1, Replicas: replicas,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cannot set up the ownership bucket %s: %w", bucket, err)
 	}
 	host, _ := os.Hostname()
 	value := []byte(id + " " + host)
-	l := &lease{kv: kv, key: "partitions", id: id, lost: make(chan struct{})}
+	l := &lease{ttl: ttl, kv: kv, key: "partitions", id: id, lost: make(chan struct{})}
 	l.rev, err = kv.Create(ctx, l.key, value)
 	if fenced(err) {
 		e, gerr := kv.Get(ctx, l.key)
@@ -64,12 +73,13 @@ func acquireLease(ctx context.Context, js jetstream.JetStream, bucket string, re
 			l.rev, err = kv.Update(ctx, l.key, value, e.Revision())
 		default:
 			return nil, fmt.Errorf("%w: %q holds bucket %s key %s (revision %d); one tallyd per prefix until partitions can move between processes — stop it, or wait %v after it died",
-				ErrOwned, string(e.Value()), bucket, l.key, e.Revision(), leaseTTL)
+				ErrOwned, string(e.Value()), bucket, l.key, e.Revision(), ttl)
 		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("cannot take the ownership lease: %w", err)
 	}
+	l.renewed.Store(time.Now().UnixNano())
 	return l, nil
 }
 
@@ -77,8 +87,7 @@ func acquireLease(ctx context.Context, js jetstream.JetStream, bucket string, re
 // else owns the partitions now) or cannot renew before the lease would have expired, it
 // closes lost and returns.
 func (l *lease) keep(ctx context.Context, log *slog.Logger) {
-	renewed := time.Now()
-	tick := time.NewTicker(leaseTTL / 3)
+	tick := time.NewTicker(l.ttl / 3)
 	defer tick.Stop()
 	for {
 		select {
@@ -86,23 +95,24 @@ func (l *lease) keep(ctx context.Context, log *slog.Logger) {
 			return
 		case <-tick.C:
 		}
-		if time.Since(renewed) >= leaseTTL {
+		if !l.valid() {
 			// Paused past the lease (a stopped process, a frozen VM): another tallyd may
 			// own the partitions already. Stop before doing anything else.
-			log.Error("ownership lease expired while this process was paused; stopping", "since", time.Since(renewed))
+			log.Error("ownership lease expired while this process was paused; stopping")
 			close(l.lost)
 			return
 		}
-		rctx, cancel := context.WithTimeout(ctx, leaseTTL/3)
+		rctx, cancel := context.WithTimeout(ctx, l.ttl/3)
 		rev, err := l.kv.Update(rctx, l.key, []byte(l.id+" renewed"), l.rev)
 		cancel()
 		switch {
 		case err == nil:
-			l.rev, renewed = rev, time.Now()
+			l.rev = rev
+			l.renewed.Store(time.Now().UnixNano())
 			continue
 		case ctx.Err() != nil:
 			return
-		case fenced(err) || time.Since(renewed) > leaseTTL*2/3:
+		case fenced(err) || time.Since(time.Unix(0, l.renewed.Load())) > l.ttl*2/3:
 			// A wrong last revision means another process took the key: fenced. A lease
 			// this close to expiring may be taken any moment: stop before it is.
 			log.Error("ownership lease lost; stopping", "err", err)

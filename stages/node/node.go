@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -50,11 +51,15 @@ type Node struct {
 	CounterStats counter.Stats
 	budget       *counter.Budget
 	lease        *lease
-	stages       []*event.Stage
-	workers      []*counter.Worker
-	metrics      *metrics.Metrics
-	http         *http.Server
-	metricsAddr  string
+	takeover     string
+	obs          jetstream.ObjectStore // state backups; nil without BackupEvery
+	// Backups and BackupErrs count state backups stored in NATS and failed.
+	Backups, BackupErrs atomic.Int64
+	stages              []*event.Stage
+	workers             []*counter.Worker
+	metrics             *metrics.Metrics
+	http                *http.Server
+	metricsAddr         string
 }
 
 // Run runs a node until ctx ends or a partition fails.
@@ -118,17 +123,26 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	if err := setup(ctx, js, sc, log); err != nil {
 		return nil, err
 	}
-	if n.lease, err = acquireLease(ctx, js, sc.Subjects.OwnersBucket(), sc.Replicas, cfg.DataDir); err != nil {
+	restored, err := n.own(ctx, js, sc.Subjects, sc.Replicas)
+	if err != nil {
 		return nil, err
 	}
 	if n.db, err = cold.Open(cold.Options{Dir: filepath.Join(cfg.DataDir, "state"), SyncWrites: cfg.SyncWrites, Logger: log}); err != nil {
 		return nil, err
+	}
+	if restored {
+		if err := n.rebase(); err != nil {
+			return nil, fmt.Errorf("cannot rebase the restored state: %w", err)
+		}
 	}
 	if n.pulled, err = cold.LoadPulled(n.db); err != nil {
 		return nil, err
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	n.cancel = cancel
+	if n.obs != nil {
+		n.goRun(runCtx, n.backups)
+	}
 	n.goRun(runCtx, func(ctx context.Context) error {
 		n.lease.keep(ctx, log)
 		if ctx.Err() == nil {
@@ -197,7 +211,7 @@ func (n *Node) startWorkers(ctx context.Context, js jetstream.JetStream, sj pipe
 	owners := map[string][]query.Partition{}
 	workers := len(n.cfg.Families) * n.cfg.Partitions
 	cc := counter.Config{Subjects: sj, FlushInterval: n.cfg.FlushInterval, NewTable: mk, OnFlush: n.metrics.OnFlush, PurgeEvery: n.cfg.PurgeEvery,
-		OnSnapshot: n.metrics.OnSnapshot, ColdAge: n.cfg.ColdAge, IDEpoch: n.cfg.IDEpoch, Budget: n.budget, ColdCache: n.cfg.ColdCache / workers, SnapshotMin: n.cfg.SnapshotMin}
+		OnSnapshot: n.metrics.OnSnapshot, ColdAge: n.cfg.ColdAge, IDEpoch: n.cfg.IDEpoch, Budget: n.budget, ColdCache: n.cfg.ColdCache / workers, SnapshotMin: n.cfg.SnapshotMin, BoundPurge: n.cfg.BackupEvery > 0}
 	if n.cfg.Snapshots {
 		cc.SnapshotDir = filepath.Join(n.cfg.DataDir, "snapshots")
 		if err := os.MkdirAll(cc.SnapshotDir, 0o755); err != nil {

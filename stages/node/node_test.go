@@ -147,7 +147,7 @@ func TestDeltasPurgedAfterCheckpoint(t *testing.T) {
 
 func testLogger() *slog.Logger {
 	if os.Getenv("TALLY_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
 	return slog.New(slog.DiscardHandler)
 }

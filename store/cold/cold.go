@@ -1,8 +1,13 @@
 package cold
 
 import (
+	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
+	"hash/crc32"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -93,3 +98,155 @@ func (b badgerLogger) Warningf(f string, a ...any) {
 }
 func (badgerLogger) Infof(string, ...any)  {}
 func (badgerLogger) Debugf(string, ...any) {}
+
+// backupMagic starts a backup: then every key and value, each a uvarint length and the
+// bytes, then the length of all that (8 bytes) and its CRC-32C (4 bytes), big-endian.
+// Badger's own Backup is not used: without managed transactions it reads key ranges in
+// separate transactions, at different moments — counters from one and the checkpoint
+// saying what they reflect from another — which is not a state to restart from.
+const backupMagic = "TLYB2"
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Backup writes a consistent copy of the whole database to w: one read transaction.
+func (d *DB) Backup(w io.Writer) error {
+	if _, err := io.WriteString(w, backupMagic); err != nil {
+		return err
+	}
+	cw := &crcWriter{w: w, crc: crc32.New(castagnoli)}
+	bw := bufio.NewWriterSize(cw, 1<<20)
+	err := d.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 256})
+		defer it.Close()
+		var buf []byte
+		for it.Rewind(); it.Valid(); it.Next() {
+			item := it.Item()
+			buf = binary.AppendUvarint(buf[:0], uint64(len(item.Key())))
+			buf = append(buf, item.Key()...)
+			v, err := item.ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			buf = binary.AppendUvarint(buf, uint64(len(v)))
+			if _, err := bw.Write(append(buf, v...)); err != nil {
+				return err
+			}
+		}
+		return bw.Flush()
+	})
+	if err != nil {
+		return err
+	}
+	trailer := binary.BigEndian.AppendUint64(nil, cw.n)
+	_, err = w.Write(binary.BigEndian.AppendUint32(trailer, cw.crc.Sum32()))
+	return err
+}
+
+type crcWriter struct {
+	w   io.Writer
+	crc hash.Hash32
+	n   uint64
+}
+
+func (c *crcWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.crc.Write(p[:n])
+	c.n += uint64(n)
+	return n, err
+}
+
+// Restore replaces the database in dir with a backup read from r. The backup is first
+// copied next to dir and checked (length, checksum); what was in dir is removed only
+// then, and a load that fails leaves dir removed, never half-loaded under its name.
+func Restore(dir string, r io.Reader, log *slog.Logger) (err error) {
+	tmp, err := os.CreateTemp(filepath.Dir(dir), "restore-*")
+	if err != nil {
+		return fmt.Errorf("cannot stage the backup: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	defer tmp.Close()
+	n, err := io.Copy(tmp, r)
+	if err != nil {
+		return fmt.Errorf("cannot read the backup: %w", err)
+	}
+	bad := func(why string) error { return fmt.Errorf("%w: backup %s", ErrCorrupt, why) }
+	const head, tail = int64(len(backupMagic)), 12
+	if n < head+tail {
+		return bad("too short")
+	}
+	buf := make([]byte, head)
+	if _, err := tmp.ReadAt(buf, 0); err != nil || string(buf) != backupMagic {
+		return bad("without Tally's header")
+	}
+	trailer := make([]byte, tail)
+	if _, err := tmp.ReadAt(trailer, n-tail); err != nil {
+		return err
+	}
+	size := binary.BigEndian.Uint64(trailer)
+	if size != uint64(n-head-tail) {
+		return bad("truncated")
+	}
+	crc := crc32.New(castagnoli)
+	if _, err := io.Copy(crc, io.NewSectionReader(tmp, head, int64(size))); err != nil {
+		return err
+	}
+	if crc.Sum32() != binary.BigEndian.Uint32(trailer[8:]) {
+		return bad("checksum mismatch")
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("cannot clear %s for the restore: %w", dir, err)
+	}
+	db, err := Open(Options{Dir: dir, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("cannot restore the backup: %v", p)
+		}
+		if err != nil {
+			db.Close()
+			os.RemoveAll(dir)
+			return
+		}
+		err = db.Close()
+	}()
+	if err := load(db, bufio.NewReaderSize(io.NewSectionReader(tmp, head, int64(size)), 1<<20)); err != nil {
+		return fmt.Errorf("cannot restore the backup: %w", err)
+	}
+	return nil
+}
+
+// load writes the keys and values of a checked backup.
+func load(db *DB, r *bufio.Reader) error {
+	wb := db.db.NewWriteBatch()
+	defer wb.Cancel()
+	field := func() ([]byte, error) {
+		n, err := binary.ReadUvarint(r)
+		if err != nil {
+			return nil, err
+		}
+		if n > 1<<30 {
+			return nil, fmt.Errorf("%w: a field of %d bytes", ErrCorrupt, n)
+		}
+		b := make([]byte, n)
+		_, err = io.ReadFull(r, b)
+		return b, err
+	}
+	for {
+		k, err := field()
+		if errors.Is(err, io.EOF) {
+			return wb.Flush()
+		}
+		if err != nil {
+			return err
+		}
+		v, err := field()
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrCorrupt, err)
+		}
+		if err := wb.Set(k, v); err != nil {
+			return err
+		}
+	}
+}
