@@ -135,7 +135,7 @@ func (n *Node) backup(ctx context.Context) error {
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(n.db.Backup(pw)) }()
 	info, err := n.obs.Put(ctx, jetstream.ObjectMeta{Name: backupObject,
-		Metadata: map[string]string{"owner": n.lease.id, "lease": fmt.Sprint(n.lease.rev)}}, pr)
+		Metadata: map[string]string{"owner": n.lease.id, "lease": fmt.Sprint(n.lease.acquired)}}, pr)
 	pr.CloseWithError(err)
 	if err != nil {
 		return err

@@ -31,12 +31,14 @@ const DefaultLeaseTTL = 10 * time.Second
 // fencing token: renewal is a compare-and-set on it, and an owner whose renewal fails —
 // because it was paused past the TTL and another took the key — stops at once.
 type lease struct {
-	ttl  time.Duration
-	kv   jetstream.KeyValue
-	key  string
-	id   string
-	rev  uint64
-	lost chan struct{}
+	ttl time.Duration
+	kv  jetstream.KeyValue
+	key string
+	id  string
+	rev uint64 // the last revision written; only keep's goroutine changes it
+	// acquired is the revision the lease was taken at: it names this ownership.
+	acquired uint64
+	lost     chan struct{}
 	// renewed is when the lease was last renewed (Unix ns): other goroutines check it
 	// before writing to NATS on the owner's behalf (see valid).
 	renewed atomic.Int64
@@ -80,6 +82,7 @@ func acquireLease(ctx context.Context, js jetstream.JetStream, bucket string, re
 		return nil, fmt.Errorf("cannot take the ownership lease: %w", err)
 	}
 	l.renewed.Store(time.Now().UnixNano())
+	l.acquired = l.rev
 	return l, nil
 }
 

@@ -75,14 +75,46 @@ func BenchmarkEndToEnd(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	})
-	b.Run("tally", func(b *testing.B) { benchTally(b, 7) })
-	b.Run("tally-views-only", func(b *testing.B) { benchTally(b, 0) })
+	b.Run("tally", func(b *testing.B) { benchTally(b, 7, nil) })
+	b.Run("tally-views-only", func(b *testing.B) { benchTally(b, 0, nil) })
+	// One owner and two standbys on a three-server cluster: streams R3, state backed up.
+	b.Run("tally-cluster-r3", func(b *testing.B) {
+		cl := natstest.StartCluster(b, 3)
+		mod := func(c *node.Config) { c.NATSURL, c.BackupEvery, c.Standby = cl.URLs(), 30*time.Second, true }
+		benchTally(b, 7, mod, mod, mod)
+	})
 }
 
 // benchTally publishes b.N events (likes tenths of them likes) in batches and waits until
-// every partition has applied them, then checks every count.
-func benchTally(b *testing.B, likes int) {
-	n, c := startNode(b, func(c *node.Config) { c.Partitions = 16; c.FlushInterval = 100 * time.Millisecond })
+// every partition has applied them, then checks every count. Each mod starts a tallyd
+// (the first one owns the partitions, the others are standbys); none is one embedded.
+func benchTally(b *testing.B, likes int, mods ...func(*node.Config)) {
+	if len(mods) == 0 {
+		mods = []func(*node.Config){func(*node.Config) {}}
+	}
+	with := func(mod func(*node.Config)) func(*node.Config) {
+		return func(c *node.Config) {
+			c.Partitions, c.FlushInterval = 16, 100*time.Millisecond
+			if mod != nil {
+				mod(c)
+			}
+		}
+	}
+	n, c := startNode(b, with(mods[0]))
+	for _, mod := range mods[1:] {
+		cfg := node.DefaultConfig()
+		cfg.DataDir = b.TempDir()
+		with(mod)(&cfg)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { // a standby: Start returns when it takes over or ctx ends
+			defer close(done)
+			if n, err := node.Start(ctx, cfg, testLogger()); err == nil {
+				n.Close()
+			}
+		}()
+		b.Cleanup(func() { cancel(); <-done })
+	}
 	evs, want := benchMix(b.N, likes)
 	ctx := context.Background()
 	b.ResetTimer()
