@@ -47,13 +47,7 @@ func TestNATSClusterServerLoss(t *testing.T) {
 	ref := newModel()
 	stopAt := total * 2 / 3 // events left when a server stops
 	for chunk, stopped := 0, false; total > 0; chunk++ {
-		size := min(total, 300+g.r.IntN(300))
-		total -= size
-		evs := make([]pipeline.Event, size)
-		for i := range evs {
-			evs[i] = g.event(false)
-			ref.apply(evs[i])
-		}
+		evs := g.chunk(ref, &total, 300, 300)
 		if !stopped && total <= stopAt {
 			stopped = true
 			t.Logf("stopping server %s at chunk %d", cl.Servers[0].Name(), chunk)

@@ -149,13 +149,7 @@ func TestCrashKill9(t *testing.T) {
 	killed := 0
 	ctx := context.Background()
 	for chunk := 0; total > 0; chunk++ {
-		size := min(total, 400+g.r.IntN(400))
-		total -= size
-		evs := make([]pipeline.Event, size)
-		for i := range evs {
-			evs[i] = g.event(false)
-			ref.apply(evs[i])
-		}
+		evs := g.chunk(ref, &total, 400, 400)
 		if killAt[chunk] {
 			killer.Wait()
 			killed++

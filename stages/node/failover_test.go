@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tally-dev/tally/client"
-	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/stages/node"
 )
@@ -90,13 +89,7 @@ func TestFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	for chunk := 0; total > 0; chunk++ {
-		size := min(total, 300+g.r.IntN(300))
-		total -= size
-		evs := make([]pipeline.Event, size)
-		for i := range evs {
-			evs[i] = g.event(false)
-			ref.apply(evs[i])
-		}
+		evs := g.chunk(ref, &total, 300, 300)
 		if killed.IsZero() && total <= killAt {
 			if !backedUp {
 				// The owner has stored a backup; a few more chunks go after it, then the kill.

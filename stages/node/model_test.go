@@ -123,6 +123,19 @@ func (g *gen) owner(p pipeline.ID) pipeline.ID {
 	return pipeline.ID(1 + int(uint64(p)%uint64(g.users)))
 }
 
+// chunk returns the next chunk of a random event log: lo to lo+spread events (fewer
+// when *left runs out), applied to ref and taken off *left.
+func (g *gen) chunk(ref *model, left *int, lo, spread int) []pipeline.Event {
+	size := min(*left, lo+g.r.IntN(spread))
+	*left -= size
+	evs := make([]pipeline.Event, size)
+	for i := range evs {
+		evs[i] = g.event(false)
+		ref.apply(evs[i])
+	}
+	return evs
+}
+
 // event returns a random event; relationsOnly limits it to order-insensitive types
 // (likes, follows, views) for batches that are routed through another partition.
 func (g *gen) event(relationsOnly bool) pipeline.Event {

@@ -137,13 +137,7 @@ func TestNATSRestart(t *testing.T) {
 	ctx := context.Background()
 	retries, done := 0, 0
 	for chunk := 0; total > 0; chunk++ {
-		size := min(total, 300+g.r.IntN(400))
-		total -= size
-		evs := make([]pipeline.Event, size)
-		for i := range evs {
-			evs[i] = g.event(false)
-			ref.apply(evs[i])
-		}
+		evs := g.chunk(ref, &total, 300, 400)
 		if outageAt[chunk] {
 			outage.Wait()
 			done++
