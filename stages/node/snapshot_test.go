@@ -45,8 +45,10 @@ func TestBadSnapshotFallsBack(t *testing.T) {
 	must(t, os.Remove(snap(2)))
 
 	n, c = startNode(t, mod)
+	waitCaughtUp(t, c) // every partition has loaded
 	if got := n.CounterStats.Restored.Load(); got != 3*4-3 {
-		t.Fatalf("%d partitions restored from snapshots, want 9", got)
+		files, _ := filepath.Glob(filepath.Join(dir, "snapshots", "*"))
+		t.Fatalf("%d partitions restored from snapshots, want 9 (files %v)", got, files)
 	}
 	ids := make([]uint64, posts)
 	for i := range ids {
