@@ -61,7 +61,8 @@ type child struct {
 	stderr *logBuffer // every start's stderr, in order
 }
 
-// logBuffer collects a child's stderr, written by exec's copier while the test reads it.
+// logBuffer collects logs written by other goroutines (a node's, exec's stderr copier)
+// while the test reads them.
 type logBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer

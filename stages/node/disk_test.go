@@ -55,10 +55,9 @@ type diskChild struct {
 	t      *testing.T
 	dir    string
 	listen string
-	env    []string
 	cred   *syscall.Credential
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *logBuffer
 	exited chan struct{}
 	err    error // of Wait, once exited is closed
 }
@@ -70,7 +69,7 @@ func (c *diskChild) start(env ...string) {
 	if c.cred != nil {
 		c.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
 	}
-	c.stderr = &syncBuffer{}
+	c.stderr = &logBuffer{}
 	c.cmd.Stderr = c.stderr
 	if err := c.cmd.Start(); err != nil {
 		c.t.Fatal(err)

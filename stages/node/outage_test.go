@@ -1,7 +1,6 @@
 package node_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -63,24 +62,6 @@ func (p *natsProc) stop() {
 	}
 }
 
-// syncBuffer is a log sink shared by the node's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // TestNATSRestart runs a node against a NATS server that is shut down twice while a
 // retrying producer feeds it a random event log (re-sending with the same transaction
 // id until acknowledged, and sometimes re-sending what was acknowledged), and started
@@ -97,7 +78,7 @@ func TestNATSRestart(t *testing.T) {
 	ns.start()
 	t.Cleanup(ns.stop)
 
-	logs := &syncBuffer{}
+	logs := &logBuffer{}
 	cfg := node.DefaultConfig()
 	cfg.DataDir = t.TempDir()
 	cfg.NATSURL = ns.url()

@@ -88,23 +88,6 @@ func (t *Table) RangeBucket(bk uint32, fn func(id uint64, counts []uint64) bool)
 	return true
 }
 
-// bucketLen is the number of ids in one time bucket.
-func (t *Table) bucketLen(bk uint32) int {
-	n := 0
-	if b := t.buckets[bk]; b != nil {
-		n = b.used
-	}
-	if g := t.groups[bk>>subBits]; g != nil {
-		lo, hi := g.bounds(uint8(bk))
-		for i := lo; i < hi; i++ {
-			if !g.isZero(i) {
-				n++
-			}
-		}
-	}
-	return n
-}
-
 // DropBucket removes a whole time bucket (after it was moved to the cold tier). Its ids
 // are not reported by Dirty as deleted: the cold tier holds them now.
 func (t *Table) DropBucket(bk uint32) {
