@@ -27,7 +27,8 @@ const DefaultLeaseTTL = 10 * time.Second
 // lease is this process's ownership of every partition of its prefix, held as a key in a
 // KV bucket whose messages expire after the TTL. Until partitions can move between
 // processes with their state, one tallyd owns them all: a second one refuses to start
-// instead of counting the same events again from its own disk. The key's revision is the
+// instead of counting the same events again from its own disk (or, as a standby, waits
+// for the lease and takes the state over from NATS, see own). The key's revision is the
 // fencing token: renewal is a compare-and-set on it, and an owner whose renewal fails —
 // because it was paused past the TTL and another took the key — stops at once.
 type lease struct {
@@ -35,7 +36,9 @@ type lease struct {
 	kv  jetstream.KeyValue
 	key string
 	id  string
-	rev uint64 // the last revision written; only keep's goroutine changes it
+	// value is what the key holds: "<node id> <host>".
+	value []byte
+	rev   uint64 // the last revision written; only keep's goroutine changes it
 	// acquired is the revision the lease was taken at: it names this ownership.
 	acquired uint64
 	lost     chan struct{}
@@ -64,7 +67,7 @@ func acquireLease(ctx context.Context, js jetstream.JetStream, bucket string, re
 	}
 	host, _ := os.Hostname()
 	value := []byte(id + " " + host)
-	l := &lease{ttl: ttl, kv: kv, key: "partitions", id: id, lost: make(chan struct{})}
+	l := &lease{ttl: ttl, kv: kv, key: "partitions", id: id, value: value, lost: make(chan struct{})}
 	l.rev, err = kv.Create(ctx, l.key, value)
 	if fenced(err) {
 		e, gerr := kv.Get(ctx, l.key)
@@ -74,7 +77,7 @@ func acquireLease(ctx context.Context, js jetstream.JetStream, bucket string, re
 		case strings.HasPrefix(string(e.Value()), id+" "):
 			l.rev, err = kv.Update(ctx, l.key, value, e.Revision())
 		default:
-			return nil, fmt.Errorf("%w: %q holds bucket %s key %s (revision %d); one tallyd per prefix until partitions can move between processes — stop it, or wait %v after it died",
+			return nil, fmt.Errorf("%w: %q holds bucket %s key %s (revision %d); one tallyd owns a prefix's partitions — start this one with --standby to take over when that one stops (%v after it dies)",
 				ErrOwned, string(e.Value()), bucket, l.key, e.Revision(), ttl)
 		}
 	}
@@ -106,7 +109,7 @@ func (l *lease) keep(ctx context.Context, log *slog.Logger) {
 			return
 		}
 		rctx, cancel := context.WithTimeout(ctx, l.ttl/3)
-		rev, err := l.kv.Update(rctx, l.key, []byte(l.id+" renewed"), l.rev)
+		rev, err := l.kv.Update(rctx, l.key, l.value, l.rev)
 		cancel()
 		switch {
 		case err == nil:
