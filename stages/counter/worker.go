@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -99,7 +100,9 @@ type Worker struct {
 
 	table     store.Table
 	cp        cold.Checkpoint
-	purgedTo  uint64 // deltas below this sequence are purged
+	purgedTo  atomic.Uint64 // deltas below this sequence are purged
+	purging   atomic.Bool   // a purge is under way
+	purges    sync.WaitGroup
 	lastPurge time.Time
 	changed   int // deltas applied since the last flush: at least the dirty ids
 	scratch   []uint64
@@ -199,6 +202,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer r.Stop()
 	w.ready.Store(true)
 	defer w.ready.Store(false)
+	defer w.purges.Wait()
 	defer w.waitSnapshot()
 	tick := time.NewTicker(w.cfg.FlushInterval)
 	defer tick.Stop()
@@ -414,22 +418,28 @@ func (w *Worker) purge(ctx context.Context) {
 	if w.cfg.BoundPurge {
 		upTo = min(upTo, w.purgeLimit.Load())
 	}
-	if w.cfg.PurgeEvery <= 0 || time.Since(w.lastPurge) < w.cfg.PurgeEvery || upTo < w.purgedTo {
+	if w.cfg.PurgeEvery <= 0 || time.Since(w.lastPurge) < w.cfg.PurgeEvery || upTo < w.purgedTo.Load() || w.purging.Load() {
 		return
 	}
 	w.lastPurge = time.Now()
-	st, err := w.js.Stream(ctx, w.cfg.Subjects.DeltasStream())
-	if err == nil {
-		err = st.Purge(ctx, jetstream.WithPurgeSubject(w.cfg.Subjects.Delta(w.cfg.Family.Name, w.cfg.Partition)),
-			jetstream.WithPurgeSequence(upTo+1))
-	}
-	if err != nil {
-		if ctx.Err() == nil {
-			w.log.Warn("cannot purge applied deltas", "err", err)
+	// A JetStream request: off the worker's goroutine, so that a slow or absent NATS
+	// delays the purge, not the partition's queries.
+	w.purging.Store(true)
+	w.purges.Go(func() {
+		defer w.purging.Store(false)
+		st, err := w.js.Stream(ctx, w.cfg.Subjects.DeltasStream())
+		if err == nil {
+			err = st.Purge(ctx, jetstream.WithPurgeSubject(w.cfg.Subjects.Delta(w.cfg.Family.Name, w.cfg.Partition)),
+				jetstream.WithPurgeSequence(upTo+1))
 		}
-		return
-	}
-	w.purgedTo = upTo + 1
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.Warn("cannot purge applied deltas", "err", err)
+			}
+			return
+		}
+		w.purgedTo.Store(upTo + 1)
+	})
 }
 
 // SetPurgeLimit lets the worker purge deltas up to pos when BoundPurge is set: pos is
