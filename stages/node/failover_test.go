@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,11 +24,12 @@ import (
 const failoverTTL = 2 * time.Second
 
 // TestFailover runs the owner of every partition as a real process on a three-server
-// NATS cluster, backing its state up to the NATS object store, and a standby tallyd (with
-// an empty disk of its own) waiting for the ownership lease. Mid-stream the owner is
-// SIGKILLed; the standby takes the lease once it expires, restores the last backup from
+// NATS cluster, backing its state up to the NATS object store, and two standby tallyd
+// (with empty disks of their own) waiting for the ownership lease. Mid-stream the owner is
+// SIGKILLed; one standby takes the lease once it expires, restores the last backup from
 // NATS and replays the streams from the positions in it. Every count and relation must
-// be exact at the end; the time from the kill to the first answered query is reported.
+// be exact at the end, and the other standby still waiting; the time from the kill to the
+// first answered query is reported.
 func TestFailover(t *testing.T) {
 	total := 16_000
 	if testing.Short() {
@@ -68,17 +70,24 @@ func TestFailover(t *testing.T) {
 	})
 
 	up := time.Now()
-	standby := make(chan *node.Node, 1)
-	go func() {
+	// Two standbys with empty disks of their own: exactly one must take over.
+	standby := make(chan *node.Node, 2)
+	standbyCtx, stopStandbys := context.WithCancel(ctx)
+	var waiting sync.WaitGroup
+	for range 2 {
 		cfg := node.DefaultConfig()
 		cfg.DataDir, cfg.NATSURL, cfg.Partitions, cfg.FlushInterval = t.TempDir(), cl.URLs(), 8, 20*time.Millisecond
 		cfg.Standby, cfg.BackupEvery, cfg.LeaseTTL = true, 300*time.Millisecond, failoverTTL
-		n, err := node.Start(ctx, cfg, testLogger())
-		if err != nil {
-			t.Error(err)
-		}
-		standby <- n
-	}()
+		waiting.Go(func() {
+			n, err := node.Start(standbyCtx, cfg, testLogger())
+			if err == nil {
+				standby <- n
+			} else if standbyCtx.Err() == nil {
+				t.Error(err)
+			}
+		})
+	}
+	defer func() { stopStandbys(); waiting.Wait() }()
 
 	g := &gen{r: rand.New(rand.NewPCG(41, 42)), users: 500, posts: 400}
 	ref := newModel()
@@ -117,13 +126,16 @@ func TestFailover(t *testing.T) {
 	})
 	t.Logf("failover: first query answered %v after the kill (lease TTL %v)", time.Since(killed).Round(time.Millisecond), failoverTTL)
 	n := <-standby
-	if n == nil {
-		t.FailNow()
-	}
 	defer n.Close()
 	if n.Takeover() != "backup" {
 		t.Fatalf("the standby took over from %q, want from the owner's backup", n.Takeover())
 	}
 	waitCaughtUp(t, c)
 	compare(t, c, ref, g)
+	select { // the lease is renewed: the other standby is still waiting
+	case other := <-standby:
+		other.Close()
+		t.Fatal("both standbys took over")
+	default:
+	}
 }
