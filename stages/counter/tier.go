@@ -128,22 +128,29 @@ func (w *Worker) isCold(id uint64) bool {
 	return w.tier != nil && !w.cold.empty() && w.cold.has(groupOf(id))
 }
 
+// known fills dst with what RAM knows of a cold id — zeroed since the last checkpoint, or
+// cached — and reports whether it did.
+func (w *Worker) known(id uint64, dst []uint64) bool {
+	if _, ok := w.cold.zeroed[id]; ok {
+		clear(dst)
+		return true
+	}
+	if w.cache.get(id, dst) {
+		w.stats.ColdHits.Add(1)
+		return true
+	}
+	return false
+}
+
 // readCold fills out[i] for the ids at idx, which the table does not hold and which may
-// be cold: from the zeroed set, the cache, or one Badger transaction for the rest.
+// be cold: from what RAM knows, or one Badger transaction for the rest, which are cached.
 func (w *Worker) readCold(ids []uint64, out [][]uint64, idx []int) error {
 	var missIDs []uint64
 	var missOut [][]uint64
 	for _, i := range idx {
-		id := ids[i]
-		if _, ok := w.cold.zeroed[id]; ok {
-			clear(out[i])
-			continue
+		if !w.known(ids[i], out[i]) {
+			missIDs, missOut = append(missIDs, ids[i]), append(missOut, out[i])
 		}
-		if w.cache.get(id, out[i]) {
-			w.stats.ColdHits.Add(1)
-			continue
-		}
-		missIDs, missOut = append(missIDs, id), append(missOut, out[i])
 	}
 	if len(missIDs) == 0 {
 		return nil
@@ -162,13 +169,17 @@ func (w *Worker) readCold(ids []uint64, out [][]uint64, idx []int) error {
 // stored value exactly once; it reports whether id is cold, so the caller can tell when
 // its counters become zero.
 func (w *Worker) warm(id uint64) (bool, error) {
-	if !w.isCold(id) || w.table.Get(id, w.scratch) {
-		return w.isCold(id), nil
+	isCold := w.isCold(id)
+	if !isCold || w.table.Get(id, w.scratch) {
+		return isCold, nil
 	}
-	if err := w.readCold([]uint64{id}, [][]uint64{w.scratch}, []int{0}); err != nil {
-		return true, err
+	if !w.known(id, w.scratch) {
+		w.stats.ColdReads.Add(1)
+		if err := cold.Counts(w.db, w.cfg.Family.Name, w.cfg.Partition, []uint64{id}, [][]uint64{w.scratch}); err != nil {
+			return true, err
+		}
 	}
-	w.cache.drop(id)
+	w.cache.drop(id) // the table holds it now
 	delete(w.cold.zeroed, id)
 	w.table.Put(id, w.scratch)
 	return true, nil

@@ -47,8 +47,11 @@ type lease struct {
 	renewed atomic.Int64
 }
 
+// age is the time since the lease was last renewed.
+func (l *lease) age() time.Duration { return time.Since(time.Unix(0, l.renewed.Load())) }
+
 // valid reports whether the lease is certainly still ours: renewed less than a TTL ago.
-func (l *lease) valid() bool { return time.Since(time.Unix(0, l.renewed.Load())) < l.ttl }
+func (l *lease) valid() bool { return l.age() < l.ttl }
 
 // acquireLease takes the lease, or reports who holds it. A restart of the same data
 // directory (the same node id) takes its own lease back at once.
@@ -118,7 +121,7 @@ func (l *lease) keep(ctx context.Context, log *slog.Logger) {
 			continue
 		case ctx.Err() != nil:
 			return
-		case fenced(err) || time.Since(time.Unix(0, l.renewed.Load())) > l.ttl*2/3:
+		case fenced(err) || l.age() > l.ttl*2/3:
 			// A wrong last revision means another process took the key: fenced. A lease
 			// this close to expiring may be taken any moment: stop before it is.
 			log.Error("ownership lease lost; stopping", "err", err)

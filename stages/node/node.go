@@ -291,8 +291,8 @@ func autoReplicas(nc *nats.Conn) int {
 // HotBytes is the RAM the counter tables hold, as of their last checkpoints.
 func (n *Node) HotBytes() int64 {
 	var sum int64
-	for _, w := range n.workers {
-		sum += w.Bytes()
+	for _, v := range n.hot() {
+		sum += v[1]
 	}
 	return sum
 }

@@ -101,6 +101,8 @@ func (badgerLogger) Debugf(string, ...any) {}
 
 // backupMagic starts a backup: then every key and value, each a uvarint length and the
 // bytes, then the length of all that (8 bytes) and its CRC-32C (4 bytes), big-endian.
+// A backup is checked whole before anything is loaded, and the loader checks every
+// length, so a damaged one is an error, never a half-loaded database.
 // Badger's own Backup is not used: without managed transactions it reads key ranges in
 // separate transactions, at different moments — counters from one and the checkpoint
 // saying what they reflect from another — which is not a state to restart from.
@@ -158,7 +160,7 @@ func (c *crcWriter) Write(p []byte) (int, error) {
 // Restore replaces the database in dir with a backup read from r. The backup is first
 // copied next to dir and checked (length, checksum); what was in dir is removed only
 // then, and a load that fails leaves dir removed, never half-loaded under its name.
-func Restore(dir string, r io.Reader, log *slog.Logger) (err error) {
+func Restore(dir string, r io.Reader, log *slog.Logger) error {
 	tmp, err := os.CreateTemp(filepath.Dir(dir), "restore-*")
 	if err != nil {
 		return fmt.Errorf("cannot stage the backup: %w", err)
@@ -200,21 +202,12 @@ func Restore(dir string, r io.Reader, log *slog.Logger) (err error) {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("cannot restore the backup: %v", p)
-		}
-		if err != nil {
-			db.Close()
-			os.RemoveAll(dir)
-			return
-		}
-		err = db.Close()
-	}()
 	if err := load(db, bufio.NewReaderSize(io.NewSectionReader(tmp, head, int64(size)), 1<<20)); err != nil {
+		db.Close()
+		os.RemoveAll(dir)
 		return fmt.Errorf("cannot restore the backup: %w", err)
 	}
-	return nil
+	return db.Close()
 }
 
 // load writes the keys and values of a checked backup.
