@@ -47,7 +47,7 @@ func (c StreamConfig) eventsTransform() *jetstream.SubjectTransformConfig {
 	}
 }
 
-// Streams returns the configurations of the four streams.
+// Streams returns the configurations of the five streams.
 func (c StreamConfig) Streams() []jetstream.StreamConfig {
 	s := c.Subjects
 	base := func(name, subject string, age time.Duration) jetstream.StreamConfig {
@@ -66,7 +66,11 @@ func (c StreamConfig) Streams() []jetstream.StreamConfig {
 	ch.Description = "Tally count changes, one message per partition per flush"
 	dl := base(s.DLQStream(), s.Prefix+".dlq.>", c.DLQMaxAge)
 	dl.Description = "Tally dead letters: malformed events with the reason"
-	return []jetstream.StreamConfig{ev, de, ch, dl}
+	// A log record is needed until a state backup covers it, and never longer than the
+	// events it was made from are kept.
+	lg := base(s.LogStream(), s.Prefix+".log.>", c.EventsMaxAge)
+	lg.Description = "Tally event-stage logs: each partition's transactions, fenced by the last sequence"
+	return []jetstream.StreamConfig{ev, de, ch, dl, lg}
 }
 
 // Setup creates the streams or updates them to the configuration. It is idempotent. It

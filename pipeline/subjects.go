@@ -47,6 +47,11 @@ func (s Subjects) Changes(family string) string { return s.join("chg", family, "
 // DLQ is the dead-letter subject of one partition of a stage.
 func (s Subjects) DLQ(stage string, p int) string { return s.join("dlq", stage, strconv.Itoa(p)) }
 
+// Log is the subject of partition p's event-stage log: every transaction of the stage,
+// stored before it commits, so that a new owner continues exactly where the last one
+// stopped (see stages/event).
+func (s Subjects) Log(p int) string { return s.join("log", strconv.Itoa(p)) }
+
 // Get is the batch query subject of a family.
 func (s Subjects) Get(family string) string { return s.join("get", family) }
 
@@ -67,6 +72,7 @@ func (s Subjects) EventsStream() string  { return s.stream("EVENTS") }
 func (s Subjects) DeltasStream() string  { return s.stream("DELTAS") }
 func (s Subjects) ChangesStream() string { return s.stream("CHANGES") }
 func (s Subjects) DLQStream() string     { return s.stream("DLQ") }
+func (s Subjects) LogStream() string     { return s.stream("LOG") }
 
 // OwnersBucket is the KV bucket of partition ownership leases.
 func (s Subjects) OwnersBucket() string { return s.stream("OWNERS") }

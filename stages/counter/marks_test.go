@@ -42,28 +42,3 @@ func TestMarksExactlyOnce(t *testing.T) {
 		}
 	}
 }
-
-// After a rebase, sequences in the skipped range are never applied, the ones below it
-// are applied once whenever they arrive, and the ones past it (the successor's) once.
-func TestMarksSkip(t *testing.T) {
-	m := cold.Mark{Through: 3, Skip: [][2]uint64{{6, 1000}}}
-	var applied []uint64
-	for _, s := range []uint64{1001, 7, 5, 6, 1002, 4, 999, 1001, 1003, 5} {
-		if !seen(&m, s) {
-			record(&m, s)
-			applied = append(applied, s)
-		}
-	}
-	want := []uint64{1001, 5, 1002, 4, 1003}
-	if len(applied) != len(want) {
-		t.Fatalf("applied %v, want %v", applied, want)
-	}
-	for i := range want {
-		if applied[i] != want[i] {
-			t.Fatalf("applied %v, want %v", applied, want)
-		}
-	}
-	if m.Through != 1003 || len(m.Above) != 0 || len(m.Skip) != 0 {
-		t.Fatalf("mark %+v, want through 1003 and nothing else", m)
-	}
-}

@@ -34,6 +34,17 @@ type Config struct {
 	FanoutLimit int
 	// Pulled is the shared set of authors whose posts are pulled.
 	Pulled *cold.Pulled
+	// Log stores every transaction in the partition's log before it commits, and makes
+	// Run replay the records its state lacks first (see LogRecord): on when the state can
+	// move to another process.
+	Log bool
+	// Owner names this ownership of the partition (the node id and the lease revision)
+	// in the log's message ids, so that another owner's record is never taken for a
+	// re-sent one of ours.
+	Owner string
+	// Valid, when set, is asked before every log append: false means the partition may
+	// have another owner by now, and the stage stops.
+	Valid func() bool
 }
 
 // Stats counts what a stage did; safe to read from any goroutine.
@@ -132,6 +143,11 @@ func (s *Stage) Run(ctx context.Context) error {
 	defer r.Stop()
 	batch := make([]jetstream.Msg, 0, s.cfg.MaxBatch)
 	c := newCoalescer(s.cfg.Partitions)
+	if s.cfg.Log {
+		if err := s.replay(ctx, r, c); err != nil && ctx.Err() == nil {
+			return fmt.Errorf("event partition %d: %w", p, err)
+		}
+	}
 	for ctx.Err() == nil {
 		var m jetstream.Msg
 		select {
@@ -149,7 +165,7 @@ func (s *Stage) Run(ctx context.Context) error {
 		}
 		s.busy.Store(true)
 		batch = r.Drain(append(batch[:0], m), s.cfg.MaxBatch)
-		err := s.process(batch, c)
+		err := s.process(ctx, batch, c)
 		if err == nil {
 			err = s.reap(ctx, len(s.inflight) > maxInflight)
 		}
@@ -177,9 +193,9 @@ func (s *Stage) finish() error {
 }
 
 // process commits msgs in as few transactions as MaxWrites allows, then publishes.
-func (s *Stage) process(msgs []jetstream.Msg, c *coalescer) error {
+func (s *Stage) process(ctx context.Context, msgs []jetstream.Msg, c *coalescer) error {
 	for len(msgs) > 0 {
-		n, err := s.commit(msgs, c)
+		n, err := s.commit(ctx, msgs, c)
 		if err != nil {
 			return err
 		}
@@ -189,71 +205,19 @@ func (s *Stage) process(msgs []jetstream.Msg, c *coalescer) error {
 }
 
 // commit applies a prefix of msgs in one transaction and returns its length; the outbox
-// it wrote is sent once the transaction has committed.
-func (s *Stage) commit(msgs []jetstream.Msg, c *coalescer) (int, error) {
+// it wrote is sent once the transaction has committed. With a log, the transaction is
+// logged first, and only a stored record lets it commit.
+func (s *Stage) commit(ctx context.Context, msgs []jetstream.Msg, c *coalescer) (int, error) {
 	p := s.cfg.Partition
 	txn := s.db.Badger().NewTransaction(true)
 	defer txn.Discard()
 	c.reset()
-	var outbox []cold.OutboxEntry
+	n, pos, outbox, err := s.applyMsgs(txn, msgs, c, s.cfg.MaxWrites)
+	if err != nil {
+		return 0, err
+	}
 	st := s.st // st.Seqs is replaced below, never written in place
-	writes, n := 0, 0
-	for _, m := range msgs {
-		md, err := m.Metadata()
-		if err != nil {
-			return 0, fmt.Errorf("message without metadata: %w", err)
-		}
-		seq, ts := md.Sequence.Stream, md.Timestamp
-		evs, bad, derr := s.decode(m)
-		if n > 0 && writes+3*len(evs) > s.cfg.MaxWrites {
-			break
-		}
-		n++
-		st.Pos = seq
-		s.stats.Messages.Add(1)
-		if derr != nil {
-			outbox = append(outbox, s.deadLetter(m, seq, -1, m.Data(), derr))
-			continue
-		}
-		for _, b := range bad {
-			data, _ := pipeline.Marshal(&b.Event, true)
-			outbox = append(outbox, s.deadLetter(m, seq, b.Index, data, b.Err))
-		}
-		for i := range evs {
-			e := &evs[i]
-			if e.TS == 0 {
-				e.TS = ts.UnixMilli()
-			}
-			if e.Type == pipeline.TypeSystem && !e.Local {
-				copies, err := s.broadcast(e, seq, i)
-				if err != nil {
-					return 0, err
-				}
-				outbox = append(outbox, copies...)
-			}
-			if e.Relational() && pipeline.PartitionOf(e.Key(), s.cfg.Partitions) != p {
-				fwd, err := s.forward(e, seq, i)
-				if err != nil {
-					return 0, err
-				}
-				outbox = append(outbox, fwd)
-				continue
-			}
-			if err := s.apply(txn, e, c); err != nil {
-				return 0, fmt.Errorf("cannot apply %s event at %d: %w", e.Type, seq, err)
-			}
-			if n := s.stats.ByType[e.Type]; n != nil {
-				n.Add(1)
-			}
-			writes += 3
-		}
-		s.stats.Events.Add(int64(len(evs)))
-	}
-	if len(s.published) > 0 {
-		if err := cold.DeleteOutbox(txn, p, s.published); err != nil {
-			return 0, err
-		}
-	}
+	st.Pos = pos
 	st.Seqs = make(map[string]uint64, len(s.st.Seqs)+len(c.order))
 	for k, v := range s.st.Seqs {
 		st.Seqs[k] = v
@@ -273,21 +237,101 @@ func (s *Stage) commit(msgs []jetstream.Msg, c *coalescer) (int, error) {
 	for i := range outbox {
 		st.Outbox++
 		outbox[i].Seq = st.Outbox
-		if err := cold.PutOutbox(txn, p, &outbox[i]); err != nil {
+	}
+	if s.cfg.Log {
+		seq, err := s.appendLog(ctx, &cold.LogRecord{Prev: s.st.Pos, State: st, Outbox: outbox})
+		if err != nil {
 			return 0, err
+		}
+		st.Log = seq
+	}
+	return n, s.save(txn, st, outbox)
+}
+
+// applyMsgs applies a prefix of msgs in txn — as many as maxWrites allows (all when it is
+// 0) — and returns its length, the position of its last message and the outbox entries
+// it made other than deltas, which c collects.
+func (s *Stage) applyMsgs(txn *badger.Txn, msgs []jetstream.Msg, c *coalescer, maxWrites int) (n int, pos uint64, outbox []cold.OutboxEntry, err error) {
+	p := s.cfg.Partition
+	writes := 0
+	for _, m := range msgs {
+		md, err := m.Metadata()
+		if err != nil {
+			return 0, 0, nil, fmt.Errorf("message without metadata: %w", err)
+		}
+		seq, ts := md.Sequence.Stream, md.Timestamp
+		evs, bad, derr := s.decode(m)
+		if n > 0 && maxWrites > 0 && writes+3*len(evs) > maxWrites {
+			break
+		}
+		n++
+		pos = seq
+		s.stats.Messages.Add(1)
+		if derr != nil {
+			outbox = append(outbox, s.deadLetter(m, seq, -1, m.Data(), derr))
+			continue
+		}
+		for _, b := range bad {
+			data, _ := pipeline.Marshal(&b.Event, true)
+			outbox = append(outbox, s.deadLetter(m, seq, b.Index, data, b.Err))
+		}
+		for i := range evs {
+			e := &evs[i]
+			if e.TS == 0 {
+				e.TS = ts.UnixMilli()
+			}
+			if e.Type == pipeline.TypeSystem && !e.Local {
+				copies, err := s.broadcast(e, seq, i)
+				if err != nil {
+					return 0, 0, nil, err
+				}
+				outbox = append(outbox, copies...)
+			}
+			if e.Relational() && pipeline.PartitionOf(e.Key(), s.cfg.Partitions) != p {
+				fwd, err := s.forward(e, seq, i)
+				if err != nil {
+					return 0, 0, nil, err
+				}
+				outbox = append(outbox, fwd)
+				continue
+			}
+			if err := s.apply(txn, e, c); err != nil {
+				return 0, 0, nil, fmt.Errorf("cannot apply %s event at %d: %w", e.Type, seq, err)
+			}
+			if n := s.stats.ByType[e.Type]; n != nil {
+				n.Add(1)
+			}
+			writes += 3
+		}
+		s.stats.Events.Add(int64(len(evs)))
+	}
+	return n, pos, outbox, nil
+}
+
+// save writes the outbox and the state in txn, commits it and sends the outbox.
+func (s *Stage) save(txn *badger.Txn, st cold.StageState, outbox []cold.OutboxEntry) error {
+	p := s.cfg.Partition
+	if len(s.published) > 0 {
+		if err := cold.DeleteOutbox(txn, p, s.published); err != nil {
+			return err
+		}
+	}
+	for i := range outbox {
+		if err := cold.PutOutbox(txn, p, &outbox[i]); err != nil {
+			return err
 		}
 	}
 	if err := cold.PutStage(txn, p, &st); err != nil {
-		return 0, err
+		return err
 	}
 	if err := txn.Commit(); err != nil {
-		return 0, fmt.Errorf("cannot commit: %w", err)
+		return fmt.Errorf("cannot commit: %w", err)
 	}
 	s.st, s.published = st, nil
 	s.stats.Txns.Add(1)
 	s.pos.Store(st.Pos)
 	s.send(outbox)
-	return n, nil
+	return nil
 }
 
 // decode returns a message's events, or the reason it must be dead-lettered.

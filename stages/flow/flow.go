@@ -88,3 +88,11 @@ func Lag(ctx context.Context, js jetstream.JetStream, stream, filter string, pos
 	}
 	return last - pos, nil
 }
+
+// Fenced reports a publish or KV write refused because the subject's last sequence was
+// not the one expected: someone else wrote it.
+func Fenced(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, jetstream.ErrKeyExists) || errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}

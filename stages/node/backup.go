@@ -24,9 +24,10 @@ const (
 
 // own takes the ownership lease, waiting for it as a standby if so configured, and, when
 // the last backup in NATS was written by another owner (or this data directory has no
-// state), restores it and reports so: the state a new owner starts from is its
-// predecessor's, rebased (see cold.Rebase) once the database is open.
-func (n *Node) own(ctx context.Context, js jetstream.JetStream, sj pipeline.Subjects, replicas int) (restored bool, err error) {
+// state), restores it: the state a new owner starts from is its predecessor's last
+// backup, which its event stages then bring up to the predecessor's last transaction by
+// replaying their logs (see event.Config.Log).
+func (n *Node) own(ctx context.Context, js jetstream.JetStream, sj pipeline.Subjects, replicas int) error {
 	cfg := n.cfg
 	for waited := false; ; waited = true {
 		l, err := acquireLease(ctx, js, sj.OwnersBucket(), replicas, cfg.DataDir, cfg.LeaseTTL)
@@ -38,24 +39,24 @@ func (n *Node) own(ctx context.Context, js jetstream.JetStream, sj pipeline.Subj
 			break
 		}
 		if !errors.Is(err, ErrOwned) || !cfg.Standby {
-			return false, err
+			return err
 		}
 		if !waited {
 			n.log.Info("standby: waiting for the owner's lease", "err", err)
 		}
 		select {
 		case <-ctx.Done():
-			return false, err
+			return err
 		case <-time.After(cfg.LeaseTTL / 10):
 		}
 	}
 	if cfg.BackupEvery <= 0 {
-		return false, nil
+		return nil
 	}
 	obs, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: sj.StateBucket(), Replicas: replicas,
 		Description: "Tally state backups: what a new owner of the partitions starts from"})
 	if err != nil {
-		return false, fmt.Errorf("cannot set up the state bucket %s: %w", sj.StateBucket(), err)
+		return fmt.Errorf("cannot set up the state bucket %s: %w", sj.StateBucket(), err)
 	}
 	n.obs = obs
 	// Local state is trusted only if this directory was the last owner: anything else —
@@ -63,40 +64,40 @@ func (n *Node) own(ctx context.Context, js jetstream.JetStream, sj pipeline.Subj
 	// nothing if there is none, and replays the streams.
 	last, err := obs.GetString(ctx, ownerObject)
 	if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
-		return false, fmt.Errorf("cannot read the last owner: %w", err)
+		return fmt.Errorf("cannot read the last owner: %w", err)
 	}
 	if _, err := obs.PutString(ctx, ownerObject, n.lease.id); err != nil {
-		return false, fmt.Errorf("cannot record the owner: %w", err)
+		return fmt.Errorf("cannot record the owner: %w", err)
 	}
 	stateDir := filepath.Join(cfg.DataDir, "state")
 	_, statErr := os.Stat(stateDir)
 	if last == n.lease.id && statErr == nil || last == "" {
-		return false, nil
+		return nil
 	}
 	start := time.Now()
 	// Snapshots of the hot tables are this directory's own, not the restored state's.
 	if err := os.RemoveAll(filepath.Join(cfg.DataDir, "snapshots")); err != nil {
-		return false, err
+		return err
 	}
 	obj, err := obs.Get(ctx, backupObject)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		n.log.Warn("taking over without a backup: replaying the streams from the start", "last owner", last)
 		n.takeover = "empty"
-		return true, os.RemoveAll(stateDir)
+		return os.RemoveAll(stateDir)
 	}
 	if err != nil {
-		return false, fmt.Errorf("cannot fetch the state backup: %w", err)
+		return fmt.Errorf("cannot fetch the state backup: %w", err)
 	}
 	defer obj.Close()
 	if err := cold.Restore(stateDir, obj, n.log); err != nil {
-		return false, err
+		return err
 	}
 	n.takeover = "backup"
 	info, _ := obj.Info()
 	if info != nil {
 		n.log.Info("restored the previous owner's state", "owner", info.Metadata["owner"], "bytes", info.Size, "took", time.Since(start))
 	}
-	return true, nil
+	return nil
 }
 
 // backups stores a backup of the state every BackupEvery while the lease is certainly
@@ -131,6 +132,14 @@ func (n *Node) backup(ctx context.Context) error {
 		}
 		limits[i] = cp.Pos
 	}
+	logs := make([]uint64, n.cfg.Partitions)
+	for p := range logs {
+		st, _, err := cold.LoadStage(n.db, p)
+		if err != nil {
+			return err
+		}
+		logs[p] = st.Log
+	}
 	start := time.Now()
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(n.db.Backup(pw)) }()
@@ -143,6 +152,9 @@ func (n *Node) backup(ctx context.Context) error {
 	for i, w := range n.workers {
 		w.SetPurgeLimit(limits[i])
 	}
+	if err := n.purgeLogs(ctx, logs); err != nil {
+		n.log.Warn("cannot purge the event-stage logs a backup covers", "err", err)
+	}
 	level := slog.LevelDebug
 	if n.Backups.Add(1) == 1 {
 		level = slog.LevelInfo
@@ -151,16 +163,24 @@ func (n *Node) backup(ctx context.Context) error {
 	return nil
 }
 
-// rebase moves the delta sequences of a restored state past what the failed owner may
-// have published after its backup (see cold.Rebase).
-func (n *Node) rebase() error {
-	var dests []string
-	for _, f := range n.cfg.Families {
-		for p := range n.cfg.Partitions {
-			dests = append(dests, fmt.Sprintf("%s.%d", f.Name, p))
+// purgeLogs drops each event-stage log's records below the last one a stored backup
+// covers: a new owner replays only the records after it. The covered record itself stays,
+// the subject's last sequence that the next append expects.
+func (n *Node) purgeLogs(ctx context.Context, logs []uint64) error {
+	sj := n.cfg.streams().Subjects
+	st, err := n.js.Stream(ctx, sj.LogStream())
+	if err != nil {
+		return err
+	}
+	for p, seq := range logs {
+		if seq <= 1 {
+			continue
+		}
+		if err := st.Purge(ctx, jetstream.WithPurgeSubject(sj.Log(p)), jetstream.WithPurgeSequence(seq)); err != nil {
+			return err
 		}
 	}
-	return cold.Rebase(n.db, n.cfg.Partitions, dests)
+	return nil
 }
 
 // Takeover tells how this process started when another had owned the partitions: from

@@ -109,6 +109,9 @@ func (c Config) validate() error {
 	if c.ColdAge < 0 || c.HotMaxMem < 0 || c.ColdCache < 0 {
 		return fmt.Errorf("cold age, hot memory and cold cache must not be negative")
 	}
+	if c.Standby && c.BackupEvery <= 0 {
+		return fmt.Errorf("a standby takes the state over from NATS: it needs --backup-every")
+	}
 	if _, err := newTable(c.Table); err != nil {
 		return err
 	}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tally-dev/tally/stages/flow"
 )
 
 // ErrOwned is returned by Start when another tallyd owns the partitions of this prefix.
@@ -72,7 +74,7 @@ func acquireLease(ctx context.Context, js jetstream.JetStream, bucket string, re
 	value := []byte(id + " " + host)
 	l := &lease{ttl: ttl, kv: kv, key: "partitions", id: id, value: value, lost: make(chan struct{})}
 	l.rev, err = kv.Create(ctx, l.key, value)
-	if fenced(err) {
+	if flow.Fenced(err) {
 		e, gerr := kv.Get(ctx, l.key)
 		switch {
 		case gerr != nil:
@@ -121,7 +123,7 @@ func (l *lease) keep(ctx context.Context, log *slog.Logger) {
 			continue
 		case ctx.Err() != nil:
 			return
-		case fenced(err) || l.age() > l.ttl*2/3:
+		case flow.Fenced(err) || l.age() > l.ttl*2/3:
 			// A wrong last revision means another process took the key: fenced. A lease
 			// this close to expiring may be taken any moment: stop before it is.
 			log.Error("ownership lease lost; stopping", "err", err)
@@ -131,13 +133,6 @@ func (l *lease) keep(ctx context.Context, log *slog.Logger) {
 			log.Warn("cannot renew the ownership lease yet", "err", err)
 		}
 	}
-}
-
-// fenced reports a compare-and-set that found another revision.
-func fenced(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.Is(err, jetstream.ErrKeyExists) || errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
 // release deletes the key so that another tallyd may start at once.

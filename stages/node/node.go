@@ -123,17 +123,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	if err := setup(ctx, js, sc, log); err != nil {
 		return nil, err
 	}
-	restored, err := n.own(ctx, js, sc.Subjects, sc.Replicas)
-	if err != nil {
+	if err := n.own(ctx, js, sc.Subjects, sc.Replicas); err != nil {
 		return nil, err
 	}
 	if n.db, err = cold.Open(cold.Options{Dir: filepath.Join(cfg.DataDir, "state"), SyncWrites: cfg.SyncWrites, Logger: log}); err != nil {
 		return nil, err
-	}
-	if restored {
-		if err := n.rebase(); err != nil {
-			return nil, fmt.Errorf("cannot rebase the restored state: %w", err)
-		}
 	}
 	if n.pulled, err = cold.LoadPulled(n.db); err != nil {
 		return nil, err
@@ -232,8 +226,11 @@ func (n *Node) startWorkers(ctx context.Context, js jetstream.JetStream, sj pipe
 
 func (n *Node) startStages(ctx context.Context, js jetstream.JetStream, sj pipeline.Subjects) error {
 	for p := range n.cfg.Partitions {
-		st, err := event.New(event.Config{Partition: p, Partitions: n.cfg.Partitions, Subjects: sj, Families: n.cfg.Families, FanoutLimit: n.cfg.FanoutLimit, Pulled: n.pulled},
-			js, n.db, n.log, n.EventStats)
+		ec := event.Config{Partition: p, Partitions: n.cfg.Partitions, Subjects: sj, Families: n.cfg.Families, FanoutLimit: n.cfg.FanoutLimit, Pulled: n.pulled}
+		if n.obs != nil { // the state moves between processes: log every transaction
+			ec.Log, ec.Owner, ec.Valid = true, fmt.Sprintf("%s.%d", n.lease.id, n.lease.acquired), n.lease.valid
+		}
+		st, err := event.New(ec, js, n.db, n.log, n.EventStats)
 		if err != nil {
 			return err
 		}

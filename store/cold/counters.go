@@ -4,8 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/vmihailenco/msgpack/v5"
@@ -17,10 +15,6 @@ import (
 type Mark struct {
 	Through uint64   `msgpack:"t"`
 	Above   []uint64 `msgpack:"a,omitempty"`
-	// Skip are ranges of sequences [from, to] that will never be applied: the batches a
-	// failed owner published after its last backup, which its successor, restoring that
-	// backup, produces again under sequences past the range (see Rebase).
-	Skip [][2]uint64 `msgpack:"s,omitempty"`
 }
 
 // Checkpoint is the position a counter partition's stored counters reflect.
@@ -261,64 +255,4 @@ func zero(c []uint64) bool {
 		}
 	}
 	return true
-}
-
-// RebaseJump is how far Rebase moves every delta sequence: far above anything a failed
-// owner can have published after its last backup.
-const RebaseJump = 1 << 40
-
-// Rebase prepares a state restored from a failed owner's backup for its successor. The
-// failed owner went on after the backup: its stages published delta batches under the
-// sequences that follow the ones in the backup, and the successor, replaying the same
-// events in other transactions, would publish different batches under the same
-// sequences. So every stage's next sequence to every destination jumps by RebaseJump,
-// and every counter partition marks the sequences jumped over as never to be applied:
-// the batches published before the backup are applied once, those after it are
-// produced again and applied once, and the failed owner's own are skipped.
-func Rebase(db *DB, stages int, dests []string) error {
-	cutoffs := make(map[string]map[uint32]uint64, len(dests)) // dest → source → last seq
-	for p := range stages {
-		st, _, err := LoadStage(db, p)
-		if err != nil {
-			return err
-		}
-		for _, d := range dests {
-			if cutoffs[d] == nil {
-				cutoffs[d] = map[uint32]uint64{}
-			}
-			cutoffs[d][uint32(p)] = st.Seqs[d]
-			st.Seqs[d] += RebaseJump
-		}
-		if err := db.db.Update(func(txn *badger.Txn) error { return PutStage(txn, p, &st) }); err != nil {
-			return err
-		}
-	}
-	for _, d := range dests {
-		i := strings.LastIndexByte(d, '.')
-		family, ps := d[:i], d[i+1:]
-		p, err := strconv.Atoi(ps)
-		if err != nil {
-			return fmt.Errorf("destination %q: %w", d, err)
-		}
-		cp, err := LoadCheckpoint(db, family, p)
-		if err != nil {
-			return err
-		}
-		for src, cut := range cutoffs[d] {
-			m := cp.Marks[src]
-			if m == nil {
-				m = &Mark{}
-				cp.Marks[src] = m
-			}
-			m.Skip = append(m.Skip, [2]uint64{cut + 1, cut + RebaseJump})
-		}
-		v, err := msgpack.Marshal(&cp)
-		if err != nil {
-			return err
-		}
-		if err := db.db.Update(func(txn *badger.Txn) error { return txn.Set(metaKey(family, p), v) }); err != nil {
-			return err
-		}
-	}
-	return nil
 }

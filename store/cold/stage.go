@@ -16,14 +16,41 @@ type StageState struct {
 	Seqs map[string]uint64 `msgpack:"seqs"`
 	// Outbox is the sequence of the last outbox entry written.
 	Outbox uint64 `msgpack:"outbox"`
+	// Log is the sequence, in the log stream, of the record of the last transaction
+	// (0 when the stage does not log, or has logged nothing yet).
+	Log uint64 `msgpack:"log,omitempty"`
 }
 
 // OutboxEntry is one message to publish after the transaction that wrote it commits.
 type OutboxEntry struct {
-	Seq     uint64 `msgpack:"-"`
+	Seq     uint64 `msgpack:"q,omitempty"` // also the entry's key in Badger
 	Subject string `msgpack:"s"`
 	MsgID   string `msgpack:"i"`
 	Data    []byte `msgpack:"d"`
+}
+
+// LogRecord is one transaction of an event stage as it is logged to NATS before it
+// commits: the position it started from, the state it committed and the outbox it wrote.
+// Replaying the records after a state applies the same events with the same cuts and
+// sends the same outbox, so a new owner continues exactly where the last one stopped.
+type LogRecord struct {
+	Prev   uint64        `msgpack:"prev"`
+	State  StageState    `msgpack:"state"`
+	Outbox []OutboxEntry `msgpack:"outbox"`
+}
+
+// EncodeLogRecord and DecodeLogRecord convert a record to and from its log message.
+func EncodeLogRecord(r *LogRecord) ([]byte, error) { return msgpack.Marshal(r) }
+
+func DecodeLogRecord(data []byte) (*LogRecord, error) {
+	var r LogRecord
+	if err := msgpack.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("%w: log record: %w", ErrCorrupt, err)
+	}
+	if r.State.Seqs == nil {
+		r.State.Seqs = map[string]uint64{}
+	}
+	return &r, nil
 }
 
 func stageKey(p int) key              { return newKey(nsStage, 3).u16(p) }

@@ -1,0 +1,142 @@
+package event
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tally-dev/tally/stages/flow"
+	"github.com/tally-dev/tally/store/cold"
+)
+
+// ErrFenced stops a stage whose log append found a record it did not write: another
+// process owns the partition now.
+var ErrFenced = errors.New("the partition's log was written by another owner")
+
+// appendLog stores the record of a transaction before it commits and returns its
+// sequence in the log stream. The append expects the stage's last record to be the
+// subject's last message, so an owner that lost the partition — paused past its lease
+// while another took over — is fenced at its next transaction, before it commits
+// anything or publishes a delta. A failed append is retried under the same message id
+// (a duplicate answers with the first one's sequence), so a lost acknowledgement neither
+// stores a record twice nor is taken for fencing.
+func (s *Stage) appendLog(ctx context.Context, rec *cold.LogRecord) (uint64, error) {
+	data, err := cold.EncodeLogRecord(rec)
+	if err != nil {
+		return 0, err
+	}
+	p := s.cfg.Partition
+	msg := &nats.Msg{Subject: s.cfg.Subjects.Log(p), Data: data,
+		Header: nats.Header{jetstream.MsgIDHeader: []string{fmt.Sprintf("log.%d.%d.%s", p, rec.State.Pos, s.cfg.Owner)}}}
+	backoff := 50 * time.Millisecond
+	for {
+		if s.cfg.Valid != nil && !s.cfg.Valid() {
+			return 0, fmt.Errorf("%w: the ownership lease is not certainly held", ErrFenced)
+		}
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		ack, err := s.js.PublishMsg(pctx, msg, jetstream.WithExpectLastSequencePerSubject(s.st.Log))
+		cancel()
+		switch {
+		case err == nil:
+			return ack.Sequence, nil
+		case flow.Fenced(err):
+			return 0, fmt.Errorf("%w (expected record %d last): %w", ErrFenced, s.st.Log, err)
+		case ctx.Err() != nil:
+			return 0, ctx.Err()
+		}
+		s.retry(err)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// replay brings the state up to the partition's last log record: each record after the
+// state's is applied to the same events (read from r) in one transaction, with the
+// record's state and outbox rather than what this process would have cut and numbered,
+// and its outbox is sent again under the same message ids. This is how a new owner
+// (restored from a backup, or starting empty) or a restart after a crash between a
+// record and its commit continues exactly where the partition's last transaction left
+// it, whatever the previous owner had published.
+func (s *Stage) replay(ctx context.Context, r *flow.Reader, c *coalescer) error {
+	sj := s.cfg.Subjects
+	subj := sj.Log(s.cfg.Partition)
+	last, err := flow.LastSeq(ctx, s.js, sj.LogStream(), subj)
+	if err != nil {
+		return fmt.Errorf("cannot read the log: %w", err)
+	}
+	if last <= s.st.Log {
+		return nil
+	}
+	start, records := time.Now(), 0
+	lr, err := flow.Read(ctx, s.js, sj.LogStream(), subj, s.st.Log, 16)
+	if err != nil {
+		return err
+	}
+	defer lr.Stop()
+	var msgs []jetstream.Msg
+	for s.st.Log < last {
+		var m jetstream.Msg
+		select {
+		case m = <-lr.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return fmt.Errorf("log message without metadata: %w", err)
+		}
+		rec, err := cold.DecodeLogRecord(m.Data())
+		if err != nil {
+			return fmt.Errorf("log record %d: %w", md.Sequence.Stream, err)
+		}
+		if rec.Prev != s.st.Pos {
+			return fmt.Errorf("log record %d continues position %d but the state is at %d: the log does not reach back to this state (purged or aged out); restore a newer backup",
+				md.Sequence.Stream, rec.Prev, s.st.Pos)
+		}
+		msgs = msgs[:0]
+		pos := s.st.Pos
+		for pos < rec.State.Pos {
+			select {
+			case em := <-r.C:
+				emd, err := em.Metadata()
+				if err != nil {
+					return fmt.Errorf("message without metadata: %w", err)
+				}
+				pos = emd.Sequence.Stream
+				msgs = append(msgs, em)
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		if pos != rec.State.Pos {
+			return fmt.Errorf("log record %d ends at event %d, which is no longer in the events stream", md.Sequence.Stream, rec.State.Pos)
+		}
+		if err := s.applyRecord(msgs, rec, md.Sequence.Stream, c); err != nil {
+			return err
+		}
+		records++
+	}
+	s.log.Info("replayed the partition's log", "records", records, "position", s.st.Pos, "took", time.Since(start))
+	return nil
+}
+
+// applyRecord applies msgs in one transaction that commits rec's state and outbox.
+func (s *Stage) applyRecord(msgs []jetstream.Msg, rec *cold.LogRecord, seq uint64, c *coalescer) error {
+	txn := s.db.Badger().NewTransaction(true)
+	defer txn.Discard()
+	c.reset()
+	if _, _, _, err := s.applyMsgs(txn, msgs, c, 0); err != nil {
+		return err
+	}
+	st := rec.State
+	st.Log = seq
+	return s.save(txn, st, rec.Outbox)
+}

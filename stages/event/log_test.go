@@ -1,0 +1,229 @@
+package event
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/pipeline/natstest"
+	"github.com/tally-dev/tally/store/cold"
+)
+
+// logHarness runs event stages of partition 0 (of 1) on one real NATS server, each with
+// its own Badger, as different owners would.
+type logHarness struct {
+	t  *testing.T
+	js jetstream.JetStream
+	sj pipeline.Subjects
+	tx int
+}
+
+func newLogHarness(t *testing.T) *logHarness {
+	nc := natstest.Connect(t, natstest.Start(t))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := pipeline.DefaultStreamConfig()
+	sc.Partitions = 1
+	if err := pipeline.Setup(context.Background(), js, sc); err != nil {
+		t.Fatal(err)
+	}
+	return &logHarness{t: t, js: js, sj: sc.Subjects}
+}
+
+// likes publishes n likes of post by users from uid on.
+func (h *logHarness) likes(uid, post, n int) {
+	for i := range n {
+		h.tx++
+		data, _ := pipeline.Marshal(&pipeline.Event{Type: pipeline.TypeLike, UID: pipeline.ID(uid + i), Post: pipeline.ID(post)}, false)
+		msg := &nats.Msg{Subject: h.sj.Event(pipeline.TypeLike, pipeline.ID(uid+i)), Data: data,
+			Header: nats.Header{jetstream.MsgIDHeader: []string{fmt.Sprint("tx", h.tx)}}}
+		if _, err := h.js.PublishMsg(context.Background(), msg); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+}
+
+func (h *logHarness) msgs(stream string) uint64 {
+	st, err := h.js.Stream(context.Background(), stream)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	info, err := st.Info(context.Background())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+type runningStage struct {
+	*Stage
+	db     *cold.DB
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// start runs a logging stage as owner on db (a new database when nil).
+func (h *logHarness) start(owner string, db *cold.DB) *runningStage {
+	t := h.t
+	if db == nil {
+		var err error
+		if db, err = cold.Open(cold.Options{Dir: t.TempDir()}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+	}
+	pulled, err := cold.LoadPulled(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := New(Config{Partition: 0, Partitions: 1, Subjects: h.sj, Families: pipeline.DefaultFamilies(), Pulled: pulled, Log: true, Owner: owner},
+		h.js, db, slog.New(slog.NewTextHandler(io.Discard, nil)), NewStats())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &runningStage{Stage: st, db: db, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- st.Run(ctx) }()
+	t.Cleanup(func() { r.stop() })
+	return r
+}
+
+func (r *runningStage) stop() error {
+	r.cancel()
+	select {
+	case err := <-r.done:
+		r.done <- err
+		return err
+	case <-time.After(10 * time.Second):
+		return errors.New("stage did not stop")
+	}
+}
+
+// caughtUp waits until r has committed everything in its stream and published its outbox.
+func (h *logHarness) caughtUp(r *runningStage) {
+	natstest.Eventually(h.t, 10*time.Second, "stage caught up", func() (bool, string) {
+		lag, err := r.Lag(context.Background())
+		return err == nil && lag == 0, fmt.Sprintf("lag %d, err %v", lag, err)
+	})
+}
+
+func (h *logHarness) state(db *cold.DB) cold.StageState {
+	st, _, err := cold.LoadStage(db, 0)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return st
+}
+
+// A new owner with an empty disk replays the log: it reaches the same position with the
+// same relations, and what it sends again carries the same message ids, so the deltas
+// stream holds no new message.
+func TestLogReplay(t *testing.T) {
+	h := newLogHarness(t)
+	a := h.start("a.1", nil)
+	h.likes(100, 7, 40)
+	h.caughtUp(a)
+	h.likes(200, 7, 40)
+	h.caughtUp(a)
+	if err := a.stop(); err != nil {
+		t.Fatal(err)
+	}
+	want := h.state(a.db)
+	if want.Log == 0 || h.msgs(h.sj.LogStream()) < 2 {
+		t.Fatalf("stage state %+v, %d log records: nothing was logged", want, h.msgs(h.sj.LogStream()))
+	}
+	deltas := h.msgs(h.sj.DeltasStream())
+
+	b := h.start("b.1", nil)
+	h.caughtUp(b)
+	got := h.state(b.db)
+	if got.Pos != want.Pos || got.Log != want.Log || fmt.Sprint(got.Seqs) != fmt.Sprint(want.Seqs) {
+		t.Fatalf("replayed state %+v, want %+v", got, want)
+	}
+	liked, err := cold.Related(b.db, cold.Like, 120, []uint64{7, 8})
+	if err != nil || !liked[0] || liked[1] {
+		t.Fatalf("replayed relations: liked %v, err %v", liked, err)
+	}
+	natstest.Eventually(t, 5*time.Second, "outbox settled", func() (bool, string) {
+		return !b.busy.Load(), "busy"
+	})
+	if n := h.msgs(h.sj.DeltasStream()); n != deltas {
+		t.Fatalf("deltas stream holds %d messages after the replay, %d before: a batch was sent under a new id", n, deltas)
+	}
+	// The new owner goes on from there.
+	h.likes(300, 7, 5)
+	h.caughtUp(b)
+	if st := h.state(b.db); st.Log <= want.Log || st.Pos <= want.Pos {
+		t.Fatalf("state %+v after more events, was %+v", st, want)
+	}
+}
+
+// Two processes that both believe they own the partition: the first to log a
+// transaction wins, and the other is fenced before it commits or publishes anything.
+func TestLogFencesSecondOwner(t *testing.T) {
+	h := newLogHarness(t)
+	a := h.start("a.1", nil)
+	h.likes(100, 7, 10)
+	h.caughtUp(a)
+	b := h.start("b.1", nil) // replays a's log, then waits like a
+	h.caughtUp(b)
+	before := h.state(a.db)
+	deltas := h.msgs(h.sj.DeltasStream())
+
+	h.likes(500, 9, 1)
+	var fenced, winner *runningStage
+	natstest.Eventually(t, 10*time.Second, "one owner fenced", func() (bool, string) {
+		for _, r := range []*runningStage{a, b} {
+			select {
+			case err := <-r.done:
+				r.done <- err
+				if !errors.Is(err, ErrFenced) {
+					t.Fatalf("stage stopped with %v, want ErrFenced", err)
+				}
+				fenced = r
+			default:
+			}
+		}
+		return fenced != nil, "neither stopped"
+	})
+	winner = a
+	if fenced == a {
+		winner = b
+	}
+	h.caughtUp(winner)
+	if err := winner.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if st := h.state(fenced.db); st.Pos != before.Pos || st.Log != before.Log {
+		t.Fatalf("fenced stage committed: state %+v, was %+v", st, before)
+	}
+	if st := h.state(winner.db); st.Log != before.Log+1 {
+		t.Fatalf("winner's log sequence %d, want %d", st.Log, before.Log+1)
+	}
+	// The winner alone sent the outbox of its record.
+	st, err := h.js.Stream(context.Background(), h.sj.LogStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, err := st.GetLastMsgForSubject(context.Background(), h.sj.Log(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := cold.DecodeLogRecord(last.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := h.msgs(h.sj.DeltasStream()); len(rec.Outbox) == 0 || n != deltas+uint64(len(rec.Outbox)) {
+		t.Fatalf("deltas stream grew by %d messages, the winner's record sends %d", n-deltas, len(rec.Outbox))
+	}
+}
