@@ -33,6 +33,12 @@ func Read(ctx context.Context, js jetstream.JetStream, stream, filter string, po
 	ctx, stop := context.WithCancel(ctx)
 	ch := make(chan jetstream.Msg, buffer)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
+		// Once stopping, nothing more: a message dropped below must not be followed by
+		// one delivered after it, or a reader would apply the later one, commit its
+		// position and so skip the dropped one for good. C delivers a gap-free prefix.
+		if ctx.Err() != nil {
+			return
+		}
 		select {
 		case ch <- m:
 		case <-ctx.Done():
