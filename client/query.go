@@ -43,6 +43,12 @@ func toIDs(ids []uint64) []pipeline.ID {
 }
 
 // Get returns the counters of ids, in the order asked (unknown ids are zeros).
+//
+// While a partition is being handed over between tallyd processes, its ids may be
+// unavailable: the reply then lists them in Unavailable (in the order asked) and their
+// Counts entries are nil, never zeros; every other id is counted as usual and err is nil.
+// Check len(r.Unavailable) before reading Counts, and ask again for those ids shortly. When
+// no partition could answer, err wraps ErrRemote instead.
 func (c *Client) Get(ctx context.Context, family string, ids ...uint64) (*pipeline.GetReply, error) {
 	var r pipeline.GetReply
 	err := c.request(ctx, c.subj.Get(family), pipeline.GetRequest{IDs: toIDs(ids)}, &r, &r.Error)

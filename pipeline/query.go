@@ -16,10 +16,16 @@ type GetRequest struct {
 }
 
 // GetReply holds counts in the order the ids were asked; unknown ids are zeros.
+//
+// Unavailable lists, in the order asked, the ids whose partition could not answer within
+// the request timeout: owned by no process for a moment during a hand-over, or its owner
+// did not answer. Their Counts entries are nil (null in JSON), never zeros; every other
+// id is counted as usual. A reply in which no partition could answer is an Error instead.
 type GetReply struct {
-	Fields []string   `json:"fields,omitempty"`
-	Counts [][]uint64 `json:"counts,omitempty"`
-	Error  string     `json:"error,omitempty"`
+	Fields      []string   `json:"fields,omitempty"`
+	Counts      [][]uint64 `json:"counts,omitempty"`
+	Unavailable []ID       `json:"unavailable,omitempty"`
+	Error       string     `json:"error,omitempty"`
 }
 
 // Change is published on tally.chg.<family>.<p> after a flush: the new values of every
@@ -88,12 +94,15 @@ type UnreadReply struct {
 }
 
 // HealthReply answers tally.health: whether every partition has applied everything in
-// its stream, and the lag of those that have not.
+// its stream, and the lag of those that have not. It describes the process that answered:
+// its event stages and only the counter partitions registered in it (owned by it);
+// partitions owned by other processes are checked by their own health.
 type HealthReply struct {
 	OK         bool `json:"ok"`
 	Partitions int  `json:"partitions"` // the configured partition count
-	// Checked is the number of consumers examined: each partition's event stage and one
-	// counter worker per family and partition.
+	// Checked is the number of consumers examined: each event stage of the answering
+	// process and one counter worker per family and partition registered in it (all
+	// families × partitions when it owns every partition).
 	Checked int               `json:"checked"`
 	Lagging map[string]uint64 `json:"lagging,omitempty"`
 	Error   string            `json:"error,omitempty"`

@@ -55,6 +55,10 @@ func (s Subjects) Log(p int) string { return s.join("log", strconv.Itoa(p)) }
 // Get is the batch query subject of a family.
 func (s Subjects) Get(family string) string { return s.join("get", family) }
 
+// Part is where the process owning partition p of a family answers other processes'
+// requests for the counters of ids in that partition (a GetRequest, a GetReply).
+func (s Subjects) Part(family string, p int) string { return s.join("part", family, strconv.Itoa(p)) }
+
 // Query subjects.
 func (s Subjects) Liked() string     { return s.join("liked") }
 func (s Subjects) LikesUser() string { return s.join("likes", "user") }

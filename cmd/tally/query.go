@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -39,12 +40,33 @@ func runGet(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env) erro
 	fmt.Fprint(w, tabRow(append([]string{"id"}, r.Fields...)...))
 	for i, id := range list {
 		row := []string{strconv.FormatUint(id, 10)}
+		if r.Counts[i] == nil { // unavailable: no number to show, not even 0
+			for range r.Fields {
+				row = append(row, "-")
+			}
+			row = append(row, "unavailable")
+		}
 		for _, v := range r.Counts[i] {
 			row = append(row, strconv.FormatUint(v, 10))
 		}
 		fmt.Fprint(w, tabRow(row...))
 	}
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	return unavailable(r)
+}
+
+// unavailable fails when a get reply lists ids its partitions could not answer.
+func unavailable(r *pipeline.GetReply) error {
+	if len(r.Unavailable) == 0 {
+		return nil
+	}
+	s := make([]string, len(r.Unavailable))
+	for i, id := range r.Unavailable {
+		s[i] = id.String()
+	}
+	return fmt.Errorf("%d ids unavailable (their partition is being handed over; try again): %s", len(r.Unavailable), strings.Join(s, " "))
 }
 
 // getRaw asks in JSON, so that the server answers in JSON, and prints the reply as is.
@@ -73,7 +95,7 @@ func getRaw(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env, list
 	if r.Error != "" {
 		return fmt.Errorf("%w: %s", client.ErrRemote, r.Error)
 	}
-	return nil
+	return unavailable(&r)
 }
 
 func runLiked(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env) error {

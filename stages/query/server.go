@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -38,26 +41,45 @@ type Config struct {
 	Timeout time.Duration
 	// Workers is the number of subscriptions per subject (each has its own goroutine).
 	Workers int
-	// Stages are reported by health beside the counter partitions, by name.
+	// Stages are reported by health beside the counter partitions, by name, and Pulled
+	// is the set of authors whose posts readers pull: when Pulled is set, this process
+	// owns the event stages from the start (else see SetEvents).
 	Stages map[string]Lagger
-	// Pulled is the set of authors whose posts readers pull.
 	Pulled *cold.Pulled
 	// OnQuery, when set, is told every request's subject kind, duration and failure.
 	OnQuery func(kind string, took time.Duration, failed bool)
 }
 
-// Server answers queries. Owners maps a family to its partitions, indexed by number.
+// Server answers queries. It keeps a registry of the counter partitions this process
+// owns (family → partition number → Partition, nil when not here): ids of those are
+// answered in-process, ids of the others are asked of their owner over NATS.
 type Server struct {
 	cfg    Config
 	nc     *nats.Conn
 	db     *cold.DB
-	owners map[string][]Partition
 	log    *slog.Logger
-	subs   []*nats.Subscription
 	unread pipeline.Family
+	// owners is the registry: an immutable map with a slice of cfg.Partitions entries per
+	// configured family, replaced whole by SetOwner, so queries read it without a lock.
+	owners atomic.Pointer[map[string][]Partition]
+
+	// events are the event stages, when this process owns them: only then does it
+	// answer the queries that read relations (see SetEvents).
+	events atomic.Pointer[events]
+
+	mu       sync.Mutex // serialises SetOwner, SetEvents, Start and Stop
+	started  bool
+	subs     []*nats.Subscription
+	partSubs map[partKey]*nats.Subscription // <prefix>.part.<family>.<p> of each registered partition
 }
 
-// New returns a server; Start subscribes it.
+type partKey struct {
+	family string
+	p      int
+}
+
+// New returns a server; Start subscribes it. owners is the initial registry (a nil entry
+// is a partition not here); later changes go through SetOwner.
 func New(cfg Config, nc *nats.Conn, db *cold.DB, owners map[string][]Partition, log *slog.Logger) *Server {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 5 * time.Second
@@ -66,46 +88,149 @@ func New(cfg Config, nc *nats.Conn, db *cold.DB, owners map[string][]Partition, 
 		cfg.Workers = 4
 	}
 	un, _ := cfg.Families.Lookup(pipeline.FamilyUnread)
-	return &Server{cfg: cfg, nc: nc, db: db, owners: owners, log: log.With("stage", "query"), unread: un}
+	s := &Server{cfg: cfg, nc: nc, db: db, log: log.With("stage", "query"), unread: un, partSubs: map[partKey]*nats.Subscription{}}
+	reg := make(map[string][]Partition, len(cfg.Families))
+	for _, f := range cfg.Families {
+		reg[f.Name] = make([]Partition, cfg.Partitions)
+	}
+	for fam, ps := range owners {
+		if reg[fam] == nil {
+			s.log.Warn("ignoring the partitions of a family not configured", "family", fam)
+			continue
+		}
+		for p, o := range ps {
+			if p >= cfg.Partitions {
+				s.log.Warn("ignoring a partition beyond the configured count", "family", fam, "partition", p, "partitions", cfg.Partitions)
+				continue
+			}
+			reg[fam][p] = o
+		}
+	}
+	s.owners.Store(&reg)
+	if cfg.Pulled != nil {
+		s.events.Store(&events{stages: cfg.Stages, pulled: cfg.Pulled})
+	}
+	return s
+}
+
+// SetOwner registers part as partition p of family in this process, or removes it when
+// part is nil (an untyped nil). It is safe while queries run. While the server is started,
+// a registered partition is served to other processes on <prefix>.part.<family>.<p>
+// (queue group PartQueueGroup) and a removed one stops being served (its subscription is
+// drained; requests still queued are answered that it is not here). SetOwner panics when
+// family is not configured or p is out of range, as an index out of range would.
+func (s *Server) SetOwner(family string, p int, part Partition) {
+	if _, err := s.cfg.Families.Lookup(family); err != nil {
+		panic(fmt.Sprintf("query.SetOwner: %v", err))
+	}
+	if p < 0 || p >= s.cfg.Partitions {
+		panic(fmt.Sprintf("query.SetOwner: partition %d out of range 0..%d", p, s.cfg.Partitions-1))
+	}
+	s.mu.Lock()
+	old := *s.owners.Load()
+	reg := maps.Clone(old)
+	ps := slices.Clone(old[family])
+	ps[p] = part
+	reg[family] = ps
+	s.owners.Store(&reg)
+	subscribed := false
+	if s.started {
+		key := partKey{family, p}
+		sub, ok := s.partSubs[key]
+		switch {
+		case part != nil && !ok:
+			if err := s.subscribePart(key); err != nil {
+				s.log.Error("cannot serve a partition to other processes", "family", family, "partition", p, "err", err)
+			} else {
+				subscribed = true
+			}
+		case part == nil && ok:
+			_ = sub.Drain()
+			delete(s.partSubs, key)
+		}
+	}
+	s.mu.Unlock()
+	if subscribed {
+		// Once SetOwner returns, the server knows the subscription: requests from now on
+		// reach it.
+		if err := s.nc.FlushTimeout(s.cfg.Timeout); err != nil {
+			s.log.Warn("cannot flush a partition subscription", "family", family, "partition", p, "err", err)
+		}
+	}
+}
+
+// subscribePart serves a registered partition to other processes; s.mu is held.
+func (s *Server) subscribePart(key partKey) error {
+	subj := s.cfg.Subjects.Part(key.family, key.p)
+	sub, err := s.nc.QueueSubscribe(subj, PartQueueGroup, s.handle("part", s.part(key)))
+	if err != nil {
+		return fmt.Errorf("cannot subscribe %s: %w", subj, err)
+	}
+	s.partSubs[key] = sub
+	return nil
 }
 
 // QueueGroup is the queue group every query subscription joins, so several processes
 // share the load.
 const QueueGroup = "tally-query"
 
-// Start subscribes every query subject.
+// PartQueueGroup is the queue group of the <prefix>.part.<family>.<p> subscriptions: the
+// processes owning a partition (one, or two for a moment during a hand-over) share them.
+const PartQueueGroup = "tally-part"
+
+// Start subscribes every query subject, and the part subject of every partition
+// registered here.
 func (s *Server) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.start(); err != nil {
+		s.stop()
+		return err
+	}
+	s.started = true
+	return s.nc.Flush()
+}
+
+func (s *Server) start() error {
 	sj := s.cfg.Subjects
 	handlers := map[string]func(*request) (any, error){
 		sj.Prefix + ".get.*": s.get,
-		sj.Liked():           s.liked,
-		sj.LikesUser():       s.list(cold.Like, true, "uid"),
-		sj.LikesPost():       s.list(cold.Like, false, "post"),
-		sj.Following():       s.list(cold.Follow, true, "uid"),
-		sj.Followers():       s.list(cold.Follow, false, "uid"),
-		sj.Unread():          s.unreadCounts,
-		sj.Health():          s.health,
 	}
-	for subj, h := range handlers {
-		kind := strings.TrimPrefix(strings.TrimSuffix(subj, ".*"), sj.Prefix+".")
-		for range s.cfg.Workers {
-			sub, err := s.nc.QueueSubscribe(subj, QueueGroup, s.handle(kind, h))
-			if err != nil {
-				s.Stop()
-				return fmt.Errorf("cannot subscribe %s: %w", subj, err)
+	if s.events.Load() != nil {
+		maps.Copy(handlers, s.relationHandlers())
+	}
+	if err := s.subscribe(handlers); err != nil {
+		return err
+	}
+	for fam, ps := range *s.owners.Load() {
+		for p, o := range ps {
+			if o != nil {
+				if err := s.subscribePart(partKey{fam, p}); err != nil {
+					return err
+				}
 			}
-			s.subs = append(s.subs, sub)
 		}
 	}
-	return s.nc.Flush()
+	return nil
 }
 
 // Stop drains the subscriptions: requests already received are answered.
 func (s *Server) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stop()
+}
+
+func (s *Server) stop() {
 	for _, sub := range s.subs {
 		_ = sub.Drain()
 	}
 	s.subs = nil
+	for k, sub := range s.partSubs {
+		_ = sub.Drain()
+		delete(s.partSubs, k)
+	}
+	s.started = false
 }
 
 type request struct {
@@ -138,7 +263,7 @@ func (s *Server) handle(kind string, h func(*request) (any, error)) nats.MsgHand
 		reply, err := h(r)
 		failed := err != nil
 		if err != nil {
-			if !errors.Is(err, pipeline.ErrBadRequest) && !errors.Is(err, pipeline.ErrUnknownFamily) {
+			if !errors.Is(err, pipeline.ErrBadRequest) && !errors.Is(err, pipeline.ErrUnknownFamily) && !errors.Is(err, errUnavailable) {
 				s.log.Warn("query failed", "subject", m.Subject, "err", err)
 			}
 			reply = errorReply{Error: err.Error()}
@@ -168,24 +293,71 @@ func (s *Server) get(r *request) (any, error) {
 	if err := r.decode(&req); err != nil {
 		return nil, err
 	}
-	counts, err := s.counts(r.ctx, fam, req.IDs)
+	counts, unavailable, err := s.counts(r.ctx, fam, req.IDs)
 	if err != nil {
 		return nil, err
 	}
-	return pipeline.GetReply{Fields: fam.Fields, Counts: counts}, nil
+	return pipeline.GetReply{Fields: fam.Fields, Counts: counts, Unavailable: unavailable}, nil
 }
 
-// counts gathers the counters of ids from their partitions, in parallel.
-func (s *Server) counts(ctx context.Context, fam pipeline.Family, ids []pipeline.ID) ([][]uint64, error) {
+// errUnavailable marks an answer withheld because a partition is not here or did not
+// answer: a hand-over, not a failure worth a warning per request.
+var errUnavailable = errors.New("unavailable")
+
+// part answers <prefix>.part.<family>.<p> from the partition registered here, for the
+// counts of another process.
+func (s *Server) part(key partKey) func(*request) (any, error) {
+	fam, _ := s.cfg.Families.Lookup(key.family)
+	return func(r *request) (any, error) {
+		if r.msg.Header.Get(lagHeader) != "" {
+			return s.partHealth(r.ctx, key)
+		}
+		var req pipeline.GetRequest
+		if err := r.decode(&req); err != nil {
+			return nil, err
+		}
+		if len(req.IDs) == 0 || len(req.IDs) > pipeline.MaxQueryIDs {
+			return nil, fmt.Errorf("%w: ids must hold 1 to %d ids, not %d", pipeline.ErrBadRequest, pipeline.MaxQueryIDs, len(req.IDs))
+		}
+		ids := make([]uint64, len(req.IDs))
+		for i, id := range req.IDs {
+			if q := pipeline.PartitionOf(id, s.cfg.Partitions); q != key.p {
+				return nil, fmt.Errorf("%w: id %d is in partition %d of %d, not %d", pipeline.ErrBadRequest, id, q, s.cfg.Partitions, key.p)
+			}
+			ids[i] = uint64(id)
+		}
+		o := (*s.owners.Load())[key.family][key.p]
+		if o == nil { // removed while this request was queued
+			return nil, fmt.Errorf("%w: partition %s/%d is no longer in this process", errUnavailable, key.family, key.p)
+		}
+		nf := len(fam.Fields)
+		flat := make([]uint64, len(ids)*nf)
+		out := make([][]uint64, len(ids))
+		for i := range out {
+			out[i] = flat[i*nf : (i+1)*nf : (i+1)*nf]
+		}
+		if err := o.Get(r.ctx, ids, out); err != nil {
+			return nil, err
+		}
+		return pipeline.GetReply{Fields: fam.Fields, Counts: out}, nil
+	}
+}
+
+// counts gathers the counters of ids from their partitions, in parallel: in-process from
+// the partitions registered here, over NATS (<prefix>.part.<family>.<p>) from the others.
+// The ids of a partition that is not owned anywhere, does not answer before ctx ends or
+// answers an error are returned as unavailable, in the order asked, with nil counts. Only
+// when no partition could answer is it an error.
+func (s *Server) counts(ctx context.Context, fam pipeline.Family, ids []pipeline.ID) (counts [][]uint64, unavailable []pipeline.ID, err error) {
 	if len(ids) == 0 {
-		return nil, fmt.Errorf("%w: ids is empty", pipeline.ErrBadRequest)
+		return nil, nil, fmt.Errorf("%w: ids is empty", pipeline.ErrBadRequest)
 	}
 	if len(ids) > pipeline.MaxQueryIDs {
-		return nil, fmt.Errorf("%w: %d ids, at most %d per request", pipeline.ErrBadRequest, len(ids), pipeline.MaxQueryIDs)
+		return nil, nil, fmt.Errorf("%w: %d ids, at most %d per request", pipeline.ErrBadRequest, len(ids), pipeline.MaxQueryIDs)
 	}
-	owners := s.owners[fam.Name]
+	owners := (*s.owners.Load())[fam.Name]
 	if len(owners) != s.cfg.Partitions {
-		return nil, fmt.Errorf("family %s is not served here", fam.Name)
+		return nil, nil, fmt.Errorf("family %s is not served here", fam.Name)
 	}
 	nf := len(fam.Fields)
 	flat := make([]uint64, len(ids)*nf)
@@ -193,6 +365,7 @@ func (s *Server) counts(ctx context.Context, fam pipeline.Family, ids []pipeline
 	type part struct {
 		ids []uint64
 		out [][]uint64
+		err error
 	}
 	parts := map[int]*part{}
 	for i, id := range ids {
@@ -207,22 +380,78 @@ func (s *Server) counts(ctx context.Context, fam pipeline.Family, ids []pipeline
 		pp.out = append(pp.out, out[i])
 	}
 	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var errs []error
 	for p, pp := range parts {
-		wg.Go(func() {
-			if err := owners[p].Get(ctx, pp.ids, pp.out); err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-			}
-		})
+		if o := owners[p]; o != nil {
+			wg.Go(func() { pp.err = o.Get(ctx, pp.ids, pp.out) })
+		} else {
+			wg.Go(func() { pp.err = s.remote(ctx, fam.Name, fam.Fields, p, pp.ids, pp.out) })
+		}
 	}
 	wg.Wait()
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+	var errs []error
+	for p, pp := range parts {
+		if pp.err != nil {
+			errs = append(errs, pp.err)
+			if owners[p] != nil { // a partition of this process failed: not a hand-over
+				s.log.Warn("partition query failed", "family", fam.Name, "partition", p, "err", pp.err)
+			}
+		}
 	}
-	return out, nil
+	if len(errs) == 0 {
+		return out, nil, nil
+	}
+	if len(errs) == len(parts) {
+		return nil, nil, fmt.Errorf("%w: no partition of %s could answer: %w", errUnavailable, fam.Name, errors.Join(errs...))
+	}
+	for i, id := range ids {
+		if parts[pipeline.PartitionOf(id, s.cfg.Partitions)].err != nil {
+			out[i] = nil
+			unavailable = append(unavailable, id)
+		}
+	}
+	s.log.Debug("some partitions unavailable", "family", fam.Name, "ids", len(unavailable), "of", len(ids), "err", errors.Join(errs...))
+	return out, unavailable, nil
+}
+
+// remote asks the process owning partition p of fam for the counters of ids. It fails at
+// once when no process owns the partition (no responders), when ctx ends first, or when
+// the owner answers an error.
+func (s *Server) remote(ctx context.Context, family string, fields []string, p int, ids []uint64, out [][]uint64) error {
+	req := pipeline.GetRequest{IDs: make([]pipeline.ID, len(ids))}
+	for i, id := range ids {
+		req.IDs[i] = pipeline.ID(id)
+	}
+	data, err := pipeline.Marshal(req, false)
+	if err != nil {
+		return err
+	}
+	subj := s.cfg.Subjects.Part(family, p)
+	msg, err := s.nc.RequestWithContext(ctx, subj, data)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return fmt.Errorf("partition %s/%d is owned by no process (hand-over?)", family, p)
+	case err != nil:
+		return fmt.Errorf("partition %s/%d did not answer: %w", family, p, err)
+	}
+	var reply pipeline.GetReply
+	if err := pipeline.Unmarshal(msg.Data, false, &reply); err != nil {
+		return fmt.Errorf("partition %s/%d: cannot decode its reply: %w", family, p, err)
+	}
+	if reply.Error != "" {
+		return fmt.Errorf("partition %s/%d answered: %s", family, p, reply.Error)
+	}
+	if !slices.Equal(reply.Fields, fields) || len(reply.Counts) != len(ids) {
+		return fmt.Errorf("partition %s/%d answered %d ids with fields %v, want %d with %v", family, p, len(reply.Counts), reply.Fields, len(ids), fields)
+	}
+	for i, c := range reply.Counts {
+		if len(c) != len(out[i]) {
+			return fmt.Errorf("partition %s/%d answered %d fields for id %d, want %d", family, p, len(c), ids[i], len(out[i]))
+		}
+	}
+	for i, c := range reply.Counts {
+		copy(out[i], c)
+	}
+	return nil
 }
 
 func (s *Server) liked(r *request) (any, error) {
@@ -300,9 +529,12 @@ func (s *Server) unreadCounts(r *request) (any, error) {
 		}
 		uids = []pipeline.ID{req.UID}
 	}
-	counts, err := s.counts(r.ctx, s.unread, uids)
+	counts, unavailable, err := s.counts(r.ctx, s.unread, uids)
 	if err != nil {
 		return nil, err
+	}
+	if len(unavailable) > 0 { // never partial unread numbers
+		return nil, fmt.Errorf("%w: %d of %d uids are unavailable: their partition is being handed over between processes (or its owner does not answer); retry shortly", errUnavailable, len(unavailable), len(uids))
 	}
 	idx := func(name string) int { i, _ := s.unread.Field(name); return i }
 	ic, im, il, id, ifeed := idx("comment"), idx("mention"), idx("like"), idx("dm"), idx("feed")
@@ -345,7 +577,7 @@ func (s *Server) pulled(txn *badger.Txn, uid uint64) (system, feed uint64, err e
 		system = n - rs.SysSeen
 	}
 	cold.Objects(txn, cold.Follow, uid, func(author uint64, followed int64) bool {
-		if !s.cfg.Pulled.Has(author) {
+		if !s.events.Load().pulled.Has(author) {
 			return true
 		}
 		var k uint64
@@ -356,11 +588,9 @@ func (s *Server) pulled(txn *badger.Txn, uid uint64) (system, feed uint64, err e
 	return system, feed, err
 }
 
-// health checks the event stages first and the counter partitions after them, so a
-// delta published by a stage just before it was checked is seen by its counter's check.
-func (s *Server) health(r *request) (any, error) { return s.Health(r.ctx) }
-
-// Health reports whether every partition has applied all of its stream.
+// Health reports whether the event stages and the counter partitions registered in this
+// process have applied all of their streams. Partitions owned by other processes are not
+// checked here (each process reports its own); Checked says how many were.
 func (s *Server) Health(ctx context.Context) (*pipeline.HealthReply, error) {
 	h := &pipeline.HealthReply{OK: true, Partitions: s.cfg.Partitions, Lagging: map[string]uint64{}}
 	check := func(name string, l Lagger, ready bool) error {
@@ -378,13 +608,16 @@ func (s *Server) Health(ctx context.Context) (*pipeline.HealthReply, error) {
 		}
 		return nil
 	}
-	for name, st := range s.cfg.Stages {
+	for name, st := range s.eventStages() {
 		if err := check(name, st, true); err != nil {
 			return nil, err
 		}
 	}
-	for fam, ps := range s.owners {
+	for fam, ps := range *s.owners.Load() {
 		for p, o := range ps {
+			if o == nil {
+				continue // not here
+			}
 			if err := check(fmt.Sprintf("counter.%s.%d", fam, p), o, o.Ready()); err != nil {
 				return nil, err
 			}

@@ -1,0 +1,364 @@
+package query_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/pipeline/natstest"
+	"github.com/tally-dev/tally/stages/query"
+	"github.com/tally-dev/tally/store/cold"
+)
+
+// memPart stands in for a counter worker: it answers known counts per id (want) and
+// refuses ids of another partition, so a request routed to the wrong partition fails.
+type memPart struct {
+	fi, p, n int           // family index, partition, partition count
+	slow     bool          // answer only when ctx ends (a partition that does not answer)
+	calls    *atomic.Int64 // Get calls, when set
+}
+
+// want is the count memPart gives field f of id in the family with index fi.
+func want(fi int, id uint64, f int) uint64 { return id*100 + uint64(fi)*10 + uint64(f) }
+
+func (m *memPart) Get(ctx context.Context, ids []uint64, out [][]uint64) error {
+	if m.calls != nil {
+		m.calls.Add(1)
+	}
+	if m.slow {
+		<-ctx.Done()
+		return fmt.Errorf("partition %d did not answer: %w", m.p, ctx.Err())
+	}
+	for i, id := range ids {
+		if q := pipeline.PartitionOf(pipeline.ID(id), m.n); q != m.p {
+			return fmt.Errorf("id %d of partition %d asked of partition %d", id, q, m.p)
+		}
+		for f := range out[i] {
+			out[i][f] = want(m.fi, id, f)
+		}
+	}
+	return nil
+}
+func (m *memPart) Ready() bool                         { return true }
+func (m *memPart) Lag(context.Context) (uint64, error) { return 0, nil }
+
+var families = pipeline.Families(pipeline.DefaultFamilies())
+
+// node is one query.Server on its own NATS connection, as in one tallyd process.
+type node struct {
+	*query.Server
+	nc    *nats.Conn
+	parts map[string][]query.Partition // every partition this node may own, registered or not
+	gets  atomic.Int64                 // get requests it answered
+}
+
+// openDB opens an empty Badger database for t (read by unread: no notices, no follows).
+func openDB(t testing.TB) *cold.DB {
+	t.Helper()
+	db, err := cold.Open(cold.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+// startNode starts a server owning the partitions in own (of every family) out of n, and
+// the event stages (relations, unread) when db is set.
+func startNode(t testing.TB, s *server.Server, db *cold.DB, n int, timeout time.Duration, own ...int) *node {
+	t.Helper()
+	nd := &node{nc: natstest.Connect(t, s), parts: map[string][]query.Partition{}}
+	owners := map[string][]query.Partition{}
+	for fi, f := range families {
+		nd.parts[f.Name] = make([]query.Partition, n)
+		owners[f.Name] = make([]query.Partition, n)
+		for p := range n {
+			nd.parts[f.Name][p] = &memPart{fi: fi, p: p, n: n}
+		}
+		for _, p := range own {
+			owners[f.Name][p] = nd.parts[f.Name][p]
+		}
+	}
+	cfg := query.Config{Subjects: pipeline.NewSubjects(""), Families: families, Partitions: n, Timeout: timeout, Workers: 2,
+		OnQuery: func(kind string, _ time.Duration, _ bool) {
+			if kind == "get" {
+				nd.gets.Add(1)
+			}
+		}}
+	if db != nil { // this process owns the event stages too: it answers unread
+		pulled, err := cold.LoadPulled(db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Pulled = pulled
+	}
+	nd.Server = query.New(cfg, nd.nc, db, owners, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err := nd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nd.Stop)
+	return nd
+}
+
+// setOwned registers (own) or removes the partitions ps of every family.
+func (nd *node) setOwned(own bool, ps ...int) {
+	for _, f := range families {
+		for _, p := range ps {
+			var part query.Partition
+			if own {
+				part = nd.parts[f.Name][p]
+			}
+			nd.SetOwner(f.Name, p, part)
+		}
+	}
+}
+
+// get sends a plain MessagePack request to tally.get.post, as any client does.
+func get(t testing.TB, nc *nats.Conn, subject string, ids []pipeline.ID) pipeline.GetReply {
+	t.Helper()
+	data, err := pipeline.Marshal(pipeline.GetRequest{IDs: ids}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := nc.Request(subject, data, 30*time.Second)
+	if err != nil {
+		t.Fatalf("%s: %v", subject, err)
+	}
+	var r pipeline.GetReply
+	if err := pipeline.Unmarshal(msg.Data, false, &r); err != nil {
+		t.Fatalf("%s: cannot decode the reply: %v", subject, err)
+	}
+	return r
+}
+
+func unread(t testing.TB, nc *nats.Conn, uids []pipeline.ID) pipeline.UnreadReply {
+	t.Helper()
+	data, err := pipeline.Marshal(pipeline.UnreadRequest{UIDs: uids}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := nc.Request("tally.unread", data, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var u pipeline.UnreadReply
+	if err := pipeline.Unmarshal(msg.Data, false, &u); err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// check fails unless r answers every id exactly, except those of the partitions in
+// unavailable, which must be listed as unavailable (in order) with nil counts.
+func check(t testing.TB, r pipeline.GetReply, ids []pipeline.ID, n int, unavailable ...int) {
+	t.Helper()
+	if r.Error != "" {
+		t.Fatalf("error reply: %s", r.Error)
+	}
+	if !slices.Equal(r.Fields, families[0].Fields) || len(r.Counts) != len(ids) {
+		t.Fatalf("fields %v, %d counts for %d ids", r.Fields, len(r.Counts), len(ids))
+	}
+	var wantUn []pipeline.ID
+	for i, id := range ids {
+		if slices.Contains(unavailable, pipeline.PartitionOf(id, n)) {
+			wantUn = append(wantUn, id)
+			if r.Counts[i] != nil {
+				t.Errorf("id %d is unavailable but has counts %v", id, r.Counts[i])
+			}
+			continue
+		}
+		exp := []uint64{want(0, uint64(id), 0), want(0, uint64(id), 1), want(0, uint64(id), 2), want(0, uint64(id), 3)}
+		if !slices.Equal(r.Counts[i], exp) {
+			t.Errorf("id %d: counts %v, want %v", id, r.Counts[i], exp)
+		}
+	}
+	if !slices.Equal(r.Unavailable, wantUn) {
+		t.Errorf("unavailable %v, want %v", r.Unavailable, wantUn)
+	}
+}
+
+// fromEach sends gets until each node has answered at least two, checking every reply.
+// (OnQuery counts a get just after its reply is sent, so the last get of the previous
+// call may be counted late: two cannot both be.)
+func fromEach(t *testing.T, nc *nats.Conn, nodes []*node, ids []pipeline.ID, n int, unavailable ...int) {
+	t.Helper()
+	before := make([]int64, len(nodes))
+	for i, nd := range nodes {
+		before[i] = nd.gets.Load()
+	}
+	for range 500 {
+		start := time.Now()
+		check(t, get(t, nc, "tally.get.post", ids), ids, n, unavailable...)
+		if took := time.Since(start); took > 2*time.Second {
+			t.Fatalf("a get took %v: an unowned partition must be reported at once", took)
+		}
+		all := true
+		for i, nd := range nodes {
+			all = all && nd.gets.Load() >= before[i]+2
+		}
+		if all {
+			return
+		}
+	}
+	t.Fatal("500 gets, and not every server answered two")
+}
+
+// idsIn returns ids 1, 2, … until every one of n partitions has at least two.
+func idsIn(n int) []pipeline.ID {
+	seen := make([]int, n)
+	var ids []pipeline.ID
+	for id := pipeline.ID(1); slices.Min(seen) < 2; id++ {
+		seen[pipeline.PartitionOf(id, n)]++
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// TestScatterGather runs two servers on one NATS, each owning half of the partitions.
+func TestScatterGather(t *testing.T) {
+	const n = 4
+	s := natstest.Start(t)
+	client := natstest.Connect(t, s)
+	timeout := 10 * time.Second // far above what an unowned partition may take
+	db := openDB(t)
+	a := startNode(t, s, db, n, timeout, 0, 1)
+	b := startNode(t, s, db, n, timeout, 2, 3)
+	nodes := []*node{a, b}
+	ids := idsIn(n)
+
+	// Every id answered exactly, whichever server takes the request.
+	fromEach(t, client, nodes, ids, n)
+	u := unread(t, client, ids)
+	if u.Error != "" || len(u.Users) != len(ids) {
+		t.Fatalf("unread: %+v", u)
+	}
+	for i, id := range ids {
+		w := func(f int) uint64 { return want(2, uint64(id), f) } // comment, mention, like, dm, feed
+		exp := pipeline.Unread{Comment: w(0), Mention: w(1), Like: w(2), DM: w(3), Feed: w(4)}
+		if u.Users[i] != exp {
+			t.Errorf("unread of %d: %+v, want %+v", id, u.Users[i], exp)
+		}
+	}
+
+	// b hands partitions 2 and 3 over to nobody: their ids are unavailable, at once.
+	b.setOwned(false, 2, 3)
+	fromEach(t, client, nodes, ids, n, 2, 3)
+
+	// Health checks only what each server owns: 3 families × 2 partitions, then 0.
+	for i, wantChecked := range []int{6, 0} {
+		h, err := nodes[i].Health(context.Background())
+		if err != nil || !h.OK || h.Checked != wantChecked || h.Partitions != n {
+			t.Errorf("server %d health: %+v %v, want ok with %d checked", i, h, err, wantChecked)
+		}
+	}
+
+	// Only unavailable partitions asked: an error, not a reply of nothing.
+	var only []pipeline.ID
+	for _, id := range ids {
+		if pipeline.PartitionOf(id, n) >= 2 {
+			only = append(only, id)
+		}
+	}
+	r := get(t, client, "tally.get.post", only)
+	if r.Error == "" || r.Counts != nil || r.Unavailable != nil {
+		t.Errorf("all unavailable: %+v, want an error", r)
+	}
+
+	// Unread never answers partial numbers.
+	u = unread(t, client, ids)
+	wantErr := fmt.Sprintf("unavailable: %d of %d uids are unavailable: their partition is being handed over between processes (or its owner does not answer); retry shortly", len(only), len(ids))
+	if u.Error != wantErr || u.Users != nil {
+		t.Errorf("unread with unavailable uids: %+v, want error %q", u, wantErr)
+	}
+
+	// a takes them over: exact again, with a answering them locally and b remotely.
+	a.setOwned(true, 2, 3)
+	fromEach(t, client, nodes, ids, n)
+
+	// a gives them back to b (during a hand-over both may own them for a moment).
+	b.setOwned(true, 2, 3)
+	a.setOwned(false, 2, 3)
+	fromEach(t, client, nodes, ids, n)
+
+	// A request to a partition's subject with an id of another partition is refused.
+	foreign := ids[slices.IndexFunc(ids, func(id pipeline.ID) bool { return pipeline.PartitionOf(id, n) == 2 })]
+	r = get(t, client, "tally.part.post.0", []pipeline.ID{foreign})
+	if want := fmt.Sprintf("bad request: id %d is in partition 2 of 4, not 0", foreign); r.Error != want || r.Counts != nil {
+		t.Errorf("foreign id on tally.part.post.0: %+v, want error %q", r, want)
+	}
+	// And one with its own ids is answered.
+	own := ids[slices.IndexFunc(ids, func(id pipeline.ID) bool { return pipeline.PartitionOf(id, n) == 0 })]
+	check(t, get(t, client, "tally.part.post.0", []pipeline.ID{own}), []pipeline.ID{own}, n)
+}
+
+// TestRemoteTimeout: a partition whose owner does not answer within the request timeout
+// is unavailable; the rest of the reply stands.
+func TestRemoteTimeout(t *testing.T) {
+	const n = 4
+	s := natstest.Start(t)
+	client := natstest.Connect(t, s)
+	a := startNode(t, s, nil, n, 300*time.Millisecond, 0, 1, 2)
+	b := startNode(t, s, nil, n, 300*time.Millisecond)
+	var calls atomic.Int64
+	b.SetOwner("post", 3, &memPart{fi: 0, p: 3, n: n, slow: true, calls: &calls})
+	ids := idsIn(n)
+	start := time.Now()
+	// a asks b for partition 3 and gives up at its timeout; b asks its own partition 3,
+	// which gives up at b's: the same reply either way.
+	fromEach(t, client, []*node{a, b}, ids, n, 3)
+	if took := time.Since(start); took < 2*300*time.Millisecond {
+		t.Errorf("two gets took %v, want each to wait for the 300ms timeout", took)
+	}
+	if calls.Load() < 2 {
+		t.Errorf("the slow partition was asked %d times, want one per get", calls.Load())
+	}
+}
+
+// BenchmarkGetRemote times a 20-id get on tally.get.post answered with every partition
+// in the answering process (local) and with half of them in another process
+// (half-remote: two servers, each owning 8 of 16 partitions and asking the other for the
+// rest over NATS).
+func BenchmarkGetRemote(b *testing.B) {
+	const n = 16
+	ids := make([]pipeline.ID, 20)
+	for i := range ids {
+		ids[i] = pipeline.ID(1_000_003 * (i + 1))
+	}
+	for _, bc := range []struct {
+		name string
+		own  [][]int // partitions of each server
+	}{
+		{"local", [][]int{{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}}},
+		{"half-remote", [][]int{{0, 1, 2, 3, 4, 5, 6, 7}, {8, 9, 10, 11, 12, 13, 14, 15}}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			s := natstest.Start(b)
+			client := natstest.Connect(b, s)
+			for _, own := range bc.own {
+				startNode(b, s, nil, n, 5*time.Second, own...)
+			}
+			parts := map[int]bool{}
+			for _, id := range ids {
+				parts[pipeline.PartitionOf(id, n)] = true
+			}
+			check(b, get(b, client, "tally.get.post", ids), ids, n)
+			data, _ := pipeline.Marshal(pipeline.GetRequest{IDs: ids}, false)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := client.Request("tally.get.post", data, 5*time.Second); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(len(parts)), "partitions/get")
+		})
+	}
+}
