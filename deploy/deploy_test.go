@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -359,9 +360,12 @@ func TestPermissions(t *testing.T) {
 	t.Run("producer", func(t *testing.T) {
 		producer.denied(t, `Publish to "tally.delta.x"`, producer.publish("tally.delta.x"))
 		producer.denied(t, `Publish to "tally.chg.post.0"`, producer.publish("tally.chg.post.0"))
+		producer.denied(t, `Publish to "tally.log.0"`, producer.publish("tally.log.0"))
 		producer.denied(t, `Publish to "tally.ep.0.like.1"`, producer.publish("tally.ep.0.like.1"))
 		producer.denied(t, `Subscription to "tally.chg.>"`, producer.subscribe("tally.chg.>"))
 		producer.denied(t, `Publish to "tally.get.post"`, producer.request("tally.get.post"))
+		producer.denied(t, `Publish to "tally.part.post.0"`, producer.request("tally.part.post.0"))
+		producer.denied(t, `Subscription to "tally.part.post.0"`, producer.subscribe("tally.part.post.0"))
 		producer.denied(t, `Publish to "$JS.API.STREAM.DELETE.TALLY_EVENTS"`, producer.request("$JS.API.STREAM.DELETE.TALLY_EVENTS"))
 		producer.denied(t, `Publish to "$JS.API.STREAM.PURGE.TALLY_EVENTS"`, producer.request("$JS.API.STREAM.PURGE.TALLY_EVENTS"))
 		producer.denied(t, `Publish to "$JS.API.STREAM.INFO.TALLY_DELTAS"`, producer.request("$JS.API.STREAM.INFO.TALLY_DELTAS"))
@@ -370,13 +374,41 @@ func TestPermissions(t *testing.T) {
 		reader.denied(t, `Publish to "tally.ev.like.1"`, reader.publish("tally.ev.like.1"))
 		reader.denied(t, `Publish to "tally.delta.post.0"`, reader.publish("tally.delta.post.0"))
 		reader.denied(t, `Publish to "tally.chg.post.0"`, reader.publish("tally.chg.post.0"))
+		reader.denied(t, `Publish to "tally.log.0"`, reader.publish("tally.log.0"))
 		reader.denied(t, `Subscription to "tally.ep.>"`, reader.subscribe("tally.ep.>"))
 		reader.denied(t, `Subscription to "tally.get.post"`, reader.subscribe("tally.get.post"))
+		reader.denied(t, `Publish to "tally.part.post.0"`, reader.request("tally.part.post.0"))
+		reader.denied(t, `Subscription to "tally.part.post.0"`, reader.subscribe("tally.part.post.0"))
 		reader.denied(t, `Publish to "$JS.API.STREAM.PURGE.TALLY_CHANGES"`, reader.request("$JS.API.STREAM.PURGE.TALLY_CHANGES"))
 		reader.denied(t, `Publish to "$JS.API.CONSUMER.CREATE.TALLY_EVENTS.x"`, reader.request("$JS.API.CONSUMER.CREATE.TALLY_EVENTS.x"))
 	})
 	t.Run("tallyd", func(t *testing.T) {
 		td := connect(t, s, "tallyd", pw["tallyd"])
+		// Another tallyd asks the node for the counters of each of its partitions, with no
+		// violation (those logged so far are the refusals checked above).
+		logged.take()
+		for p := range cfg.Partitions {
+			var id pipeline.ID
+			for id = 1; pipeline.PartitionOf(id, cfg.Partitions) != p; id++ {
+			}
+			data, err := pipeline.Marshal(pipeline.GetRequest{IDs: []pipeline.ID{id}}, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := td.Request("tally.part.post."+strconv.Itoa(p), data, 10*time.Second)
+			if err != nil {
+				t.Fatalf("tallyd request tally.part.post.%d: %v (violations: %q)", p, err, logged.take())
+			}
+			var r pipeline.GetReply
+			if err := pipeline.Unmarshal(m.Data, false, &r); err != nil || r.Error != "" || len(r.Counts) != 1 {
+				t.Errorf("tally.part.post.%d for %d: %+v %v", p, id, r, err)
+			}
+		}
+		logged.none(t)
+		td.denied(t, `Subscription to "tally.part.post.0" using queue "other"`, func() error {
+			_, err := td.QueueSubscribeSync("tally.part.post.0", "other")
+			return err
+		})
 		td.denied(t, `Subscription to "tally.get.post"`, td.subscribe("tally.get.post"))
 		td.denied(t, `Subscription to "tally.get.post" using queue "other"`, func() error {
 			_, err := td.QueueSubscribeSync("tally.get.post", "other")

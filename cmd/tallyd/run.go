@@ -66,9 +66,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 	})
 	fs.IntVar(&cfg.ColdCache, "cold-cache", cfg.ColdCache, "most cold ids whose counters stay in RAM after a read")
 	fs.BoolVar(&cfg.Snapshots, "snapshots", cfg.Snapshots, "keep hot-table snapshots in <data>/snapshots for a fast restart")
-	fs.BoolVar(&cfg.Standby, "standby", env("TALLY_STANDBY", "") != "", "wait for the partitions' owner to stop or die and take over, instead of refusing to start (TALLY_STANDBY)")
-	fs.DurationVar(&cfg.BackupEvery, "backup-every", cfg.BackupEvery, "back the state up to the NATS object store <PREFIX>_STATE this often, so a standby on another machine can take over; 0 never")
-	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", cfg.LeaseTTL, "how long the ownership lease outlives a dead owner")
+	fs.BoolVar(&cfg.Join, "join", env("TALLY_JOIN", "") != "", "share the counter partitions with the other tallyd of the prefix and take the event stages over when their owner stops or dies, instead of refusing to start (TALLY_JOIN; needs --backup-every)")
+	fs.DurationVar(&cfg.BackupEvery, "backup-every", cfg.BackupEvery, "back the state up to the NATS object store <PREFIX>_STATE this often and log every event-stage transaction, so partitions can move to another machine; 0 never")
+	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", cfg.LeaseTTL, "how long an ownership lease outlives a dead owner")
 	levelName := fs.String("log-level", env("TALLY_LOG_LEVEL", "info"), "debug, info, warn or error (TALLY_LOG_LEVEL)")
 	if v := getenv("TALLY_HOT_MAX_MEM"); v != "" {
 		n, err := parseBytes(v)

@@ -256,6 +256,15 @@ func (w *Worker) drop(g hot.GroupInfo) {
 	w.reported -= int64(g.Bytes)
 }
 
+// unaccount takes the table out of the budget: the partition stopped (it may move to
+// another process).
+func (w *Worker) unaccount() {
+	if w.cfg.Budget != nil {
+		w.cfg.Budget.used.Add(-w.reported)
+		w.reported = 0
+	}
+}
+
 // account tells the budget what the table holds now.
 func (w *Worker) account() {
 	n := int64(w.tier.MemBytes())

@@ -202,6 +202,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer r.Stop()
 	w.ready.Store(true)
 	defer w.ready.Store(false)
+	defer w.unaccount()
 	defer w.purges.Wait()
 	defer w.waitSnapshot()
 	tick := time.NewTicker(w.cfg.FlushInterval)

@@ -32,18 +32,10 @@ func (s *Stage) post(txn *badger.Txn, e *pipeline.Event, c *coalescer) error {
 }
 
 func (s *Stage) fanout(txn *badger.Txn, e *pipeline.Event, c *coalescer) (bool, error) {
+	// The follower list is read up to one past the limit (keys only). The counter of
+	// followers is not asked: it lives in the user family's partition, which another
+	// process may own.
 	limit := s.cfg.FanoutLimit
-	// The checkpointed follower count (at most one flush old) settles a celebrity
-	// without reading their follower list.
-	uf, _ := s.cfg.Families.Lookup(pipeline.FamilyUser)
-	counts := make([]uint64, len(uf.Fields))
-	if err := cold.StoredCounts(txn, pipeline.FamilyUser, pipeline.PartitionOf(e.UID, s.cfg.Partitions), uint64(e.UID), counts); err != nil {
-		return false, err
-	}
-	if counts[s.fields.follower.field] > uint64(limit) {
-		s.stats.Pulled.Add(1)
-		return false, nil
-	}
 	followers := make([]uint64, 0, 64)
 	cold.Subjects(txn, cold.Follow, uint64(e.UID), func(a uint64, since int64) bool {
 		if since < e.TS { // only who followed before the post sees it

@@ -2,173 +2,129 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/stages/event"
+	"github.com/tally-dev/tally/stages/query"
 	"github.com/tally-dev/tally/store/cold"
 )
 
-// The state backup and the id of the last owner, in the object store.
-const (
-	backupObject = "state"
-	ownerObject  = "owner"
-)
+// The event stages' state backup in the object store (each counter partition's is
+// counterObject(p)).
+const eventsObject = "events"
 
-// own takes the ownership lease, waiting for it as a standby if so configured, and, when
-// the last backup in NATS was written by another owner (or this data directory has no
-// state), restores it: the state a new owner starts from is its predecessor's last
-// backup, which its event stages then bring up to the predecessor's last transaction by
-// replaying their logs (see event.Config.Log).
-func (n *Node) own(ctx context.Context, js jetstream.JetStream, sj pipeline.Subjects, replicas int) error {
-	cfg := n.cfg
-	for waited := false; ; waited = true {
-		l, err := acquireLease(ctx, js, sj.OwnersBucket(), replicas, cfg.DataDir, cfg.LeaseTTL)
-		if err == nil {
-			n.lease = l
-			if waited {
-				n.log.Info("standby took the partitions over")
-			}
-			break
-		}
-		if !errors.Is(err, ErrOwned) || !cfg.Standby {
-			return err
-		}
-		if !waited {
-			n.log.Info("standby: waiting for the owner's lease", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(cfg.LeaseTTL / 10):
-		}
-	}
-	if cfg.BackupEvery <= 0 {
-		return nil
-	}
-	obs, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: sj.StateBucket(), Replicas: replicas,
-		Description: "Tally state backups: what a new owner of the partitions starts from"})
+// takeEvents takes the event stages' lease (ErrOwned when another process holds it),
+// brings their state here unless this process was their last owner — the last backup,
+// which the stages then bring up to their last transaction by replaying their logs (see
+// event.Config.Log) — and starts them and the queries that read relations.
+func (n *Node) takeEvents(ctx context.Context) error {
+	l, err := n.owners.take(ctx, eventsKey)
 	if err != nil {
-		return fmt.Errorf("cannot set up the state bucket %s: %w", sj.StateBucket(), err)
-	}
-	n.obs = obs
-	// Local state is trusted only if this directory was the last owner: anything else —
-	// another process owned the partitions since — starts from the last backup, or from
-	// nothing if there is none, and replays the streams.
-	last, err := obs.GetString(ctx, ownerObject)
-	if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
-		return fmt.Errorf("cannot read the last owner: %w", err)
-	}
-	if _, err := obs.PutString(ctx, ownerObject, n.lease.id); err != nil {
-		return fmt.Errorf("cannot record the owner: %w", err)
-	}
-	stateDir := filepath.Join(cfg.DataDir, "state")
-	_, statErr := os.Stat(stateDir)
-	if last == n.lease.id && statErr == nil || last == "" {
-		return nil
-	}
-	start := time.Now()
-	// Snapshots of the hot tables are this directory's own, not the restored state's.
-	if err := os.RemoveAll(filepath.Join(cfg.DataDir, "snapshots")); err != nil {
 		return err
 	}
-	obj, err := obs.Get(ctx, backupObject)
-	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		n.log.Warn("taking over without a backup: replaying the streams from the start", "last owner", last)
-		n.takeover = "empty"
-		return os.RemoveAll(stateDir)
+	return n.startEvents(ctx, l)
+}
+
+// startEvents starts the event stages under the lease l.
+func (n *Node) startEvents(ctx context.Context, l *lease) (err error) {
+	from := "local"
+	if n.obs != nil {
+		if from, err = n.claim(ctx, eventsObject, cold.EventsPart()); err != nil {
+			l.release(ctx)
+			return fmt.Errorf("event stages: %w", err)
+		}
 	}
-	if err != nil {
-		return fmt.Errorf("cannot fetch the state backup: %w", err)
-	}
-	defer obj.Close()
-	if err := cold.Restore(stateDir, obj, n.log); err != nil {
+	if n.pulled, err = cold.LoadPulled(n.db); err != nil {
 		return err
 	}
-	n.takeover = "backup"
-	info, _ := obj.Info()
-	if info != nil {
-		n.log.Info("restored the previous owner's state", "owner", info.Metadata["owner"], "bytes", info.Size, "took", time.Since(start))
+	stages := map[string]query.Lagger{}
+	for p := range n.cfg.Partitions {
+		ec := event.Config{Partition: p, Partitions: n.cfg.Partitions, Subjects: n.subjects, Families: n.cfg.Families, FanoutLimit: n.cfg.FanoutLimit, Pulled: n.pulled}
+		if n.obs != nil { // the state moves between processes: log every transaction
+			ec.Log, ec.Owner, ec.Valid = true, l.token(), l.valid
+		}
+		st, err := event.New(ec, n.js, n.db, n.log, n.EventStats)
+		if err != nil {
+			return err
+		}
+		stages["event."+strconv.Itoa(p)] = st
+		n.goRun(n.runCtx, st.Run)
 	}
+	n.takeover.Store(from)
+	n.events.Store(l)
+	n.goRun(n.runCtx, func(ctx context.Context) error {
+		if err := l.keep(ctx, n.log); err != nil {
+			// Another process may own the event stages now: stop everything.
+			return fmt.Errorf("%w: %w", ErrOwned, err)
+		}
+		return nil
+	})
+	if err := n.query.SetEvents(stages, n.pulled); err != nil {
+		return err
+	}
+	n.log.Info("owning the event stages", "state", from)
 	return nil
 }
 
-// backups stores a backup of the state every BackupEvery while the lease is certainly
-// held, then lets each counter partition purge the deltas the backup covers.
+// backups stores a backup of the event stages' state (when owned here) and of each
+// counter partition owned here every BackupEvery.
 func (n *Node) backups(ctx context.Context) error {
-	tick := time.NewTicker(n.cfg.BackupEvery)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
+	return every(ctx, n.cfg.BackupEvery, func() error {
+		start := time.Now()
+		var bytes uint64
+		failed := func(what string, err error) {
+			if err != nil && ctx.Err() == nil {
+				n.BackupErrs.Add(1)
+				n.log.Warn("cannot back the state up to NATS; deltas and log records are kept until a backup succeeds", "what", what, "err", err)
+			}
 		}
-		if err := n.backup(ctx); err != nil && ctx.Err() == nil {
-			n.BackupErrs.Add(1)
-			n.log.Warn("cannot back the state up to NATS; deltas are kept until a backup succeeds", "err", err)
+		if l := n.events.Load(); l != nil {
+			size, err := n.backupEvents(ctx, l)
+			bytes += size
+			failed(eventsObject, err)
 		}
-	}
+		for _, pt := range n.heldParts() {
+			failed(counterObject(pt.p), n.backupPart(ctx, pt))
+		}
+		level := slog.LevelDebug
+		if n.Backups.Add(1) == 1 {
+			level = slog.LevelInfo
+		}
+		n.log.Log(ctx, level, "state backed up to NATS", "events bytes", bytes, "took", time.Since(start))
+		return nil
+	})
 }
 
-func (n *Node) backup(ctx context.Context) error {
-	if !n.lease.valid() {
-		return errors.New("the ownership lease is not certainly held")
-	}
-	// Positions read before the backup starts are covered by it.
-	limits := make([]uint64, len(n.workers))
-	for i, w := range n.workers {
-		fam, p := w.Partition()
-		cp, err := cold.LoadCheckpoint(n.db, fam, p)
-		if err != nil {
-			return err
-		}
-		limits[i] = cp.Pos
-	}
-	logs := make([]uint64, n.cfg.Partitions)
+// backupEvents stores the event stages' state, then purges the log records it covers.
+func (n *Node) backupEvents(ctx context.Context, l *lease) (uint64, error) {
+	logs := make([]uint64, n.cfg.Partitions) // read before the backup: covered by it
 	for p := range logs {
 		st, _, err := cold.LoadStage(n.db, p)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		logs[p] = st.Log
 	}
-	start := time.Now()
-	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(n.db.Backup(pw)) }()
-	info, err := n.obs.Put(ctx, jetstream.ObjectMeta{Name: backupObject,
-		Metadata: map[string]string{"owner": n.lease.id, "lease": fmt.Sprint(n.lease.acquired)}}, pr)
-	pr.CloseWithError(err)
+	info, err := n.store(ctx, eventsObject, cold.EventsPart(), l)
 	if err != nil {
-		return err
-	}
-	for i, w := range n.workers {
-		w.SetPurgeLimit(limits[i])
+		return 0, err
 	}
 	if err := n.purgeLogs(ctx, logs); err != nil {
 		n.log.Warn("cannot purge the event-stage logs a backup covers", "err", err)
 	}
-	level := slog.LevelDebug
-	if n.Backups.Add(1) == 1 {
-		level = slog.LevelInfo
-	}
-	n.log.Log(ctx, level, "state backed up to NATS", "bytes", info.Size, "took", time.Since(start))
-	return nil
+	return info.Size, nil
 }
 
 // purgeLogs drops each event-stage log's records below the last one a stored backup
 // covers: a new owner replays only the records after it. The covered record itself stays,
 // the subject's last sequence that the next append expects.
 func (n *Node) purgeLogs(ctx context.Context, logs []uint64) error {
-	sj := n.cfg.streams().Subjects
-	st, err := n.js.Stream(ctx, sj.LogStream())
+	st, err := n.js.Stream(ctx, n.subjects.LogStream())
 	if err != nil {
 		return err
 	}
@@ -176,14 +132,22 @@ func (n *Node) purgeLogs(ctx context.Context, logs []uint64) error {
 		if seq <= 1 {
 			continue
 		}
-		if err := st.Purge(ctx, jetstream.WithPurgeSubject(sj.Log(p)), jetstream.WithPurgeSequence(seq)); err != nil {
+		if err := st.Purge(ctx, jetstream.WithPurgeSubject(n.subjects.Log(p)), jetstream.WithPurgeSequence(seq)); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// Takeover tells how this process started when another had owned the partitions: from
-// its "backup" restored from NATS, or "empty" (no backup; the streams replayed), or ""
-// when it did not take over.
-func (n *Node) Takeover() string { return n.takeover }
+// Takeover tells how this process's event stages started when another process had
+// owned them: from its "backup" restored from NATS, or "empty" (no backup; the logs and
+// streams replayed), or "" when it did not take them over (or does not own them).
+func (n *Node) Takeover() string {
+	if from, _ := n.takeover.Load().(string); from != "local" {
+		return from
+	}
+	return ""
+}
+
+// Events reports whether this process owns the event stages.
+func (n *Node) Events() bool { return n.events.Load() != nil }

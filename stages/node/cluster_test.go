@@ -17,17 +17,32 @@ import (
 	"github.com/tally-dev/tally/stages/node"
 )
 
-// TestNATSClusterServerLoss runs Tally on a three-server JetStream cluster, where its
-// streams get three replicas by default, and stops one server for good a third of the
-// way through a random event log with re-sent duplicates (the producer retries what was
-// not acknowledged, with the same tx): every count and relation must still be exact.
+// TestNATSClusterServerLoss runs three tallyd sharing the partitions on a three-server
+// JetStream cluster, where the streams, the ownership bucket and the state backups get
+// three replicas by default, and stops one server for good a third of the way through a
+// random event log with re-sent duplicates (the producer retries what was not
+// acknowledged, with the same tx): every count and relation must still be exact.
 func TestNATSClusterServerLoss(t *testing.T) {
 	total := 24_000
 	if testing.Short() {
 		total = 8_000
 	}
 	cl := natstest.StartCluster(t, 3)
-	_, _ = startNode(t, func(c *node.Config) { c.NATSURL = cl.URLs() })
+	join := func(c *node.Config) { c.NATSURL, c.Join, c.BackupEvery = cl.URLs(), true, 300*time.Millisecond }
+	first, _ := startNode(t, join)
+	others := []*node.Node{first}
+	for range 2 {
+		n, _ := startNode(t, join)
+		others = append(others, n)
+	}
+	natstest.Eventually(t, time.Minute, "the partitions spread", func() (bool, string) {
+		for _, n := range others {
+			if len(n.Parts()) == 0 {
+				return false, "a tallyd owns no partition"
+			}
+		}
+		return true, ""
+	})
 	nc, err := nats.Connect(cl.URLs(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)

@@ -54,12 +54,15 @@ type Config struct {
 	SnapshotMin int
 	// LeaseTTL is how long the ownership lease outlives its owner (DefaultLeaseTTL).
 	LeaseTTL time.Duration
-	// Standby waits for the lease instead of refusing to start when another tallyd owns
-	// the partitions: it takes over when that one stops or dies.
-	Standby bool
-	// BackupEvery, when positive, stores a backup of the whole state in the NATS object
-	// store <PREFIX>_STATE this often, and purges deltas only up to what the last backup
-	// covers: a new owner on another machine restores it and replays the streams.
+	// Join shares the counter partitions with the other tallyd of the prefix instead of
+	// refusing to start when another owns the event stages, and takes those over when
+	// their owner stops or dies.
+	Join bool
+	// BackupEvery, when positive, stores a backup of the event stages' state and of each
+	// counter partition in the NATS object store <PREFIX>_STATE this often, logs every
+	// event-stage transaction, and purges deltas and log records only up to what the
+	// last backups cover: a new owner on another machine restores them and replays the
+	// streams.
 	BackupEvery time.Duration
 	// Metrics is the address of the HTTP server for /metrics (Prometheus) and /healthz;
 	// empty disables it.
@@ -109,8 +112,8 @@ func (c Config) validate() error {
 	if c.ColdAge < 0 || c.HotMaxMem < 0 || c.ColdCache < 0 {
 		return fmt.Errorf("cold age, hot memory and cold cache must not be negative")
 	}
-	if c.Standby && c.BackupEvery <= 0 {
-		return fmt.Errorf("a standby takes the state over from NATS: it needs --backup-every")
+	if c.Join && c.BackupEvery <= 0 {
+		return fmt.Errorf("partitions move between the processes that join through state backups in NATS: --join needs --backup-every")
 	}
 	if _, err := newTable(c.Table); err != nil {
 		return err

@@ -43,7 +43,7 @@ func runChild(dir string) int {
 	cfg.HotMaxMem, cfg.SnapshotMin = 16<<10, 200
 	// The failover test runs the child on a NATS cluster, backing its state up there.
 	if url := os.Getenv("TALLY_CRASH_NATS"); url != "" {
-		cfg.NATSURL, cfg.BackupEvery, cfg.LeaseTTL = url, 300*time.Millisecond, failoverTTL
+		cfg.NATSURL, cfg.BackupEvery, cfg.LeaseTTL, cfg.Join = url, 300*time.Millisecond, failoverTTL, true
 	}
 	if err := node.Run(context.Background(), cfg, slog.New(slog.NewTextHandler(os.Stderr, nil))); err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)

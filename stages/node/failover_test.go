@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,18 +22,20 @@ import (
 // free this long after its last renewal.
 const failoverTTL = 2 * time.Second
 
-// TestFailover runs the owner of every partition as a real process on a three-server
-// NATS cluster, backing its state up to the NATS object store, and two standby tallyd
-// (with empty disks of their own) waiting for the ownership lease. Mid-stream the owner is
-// SIGKILLed; one standby takes the lease once it expires, restores the last backup from
-// NATS and replays the streams from the positions in it. Every count and relation must
-// be exact at the end, and the other standby still waiting; the time from the kill to the
-// first answered query is reported.
+// TestFailover runs three tallyd on a three-server NATS cluster, backing their state up
+// to the NATS object store: the first, a real process, owns the event stages; the two
+// others (in this process, with empty disks of their own) join and take their share of
+// the counter partitions over from it. Mid-stream the first is SIGKILLed: one of the
+// others takes the event stages over (the last backup, then the stages' logs), and its
+// counter partitions are spread over the two survivors (each from its last backup, then
+// the deltas). Every count and relation must be exact at the end; the time from the kill
+// to a query answered for ids of every partition is reported.
 func TestFailover(t *testing.T) {
 	total := 16_000
 	if testing.Short() {
 		total = 6_000
 	}
+	const partitions = 8
 	cl := natstest.StartCluster(t, 3)
 	owner := &child{t: t, dir: t.TempDir()}
 	owner.start()
@@ -70,24 +71,28 @@ func TestFailover(t *testing.T) {
 	})
 
 	up := time.Now()
-	// Two standbys with empty disks of their own: exactly one must take over.
-	standby := make(chan *node.Node, 2)
-	standbyCtx, stopStandbys := context.WithCancel(ctx)
-	var waiting sync.WaitGroup
+	var others []*node.Node
 	for range 2 {
 		cfg := node.DefaultConfig()
-		cfg.DataDir, cfg.NATSURL, cfg.Partitions, cfg.FlushInterval = t.TempDir(), cl.URLs(), 8, 20*time.Millisecond
-		cfg.Standby, cfg.BackupEvery, cfg.LeaseTTL = true, 300*time.Millisecond, failoverTTL
-		waiting.Go(func() {
-			n, err := node.Start(standbyCtx, cfg, testLogger())
-			if err == nil {
-				standby <- n
-			} else if standbyCtx.Err() == nil {
-				t.Error(err)
-			}
-		})
+		cfg.DataDir, cfg.NATSURL, cfg.Partitions, cfg.FlushInterval = t.TempDir(), cl.URLs(), partitions, 20*time.Millisecond
+		cfg.Join, cfg.BackupEvery, cfg.LeaseTTL = true, 300*time.Millisecond, failoverTTL
+		n, err := node.Start(ctx, cfg, testLogger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer n.Close()
+		others = append(others, n)
 	}
-	defer func() { stopStandbys(); waiting.Wait() }()
+	natstest.Eventually(t, time.Minute, "the partitions spread over three processes", func() (bool, string) {
+		a, b := len(others[0].Parts()), len(others[1].Parts())
+		return a >= partitions/3 && b >= partitions/3, fmt.Sprint("joiners own ", a, " and ", b)
+	})
+	t.Logf("partitions spread %v after the joiners started: %v and %v, the rest on the first", time.Since(up).Round(time.Millisecond), others[0].Parts(), others[1].Parts())
+	// Every id of 1..64, so every partition.
+	probe := make([]uint64, 64)
+	for i := range probe {
+		probe[i] = uint64(i + 1)
+	}
 
 	g := &gen{r: rand.New(rand.NewPCG(41, 42)), users: 500, posts: 400}
 	ref := newModel()
@@ -101,9 +106,9 @@ func TestFailover(t *testing.T) {
 		evs := g.chunk(ref, &total, 300, 300)
 		if killed.IsZero() && total <= killAt {
 			if !backedUp {
-				// The owner has stored a backup; a few more chunks go after it, then the kill.
+				// The first has stored a backup; a few more chunks go after it, then the kill.
 				natstest.Eventually(t, time.Minute, "a state backup in NATS", func() (bool, string) {
-					_, err := obs.GetInfo(ctx, "state")
+					_, err := obs.GetInfo(ctx, "events")
 					return err == nil, fmt.Sprint(err)
 				})
 				backedUp, killAt = true, total-2_000
@@ -111,7 +116,7 @@ func TestFailover(t *testing.T) {
 				time.Sleep(time.Duration(g.r.IntN(30)) * time.Millisecond)
 				owner.kill()
 				killed = time.Now()
-				t.Logf("owner killed at chunk %d, %v after it was up", chunk, time.Since(up).Round(time.Millisecond))
+				t.Logf("first tallyd killed at chunk %d, %v after it was up", chunk, time.Since(up).Round(time.Millisecond))
 			}
 		}
 		publishRetrying(t, c, "fo."+strconv.Itoa(chunk), evs)
@@ -119,23 +124,28 @@ func TestFailover(t *testing.T) {
 			_ = c.PublishBatch(ctx, "fo."+strconv.Itoa(chunk), evs)
 		}
 	}
-	probe := []uint64{1, 2, 3, 4, 5, 6, 7, 8}
-	natstest.Eventually(t, time.Minute, "a query answered after the kill", func() (bool, string) {
-		_, err := c.Get(ctx, "user", probe...)
-		return err == nil, fmt.Sprint(err)
+	natstest.Eventually(t, time.Minute, "every partition answered after the kill", func() (bool, string) {
+		r, err := c.Get(ctx, "user", probe...)
+		return err == nil && len(r.Unavailable) == 0, fmt.Sprint(err, r)
 	})
-	t.Logf("failover: first query answered %v after the kill (lease TTL %v)", time.Since(killed).Round(time.Millisecond), failoverTTL)
-	n := <-standby
-	defer n.Close()
-	if n.Takeover() != "backup" {
-		t.Fatalf("the standby took over from %q, want from the owner's backup", n.Takeover())
+	t.Logf("failover: every partition answered %v after the kill (lease TTL %v)", time.Since(killed).Round(time.Millisecond), failoverTTL)
+	natstest.Eventually(t, time.Minute, "the event stages taken over", func() (bool, string) {
+		return others[0].Events() != others[1].Events(), "neither or both own the event stages"
+	})
+	taker := others[0]
+	if others[1].Events() {
+		taker = others[1]
+	}
+	if taker.Takeover() != "backup" {
+		t.Fatalf("the event stages were taken over from %q, want from the first's backup", taker.Takeover())
 	}
 	waitCaughtUp(t, c)
 	compare(t, c, ref, g)
-	select { // the lease is renewed: the other standby is still waiting
-	case other := <-standby:
-		other.Close()
-		t.Fatal("both standbys took over")
-	default:
+	a, b := others[0].Parts(), others[1].Parts()
+	if len(a)+len(b) != partitions || len(a) < partitions/2 || len(b) < partitions/2 {
+		t.Fatalf("the survivors own partitions %v and %v, want all %d spread evenly", a, b, partitions)
+	}
+	if others[0].PartsRestored.Load()+others[1].PartsRestored.Load() < partitions/2 {
+		t.Fatalf("%d and %d partitions restored from backups", others[0].PartsRestored.Load(), others[1].PartsRestored.Load())
 	}
 }

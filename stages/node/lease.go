@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,46 +17,66 @@ import (
 	"github.com/tally-dev/tally/stages/flow"
 )
 
-// ErrOwned is returned by Start when another tallyd owns the partitions of this prefix.
+// ErrOwned is returned by Start when another tallyd owns the event stages of this prefix
+// and this one was not told to join it.
 var ErrOwned = errors.New("the partitions are owned by another tallyd")
 
+// errLost is a lease found taken by another process, or not renewed in time.
+var errLost = errors.New("lease lost")
+
 // DefaultLeaseTTL is how long an ownership lease lives without renewal; it is renewed
-// every third of it. A crashed owner's partitions are free this long after its last
-// renewal.
+// several times within it. A crashed owner's partitions are free this long after its
+// last renewal.
 const DefaultLeaseTTL = 10 * time.Second
 
-// lease is this process's ownership of every partition of its prefix, held as a key in a
-// KV bucket whose messages expire after the TTL. Until partitions can move between
-// processes with their state, one tallyd owns them all: a second one refuses to start
-// instead of counting the same events again from its own disk (or, as a standby, waits
-// for the lease and takes the state over from NATS, see own). The key's revision is the
-// fencing token: renewal is a compare-and-set on it, and an owner whose renewal fails —
-// because it was paused past the TTL and another took the key — stops at once.
+// Keys of the ownership bucket: the event stages, each counter partition (of every
+// family), and each live process.
+const (
+	eventsKey     = "events"
+	counterPrefix = "counters."
+	memberPrefix  = "members."
+)
+
+func counterKey(p int) string { return fmt.Sprintf("%s%d", counterPrefix, p) }
+
+// lease is this process's ownership of one key of the ownership bucket, whose messages
+// expire after the TTL. The key's revision is the fencing token: a renewal is a
+// compare-and-set on it, and an owner whose renewal fails — because it was paused past
+// the TTL and another process took the key — gives up what the key stands for at once.
 type lease struct {
-	ttl time.Duration
-	kv  jetstream.KeyValue
-	key string
-	id  string
-	// value is what the key holds: "<node id> <host>".
-	value []byte
-	rev   uint64 // the last revision written; only keep's goroutine changes it
+	ttl   time.Duration
+	kv    jetstream.KeyValue
+	key   string
+	id    string // the node id
+	value []byte // "<node id> <host>"
+	rev   uint64 // the last revision written; only the renewing goroutine changes it
 	// acquired is the revision the lease was taken at: it names this ownership.
 	acquired uint64
-	lost     chan struct{}
 	// renewed is when the lease was last renewed (Unix ns): other goroutines check it
-	// before writing to NATS on the owner's behalf (see valid).
-	renewed atomic.Int64
+	// before acting on the owner's behalf (see valid).
+	renewed  atomic.Int64
+	released atomic.Bool
 }
 
 // age is the time since the lease was last renewed.
 func (l *lease) age() time.Duration { return time.Since(time.Unix(0, l.renewed.Load())) }
 
-// valid reports whether the lease is certainly still ours: renewed less than a TTL ago.
-func (l *lease) valid() bool { return l.age() < l.ttl }
+// valid reports whether the lease is certainly still ours: renewed less than a TTL ago
+// and not released.
+func (l *lease) valid() bool { return !l.released.Load() && l.age() < l.ttl }
 
-// acquireLease takes the lease, or reports who holds it. A restart of the same data
-// directory (the same node id) takes its own lease back at once.
-func acquireLease(ctx context.Context, js jetstream.JetStream, bucket string, replicas int, dataDir string, ttl time.Duration) (*lease, error) {
+// token names this ownership: the node id and the revision it was taken at.
+func (l *lease) token() string { return fmt.Sprintf("%s.%d", l.id, l.acquired) }
+
+// owners is the ownership bucket as seen by one process.
+type owners struct {
+	kv    jetstream.KeyValue
+	id    string
+	value []byte
+	ttl   time.Duration
+}
+
+func openOwners(ctx context.Context, js jetstream.JetStream, bucket string, replicas int, dataDir string, ttl time.Duration) (*owners, error) {
 	id, err := nodeID(dataDir)
 	if err != nil {
 		return nil, err
@@ -65,78 +84,104 @@ func acquireLease(ctx context.Context, js jetstream.JetStream, bucket string, re
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second) // a missing permission only times out
 	defer cancel()
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: bucket, Description: "Tally partition ownership", TTL: ttl, History: 1, Replicas: replicas,
+		Bucket: bucket, Description: "Tally partition ownership and live processes", TTL: ttl, History: 1, Replicas: replicas,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cannot set up the ownership bucket %s: %w", bucket, err)
 	}
 	host, _ := os.Hostname()
-	value := []byte(id + " " + host)
-	l := &lease{ttl: ttl, kv: kv, key: "partitions", id: id, value: value, lost: make(chan struct{})}
-	l.rev, err = kv.Create(ctx, l.key, value)
+	return &owners{kv: kv, id: id, value: []byte(id + " " + host), ttl: ttl}, nil
+}
+
+// take takes the lease on key, or reports who holds it (wrapping ErrOwned). A restart
+// of the same data directory (the same node id) takes its own lease back at once.
+func (o *owners) take(ctx context.Context, key string) (*lease, error) {
+	l := &lease{ttl: o.ttl, kv: o.kv, key: key, id: o.id, value: o.value}
+	var err error
+	l.rev, err = o.kv.Create(ctx, key, o.value)
 	if flow.Fenced(err) {
-		e, gerr := kv.Get(ctx, l.key)
+		e, gerr := o.kv.Get(ctx, key)
 		switch {
+		case errors.Is(gerr, jetstream.ErrKeyNotFound): // expired in between
+			l.rev, err = o.kv.Create(ctx, key, o.value)
 		case gerr != nil:
 			err = gerr
-		case strings.HasPrefix(string(e.Value()), id+" "):
-			l.rev, err = kv.Update(ctx, l.key, value, e.Revision())
+		case strings.HasPrefix(string(e.Value()), o.id+" "):
+			l.rev, err = o.kv.Update(ctx, key, o.value, e.Revision())
 		default:
-			return nil, fmt.Errorf("%w: %q holds bucket %s key %s (revision %d); one tallyd owns a prefix's partitions — start this one with --standby to take over when that one stops (%v after it dies)",
-				ErrOwned, string(e.Value()), bucket, l.key, e.Revision(), ttl)
+			return nil, fmt.Errorf("%w: %q holds key %s (revision %d)", ErrOwned, string(e.Value()), key, e.Revision())
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("cannot take the ownership lease: %w", err)
+		if flow.Fenced(err) {
+			return nil, fmt.Errorf("%w: key %s was taken meanwhile", ErrOwned, key)
+		}
+		return nil, fmt.Errorf("cannot take the lease %s: %w", key, err)
 	}
 	l.renewed.Store(time.Now().UnixNano())
 	l.acquired = l.rev
 	return l, nil
 }
 
-// keep renews the lease until ctx ends; when a renewal finds another revision (someone
-// else owns the partitions now) or cannot renew before the lease would have expired, it
-// closes lost and returns.
-func (l *lease) keep(ctx context.Context, log *slog.Logger) {
-	tick := time.NewTicker(l.ttl / 3)
+// renew extends the lease by one compare-and-set. It returns errLost when the lease
+// was paused past its TTL (another process may hold it already: give up before doing
+// anything else), when the key holds another revision (taken: fenced), or when it could
+// not be renewed and is about to expire; other errors are worth retrying.
+func (l *lease) renew(ctx context.Context) error {
+	if !l.valid() {
+		return fmt.Errorf("%w: %s not renewed for %v (paused past its TTL)", errLost, l.key, l.age().Round(time.Millisecond))
+	}
+	rctx, cancel := context.WithTimeout(ctx, l.ttl/3)
+	rev, err := l.kv.Update(rctx, l.key, l.value, l.rev)
+	cancel()
+	switch {
+	case err == nil:
+		l.rev = rev
+		l.renewed.Store(time.Now().UnixNano())
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case flow.Fenced(err) || l.age() > l.ttl*2/3:
+		return fmt.Errorf("%w: %s: %w", errLost, l.key, err)
+	}
+	return err
+}
+
+// keep renews the lease until ctx ends or it is lost.
+func (l *lease) keep(ctx context.Context, log interface{ Warn(string, ...any) }) error {
+	return every(ctx, l.ttl/5, func() error {
+		err := l.renew(ctx)
+		switch {
+		case err == nil || ctx.Err() != nil:
+		case errors.Is(err, errLost):
+			return err
+		default:
+			log.Warn("cannot renew the lease yet", "key", l.key, "err", err)
+		}
+		return nil
+	})
+}
+
+// every calls fn every d until ctx ends (nil) or fn fails (its error).
+func every(ctx context.Context, d time.Duration, fn func() error) error {
+	tick := time.NewTicker(d)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-tick.C:
 		}
-		if !l.valid() {
-			// Paused past the lease (a stopped process, a frozen VM): another tallyd may
-			// own the partitions already. Stop before doing anything else.
-			log.Error("ownership lease expired while this process was paused; stopping")
-			close(l.lost)
-			return
-		}
-		rctx, cancel := context.WithTimeout(ctx, l.ttl/3)
-		rev, err := l.kv.Update(rctx, l.key, l.value, l.rev)
-		cancel()
-		switch {
-		case err == nil:
-			l.rev = rev
-			l.renewed.Store(time.Now().UnixNano())
-			continue
-		case ctx.Err() != nil:
-			return
-		case flow.Fenced(err) || l.age() > l.ttl*2/3:
-			// A wrong last revision means another process took the key: fenced. A lease
-			// this close to expiring may be taken any moment: stop before it is.
-			log.Error("ownership lease lost; stopping", "err", err)
-			close(l.lost)
-			return
-		default:
-			log.Warn("cannot renew the ownership lease yet", "err", err)
+		if err := fn(); err != nil {
+			return err
 		}
 	}
 }
 
-// release deletes the key so that another tallyd may start at once.
+// release deletes the key so that another process may take it at once; nothing may be
+// done on the lease's behalf afterwards (a backup would overwrite the next owner's).
 func (l *lease) release(ctx context.Context) {
+	l.released.Store(true)
 	_ = l.kv.Delete(ctx, l.key, jetstream.LastRevision(l.rev))
 }
 

@@ -3,7 +3,9 @@ package node_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -16,8 +18,9 @@ import (
 
 // TestOneOwner starts two tallyd on one NATS: the second refuses with ErrOwned (it would
 // count the same events again from its own disk) and starts once the first has stopped.
-// Then another process takes the lease key, as a new owner would after this one was
-// paused past its lease: at its next renewal the fenced node stops by itself.
+// Then another process takes a counter partition's lease key, as a new owner would
+// after this one was paused past its lease: that partition stops at the next renewal and
+// the others go on; taking the event stages' key stops the whole node.
 func TestOneOwner(t *testing.T) {
 	s := natstest.Start(t)
 	cfg := func() node.Config {
@@ -52,7 +55,22 @@ func TestOneOwner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kv.Put(ctx, "partitions", []byte("usurper")); err != nil {
+	// A counter partition's lease taken: that partition stops, the rest go on.
+	if _, err := kv.Put(ctx, "counters.0", []byte("usurper")); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 30*time.Second, "the usurped partition stopped", func() (bool, string) {
+		return !slices.Contains(b.Parts(), 0), fmt.Sprint("owns ", b.Parts())
+	})
+	select {
+	case <-b.Failed():
+		t.Fatal("a lost counter partition stopped the whole node")
+	default:
+	}
+	if !slices.Equal(b.Parts(), []int{1}) || !b.Events() {
+		t.Fatalf("after losing partition 0: owns %v, events %v", b.Parts(), b.Events())
+	}
+	if _, err := kv.Put(ctx, "events", []byte("usurper")); err != nil {
 		t.Fatal(err)
 	}
 	select {

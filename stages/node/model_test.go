@@ -338,6 +338,9 @@ func compare(t *testing.T, c *client.Client, ref *model, g *gen) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if len(r.Unavailable) > 0 {
+				t.Fatalf("%s: %d ids unavailable with every partition caught up, e.g. %d", family, len(r.Unavailable), r.Unavailable[0])
+			}
 			for i, id := range ids[:k] {
 				// want may be a prefix: feed unread is checked by TestUnreadModel, where
 				// follows and posts do not race.

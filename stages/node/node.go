@@ -31,35 +31,42 @@ import (
 	"github.com/tally-dev/tally/store/hot"
 )
 
-// Node is a running Tally process.
+// Node is a running Tally process. It owns the event stages of its prefix, or some of
+// the counter partitions, or both: one process alone owns everything; processes that
+// join share the counter partitions (see parts.go), and one of them owns the event
+// stages, which another takes over when it dies (see backup.go).
 type Node struct {
-	cfg     Config
-	log     *slog.Logger
-	ns      *server.Server // nil when joining existing NATS
-	nc      *nats.Conn
-	js      jetstream.JetStream
-	db      *cold.DB
-	pulled  *cold.Pulled
-	query   *query.Server
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	errOnce sync.Once
-	err     error
-	failed  chan struct{}
+	cfg      Config
+	subjects pipeline.Subjects
+	log      *slog.Logger
+	ns       *server.Server // nil when joining existing NATS
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	db       *cold.DB
+	query    *query.Server
+	runCtx   context.Context // the partitions' context, ended by Close
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	errOnce  sync.Once
+	err      error
+	failed   chan struct{}
 
 	EventStats   *event.Stats
 	CounterStats counter.Stats
 	budget       *counter.Budget
-	lease        *lease
-	takeover     string
+	owners       *owners
+	events       atomic.Pointer[lease] // the event stages' lease, once owned here
+	pulled       *cold.Pulled          // set before events is
+	takeover     atomic.Value          // where the event stages' state came from
 	obs          jetstream.ObjectStore // state backups; nil without BackupEvery
-	// Backups and BackupErrs count state backups stored in NATS and failed.
-	Backups, BackupErrs atomic.Int64
-	stages              []*event.Stage
-	workers             []*counter.Worker
-	metrics             *metrics.Metrics
-	http                *http.Server
-	metricsAddr         string
+	mu           sync.RWMutex
+	parts        map[int]*part // counter partitions owned here
+	// Backups and BackupErrs count rounds of state backups stored in NATS and failed
+	// backups; PartsRestored counts counter partitions taken over from another process.
+	Backups, BackupErrs, PartsRestored atomic.Int64
+	metrics                            *metrics.Metrics
+	http                               *http.Server
+	metricsAddr                        string
 }
 
 // Run runs a node until ctx ends or a partition fails.
@@ -75,12 +82,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	return n.Close()
 }
 
-// Start starts a node and returns once every partition is running.
+// Start starts a node and returns once it owns what it can own now: the event stages
+// unless another process does (ErrOwned, unless cfg.Join), and its share of the
+// counter partitions.
 func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: log, failed: make(chan struct{}), EventStats: event.NewStats(), budget: counter.NewBudget(cfg.HotMaxMem)}
+	n := &Node{cfg: cfg, log: log, failed: make(chan struct{}), EventStats: event.NewStats(), budget: counter.NewBudget(cfg.HotMaxMem), parts: map[int]*part{}}
 	defer func() {
 		if err != nil {
 			n.Close()
@@ -117,57 +126,70 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	}
 	n.js = js
 	sc := cfg.streams()
+	n.subjects = sc.Subjects
 	if cfg.Replicas == 0 {
 		sc.Replicas = autoReplicas(n.nc)
 	}
 	if err := setup(ctx, js, sc, log); err != nil {
 		return nil, err
 	}
-	if err := n.own(ctx, js, sc.Subjects, sc.Replicas); err != nil {
+	if n.owners, err = openOwners(ctx, js, sc.Subjects.OwnersBucket(), sc.Replicas, cfg.DataDir, cfg.LeaseTTL); err != nil {
 		return nil, err
+	}
+	if cfg.BackupEvery > 0 {
+		n.obs, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: sc.Subjects.StateBucket(), Replicas: sc.Replicas,
+			Description: "Tally state backups: what a new owner of a partition starts from"})
+		if err != nil {
+			return nil, fmt.Errorf("cannot set up the state bucket %s: %w", sc.Subjects.StateBucket(), err)
+		}
 	}
 	if n.db, err = cold.Open(cold.Options{Dir: filepath.Join(cfg.DataDir, "state"), SyncWrites: cfg.SyncWrites, Logger: log}); err != nil {
 		return nil, err
 	}
-	if n.pulled, err = cold.LoadPulled(n.db); err != nil {
-		return nil, err
+	if cfg.Snapshots {
+		if err := os.MkdirAll(filepath.Join(cfg.DataDir, "snapshots"), 0o755); err != nil {
+			return nil, fmt.Errorf("cannot use data directory: %w", err)
+		}
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	n.cancel = cancel
-	if n.obs != nil {
-		n.goRun(runCtx, n.backups)
-	}
-	n.goRun(runCtx, func(ctx context.Context) error {
-		n.lease.keep(ctx, log)
-		if ctx.Err() == nil {
-			return ErrOwned // lost: another process may own the partitions now
-		}
-		return nil
-	})
+	n.runCtx, n.cancel = runCtx, cancel
 	n.metrics = metrics.New(metrics.Source{Events: n.EventStats, Counters: &n.CounterStats, Hot: n.hot,
 		Lag: func(ctx context.Context) (*pipeline.HealthReply, error) { return n.query.Health(ctx) }})
-	owners, err := n.startWorkers(runCtx, js, sc.Subjects)
-	if err != nil {
-		return nil, err
-	}
-	if err := n.startStages(runCtx, js, sc.Subjects); err != nil {
-		return nil, err
-	}
-	stages := map[string]query.Lagger{}
-	for p, st := range n.stages {
-		stages["event."+strconv.Itoa(p)] = st
-	}
-	n.query = query.New(query.Config{Subjects: sc.Subjects, Families: cfg.Families, Partitions: cfg.Partitions, Stages: stages, Pulled: n.pulled, OnQuery: n.metrics.OnQuery},
-		n.nc, n.db, owners, log)
+	n.query = query.New(query.Config{Subjects: sc.Subjects, Families: cfg.Families, Partitions: cfg.Partitions, OnQuery: n.metrics.OnQuery},
+		n.nc, n.db, nil, log)
 	if err := n.query.Start(); err != nil {
 		return nil, err
+	}
+	var events *lease
+	if !cfg.Join { // alone: refuse before taking any partition
+		if events, err = n.owners.take(ctx, eventsKey); err != nil {
+			if errors.Is(err, ErrOwned) {
+				err = fmt.Errorf("%w; to share the counter partitions with it and take its event stages over when it stops, start this one with --join", err)
+			}
+			return nil, err
+		}
+	}
+	if err := n.renew(ctx); err != nil { // registers this process as a member
+		return nil, err
+	}
+	if err := n.rebalance(ctx); err != nil {
+		return nil, err
+	}
+	if events != nil { // after the partitions: the stages' backlog would slow their start
+		if err := n.startEvents(ctx, events); err != nil {
+			return nil, err
+		}
+	}
+	n.goRun(runCtx, n.own)
+	if n.obs != nil {
+		n.goRun(runCtx, n.backups)
 	}
 	if cfg.Metrics != "" {
 		if err := n.serveHTTP(cfg.Metrics); err != nil {
 			return nil, err
 		}
 	}
-	log.Info("tally running", "nats", url, "partitions", cfg.Partitions, "families", len(cfg.Families), "data", cfg.DataDir)
+	log.Info("tally running", "nats", url, "partitions", cfg.Partitions, "owned", len(n.Parts()), "events", n.Events(), "families", len(cfg.Families), "data", cfg.DataDir)
 	return n, nil
 }
 
@@ -200,44 +222,16 @@ func newTable(kind string) (func(int) store.Table, error) {
 	return nil, fmt.Errorf("unknown table %q (hot or map)", kind)
 }
 
-func (n *Node) startWorkers(ctx context.Context, js jetstream.JetStream, sj pipeline.Subjects) (map[string][]query.Partition, error) {
+// counterConfig is the configuration of every counter worker but its family and partition.
+func (n *Node) counterConfig() counter.Config {
 	mk, _ := newTable(n.cfg.Table)
-	owners := map[string][]query.Partition{}
-	workers := len(n.cfg.Families) * n.cfg.Partitions
-	cc := counter.Config{Subjects: sj, FlushInterval: n.cfg.FlushInterval, NewTable: mk, OnFlush: n.metrics.OnFlush, PurgeEvery: n.cfg.PurgeEvery,
-		OnSnapshot: n.metrics.OnSnapshot, ColdAge: n.cfg.ColdAge, IDEpoch: n.cfg.IDEpoch, Budget: n.budget, ColdCache: n.cfg.ColdCache / workers, SnapshotMin: n.cfg.SnapshotMin, BoundPurge: n.cfg.BackupEvery > 0}
+	cc := counter.Config{Subjects: n.subjects, FlushInterval: n.cfg.FlushInterval, NewTable: mk, OnFlush: n.metrics.OnFlush, PurgeEvery: n.cfg.PurgeEvery,
+		OnSnapshot: n.metrics.OnSnapshot, ColdAge: n.cfg.ColdAge, IDEpoch: n.cfg.IDEpoch, Budget: n.budget,
+		ColdCache: n.cfg.ColdCache / (len(n.cfg.Families) * n.cfg.Partitions), SnapshotMin: n.cfg.SnapshotMin, BoundPurge: n.cfg.BackupEvery > 0}
 	if n.cfg.Snapshots {
 		cc.SnapshotDir = filepath.Join(n.cfg.DataDir, "snapshots")
-		if err := os.MkdirAll(cc.SnapshotDir, 0o755); err != nil {
-			return nil, fmt.Errorf("cannot use data directory: %w", err)
-		}
 	}
-	for _, fam := range n.cfg.Families {
-		for p := range n.cfg.Partitions {
-			cc.Family, cc.Partition = fam, p
-			w := counter.New(cc, js, n.db, n.log, &n.CounterStats)
-			owners[fam.Name] = append(owners[fam.Name], w)
-			n.workers = append(n.workers, w)
-			n.goRun(ctx, w.Run)
-		}
-	}
-	return owners, nil
-}
-
-func (n *Node) startStages(ctx context.Context, js jetstream.JetStream, sj pipeline.Subjects) error {
-	for p := range n.cfg.Partitions {
-		ec := event.Config{Partition: p, Partitions: n.cfg.Partitions, Subjects: sj, Families: n.cfg.Families, FanoutLimit: n.cfg.FanoutLimit, Pulled: n.pulled}
-		if n.obs != nil { // the state moves between processes: log every transaction
-			ec.Log, ec.Owner, ec.Valid = true, fmt.Sprintf("%s.%d", n.lease.id, n.lease.acquired), n.lease.valid
-		}
-		st, err := event.New(ec, js, n.db, n.log, n.EventStats)
-		if err != nil {
-			return err
-		}
-		n.stages = append(n.stages, st)
-		n.goRun(ctx, st.Run)
-	}
-	return nil
+	return cc
 }
 
 // goRun runs a partition; a partition that fails stops the node (a restart resumes it
@@ -245,15 +239,19 @@ func (n *Node) startStages(ctx context.Context, js jetstream.JetStream, sj pipel
 func (n *Node) goRun(ctx context.Context, run func(context.Context) error) {
 	n.wg.Go(func() {
 		if err := run(ctx); err != nil && ctx.Err() == nil {
-			if diskError(err) {
-				err = fmt.Errorf("cannot write to the data directory %s (disk full, file too large or not writable); free space or fix it and restart, nothing is lost: %w", n.cfg.DataDir, err)
-			}
-			n.errOnce.Do(func() {
-				n.err = err
-				n.log.Error("partition failed; stopping", "err", err)
-				close(n.failed)
-			})
+			n.fail(err)
 		}
+	})
+}
+
+func (n *Node) fail(err error) {
+	if diskError(err) {
+		err = fmt.Errorf("cannot write to the data directory %s (disk full, file too large or not writable); free space or fix it and restart, nothing is lost: %w", n.cfg.DataDir, err)
+	}
+	n.errOnce.Do(func() {
+		n.err = err
+		n.log.Error("partition failed; stopping", "err", err)
+		close(n.failed)
 	})
 }
 
@@ -334,10 +332,12 @@ func diskError(err error) bool {
 // hot sums the RAM tables of each family.
 func (n *Node) hot() map[string][2]int64 {
 	out := map[string][2]int64{}
-	for i, w := range n.workers {
-		fam := n.cfg.Families[i/n.cfg.Partitions].Name
-		v := out[fam]
-		out[fam] = [2]int64{v[0] + w.Entries(), v[1] + w.Bytes()}
+	for _, pt := range n.heldParts() {
+		for _, w := range pt.workers {
+			fam, _ := w.Partition()
+			v := out[fam]
+			out[fam] = [2]int64{v[0] + w.Entries(), v[1] + w.Bytes()}
+		}
 	}
 	return out
 }
@@ -380,7 +380,8 @@ func (n *Node) ClientURL() string { return n.nc.ConnectedUrl() }
 // Failed is closed when a partition failed and the node must stop.
 func (n *Node) Failed() <-chan struct{} { return n.failed }
 
-// Close stops queries, lets every partition flush, and closes Badger and NATS.
+// Close stops queries and the partitions, hands the counter partitions over (backed up,
+// their leases released), releases the event stages, and closes Badger and NATS.
 func (n *Node) Close() error {
 	if n.http != nil {
 		_ = n.http.Close()
@@ -392,10 +393,16 @@ func (n *Node) Close() error {
 		n.cancel()
 	}
 	n.wg.Wait()
-	if n.lease != nil && n.err == nil { // every partition stopped: another tallyd may start now
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		n.lease.release(ctx)
-		cancel()
+	for _, pt := range n.heldParts() {
+		n.stopPart(pt.p, n.err == nil)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if l := n.events.Load(); l != nil && n.err == nil { // every stage stopped: another tallyd may take them now
+		l.release(ctx)
+	}
+	if n.owners != nil {
+		_ = n.owners.kv.Delete(ctx, memberPrefix+n.owners.id)
 	}
 	var errs []error
 	if n.js != nil {

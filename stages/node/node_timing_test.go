@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand"
 	"slices"
 	"strconv"
@@ -77,17 +78,29 @@ func BenchmarkEndToEnd(b *testing.B) {
 	})
 	b.Run("tally", func(b *testing.B) { benchTally(b, 7, nil) })
 	b.Run("tally-views-only", func(b *testing.B) { benchTally(b, 0, nil) })
-	// One owner and two standbys on a three-server cluster: streams R3, state backed up.
-	b.Run("tally-cluster-r3", func(b *testing.B) {
+	// One and three tallyd on the same three-server cluster: streams R3, state backed up,
+	// every event-stage transaction logged; three share the counter partitions.
+	cluster := func(tallyds int) func(b *testing.B) {
+		return func(b *testing.B) {
+			cl := natstest.StartCluster(b, 3)
+			mod := func(c *node.Config) { c.NATSURL, c.BackupEvery, c.Join = cl.URLs(), 30*time.Second, true }
+			mods := []func(*node.Config){mod, mod, mod}
+			benchTally(b, 7, mods[:tallyds]...)
+		}
+	}
+	b.Run("tally-cluster-r3-1", cluster(1))
+	b.Run("tally-cluster-r3-3", cluster(3))
+	// The same single tallyd without backups: no event-stage log, the log's cost.
+	b.Run("tally-cluster-r3-1-nolog", func(b *testing.B) {
 		cl := natstest.StartCluster(b, 3)
-		mod := func(c *node.Config) { c.NATSURL, c.BackupEvery, c.Standby = cl.URLs(), 30*time.Second, true }
-		benchTally(b, 7, mod, mod, mod)
+		benchTally(b, 7, func(c *node.Config) { c.NATSURL = cl.URLs() })
 	})
 }
 
 // benchTally publishes b.N events (likes tenths of them likes) in batches and waits until
 // every partition has applied them, then checks every count. Each mod starts a tallyd
-// (the first one owns the partitions, the others are standbys); none is one embedded.
+// (the first one owns the event stages, all share the counter partitions); none is one
+// embedded.
 func benchTally(b *testing.B, likes int, mods ...func(*node.Config)) {
 	if len(mods) == 0 {
 		mods = []func(*node.Config){func(*node.Config) {}}
@@ -101,19 +114,27 @@ func benchTally(b *testing.B, likes int, mods ...func(*node.Config)) {
 		}
 	}
 	n, c := startNode(b, with(mods[0]))
+	var all []*node.Node
 	for _, mod := range mods[1:] {
 		cfg := node.DefaultConfig()
 		cfg.DataDir = b.TempDir()
 		with(mod)(&cfg)
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { // a standby: Start returns when it takes over or ctx ends
-			defer close(done)
-			if n, err := node.Start(ctx, cfg, testLogger()); err == nil {
-				n.Close()
+		m, err := node.Start(context.Background(), cfg, testLogger())
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { m.Close() })
+		all = append(all, m)
+	}
+	if len(all) > 0 { // the partitions spread before the clock starts
+		natstest.Eventually(b, time.Minute, "partitions spread", func() (bool, string) {
+			for _, m := range all {
+				if len(m.Parts()) < 16/len(mods) {
+					return false, fmt.Sprint(m.Parts())
+				}
 			}
-		}()
-		b.Cleanup(func() { cancel(); <-done })
+			return true, ""
+		})
 	}
 	evs, want := benchMix(b.N, likes)
 	ctx := context.Background()
@@ -129,7 +150,11 @@ func benchTally(b *testing.B, likes int, mods ...func(*node.Config)) {
 	b.ReportMetric(float64(b.N)/published.Seconds(), "published/s")
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	checkBench(b, c, want)
-	b.ReportMetric(float64(n.CounterStats.Flushed.Load())/float64(b.N), "writes/event")
+	flushed := n.CounterStats.Flushed.Load()
+	for _, m := range all {
+		flushed += m.CounterStats.Flushed.Load()
+	}
+	b.ReportMetric(float64(flushed)/float64(b.N), "writes/event")
 }
 
 // checkBench fails the benchmark unless every count is exact.

@@ -2,38 +2,101 @@ package cold_test
 
 import (
 	"bytes"
-	"path/filepath"
+	"errors"
 	"testing"
+
+	"github.com/dgraph-io/badger/v4"
 
 	"github.com/tally-dev/tally/store/cold"
 )
 
-// A backup restored into another directory holds the same counters and checkpoint.
+// A backup of one part restored into another database replaces that part there and
+// leaves every other key as it was.
 func TestBackupRestore(t *testing.T) {
-	db := open(t)
-	cp := &cold.Checkpoint{Pos: 9, Marks: map[uint32]*cold.Mark{}}
-	if err := cold.SaveCounters(db, "post", 3, []cold.Entry{{ID: 5, Counts: []uint64{1, 2, 3, 4}}}, cp, cold.Journal{}); err != nil {
-		t.Fatal(err)
+	a, b := open(t), open(t)
+	save := func(db *cold.DB, p int, id, pos uint64) {
+		t.Helper()
+		cp := &cold.Checkpoint{Pos: pos, Marks: map[uint32]*cold.Mark{}}
+		if err := cold.SaveCounters(db, "post", p, []cold.Entry{{ID: id, Counts: []uint64{1, 2, 3, pos}}}, cp, cold.Journal{}); err != nil {
+			t.Fatal(err)
+		}
 	}
+	stage := func(db *cold.DB, pos uint64) {
+		t.Helper()
+		if err := db.Badger().Update(func(txn *badger.Txn) error { return cold.PutStage(txn, 0, &cold.StageState{Pos: pos}) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	save(a, 3, 5, 9)
+	save(a, 4, 6, 10)
+	stage(a, 100)
+	save(b, 3, 7, 20) // replaced by a's partition 3
+	save(b, 4, 8, 21) // kept
+	stage(b, 200)
+
+	counts := func(db *cold.DB, p int, id uint64) (uint64, uint64) {
+		t.Helper()
+		got := [][]uint64{make([]uint64, 4)}
+		if err := cold.Counts(db, "post", p, []uint64{id}, got); err != nil {
+			t.Fatal(err)
+		}
+		cp, err := cold.LoadCheckpoint(db, "post", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got[0][3], cp.Pos
+	}
+	pos := func(db *cold.DB) uint64 {
+		st, _, err := cold.LoadStage(db, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Pos
+	}
+
 	var buf bytes.Buffer
-	if err := db.Backup(&buf); err != nil {
+	if err := a.Backup(&buf, cold.CounterPart([]string{"post"}, 3)); err != nil {
 		t.Fatal(err)
 	}
-	dir := filepath.Join(t.TempDir(), "state")
-	if err := cold.Restore(dir, &buf, nil); err != nil {
+	backup := buf.Bytes()
+	if err := b.Restore(bytes.NewReader(backup), cold.CounterPart([]string{"post"}, 3), t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
-	back, err := cold.Open(cold.Options{Dir: dir})
-	if err != nil {
+	if v, cp := counts(b, 3, 5); v != 9 || cp != 9 {
+		t.Fatalf("restored partition 3: id 5 = %d, checkpoint %d; want 9, 9", v, cp)
+	}
+	if v, _ := counts(b, 3, 7); v != 0 {
+		t.Fatalf("restored partition 3 still holds id 7 = %d", v)
+	}
+	if v, cp := counts(b, 4, 8); v != 21 || cp != 21 || pos(b) != 200 {
+		t.Fatalf("partition 4 (%d, %d) or the stage (%d) changed", v, cp, pos(b))
+	}
+
+	buf.Reset()
+	if err := a.Backup(&buf, cold.EventsPart()); err != nil {
 		t.Fatal(err)
 	}
-	defer back.Close()
-	got := [][]uint64{make([]uint64, 4)}
-	c, err := cold.LoadCheckpoint(back, "post", 3)
-	if err != nil || c.Pos != 9 || cold.Counts(back, "post", 3, []uint64{5}, got) != nil || got[0][3] != 4 {
-		t.Fatalf("restored: checkpoint %+v %v, counts %v", c, err, got)
+	if err := b.Restore(&buf, cold.EventsPart(), t.TempDir()); err != nil {
+		t.Fatal(err)
 	}
-	if err := cold.Restore(dir, bytes.NewReader([]byte("not a backup")), nil); err == nil {
-		t.Fatal("a bad backup restored")
+	if v, _ := counts(b, 4, 8); pos(b) != 100 || v != 21 {
+		t.Fatalf("after the events restore: stage at %d (want 100), partition 4 id 8 = %d (want 21)", pos(b), v)
+	}
+
+	// A damaged backup, or one of another part, is refused and changes nothing.
+	for name, data := range map[string][]byte{
+		"not a backup": []byte("not a backup"),
+		"truncated":    backup[:len(backup)-3],
+		"flipped":      append(append([]byte(nil), backup[:20]...), append([]byte{backup[20] ^ 1}, backup[21:]...)...),
+	} {
+		if err := b.Restore(bytes.NewReader(data), cold.CounterPart([]string{"post"}, 4), t.TempDir()); !errors.Is(err, cold.ErrCorrupt) {
+			t.Fatalf("%s: restore error %v, want ErrCorrupt", name, err)
+		}
+	}
+	if err := b.Restore(bytes.NewReader(backup), cold.CounterPart([]string{"post"}, 4), t.TempDir()); !errors.Is(err, cold.ErrCorrupt) {
+		t.Fatalf("partition 3's backup restored as partition 4: %v", err)
+	}
+	if v, cp := counts(b, 4, 8); v != 21 || cp != 21 {
+		t.Fatalf("a refused restore changed partition 4: %d, %d", v, cp)
 	}
 }

@@ -2,6 +2,7 @@ package cold
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -110,29 +111,66 @@ const backupMagic = "TLYB2"
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// Backup writes a consistent copy of the whole database to w: one read transaction.
-func (d *DB) Backup(w io.Writer) error {
+// A Part is a set of keys that moves between processes as one: the event stages' state
+// (EventsPart) or one counter partition of every family (CounterPart).
+type Part struct {
+	prefixes []key
+}
+
+// EventsPart is everything the event stages keep: relations, their positions and
+// outboxes, readers, posts and system notices — every key but the counters'.
+func EventsPart() Part {
+	var ps []key
+	for _, ns := range []byte{nsRelation, nsBySubject, nsByObject, nsStage, nsOutbox, nsReader, nsPost, nsPulled, nsSystem} {
+		ps = append(ps, key{ns})
+	}
+	return Part{ps}
+}
+
+// CounterPart is partition p of each family: its counters, checkpoint and journal.
+func CounterPart(families []string, p int) Part {
+	var ps []key
+	for _, f := range families {
+		ps = append(ps, counterPrefix(f, p), metaKey(f, p), journalPrefix(f, p))
+	}
+	return Part{ps}
+}
+
+func (pt Part) has(k []byte) bool {
+	for _, p := range pt.prefixes {
+		if bytes.HasPrefix(k, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// Backup writes a consistent copy of part to w: one read transaction.
+func (d *DB) Backup(w io.Writer, part Part) error {
 	if _, err := io.WriteString(w, backupMagic); err != nil {
 		return err
 	}
 	cw := &crcWriter{w: w, crc: crc32.New(castagnoli)}
 	bw := bufio.NewWriterSize(cw, 1<<20)
 	err := d.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 256})
-		defer it.Close()
 		var buf []byte
-		for it.Rewind(); it.Valid(); it.Next() {
-			item := it.Item()
-			buf = binary.AppendUvarint(buf[:0], uint64(len(item.Key())))
-			buf = append(buf, item.Key()...)
-			v, err := item.ValueCopy(nil)
-			if err != nil {
-				return err
+		for _, prefix := range part.prefixes {
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
+			for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
+				item := it.Item()
+				buf = binary.AppendUvarint(buf[:0], uint64(len(item.Key())))
+				buf = append(buf, item.Key()...)
+				v, err := item.ValueCopy(nil)
+				if err == nil {
+					buf = binary.AppendUvarint(buf, uint64(len(v)))
+					_, err = bw.Write(append(buf, v...))
+				}
+				if err != nil {
+					it.Close()
+					return err
+				}
 			}
-			buf = binary.AppendUvarint(buf, uint64(len(v)))
-			if _, err := bw.Write(append(buf, v...)); err != nil {
-				return err
-			}
+			it.Close()
 		}
 		return bw.Flush()
 	})
@@ -157,11 +195,12 @@ func (c *crcWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// Restore replaces the database in dir with a backup read from r. The backup is first
-// copied next to dir and checked (length, checksum); what was in dir is removed only
-// then, and a load that fails leaves dir removed, never half-loaded under its name.
-func Restore(dir string, r io.Reader, log *slog.Logger) error {
-	tmp, err := os.CreateTemp(filepath.Dir(dir), "restore-*")
+// Restore replaces part of the database with a backup of it read from r. The backup is
+// first copied to a file in tmpDir and checked (length, checksum, every key in part);
+// only then is what the database holds of part deleted and the backup loaded. Keys
+// outside part are not touched, and may be written meanwhile (another partition's).
+func (d *DB) Restore(r io.Reader, part Part, tmpDir string) error {
+	tmp, err := os.CreateTemp(tmpDir, "restore-*")
 	if err != nil {
 		return fmt.Errorf("cannot stage the backup: %w", err)
 	}
@@ -195,25 +234,55 @@ func Restore(dir string, r io.Reader, log *slog.Logger) error {
 	if crc.Sum32() != binary.BigEndian.Uint32(trailer[8:]) {
 		return bad("checksum mismatch")
 	}
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("cannot clear %s for the restore: %w", dir, err)
+	section := func() *bufio.Reader { return bufio.NewReaderSize(io.NewSectionReader(tmp, head, int64(size)), 1<<20) }
+	if err := scanBackup(section(), func(k, _ []byte) error {
+		if !part.has(k) {
+			return bad("with a key of another part")
+		}
+		return nil
+	}); err != nil {
+		return err
 	}
-	db, err := Open(Options{Dir: dir, Logger: log})
+	if err := d.Clear(part); err != nil {
+		return fmt.Errorf("cannot clear the part to restore: %w", err)
+	}
+	wb := d.db.NewWriteBatch()
+	defer wb.Cancel()
+	if err := scanBackup(section(), func(k, v []byte) error { return wb.Set(k, v) }); err != nil {
+		return fmt.Errorf("cannot restore the backup: %w", err)
+	}
+	if err := wb.Flush(); err != nil {
+		return fmt.Errorf("cannot restore the backup: %w", err)
+	}
+	return nil
+}
+
+// Clear deletes every key of part: deletes rather than Badger's DropPrefix, which
+// blocks every other writer of the database (the partitions still running) meanwhile.
+func (d *DB) Clear(part Part) error {
+	wb := d.db.NewWriteBatch()
+	defer wb.Cancel()
+	err := d.db.View(func(txn *badger.Txn) error {
+		for _, prefix := range part.prefixes {
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+			for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
+				if err := wb.Delete(it.Item().KeyCopy(nil)); err != nil {
+					it.Close()
+					return err
+				}
+			}
+			it.Close()
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
-	if err := load(db, bufio.NewReaderSize(io.NewSectionReader(tmp, head, int64(size)), 1<<20)); err != nil {
-		db.Close()
-		os.RemoveAll(dir)
-		return fmt.Errorf("cannot restore the backup: %w", err)
-	}
-	return db.Close()
+	return wb.Flush()
 }
 
-// load writes the keys and values of a checked backup.
-func load(db *DB, r *bufio.Reader) error {
-	wb := db.db.NewWriteBatch()
-	defer wb.Cancel()
+// scanBackup calls fn with each key and value of a checked backup.
+func scanBackup(r *bufio.Reader, fn func(k, v []byte) error) error {
 	field := func() ([]byte, error) {
 		n, err := binary.ReadUvarint(r)
 		if err != nil {
@@ -229,7 +298,7 @@ func load(db *DB, r *bufio.Reader) error {
 	for {
 		k, err := field()
 		if errors.Is(err, io.EOF) {
-			return wb.Flush()
+			return nil
 		}
 		if err != nil {
 			return err
@@ -238,7 +307,7 @@ func load(db *DB, r *bufio.Reader) error {
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrCorrupt, err)
 		}
-		if err := wb.Set(k, v); err != nil {
+		if err := fn(k, v); err != nil {
 			return err
 		}
 	}

@@ -1,0 +1,350 @@
+package node
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tally-dev/tally/stages/counter"
+	"github.com/tally-dev/tally/store/cold"
+)
+
+// Counter partitions are spread over the live processes of a prefix. Each process
+// registers itself under members.<node id> in the ownership bucket and renews it; every
+// few seconds it computes the same assignment of partitions to the live members (assign),
+// hands over the partitions it holds that are now another's (stop, back up, release the
+// lease) and takes the free ones that are its own (lease, restore the last backup unless
+// it was the last owner, start). A partition's lease is renewed by compare-and-set; a
+// process that cannot renew one in time stops that partition, and one that was paused
+// past its TTL finds every lease gone and stops them all before doing anything else.
+
+// part is one counter partition, every family of it, owned by this process.
+type part struct {
+	p       int
+	lease   *lease
+	workers []*counter.Worker
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	backup  sync.Mutex // one backup of the partition at a time
+	// restored says where the partition's state came from when this process took it:
+	// "local", "backup" or "empty".
+	restored string
+}
+
+// assign gives each partition one of members (sorted, non-empty): every member gets
+// ⌊P/n⌋ or ⌈P/n⌉ partitions. Members rank partitions by rendezvous hashing and the
+// pairs are placed best first, so a member joining or leaving moves its own share and
+// at most as many again between the others (TestAssign); a sticky assignment that
+// reads who holds what could move less.
+func assign(members []string, partitions int) []string {
+	n := len(members)
+	room := make([]int, n)
+	for i := range room {
+		room[i] = partitions / n
+		if i < partitions%n {
+			room[i]++
+		}
+	}
+	type pair struct {
+		score uint64
+		m, p  int
+	}
+	pairs := make([]pair, 0, n*partitions)
+	for i, m := range members {
+		for p := range partitions {
+			h := fnv.New64a()
+			fmt.Fprintf(h, "%s/%d", m, p)
+			pairs = append(pairs, pair{h.Sum64(), i, p})
+		}
+	}
+	slices.SortFunc(pairs, func(a, b pair) int { return cmp.Compare(b.score, a.score) })
+	out := make([]string, partitions)
+	for _, pr := range pairs {
+		if out[pr.p] == "" && room[pr.m] > 0 {
+			out[pr.p] = members[pr.m]
+			room[pr.m]--
+		}
+	}
+	return out
+}
+
+// rebalance is one round of the ownership loop: hand over the partitions that are now
+// another's, take the free ones that are this one's, and take the event stages if they
+// are free (when joining). The membership and leases are renewed apart (see own).
+func (n *Node) rebalance(ctx context.Context) error {
+	o := n.owners
+	keys, err := o.kv.Keys(ctx)
+	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+		return fmt.Errorf("cannot list the live processes: %w", err)
+	}
+	var members []string
+	for _, k := range keys {
+		if id, ok := strings.CutPrefix(k, memberPrefix); ok {
+			members = append(members, id)
+		}
+	}
+	if !slices.Contains(members, o.id) {
+		members = append(members, o.id)
+	}
+	slices.Sort(members)
+	want := assign(members, n.cfg.Partitions)
+	for _, pt := range n.heldParts() {
+		if want[pt.p] != o.id {
+			n.log.Info("handing a counter partition over", "partition", pt.p, "to", want[pt.p])
+			n.stopPart(pt.p, true)
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(want))
+	for p, id := range want {
+		if id == o.id && !n.holds(p) {
+			wg.Go(func() { errs[p] = n.startPart(ctx, p) })
+		}
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, ErrOwned) {
+			return err
+		}
+	}
+	// The event stages last: their backlog would slow the partitions' start.
+	if n.events.Load() == nil && n.cfg.Join {
+		if err := n.takeEvents(ctx); err != nil && !errors.Is(err, ErrOwned) {
+			n.log.Warn("cannot take the event stages over yet", "err", err)
+		}
+	}
+	return nil
+}
+
+// renew renews this process's membership and the leases of its counter partitions; a
+// partition whose lease is lost stops at once, without a backup.
+func (n *Node) renew(ctx context.Context) error {
+	o := n.owners
+	if _, err := o.kv.Put(ctx, memberPrefix+o.id, o.value); err != nil {
+		return fmt.Errorf("cannot renew the membership: %w", err)
+	}
+	for _, pt := range n.heldParts() {
+		err := pt.lease.renew(ctx)
+		if errors.Is(err, errLost) {
+			n.log.Error("counter partition lease lost; stopping the partition", "partition", pt.p, "err", err)
+			n.wg.Go(func() { n.stopPart(pt.p, false) }) // its workers' last flush must not hold the other renewals up
+		} else if err != nil {
+			n.log.Warn("cannot renew a counter partition lease yet", "partition", pt.p, "err", err)
+		}
+	}
+	return nil
+}
+
+// own runs rebalance every fifth of the lease TTL until ctx ends, and renews the leases
+// on their own meanwhile, so that a long restore in a round does not let them expire.
+func (n *Node) own(ctx context.Context) error {
+	period := n.cfg.LeaseTTL / 5
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		_ = every(ctx, period, func() error {
+			if err := n.renew(ctx); err != nil && ctx.Err() == nil {
+				n.log.Warn("cannot renew the leases yet", "err", err)
+			}
+			return nil
+		})
+	})
+	return every(ctx, period, func() error {
+		if err := n.rebalance(ctx); err != nil && ctx.Err() == nil {
+			n.log.Warn("ownership round failed; retrying", "err", err)
+		}
+		return nil
+	})
+}
+
+func (n *Node) heldParts() []*part {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	out := make([]*part, 0, len(n.parts))
+	for _, pt := range n.parts {
+		out = append(out, pt)
+	}
+	slices.SortFunc(out, func(a, b *part) int { return a.p - b.p })
+	return out
+}
+
+func (n *Node) holds(p int) bool {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	return n.parts[p] != nil
+}
+
+// Parts lists the counter partitions this process owns.
+func (n *Node) Parts() []int {
+	var ps []int
+	for _, pt := range n.heldParts() {
+		ps = append(ps, pt.p)
+	}
+	return ps
+}
+
+func (n *Node) families() []string {
+	fams := make([]string, len(n.cfg.Families))
+	for i, f := range n.cfg.Families {
+		fams[i] = f.Name
+	}
+	return fams
+}
+
+func counterObject(p int) string { return "counters." + strconv.Itoa(p) }
+
+// startPart takes partition p's lease (ErrOwned when another process holds it), brings
+// its state here unless this process was its last owner, and starts a worker per family.
+func (n *Node) startPart(ctx context.Context, p int) error {
+	l, err := n.owners.take(ctx, counterKey(p))
+	if err != nil {
+		return err
+	}
+	pt := &part{p: p, lease: l, restored: "local"}
+	if n.obs != nil {
+		if pt.restored, err = n.claim(ctx, counterObject(p), cold.CounterPart(n.families(), p)); err != nil {
+			l.release(ctx)
+			return fmt.Errorf("counter partition %d: %w", p, err)
+		}
+		if pt.restored != "local" {
+			for _, f := range n.cfg.Families { // this directory's own, not the restored state's
+				_ = os.Remove(filepath.Join(n.cfg.DataDir, "snapshots", fmt.Sprintf("%s-%d.snap", f.Name, p)))
+			}
+		}
+	}
+	pctx, cancel := context.WithCancel(n.runCtx)
+	pt.cancel = cancel
+	cc := n.counterConfig()
+	for _, fam := range n.cfg.Families {
+		cc.Family, cc.Partition = fam, p
+		w := counter.New(cc, n.js, n.db, n.log, &n.CounterStats)
+		pt.workers = append(pt.workers, w)
+		pt.wg.Go(func() {
+			if err := w.Run(pctx); err != nil && pctx.Err() == nil {
+				n.fail(err)
+			}
+		})
+	}
+	n.mu.Lock()
+	n.parts[p] = pt
+	n.mu.Unlock()
+	for i, fam := range n.cfg.Families {
+		n.query.SetOwner(fam.Name, p, pt.workers[i])
+	}
+	if pt.restored != "local" {
+		n.PartsRestored.Add(1)
+	}
+	n.log.Debug("counter partition started", "partition", p, "state", pt.restored)
+	return nil
+}
+
+// stopPart stops partition p's workers (each checkpoints what it holds) and, handing it
+// over, backs it up and releases its lease so that its next owner starts from here.
+func (n *Node) stopPart(p int, handover bool) {
+	n.mu.Lock()
+	pt := n.parts[p]
+	delete(n.parts, p)
+	n.mu.Unlock()
+	if pt == nil {
+		return
+	}
+	for _, fam := range n.cfg.Families {
+		n.query.SetOwner(fam.Name, p, nil)
+	}
+	pt.cancel()
+	pt.wg.Wait()
+	if !handover {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if n.obs != nil {
+		if err := n.backupPart(ctx, pt); err != nil {
+			// The next owner restores an older backup and replays more deltas.
+			n.log.Warn("cannot back a counter partition up before handing it over", "partition", p, "err", err)
+		}
+	}
+	pt.backup.Lock() // no backup of this process's may follow the next owner's
+	defer pt.backup.Unlock()
+	pt.lease.release(ctx)
+}
+
+// backupPart stores partition p's state in the object store while its lease is certainly
+// held, then lets its workers purge the deltas the backup covers.
+func (n *Node) backupPart(ctx context.Context, pt *part) error {
+	pt.backup.Lock()
+	defer pt.backup.Unlock()
+	limits := make([]uint64, len(pt.workers))
+	for i, f := range n.cfg.Families { // positions read before the backup are covered by it
+		cp, err := cold.LoadCheckpoint(n.db, f.Name, pt.p)
+		if err != nil {
+			return err
+		}
+		limits[i] = cp.Pos
+	}
+	if _, err := n.store(ctx, counterObject(pt.p), cold.CounterPart(n.families(), pt.p), pt.lease); err != nil {
+		return err
+	}
+	for i, w := range pt.workers {
+		w.SetPurgeLimit(limits[i])
+	}
+	return nil
+}
+
+// store writes a backup of part under name while l is certainly held.
+func (n *Node) store(ctx context.Context, name string, part cold.Part, l *lease) (*jetstream.ObjectInfo, error) {
+	if !l.valid() {
+		return nil, fmt.Errorf("the lease %s is not certainly held", l.key)
+	}
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(n.db.Backup(pw, part)) }()
+	info, err := n.obs.Put(ctx, jetstream.ObjectMeta{Name: name, Metadata: map[string]string{"owner": l.id, "lease": l.token()}}, pr)
+	pr.CloseWithError(err)
+	return info, err
+}
+
+// claim makes this process the recorded owner of the state stored under name and
+// reports where its state comes from: "local" when this process was its last owner (or
+// nobody was), else "backup" restored from the object store, or "empty" when no backup
+// exists (the streams are then replayed from their start).
+func (n *Node) claim(ctx context.Context, name string, part cold.Part) (string, error) {
+	ownerName := "owner." + name
+	last, err := n.obs.GetString(ctx, ownerName)
+	if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+		return "", fmt.Errorf("cannot read the last owner: %w", err)
+	}
+	from := "local"
+	if last != "" && last != n.owners.id {
+		start := time.Now()
+		obj, err := n.obs.Get(ctx, name)
+		switch {
+		case errors.Is(err, jetstream.ErrObjectNotFound):
+			from = "empty"
+			err = n.db.Clear(part)
+		case err == nil:
+			from = "backup"
+			err = n.db.Restore(obj, part, n.cfg.DataDir)
+			obj.Close()
+		}
+		if err != nil {
+			return "", fmt.Errorf("cannot restore %s: %w", name, err)
+		}
+		n.log.Info("took state over", "what", name, "from", from, "last owner", last, "took", time.Since(start))
+	}
+	if _, err := n.obs.PutString(ctx, ownerName, n.owners.id); err != nil {
+		return "", fmt.Errorf("cannot record the owner: %w", err)
+	}
+	return from, nil
+}

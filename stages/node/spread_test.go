@@ -1,0 +1,106 @@
+package node_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/tally-dev/tally/client"
+	"github.com/tally-dev/tally/pipeline/natstest"
+	"github.com/tally-dev/tally/stages/node"
+)
+
+// TestSpread moves partitions between live tallyd while events stream in: a second one
+// joins and takes its share, a third joins, then the first leaves cleanly (handing its
+// counter partitions and the event stages over) and the second is closed too, leaving
+// everything to the third. Every hand-over goes through a backup in NATS; every count and
+// relation must be exact at the end, and at every step each partition has one owner.
+func TestSpread(t *testing.T) {
+	const partitions = 6
+	s := natstest.Start(t)
+	nc := natstest.Connect(t, s)
+	c, err := client.New(nc, client.WithTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := func() *node.Node {
+		cfg := node.DefaultConfig()
+		cfg.DataDir, cfg.NATSURL, cfg.Partitions, cfg.FlushInterval = t.TempDir(), s.ClientURL(), partitions, 20*time.Millisecond
+		cfg.Join, cfg.BackupEvery, cfg.LeaseTTL = true, 200*time.Millisecond, time.Second
+		cfg.PurgeEvery = 100 * time.Millisecond // deltas a backup covers are gone: a new owner needs the backup
+		n, err := node.Start(context.Background(), cfg, testLogger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// spread waits until live own every partition once, evenly.
+	spread := func(what string, live ...*node.Node) {
+		t.Helper()
+		eventually(t, what, func() (bool, string) {
+			var all []int
+			for _, n := range live {
+				ps := n.Parts()
+				if len(ps) < partitions/len(live) || len(ps) > (partitions+len(live)-1)/len(live) {
+					return false, fmt.Sprint("uneven: ", ps)
+				}
+				all = append(all, ps...)
+			}
+			slices.Sort(all)
+			return slices.Equal(all, []int{0, 1, 2, 3, 4, 5}), fmt.Sprint("owned: ", all)
+		})
+	}
+	a := start()
+	defer a.Close()
+	if !a.Events() || len(a.Parts()) != partitions {
+		t.Fatalf("the first tallyd owns the event stages: %v, partitions %v", a.Events(), a.Parts())
+	}
+
+	g := &gen{r: rand.New(rand.NewPCG(7, 8)), users: 300, posts: 300}
+	ref := newModel()
+	total := 12_000
+	var b, d *node.Node
+	for chunk := 0; total > 0; chunk++ {
+		publishRetrying(t, c, "sp."+strconv.Itoa(chunk), g.chunk(ref, &total, 200, 200))
+		switch chunk {
+		case 5:
+			b = start()
+			defer b.Close()
+			spread("two tallyd share the partitions", a, b)
+		case 15:
+			d = start()
+			defer d.Close()
+			spread("three tallyd share the partitions", a, b, d)
+		case 25:
+			start := time.Now()
+			if err := a.Close(); err != nil {
+				t.Fatal(err)
+			}
+			closed := time.Since(start)
+			spread("the first one's partitions handed over", b, d)
+			eventually(t, "the event stages handed over", func() (bool, string) {
+				return b.Events() != d.Events(), "no owner of the event stages"
+			})
+			t.Logf("clean stop of the stages' owner: closed in %v, everything owned again %v after the stop began (lease %v)",
+				closed.Round(time.Millisecond), time.Since(start).Round(time.Millisecond), time.Second)
+		case 35:
+			if err := b.Close(); err != nil {
+				t.Fatal(err)
+			}
+			spread("the last one owns everything", d)
+			eventually(t, "the event stages handed over again", func() (bool, string) { return d.Events(), "" })
+		}
+	}
+	waitCaughtUp(t, c)
+	compare(t, c, ref, g)
+	if d.PartsRestored.Load() < partitions/3 {
+		t.Fatalf("the last tallyd restored %d partitions from backups", d.PartsRestored.Load())
+	}
+	if r, err := c.Get(context.Background(), "post", 1, 2, 3, 4, 5, 6, 7, 8); err != nil || len(r.Unavailable) > 0 {
+		t.Fatalf("get after the hand-overs: %v, unavailable %v", err, r)
+	}
+}
