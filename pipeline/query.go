@@ -94,15 +94,15 @@ type UnreadReply struct {
 }
 
 // HealthReply answers tally.health: whether every partition has applied everything in
-// its stream, and the lag of those that have not. It describes the process that answered:
-// its event stages and only the counter partitions registered in it (owned by it);
-// partitions owned by other processes are checked by their own health.
+// its stream, and the lag of those that have not. tally.health is answered by the
+// process owning the event stages, for the whole prefix: its stages, its counter
+// partitions and every other counter partition asked of its owner (one owned by no
+// process is lagging). A process's /healthz is the same for its own partitions only.
 type HealthReply struct {
 	OK         bool `json:"ok"`
 	Partitions int  `json:"partitions"` // the configured partition count
-	// Checked is the number of consumers examined: each event stage of the answering
-	// process and one counter worker per family and partition registered in it (all
-	// families × partitions when it owns every partition).
+	// Checked is the number of consumers examined: each event stage and one counter
+	// worker per family and partition (of this process only, for /healthz).
 	Checked int               `json:"checked"`
 	Lagging map[string]uint64 `json:"lagging,omitempty"`
 	Error   string            `json:"error,omitempty"`

@@ -6,7 +6,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,8 +16,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tally-dev/tally/client"
+	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/stages/node"
+	"github.com/tally-dev/tally/store/cold"
 )
 
 // failoverTTL is the ownership lease of the failover test: a dead owner's partitions are
@@ -141,11 +145,56 @@ func TestFailover(t *testing.T) {
 	}
 	waitCaughtUp(t, c)
 	compare(t, c, ref, g)
+	checkLogHistory(t, js, partitions)
 	a, b := others[0].Parts(), others[1].Parts()
 	if len(a)+len(b) != partitions || len(a) < partitions/2 || len(b) < partitions/2 {
 		t.Fatalf("the survivors own partitions %v and %v, want all %d spread evenly", a, b, partitions)
 	}
 	if others[0].PartsRestored.Load()+others[1].PartsRestored.Load() < partitions/2 {
 		t.Fatalf("%d and %d partitions restored from backups", others[0].PartsRestored.Load(), others[1].PartsRestored.Load())
+	}
+}
+
+// checkLogHistory reads what is left of every event stage's log and checks that it is
+// one history per partition: each record continues the position the one before it
+// ended at, and an owner that handed over never wrote again — no partition was applied
+// by two owners at once.
+func checkLogHistory(t *testing.T, js jetstream.JetStream, partitions int) {
+	t.Helper()
+	ctx := context.Background()
+	sj := pipeline.NewSubjects("")
+	for p := range partitions {
+		cons, err := js.OrderedConsumer(ctx, sj.LogStream(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{sj.Log(p)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var owners []string
+		var end uint64
+		for n := 0; ; n++ {
+			m, err := cons.Next(jetstream.FetchMaxWait(500 * time.Millisecond))
+			if err != nil {
+				break
+			}
+			rec, err := cold.DecodeLogRecord(m.Data())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n > 0 && rec.Prev != end {
+				t.Fatalf("partition %d: a log record continues position %d, the one before ended at %d", p, rec.Prev, end)
+			}
+			end = rec.State.Pos
+			id := m.Headers().Get(jetstream.MsgIDHeader)
+			owner := id[strings.LastIndex(id[:strings.LastIndexByte(id, '.')], ".")+1:] // log.<p>.<pos>.<node>.<rev>
+			if len(owners) == 0 || owners[len(owners)-1] != owner {
+				if slices.Contains(owners, owner) {
+					t.Fatalf("partition %d: owner %s wrote again after %v", p, owner, owners)
+				}
+				owners = append(owners, owner)
+			}
+		}
+		if len(owners) == 0 {
+			t.Fatalf("partition %d: no log records", p)
+		}
+		t.Logf("event partition %d: log owners %v", p, owners)
 	}
 }
