@@ -31,7 +31,12 @@ const (
 var errSnapshotFile = errors.New("bad snapshot file")
 
 func (w *Worker) snapshotPath() string {
-	return filepath.Join(w.cfg.SnapshotDir, fmt.Sprintf("%s-%d.snap", w.cfg.Family.Name, w.cfg.Partition))
+	return SnapshotPath(w.cfg.SnapshotDir, w.cfg.Family.Name, w.cfg.Partition)
+}
+
+// SnapshotPath is where the worker of (family, p) keeps its snapshot in dir.
+func SnapshotPath(dir, family string, p int) string {
+	return filepath.Join(dir, fmt.Sprintf("%s-%d.snap", family, p))
 }
 
 // encodeSnapshot writes the table and cold set as of checkpoint seq into a buffer: it

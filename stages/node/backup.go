@@ -42,17 +42,20 @@ func (n *Node) startEvents(ctx context.Context, l *lease) (err error) {
 	if n.pulled, err = cold.LoadPulled(n.db); err != nil {
 		return err
 	}
-	stages := map[string]query.Lagger{}
-	for p := range n.cfg.Partitions {
+	stages := make([]*event.Stage, n.cfg.Partitions)
+	laggers := map[string]query.Lagger{}
+	for p := range stages {
 		ec := event.Config{Partition: p, Partitions: n.cfg.Partitions, Subjects: n.subjects, Families: n.cfg.Families, FanoutLimit: n.cfg.FanoutLimit, Pulled: n.pulled}
 		if n.obs != nil { // the state moves between processes: log every transaction
 			ec.Log, ec.Owner, ec.Valid = true, l.token(), l.valid
 		}
-		st, err := event.New(ec, n.js, n.db, n.log, n.EventStats)
-		if err != nil {
+		if stages[p], err = event.New(ec, n.js, n.db, n.log, n.EventStats); err != nil {
+			l.release(ctx)
 			return err
 		}
-		stages["event."+strconv.Itoa(p)] = st
+		laggers["event."+strconv.Itoa(p)] = stages[p]
+	}
+	for _, st := range stages {
 		n.goRun(n.runCtx, st.Run)
 	}
 	n.takeover.Store(from)
@@ -64,7 +67,7 @@ func (n *Node) startEvents(ctx context.Context, l *lease) (err error) {
 		}
 		return nil
 	})
-	if err := n.query.SetEvents(stages, n.pulled); err != nil {
+	if err := n.query.SetEvents(laggers, n.pulled); err != nil {
 		return err
 	}
 	n.log.Info("owning the event stages", "state", from)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -49,7 +50,8 @@ type lease struct {
 	key   string
 	id    string // the node id
 	value []byte // "<node id> <host>"
-	rev   uint64 // the last revision written; only the renewing goroutine changes it
+	mu    sync.Mutex
+	rev   uint64 // the last revision written, under mu: a renewal and a release may race
 	// acquired is the revision the lease was taken at: it names this ownership.
 	acquired uint64
 	// renewed is when the lease was last renewed (Unix ns): other goroutines check it
@@ -128,6 +130,11 @@ func (o *owners) take(ctx context.Context, key string) (*lease, error) {
 // anything else), when the key holds another revision (taken: fenced), or when it could
 // not be renewed and is about to expire; other errors are worth retrying.
 func (l *lease) renew(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.released.Load() {
+		return nil
+	}
 	if !l.valid() {
 		return fmt.Errorf("%w: %s not renewed for %v (paused past its TTL)", errLost, l.key, l.age().Round(time.Millisecond))
 	}
@@ -181,6 +188,8 @@ func every(ctx context.Context, d time.Duration, fn func() error) error {
 // release deletes the key so that another process may take it at once; nothing may be
 // done on the lease's behalf afterwards (a backup would overwrite the next owner's).
 func (l *lease) release(ctx context.Context) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.released.Store(true)
 	_ = l.kv.Delete(ctx, l.key, jetstream.LastRevision(l.rev))
 }

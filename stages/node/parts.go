@@ -220,7 +220,7 @@ func (n *Node) startPart(ctx context.Context, p int) error {
 		}
 		if pt.restored != "local" {
 			for _, f := range n.cfg.Families { // this directory's own, not the restored state's
-				_ = os.Remove(filepath.Join(n.cfg.DataDir, "snapshots", fmt.Sprintf("%s-%d.snap", f.Name, p)))
+				_ = os.Remove(counter.SnapshotPath(filepath.Join(n.cfg.DataDir, "snapshots"), f.Name, p))
 			}
 		}
 	}
@@ -309,9 +309,14 @@ func (n *Node) store(ctx context.Context, name string, part cold.Part, l *lease)
 		return nil, fmt.Errorf("the lease %s is not certainly held", l.key)
 	}
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(n.db.Backup(pw, part)) }()
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		pw.CloseWithError(n.db.Backup(pw, part))
+	}()
 	info, err := n.obs.Put(ctx, jetstream.ObjectMeta{Name: name, Metadata: map[string]string{"owner": l.id, "lease": l.token()}}, pr)
-	pr.CloseWithError(err)
+	pr.CloseWithError(err) // a Put that stopped reading ends the backup's writes
+	<-read                 // never reading the database after the caller (Close) closes it
 	return info, err
 }
 
