@@ -25,6 +25,11 @@ type Source struct {
 	Lag func(ctx context.Context) (*pipeline.HealthReply, error)
 	// Hot returns the ids and bytes held in RAM per family.
 	Hot func() map[string][2]int64
+	// Owned returns the counter partitions this process owns and whether it owns the
+	// event stages; Moves counts state backups stored, backups failed and partitions
+	// taken over from another process's state.
+	Owned func() (partitions int, events bool)
+	Moves func() (backups, backupErrs, restored int64)
 }
 
 // Metrics is one process's registry.
@@ -84,6 +89,34 @@ func New(src Source) *Metrics {
 	counterFn("tally_evicted_ids_total", "Ids moved from RAM to the cold tier.", ct.EvictedIDs.Load)
 	counterFn("tally_snapshots_total", "Hot-table snapshots written.", ct.Snapshots.Load)
 	counterFn("tally_snapshot_errors_total", "Hot-table snapshots that could not be written (the journal is kept).", ct.SnapshotErrs.Load)
+	moves := func(i int) func() int64 {
+		return func() int64 {
+			if src.Moves == nil {
+				return 0
+			}
+			var v [3]int64
+			v[0], v[1], v[2] = src.Moves()
+			return v[i]
+		}
+	}
+	counterFn("tally_state_backups_total", "Rounds of state backups stored in the NATS object store.", moves(0))
+	counterFn("tally_state_backup_errors_total", "State backups that could not be stored (deltas and log records are kept).", moves(1))
+	counterFn("tally_partitions_taken_over_total", "Counter partitions this process took over from another's state (a backup, or empty).", moves(2))
+	owned := func() (int, bool) {
+		if src.Owned == nil {
+			return 0, false
+		}
+		return src.Owned()
+	}
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tally_owned_partitions", Help: "Counter partitions (every family of each) this process owns."},
+		func() float64 { n, _ := owned(); return float64(n) }))
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tally_owns_event_stages", Help: "1 when this process owns the event stages of its prefix."},
+		func() float64 {
+			if _, ev := owned(); ev {
+				return 1
+			}
+			return 0
+		}))
 	m.reg.MustRegister(newDynamic(src))
 	return m
 }

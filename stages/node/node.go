@@ -154,7 +154,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	n.runCtx, n.cancel = runCtx, cancel
 	n.metrics = metrics.New(metrics.Source{Events: n.EventStats, Counters: &n.CounterStats, Hot: n.hot,
-		Lag: func(ctx context.Context) (*pipeline.HealthReply, error) { return n.query.Health(ctx) }})
+		Lag:   func(ctx context.Context) (*pipeline.HealthReply, error) { return n.query.Health(ctx) },
+		Owned: func() (int, bool) { return len(n.heldParts()), n.Events() },
+		Moves: func() (int64, int64, int64) { return n.Backups.Load(), n.BackupErrs.Load(), n.PartsRestored.Load() }})
 	n.query = query.New(query.Config{Subjects: sc.Subjects, Families: cfg.Families, Partitions: cfg.Partitions, OnQuery: n.metrics.OnQuery},
 		n.nc, n.db, nil, log)
 	if err := n.query.Start(); err != nil {

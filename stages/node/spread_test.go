@@ -3,9 +3,12 @@ package node_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,6 +32,7 @@ func TestSpread(t *testing.T) {
 	}
 	start := func() *node.Node {
 		cfg := node.DefaultConfig()
+		cfg.Metrics = "127.0.0.1:0"
 		cfg.DataDir, cfg.NATSURL, cfg.Partitions, cfg.FlushInterval = t.TempDir(), s.ClientURL(), partitions, 20*time.Millisecond
 		cfg.Join, cfg.BackupEvery, cfg.LeaseTTL = true, 200*time.Millisecond, time.Second
 		cfg.PurgeEvery = 100 * time.Millisecond // deltas a backup covers are gone: a new owner needs the backup
@@ -99,6 +103,18 @@ func TestSpread(t *testing.T) {
 	compare(t, c, ref, g)
 	if d.PartsRestored.Load() < partitions/3 {
 		t.Fatalf("the last tallyd restored %d partitions from backups", d.PartsRestored.Load())
+	}
+	// What operators see of it.
+	resp, err := http.Get("http://" + d.MetricsAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"tally_owned_partitions 6", "tally_owns_event_stages 1", fmt.Sprint("tally_partitions_taken_over_total ", d.PartsRestored.Load())} {
+		if !strings.Contains(string(body), want+"\n") {
+			t.Errorf("metrics lack %q", want)
+		}
 	}
 	if r, err := c.Get(context.Background(), "post", 1, 2, 3, 4, 5, 6, 7, 8); err != nil || len(r.Unavailable) > 0 {
 		t.Fatalf("get after the hand-overs: %v, unavailable %v", err, r)
