@@ -39,6 +39,10 @@ type Config struct {
 	PurgeEvery time.Duration
 	// BoundPurge purges only what SetPurgeLimit allows as well: state backed up to NATS.
 	BoundPurge bool
+	// Valid, when set, says whether the partition is certainly still this process's (its
+	// lease): a worker that may have lost it publishes no change event and purges
+	// nothing until it is stopped — another process's would be the true ones.
+	Valid func() bool
 
 	// The rest applies to a table that can move ids to the cold tier (hot.Table).
 
@@ -400,10 +404,15 @@ func (w *Worker) flush(ctx context.Context) error {
 	}
 	w.stats.Flushes.Add(1)
 	w.stats.Flushed.Add(int64(len(entries)))
-	w.announce(ctx, entries)
+	owned := w.cfg.Valid == nil || w.cfg.Valid()
+	if owned {
+		w.announce(ctx, entries)
+	}
 	w.table.ClearDirty()
 	w.changed = 0
-	w.purge(ctx)
+	if owned {
+		w.purge(ctx)
+	}
 	if snaps {
 		if w.journaled += len(entries); w.snapDue || w.journaled > max(w.cfg.SnapshotMin, w.table.Len()/4) {
 			w.startSnapshot()

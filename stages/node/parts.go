@@ -227,6 +227,7 @@ func (n *Node) startPart(ctx context.Context, p int) error {
 	pctx, cancel := context.WithCancel(n.runCtx)
 	pt.cancel = cancel
 	cc := n.counterConfig()
+	cc.Valid = l.valid
 	for _, fam := range n.cfg.Families {
 		cc.Family, cc.Partition = fam, p
 		w := counter.New(cc, n.js, n.db, n.log, &n.CounterStats)
