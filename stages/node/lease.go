@@ -99,6 +99,9 @@ func openOwners(ctx context.Context, js jetstream.JetStream, bucket string, repl
 // of the same data directory (the same node id) takes its own lease back at once.
 func (o *owners) take(ctx context.Context, key string) (*lease, error) {
 	l := &lease{ttl: o.ttl, kv: o.kv, key: key, id: o.id, value: o.value}
+	// The key's TTL runs from when the server stores it, which is after this: counting
+	// from here errs on the side of a shorter lease.
+	sent := time.Now()
 	var err error
 	l.rev, err = o.kv.Create(ctx, key, o.value)
 	if flow.Fenced(err) {
@@ -120,7 +123,7 @@ func (o *owners) take(ctx context.Context, key string) (*lease, error) {
 		}
 		return nil, fmt.Errorf("cannot take the lease %s: %w", key, err)
 	}
-	l.renewed.Store(time.Now().UnixNano())
+	l.renewed.Store(sent.UnixNano())
 	l.acquired = l.rev
 	return l, nil
 }
@@ -139,12 +142,13 @@ func (l *lease) renew(ctx context.Context) error {
 		return fmt.Errorf("%w: %s not renewed for %v (paused past its TTL)", errLost, l.key, l.age().Round(time.Millisecond))
 	}
 	rctx, cancel := context.WithTimeout(ctx, l.ttl/3)
+	sent := time.Now() // see take
 	rev, err := l.kv.Update(rctx, l.key, l.value, l.rev)
 	cancel()
 	switch {
 	case err == nil:
 		l.rev = rev
-		l.renewed.Store(time.Now().UnixNano())
+		l.renewed.Store(sent.UnixNano())
 		return nil
 	case ctx.Err() != nil:
 		return ctx.Err()
