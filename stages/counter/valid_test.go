@@ -2,6 +2,7 @@ package counter_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
@@ -18,8 +19,9 @@ import (
 )
 
 // A worker whose partition may belong to another process by now (Valid false: its lease
-// was not renewed in time) still applies and checkpoints locally, but publishes no change
-// event: a watcher's mirror must not take its counts over the new owner's.
+// was not renewed in time) still applies and checkpoints locally, but answers no query
+// and publishes no change event: neither a reader nor a watcher's mirror may take its
+// counts over the new owner's.
 func TestInvalidWorkerPublishesNoChange(t *testing.T) {
 	nc := natstest.Connect(t, natstest.Start(t))
 	js, err := jetstream.New(nc)
@@ -86,7 +88,10 @@ func TestInvalidWorkerPublishesNoChange(t *testing.T) {
 		t.Fatalf("%d change events, want only the one sent while the partition was certainly owned", n)
 	}
 	out := [][]uint64{make([]uint64, len(fam.Fields))}
-	if err := w.Get(ctx, []uint64{7}, out); err != nil || out[0][0] != 2 {
-		t.Fatalf("likes of 7: %v, %v; want 2 applied locally", out[0], err)
+	if err := w.Get(ctx, []uint64{7}, out); !errors.Is(err, counter.ErrNotOwned) {
+		t.Fatalf("query to a partition not certainly owned: %v, want ErrNotOwned", err)
+	}
+	if err := cold.Counts(db, fam.Name, 0, []uint64{7}, out); err != nil || out[0][0] != 2 {
+		t.Fatalf("likes of 7 checkpointed: %v, %v; want 2 applied locally", out[0], err)
 	}
 }

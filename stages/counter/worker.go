@@ -2,6 +2,7 @@ package counter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -16,6 +17,10 @@ import (
 	"github.com/tally-dev/tally/store"
 	"github.com/tally-dev/tally/store/cold"
 )
+
+// ErrNotOwned answers a query to a partition whose lease this process may have lost: the
+// process that owns it now has the true counts.
+var ErrNotOwned = errors.New("the partition may be owned by another process")
 
 // Config configures one counter partition.
 type Config struct {
@@ -40,8 +45,9 @@ type Config struct {
 	// BoundPurge purges only what SetPurgeLimit allows as well: state backed up to NATS.
 	BoundPurge bool
 	// Valid, when set, says whether the partition is certainly still this process's (its
-	// lease): a worker that may have lost it publishes no change event and purges
-	// nothing until it is stopped — another process's would be the true ones.
+	// lease): a worker that may have lost it answers no query (ErrNotOwned), publishes
+	// no change event and purges nothing until it is stopped — another process's
+	// counts are the true ones.
 	Valid func() bool
 
 	// The rest applies to a table that can move ids to the cold tier (hot.Table).
@@ -179,6 +185,9 @@ func (w *Worker) Position() uint64 { return w.pos.Load() }
 // Get fills out[i] with the counters of ids[i]; it blocks until the worker answers or ctx
 // ends.
 func (w *Worker) Get(ctx context.Context, ids []uint64, out [][]uint64) error {
+	if w.cfg.Valid != nil && !w.cfg.Valid() {
+		return fmt.Errorf("%w: partition %s/%d", ErrNotOwned, w.cfg.Family.Name, w.cfg.Partition)
+	}
 	q := &query{ids: ids, out: out, done: make(chan struct{})}
 	select {
 	case w.queries <- q:
