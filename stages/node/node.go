@@ -395,16 +395,16 @@ func (n *Node) Close() error {
 		n.cancel()
 	}
 	n.wg.Wait()
-	for _, pt := range n.heldParts() {
-		n.stopPart(pt.p, n.err == nil)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
+	if n.owners != nil { // the others plan without this process from their next round
+		_ = n.owners.kv.Delete(ctx, memberPrefix+n.owners.id)
+	}
 	if l := n.events.Load(); l != nil && n.err == nil { // every stage stopped: another tallyd may take them now
 		l.release(ctx)
 	}
-	if n.owners != nil {
-		_ = n.owners.kv.Delete(ctx, memberPrefix+n.owners.id)
+	for _, pt := range n.heldParts() {
+		n.stopPart(pt.p, n.err == nil)
 	}
 	var errs []error
 	if n.js != nil {
