@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -159,7 +160,7 @@ func (l *lease) renew(ctx context.Context) error {
 }
 
 // keep renews the lease until ctx ends or it is lost.
-func (l *lease) keep(ctx context.Context, log interface{ Warn(string, ...any) }) error {
+func (l *lease) keep(ctx context.Context, log *slog.Logger) error {
 	return every(ctx, l.ttl/5, func() error {
 		err := l.renew(ctx)
 		switch {

@@ -38,9 +38,6 @@ type part struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	backup  sync.Mutex // one backup of the partition at a time
-	// restored says where the partition's state came from when this process took it:
-	// "local", "backup" or "empty".
-	restored string
 }
 
 // assign gives each partition one of members (sorted, non-empty): every member gets
@@ -212,13 +209,14 @@ func (n *Node) startPart(ctx context.Context, p int) error {
 	if err != nil {
 		return err
 	}
-	pt := &part{p: p, lease: l, restored: "local"}
+	pt := &part{p: p, lease: l}
+	from := "local"
 	if n.obs != nil {
-		if pt.restored, err = n.claim(ctx, counterObject(p), cold.CounterPart(n.families(), p)); err != nil {
+		if from, err = n.claim(ctx, counterObject(p), cold.CounterPart(n.families(), p)); err != nil {
 			l.release(ctx)
 			return fmt.Errorf("counter partition %d: %w", p, err)
 		}
-		if pt.restored != "local" {
+		if from != "local" {
 			for _, f := range n.cfg.Families { // this directory's own, not the restored state's
 				_ = os.Remove(counter.SnapshotPath(filepath.Join(n.cfg.DataDir, "snapshots"), f.Name, p))
 			}
@@ -244,10 +242,10 @@ func (n *Node) startPart(ctx context.Context, p int) error {
 	for i, fam := range n.cfg.Families {
 		n.query.SetOwner(fam.Name, p, pt.workers[i])
 	}
-	if pt.restored != "local" {
+	if from != "local" {
 		n.PartsRestored.Add(1)
 	}
-	n.log.Debug("counter partition started", "partition", p, "state", pt.restored)
+	n.log.Debug("counter partition started", "partition", p, "state", from)
 	return nil
 }
 

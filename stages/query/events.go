@@ -46,7 +46,7 @@ func (s *Server) health(r *request) (any, error) {
 			if o != nil {
 				continue
 			}
-			a := &remote{name: fmt.Sprintf("counter.%s.%d", fam, p)}
+			a := &remote{name: counterName(fam, p)}
 			asks = append(asks, a)
 			wg.Go(func() {
 				msg := nats.NewMsg(s.cfg.Subjects.Part(fam, p))
@@ -84,17 +84,9 @@ func (s *Server) partHealth(ctx context.Context, key partKey) (*pipeline.HealthR
 	if o == nil {
 		return nil, fmt.Errorf("%w: partition %s/%d is no longer in this process", errUnavailable, key.family, key.p)
 	}
-	h := &pipeline.HealthReply{OK: true, Partitions: s.cfg.Partitions, Checked: 1, Lagging: map[string]uint64{}}
-	lag, err := o.Lag(ctx)
-	if err != nil {
+	h := s.newHealth()
+	if err := check(ctx, h, counterName(key.family, key.p), o, o.Ready()); err != nil {
 		return nil, err
-	}
-	if !o.Ready() && lag == 0 {
-		lag = 1
-	}
-	if lag > 0 {
-		h.OK = false
-		h.Lagging[fmt.Sprintf("counter.%s.%d", key.family, key.p)] = lag
 	}
 	return h, nil
 }

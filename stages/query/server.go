@@ -41,11 +41,6 @@ type Config struct {
 	Timeout time.Duration
 	// Workers is the number of subscriptions per subject (each has its own goroutine).
 	Workers int
-	// Stages are reported by health beside the counter partitions, by name, and Pulled
-	// is the set of authors whose posts readers pull: when Pulled is set, this process
-	// owns the event stages from the start (else see SetEvents).
-	Stages map[string]Lagger
-	Pulled *cold.Pulled
 	// OnQuery, when set, is told every request's subject kind, duration and failure.
 	OnQuery func(kind string, took time.Duration, failed bool)
 }
@@ -107,9 +102,6 @@ func New(cfg Config, nc *nats.Conn, db *cold.DB, owners map[string][]Partition, 
 		}
 	}
 	s.owners.Store(&reg)
-	if cfg.Pulled != nil {
-		s.events.Store(&events{stages: cfg.Stages, pulled: cfg.Pulled})
-	}
 	return s
 }
 
@@ -592,24 +584,9 @@ func (s *Server) pulled(txn *badger.Txn, uid uint64) (system, feed uint64, err e
 // process have applied all of their streams. Partitions owned by other processes are not
 // checked here (each process reports its own); Checked says how many were.
 func (s *Server) Health(ctx context.Context) (*pipeline.HealthReply, error) {
-	h := &pipeline.HealthReply{OK: true, Partitions: s.cfg.Partitions, Lagging: map[string]uint64{}}
-	check := func(name string, l Lagger, ready bool) error {
-		h.Checked++
-		lag, err := l.Lag(ctx)
-		if err != nil {
-			return fmt.Errorf("cannot tell the lag of %s: %w", name, err)
-		}
-		if !ready && lag == 0 {
-			lag = 1
-		}
-		if lag > 0 {
-			h.OK = false
-			h.Lagging[name] = lag
-		}
-		return nil
-	}
+	h := s.newHealth()
 	for name, st := range s.eventStages() {
-		if err := check(name, st, true); err != nil {
+		if err := check(ctx, h, name, st, true); err != nil {
 			return nil, err
 		}
 	}
@@ -618,10 +595,33 @@ func (s *Server) Health(ctx context.Context) (*pipeline.HealthReply, error) {
 			if o == nil {
 				continue // not here
 			}
-			if err := check(fmt.Sprintf("counter.%s.%d", fam, p), o, o.Ready()); err != nil {
+			if err := check(ctx, h, counterName(fam, p), o, o.Ready()); err != nil {
 				return nil, err
 			}
 		}
 	}
 	return h, nil
+}
+
+func (s *Server) newHealth() *pipeline.HealthReply {
+	return &pipeline.HealthReply{OK: true, Partitions: s.cfg.Partitions, Lagging: map[string]uint64{}}
+}
+
+func counterName(family string, p int) string { return fmt.Sprintf("counter.%s.%d", family, p) }
+
+// check adds l's lag to h; a partition not ready yet lags by at least 1.
+func check(ctx context.Context, h *pipeline.HealthReply, name string, l Lagger, ready bool) error {
+	h.Checked++
+	lag, err := l.Lag(ctx)
+	if err != nil {
+		return fmt.Errorf("cannot tell the lag of %s: %w", name, err)
+	}
+	if !ready && lag == 0 {
+		lag = 1
+	}
+	if lag > 0 {
+		h.OK = false
+		h.Lagging[name] = lag
+	}
+	return nil
 }

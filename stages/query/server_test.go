@@ -94,14 +94,16 @@ func startNode(t testing.TB, s *server.Server, db *cold.DB, n int, timeout time.
 				nd.gets.Add(1)
 			}
 		}}
+	nd.Server = query.New(cfg, nd.nc, db, owners, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if db != nil { // this process owns the event stages too: it answers unread
 		pulled, err := cold.LoadPulled(db)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg.Pulled = pulled
+		if err := nd.SetEvents(nil, pulled); err != nil {
+			t.Fatal(err)
+		}
 	}
-	nd.Server = query.New(cfg, nd.nc, db, owners, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err := nd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -138,7 +138,7 @@ func LoadJournal(db *DB, family string, p, fields int, after uint64, fn func(id 
 func Counts(db *DB, family string, p int, ids []uint64, out [][]uint64) error {
 	return db.db.View(func(txn *badger.Txn) error {
 		for i, id := range ids {
-			if err := StoredCounts(txn, family, p, id, out[i]); err != nil {
+			if err := storedCounts(txn, family, p, id, out[i]); err != nil {
 				return fmt.Errorf("cold counters of %d in %s/%d: %w", id, family, p, err)
 			}
 		}

@@ -125,9 +125,9 @@ func PutSystemCount(txn *badger.Txn, p int, n uint64) error {
 	return txn.Set(systemKey(p), binary.BigEndian.AppendUint64(nil, n))
 }
 
-// StoredCounts reads the checkpointed counters of one id (all zeros if none). It lags
+// storedCounts reads the checkpointed counters of one id (all zeros if none). It lags
 // the counter worker's RAM by at most one flush.
-func StoredCounts(txn *badger.Txn, family string, p int, id uint64, dst []uint64) error {
+func storedCounts(txn *badger.Txn, family string, p int, id uint64, dst []uint64) error {
 	clear(dst)
 	item, err := txn.Get(counterPrefix(family, p).u64(id))
 	if errors.Is(err, badger.ErrKeyNotFound) {
