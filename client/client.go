@@ -148,7 +148,7 @@ func (c *Client) PublishBatch(ctx context.Context, tx string, events []pipeline.
 			if err != nil {
 				return err
 			}
-			id := tx + "." + strconv.Itoa(p) + "." + strconv.Itoa(part)
+			id := pipeline.BatchMsgID(tx, p, part)
 			f, err := c.js.PublishAsync(c.subj.Event(pipeline.TypeBatch, g[0].Key()), data, jetstream.WithMsgID(id))
 			if err != nil {
 				return fmt.Errorf("cannot publish batch: %w", err)

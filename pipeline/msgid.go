@@ -1,0 +1,46 @@
+package pipeline
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// Message ids. Exactly-once depends on every message Tally publishes itself carrying the
+// same id when it is sent again (after a failed publish, a crash or a takeover), so each
+// kind is built here and nowhere else. Ids are only a second line of defence inside the
+// duplicate window: internal hops are deduplicated for ever by their gap-free sequence
+// (stages/hop), not by these ids.
+
+// DeltaMsgID names batch seq of deltas from event partition src to the counter partition
+// dest ("family.p").
+func DeltaMsgID(src int, dest string, seq uint64) string {
+	return "d." + strconv.Itoa(src) + "." + dest + "." + strconv.FormatUint(seq, 10)
+}
+
+// HopMsgID names batch seq of events from event partition src to event partition dest:
+// relation events of a batch that belong to dest, and copies of system notices.
+func HopMsgID(src, dest int, seq uint64) string {
+	return fmt.Sprintf("hop.%d.%d.%d", src, dest, seq)
+}
+
+// DeadLetterMsgID names the dead letter of the message at stream sequence seq of a
+// stage's partition p (index -1: the whole message; otherwise one event of a batch).
+func DeadLetterMsgID(stage string, p int, seq uint64, index int) string {
+	return fmt.Sprintf("dlq.%s.%d.%d.%d", stage, p, seq, index)
+}
+
+// LogMsgID names the log record of event partition p's transaction ending at stream
+// position pos, written by owner (the node and its lease), so that a record of another
+// owner is never taken for a re-sent one of ours.
+func LogMsgID(p int, pos uint64, owner string) string {
+	return fmt.Sprintf("log.%d.%d.%s", p, pos, owner)
+}
+
+// ChangeMsgID names part of the change events of counter partition family/p's
+// checkpoint cp.
+func ChangeMsgID(family string, p int, cp uint64, part int) string {
+	return fmt.Sprintf("chg.%s.%d.%d.%d", family, p, cp, part)
+}
+
+// BatchMsgID names part n of a client batch tx that the client split for partition p.
+func BatchMsgID(tx string, p, n int) string { return fmt.Sprintf("%s.%d.%d", tx, p, n) }

@@ -1,0 +1,20 @@
+package pipeline
+
+import "testing"
+
+// The formats are part of what a re-send after a crash or takeover must reproduce: a
+// change here makes a re-sent message look new inside the duplicate window.
+func TestMsgIDs(t *testing.T) {
+	for _, c := range []struct{ got, want string }{
+		{DeltaMsgID(3, "post.7", 42), "d.3.post.7.42"},
+		{HopMsgID(3, 7, 42), "hop.3.7.42"},
+		{DeadLetterMsgID("event", 3, 42, -1), "dlq.event.3.42.-1"},
+		{LogMsgID(3, 42, "n1.9"), "log.3.42.n1.9"},
+		{ChangeMsgID("post", 3, 42, 1), "chg.post.3.42.1"},
+		{BatchMsgID("tx", 3, 1), "tx.3.1"},
+	} {
+		if c.got != c.want {
+			t.Errorf("got %q, want %q", c.got, c.want)
+		}
+	}
+}

@@ -1,0 +1,17 @@
+// Package hop is the exactly-once channel for every hop between partitions inside Tally:
+// delta batches from an event partition to a counter partition, events one event
+// partition hands to another (relation events of a batch, copies of a system notice),
+// change events of a counter partition.
+//
+// A sender numbers what it sends to each destination 1, 2, 3, … without gaps and keeps
+// the last number with its own state; it writes each message in its outbox in the same
+// transaction as the state change that caused it, and an Outbox publishes it after the
+// commit, again and again until it is stored (under the same message id). A receiver (In)
+// keeps, with its own state, the highest number applied from each source and the
+// messages that arrived above a gap, and applies them strictly in order: a message sent
+// again is skipped however late it comes. Nothing here depends on JetStream's duplicate
+// window, which only deduplicates producers' retries.
+//
+// The package needs no NATS server: a Publisher is the one method of a JetStream
+// context it uses, so its tests run against fakes that fail, delay and reorder.
+package hop

@@ -1,0 +1,294 @@
+package hop
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tally-dev/tally/store/cold"
+)
+
+// Publisher is what an Outbox sends through; a jetstream.JetStream is one.
+type Publisher interface {
+	PublishMsgAsync(msg *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error)
+}
+
+// StreamFinder tells which stream stores a subject; a jetstream.JetStream is one. An
+// Outbox whose Publisher is also a StreamFinder tells a subject no stream captures (a
+// permanent error) from a stream that does not answer now (a transient one).
+type StreamFinder interface {
+	StreamNameBySubject(ctx context.Context, subject string) (string, error)
+}
+
+// OutboxOptions configure an Outbox; the zero value is usable.
+type OutboxOptions struct {
+	// MaxInflight bounds the entries published but not yet acknowledged (default 1024):
+	// Send waits for acknowledgements beyond it, so a backlog of any size is published
+	// without overrunning the client's buffer of pending publishes.
+	MaxInflight int
+	// AckTimeout is how long a publish may go unacknowledged before it is sent again
+	// under the same message id (default 10 s). The client fails pending publishes when
+	// the connection drops, but a publish lost in a server restart without a disconnect
+	// being seen (or an ack lost on the way) would otherwise hold the sender for ever.
+	AckTimeout time.Duration
+	// Permanent is told of an entry that can never be stored as it is — no stream
+	// captures its subject, it is larger than the server or the stream accepts — and
+	// returns what to publish in its place (a dead letter saying why), or nil to drop
+	// it. Without it such an entry is retried like any other failure.
+	Permanent func(e cold.OutboxEntry, err error) *cold.OutboxEntry
+	// Retries, when set, counts failed publishes that are sent again.
+	Retries *atomic.Int64
+	// Log receives at most one line a second about failed publishes.
+	Log *slog.Logger
+}
+
+// Outbox publishes committed outbox entries until each is stored. It is not safe for
+// concurrent use: one goroutine owns it, as it owns the state the entries came from.
+type Outbox struct {
+	pub  Publisher
+	opts OutboxOptions
+
+	inflight  []inflight
+	published []uint64
+	// failed publishes not yet logged, and when one last was
+	failures int
+	logged   time.Time
+}
+
+type inflight struct {
+	entry cold.OutboxEntry
+	fut   jetstream.PubAckFuture // nil: to be sent (again)
+	sent  time.Time
+}
+
+// errAckTimeout fails a publish not acknowledged within AckTimeout.
+var errAckTimeout = errors.New("no acknowledgement in time")
+
+// NewOutbox returns an outbox publishing through p.
+func NewOutbox(p Publisher, opts OutboxOptions) *Outbox {
+	if opts.MaxInflight <= 0 {
+		opts.MaxInflight = 1024
+	}
+	if opts.AckTimeout <= 0 {
+		opts.AckTimeout = 10 * time.Second
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Outbox{pub: p, opts: opts}
+}
+
+// Len is the number of entries not yet known to be stored.
+func (o *Outbox) Len() int { return len(o.inflight) }
+
+// Published returns the sequences (OutboxEntry.Seq) of the entries stored since the last
+// call; the caller deletes them from its outbox in its next transaction.
+func (o *Outbox) Published() []uint64 {
+	p := o.published
+	o.published = nil
+	return p
+}
+
+// Send publishes entries without waiting for their acknowledgements, except that it
+// waits while MaxInflight are outstanding. It returns early only when ctx ends; whatever
+// is not stored then stays in the caller's outbox and is sent again at its next start.
+func (o *Outbox) Send(ctx context.Context, entries []cold.OutboxEntry) error {
+	for _, e := range entries {
+		for len(o.inflight) >= o.opts.MaxInflight {
+			if err := o.reap(ctx, o.opts.MaxInflight-1); err != nil {
+				return err
+			}
+		}
+		o.inflight = append(o.inflight, inflight{entry: e})
+		o.publish(ctx, &o.inflight[len(o.inflight)-1])
+	}
+	return nil
+}
+
+// Reap collects acknowledgements. With wait it returns only once every entry is stored,
+// re-sending failures with backoff, or when ctx ends.
+func (o *Outbox) Reap(ctx context.Context, wait bool) error {
+	if !wait {
+		o.collect(ctx, -1)
+		o.resend(ctx)
+		return nil
+	}
+	return o.reap(ctx, 0)
+}
+
+// reap waits until at most left entries are outstanding.
+func (o *Outbox) reap(ctx context.Context, left int) error {
+	backoff := 50 * time.Millisecond
+	for {
+		if err := o.collect(ctx, left); err != nil {
+			return err
+		}
+		if len(o.inflight) <= left {
+			return nil
+		}
+		// Only failures are left to send again: after a pause, so that an absent
+		// server is not hammered.
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		backoff = min(2*backoff, 2*time.Second)
+		o.resend(ctx)
+	}
+}
+
+// collect settles the entries in flight: stored ones are reported by Published, failed
+// ones are marked to be sent again (or replaced, when the failure is permanent). It
+// blocks on each entry in turn, oldest first, while more than left (≥ 0) are unsettled,
+// so publishing goes on while the oldest acknowledgements come in.
+func (o *Outbox) collect(ctx context.Context, left int) error {
+	keep := o.inflight[:0]
+	for i := range o.inflight {
+		f := o.inflight[i]
+		if f.fut != nil {
+			wait := left >= 0 && len(keep)+len(o.inflight)-i > left
+			stored, failure, err := o.settle(ctx, f, wait)
+			if err != nil {
+				keep = append(keep, o.inflight[i:]...)
+				o.inflight = keep
+				return err
+			}
+			switch {
+			case stored:
+				o.published = append(o.published, f.entry.Seq)
+				continue
+			case failure != nil:
+				f.fut = nil
+				if !o.replace(ctx, &f, failure) {
+					continue
+				}
+				o.failed(failure)
+			}
+		}
+		keep = append(keep, f)
+	}
+	clear(o.inflight[len(keep):])
+	o.inflight = keep
+	return nil
+}
+
+// resend publishes again every entry marked as failed.
+func (o *Outbox) resend(ctx context.Context) {
+	for i := range o.inflight {
+		if o.inflight[i].fut == nil {
+			o.publish(ctx, &o.inflight[i])
+		}
+	}
+}
+
+// publish sends f once; a failure marks it to be sent again. A client whose buffer of
+// pending publishes is full makes it wait, which is not a failure.
+func (o *Outbox) publish(ctx context.Context, f *inflight) {
+	for {
+		msg := &nats.Msg{Subject: f.entry.Subject, Data: f.entry.Data, Header: nats.Header{jetstream.MsgIDHeader: []string{f.entry.MsgID}}}
+		fut, err := o.pub.PublishMsgAsync(msg)
+		f.sent = time.Now()
+		switch {
+		case err == nil:
+			f.fut = fut
+			return
+		case errors.Is(err, jetstream.ErrTooManyStalledMsgs) && ctx.Err() == nil:
+			continue // the client waited for room already
+		}
+		f.fut = nil
+		if o.replace(ctx, f, err) {
+			o.failed(err)
+			return
+		}
+	}
+}
+
+// replace swaps an entry that can never be stored for what Permanent makes of it (under
+// the original's Seq, so that storing the replacement retires the original) and reports
+// whether the entry is still to be sent; false means it was dropped.
+func (o *Outbox) replace(ctx context.Context, f *inflight, err error) bool {
+	if o.opts.Permanent == nil || !o.permanent(ctx, f.entry.Subject, err) {
+		return true
+	}
+	r := o.opts.Permanent(f.entry, err)
+	if r == nil {
+		o.published = append(o.published, f.entry.Seq)
+		return false
+	}
+	r.Seq = f.entry.Seq
+	f.entry = *r
+	return true
+}
+
+// permanent reports whether err means the entry can never be stored as it is.
+func (o *Outbox) permanent(ctx context.Context, subject string, err error) bool {
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.Is(err, nats.ErrMaxPayload), errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum),
+		errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum:
+		return true
+	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders):
+		// The same answer comes from a subject no stream captures and from a stream
+		// that is away (restarting, electing a leader): ask which.
+		sf, ok := o.pub.(StreamFinder)
+		if !ok {
+			return false
+		}
+		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		_, lerr := sf.StreamNameBySubject(lctx, subject)
+		return errors.Is(lerr, jetstream.ErrStreamNotFound)
+	}
+	return false
+}
+
+// failed counts a failed publish; it logs the first and then at most one a second, with
+// how many failed since, rather than a line per entry when NATS is away.
+func (o *Outbox) failed(err error) {
+	if o.opts.Retries != nil {
+		o.opts.Retries.Add(1)
+	}
+	o.failures++
+	if time.Since(o.logged) >= time.Second {
+		o.opts.Log.Warn("outbox publish failed, will retry", "failed", o.failures, "err", err)
+		o.failures, o.logged = 0, time.Now()
+	}
+}
+
+// settle reports whether f was stored or failed (a publish not acknowledged within
+// AckTimeout has failed); without wait it does not block, and reports neither for a
+// publish still in flight.
+func (o *Outbox) settle(ctx context.Context, f inflight, wait bool) (stored bool, failure, err error) {
+	left := time.Until(f.sent.Add(o.opts.AckTimeout))
+	select {
+	case <-f.fut.Ok():
+		return true, nil, nil
+	case e := <-f.fut.Err():
+		return false, e, nil
+	default:
+		if left <= 0 {
+			return false, errAckTimeout, nil
+		}
+		if !wait {
+			return false, nil, nil
+		}
+	}
+	timer := time.NewTimer(left)
+	defer timer.Stop()
+	select {
+	case <-f.fut.Ok():
+		return true, nil, nil
+	case e := <-f.fut.Err():
+		return false, e, nil
+	case <-timer.C:
+		return false, errAckTimeout, nil
+	case <-ctx.Done():
+		return false, nil, ctx.Err()
+	}
+}
