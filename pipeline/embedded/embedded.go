@@ -1,4 +1,4 @@
-package pipeline
+package embedded
 
 import (
 	"fmt"
@@ -7,8 +7,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 )
 
-// EmbedConfig configures an embedded nats-server with JetStream.
-type EmbedConfig struct {
+// Config configures an embedded nats-server with JetStream.
+type Config struct {
 	Host     string
 	Port     int // -1 picks a free port
 	StoreDir string
@@ -17,8 +17,8 @@ type EmbedConfig struct {
 	Logger     server.Logger
 }
 
-// StartEmbedded starts a nats-server with JetStream and waits until it accepts clients.
-func StartEmbedded(c EmbedConfig) (*server.Server, error) {
+// Start starts a nats-server with JetStream and waits until it accepts clients.
+func Start(c Config) (*server.Server, error) {
 	if c.MaxPayload == 0 {
 		c.MaxPayload = 8 << 20
 	}

@@ -13,13 +13,13 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
-	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/pipeline/embedded"
 )
 
 // Start starts a server for t.
 func Start(t testing.TB) *server.Server {
 	t.Helper()
-	s, err := pipeline.StartEmbedded(pipeline.EmbedConfig{Host: "127.0.0.1", Port: -1, StoreDir: t.TempDir()})
+	s, err := embedded.Start(embedded.Config{Host: "127.0.0.1", Port: -1, StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/pipeline/embedded"
 	"github.com/tally-dev/tally/stages/counter"
 	"github.com/tally-dev/tally/stages/event"
 	"github.com/tally-dev/tally/stages/metrics"
@@ -211,7 +212,7 @@ func (n *Node) embed() (*server.Server, error) {
 		}
 		ln.Close()
 	}
-	return pipeline.StartEmbedded(pipeline.EmbedConfig{Host: host, Port: p, StoreDir: filepath.Join(n.cfg.DataDir, "nats")})
+	return embedded.Start(embedded.Config{Host: host, Port: p, StoreDir: filepath.Join(n.cfg.DataDir, "nats")})
 }
 
 func newTable(kind string) (func(int) store.Table, error) {

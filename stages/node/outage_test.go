@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/tally-dev/tally/client"
-	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/pipeline/embedded"
 	"github.com/tally-dev/tally/stages/node"
 )
 
@@ -37,7 +37,7 @@ func (p *natsProc) start() {
 	var s *server.Server
 	var err error
 	for range 50 { // the port may linger briefly after a shutdown
-		if s, err = pipeline.StartEmbedded(pipeline.EmbedConfig{Host: p.host, Port: p.port, StoreDir: p.store}); err == nil {
+		if s, err = embedded.Start(embedded.Config{Host: p.host, Port: p.port, StoreDir: p.store}); err == nil {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
