@@ -1,6 +1,7 @@
 package cold
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -185,4 +186,119 @@ func List(db *DB, k Kind, bySubject bool, id uint64, limit int, before string) (
 		return nil
 	})
 	return items, next, err
+}
+
+// Recount is what the relations make the counts of some posts and users: likes and
+// comments of each post, followers and following of each user, in the order asked.
+type Recount struct {
+	Likes, Comments      []uint64
+	Followers, Following []uint64
+}
+
+// CountRelations recounts from the relations, in one read transaction so that every
+// number is of the same instant. Likes, followers and following are counted on their
+// indexes (a key-only scan of each id's prefix); comments have no per-post index, so
+// counting them scans every comment relation once — proportional to all comments, which
+// is why audits are on demand or slow samples.
+func CountRelations(db *DB, posts, users []uint64) (Recount, error) {
+	rc := Recount{Likes: make([]uint64, len(posts)), Comments: make([]uint64, len(posts)),
+		Followers: make([]uint64, len(users)), Following: make([]uint64, len(users))}
+	err := db.db.View(func(txn *badger.Txn) error {
+		for i, p := range posts {
+			rc.Likes[i] = countPrefix(txn, newKey(nsByObject, 10).u8(byte(Like)).u64(p))
+		}
+		for i, u := range users {
+			rc.Followers[i] = countPrefix(txn, newKey(nsByObject, 10).u8(byte(Follow)).u64(u))
+			rc.Following[i] = countPrefix(txn, newKey(nsBySubject, 10).u8(byte(Follow)).u64(u))
+		}
+		if len(posts) == 0 {
+			return nil
+		}
+		at := make(map[uint64][]int, len(posts)) // a post asked twice is counted for both
+		for i, p := range posts {
+			at[p] = append(at[p], i)
+		}
+		prefix := newKey(nsRelation, 2).u8(byte(Comment))
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		defer it.Close()
+		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
+			kb := it.Item().Key()
+			if len(kb) != 26 {
+				return fmt.Errorf("%w: comment relation key of %d bytes", ErrCorrupt, len(kb))
+			}
+			for _, i := range at[u64at(kb, 10)] {
+				rc.Comments[i]++
+			}
+		}
+		return nil
+	})
+	return rc, err
+}
+
+// countPrefix counts the keys under prefix without reading values.
+func countPrefix(txn *badger.Txn, prefix []byte) uint64 {
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+	defer it.Close()
+	var n uint64
+	for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
+		n++
+	}
+	return n
+}
+
+// SampleRelated returns up to n distinct ids picked at random among those with at least
+// one relation of kind k: objects (liked posts, followed users), or subjects (users who
+// like or follow) when bySubject. Each pick seeks to a random id and takes the next one
+// present, wrapping around, so an id after a wide gap is picked more often: a sample to
+// audit, not a uniform one. rand returns random 64-bit numbers.
+func SampleRelated(db *DB, k Kind, bySubject bool, n int, rand func() uint64) ([]uint64, error) {
+	if !k.indexed() {
+		return nil, fmt.Errorf("relation kind %c has no index to sample", k)
+	}
+	ns := byte(nsByObject)
+	if bySubject {
+		ns = nsBySubject
+	}
+	prefix := newKey(ns, 2).u8(byte(k))
+	seen := map[uint64]bool{}
+	var out []uint64
+	err := db.db.View(func(txn *badger.Txn) error {
+		// Pick within the ids present, [lo, hi], or small ids would hardly ever be hit.
+		rev := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, Reverse: true})
+		last := append(append(key{}, prefix...), bytes.Repeat([]byte{0xff}, 32)...) // ≥ every 34-byte key
+		rev.Seek(last)
+		if !rev.ValidForPrefix(prefix) {
+			rev.Close()
+			return nil // no relation of this kind at all
+		}
+		hi := u64at(rev.Item().Key(), 2)
+		rev.Close()
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		defer it.Close()
+		it.Seek(prefix)
+		lo := u64at(it.Item().Key(), 2)
+		// Twice as many tries as wanted: a few ids with many relations are found often.
+		for try := 0; try < 2*n && len(out) < n; try++ {
+			pick := lo
+			if span := hi - lo + 1; span != 0 { // 0: every id from 0 to 2^64-1
+				pick += rand() % span
+			} else {
+				pick = rand()
+			}
+			it.Seek(newKey(ns, 10).u8(byte(k)).u64(pick))
+			if !it.ValidForPrefix(prefix) {
+				it.Seek(prefix) // past the last id: wrap to the first
+			}
+			kb := it.Item().Key()
+			if len(kb) != 34 {
+				return fmt.Errorf("%w: index key of %d bytes", ErrCorrupt, len(kb))
+			}
+			if id := u64at(kb, 2); !seen[id] {
+				seen[id] = true
+				out = append(out, id)
+			}
+		}
+		return nil
+	})
+	return out, err
 }

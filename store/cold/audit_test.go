@@ -1,0 +1,82 @@
+package cold_test
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/tally-dev/tally/store/cold"
+)
+
+// TestCountRelations recounts a random set of relations against a model.
+func TestCountRelations(t *testing.T) {
+	db := open(t)
+	rnd := rand.New(rand.NewPCG(1, 2))
+	likes, comments := map[uint64]uint64{}, map[uint64]uint64{}
+	followers, following := map[uint64]uint64{}, map[uint64]uint64{}
+	err := db.Badger().Update(func(txn *badger.Txn) error {
+		for i := range 600 {
+			a, b := 1+rnd.Uint64N(20), 1+rnd.Uint64N(20)
+			var k cold.Kind
+			var r cold.Rel
+			switch i % 3 {
+			case 0:
+				k, r = cold.Like, cold.Rel{A: a, B: b}
+			case 1:
+				k, r = cold.Comment, cold.Rel{A: a, B: b, C: rnd.Uint64N(3)}
+			default:
+				k, r = cold.Follow, cold.Rel{A: a, B: b}
+			}
+			changed, err := cold.Relate(txn, k, r, int64(i))
+			if err != nil {
+				return err
+			}
+			if !changed {
+				continue
+			}
+			switch k {
+			case cold.Like:
+				likes[b]++
+			case cold.Comment:
+				comments[b]++
+			default:
+				followers[b]++
+				following[a]++
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []uint64{1, 5, 5, 20, 21} // 5 twice, 21 has nothing
+	rc, err := cold.CountRelations(db, ids, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range ids {
+		if rc.Likes[i] != likes[id] || rc.Comments[i] != comments[id] || rc.Followers[i] != followers[id] || rc.Following[i] != following[id] {
+			t.Errorf("id %d: recount %d %d %d %d, want %d %d %d %d", id, rc.Likes[i], rc.Comments[i], rc.Followers[i], rc.Following[i],
+				likes[id], comments[id], followers[id], following[id])
+		}
+	}
+	sample, err := cold.SampleRelated(db, cold.Like, false, 10, rnd.Uint64)
+	if err != nil || len(sample) == 0 || len(sample) > 10 {
+		t.Fatalf("sample = %v, %v", sample, err)
+	}
+	for _, id := range sample {
+		if likes[id] == 0 {
+			t.Errorf("sampled post %d has no like", id)
+		}
+	}
+	if len(sample) < 5 {
+		t.Errorf("sample %v: too few distinct of 20 liked posts", sample)
+	}
+	if got, err := cold.SampleRelated(open(t), cold.Follow, true, 10, rnd.Uint64); err != nil || len(got) != 0 {
+		t.Errorf("sample of an empty db = %v, %v", got, err)
+	}
+	if _, err := cold.SampleRelated(db, cold.Comment, false, 1, rnd.Uint64); err == nil {
+		t.Error("comments have no index to sample, want an error")
+	}
+}
