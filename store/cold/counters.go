@@ -9,12 +9,22 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 )
 
-// Mark is what a counter partition has applied from one source: every batch sequence up
-// to Through, and the listed ones above it (batches can arrive out of order after a
-// publish is retried).
+// Mark is what a partition has received from one source of a hop (stages/hop): every
+// batch sequence up to Through is applied, and the batches in Held arrived above a gap
+// and wait, unapplied, for it to fill (a publish retried after later ones succeeded).
 type Mark struct {
-	Through uint64   `msgpack:"t"`
-	Above   []uint64 `msgpack:"a,omitempty"`
+	Through uint64 `msgpack:"t"`
+	// Above is decoded from checkpoints of older versions, which applied batches above a
+	// gap at once: these are applied.
+	Above []uint64 `msgpack:"a,omitempty"`
+	// Held is ascending by Seq, every Seq above Through.
+	Held []Held `msgpack:"h,omitempty"`
+}
+
+// Held is a batch received above a gap: its payload, kept until the gap fills.
+type Held struct {
+	Seq  uint64 `msgpack:"s"`
+	Data []byte `msgpack:"d"`
 }
 
 // Checkpoint is the position a counter partition's stored counters reflect.
