@@ -1,0 +1,291 @@
+package hop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ErrInjected is the failure a FaultyPublisher makes up; it is transient, like a
+// publish lost to a NATS restart, so an Outbox sends the entry again.
+var ErrInjected = errors.New("injected publish fault")
+
+// ErrBadFaults is returned by ParseFaults for a specification it cannot read.
+var ErrBadFaults = errors.New("bad fault specification")
+
+// errNoFinder answers StreamNameBySubject when the wrapped Publisher cannot: an Outbox
+// then treats the failure as transient, as it would without a StreamFinder.
+var errNoFinder = errors.New("the wrapped publisher does not look streams up")
+
+// Faults says which faults a FaultyPublisher injects: each rate is the probability that
+// one publish gets that fault (at most one fault per publish).
+type Faults struct {
+	// Fail: the publish fails — an error at once, a future that fails without sending,
+	// or (the nastiest) a message that is stored but whose ack is reported as failed,
+	// so the sender sends it again: a third each.
+	Fail float64
+	// Delay: the message is sent, and its ack is delivered up to MaxDelay late.
+	Delay float64
+	// Reorder: the message is held and sent after the next one, or after MaxDelay when
+	// none comes.
+	Reorder float64
+	// Seed makes the faults repeatable for the same sequence of publishes.
+	Seed uint64
+	// MaxDelay bounds a delay and how long a message is held (200 ms when 0).
+	MaxDelay time.Duration
+}
+
+// ParseFaults reads a specification such as "fail=0.05,delay=0.05,reorder=0.05,seed=7"
+// (and optionally maxdelay=200ms). Every key is optional; an empty string injects nothing.
+func ParseFaults(s string) (Faults, error) {
+	var f Faults
+	for kv := range strings.SplitSeq(s, ",") {
+		kv = strings.TrimSpace(kv)
+		if kv == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return f, fmt.Errorf("%w: %q is not key=value", ErrBadFaults, kv)
+		}
+		var err error
+		switch k {
+		case "fail":
+			f.Fail, err = parseRate(v)
+		case "delay":
+			f.Delay, err = parseRate(v)
+		case "reorder":
+			f.Reorder, err = parseRate(v)
+		case "seed":
+			f.Seed, err = strconv.ParseUint(v, 10, 64)
+		case "maxdelay":
+			f.MaxDelay, err = time.ParseDuration(v)
+			if err == nil && f.MaxDelay < 0 {
+				err = errors.New("negative")
+			}
+		default:
+			return f, fmt.Errorf("%w: unknown key %q (fail, delay, reorder, seed, maxdelay)", ErrBadFaults, k)
+		}
+		if err != nil {
+			return f, fmt.Errorf("%w: %s=%q: %w", ErrBadFaults, k, v, err)
+		}
+	}
+	if f.Fail+f.Delay+f.Reorder > 1 {
+		return f, fmt.Errorf("%w: rates add up to more than 1", ErrBadFaults)
+	}
+	return f, nil
+}
+
+func parseRate(v string) (float64, error) {
+	r, err := strconv.ParseFloat(v, 64)
+	if err == nil && (r < 0 || r > 1) {
+		err = errors.New("not in 0..1")
+	}
+	return r, err
+}
+
+// String is the specification ParseFaults reads back.
+func (f Faults) String() string {
+	s := fmt.Sprintf("fail=%g,delay=%g,reorder=%g,seed=%d", f.Fail, f.Delay, f.Reorder, f.Seed)
+	if f.MaxDelay > 0 {
+		s += ",maxdelay=" + f.MaxDelay.String()
+	}
+	return s
+}
+
+// FaultStats counts the faults injected; safe to read from any goroutine.
+type FaultStats struct {
+	Publishes atomic.Int64 // calls of PublishMsgAsync
+	Failed    atomic.Int64 // publishes made to fail
+	AckLost   atomic.Int64 // of those, stored but reported failed
+	Delayed   atomic.Int64 // acks delivered late
+	Reordered atomic.Int64 // messages held and sent after later ones
+}
+
+// FaultyPublisher wraps a Publisher and, from a seeded random source, fails publishes,
+// delays acks and reorders messages: what a flaky network, a NATS restart or a lost ack
+// does to a sender, on demand. It is for tests and the chaos run (tallyd's hidden
+// --test-publish-faults); it is safe for concurrent use.
+type FaultyPublisher struct {
+	inner Publisher
+	f     Faults
+	Stats FaultStats
+
+	mu     sync.Mutex
+	rng    *rand.Rand
+	held   []*heldMsg
+	timer  *time.Timer // releases held messages when no later one comes
+	closed chan struct{}
+	once   sync.Once
+}
+
+type heldMsg struct {
+	msg  *nats.Msg
+	opts []jetstream.PublishOpt
+	fut  *future
+}
+
+// NewFaultyPublisher returns p with f injected.
+func NewFaultyPublisher(p Publisher, f Faults) *FaultyPublisher {
+	if f.MaxDelay <= 0 {
+		f.MaxDelay = 200 * time.Millisecond
+	}
+	return &FaultyPublisher{inner: p, f: f, rng: rand.New(rand.NewPCG(f.Seed, 0x7a11)), closed: make(chan struct{})}
+}
+
+// Faults returns what f injects.
+func (f *FaultyPublisher) Faults() Faults { return f.f }
+
+// PublishMsgAsync publishes msg through the wrapped Publisher, or injects a fault.
+func (f *FaultyPublisher) PublishMsgAsync(msg *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
+	f.Stats.Publishes.Add(1)
+	f.mu.Lock()
+	roll, pick, delay := f.rng.Float64(), f.rng.IntN(3), time.Duration(f.rng.Int64N(int64(f.f.MaxDelay)+1))
+	switch {
+	case roll < f.f.Fail:
+		f.Stats.Failed.Add(1)
+		switch pick {
+		case 0:
+			f.mu.Unlock()
+			return nil, fmt.Errorf("publish to %s: %w", msg.Subject, ErrInjected)
+		case 1:
+			f.mu.Unlock()
+			fut := newFuture(msg)
+			fut.fail(fmt.Errorf("ack of %s: %w", msg.Subject, ErrInjected))
+			return fut, nil
+		}
+		f.Stats.AckLost.Add(1)
+		real, err := f.sendLocked(msg, opts)
+		f.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		fut := newFuture(msg)
+		go f.forward(real, fut, 0, true)
+		return fut, nil
+	case roll < f.f.Fail+f.f.Reorder:
+		f.Stats.Reordered.Add(1)
+		fut := newFuture(msg)
+		f.held = append(f.held, &heldMsg{msg: msg, opts: opts, fut: fut})
+		if f.timer == nil {
+			f.timer = time.AfterFunc(f.f.MaxDelay, f.release)
+		}
+		f.mu.Unlock()
+		return fut, nil
+	case roll < f.f.Fail+f.f.Reorder+f.f.Delay:
+		f.Stats.Delayed.Add(1)
+		real, err := f.sendLocked(msg, opts)
+		f.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		fut := newFuture(msg)
+		go f.forward(real, fut, delay, false)
+		return fut, nil
+	}
+	real, err := f.sendLocked(msg, opts)
+	f.mu.Unlock()
+	return real, err
+}
+
+// sendLocked publishes msg and then every held message, which thus goes after it.
+func (f *FaultyPublisher) sendLocked(msg *nats.Msg, opts []jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
+	real, err := f.inner.PublishMsgAsync(msg, opts...)
+	f.releaseLocked()
+	return real, err
+}
+
+// release sends the held messages when no later publish came within MaxDelay.
+func (f *FaultyPublisher) release() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.releaseLocked()
+}
+
+func (f *FaultyPublisher) releaseLocked() {
+	if f.timer != nil {
+		f.timer.Stop()
+		f.timer = nil
+	}
+	held := f.held
+	f.held = nil
+	for _, h := range held {
+		real, err := f.inner.PublishMsgAsync(h.msg, h.opts...)
+		if err != nil {
+			h.fut.fail(err)
+			continue
+		}
+		go f.forward(real, h.fut, 0, false)
+	}
+}
+
+// forward settles fut as real settles, after delay; with lose, a stored message is
+// reported as failed.
+func (f *FaultyPublisher) forward(real jetstream.PubAckFuture, fut *future, delay time.Duration, lose bool) {
+	var ack *jetstream.PubAck
+	var err error
+	select {
+	case ack = <-real.Ok():
+	case err = <-real.Err():
+	case <-f.closed:
+		return
+	}
+	if delay > 0 {
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-f.closed:
+			t.Stop()
+			return
+		}
+	}
+	switch {
+	case err != nil:
+		fut.fail(err)
+	case lose:
+		fut.fail(fmt.Errorf("ack of %s lost: %w", fut.msg.Subject, ErrInjected))
+	default:
+		fut.ok <- ack
+	}
+}
+
+// StreamNameBySubject asks the wrapped Publisher when it is a StreamFinder, so that an
+// Outbox still tells permanent failures from transient ones.
+func (f *FaultyPublisher) StreamNameBySubject(ctx context.Context, subject string) (string, error) {
+	if sf, ok := f.inner.(StreamFinder); ok {
+		return sf.StreamNameBySubject(ctx, subject)
+	}
+	return "", errNoFinder
+}
+
+// Close sends what is still held and stops waiting for acks: futures not settled yet
+// never will be.
+func (f *FaultyPublisher) Close() {
+	f.release()
+	f.once.Do(func() { close(f.closed) })
+}
+
+// future is a jetstream.PubAckFuture settled by the FaultyPublisher.
+type future struct {
+	msg *nats.Msg
+	ok  chan *jetstream.PubAck
+	err chan error
+}
+
+func newFuture(msg *nats.Msg) *future {
+	return &future{msg: msg, ok: make(chan *jetstream.PubAck, 1), err: make(chan error, 1)}
+}
+
+func (u *future) fail(err error)               { u.err <- err }
+func (u *future) Ok() <-chan *jetstream.PubAck { return u.ok }
+func (u *future) Err() <-chan error            { return u.err }
+func (u *future) Msg() *nats.Msg               { return u.msg }
