@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -14,10 +13,6 @@ import (
 
 	"github.com/tally-dev/tally/pipeline"
 )
-
-// ErrRemote wraps an error reply from Tally (the request was understood and refused, or
-// a partition could not answer).
-var ErrRemote = errors.New("tally replied with an error")
 
 // Client talks to Tally over one NATS connection. It is safe for concurrent use.
 type Client struct {
@@ -67,6 +62,9 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	}
 	return c, nil
 }
+
+// Conn returns the NATS connection the client uses.
+func (c *Client) Conn() *nats.Conn { return c.nc }
 
 // Subjects returns the subjects the client uses.
 func (c *Client) Subjects() pipeline.Subjects { return c.subj }

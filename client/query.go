@@ -2,16 +2,19 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tally-dev/tally/pipeline"
 )
 
-// request sends req as MessagePack and decodes the reply into reply; an error field in
-// the reply becomes an error wrapping ErrRemote.
-func (c *Client) request(ctx context.Context, subject string, req, reply any, errField *string) error {
+// request sends req as MessagePack and decodes the reply into reply. An error field in
+// the reply becomes an error wrapping ErrRemote and the sentinel of the reply's code; no
+// answer at all (no responders, a timeout) wraps ErrUnavailable.
+func (c *Client) request(ctx context.Context, subject string, req, reply any, errField, code *string) error {
 	data, err := pipeline.Marshal(req, false)
 	if err != nil {
 		return err
@@ -22,6 +25,9 @@ func (c *Client) request(ctx context.Context, subject string, req, reply any, er
 		defer cancel()
 	}
 	msg, err := c.nc.RequestWithContext(ctx, subject, data)
+	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: %s: %w", ErrUnavailable, subject, err)
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", subject, err)
 	}
@@ -29,6 +35,9 @@ func (c *Client) request(ctx context.Context, subject string, req, reply any, er
 		return fmt.Errorf("%s: cannot decode reply: %w", subject, err)
 	}
 	if *errField != "" {
+		if sentinel := pipeline.CodeError(*code); sentinel != nil {
+			return fmt.Errorf("%w: %w: %s: %s", ErrRemote, sentinel, subject, *errField)
+		}
 		return fmt.Errorf("%w: %s: %s", ErrRemote, subject, *errField)
 	}
 	return nil
@@ -51,14 +60,14 @@ func toIDs(ids []uint64) []pipeline.ID {
 // no partition could answer, err wraps ErrRemote instead.
 func (c *Client) Get(ctx context.Context, family string, ids ...uint64) (*pipeline.GetReply, error) {
 	var r pipeline.GetReply
-	err := c.request(ctx, c.subj.Get(family), pipeline.GetRequest{IDs: toIDs(ids)}, &r, &r.Error)
+	err := c.request(ctx, c.subj.Get(family), pipeline.GetRequest{IDs: toIDs(ids)}, &r, &r.Error, &r.Code)
 	return &r, err
 }
 
 // Liked reports whether uid liked each of posts.
 func (c *Client) Liked(ctx context.Context, uid uint64, posts ...uint64) ([]bool, error) {
 	var r pipeline.LikedReply
-	err := c.request(ctx, c.subj.Liked(), pipeline.LikedRequest{UID: pipeline.ID(uid), Posts: toIDs(posts)}, &r, &r.Error)
+	err := c.request(ctx, c.subj.Liked(), pipeline.LikedRequest{UID: pipeline.ID(uid), Posts: toIDs(posts)}, &r, &r.Error, &r.Code)
 	return r.Liked, err
 }
 
@@ -87,15 +96,16 @@ func (c *Client) List(ctx context.Context, list string, id uint64, limit int, be
 	case LikesOfUser, Following, Followers:
 		req.UID = pipeline.ID(id)
 	default:
-		return nil, fmt.Errorf("unknown list %q", list)
+		return nil, fmt.Errorf("%w: unknown list %q", ErrBadRequest, list)
 	}
 	var r struct {
 		IDs   []pipeline.ID `json:"ids"`
 		TS    []int64       `json:"ts"`
 		Next  string        `json:"next"`
 		Error string        `json:"error"`
+		Code  string        `json:"code"`
 	}
-	if err := c.request(ctx, subject, req, &r, &r.Error); err != nil {
+	if err := c.request(ctx, subject, req, &r, &r.Error, &r.Code); err != nil {
 		return nil, err
 	}
 	p := &Page{IDs: make([]uint64, len(r.IDs)), TS: r.TS, Next: r.Next}
@@ -108,21 +118,21 @@ func (c *Client) List(ctx context.Context, list string, id uint64, limit int, be
 // Unread returns a user's unread counts.
 func (c *Client) Unread(ctx context.Context, uid uint64) (pipeline.Unread, error) {
 	var r pipeline.UnreadReply
-	err := c.request(ctx, c.subj.Unread(), pipeline.UnreadRequest{UID: pipeline.ID(uid)}, &r, &r.Error)
+	err := c.request(ctx, c.subj.Unread(), pipeline.UnreadRequest{UID: pipeline.ID(uid)}, &r, &r.Error, &r.Code)
 	return r.Unread, err
 }
 
 // UnreadMany returns the unread counts of many users in one request, in the order asked.
 func (c *Client) UnreadMany(ctx context.Context, uids ...uint64) ([]pipeline.Unread, error) {
 	var r pipeline.UnreadReply
-	err := c.request(ctx, c.subj.Unread(), pipeline.UnreadRequest{UIDs: toIDs(uids)}, &r, &r.Error)
+	err := c.request(ctx, c.subj.Unread(), pipeline.UnreadRequest{UIDs: toIDs(uids)}, &r, &r.Error, &r.Code)
 	return r.Users, err
 }
 
 // Health asks whether every partition has caught up.
 func (c *Client) Health(ctx context.Context) (*pipeline.HealthReply, error) {
 	var r pipeline.HealthReply
-	err := c.request(ctx, c.subj.Health(), struct{}{}, &r, &r.Error)
+	err := c.request(ctx, c.subj.Health(), struct{}{}, &r, &r.Error, &r.Code)
 	return &r, err
 }
 

@@ -11,4 +11,7 @@ var (
 	ErrUnknownField  = errors.New("unknown field")
 	ErrTooMany       = errors.New("too many items")
 	ErrPartitions    = errors.New("partition count differs from the existing stream")
+	// ErrUnavailable: the partitions holding an answer are being handed over between
+	// processes, or no process answered in time; asking again shortly may succeed.
+	ErrUnavailable = errors.New("unavailable")
 )

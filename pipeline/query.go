@@ -1,8 +1,11 @@
 package pipeline
 
+import "errors"
+
 // Request and reply payloads of the query subjects. Each is a JSON object or a
 // MessagePack map with the same field names; a reply always has Error set when the
-// request could not be answered.
+// request could not be answered, and Code says which kind of failure it was (one of the
+// Code constants), so that a caller acts on it without reading the text.
 
 // MaxQueryIDs bounds the ids of one get or liked request.
 const MaxQueryIDs = 10_000
@@ -26,6 +29,7 @@ type GetReply struct {
 	Counts      [][]uint64 `json:"counts,omitempty"`
 	Unavailable []ID       `json:"unavailable,omitempty"`
 	Error       string     `json:"error,omitempty"`
+	Code        string     `json:"code,omitempty"`
 }
 
 // Change is published on tally.chg.<family>.<p> after a flush: the new values of every
@@ -46,6 +50,7 @@ type LikedRequest struct {
 type LikedReply struct {
 	Liked []bool `json:"liked,omitempty"`
 	Error string `json:"error,omitempty"`
+	Code  string `json:"code,omitempty"`
 }
 
 // ListRequest asks for one page of a relation list, newest first: the posts a user
@@ -66,6 +71,7 @@ type ListReply struct {
 	TS    []int64 `json:"ts,omitempty"`
 	Next  string  `json:"next,omitempty"`
 	Error string  `json:"error,omitempty"`
+	Code  string  `json:"code,omitempty"`
 }
 
 // UnreadRequest asks tally.unread for one user's unread counts, or many users' (UIDs).
@@ -91,6 +97,7 @@ type UnreadReply struct {
 	Unread
 	Users []Unread `json:"users,omitempty"`
 	Error string   `json:"error,omitempty"`
+	Code  string   `json:"code,omitempty"`
 }
 
 // HealthReply answers tally.health: whether every partition has applied everything in
@@ -105,5 +112,58 @@ type HealthReply struct {
 	// worker per family and partition (of this process only, for /healthz).
 	Checked int               `json:"checked"`
 	Lagging map[string]uint64 `json:"lagging,omitempty"`
-	Error   string            `json:"error,omitempty"`
+	// Ready is what a health check should look at: every partition checked has loaded
+	// and is within the answering tallyd's --max-lag (MaxLag), while OK asks that every
+	// one has applied all of its stream, which a steady load rarely allows.
+	Ready  bool   `json:"ready"`
+	MaxLag string `json:"max_lag,omitempty"`
+	// NotReady names the partitions beyond MaxLag, still loading, or not answering.
+	NotReady []string `json:"not_ready,omitempty"`
+	// BehindMs is, per lagging partition, how long ago the oldest message it has not
+	// applied yet was stored (milliseconds).
+	BehindMs map[string]int64 `json:"behind_ms,omitempty"`
+	Error    string           `json:"error,omitempty"`
+	Code     string           `json:"code,omitempty"`
+}
+
+// Codes of a failed reply's Code field. A client maps each to the sentinel error of the
+// same name (CodeError), so callers test a failure with errors.Is.
+const (
+	// CodeBadRequest: the request cannot be answered as sent (malformed, too many ids,
+	// missing fields); sending it again fails the same way.
+	CodeBadRequest = "bad_request"
+	// CodeUnknownFamily: no family of that name is configured.
+	CodeUnknownFamily = "unknown_family"
+	// CodeUnavailable: the partitions that hold the answer are being handed over between
+	// processes or did not answer in time; the same request may succeed shortly.
+	CodeUnavailable = "unavailable"
+	// CodeInternal: anything else (a failed disk read, say); see Error.
+	CodeInternal = "internal"
+)
+
+// ErrorCode is the Code a reply carries for err.
+func ErrorCode(err error) string {
+	switch {
+	case errors.Is(err, ErrUnknownFamily):
+		return CodeUnknownFamily
+	case errors.Is(err, ErrBadRequest), errors.Is(err, ErrBadEvent), errors.Is(err, ErrUnknownField), errors.Is(err, ErrTooMany):
+		return CodeBadRequest
+	case errors.Is(err, ErrUnavailable):
+		return CodeUnavailable
+	}
+	return CodeInternal
+}
+
+// CodeError is the sentinel error of a reply's code, nil for CodeInternal and codes it
+// does not know (from a newer server, say).
+func CodeError(code string) error {
+	switch code {
+	case CodeBadRequest:
+		return ErrBadRequest
+	case CodeUnknownFamily:
+		return ErrUnknownFamily
+	case CodeUnavailable:
+		return ErrUnavailable
+	}
+	return nil
 }

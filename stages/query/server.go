@@ -238,9 +238,11 @@ func (r *request) decode(v any) error {
 	return nil
 }
 
-// errorReply is the reply to any request that failed.
+// errorReply is the reply to any request that failed; Code tells a client which
+// sentinel error to return (pipeline.ErrorCode).
 type errorReply struct {
 	Error string `json:"error"`
+	Code  string `json:"code"`
 }
 
 func (s *Server) handle(kind string, h func(*request) (any, error)) nats.MsgHandler {
@@ -258,11 +260,11 @@ func (s *Server) handle(kind string, h func(*request) (any, error)) nats.MsgHand
 			if !errors.Is(err, pipeline.ErrBadRequest) && !errors.Is(err, pipeline.ErrUnknownFamily) && !errors.Is(err, errUnavailable) {
 				s.log.Warn("query failed", "subject", m.Subject, "err", err)
 			}
-			reply = errorReply{Error: err.Error()}
+			reply = errorReply{Error: err.Error(), Code: pipeline.ErrorCode(err)}
 		}
 		data, err := pipeline.Marshal(reply, r.asJSON)
 		if err != nil {
-			data, _ = pipeline.Marshal(errorReply{Error: "cannot encode reply: " + err.Error()}, r.asJSON)
+			data, _ = pipeline.Marshal(errorReply{Error: "cannot encode reply: " + err.Error(), Code: pipeline.CodeInternal}, r.asJSON)
 		}
 		out := &nats.Msg{Subject: m.Reply, Data: data}
 		if r.asJSON {
@@ -293,8 +295,9 @@ func (s *Server) get(r *request) (any, error) {
 }
 
 // errUnavailable marks an answer withheld because a partition is not here or did not
-// answer: a hand-over, not a failure worth a warning per request.
-var errUnavailable = errors.New("unavailable")
+// answer: a hand-over, not a failure worth a warning per request. Its replies carry
+// pipeline.CodeUnavailable.
+var errUnavailable = pipeline.ErrUnavailable
 
 // part answers <prefix>.part.<family>.<p> from the partition registered here, for the
 // counts of another process.
