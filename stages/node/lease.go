@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/tally-dev/tally/stages/flow"
 )
@@ -50,19 +52,24 @@ type lease struct {
 	kv    jetstream.KeyValue
 	key   string
 	id    string // the node id
-	value []byte // "<node id> <host>"
+	value []byte // "<node id> <host> <nonce>": this lease's, not another run's of the same node
 	mu    sync.Mutex
 	rev   uint64 // the last revision written, under mu: a renewal and a release may race
+	// tried is when the first renewal not answered yet was sent (zero when none), under
+	// mu: should one of those have gone through, its TTL started after this.
+	tried time.Time
 	// acquired is the revision the lease was taken at: it names this ownership.
 	acquired uint64
-	// renewed is when the lease was last renewed (Unix ns): other goroutines check it
-	// before acting on the owner's behalf (see valid).
-	renewed  atomic.Int64
+	// renewed is when the last renewal that went through was sent, as time.Now gave it:
+	// other goroutines check it before acting on the owner's behalf (see valid). It keeps
+	// its monotonic clock reading, so a step of the wall clock neither ends a lease early
+	// nor stretches it past the server's TTL.
+	renewed  atomic.Pointer[time.Time]
 	released atomic.Bool
 }
 
-// age is the time since the lease was last renewed.
-func (l *lease) age() time.Duration { return time.Since(time.Unix(0, l.renewed.Load())) }
+// age is the time since the last renewal that went through was sent (monotonic).
+func (l *lease) age() time.Duration { return time.Since(*l.renewed.Load()) }
 
 // valid reports whether the lease is certainly still ours: renewed less than a TTL ago
 // and not released.
@@ -99,21 +106,21 @@ func openOwners(ctx context.Context, js jetstream.JetStream, bucket string, repl
 // take takes the lease on key, or reports who holds it (wrapping ErrOwned). A restart
 // of the same data directory (the same node id) takes its own lease back at once.
 func (o *owners) take(ctx context.Context, key string) (*lease, error) {
-	l := &lease{ttl: o.ttl, kv: o.kv, key: key, id: o.id, value: o.value}
+	l := &lease{ttl: o.ttl, kv: o.kv, key: key, id: o.id, value: fmt.Appendf(nil, "%s %s", o.value, nuid.Next())}
 	// The key's TTL runs from when the server stores it, which is after this: counting
 	// from here errs on the side of a shorter lease.
 	sent := time.Now()
 	var err error
-	l.rev, err = o.kv.Create(ctx, key, o.value)
+	l.rev, err = o.kv.Create(ctx, key, l.value)
 	if flow.Fenced(err) {
 		e, gerr := o.kv.Get(ctx, key)
 		switch {
 		case errors.Is(gerr, jetstream.ErrKeyNotFound): // expired in between
-			l.rev, err = o.kv.Create(ctx, key, o.value)
+			l.rev, err = o.kv.Create(ctx, key, l.value)
 		case gerr != nil:
 			err = gerr
 		case strings.HasPrefix(string(e.Value()), o.id+" "):
-			l.rev, err = o.kv.Update(ctx, key, o.value, e.Revision())
+			l.rev, err = o.kv.Update(ctx, key, l.value, e.Revision())
 		default:
 			return nil, fmt.Errorf("%w: %q holds key %s (revision %d)", ErrOwned, string(e.Value()), key, e.Revision())
 		}
@@ -124,15 +131,17 @@ func (o *owners) take(ctx context.Context, key string) (*lease, error) {
 		}
 		return nil, fmt.Errorf("cannot take the lease %s: %w", key, err)
 	}
-	l.renewed.Store(sent.UnixNano())
+	l.renewed.Store(&sent)
 	l.acquired = l.rev
 	return l, nil
 }
 
 // renew extends the lease by one compare-and-set. It returns errLost when the lease
-// was paused past its TTL (another process may hold it already: give up before doing
-// anything else), when the key holds another revision (taken: fenced), or when it could
-// not be renewed and is about to expire; other errors are worth retrying.
+// was paused past its TTL or not renewed within it (another process may hold it already:
+// give up before doing anything else), or when the key is found held by another or gone;
+// other errors are worth retrying. A renewal whose answer was lost (a timeout, an R3
+// leader election) may have gone through: the key then holds this lease's value at a
+// newer revision, which is adopted rather than taken for fencing.
 func (l *lease) renew(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -142,21 +151,45 @@ func (l *lease) renew(ctx context.Context) error {
 	if !l.valid() {
 		return fmt.Errorf("%w: %s not renewed for %v (paused past its TTL)", errLost, l.key, l.age().Round(time.Millisecond))
 	}
-	rctx, cancel := context.WithTimeout(ctx, l.ttl/3)
+	wait := min(l.ttl/3, l.ttl-l.age()) // no answer counts once the lease is over
+	rctx, cancel := context.WithTimeout(ctx, wait)
 	sent := time.Now() // see take
+	if l.tried.IsZero() {
+		l.tried = sent
+	}
 	rev, err := l.kv.Update(rctx, l.key, l.value, l.rev)
 	cancel()
 	switch {
 	case err == nil:
-		l.rev = rev
-		l.renewed.Store(sent.UnixNano())
+		l.renewed.Store(&sent)
+		l.rev, l.tried = rev, time.Time{}
 		return nil
 	case ctx.Err() != nil:
 		return ctx.Err()
-	case flow.Fenced(err) || l.age() > l.ttl*2/3:
-		return fmt.Errorf("%w: %s: %w", errLost, l.key, err)
 	}
-	return err
+	if !l.valid() { // no answer within the lease: others see it over already
+		return fmt.Errorf("%w: %s not renewed within its TTL %v: %w", errLost, l.key, l.ttl, err)
+	}
+	// Lost answer or moved revision: what the key holds tells which.
+	gctx, cancel := context.WithTimeout(ctx, min(l.ttl/3, l.ttl-l.age()))
+	e, gerr := l.kv.Get(gctx, l.key)
+	cancel()
+	switch {
+	case errors.Is(gerr, jetstream.ErrKeyNotFound):
+		return fmt.Errorf("%w: %s is gone (deleted or expired): %w", errLost, l.key, err)
+	case gerr != nil:
+		return fmt.Errorf("%w (and cannot read the key: %w)", err, gerr)
+	case !bytes.Equal(e.Value(), l.value):
+		return fmt.Errorf("%w: %s is held by %q (revision %d): %w", errLost, l.key, e.Value(), e.Revision(), err)
+	case e.Revision() > l.rev:
+		// A renewal of ours went through though its answer was lost. Which one is not
+		// known: its TTL started after the first of them was sent.
+		first := l.tried
+		l.renewed.Store(&first)
+		l.rev, l.tried = e.Revision(), time.Time{}
+		return nil
+	}
+	return err // not written (a stale read shows no more): retried until the TTL runs out
 }
 
 // keep renews the lease until ctx ends or it is lost.
@@ -196,7 +229,12 @@ func (l *lease) release(ctx context.Context) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.released.Store(true)
-	_ = l.kv.Delete(ctx, l.key, jetstream.LastRevision(l.rev))
+	err := l.kv.Delete(ctx, l.key, jetstream.LastRevision(l.rev))
+	if flow.Fenced(err) { // a renewal whose answer was lost went through: still ours?
+		if e, gerr := l.kv.Get(ctx, l.key); gerr == nil && bytes.Equal(e.Value(), l.value) {
+			_ = l.kv.Delete(ctx, l.key, jetstream.LastRevision(e.Revision()))
+		}
+	}
 }
 
 // nodeID is the data directory's identity, made on first use.
