@@ -14,6 +14,7 @@ import (
 
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/stages/flow"
+	"github.com/tally-dev/tally/stages/hop"
 	"github.com/tally-dev/tally/store"
 	"github.com/tally-dev/tally/store/cold"
 )
@@ -77,7 +78,7 @@ type Config struct {
 // Stats counts what workers did; safe to read from any goroutine and shareable.
 type Stats struct {
 	Batches    atomic.Int64 // delta batches applied
-	Duplicates atomic.Int64 // delta batches skipped as already applied
+	Duplicates atomic.Int64 // delta batches skipped as already applied (or held)
 	Deltas     atomic.Int64 // deltas applied
 	Flushes    atomic.Int64
 	Flushed    atomic.Int64 // ids written by flushes
@@ -91,6 +92,10 @@ type Stats struct {
 	Snapshots    atomic.Int64
 	SnapshotErrs atomic.Int64
 	Restored     atomic.Int64 // partitions loaded from a snapshot and its journal
+
+	// Hop counts the receiving end of the deltas' hop: batches held above a gap now and
+	// gaps given up.
+	Hop hop.InStats
 }
 
 // Worker owns one (family, partition).
@@ -110,8 +115,10 @@ type Worker struct {
 
 	table     store.Table
 	cp        cold.Checkpoint
-	purgedTo  atomic.Uint64 // deltas below this sequence are purged
-	purging   atomic.Bool   // a purge is under way
+	in        hop.In              // the deltas' hop; its Marks are cp.Marks
+	held      pipeline.DeltaBatch // a held batch being applied
+	purgedTo  atomic.Uint64       // deltas below this sequence are purged
+	purging   atomic.Bool         // a purge is under way
 	purges    sync.WaitGroup
 	lastPurge time.Time
 	changed   int // deltas applied since the last flush: at least the dirty ids
@@ -215,6 +222,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer r.Stop()
 	w.ready.Store(true)
 	defer w.ready.Store(false)
+	defer w.in.Close()
 	defer w.unaccount()
 	defer w.purges.Wait()
 	defer w.waitSnapshot()
@@ -263,6 +271,10 @@ func (w *Worker) load() error {
 		return err
 	}
 	w.cp = cp
+	w.in = hop.In{Marks: cp.Marks, Stats: &w.stats.Hop, Log: w.log}
+	if n, _ := w.in.Held(); n > 0 { // which also counts them in Stats.Hop.Held
+		w.log.Info("delta batches held above a gap", "batches", n)
+	}
 	w.pos.Store(cp.Pos)
 	start, source := time.Now(), "snapshot"
 	if w.loadSnapshot(cp) {
@@ -335,44 +347,7 @@ func (w *Worker) apply(m jetstream.Msg, b *pipeline.DeltaBatch) error {
 		w.deadLetter(m, md.Sequence.Stream, err)
 		return nil
 	}
-	mark := w.cp.Marks[b.Source]
-	if mark == nil {
-		mark = &cold.Mark{}
-		w.cp.Marks[b.Source] = mark
-	}
-	if seen(mark, b.Seq) {
-		w.stats.Duplicates.Add(1)
-		return nil
-	}
-	fields := uint8(len(w.cfg.Family.Fields))
-	for _, d := range b.Deltas {
-		if d.Field >= fields {
-			continue // validated by the producer stage; a newer config's field is ignored, not fatal
-		}
-		isCold, err := w.warm(d.ID)
-		if err != nil {
-			// The batch is not recorded as applied: the worker stops and a restart
-			// resumes from the last checkpoint, before it.
-			return fmt.Errorf("counter %s/%d: %w", w.cfg.Family.Name, w.cfg.Partition, err)
-		}
-		switch d.Op {
-		case pipeline.OpAdd:
-			w.table.Add(d.ID, int(d.Field), d.N)
-		case pipeline.OpSet:
-			w.table.Set(d.ID, int(d.Field), uint64(max(d.N, 0)))
-		}
-		if isCold && !w.table.Get(d.ID, w.scratch) {
-			if w.cold.zeroed == nil {
-				w.cold.zeroed = map[uint64]struct{}{}
-			}
-			w.cold.zeroed[d.ID] = struct{}{}
-		}
-		w.changed++
-	}
-	record(mark, b.Seq)
-	w.stats.Batches.Add(1)
-	w.stats.Deltas.Add(int64(len(b.Deltas)))
-	return nil
+	return w.accept(m.Data(), b)
 }
 
 func (w *Worker) deadLetter(m jetstream.Msg, seq uint64, reason error) {

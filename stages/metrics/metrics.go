@@ -78,6 +78,9 @@ func New(src Source) *Metrics {
 	counterFn("tally_feed_pulled_total", "Posts left for readers to pull (author above the fan-out limit).", ev.Pulled.Load)
 	counterFn("tally_delta_batches_total", "Delta batches applied by counter partitions.", ct.Batches.Load)
 	counterFn("tally_delta_batches_duplicate_total", "Delta batches skipped as already applied (deduplicated by sequence).", ct.Duplicates.Load)
+	counterFn("tally_hop_gaps_skipped_total", "Gaps in a source's delta batches given up because too much was held above them: batches lost, logged at error.", ct.Hop.GapsSkipped.Load)
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tally_hop_held", Help: "Delta batches held above a gap, waiting for an earlier batch of their source."},
+		func() float64 { return float64(ct.Hop.Held.Load()) }))
 	counterFn("tally_deltas_applied_total", "Deltas applied to counters.", ct.Deltas.Load)
 	counterFn("tally_flushed_ids_total", "Ids written by checkpoints; deltas_applied / flushed_ids is the coalescing ratio.", ct.Flushed.Load)
 	counterFn("tally_delta_batches_bad_total", "Undecodable delta batches dead-lettered.", ct.Bad.Load)

@@ -1,0 +1,180 @@
+package counter_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/pipeline/natstest"
+	"github.com/tally-dev/tally/stages/counter"
+	"github.com/tally-dev/tally/store/cold"
+)
+
+// rig is one counter partition (post/0) on a real NATS server and a real Badger.
+type rig struct {
+	t     *testing.T
+	js    jetstream.JetStream
+	db    *cold.DB
+	sc    pipeline.StreamConfig
+	fam   pipeline.Family
+	stats *counter.Stats
+	last  uint64 // stream sequence of the last delta published
+}
+
+func newRig(t *testing.T) *rig {
+	t.Helper()
+	nc := natstest.Connect(t, natstest.Start(t))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := pipeline.DefaultStreamConfig()
+	sc.Partitions = 1
+	if err := pipeline.Setup(context.Background(), js, sc); err != nil {
+		t.Fatal(err)
+	}
+	db, err := cold.Open(cold.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	fam, _ := pipeline.Families(pipeline.DefaultFamilies()).Lookup(pipeline.FamilyPost)
+	return &rig{t: t, js: js, db: db, sc: sc, fam: fam, stats: &counter.Stats{}}
+}
+
+func (r *rig) config() counter.Config {
+	return counter.Config{Family: r.fam, Partition: 0, Subjects: r.sc.Subjects, FlushInterval: 10 * time.Millisecond}
+}
+
+// start runs a worker until the returned stop, which returns what Run returned.
+func (r *rig) start(cfg counter.Config) (*counter.Worker, func() error) {
+	w := counter.New(cfg, r.js, r.db, slog.New(slog.DiscardHandler), r.stats)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	var err error
+	stopped := false
+	stop := func() error {
+		if !stopped {
+			cancel()
+			err, stopped = <-done, true
+		}
+		return err
+	}
+	r.t.Cleanup(func() { stop() })
+	return w, stop
+}
+
+// publish sends batch seq of source src: n likes of id.
+func (r *rig) publish(src uint32, seq uint64, id uint64, n int64) {
+	r.t.Helper()
+	b := pipeline.DeltaBatch{Source: src, Seq: seq, Deltas: []pipeline.Delta{{ID: id, Field: 0, Op: pipeline.OpAdd, N: n}}}
+	msg := &nats.Msg{Subject: r.sc.Subjects.Delta(r.fam.Name, 0), Data: pipeline.AppendDeltaBatch(nil, &b),
+		Header: nats.Header{jetstream.MsgIDHeader: []string{pipeline.DeltaMsgID(int(src), r.fam.Name+".0", seq)}}}
+	ack, err := r.js.PublishMsg(context.Background(), msg)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.last = ack.Sequence
+}
+
+// likes waits until w applied everything published and returns the likes of id.
+func (r *rig) likes(w *counter.Worker, id uint64) uint64 {
+	r.t.Helper()
+	natstest.Eventually(r.t, 5*time.Second, "the worker to consume every delta", func() (bool, string) {
+		return w.Position() >= r.last, fmt.Sprint("at ", w.Position(), " of ", r.last)
+	})
+	out := [][]uint64{make([]uint64, len(r.fam.Fields))}
+	if err := w.Get(context.Background(), []uint64{id}, out); err != nil {
+		r.t.Fatal(err)
+	}
+	return out[0][0]
+}
+
+// Finding 3: a source's batches are applied in its order, not in arrival order. A like
+// (+1, batch 1) whose publish was retried arrives after the unlike (-1, batch 2) sent
+// behind it; applied as they came, the -1 saturates at 0 and the +1 leaves 1 for ever.
+func TestDeltaBatchesApplyInOrder(t *testing.T) {
+	r := newRig(t)
+	w, _ := r.start(r.config())
+	const x = 42
+	r.publish(3, 2, x, -1)
+	if got := r.likes(w, x); got != 0 {
+		t.Fatalf("likes of %d after the unlike alone: %d, want 0", x, got)
+	}
+	r.publish(3, 1, x, 1)
+	if got := r.likes(w, x); got != 0 {
+		t.Fatalf("likes of %d after like then unlike (arrived the other way round): %d, want 0", x, got)
+	}
+	r.publish(3, 2, x, -1) // re-sent: a duplicate however late
+	r.publish(3, 3, x, 1)
+	if got := r.likes(w, x); got != 1 {
+		t.Fatalf("likes of %d after a duplicate and a like: %d, want 1", x, got)
+	}
+}
+
+// A batch held above a gap is kept in the checkpoint: a restart after the checkpoint
+// moved past it (so the stream is not read again) neither loses nor re-applies it, and
+// it is applied in order once the gap fills.
+func TestHeldBatchesSurviveRestart(t *testing.T) {
+	r := newRig(t)
+	w, stop := r.start(r.config())
+	const y, z = 7, 8
+	r.publish(1, 1, y, 5)
+	r.publish(1, 3, y, -2) // held: 2 is missing
+	r.publish(2, 1, z, 1)  // another source: something to checkpoint
+	if got := r.likes(w, z); got != 1 {
+		t.Fatalf("likes of %d: %d, want 1", z, got)
+	}
+	natstest.Eventually(t, 5*time.Second, "a checkpoint holding batch 3", func() (bool, string) {
+		cp, err := cold.LoadCheckpoint(r.db, r.fam.Name, 0)
+		if err != nil {
+			return false, err.Error()
+		}
+		m := cp.Marks[1]
+		return cp.Pos >= r.last && m != nil && m.Through == 1 && len(m.Held) == 1 && m.Held[0].Seq == 3,
+			fmt.Sprintf("checkpoint at %d, mark %+v", cp.Pos, m)
+	})
+	if n := r.stats.Hop.Held.Load(); n != 1 {
+		t.Fatalf("%d batches held, want 1", n)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n := r.stats.Hop.Held.Load(); n != 0 {
+		t.Fatalf("%d batches counted as held after the stop, want 0", n)
+	}
+	// The deltas the checkpoint covers are gone: only the checkpoint has batch 3 now.
+	st, err := r.js.Stream(context.Background(), r.sc.Subjects.DeltasStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Purge(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	w, _ = r.start(r.config())
+	natstest.Eventually(t, 5*time.Second, "the restarted worker to count its held batch", func() (bool, string) {
+		return w.Ready() && r.stats.Hop.Held.Load() == 1, fmt.Sprint(r.stats.Hop.Held.Load(), " held")
+	})
+	if got := r.likes(w, y); got != 5 {
+		t.Fatalf("likes of %d with batch 3 held: %d, want 5", y, got)
+	}
+	r.publish(1, 3, y, -2) // re-sent while held: a duplicate
+	r.publish(1, 2, y, 4)
+	if got := r.likes(w, y); got != 7 {
+		t.Fatalf("likes of %d: %d, want 5 + 4 - 2 = 7", y, got)
+	}
+	if n := r.stats.Hop.Held.Load(); n != 0 {
+		t.Fatalf("%d batches held after the gap filled, want 0", n)
+	}
+}
+
+var errCrash = errors.New("crash injected by the test")
