@@ -52,6 +52,12 @@ func (s Subjects) DLQ(stage string, p int) string { return s.join("dlq", stage, 
 // stopped (see stages/event).
 func (s Subjects) Log(p int) string { return s.join("log", strconv.Itoa(p)) }
 
+// BackupPointer is the subject, in the log stream, of the record naming the current state
+// backup of name ("events", "counters.<p>"): it changes only by compare-and-set on the
+// subject's last sequence, so an owner that lost the partition cannot make its backup
+// current (see stages/node).
+func (s Subjects) BackupPointer(name string) string { return s.join("log", "backup", name) }
+
 // Get is the batch query subject of a family.
 func (s Subjects) Get(family string) string { return s.join("get", family) }
 
