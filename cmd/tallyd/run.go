@@ -69,6 +69,10 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 	fs.BoolVar(&cfg.Join, "join", env("TALLY_JOIN", "") != "", "share the counter partitions with the other tallyd of the prefix and take the event stages over when their owner stops or dies, instead of refusing to start (TALLY_JOIN; needs --backup-every)")
 	fs.DurationVar(&cfg.BackupEvery, "backup-every", cfg.BackupEvery, "back the state up to the NATS object store <PREFIX>_STATE this often and log every event-stage transaction, so partitions can move to another machine; 0 never")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", cfg.LeaseTTL, "how long an ownership lease outlives a dead owner")
+	// Hidden (not in -h): for the chaos test only, which runs tallyd with failing,
+	// delayed and reordered internal publishes.
+	fs.StringVar(&cfg.PublishFaults, "test-publish-faults", env("TALLY_TEST_PUBLISH_FAULTS", ""), "")
+	fs.Usage = func() { usage(fs, stderr) }
 	levelName := fs.String("log-level", env("TALLY_LOG_LEVEL", "info"), "debug, info, warn or error (TALLY_LOG_LEVEL)")
 	if v := getenv("TALLY_HOT_MAX_MEM"); v != "" {
 		n, err := parseBytes(v)
@@ -94,6 +98,20 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 		return cfg, 0, fmt.Errorf("partitions %s: must be at least 1", strconv.Itoa(cfg.Partitions))
 	}
 	return cfg, level, nil
+}
+
+// usage prints every flag but the hidden test-only ones (test-*).
+func usage(fs *flag.FlagSet, w io.Writer) {
+	shown := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+	shown.SetOutput(w)
+	fs.VisitAll(func(f *flag.Flag) {
+		if !strings.HasPrefix(f.Name, "test-") {
+			shown.Var(f.Value, f.Name, f.Usage)
+			shown.Lookup(f.Name).DefValue = f.DefValue
+		}
+	})
+	fmt.Fprintf(w, "Usage of %s:\n", fs.Name())
+	shown.PrintDefaults()
 }
 
 // parseBytes reads a size: a number of bytes with an optional unit, KiB/MiB/GiB/TiB or

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/stages/hop"
 )
 
 // Config is everything a Tally process needs; DefaultConfig fills it in.
@@ -67,6 +68,11 @@ type Config struct {
 	// Metrics is the address of the HTTP server for /metrics (Prometheus) and /healthz;
 	// empty disables it.
 	Metrics string
+	// PublishFaults, for tests only, makes the event stages' outboxes publish through a
+	// hop.FaultyPublisher with these faults ("fail=0.05,delay=0.05,reorder=0.05,seed=7",
+	// see hop.ParseFaults): the chaos test's way to fail, delay and reorder internal
+	// publishes in a real process. Empty (always, in production) injects nothing.
+	PublishFaults string
 }
 
 // SnowflakeEpoch is Twitter's snowflake epoch, 2010-11-04 01:42:54.657 UTC, in Unix ms.
@@ -114,6 +120,9 @@ func (c Config) validate() error {
 	}
 	if c.Join && c.BackupEvery <= 0 {
 		return fmt.Errorf("partitions move between the processes that join through state backups in NATS: --join needs --backup-every")
+	}
+	if _, err := hop.ParseFaults(c.PublishFaults); err != nil {
+		return err
 	}
 	if _, err := newTable(c.Table); err != nil {
 		return err
