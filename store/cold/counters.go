@@ -56,6 +56,16 @@ type Entry struct {
 	Counts []uint64
 }
 
+// Changes is what a checkpoint writes to, and deletes from, the outbox of the change
+// events of its partition.
+type Changes struct {
+	// Put are the change events announcing the checkpoint's entries; each Seq must be
+	// unique in the partition's outbox and order the entries as they are to be sent.
+	Put []OutboxEntry
+	// Published are the Seqs of entries stored in the changes stream since.
+	Published []uint64
+}
+
 func counterPrefix(family string, p int) key {
 	return newKey(nsCounter, 4+len(family)).str(family).u16(p)
 }
@@ -64,12 +74,41 @@ func journalPrefix(family string, p int) key {
 	return newKey(nsJournal, 12+len(family)).str(family).u16(p)
 }
 
+// changePrefix holds the outbox of (family, p)'s change events. It lies under the
+// partition's meta key, so that CounterPart — a backup, a restore, a clear — carries the
+// outbox with the checkpoint that wrote it.
+func changePrefix(family string, p int) key { return metaKey(family, p).u8(nsOutbox) }
+func changeKey(family string, p int, seq uint64) key {
+	return changePrefix(family, p).u64(seq)
+}
+
 // SaveCounters writes entries and the checkpoint of (family, p) in one transaction, so
 // the stored counters and the position they reflect never disagree, and keeps the
 // journal as j says. It increments cp.Seq.
 func SaveCounters(db *DB, family string, p int, entries []Entry, cp *Checkpoint, j Journal) error {
+	return SaveCheckpoint(db, family, p, entries, cp, j, Changes{})
+}
+
+// SaveCheckpoint is SaveCounters that also writes the change events announcing entries
+// to the partition's outbox, and deletes those published, in the same transaction: a
+// crash after the commit leaves them to be sent at the next start, never unannounced.
+func SaveCheckpoint(db *DB, family string, p int, entries []Entry, cp *Checkpoint, j Journal, ch Changes) error {
 	txn := db.db.NewTransaction(true)
 	defer txn.Discard()
+	for _, s := range ch.Published {
+		if err := txn.Delete(changeKey(family, p, s)); err != nil {
+			return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
+		}
+	}
+	for i := range ch.Put {
+		v, err := msgpack.Marshal(&ch.Put[i])
+		if err == nil {
+			err = txn.Set(changeKey(family, p, ch.Put[i].Seq), v)
+		}
+		if err != nil {
+			return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
+		}
+	}
 	next := *cp
 	next.Seq++
 	if j.Append {
@@ -111,6 +150,51 @@ func SaveCounters(db *DB, family string, p int, entries []Entry, cp *Checkpoint,
 		return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
 	}
 	*cp = next
+	return nil
+}
+
+// LoadChanges returns the outbox of (family, p)'s change events, in Seq order: those
+// written by checkpoints and not yet known to be published.
+func LoadChanges(db *DB, family string, p int) ([]OutboxEntry, error) {
+	var out []OutboxEntry
+	err := db.db.View(func(txn *badger.Txn) error {
+		prefix := changePrefix(family, p)
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 16})
+		defer it.Close()
+		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
+			k := it.Item().Key()
+			if len(k) != len(prefix)+8 {
+				return fmt.Errorf("%w: change outbox key of %d bytes", ErrCorrupt, len(k))
+			}
+			var e OutboxEntry
+			if err := it.Item().Value(func(v []byte) error { return msgpack.Unmarshal(v, &e) }); err != nil {
+				return fmt.Errorf("%w: change outbox of %s/%d: %w", ErrCorrupt, family, p, err)
+			}
+			e.Seq = u64at(k, len(prefix))
+			out = append(out, e)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// DeleteChanges deletes published change events of (family, p) from its outbox, for a
+// partition that stops with no checkpoint left to do it.
+func DeleteChanges(db *DB, family string, p int, seqs []uint64) error {
+	if len(seqs) == 0 {
+		return nil
+	}
+	err := db.db.Update(func(txn *badger.Txn) error {
+		for _, s := range seqs {
+			if err := txn.Delete(changeKey(family, p, s)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("change outbox of %s/%d: %w", family, p, err)
+	}
 	return nil
 }
 

@@ -1,0 +1,75 @@
+package cold_test
+
+import (
+	"bytes"
+	"slices"
+	"testing"
+
+	"github.com/tally-dev/tally/store/cold"
+)
+
+// A checkpoint writes its change events to the partition's outbox and deletes the
+// published ones in the same transaction; the outbox moves with the partition's backup
+// and stays out of its counters, its checkpoint and the other partitions.
+func TestChangeOutbox(t *testing.T) {
+	a, b := open(t), open(t)
+	seqs := func(db *cold.DB, p int) []uint64 {
+		t.Helper()
+		es, err := cold.LoadChanges(db, "post", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s []uint64
+		for _, e := range es {
+			s = append(s, e.Seq)
+		}
+		return s
+	}
+	entry := func(seq uint64) cold.OutboxEntry {
+		return cold.OutboxEntry{Seq: seq, Subject: "tally.chg.post.3", MsgID: "chg", Data: []byte{byte(seq)}}
+	}
+	cp := &cold.Checkpoint{Marks: map[uint32]*cold.Mark{}}
+	save := func(db *cold.DB, p int, ch cold.Changes) {
+		t.Helper()
+		if err := cold.SaveCheckpoint(db, "post", p, []cold.Entry{{ID: 1, Counts: []uint64{1, 0, 0, 0}}}, cp, cold.Journal{}, ch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	save(a, 3, cold.Changes{Put: []cold.OutboxEntry{entry(1<<16 + 1), entry(1 << 16)}})
+	save(a, 3, cold.Changes{Put: []cold.OutboxEntry{entry(2 << 16)}, Published: []uint64{1 << 16}})
+	save(a, 4, cold.Changes{Put: []cold.OutboxEntry{entry(7)}})
+	if got, want := seqs(a, 3), []uint64{1<<16 + 1, 2 << 16}; !slices.Equal(got, want) {
+		t.Fatalf("outbox of partition 3: %v, want %v", got, want)
+	}
+	es, _ := cold.LoadChanges(a, "post", 3)
+	if e := es[1]; e.Subject != "tally.chg.post.3" || e.MsgID != "chg" || !bytes.Equal(e.Data, []byte{0}) {
+		t.Fatalf("entry read back as %+v", e)
+	}
+	n := 0
+	if err := cold.LoadCounters(a, "post", 3, 4, func(uint64, []uint64) { n++ }); err != nil || n != 1 {
+		t.Fatalf("counters of partition 3: %d ids, %v", n, err)
+	}
+	if c, err := cold.LoadCheckpoint(a, "post", 3); err != nil || c.Seq != 2 {
+		t.Fatalf("checkpoint %+v, %v", c, err)
+	}
+
+	var buf bytes.Buffer
+	if err := a.Backup(&buf, cold.CounterPart([]string{"post"}, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Restore(&buf, cold.CounterPart([]string{"post"}, 3), t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := seqs(b, 3), []uint64{1<<16 + 1, 2 << 16}; !slices.Equal(got, want) {
+		t.Fatalf("restored outbox: %v, want %v", got, want)
+	}
+	if got := seqs(b, 4); len(got) != 0 {
+		t.Fatalf("partition 4's outbox came with partition 3's backup: %v", got)
+	}
+	if err := cold.DeleteChanges(b, "post", 3, []uint64{1<<16 + 1, 2 << 16}); err != nil {
+		t.Fatal(err)
+	}
+	if got := seqs(b, 3); len(got) != 0 {
+		t.Fatalf("outbox after deleting everything: %v", got)
+	}
+}
