@@ -13,6 +13,7 @@ import (
 
 	"github.com/tally-dev/tally/client"
 	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/pipeline/natsconn"
 )
 
 // env is the process's outside world, so that run can be tested in-process.
@@ -100,7 +101,7 @@ func run(ctx context.Context, args []string, e env) int {
 	}
 	nc, err := nats.Connect(*server, nats.Name("tally-cli"))
 	if err != nil {
-		fmt.Fprintf(e.stderr, "tally: cannot connect to %s: %v (is tallyd running?)\n", *server, err)
+		fmt.Fprintf(e.stderr, "tally: cannot connect to %s: %v (is tallyd running?)\n", natsconn.Redacted(*server), err)
 		return 1
 	}
 	defer nc.Close()

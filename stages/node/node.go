@@ -23,6 +23,7 @@ import (
 
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/embedded"
+	"github.com/tally-dev/tally/pipeline/natsconn"
 	"github.com/tally-dev/tally/stages/counter"
 	"github.com/tally-dev/tally/stages/event"
 	"github.com/tally-dev/tally/stages/metrics"
@@ -117,9 +118,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 				log.Warn("NATS disconnected", "err", err)
 			}
 		}),
-		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", "url", c.ConnectedUrl()) }))
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", "url", c.ConnectedUrlRedacted()) }))
 	if err != nil {
-		return nil, fmt.Errorf("cannot connect to NATS at %s: %w", url, err)
+		return nil, fmt.Errorf("cannot connect to NATS at %s: %w", natsconn.Redacted(url), err)
 	}
 	js, err := jetstream.New(n.nc, jetstream.WithPublishAsyncMaxPending(4096))
 	if err != nil {
@@ -192,7 +193,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 			return nil, err
 		}
 	}
-	log.Info("tally running", "nats", url, "partitions", cfg.Partitions, "owned", len(n.Parts()), "events", n.Events(), "families", len(cfg.Families), "data", cfg.DataDir)
+	log.Info("tally running", "nats", natsconn.Redacted(url), "partitions", cfg.Partitions, "owned", len(n.Parts()), "events", n.Events(), "families", len(cfg.Families), "data", cfg.DataDir)
 	return n, nil
 }
 
@@ -377,7 +378,8 @@ func (n *Node) MetricsAddr() string {
 	return n.metricsAddr
 }
 
-// ClientURL is the NATS URL clients use to reach this node.
+// ClientURL is the NATS URL clients use to reach this node. It carries the password
+// of a URL given with user information: log natsconn.Redacted(ClientURL()), never it.
 func (n *Node) ClientURL() string { return n.nc.ConnectedUrl() }
 
 // Failed is closed when a partition failed and the node must stop.
