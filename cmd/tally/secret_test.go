@@ -29,8 +29,8 @@ func TestCLIRedactsPasswords(t *testing.T) {
 	s := startAuthServer(t, "alice", "right-pw")
 	addr := strings.TrimPrefix(s.ClientURL(), "nats://")
 	for _, u := range []string{
-		"nats://alice:wrong-pw@" + addr,               // refused
-		"nats://alice:wrong-pw@127.0.0.1:1",           // nothing listens
+		"nats://alice:wrong-pw@" + addr,                // refused
+		"nats://alice:wrong-pw@127.0.0.1:1",            // nothing listens
 		"nats://bad-token@" + addr + ",nats://" + addr, // a token, in a list
 	} {
 		code, out, errOut := tally(t, "", "health", "--server", u, "--timeout", "2s")
