@@ -50,6 +50,9 @@ type Config struct {
 	// no change event and purges nothing until it is stopped — another process's
 	// counts are the true ones.
 	Valid func() bool
+	// AfterCheckpoint, a test hook, is called after each checkpoint commits and before
+	// its change events are sent; an error stops the worker there, as a crash would.
+	AfterCheckpoint func() error
 
 	// The rest applies to a table that can move ids to the cold tier (hot.Table).
 
@@ -117,6 +120,7 @@ type Worker struct {
 	cp        cold.Checkpoint
 	in        hop.In              // the deltas' hop; its Marks are cp.Marks
 	held      pipeline.DeltaBatch // a held batch being applied
+	chg       changes             // the outbox of change events
 	purgedTo  atomic.Uint64       // deltas below this sequence are purged
 	purging   atomic.Bool         // a purge is under way
 	purges    sync.WaitGroup
@@ -242,6 +246,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			if err := w.flush(ctx); err != nil {
 				return err
 			}
+			_ = w.sendChanges(ctx) // only when ctx ends: the outbox keeps them
 			w.evict()
 		case m := <-r.C:
 			batch = r.Drain(append(batch[:0], m), cap(batch))
@@ -255,6 +260,9 @@ func (w *Worker) Run(ctx context.Context) error {
 					}
 				}
 			}
+			// Acknowledgements of change events come in while deltas are applied: the
+			// next checkpoint's events wait for them.
+			_ = w.sendChanges(ctx) // only when ctx ends: the outbox keeps them
 		}
 	}
 }
@@ -271,6 +279,9 @@ func (w *Worker) load() error {
 		return err
 	}
 	w.cp = cp
+	if err := w.loadChanges(); err != nil {
+		return err
+	}
 	w.in = hop.In{Marks: cp.Marks, Stats: &w.stats.Hop, Log: w.log}
 	if n, _ := w.in.Held(); n > 0 { // which also counts them in Stats.Hop.Held
 		w.log.Info("delta batches held above a gap", "batches", n)
@@ -294,7 +305,7 @@ func (w *Worker) load() error {
 		w.snapDue = true // at the first checkpoint, so the next start is fast
 	}
 	w.table.ClearDirty() // what was loaded is already checkpointed
-	w.log.Info("loaded", "source", source, "ids", w.table.Len(), "journaled", w.journaled, "checkpoint", cp.Seq, "took", time.Since(start))
+	w.log.Debug("loaded", "source", source, "ids", w.table.Len(), "journaled", w.journaled, "checkpoint", cp.Seq, "took", time.Since(start))
 	if w.tier != nil {
 		w.tier.SetTick(now())
 		w.account()
@@ -307,6 +318,9 @@ func (w *Worker) load() error {
 // RAM from it without a journal to replay.
 func (w *Worker) stop(ctx context.Context) error {
 	if err := w.flush(ctx); err != nil {
+		return err
+	}
+	if err := w.drainChanges(ctx, 2*time.Second); err != nil {
 		return err
 	}
 	w.waitSnapshot()
@@ -354,7 +368,7 @@ func (w *Worker) deadLetter(m jetstream.Msg, seq uint64, reason error) {
 	w.stats.Bad.Add(1)
 	w.log.Error("undecodable delta batch dead-lettered", "seq", seq, "err", reason)
 	msg := &nats.Msg{Subject: w.cfg.Subjects.DLQ("counter."+w.cfg.Family.Name, w.cfg.Partition), Data: m.Data(),
-		Header: nats.Header{jetstream.MsgIDHeader: []string{fmt.Sprintf("dlq.%s.%d.%d", w.cfg.Family.Name, w.cfg.Partition, seq)}, "Tally-Error": []string{reason.Error()}}}
+		Header: nats.Header{jetstream.MsgIDHeader: []string{pipeline.DeadLetterMsgID("counter."+w.cfg.Family.Name, w.cfg.Partition, seq, -1)}, "Tally-Error": []string{reason.Error()}}}
 	if _, err := w.js.PublishMsgAsync(msg); err != nil {
 		w.log.Error("cannot dead-letter delta batch", "seq", seq, "err", err)
 	}
@@ -374,8 +388,22 @@ func (w *Worker) flush(ctx context.Context) error {
 	start := time.Now()
 	snaps := w.tier != nil && w.cfg.SnapshotDir != ""
 	j := cold.Journal{Append: snaps, DropThrough: w.snapSeq}
-	if err := cold.SaveCounters(w.db, w.cfg.Family.Name, w.cfg.Partition, entries, &w.cp, j); err != nil {
+	chg, err := w.changeEntries(w.cp.Seq+1, entries)
+	if err != nil {
+		return fmt.Errorf("change event of %s/%d: %w", w.cfg.Family.Name, w.cfg.Partition, err)
+	}
+	w.chg.published = append(w.chg.published, w.chg.out.Published()...)
+	if err := cold.SaveCheckpoint(w.db, w.cfg.Family.Name, w.cfg.Partition, entries, &w.cp, j, cold.Changes{Put: chg, Published: w.chg.published}); err != nil {
 		return err
+	}
+	w.chg.published = nil
+	if len(chg) > 0 {
+		w.chg.pending = append(w.chg.pending, chg)
+	}
+	if w.cfg.AfterCheckpoint != nil {
+		if err := w.cfg.AfterCheckpoint(); err != nil {
+			return err
+		}
 	}
 	if w.cfg.OnFlush != nil {
 		w.cfg.OnFlush(len(entries), time.Since(start))
@@ -390,7 +418,7 @@ func (w *Worker) flush(ctx context.Context) error {
 	w.stats.Flushed.Add(int64(len(entries)))
 	owned := w.cfg.Valid == nil || w.cfg.Valid()
 	if owned {
-		w.announce(ctx, entries)
+		_ = w.sendChanges(ctx) // only when ctx ends: the outbox keeps them
 	}
 	w.table.ClearDirty()
 	w.changed = 0
@@ -443,26 +471,3 @@ func (w *Worker) SetPurgeLimit(pos uint64) { w.purgeLimit.Store(pos) }
 
 // Partition is the worker's family and partition.
 func (w *Worker) Partition() (family string, p int) { return w.cfg.Family.Name, w.cfg.Partition }
-
-// announce publishes the change event(s) of one flush. Change events are for mirrors and
-// push gateways; a failed publish is counted and logged, never allowed to stop counting.
-func (w *Worker) announce(ctx context.Context, entries []cold.Entry) {
-	for part := 0; len(entries) > 0; part++ {
-		n := min(len(entries), w.cfg.MaxChange)
-		ch := pipeline.Change{Fields: w.cfg.Family.Fields, IDs: make([]pipeline.ID, n), Counts: make([][]uint64, n)}
-		for i, e := range entries[:n] {
-			ch.IDs[i], ch.Counts[i] = pipeline.ID(e.ID), e.Counts
-		}
-		entries = entries[n:]
-		data, err := pipeline.Marshal(&ch, false)
-		if err == nil {
-			msg := &nats.Msg{Subject: w.cfg.Subjects.Change(w.cfg.Family.Name, w.cfg.Partition), Data: data,
-				Header: nats.Header{jetstream.MsgIDHeader: []string{fmt.Sprintf("chg.%s.%d.%d.%d", w.cfg.Family.Name, w.cfg.Partition, w.cp.Pos, part)}}}
-			_, err = w.js.PublishMsgAsync(msg)
-		}
-		if err != nil && ctx.Err() == nil {
-			w.stats.ChangeErrs.Add(1)
-			w.log.Warn("cannot publish change event", "err", err)
-		}
-	}
-}

@@ -1,0 +1,143 @@
+package counter
+
+import (
+	"context"
+	"time"
+
+	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/stages/hop"
+	"github.com/tally-dev/tally/store/cold"
+)
+
+// Change events go through an outbox: a checkpoint writes them to Badger in its own
+// transaction and they are published after the commit, under ids fixed by the
+// checkpoint (pipeline.ChangeMsgID), so a crash in between leaves them to be sent at the
+// next start — by this process or by whichever restores the partition's backup —
+// instead of never announcing those ids.
+//
+// A mirror takes the last value per id, so the stream must get each id's values in
+// checkpoint order. The ids of one checkpoint are disjoint across its parts, which may
+// be stored in any order; a checkpoint's events are sent only once every earlier one is
+// stored, so a publish that fails and is retried can never land after a newer value.
+
+// changeSeq is the outbox Seq of part of checkpoint cp's change events: ordered by
+// checkpoint, and the checkpoint is the Seq's top 48 bits.
+func changeSeq(cp uint64, part int) uint64 { return cp<<16 | uint64(part) }
+
+// maxParts bounds the parts of one checkpoint's change events to what changeSeq holds.
+const maxParts = 1 << 16
+
+// changes is a worker's outbox of change events.
+type changes struct {
+	out *hop.Outbox
+	// pending are written and not yet sent, one group per checkpoint, oldest first.
+	pending [][]cold.OutboxEntry
+	// published are stored in the stream, to be deleted by the next checkpoint.
+	published []uint64
+}
+
+// loadChanges takes the change events left in the outbox by the last run.
+func (w *Worker) loadChanges() error {
+	w.chg = changes{out: hop.NewOutbox(w.js, hop.OutboxOptions{
+		MaxInflight: 64,
+		Retries:     &w.stats.ChangeErrs,
+		Log:         w.log,
+		Permanent: func(e cold.OutboxEntry, err error) *cold.OutboxEntry {
+			// No stream for tally.chg.>, or larger than the server takes: sending it
+			// again cannot help, and holding it would hold every later change.
+			w.stats.ChangeErrs.Add(1)
+			w.log.Error("change event dropped: it can never be stored", "msg_id", e.MsgID, "bytes", len(e.Data), "err", err)
+			return nil
+		},
+	})}
+	left, err := cold.LoadChanges(w.db, w.cfg.Family.Name, w.cfg.Partition)
+	if err != nil {
+		return err
+	}
+	for len(left) > 0 {
+		n := 1
+		for n < len(left) && left[n].Seq>>16 == left[0].Seq>>16 {
+			n++
+		}
+		w.chg.pending = append(w.chg.pending, left[:n:n])
+		left = left[n:]
+	}
+	if len(w.chg.pending) > 0 {
+		w.log.Info("change events of earlier checkpoints to send again", "checkpoints", len(w.chg.pending))
+	}
+	return nil
+}
+
+// changeEntries makes the change events announcing entries, the ids checkpoint cp
+// writes.
+func (w *Worker) changeEntries(cp uint64, entries []cold.Entry) ([]cold.OutboxEntry, error) {
+	size := max(w.cfg.MaxChange, (len(entries)+maxParts-1)/maxParts)
+	var out []cold.OutboxEntry
+	for part := 0; len(entries) > 0; part++ {
+		n := min(len(entries), size)
+		ch := pipeline.Change{Fields: w.cfg.Family.Fields, IDs: make([]pipeline.ID, n), Counts: make([][]uint64, n)}
+		for i, e := range entries[:n] {
+			ch.IDs[i], ch.Counts[i] = pipeline.ID(e.ID), e.Counts
+		}
+		entries = entries[n:]
+		data, err := pipeline.Marshal(&ch, false)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, cold.OutboxEntry{
+			Seq:     changeSeq(cp, part),
+			Subject: w.cfg.Subjects.Change(w.cfg.Family.Name, w.cfg.Partition),
+			MsgID:   pipeline.ChangeMsgID(w.cfg.Family.Name, w.cfg.Partition, cp, part),
+			Data:    data,
+		})
+	}
+	return out, nil
+}
+
+// sendChanges collects acknowledgements and, once nothing is in flight, sends the
+// oldest checkpoint's change events. It never waits for NATS: change events are for
+// mirrors and push gateways, and must not hold up counting or queries. It fails only
+// when ctx ends: what is not stored then stays in the outbox for the next start.
+func (w *Worker) sendChanges(ctx context.Context) error {
+	if len(w.chg.pending) == 0 && w.chg.out.Len() == 0 {
+		return nil
+	}
+	if w.cfg.Valid != nil && !w.cfg.Valid() {
+		return nil // another process may own the partition: its counts are the true ones
+	}
+	if err := w.chg.out.Reap(ctx, false); err != nil {
+		return err
+	}
+	for w.chg.out.Len() == 0 && len(w.chg.pending) > 0 {
+		next := w.chg.pending[0]
+		w.chg.pending = w.chg.pending[1:]
+		if err := w.chg.out.Send(ctx, next); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// drainChanges sends what is pending, for at most wait, and deletes from the outbox
+// what was stored: a clean stop leaves nothing to send again at the next start, unless
+// NATS did not answer in time.
+func (w *Worker) drainChanges(ctx context.Context, wait time.Duration) error {
+	if w.cfg.Valid == nil || w.cfg.Valid() {
+		dctx, cancel := context.WithTimeout(ctx, wait)
+		for {
+			if err := w.chg.out.Reap(dctx, true); err != nil || len(w.chg.pending) == 0 {
+				break
+			}
+			if err := w.sendChanges(dctx); err != nil {
+				break
+			}
+		}
+		cancel()
+	}
+	w.chg.published = append(w.chg.published, w.chg.out.Published()...)
+	if err := cold.DeleteChanges(w.db, w.cfg.Family.Name, w.cfg.Partition, w.chg.published); err != nil {
+		return err
+	}
+	w.chg.published = nil
+	return nil
+}
