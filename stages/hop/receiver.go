@@ -43,9 +43,10 @@ type In struct {
 	Stats        *InStats // nil: not counted
 	Log          *slog.Logger
 
-	counted bool // the held batches of Marks are in heldBytes and Stats.Held
-	bytes   int  // payload bytes held over all sources
-	held    int  // batches held over all sources
+	ready   [][]byte // what Accept returns, reused: a batch per call is the common case
+	counted bool     // the held batches of Marks are in bytes, held and Stats.Held
+	bytes   int      // payload bytes held over all sources
+	held    int      // batches held over all sources
 }
 
 // Accept takes batch seq of src. It returns the payloads to apply now, in order (data
@@ -76,13 +77,20 @@ func (in *In) Accept(src uint32, seq uint64, data []byte) (ready [][]byte, dup b
 	}
 	if seq == m.Through+1 {
 		m.Through = seq
-		return in.release(m, [][]byte{data}), false
+		clear(in.ready)
+		in.ready = in.release(m, append(in.ready[:0], data))
+		return in.ready, false
 	}
 	i, _ := slices.BinarySearchFunc(m.Held, seq, bySeq)
 	m.Held = slices.Insert(m.Held, i, cold.Held{Seq: seq, Data: slices.Clone(data)})
 	in.hold(1, len(data))
 	for len(m.Held) > 0 && (len(m.Held) > in.maxHeld() || in.bytes > in.maxHeldBytes()) {
+		if ready == nil {
+			clear(in.ready)
+			ready = in.ready[:0]
+		}
 		ready = in.skipGap(src, m, ready)
+		in.ready = ready
 	}
 	return ready, false
 }
