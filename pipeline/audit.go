@@ -51,6 +51,7 @@ type AuditReply struct {
 	Drift   []Drift   `json:"drift,omitempty"`
 	Skipped []Skipped `json:"skipped,omitempty"`
 	Error   string    `json:"error,omitempty"`
+	Code    string    `json:"code,omitempty"`
 }
 
 // RepairMsgID names the incr event that repairs a drift. It is the drift itself — the

@@ -70,8 +70,11 @@ func TestCountRelations(t *testing.T) {
 			t.Errorf("sampled post %d has no like", id)
 		}
 	}
-	if len(sample) < 5 {
-		t.Errorf("sample %v: too few distinct of 20 liked posts", sample)
+	if len(sample) != 10 {
+		t.Errorf("sample %v: want 10 distinct of %d liked posts", sample, len(likes))
+	}
+	if all, err := cold.SampleRelated(db, cold.Like, false, 100, rnd.Uint64); err != nil || len(all) != len(likes) {
+		t.Errorf("sample of 100 = %v, %v; want all %d liked posts", all, err, len(likes))
 	}
 	if got, err := cold.SampleRelated(open(t), cold.Follow, true, 10, rnd.Uint64); err != nil || len(got) != 0 {
 		t.Errorf("sample of an empty db = %v, %v", got, err)

@@ -248,9 +248,10 @@ func countPrefix(txn *badger.Txn, prefix []byte) uint64 {
 
 // SampleRelated returns up to n distinct ids picked at random among those with at least
 // one relation of kind k: objects (liked posts, followed users), or subjects (users who
-// like or follow) when bySubject. Each pick seeks to a random id and takes the next one
-// present, wrapping around, so an id after a wide gap is picked more often: a sample to
-// audit, not a uniform one. rand returns random 64-bit numbers.
+// like or follow) when bySubject; all of them when there are at most n. Each pick seeks
+// to a random id between the first and the last and takes the next one present not
+// picked yet, so an id after a wide gap is picked more often: a sample to audit, not a
+// uniform one. rand returns random 64-bit numbers.
 func SampleRelated(db *DB, k Kind, bySubject bool, n int, rand func() uint64) ([]uint64, error) {
 	if !k.indexed() {
 		return nil, fmt.Errorf("relation kind %c has no index to sample", k)
@@ -277,26 +278,43 @@ func SampleRelated(db *DB, k Kind, bySubject bool, n int, rand func() uint64) ([
 		defer it.Close()
 		it.Seek(prefix)
 		lo := u64at(it.Item().Key(), 2)
-		// Twice as many tries as wanted: a few ids with many relations are found often.
-		for try := 0; try < 2*n && len(out) < n; try++ {
+		// next is the first id at or after from, wrapping around past the last.
+		next := func(from uint64) (uint64, error) {
+			it.Seek(newKey(ns, 10).u8(byte(k)).u64(from))
+			if !it.ValidForPrefix(prefix) {
+				it.Seek(prefix)
+			}
+			kb := it.Item().Key()
+			if len(kb) != 34 {
+				return 0, fmt.Errorf("%w: index key of %d bytes", ErrCorrupt, len(kb))
+			}
+			return u64at(kb, 2), nil
+		}
+		for len(out) < n {
 			pick := lo
 			if span := hi - lo + 1; span != 0 { // 0: every id from 0 to 2^64-1
 				pick += rand() % span
 			} else {
 				pick = rand()
 			}
-			it.Seek(newKey(ns, 10).u8(byte(k)).u64(pick))
-			if !it.ValidForPrefix(prefix) {
-				it.Seek(prefix) // past the last id: wrap to the first
+			id, err := next(pick)
+			if err != nil {
+				return err
 			}
-			kb := it.Item().Key()
-			if len(kb) != 34 {
-				return fmt.Errorf("%w: index key of %d bytes", ErrCorrupt, len(kb))
+			// An id picked already: walk on to the next one not picked, so that n
+			// distinct ids are found whenever there are n.
+			for first := id; seen[id]; {
+				if id == hi {
+					id = lo
+				} else if id, err = next(id + 1); err != nil {
+					return err
+				}
+				if id == first {
+					return nil // every id is in the sample
+				}
 			}
-			if id := u64at(kb, 2); !seen[id] {
-				seen[id] = true
-				out = append(out, id)
-			}
+			seen[id] = true
+			out = append(out, id)
 		}
 		return nil
 	})
