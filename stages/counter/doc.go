@@ -1,9 +1,12 @@
 // Package counter is the counter worker: one Worker per (family, partition) applies delta
-// batches to its in-RAM table, skipping every batch it has already applied (per source
-// partition, by the gap-free batch sequence), and every flush interval writes the ids
-// that changed together with its stream position and watermarks to Badger in one
-// transaction, then publishes their new values as one change event. Repeated deltas to
-// the same id within a window become one write and one change (+1 +1 +1 → +3).
+// batches to its in-RAM table through a hop.In — each source partition's batches
+// strictly in their gap-free order, a batch above a gap held (in the checkpoint) until
+// the gap fills, one already applied skipped however late it comes — and every flush
+// interval writes the ids that changed together with its stream position, marks and the
+// change events announcing their new values to Badger in one transaction. The change
+// events are published after the commit through a hop.Outbox, one checkpoint at a time,
+// and sent again at the next start when a crash came first. Repeated deltas to the same
+// id within a window become one write and one change (+1 +1 +1 → +3).
 //
 // Only the Run goroutine touches the table; queries reach it through a channel.
 package counter
