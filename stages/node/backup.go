@@ -34,7 +34,7 @@ func (n *Node) takeEvents(ctx context.Context) error {
 func (n *Node) startEvents(ctx context.Context, l *lease) (err error) {
 	from := "local"
 	if n.obs != nil {
-		if from, err = n.claim(ctx, eventsObject, cold.EventsPart()); err != nil {
+		if from, err = n.claim(ctx, n.eventsPiece(), l); err != nil {
 			l.release(ctx)
 			return fmt.Errorf("event stages: %w", err)
 		}
@@ -105,22 +105,14 @@ func (n *Node) backups(ctx context.Context) error {
 
 // backupEvents stores the event stages' state, then purges the log records it covers.
 func (n *Node) backupEvents(ctx context.Context, l *lease) (uint64, error) {
-	logs := make([]uint64, n.cfg.Partitions) // read before the backup: covered by it
-	for p := range logs {
-		st, _, err := cold.LoadStage(n.db, p)
-		if err != nil {
-			return 0, err
-		}
-		logs[p] = st.Log
-	}
-	info, err := n.store(ctx, eventsObject, cold.EventsPart(), l)
+	size, logs, err := n.store(ctx, n.eventsPiece(), l)
 	if err != nil {
 		return 0, err
 	}
 	if err := n.purgeLogs(ctx, logs); err != nil {
 		n.log.Warn("cannot purge the event-stage logs a backup covers", "err", err)
 	}
-	return info.Size, nil
+	return size, nil
 }
 
 // purgeLogs drops each event-stage log's records below the last one a stored backup

@@ -106,7 +106,7 @@ func TestFailover(t *testing.T) {
 	ref := newModel()
 	killAt, killed, backedUp := total/2, time.Time{}, false
 	js, _ := jetstream.New(nc)
-	obs, err := js.ObjectStore(ctx, "TALLY_STATE")
+	logs, err := js.Stream(ctx, "TALLY_LOG")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,8 +116,8 @@ func TestFailover(t *testing.T) {
 			if !backedUp {
 				// The first has stored a backup; a few more chunks go after it, then the kill.
 				natstest.Eventually(t, time.Minute, "a state backup in NATS", func() (bool, string) {
-					_, err := obs.GetInfo(ctx, "events")
-					return err == nil, fmt.Sprint(err)
+					m, err := logs.GetLastMsgForSubject(ctx, pipeline.NewSubjects("").BackupPointer("events"))
+					return err == nil && strings.Contains(string(m.Data), `"object"`), fmt.Sprint(err) // it names a backup
 				})
 				backedUp, killAt = true, total-2_000
 			} else {

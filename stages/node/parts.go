@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,7 +17,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tally-dev/tally/stages/counter"
-	"github.com/tally-dev/tally/store/cold"
 )
 
 // Counter partitions are spread over the live processes of a prefix. Each process
@@ -212,7 +210,7 @@ func (n *Node) startPart(ctx context.Context, p int) error {
 	pt := &part{p: p, lease: l}
 	from := "local"
 	if n.obs != nil {
-		if from, err = n.claim(ctx, counterObject(p), cold.CounterPart(n.families(), p)); err != nil {
+		if from, err = n.claim(ctx, n.counterPiece(p), l); err != nil {
 			l.release(ctx)
 			return fmt.Errorf("counter partition %d: %w", p, err)
 		}
@@ -280,75 +278,17 @@ func (n *Node) stopPart(p int, handover bool) {
 	pt.lease.release(ctx)
 }
 
-// backupPart stores partition p's state in the object store while its lease is certainly
-// held, then lets its workers purge the deltas the backup covers.
+// backupPart stores partition p's state in the object store while its lease is held,
+// then lets its workers purge the deltas the backup covers.
 func (n *Node) backupPart(ctx context.Context, pt *part) error {
 	pt.backup.Lock()
 	defer pt.backup.Unlock()
-	limits := make([]uint64, len(pt.workers))
-	for i, f := range n.cfg.Families { // positions read before the backup are covered by it
-		cp, err := cold.LoadCheckpoint(n.db, f.Name, pt.p)
-		if err != nil {
-			return err
-		}
-		limits[i] = cp.Pos
-	}
-	if _, err := n.store(ctx, counterObject(pt.p), cold.CounterPart(n.families(), pt.p), pt.lease); err != nil {
+	_, limits, err := n.store(ctx, n.counterPiece(pt.p), pt.lease)
+	if err != nil {
 		return err
 	}
 	for i, w := range pt.workers {
 		w.SetPurgeLimit(limits[i])
 	}
 	return nil
-}
-
-// store writes a backup of part under name while l is certainly held.
-func (n *Node) store(ctx context.Context, name string, part cold.Part, l *lease) (*jetstream.ObjectInfo, error) {
-	if !l.valid() {
-		return nil, fmt.Errorf("the lease %s is not certainly held", l.key)
-	}
-	pr, pw := io.Pipe()
-	read := make(chan struct{})
-	go func() {
-		defer close(read)
-		pw.CloseWithError(n.db.Backup(pw, part))
-	}()
-	info, err := n.obs.Put(ctx, jetstream.ObjectMeta{Name: name, Metadata: map[string]string{"owner": l.id, "lease": l.token()}}, pr)
-	pr.CloseWithError(err) // a Put that stopped reading ends the backup's writes
-	<-read                 // never reading the database after the caller (Close) closes it
-	return info, err
-}
-
-// claim makes this process the recorded owner of the state stored under name and
-// reports where its state comes from: "local" when this process was its last owner (or
-// nobody was), else "backup" restored from the object store, or "empty" when no backup
-// exists (the streams are then replayed from their start).
-func (n *Node) claim(ctx context.Context, name string, part cold.Part) (string, error) {
-	ownerName := "owner." + name
-	last, err := n.obs.GetString(ctx, ownerName)
-	if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
-		return "", fmt.Errorf("cannot read the last owner: %w", err)
-	}
-	from := "local"
-	if last != "" && last != n.owners.id {
-		start := time.Now()
-		obj, err := n.obs.Get(ctx, name)
-		switch {
-		case errors.Is(err, jetstream.ErrObjectNotFound):
-			from = "empty"
-			err = n.db.Clear(part)
-		case err == nil:
-			from = "backup"
-			err = n.db.Restore(obj, part, n.cfg.DataDir)
-			obj.Close()
-		}
-		if err != nil {
-			return "", fmt.Errorf("cannot restore %s: %w", name, err)
-		}
-		n.log.Info("took state over", "what", name, "from", from, "last owner", last, "took", time.Since(start))
-	}
-	if _, err := n.obs.PutString(ctx, ownerName, n.owners.id); err != nil {
-		return "", fmt.Errorf("cannot record the owner: %w", err)
-	}
-	return from, nil
 }

@@ -1,0 +1,233 @@
+package node
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/pipeline/natstest"
+	"github.com/tally-dev/tally/store/cold"
+)
+
+// backupRig is a NATS server with the streams and state bucket, and processes that own
+// counter partition 0 in turn: each has its own node id and Badger.
+type backupRig struct {
+	t   *testing.T
+	js  jetstream.JetStream
+	obs jetstream.ObjectStore
+	sj  pipeline.Subjects
+}
+
+func newBackupRig(t *testing.T) *backupRig {
+	t.Helper()
+	s := natstest.Start(t)
+	js, err := jetstream.New(natstest.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := pipeline.DefaultStreamConfig()
+	sc.Partitions = 2
+	if err := pipeline.Setup(t.Context(), js, sc); err != nil {
+		t.Fatal(err)
+	}
+	obs, err := js.CreateObjectStore(t.Context(), jetstream.ObjectStoreConfig{Bucket: sc.Subjects.StateBucket()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &backupRig{t: t, js: js, obs: obs, sj: sc.Subjects}
+}
+
+func (r *backupRig) process() *Node {
+	t := r.t
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.DataDir, cfg.Partitions = t.TempDir(), 2
+	log := slog.New(slog.DiscardHandler)
+	o, err := openOwners(t.Context(), r.js, r.sj.OwnersBucket(), 1, cfg.DataDir, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := cold.Open(cold.Options{Dir: filepath.Join(cfg.DataDir, "state"), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return &Node{cfg: cfg, subjects: r.sj, log: log, js: r.js, obs: r.obs, db: db, owners: o}
+}
+
+// take takes partition 0's lease for n, as a new owner does once the last one's expired.
+func (r *backupRig) take(n *Node) *lease {
+	r.t.Helper()
+	_ = n.owners.kv.Delete(r.t.Context(), counterKey(0)) // the last owner's lease expired
+	l, err := n.owners.take(r.t.Context(), counterKey(0))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return l
+}
+
+func (r *backupRig) claim(n *Node, l *lease) (string, error) {
+	return n.claim(r.t.Context(), n.counterPiece(0), l)
+}
+
+func (r *backupRig) backup(n *Node, l *lease) error {
+	_, _, err := n.store(r.t.Context(), n.counterPiece(0), l)
+	return err
+}
+
+// checkpoint stores partition 0 of the first family as applied up to pos.
+func (r *backupRig) checkpoint(n *Node, pos uint64) {
+	r.t.Helper()
+	fam := n.cfg.Families[0]
+	counts := make([]uint64, len(fam.Fields))
+	counts[0] = pos
+	cp := &cold.Checkpoint{Pos: pos, Marks: map[uint32]*cold.Mark{}}
+	if err := cold.SaveCounters(n.db, fam.Name, 0, []cold.Entry{{ID: 1, Counts: counts}}, cp, cold.Journal{}); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *backupRig) pos(n *Node) uint64 {
+	r.t.Helper()
+	cp, err := cold.LoadCheckpoint(n.db, n.cfg.Families[0].Name, 0)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return cp.Pos
+}
+
+func (r *backupRig) pointer(name string) (pointer, uint64) {
+	r.t.Helper()
+	st, err := r.js.Stream(r.t.Context(), r.sj.LogStream())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	m, err := st.GetLastMsgForSubject(r.t.Context(), r.sj.BackupPointer(name))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var p pointer
+	if err := json.Unmarshal(m.Data, &p); err != nil {
+		r.t.Fatal(err)
+	}
+	return p, m.Sequence
+}
+
+// An old owner that was paused after its lease check writes its backup after the new
+// owner claimed the partition, and again after the new owner's backup: neither becomes
+// current, and the next owner restores the new owner's backup. (Before pointers the old
+// owner's backup replaced the new one's under the same name: the next owner restored it
+// and lost what the new owner had applied and purged since.)
+func TestBackupFenced(t *testing.T) {
+	r := newBackupRig(t)
+	a, b, c := r.process(), r.process(), r.process()
+
+	la := r.take(a)
+	if from, err := r.claim(a, la); err != nil || from != "local" {
+		t.Fatalf("first claim: %q %v", from, err)
+	}
+	r.checkpoint(a, 10)
+	if err := r.backup(a, la); err != nil {
+		t.Fatal(err)
+	}
+
+	// a pauses after its lease check; its lease expires and b takes the partition over.
+	lb := r.take(b)
+	if from, err := r.claim(b, lb); err != nil || from != "backup" || r.pos(b) != 10 {
+		t.Fatalf("b's claim: %q %v, at %d, want a's backup at 10", from, err, r.pos(b))
+	}
+	r.checkpoint(a, 15)
+	if !la.valid() {
+		t.Fatal("the old owner's lease must still look held to it")
+	}
+	if err := r.backup(a, la); !errors.Is(err, errSuperseded) {
+		t.Fatalf("the old owner's backup after the new owner's claim: %v, want errSuperseded", err)
+	}
+	r.checkpoint(b, 20)
+	if err := r.backup(b, lb); err != nil {
+		t.Fatal(err)
+	}
+	r.checkpoint(a, 25)
+	if err := r.backup(a, la); !errors.Is(err, errSuperseded) {
+		t.Fatalf("the old owner's backup after the new owner's: %v, want errSuperseded", err)
+	}
+	if p, _ := r.pointer(counterObject(0)); p.Owner != b.owners.id || p.Lease != lb.acquired || p.Taken != lb.token() {
+		t.Fatalf("pointer %+v, want b's backup (lease %s)", p, lb.token())
+	}
+
+	// b dies; c takes over from b's backup.
+	lc := r.take(c)
+	if from, err := r.claim(c, lc); err != nil || from != "backup" {
+		t.Fatalf("c's claim: %q %v", from, err)
+	}
+	if got := r.pos(c); got != 20 {
+		t.Fatalf("c restored a backup at %d, want b's at 20", got)
+	}
+	// Only the current backup is kept: the superseded ones were dropped.
+	objs, err := r.obs.List(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := r.pointer(counterObject(0)); len(objs) != 1 || objs[0].Name != p.Object {
+		var names []string
+		for _, o := range objs {
+			names = append(names, o.Name)
+		}
+		t.Fatalf("objects %v, want only the current %s", names, p.Object)
+	}
+}
+
+// A restore follows the pointer and refuses a backup that is gone or older than the
+// pointer says, rather than starting from it or from nothing.
+func TestRestoreRefusesStale(t *testing.T) {
+	r := newBackupRig(t)
+	a, b := r.process(), r.process()
+	la := r.take(a)
+	if _, err := r.claim(a, la); err != nil {
+		t.Fatal(err)
+	}
+	r.checkpoint(a, 10)
+	if err := r.backup(a, la); err != nil {
+		t.Fatal(err)
+	}
+	good, _ := r.pointer(counterObject(0))
+	for _, tc := range []struct {
+		what string
+		edit func(p *pointer)
+	}{
+		{"older than the pointer says", func(p *pointer) { p.Pos[0] = 11 }},
+		{"taken under another lease", func(p *pointer) { p.Taken = "other.1" }},
+		{"gone", func(p *pointer) { p.Object += ".gone" }},
+	} {
+		p, seq := r.pointer(counterObject(0))
+		bad := good
+		bad.Pos = append([]uint64(nil), good.Pos...)
+		bad.Owner, bad.Lease = a.owners.id, p.Lease
+		tc.edit(&bad)
+		data, _ := json.Marshal(bad)
+		if _, err := r.js.Publish(t.Context(), r.sj.BackupPointer(counterObject(0)), data, jetstream.WithExpectLastSequencePerSubject(seq)); err != nil {
+			t.Fatal(err)
+		}
+		lb := r.take(b)
+		if from, err := r.claim(b, lb); !errors.Is(err, ErrStaleBackup) {
+			t.Fatalf("restore of a backup %s: %q %v, want ErrStaleBackup", tc.what, from, err)
+		}
+	}
+	// The pointer kept a as the last owner: with a good pointer, b restores.
+	p, seq := r.pointer(counterObject(0))
+	good.Lease = p.Lease
+	data, _ := json.Marshal(good)
+	if _, err := r.js.Publish(t.Context(), r.sj.BackupPointer(counterObject(0)), data, jetstream.WithExpectLastSequencePerSubject(seq)); err != nil {
+		t.Fatal(err)
+	}
+	lb := r.take(b)
+	if from, err := r.claim(b, lb); err != nil || from != "backup" || r.pos(b) != 10 {
+		t.Fatalf("restore of the good backup: %q %v at %d", from, err, r.pos(b))
+	}
+}
