@@ -17,7 +17,9 @@ type StreamConfig struct {
 	// DupWindow is how long JetStream remembers a Nats-Msg-Id to drop a re-sent event.
 	DupWindow time.Duration
 	// EventsMaxAge and DeltasMaxAge bound how long events and deltas are kept; a stage or
-	// worker down for longer than this loses what it had not consumed.
+	// worker down for longer than this loses what it had not consumed. An EventsMaxAge of
+	// 0 keeps the existing events stream's (what an operator set with nats stream edit),
+	// or DefaultEventsMaxAge for a new stream.
 	EventsMaxAge time.Duration
 	DeltasMaxAge time.Duration
 	// ChangesMaxAge bounds the change stream, which is only for watchers.
@@ -33,7 +35,7 @@ func DefaultStreamConfig() StreamConfig {
 		Partitions:    16,
 		Replicas:      1,
 		DupWindow:     2 * time.Minute,
-		EventsMaxAge:  7 * 24 * time.Hour,
+		EventsMaxAge:  DefaultEventsMaxAge,
 		DeltasMaxAge:  7 * 24 * time.Hour,
 		ChangesMaxAge: time.Hour,
 		DLQMaxAge:     30 * 24 * time.Hour,
@@ -73,6 +75,9 @@ func (c StreamConfig) Streams() []jetstream.StreamConfig {
 	return []jetstream.StreamConfig{ev, de, ch, dl, lg}
 }
 
+// DefaultEventsMaxAge is how long a new events stream keeps events.
+const DefaultEventsMaxAge = 7 * 24 * time.Hour
+
 // Setup creates the streams or updates them to the configuration. It is idempotent. It
 // refuses to change the partition count of an existing events stream: that would move
 // keys between partitions while older events are still in the stream.
@@ -84,12 +89,18 @@ func Setup(ctx context.Context, js jetstream.JetStream, c StreamConfig) error {
 	st, err := js.Stream(ctx, c.Subjects.EventsStream())
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
+		if c.EventsMaxAge == 0 {
+			c.EventsMaxAge = DefaultEventsMaxAge
+		}
 	case err != nil:
 		return fmt.Errorf("cannot look up stream %s: %w", c.Subjects.EventsStream(), err)
 	default:
 		if tr := st.CachedInfo().Config.SubjectTransform; tr != nil && tr.Destination != want {
 			return fmt.Errorf("%w: stream %s routes by %q, this configuration by %q",
 				ErrPartitions, c.Subjects.EventsStream(), tr.Destination, want)
+		}
+		if c.EventsMaxAge == 0 { // an operator's retention survives a restart
+			c.EventsMaxAge = st.CachedInfo().Config.MaxAge
 		}
 	}
 	for _, sc := range c.Streams() {

@@ -18,15 +18,19 @@ import (
 // until ctx ends. It returns the exit code: 0 on a clean stop, 1 on failure, 2 on bad
 // flags.
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
-	cfg, level, err := parse(args, getenv, stderr)
+	cfg, logs, err := parse(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if errors.Is(err, errVersion) {
+		fmt.Fprintln(stderr, version())
 		return 0
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "tallyd:", err)
 		return 2
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	log := logs.logger(stderr)
 	if err := node.Run(ctx, cfg, log); err != nil {
 		log.Error("tallyd stopped", "err", err)
 		return 1
@@ -35,19 +39,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	return 0
 }
 
-func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Config, slog.Level, error) {
+// parse reads the flags, each of which may also be set by its environment variable
+// (setFromEnv); a flag on the command line wins.
+func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Config, logConfig, error) {
 	cfg := node.DefaultConfig()
 	fs := flag.NewFlagSet("tallyd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	env := func(name, def string) string {
-		if v := getenv(name); v != "" {
-			return v
-		}
-		return def
-	}
-	fs.StringVar(&cfg.DataDir, "data", env("TALLY_DATA", cfg.DataDir), "data directory: Badger state and the embedded NATS store (TALLY_DATA)")
-	fs.StringVar(&cfg.Listen, "listen", env("TALLY_LISTEN", cfg.Listen), "address of the embedded NATS server (TALLY_LISTEN)")
-	fs.StringVar(&cfg.NATSURL, "nats", env("TALLY_NATS", ""), "join these NATS servers (comma-separated URLs) instead of embedding one (TALLY_NATS)")
+	fs.StringVar(&cfg.DataDir, "data", cfg.DataDir, "data directory: Badger state and the embedded NATS store")
+	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address of the embedded NATS server")
+	fs.StringVar(&cfg.NATSURL, "nats", "", "join these NATS servers (comma-separated URLs) instead of embedding one")
 	fs.IntVar(&cfg.Partitions, "partitions", cfg.Partitions, "number of partitions; fixed once the streams exist")
 	fs.StringVar(&cfg.Prefix, "prefix", cfg.Prefix, "subject prefix")
 	fs.DurationVar(&cfg.FlushInterval, "flush", cfg.FlushInterval, "coalescing window: counters are written and announced at most this often")
@@ -56,48 +56,50 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 	fs.BoolVar(&cfg.SyncWrites, "sync", cfg.SyncWrites, "fsync every Badger commit (exact across power loss, slower)")
 	fs.StringVar(&cfg.Table, "table", cfg.Table, "in-RAM counter table: hot (packed, ~13 B a post) or map (a Go map, the reference)")
 	fs.IntVar(&cfg.FanoutLimit, "fanout-limit", cfg.FanoutLimit, "most followers a post is pushed to; above it readers pull")
-	fs.StringVar(&cfg.Metrics, "metrics", env("TALLY_METRICS", ""), "serve /metrics and /healthz on this address, e.g. 127.0.0.1:9464 (TALLY_METRICS)")
+	fs.StringVar(&cfg.Metrics, "metrics", "", "serve /metrics and /healthz on this address, e.g. 127.0.0.1:9464")
 	fs.DurationVar(&cfg.ColdAge, "cold-age", cfg.ColdAge, "move counters of ids older than this (by snowflake time) from RAM to the cold tier; 0 keeps them")
 	fs.Int64Var(&cfg.IDEpoch, "id-epoch", cfg.IDEpoch, "Unix time in ms that an id's snowflake time (id >> 22) counts from")
-	fs.Func("hot-max-mem", "bound the RAM of the counter tables, e.g. 8GiB (TALLY_HOT_MAX_MEM); above it the least recently used ids move to the cold tier; 0 is unbounded", func(v string) error {
+	fs.Func("hot-max-mem", "bound the RAM of the counter tables, e.g. 8GiB; above it the least recently used ids move to the cold tier; 0 is unbounded", func(v string) error {
 		n, err := parseBytes(v)
 		cfg.HotMaxMem = n
 		return err
 	})
 	fs.IntVar(&cfg.ColdCache, "cold-cache", cfg.ColdCache, "most cold ids whose counters stay in RAM after a read")
 	fs.BoolVar(&cfg.Snapshots, "snapshots", cfg.Snapshots, "keep hot-table snapshots in <data>/snapshots for a fast restart")
-	fs.BoolVar(&cfg.Join, "join", env("TALLY_JOIN", "") != "", "share the counter partitions with the other tallyd of the prefix and take the event stages over when their owner stops or dies, instead of refusing to start (TALLY_JOIN; needs --backup-every)")
+	fs.BoolVar(&cfg.Join, "join", cfg.Join, "share the counter partitions with the other tallyd of the prefix and take the event stages over when their owner stops or dies, instead of refusing to start (needs --backup-every)")
 	fs.DurationVar(&cfg.BackupEvery, "backup-every", cfg.BackupEvery, "back the state up to the NATS object store <PREFIX>_STATE this often and log every event-stage transaction, so partitions can move to another machine; 0 never")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", cfg.LeaseTTL, "how long an ownership lease outlives a dead owner")
 	// Hidden (not in -h): for the chaos test only, which runs tallyd with failing,
 	// delayed and reordered internal publishes.
-	fs.StringVar(&cfg.PublishFaults, "test-publish-faults", env("TALLY_TEST_PUBLISH_FAULTS", ""), "")
+	fs.StringVar(&cfg.PublishFaults, "test-publish-faults", "", "")
 	fs.Usage = func() { usage(fs, stderr) }
-	levelName := fs.String("log-level", env("TALLY_LOG_LEVEL", "info"), "debug, info, warn or error (TALLY_LOG_LEVEL)")
-	if v := getenv("TALLY_HOT_MAX_MEM"); v != "" {
-		n, err := parseBytes(v)
-		if err != nil {
-			return cfg, 0, fmt.Errorf("TALLY_HOT_MAX_MEM: %w", err)
-		}
-		cfg.HotMaxMem = n
+	fs.DurationVar(&cfg.EventsMaxAge, "events-max-age", cfg.EventsMaxAge, "keep events this long (the events stream's max age); 0 keeps the stream's as it is (7 days when new, or what nats stream edit set)")
+	var logs logConfig
+	fs.TextVar(&logs.level, "log-level", slog.LevelInfo, "debug, info, warn or error")
+	fs.StringVar(&logs.format, "log-format", "text", "text or json")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	if err := setFromEnv(fs, getenv); err != nil {
+		return cfg, logs, err
 	}
 	if err := fs.Parse(args); err != nil {
-		return cfg, 0, err
+		return cfg, logs, err
+	}
+	if *showVersion {
+		return cfg, logs, errVersion
 	}
 	if fs.NArg() > 0 {
-		return cfg, 0, fmt.Errorf("unexpected argument %q (flags only; see -h)", fs.Arg(0))
+		return cfg, logs, fmt.Errorf("unexpected argument %q (flags only; see -h)", fs.Arg(0))
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*levelName)); err != nil {
-		return cfg, 0, fmt.Errorf("log level %q: %w", *levelName, err)
+	if logs.format != "text" && logs.format != "json" {
+		return cfg, logs, fmt.Errorf("log format %q: text or json", logs.format)
 	}
 	if cfg.FlushInterval < time.Millisecond {
-		return cfg, 0, fmt.Errorf("flush %v is too short (at least 1ms)", cfg.FlushInterval)
+		return cfg, logs, fmt.Errorf("flush %v is too short (at least 1ms)", cfg.FlushInterval)
 	}
 	if cfg.Partitions < 1 {
-		return cfg, 0, fmt.Errorf("partitions %s: must be at least 1", strconv.Itoa(cfg.Partitions))
+		return cfg, logs, fmt.Errorf("partitions %s: must be at least 1", strconv.Itoa(cfg.Partitions))
 	}
-	return cfg, level, nil
+	return cfg, logs, nil
 }
 
 // usage prints every flag but the hidden test-only ones (test-*).

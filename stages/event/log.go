@@ -124,7 +124,7 @@ func (s *Stage) replay(ctx context.Context, r *flow.Reader, c *coalescer) error 
 		}
 		records++
 	}
-	s.log.Info("replayed the partition's log", "records", records, "position", s.st.Pos, "took", time.Since(start))
+	s.log.Debug("replayed the partition's log", "records", records, "position", s.st.Pos, "took", time.Since(start))
 	return nil
 }
 

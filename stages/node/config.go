@@ -24,6 +24,9 @@ type Config struct {
 	// Replicas of every stream; 0 is 3 on a NATS cluster of three or more servers, else 1.
 	Replicas  int
 	DupWindow time.Duration
+	// EventsMaxAge is how long the events stream keeps events; 0 keeps the existing
+	// stream's (an operator's nats stream edit survives a restart), 7 days for a new one.
+	EventsMaxAge time.Duration
 	// SyncWrites fsyncs every Badger commit (exact across power loss, slower).
 	SyncWrites bool
 	// Table picks the in-RAM counter table: "map" (a Go map) or "hot" (packed).
@@ -115,8 +118,8 @@ func (c Config) validate() error {
 	if c.LeaseTTL < 300*time.Millisecond {
 		return fmt.Errorf("lease TTL %v is too short (at least 300ms)", c.LeaseTTL)
 	}
-	if c.ColdAge < 0 || c.HotMaxMem < 0 || c.ColdCache < 0 {
-		return fmt.Errorf("cold age, hot memory and cold cache must not be negative")
+	if c.ColdAge < 0 || c.HotMaxMem < 0 || c.ColdCache < 0 || c.EventsMaxAge < 0 {
+		return fmt.Errorf("cold age, hot memory, cold cache and events max age must not be negative")
 	}
 	if c.Join && c.BackupEvery <= 0 {
 		return fmt.Errorf("partitions move between the processes that join through state backups in NATS: --join needs --backup-every")
@@ -138,5 +141,6 @@ func (c Config) streams() pipeline.StreamConfig {
 	if c.DupWindow > 0 {
 		sc.DupWindow = c.DupWindow
 	}
+	sc.EventsMaxAge = c.EventsMaxAge // 0: Setup keeps the stream's
 	return sc
 }

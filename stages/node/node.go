@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -193,8 +194,35 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 			return nil, err
 		}
 	}
-	log.Info("tally running", "nats", natsconn.Redacted(url), "partitions", cfg.Partitions, "owned", len(n.Parts()), "events", n.Events(), "families", len(cfg.Families), "data", cfg.DataDir)
+	// The one line a start prints at INFO: what this process owns. Each partition's
+	// loading is at DEBUG.
+	log.Info("tally running", "nats", natsconn.Redacted(url), "counter_partitions", spans(n.Parts()), "of", cfg.Partitions,
+		"event_stages", n.Events(), "families", len(cfg.Families), "data", cfg.DataDir)
 	return n, nil
+}
+
+// spans writes sorted partition numbers as ranges: 0-3,6,9-15.
+func spans(ps []int) string {
+	ps = slices.Sorted(slices.Values(ps))
+	var b strings.Builder
+	for i := 0; i < len(ps); {
+		j := i
+		for j+1 < len(ps) && ps[j+1] == ps[j]+1 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(ps[i]))
+		if j > i {
+			b.WriteString("-" + strconv.Itoa(ps[j]))
+		}
+		i = j + 1
+	}
+	if b.Len() == 0 {
+		return "none"
+	}
+	return b.String()
 }
 
 func (n *Node) embed() (*server.Server, error) {
