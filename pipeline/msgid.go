@@ -37,9 +37,13 @@ func LogMsgID(p int, pos uint64, owner string) string {
 }
 
 // ChangeMsgID names part of the change events of counter partition family/p's
-// checkpoint cp.
-func ChangeMsgID(family string, p int, cp uint64, part int) string {
-	return fmt.Sprintf("chg.%s.%d.%d.%d", family, p, cp, part)
+// checkpoint at deltas-stream position pos. The position, not the checkpoint's number:
+// an owner that restored an older backup numbers its next checkpoints as the last owner
+// did, at other positions and with other ids in them, and a message dropped as a
+// duplicate of one with other content would hide a change from every mirror; the values
+// at one position are the same whoever computed them.
+func ChangeMsgID(family string, p int, pos uint64, part int) string {
+	return fmt.Sprintf("chg.%s.%d.%d.%d", family, p, pos, part)
 }
 
 // BatchMsgID names part n of a client batch tx that the client split for partition p.

@@ -11,7 +11,7 @@ import (
 
 // Change events go through an outbox: a checkpoint writes them to Badger in its own
 // transaction and they are published after the commit, under ids fixed by the
-// checkpoint (pipeline.ChangeMsgID), so a crash in between leaves them to be sent at the
+// checkpoint's position (pipeline.ChangeMsgID), so a crash in between leaves them to be sent at the
 // next start — by this process or by whichever restores the partition's backup —
 // instead of never announcing those ids.
 //
@@ -69,7 +69,7 @@ func (w *Worker) loadChanges() error {
 }
 
 // changeEntries makes the change events announcing entries, the ids checkpoint cp
-// writes.
+// writes at the worker's position.
 func (w *Worker) changeEntries(cp uint64, entries []cold.Entry) ([]cold.OutboxEntry, error) {
 	size := max(w.cfg.MaxChange, (len(entries)+maxParts-1)/maxParts)
 	var out []cold.OutboxEntry
@@ -87,7 +87,7 @@ func (w *Worker) changeEntries(cp uint64, entries []cold.Entry) ([]cold.OutboxEn
 		out = append(out, cold.OutboxEntry{
 			Seq:     changeSeq(cp, part),
 			Subject: w.cfg.Subjects.Change(w.cfg.Family.Name, w.cfg.Partition),
-			MsgID:   pipeline.ChangeMsgID(w.cfg.Family.Name, w.cfg.Partition, cp, part),
+			MsgID:   pipeline.ChangeMsgID(w.cfg.Family.Name, w.cfg.Partition, w.cp.Pos, part),
 			Data:    data,
 		})
 	}
