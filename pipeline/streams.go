@@ -68,10 +68,12 @@ func (c StreamConfig) Streams() []jetstream.StreamConfig {
 	ch.Description = "Tally count changes, one message per partition per flush"
 	dl := base(s.DLQStream(), s.Prefix+".dlq.>", c.DLQMaxAge)
 	dl.Description = "Tally dead letters: malformed events with the reason"
-	// A log record is needed until a state backup covers it, and never longer than the
-	// events it was made from are kept.
-	lg := base(s.LogStream(), s.Prefix+".log.>", c.EventsMaxAge)
-	lg.Description = "Tally event-stage logs: each partition's transactions, fenced by the last sequence"
+	// The log never ages out: state backups purge what they cover, and always keep each
+	// partition's last record, which the next append expects — an idle partition's would
+	// otherwise expire and fence its own owner at every start. The backup pointers
+	// (Subjects.BackupPointer) live here too, for the same reason.
+	lg := base(s.LogStream(), s.Prefix+".log.>", 0)
+	lg.Description = "Tally event-stage logs: each partition's transactions, fenced by the last sequence; state backup pointers"
 	return []jetstream.StreamConfig{ev, de, ch, dl, lg}
 }
 

@@ -33,18 +33,31 @@ func (s *Stage) appendLog(ctx context.Context, rec *cold.LogRecord) (uint64, err
 	msg := &nats.Msg{Subject: s.cfg.Subjects.Log(p), Data: data,
 		Header: nats.Header{jetstream.MsgIDHeader: []string{fmt.Sprintf("log.%d.%d.%s", p, rec.State.Pos, s.cfg.Owner)}}}
 	backoff := 50 * time.Millisecond
+	expect := s.st.Log
 	for {
 		if s.cfg.Valid != nil && !s.cfg.Valid() {
 			return 0, fmt.Errorf("%w: the ownership lease is not certainly held", ErrFenced)
 		}
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		ack, err := s.js.PublishMsg(pctx, msg, jetstream.WithExpectLastSequencePerSubject(s.st.Log))
+		ack, err := s.js.PublishMsg(pctx, msg, jetstream.WithExpectLastSequencePerSubject(expect))
 		cancel()
 		switch {
 		case err == nil:
 			return ack.Sequence, nil
 		case flow.Fenced(err):
-			return 0, fmt.Errorf("%w (expected record %d last): %w", ErrFenced, s.st.Log, err)
+			// Another owner's records come after ours. A log whose last record is older
+			// than ours lost ours (aged out under an older stream configuration, purged by
+			// hand): no owner wrote since, and the partition goes on after what it holds.
+			last, lerr := flow.LastSeq(ctx, s.js, s.cfg.Subjects.LogStream(), msg.Subject)
+			if lerr == nil && last >= expect {
+				return 0, fmt.Errorf("%w (expected record %d last): %w", ErrFenced, expect, err)
+			}
+			if lerr == nil {
+				s.log.Warn("the partition's last log record is gone; appending after what the log holds", "partition", p, "record", expect, "log last", last)
+				expect = last
+				continue
+			}
+			err = lerr
 		case ctx.Err() != nil:
 			return 0, ctx.Err()
 		}
