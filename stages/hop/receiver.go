@@ -14,9 +14,12 @@ const (
 	// DefaultMaxHeld is the most batches held above a gap per source.
 	DefaultMaxHeld = 4096
 	// DefaultMaxHeldBytes bounds the payloads held by one In over all its sources. They
-	// are stored with the destination's state in one Badger transaction, which must stay
-	// well under Badger's limit (15 % of a 32 MiB memtable).
-	DefaultMaxHeldBytes = 1 << 20
+	// are rewritten with the destination's state at every commit while a gap lasts, and
+	// held in RAM. (A state value past Badger's value threshold, 1 MiB, goes to its value
+	// log and counts as a pointer towards the transaction's size limit, so the bound is
+	// one of cost, not of what a transaction accepts.) A sender has at most its outbox's
+	// MaxInflight messages above a publish being retried: a gap that fills is far below it.
+	DefaultMaxHeldBytes = 32 << 20
 )
 
 // InStats counts what a receiver did; safe to read from any goroutine and shareable by
