@@ -123,21 +123,28 @@ func (n *Node) rebalance(ctx context.Context) error {
 	return nil
 }
 
-// renew renews this process's membership and the leases of its counter partitions; a
-// partition whose lease is lost stops at once, without a backup.
+// renew renews this process's membership and the leases of its counter partitions, each
+// on its own: a renewal left unanswered (a NATS leader election) is retried until its
+// TTL, and must not hold the others up. A partition whose lease is lost stops at once,
+// without a backup.
 func (n *Node) renew(ctx context.Context) error {
 	o := n.owners
-	if _, err := o.kv.Put(ctx, memberPrefix+o.id, o.value); err != nil {
-		return fmt.Errorf("cannot renew the membership: %w", err)
-	}
+	var wg sync.WaitGroup
 	for _, pt := range n.heldParts() {
-		err := pt.lease.renew(ctx)
-		if errors.Is(err, errLost) {
-			n.log.Error("counter partition lease lost; stopping the partition", "partition", pt.p, "err", err)
-			n.wg.Go(func() { n.stopPart(pt.p, false) }) // its workers' last flush must not hold the other renewals up
-		} else if err != nil {
-			n.log.Warn("cannot renew a counter partition lease yet", "partition", pt.p, "err", err)
-		}
+		wg.Go(func() {
+			err := pt.lease.renew(ctx)
+			if errors.Is(err, errLost) {
+				n.log.Error("counter partition lease lost; stopping the partition", "partition", pt.p, "err", err)
+				n.wg.Go(func() { n.stopPart(pt.p, false) }) // its workers' last flush must not hold the other renewals up
+			} else if err != nil {
+				n.log.Warn("cannot renew a counter partition lease yet", "partition", pt.p, "err", err)
+			}
+		})
+	}
+	_, err := o.kv.Put(ctx, memberPrefix+o.id, o.value)
+	wg.Wait()
+	if err != nil {
+		return fmt.Errorf("cannot renew the membership: %w", err)
 	}
 	return nil
 }
