@@ -36,6 +36,9 @@ type OutboxOptions struct {
 	// the connection drops, but a publish lost in a server restart without a disconnect
 	// being seen (or an ack lost on the way) would otherwise hold the sender for ever.
 	AckTimeout time.Duration
+	// Backoff and MaxBackoff space the re-sends of failed publishes while Send or Reap
+	// waits (defaults 50 ms, doubling up to 2 s), so an absent server is not hammered.
+	Backoff, MaxBackoff time.Duration
 	// Permanent is told of an entry that can never be stored as it is — no stream
 	// captures its subject, it is larger than the server or the stream accepts — and
 	// returns what to publish in its place (a dead letter saying why), or nil to drop
@@ -76,6 +79,12 @@ func NewOutbox(p Publisher, opts OutboxOptions) *Outbox {
 	}
 	if opts.AckTimeout <= 0 {
 		opts.AckTimeout = 10 * time.Second
+	}
+	if opts.Backoff <= 0 {
+		opts.Backoff = 50 * time.Millisecond
+	}
+	if opts.MaxBackoff <= 0 {
+		opts.MaxBackoff = 2 * time.Second
 	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
@@ -123,7 +132,7 @@ func (o *Outbox) Reap(ctx context.Context, wait bool) error {
 
 // reap waits until at most left entries are outstanding.
 func (o *Outbox) reap(ctx context.Context, left int) error {
-	backoff := 50 * time.Millisecond
+	backoff := o.opts.Backoff
 	for {
 		if err := o.collect(ctx, left); err != nil {
 			return err
@@ -131,14 +140,13 @@ func (o *Outbox) reap(ctx context.Context, left int) error {
 		if len(o.inflight) <= left {
 			return nil
 		}
-		// Only failures are left to send again: after a pause, so that an absent
-		// server is not hammered.
+		// Only failures are left to send again: after a pause.
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		backoff = min(2*backoff, 2*time.Second)
+		backoff = min(2*backoff, o.opts.MaxBackoff)
 		o.resend(ctx)
 	}
 }
