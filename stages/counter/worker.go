@@ -216,6 +216,8 @@ func (w *Worker) Get(ctx context.Context, ids []uint64, out [][]uint64) error {
 // Run loads the checkpoint, replays the stream after it, and applies deltas until ctx
 // ends, when it flushes once more.
 func (w *Worker) Run(ctx context.Context) error {
+	// The batches the loaded marks hold are counted in Stats.Hop.Held until Close.
+	defer w.in.Close()
 	if err := w.load(); err != nil {
 		return err
 	}
@@ -226,7 +228,6 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer r.Stop()
 	w.ready.Store(true)
 	defer w.ready.Store(false)
-	defer w.in.Close()
 	defer w.unaccount()
 	defer w.purges.Wait()
 	defer w.waitSnapshot()
