@@ -1,0 +1,359 @@
+package node_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tally-dev/tally/pipeline"
+)
+
+// chaosModel extends the reference model (counts, relations, notifications) with what the
+// chaos workload adds — messages, reads by kind, system notices, incr, feed unread — and
+// keeps everything in the events stream's order: pos numbers the events as stored.
+type chaosModel struct {
+	*model
+	pos      int
+	system   int
+	sysSeen  map[uint64]int
+	followed map[[2]uint64]int // (reader, author) → position of the follow
+	posted   map[uint64][]int  // author → positions of their posts
+	feedRead map[uint64]int
+	byType   map[string]int
+}
+
+func newChaosModel() *chaosModel {
+	return &chaosModel{model: newModel(), sysSeen: map[uint64]int{}, followed: map[[2]uint64]int{},
+		posted: map[uint64][]int{}, feedRead: map[uint64]int{}, byType: map[string]int{}}
+}
+
+var notifyIndex = map[string]int{"comment": 0, "mention": 1, "like": 2, "dm": 3}
+
+func (m *chaosModel) apply(e pipeline.Event) {
+	m.pos++
+	m.byType[e.Type]++
+	uid, target := uint64(e.UID), uint64(e.Target)
+	switch e.Type {
+	case "dm":
+		if uid != target {
+			row(m.unread, target)[3]++
+		}
+	case "read":
+		kinds := e.Kinds
+		if len(kinds) == 0 {
+			kinds = pipeline.UnreadKinds()
+		}
+		for _, k := range kinds {
+			switch k {
+			case "feed":
+				m.feedRead[uid] = m.pos
+			case "system":
+				m.sysSeen[uid] = m.system
+			default:
+				row(m.unread, uid)[notifyIndex[k]] = 0
+			}
+		}
+	case "system":
+		m.system++
+	case "incr":
+		if e.Family == "post" {
+			row(m.post, uint64(e.ID))[3] += uint64(e.N)
+		} else {
+			row(m.user, uint64(e.ID))[2] += uint64(e.N)
+		}
+	case "follow":
+		if !m.follows[[2]uint64{uid, target}] && uid != target {
+			m.followed[[2]uint64{uid, target}] = m.pos
+		}
+		m.model.apply(e)
+	case "unfollow":
+		delete(m.followed, [2]uint64{uid, target})
+		m.model.apply(e)
+	case "post":
+		m.posted[uid] = append(m.posted[uid], m.pos)
+		m.model.apply(e)
+	default:
+		m.model.apply(e)
+	}
+}
+
+// want is a user's unread counts: notifications, system notices since their last
+// system read, and posts of the accounts they follow stored after both the follow and
+// their last feed read.
+func (m *chaosModel) want(u uint64) pipeline.Unread {
+	var w pipeline.Unread
+	if n := m.unread[u]; n != nil {
+		w.Comment, w.Mention, w.Like, w.DM = n[0], n[1], n[2], n[3]
+	}
+	w.System = uint64(m.system - m.sysSeen[u])
+	for k, since := range m.followed {
+		if k[0] != u {
+			continue
+		}
+		for _, p := range m.posted[k[1]] {
+			if p > max(since, m.feedRead[u]) {
+				w.Feed++
+			}
+		}
+	}
+	return w
+}
+
+// storedEvents reads the whole events stream in order and applies to m every event a
+// producer of the test stored (message ids starting with "chaos."), skipping what Tally
+// itself re-published there (forwarded events, copies of notices). It returns the
+// events stored per producer transaction (by distinct message id), and how many
+// messages were stored more than once (a producer's retry after the duplicate window).
+func storedEvents(ctx context.Context, js jetstream.JetStream, sj pipeline.Subjects, m *chaosModel) (perTx map[string]int, msgs, again int, err error) {
+	st, err := js.Stream(ctx, sj.EventsStream())
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	last := st.CachedInfo().State.LastSeq
+	cons, err := js.OrderedConsumer(ctx, sj.EventsStream(), jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	perTx, seen := map[string]int{}, map[string]bool{}
+	for seq := uint64(0); seq < last; {
+		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		n := 0
+		for msg := range batch.Messages() {
+			n++
+			md, err := msg.Metadata()
+			if err != nil {
+				return nil, 0, 0, err
+			}
+			seq = md.Sequence.Stream
+			id := msg.Headers().Get(jetstream.MsgIDHeader)
+			if !strings.HasPrefix(id, "chaos.") {
+				continue
+			}
+			parts := strings.Split(msg.Subject(), ".") // <prefix>.ep.<p>.<type>.<key>
+			evs, bad, err := pipeline.DecodeEvents(parts[len(parts)-2], msg.Data(), msg.Headers(), pipeline.DefaultFamilies())
+			if err != nil || len(bad) > 0 {
+				return nil, 0, 0, fmt.Errorf("stored message %s at %d does not decode: %v %v", id, seq, err, bad)
+			}
+			msgs++
+			tx := strings.Join(strings.SplitN(id, ".", 3)[:2], ".")
+			if seen[id] {
+				again++
+			} else {
+				seen[id] = true
+				perTx[tx] += len(evs)
+			}
+			for _, e := range evs {
+				m.apply(e)
+			}
+		}
+		if batch.Error() != nil {
+			return nil, 0, 0, batch.Error()
+		}
+		if n == 0 {
+			return nil, 0, 0, fmt.Errorf("events stream read up to %d of %d", seq, last)
+		}
+	}
+	return perTx, msgs, again, nil
+}
+
+// changeMirror reads the whole changes stream in order and keeps the last value per id
+// of each family, as a subscriber to tally.chg.* would.
+func changeMirror(ctx context.Context, js jetstream.JetStream, sj pipeline.Subjects) (map[string]map[uint64][]uint64, int, error) {
+	mirror := map[string]map[uint64][]uint64{}
+	st, err := js.Stream(ctx, sj.ChangesStream())
+	if err != nil {
+		return nil, 0, err
+	}
+	last := st.CachedInfo().State.LastSeq
+	cons, err := js.OrderedConsumer(ctx, sj.ChangesStream(), jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return nil, 0, err
+	}
+	msgs := 0
+	for seq := uint64(0); seq < last; {
+		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return nil, 0, err
+		}
+		n := 0
+		for msg := range batch.Messages() {
+			n++
+			md, err := msg.Metadata()
+			if err != nil {
+				return nil, 0, err
+			}
+			seq = md.Sequence.Stream
+			parts := strings.Split(msg.Subject(), ".") // <prefix>.chg.<family>.<p>
+			fam := parts[len(parts)-2]
+			var ch pipeline.Change
+			if err := pipeline.Unmarshal(msg.Data(), false, &ch); err != nil {
+				return nil, 0, fmt.Errorf("change event at %d: %w", seq, err)
+			}
+			msgs++
+			if mirror[fam] == nil {
+				mirror[fam] = map[uint64][]uint64{}
+			}
+			for i, id := range ch.IDs {
+				mirror[fam][uint64(id)] = ch.Counts[i]
+			}
+		}
+		if batch.Error() != nil {
+			return nil, 0, batch.Error()
+		}
+		if n == 0 {
+			return nil, 0, fmt.Errorf("changes stream read up to %d of %d", seq, last)
+		}
+	}
+	return mirror, msgs, nil
+}
+
+// chaosGen makes the chaos workload. Users 1..quiet read notifications only in quiet
+// phases (everything before applied, nothing else in flight), so their unread counts
+// are exact whatever the interleaving; users after them (racing) read at any time,
+// mixed with the notifications they get from other partitions. Forward users, after
+// both, make their relations only through raw batches (so they are forwarded to their
+// own partition), in two halves taking turns: a half relates in one cycle and undoes
+// some of that in the next, directly, once everything forwarded has been applied.
+type chaosGen struct {
+	r                  *rand.Rand
+	quiet, racing, fwd int
+	posts              int
+	comment            uint64
+	made, undo         [][2]uint64 // forward relations (like: post, follow: target) of this cycle, of the last
+	madeKind, undoKind []string
+	cycle              int
+	tx                 int
+}
+
+func (g *chaosGen) users() int { return g.quiet + g.racing + g.fwd }
+
+// actor is a quiet or racing user.
+func (g *chaosGen) actor() pipeline.ID { return pipeline.ID(1 + g.r.IntN(g.quiet+g.racing)) }
+func (g *chaosGen) racer() pipeline.ID { return pipeline.ID(g.quiet + 1 + g.r.IntN(g.racing)) }
+func (g *chaosGen) post() pipeline.ID  { return pipeline.ID(1<<41 + g.r.IntN(g.posts)) }
+func (g *chaosGen) owner(p pipeline.ID) pipeline.ID {
+	return pipeline.ID(1 + uint64(p)%uint64(g.quiet+g.racing))
+}
+
+// forwarder is a user of the half making forward relations this cycle.
+func (g *chaosGen) forwarder() pipeline.ID {
+	half := g.fwd / 2
+	return pipeline.ID(g.quiet + g.racing + 1 + (g.cycle%2)*half + g.r.IntN(half))
+}
+
+func (g *chaosGen) other(u pipeline.ID) pipeline.ID {
+	t := g.actor()
+	if t == u {
+		t = u%pipeline.ID(g.quiet+g.racing) + 1
+	}
+	return t
+}
+
+// nextCycle makes this cycle's forward relations the ones to undo in the next.
+func (g *chaosGen) nextCycle() {
+	g.cycle++
+	g.undo, g.undoKind, g.made, g.madeKind = g.made, g.madeKind, nil, nil
+}
+
+func randomKinds(r *rand.Rand, without string) []string {
+	var kinds []string
+	for _, k := range pipeline.UnreadKinds() {
+		if k != without && r.IntN(2) == 0 {
+			kinds = append(kinds, k)
+		}
+	}
+	return kinds // empty: every kind
+}
+
+// event is one event of an ordinary batch: every type, by quiet and racing users, and
+// the direct undoing of last cycle's forward relations.
+func (g *chaosGen) event() pipeline.Event {
+	u, p := g.actor(), g.post()
+	switch n := g.r.IntN(100); {
+	case n < 18:
+		return pipeline.Event{Type: "like", UID: u, Post: p, Owner: g.owner(p)}
+	case n < 26:
+		return pipeline.Event{Type: "unlike", UID: u, Post: p}
+	case n < 33:
+		return pipeline.Event{Type: "view", Post: p, N: int64(g.r.IntN(4))}
+	case n < 36:
+		return pipeline.Event{Type: "repost", UID: u, Post: p}
+	case n < 43:
+		g.comment++
+		return pipeline.Event{Type: "comment", UID: u, Post: p, Comment: pipeline.ID(g.comment%40 + 1), Owner: g.owner(p)}
+	case n < 46:
+		return pipeline.Event{Type: "uncomment", UID: u, Post: p, Comment: pipeline.ID(g.r.IntN(40) + 1)}
+	case n < 54:
+		return pipeline.Event{Type: "follow", UID: u, Target: g.other(u)}
+	case n < 58:
+		return pipeline.Event{Type: "unfollow", UID: u, Target: g.other(u)}
+	case n < 64:
+		return pipeline.Event{Type: "post", UID: u, Post: p}
+	case n < 69:
+		return pipeline.Event{Type: "mention", UID: u, Target: g.actor()}
+	case n < 74:
+		return pipeline.Event{Type: "dm", UID: u, Target: g.actor()}
+	case n < 78:
+		if g.r.IntN(2) == 0 {
+			return pipeline.Event{Type: "incr", Family: "post", ID: p, Field: "view", N: int64(1 + g.r.IntN(5))}
+		}
+		return pipeline.Event{Type: "incr", Family: "user", ID: u, Field: "post", N: int64(1 + g.r.IntN(3))}
+	case n < 80:
+		return pipeline.Event{Type: "system", ID: pipeline.ID(1 + g.r.IntN(1<<20))}
+	case n < 90:
+		if g.r.IntN(3) == 0 { // a quiet user may read their feed at any time
+			return pipeline.Event{Type: "read", UID: pipeline.ID(1 + g.r.IntN(g.quiet)), Kinds: []string{"feed"}}
+		}
+		return pipeline.Event{Type: "read", UID: g.racer(), Kinds: randomKinds(g.r, "")}
+	default:
+		if len(g.undo) == 0 {
+			return pipeline.Event{Type: "view", Post: p, N: 1}
+		}
+		i := g.r.IntN(len(g.undo))
+		k := g.undo[i]
+		if g.undoKind[i] == "like" {
+			return pipeline.Event{Type: "unlike", UID: pipeline.ID(k[0]), Post: pipeline.ID(k[1])}
+		}
+		return pipeline.Event{Type: "unfollow", UID: pipeline.ID(k[0]), Target: pipeline.ID(k[1])}
+	}
+}
+
+// rawEvent is one event of a raw batch, published under one key: relations of forward
+// users (forwarded to their partitions), views and notices applied where the batch
+// lands, reads of racing users (forwarded).
+func (g *chaosGen) rawEvent() pipeline.Event {
+	u, p := g.forwarder(), g.post()
+	switch n := g.r.IntN(100); {
+	case n < 45:
+		g.made, g.madeKind = append(g.made, [2]uint64{uint64(u), uint64(p)}), append(g.madeKind, "like")
+		return pipeline.Event{Type: "like", UID: u, Post: p, Owner: g.owner(p)}
+	case n < 70:
+		t := g.actor()
+		g.made, g.madeKind = append(g.made, [2]uint64{uint64(u), uint64(t)}), append(g.madeKind, "follow")
+		return pipeline.Event{Type: "follow", UID: u, Target: t}
+	case n < 90:
+		return pipeline.Event{Type: "view", Post: p, N: int64(1 + g.r.IntN(3))}
+	case n < 93:
+		return pipeline.Event{Type: "system", ID: pipeline.ID(1 + g.r.IntN(1<<20))}
+	default:
+		return pipeline.Event{Type: "read", UID: g.racer(), Kinds: randomKinds(g.r, "")}
+	}
+}
+
+// quietReads are reads of notifications and notices by quiet users, for a quiet phase.
+func (g *chaosGen) quietReads() []pipeline.Event {
+	var evs []pipeline.Event
+	for u := 1; u <= g.quiet; u++ {
+		if g.r.IntN(3) == 0 {
+			evs = append(evs, pipeline.Event{Type: "read", UID: pipeline.ID(u), Kinds: randomKinds(g.r, "feed")})
+		}
+	}
+	return evs
+}
