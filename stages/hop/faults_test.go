@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tally-dev/tally/store/cold"
 )
 
 func TestParseFaults(t *testing.T) {
@@ -259,4 +261,41 @@ func TestFaultyPublisherPassesErrorsOn(t *testing.T) {
 	if _, err := p.StreamNameBySubject(t.Context(), "x"); !errors.Is(err, errNoFinder) {
 		t.Fatalf("StreamNameBySubject of a non-finder: %v", err)
 	}
+}
+
+// An Outbox through a FaultyPublisher with every fault stores every entry — some twice,
+// under the same message id, where an ack was lost — and reports each published once.
+func TestOutboxThroughFaults(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		js := &fakeJS{}
+		p := NewFaultyPublisher(js, Faults{Fail: 0.2, Delay: 0.2, Reorder: 0.2, Seed: 11})
+		defer p.Close()
+		o := NewOutbox(p, OutboxOptions{MaxInflight: 16})
+		var entries []cold.OutboxEntry
+		for i := range 500 {
+			entries = append(entries, cold.OutboxEntry{Seq: uint64(i + 1), Subject: "s", MsgID: fmt.Sprint(i)})
+		}
+		for i := 0; i < len(entries); i += 50 {
+			if err := o.Send(t.Context(), entries[i:i+50]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := o.Reap(t.Context(), true); err != nil {
+			t.Fatal(err)
+		}
+		published := o.Published()
+		slices.Sort(published)
+		if len(published) != 500 || published[0] != 1 || published[499] != 500 || len(slices.Compact(published)) != 500 {
+			t.Fatalf("%d entries reported published, want 500 once each", len(published))
+		}
+		stored := js.ids()
+		if distinct := len(slices.Compact(slices.Sorted(slices.Values(stored)))); distinct != 500 {
+			t.Fatalf("%d distinct entries stored, want 500", distinct)
+		}
+		st := &p.Stats
+		if st.Failed.Load() < 50 || st.Delayed.Load() < 50 || st.Reordered.Load() < 50 || len(stored) == 500 {
+			t.Fatalf("faults: %d failed (%d acks lost), %d delayed, %d reordered; %d stored: want each fault, some stored twice",
+				st.Failed.Load(), st.AckLost.Load(), st.Delayed.Load(), st.Reordered.Load(), len(stored))
+		}
+	})
 }
