@@ -48,6 +48,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 	fs.StringVar(&cfg.DataDir, "data", cfg.DataDir, "data directory: Badger state and the embedded NATS store")
 	fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "address of the embedded NATS server")
 	fs.StringVar(&cfg.NATSURL, "nats", "", "join these NATS servers (comma-separated URLs) instead of embedding one")
+	natsFlags(fs, &cfg)
 	fs.IntVar(&cfg.Partitions, "partitions", cfg.Partitions, "number of partitions; fixed once the streams exist")
 	fs.StringVar(&cfg.Prefix, "prefix", cfg.Prefix, "subject prefix")
 	fs.DurationVar(&cfg.FlushInterval, "flush", cfg.FlushInterval, "coalescing window: counters are written and announced at most this often")

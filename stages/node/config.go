@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/pipeline/embedded"
+	"github.com/tally-dev/tally/pipeline/natsconn"
 	"github.com/tally-dev/tally/stages/hop"
 )
 
@@ -15,7 +17,13 @@ type Config struct {
 	// Listen is the embedded NATS address (host:port); ignored with NATSURL.
 	Listen string
 	// NATSURL joins existing NATS servers (comma-separated) instead of embedding one.
-	NATSURL    string
+	NATSURL string
+	// NATSAuth is how this process authenticates to the servers of NATSURL: credentials,
+	// nkey, TLS, a nats CLI context.
+	NATSAuth natsconn.Auth
+	// NATSServer secures the embedded server: users, nkeys, TLS or a nats-server
+	// configuration file. The process itself connects in-process as a user of its own.
+	NATSServer embedded.Auth
 	Partitions int
 	Prefix     string
 	Families   []pipeline.Family

@@ -104,22 +104,19 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	if err := writable(cfg.DataDir); err != nil { // before the embedded NATS, which only times out
 		return nil, err
 	}
-	url := cfg.NATSURL
-	if url == "" {
-		if n.ns, err = n.embed(); err != nil {
-			return nil, err
-		}
-		url = n.ns.ClientURL()
+	url, conn, err := n.natsOptions()
+	if err != nil {
+		return nil, err
 	}
 	// Reconnect soon after a NATS restart (the default waits 2 s between attempts): the
 	// stages resume by themselves once the connection is back.
-	n.nc, err = nats.Connect(url, nats.Name("tallyd"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
+	n.nc, err = nats.Connect(url, append(conn, nats.Name("tallyd"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil { // nil: our own close
 				log.Warn("NATS disconnected", "err", err)
 			}
 		}),
-		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", "url", c.ConnectedUrlRedacted()) }))
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", "url", c.ConnectedUrlRedacted()) }))...)
 	if err != nil {
 		return nil, fmt.Errorf("cannot connect to NATS at %s: %w", natsconn.Redacted(url), err)
 	}
@@ -225,7 +222,33 @@ func spans(ps []int) string {
 	return b.String()
 }
 
-func (n *Node) embed() (*server.Server, error) {
+// natsOptions are where and how this process connects to NATS: to the servers of
+// NATSURL as NATSAuth says, or else to the embedded server it starts, in-process when
+// that server is secured (no TLS to verify, and its own user when clients must
+// authenticate).
+func (n *Node) natsOptions() (string, []nats.Option, error) {
+	if n.cfg.NATSURL != "" {
+		return n.cfg.NATSAuth.Options(n.cfg.NATSURL, "")
+	}
+	if !n.cfg.NATSServer.Enabled() {
+		var err error
+		if n.ns, err = n.embed(nil); err != nil {
+			return "", nil, err
+		}
+		return n.ns.ClientURL(), nil, nil
+	}
+	in, err := embedded.NewInternal()
+	if err != nil {
+		return "", nil, err
+	}
+	if n.ns, err = n.embed(in); err != nil {
+		return "", nil, err
+	}
+	// In-process: no TLS handshake, whatever the server's clients must do.
+	return strings.Replace(n.ns.ClientURL(), "tls://", "nats://", 1), in.Options(n.ns), nil
+}
+
+func (n *Node) embed(in *embedded.Internal) (*server.Server, error) {
 	host, port, err := net.SplitHostPort(n.cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen address %q: %w", n.cfg.Listen, err)
@@ -241,7 +264,7 @@ func (n *Node) embed() (*server.Server, error) {
 		}
 		ln.Close()
 	}
-	return embedded.Start(embedded.Config{Host: host, Port: p, StoreDir: filepath.Join(n.cfg.DataDir, "nats")})
+	return embedded.Start(embedded.Config{Host: host, Port: p, StoreDir: filepath.Join(n.cfg.DataDir, "nats"), Auth: n.cfg.NATSServer, Internal: in})
 }
 
 func newTable(kind string) (func(int) store.Table, error) {
