@@ -189,7 +189,41 @@ func (n *Node) claim(ctx context.Context, pc piece, l *lease) (string, error) {
 	if legacy {
 		_ = n.obs.Delete(ctx, legacyOwner(pc.name))
 	}
+	n.sweep(ctx, pc.name, l)
 	return from, nil
+}
+
+// sweep deletes the backups of name taken under a lease older than l that the pointer
+// does not name: once l has claimed the pointer none of them can become current (a
+// process killed between storing a backup and writing the pointer leaves one). Those of
+// newer leases are left to their owners.
+func (n *Node) sweep(ctx context.Context, name string, l *lease) {
+	st, err := n.js.Stream(ctx, n.subjects.LogStream())
+	if err != nil {
+		return
+	}
+	cur, _, err := n.readPointer(ctx, st, name)
+	if err != nil {
+		return
+	}
+	objs, err := n.obs.List(ctx)
+	if err != nil {
+		if !errors.Is(err, jetstream.ErrNoObjectsFound) {
+			n.log.Warn("cannot list the state backups", "err", err)
+		}
+		return
+	}
+	for _, o := range objs {
+		rest, ok := strings.CutPrefix(o.Name, name+".")
+		if parts := strings.Split(rest, "."); !ok || o.Name == cur.Object || len(parts) != 3 {
+			continue
+		} else if rev, err := strconv.ParseUint(parts[1], 10, 64); err != nil || rev >= l.acquired {
+			continue
+		}
+		if err := n.obs.Delete(ctx, o.Name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+			n.log.Warn("cannot delete a state backup never current", "object", o.Name, "err", err)
+		}
+	}
 }
 
 // restore loads the backup ptr names, checking that it is the one the pointer records.
@@ -231,18 +265,9 @@ func (n *Node) setPointer(ctx context.Context, name string, next func(cur pointe
 		return err
 	}
 	for attempt := 1; ; attempt++ {
-		var cur pointer
-		var seq uint64
-		m, err := st.GetLastMsgForSubject(ctx, subj)
-		switch {
-		case errors.Is(err, jetstream.ErrMsgNotFound):
-		case err != nil:
-			return fmt.Errorf("cannot read the pointer %s: %w", subj, err)
-		default:
-			if err := json.Unmarshal(m.Data, &cur); err != nil {
-				return fmt.Errorf("pointer %s: %w", subj, err)
-			}
-			seq = m.Sequence
+		cur, seq, err := n.readPointer(ctx, st, name)
+		if err != nil {
+			return err
 		}
 		want, err := next(cur)
 		if err != nil {
@@ -264,6 +289,23 @@ func (n *Node) setPointer(ctx context.Context, name string, next func(cur pointe
 			return fmt.Errorf("cannot write the pointer %s: %w", subj, err)
 		}
 	}
+}
+
+// readPointer reads name's pointer and its sequence (zero and 0 when there is none).
+func (n *Node) readPointer(ctx context.Context, st jetstream.Stream, name string) (pointer, uint64, error) {
+	var cur pointer
+	subj := n.subjects.BackupPointer(name)
+	m, err := st.GetLastMsgForSubject(ctx, subj)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return cur, 0, nil
+	case err != nil:
+		return cur, 0, fmt.Errorf("cannot read the pointer %s: %w", subj, err)
+	}
+	if err := json.Unmarshal(m.Data, &cur); err != nil {
+		return cur, 0, fmt.Errorf("pointer %s: %w", subj, err)
+	}
+	return cur, m.Sequence, nil
 }
 
 // legacyPointer is what a prefix backed up before pointers existed holds: the last owner

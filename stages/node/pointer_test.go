@@ -161,6 +161,11 @@ func TestBackupFenced(t *testing.T) {
 		t.Fatalf("pointer %+v, want b's backup (lease %s)", p, lb.token())
 	}
 
+	// a is killed between storing a backup and writing the pointer: the next claim sweeps it.
+	if _, err := r.obs.PutString(t.Context(), counterObject(0)+"."+la.token()+".killed", "x"); err != nil {
+		t.Fatal(err)
+	}
+
 	// b dies; c takes over from b's backup.
 	lc := r.take(c)
 	if from, err := r.claim(c, lc); err != nil || from != "backup" {
@@ -169,7 +174,7 @@ func TestBackupFenced(t *testing.T) {
 	if got := r.pos(c); got != 20 {
 		t.Fatalf("c restored a backup at %d, want b's at 20", got)
 	}
-	// Only the current backup is kept: the superseded ones were dropped.
+	// Only the current backup is kept: the superseded ones were dropped or swept.
 	objs, err := r.obs.List(t.Context())
 	if err != nil {
 		t.Fatal(err)
