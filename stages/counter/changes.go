@@ -38,7 +38,11 @@ type changes struct {
 
 // loadChanges takes the change events left in the outbox by the last run.
 func (w *Worker) loadChanges() error {
-	w.chg = changes{out: hop.NewOutbox(w.js, hop.OutboxOptions{
+	var pub hop.Publisher = w.js
+	if w.cfg.Publisher != nil {
+		pub = w.cfg.Publisher
+	}
+	w.chg = changes{out: hop.NewOutbox(pub, hop.OutboxOptions{
 		MaxInflight: 64,
 		Retries:     &w.stats.ChangeErrs,
 		Log:         w.log,
@@ -63,7 +67,7 @@ func (w *Worker) loadChanges() error {
 		left = left[n:]
 	}
 	if len(w.chg.pending) > 0 {
-		w.log.Info("change events of earlier checkpoints to send again", "checkpoints", len(w.chg.pending))
+		w.log.Debug("change events of earlier checkpoints to send again", "checkpoints", len(w.chg.pending))
 	}
 	return nil
 }

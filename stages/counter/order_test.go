@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/stages/counter"
+	"github.com/tally-dev/tally/stages/hop"
 	"github.com/tally-dev/tally/store/cold"
 )
 
@@ -267,4 +269,34 @@ func TestChangeEventsSurviveCrash(t *testing.T) {
 	if left, err := cold.LoadChanges(r.db, r.fam.Name, 0); err != nil || len(left) != 0 {
 		t.Fatalf("after a clean stop the outbox holds %d change events (%v), want none", len(left), err)
 	}
+}
+
+// Change events reach the stream in checkpoint order however their publishes fail, are
+// delayed, reordered or stored with the ack lost: a checkpoint's events are sent only
+// once the earlier ones are stored, so the mirror's last value per id is the count.
+func TestChangeEventsInOrderUnderFaults(t *testing.T) {
+	r := newRig(t)
+	faulty := hop.NewFaultyPublisher(r.js, hop.Faults{Fail: 0.2, Delay: 0.2, Reorder: 0.2, Seed: 5, MaxDelay: 30 * time.Millisecond})
+	t.Cleanup(faulty.Close)
+	cfg := r.config()
+	cfg.FlushInterval = 2 * time.Millisecond // many checkpoints, each id in several
+	cfg.Publisher = faulty
+	w, _ := r.start(cfg)
+	want := map[uint64]uint64{}
+	rng := rand.New(rand.NewPCG(5, 5))
+	for seq := uint64(1); seq <= 300; seq++ {
+		id := 1 + rng.Uint64N(8)
+		r.publish(0, seq, id, 1)
+		want[id]++
+	}
+	natstest.Eventually(t, 20*time.Second, "the mirror of the changes stream to equal the counts", func() (bool, string) {
+		r.likes(w, 1)
+		got := r.mirror()
+		return maps.Equal(got, want), fmt.Sprintf("mirror %v, counts %v", got, want)
+	})
+	if faulty.Stats.Failed.Load() == 0 || faulty.Stats.Reordered.Load() == 0 {
+		t.Fatalf("no faults injected: %d failed, %d reordered of %d", faulty.Stats.Failed.Load(), faulty.Stats.Reordered.Load(), faulty.Stats.Publishes.Load())
+	}
+	t.Logf("%d change publishes: %d failed (%d stored, ack lost), %d delayed, %d reordered", faulty.Stats.Publishes.Load(),
+		faulty.Stats.Failed.Load(), faulty.Stats.AckLost.Load(), faulty.Stats.Delayed.Load(), faulty.Stats.Reordered.Load())
 }

@@ -50,6 +50,9 @@ type Config struct {
 	// no change event and purges nothing until it is stopped — another process's
 	// counts are the true ones.
 	Valid func() bool
+	// Publisher is what change events are published through (the JetStream context when
+	// nil): the chaos test's hop.FaultyPublisher fails, delays and reorders them.
+	Publisher hop.Publisher
 	// AfterCheckpoint, a test hook, is called after each checkpoint commits and before
 	// its change events are sent; an error stops the worker there, as a crash would.
 	AfterCheckpoint func() error
