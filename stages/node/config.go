@@ -152,3 +152,15 @@ func (c Config) streams() pipeline.StreamConfig {
 	sc.EventsMaxAge = c.EventsMaxAge // 0: Setup keeps the stream's
 	return sc
 }
+
+// faultyPublisher returns, when PublishFaults is set (by a test), a Publisher that
+// injects those faults into what is published through js, seeded apart by salt so that
+// each stage and worker gets faults of its own; otherwise nil: publish through js.
+func (c Config) faultyPublisher(js hop.Publisher, salt uint64) hop.Publisher {
+	if c.PublishFaults == "" {
+		return nil
+	}
+	f, _ := hop.ParseFaults(c.PublishFaults) // validate checked it
+	f.Seed = f.Seed*1_000_003 + salt
+	return hop.NewFaultyPublisher(js, f)
+}

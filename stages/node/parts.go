@@ -231,8 +231,9 @@ func (n *Node) startPart(ctx context.Context, p int) error {
 	pt.cancel = cancel
 	cc := n.counterConfig()
 	cc.Valid = l.valid
-	for _, fam := range n.cfg.Families {
+	for i, fam := range n.cfg.Families {
 		cc.Family, cc.Partition = fam, p
+		cc.Publisher = n.cfg.faultyPublisher(n.js, uint64(1+p*len(n.cfg.Families)+i))
 		w := counter.New(cc, n.js, n.db, n.log, &n.CounterStats)
 		pt.workers = append(pt.workers, w)
 		pt.wg.Go(func() {
