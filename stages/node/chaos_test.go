@@ -223,6 +223,9 @@ func TestChaos(t *testing.T) {
 		}
 		for range size.batches {
 			pr.publish(g, size.events)
+			// Paced, so that the kill and the outage land while publishing as well as
+			// while applying.
+			time.Sleep(time.Duration(fr.IntN(150)) * time.Millisecond)
 		}
 		faultsDone.Wait()
 		// A quiet phase: quiet users read their notifications and notices once
