@@ -58,8 +58,12 @@ type lease struct {
 	// tried is when the first renewal not answered yet was sent (zero when none), under
 	// mu: should one of those have gone through, its TTL started after this.
 	tried time.Time
-	// acquired is the revision the lease was taken at: it names this ownership.
+	// acquired is the revision the lease was taken at: it names this ownership. Revisions
+	// are ordered within one incarnation of the bucket: epoch is when it was made (Unix
+	// ns), so that a bucket deleted and made again does not compare its revisions, which
+	// start over, with the old ones (see pointer).
 	acquired uint64
+	epoch    int64
 	// renewed is when the last renewal that went through was sent, as time.Now gave it:
 	// other goroutines check it before acting on the owner's behalf (see valid). It keeps
 	// its monotonic clock reading, so a step of the wall clock neither ends a lease early
@@ -133,7 +137,23 @@ func (o *owners) take(ctx context.Context, key string) (*lease, error) {
 	}
 	l.renewed.Store(&sent)
 	l.acquired = l.rev
+	if l.epoch, err = o.epoch(ctx); err != nil {
+		l.release(ctx)
+		return nil, fmt.Errorf("cannot take the lease %s: %w", key, err)
+	}
 	return l, nil
+}
+
+// epoch is when the ownership bucket was made (Unix ns).
+func (o *owners) epoch(ctx context.Context) (int64, error) {
+	st, err := o.kv.Status(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("cannot read the ownership bucket: %w", err)
+	}
+	if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok && bs.StreamInfo() != nil {
+		return bs.StreamInfo().Created.UnixNano(), nil
+	}
+	return 0, nil
 }
 
 // renew extends the lease by one compare-and-set. It returns errLost when the lease

@@ -89,6 +89,10 @@ func (f *fakeKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, 
 	return entry{key: key, val: f.val, rev: f.rev}, nil
 }
 
+func (f *fakeKV) Status(context.Context) (jetstream.KeyValueStatus, error) {
+	return &jetstream.KeyValueBucketStatus{}, nil
+}
+
 func (f *fakeKV) Delete(ctx context.Context, key string, _ ...jetstream.KVDeleteOpt) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -42,10 +42,14 @@ type pointer struct {
 	Pos    []uint64 `json:"pos,omitempty"`    // positions its state reflects (see piece.pos)
 	// Owner is the node id of the last process whose state is the piece's; Lease the
 	// revision of the newest lease that claimed it (a claim restoring a backup writes it
-	// before Owner).
+	// before Owner), in the ownership bucket made at Epoch (see lease.epoch).
 	Owner string `json:"owner"`
 	Lease uint64 `json:"lease"`
+	Epoch int64  `json:"epoch,omitempty"`
 }
+
+// heldBy reports whether the pointer holds lease l: only then may l's owner write it.
+func (p pointer) heldBy(l *lease) bool { return p.Lease == l.acquired && p.Epoch == l.epoch }
 
 // piece is state that moves between processes as one: the event stages' or one counter
 // partition's (every family of it).
@@ -111,10 +115,10 @@ func (n *Node) store(ctx context.Context, pc piece, l *lease) (uint64, []uint64,
 	var seen pointer
 	err = n.setPointer(ctx, pc.name, func(cur pointer) (pointer, error) {
 		seen = cur
-		if cur.Lease != l.acquired {
+		if !cur.heldBy(l) {
 			return cur, fmt.Errorf("%w: %s's pointer holds %s's lease revision %d, this backup was taken under %s", errSuperseded, pc.name, cur.Owner, cur.Lease, l.token())
 		}
-		return pointer{Object: obj, Taken: l.token(), Pos: pos, Owner: l.id, Lease: l.acquired}, nil
+		return pointer{Object: obj, Taken: l.token(), Pos: pos, Owner: l.id, Lease: l.acquired, Epoch: l.epoch}, nil
 	})
 	if err != nil {
 		// A backup never current is dropped; one whose pointer write went unanswered
@@ -143,7 +147,7 @@ func (n *Node) claim(ctx context.Context, pc piece, l *lease) (string, error) {
 	// First the lease goes in, which fences the last owner's backups; the owner only
 	// once the state is here, so that a restore that failed is done again.
 	err := n.setPointer(ctx, pc.name, func(cur pointer) (pointer, error) {
-		if cur.Lease > l.acquired {
+		if cur.Epoch == l.epoch && cur.Lease > l.acquired {
 			return cur, fmt.Errorf("%w: %s was claimed by %s under a newer lease (%d > %d)", ErrOwned, pc.name, cur.Owner, cur.Lease, l.acquired)
 		}
 		if cur.Owner == "" {
@@ -156,7 +160,7 @@ func (n *Node) claim(ctx context.Context, pc piece, l *lease) (string, error) {
 		if cur.Owner == "" {
 			cur.Owner = l.id
 		}
-		cur.Lease = l.acquired
+		cur.Lease, cur.Epoch = l.acquired, l.epoch
 		return cur, nil
 	})
 	if err != nil {
@@ -175,7 +179,7 @@ func (n *Node) claim(ctx context.Context, pc piece, l *lease) (string, error) {
 			return "", fmt.Errorf("cannot restore %s: %w", pc.name, err)
 		}
 		err = n.setPointer(ctx, pc.name, func(cur pointer) (pointer, error) {
-			if cur.Lease != l.acquired {
+			if !cur.heldBy(l) {
 				return cur, fmt.Errorf("%w: %s's pointer holds %s's lease revision %d, not %d", errSuperseded, pc.name, cur.Owner, cur.Lease, l.acquired)
 			}
 			cur.Owner = l.id
@@ -203,7 +207,7 @@ func (n *Node) sweep(ctx context.Context, name string, l *lease) {
 		return
 	}
 	cur, _, err := n.readPointer(ctx, st, name)
-	if err != nil {
+	if err != nil || !cur.heldBy(l) { // revisions compare only within one bucket
 		return
 	}
 	objs, err := n.obs.List(ctx)

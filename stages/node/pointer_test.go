@@ -236,3 +236,38 @@ func TestRestoreRefusesStale(t *testing.T) {
 		t.Fatalf("restore of the good backup: %q %v at %d", from, err, r.pos(b))
 	}
 }
+
+// Lease revisions start over in an ownership bucket deleted and made again: the pointer
+// compares them only within one bucket (its epoch), so the next owner still claims the
+// partition and an owner of the old bucket still cannot make its backup current.
+func TestBackupPointerBucketRemade(t *testing.T) {
+	r := newBackupRig(t)
+	a := r.process()
+	for range 5 { // revisions the new bucket will not reach
+		if _, err := a.owners.kv.Put(t.Context(), "members.x", []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	la := r.take(a)
+	if _, err := r.claim(a, la); err != nil {
+		t.Fatal(err)
+	}
+	r.checkpoint(a, 10)
+	if err := r.backup(a, la); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.js.DeleteKeyValue(t.Context(), r.sj.OwnersBucket()); err != nil {
+		t.Fatal(err)
+	}
+	b := r.process()
+	lb := r.take(b)
+	if lb.acquired >= la.acquired {
+		t.Fatalf("the new bucket's revision %d is not below the old one's %d", lb.acquired, la.acquired)
+	}
+	if from, err := r.claim(b, lb); err != nil || from != "backup" || r.pos(b) != 10 {
+		t.Fatalf("claim in a new bucket: %q %v at %d", from, err, r.pos(b))
+	}
+	if err := r.backup(a, la); !errors.Is(err, errSuperseded) {
+		t.Fatalf("backup under the old bucket's lease: %v, want errSuperseded", err)
+	}
+}
