@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -356,4 +357,42 @@ func (g *chaosGen) quietReads() []pipeline.Event {
 		}
 	}
 	return evs
+}
+
+// TestChaosModel pins the model's reading of the stream's order: a read covers exactly
+// the events before it; a follow sees only later posts; an unfollow takes them back.
+func TestChaosModel(t *testing.T) {
+	m := newChaosModel()
+	for _, e := range []pipeline.Event{
+		{Type: "post", UID: 2, Post: 10},
+		{Type: "follow", UID: 1, Target: 2},
+		{Type: "post", UID: 2, Post: 11},
+		{Type: "read", UID: 1, Kinds: []string{"feed"}},
+		{Type: "post", UID: 2, Post: 12},
+		{Type: "follow", UID: 1, Target: 3},
+		{Type: "post", UID: 3, Post: 13},
+		{Type: "unfollow", UID: 1, Target: 3},
+		{Type: "like", UID: 3, Post: 10, Owner: 1},
+		{Type: "read", UID: 1, Kinds: []string{"like"}},
+		{Type: "like", UID: 4, Post: 10, Owner: 1},
+		{Type: "like", UID: 4, Post: 10, Owner: 1}, // liked already
+		{Type: "dm", UID: 4, Target: 1},
+		{Type: "dm", UID: 1, Target: 1}, // to oneself
+		{Type: "system", ID: 1},
+		{Type: "read", UID: 1, Kinds: []string{"system"}},
+		{Type: "system", ID: 2},
+		{Type: "incr", Family: "post", ID: 10, Field: "view", N: 3},
+		{Type: "read", UID: 5}, // every kind
+	} {
+		m.apply(e)
+	}
+	if got, want := m.want(1), (pipeline.Unread{Like: 1, DM: 1, System: 1, Feed: 1}); got != want {
+		t.Fatalf("unread of 1: %+v, want %+v", got, want)
+	}
+	if got, want := m.want(5), (pipeline.Unread{}); got != want {
+		t.Fatalf("unread of 5 after reading everything: %+v, want %+v", got, want)
+	}
+	if got := *m.post[10]; got != [4]uint64{2, 0, 0, 3} {
+		t.Fatalf("post 10: %v, want 2 likes and 3 views", got)
+	}
 }
