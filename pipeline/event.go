@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -89,7 +90,9 @@ func (e *Event) Relational() bool {
 	return false
 }
 
-// Validate checks that the event has what its type needs; the error wraps ErrBadEvent.
+// Validate checks that the event has what its type needs and normalises what may be
+// spelled in more than one way (read kinds are lower case), so that what passes
+// validation is what the stage applies; the error wraps ErrBadEvent.
 func (e *Event) Validate(fams Families) error {
 	need := func(name string, v ID) error {
 		if v == 0 {
@@ -119,8 +122,11 @@ func (e *Event) Validate(fams Families) error {
 		}
 	case TypeRead:
 		err = need("uid", e.UID)
-		for _, k := range e.Kinds {
-			if !contains(unreadKinds, k) {
+		for i, k := range e.Kinds {
+			// Validation and application share one spelling: the stage looks kinds up
+			// as written here.
+			e.Kinds[i] = strings.ToLower(k)
+			if !slices.Contains(unreadKinds, e.Kinds[i]) {
 				err = fmt.Errorf("%w: read kind %q is not one of %v", ErrBadEvent, k, unreadKinds)
 			}
 		}
@@ -176,13 +182,4 @@ func firstErr(errs ...error) error {
 		}
 	}
 	return nil
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if strings.EqualFold(v, s) {
-			return true
-		}
-	}
-	return false
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/stages/flow"
 	"github.com/tally-dev/tally/store/cold"
 )
@@ -24,14 +25,10 @@ var ErrFenced = errors.New("the partition's log was written by another owner")
 // anything or publishes a delta. A failed append is retried under the same message id
 // (a duplicate answers with the first one's sequence), so a lost acknowledgement neither
 // stores a record twice nor is taken for fencing.
-func (s *Stage) appendLog(ctx context.Context, rec *cold.LogRecord) (uint64, error) {
-	data, err := cold.EncodeLogRecord(rec)
-	if err != nil {
-		return 0, err
-	}
+func (s *Stage) appendLog(ctx context.Context, data []byte, pos uint64) (uint64, error) {
 	p := s.cfg.Partition
 	msg := &nats.Msg{Subject: s.cfg.Subjects.Log(p), Data: data,
-		Header: nats.Header{jetstream.MsgIDHeader: []string{fmt.Sprintf("log.%d.%d.%s", p, rec.State.Pos, s.cfg.Owner)}}}
+		Header: nats.Header{jetstream.MsgIDHeader: []string{pipeline.LogMsgID(p, pos, s.cfg.Owner)}}}
 	backoff := 50 * time.Millisecond
 	expect := s.st.Log
 	for {
@@ -61,7 +58,11 @@ func (s *Stage) appendLog(ctx context.Context, rec *cold.LogRecord) (uint64, err
 		case ctx.Err() != nil:
 			return 0, ctx.Err()
 		}
-		s.retry(err)
+		s.stats.Retries.Add(1)
+		if time.Since(s.warned) >= time.Second {
+			s.log.Warn("log append failed, will retry", "err", err)
+			s.warned = time.Now()
+		}
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
@@ -110,6 +111,12 @@ func (s *Stage) replay(ctx context.Context, r *flow.Reader, c *coalescer) error 
 		if err != nil {
 			return fmt.Errorf("log record %d: %w", md.Sequence.Stream, err)
 		}
+		if rec.Prev != s.st.Pos && rec.State.Pos == s.st.Pos && records == 0 {
+			// The state's transaction committed naming the record before its own (see
+			// cold.StageState.Log): this record is the state's own.
+			s.st.Log = md.Sequence.Stream
+			continue
+		}
 		if rec.Prev != s.st.Pos {
 			return fmt.Errorf("log record %d continues position %d but the state is at %d: the log does not reach back to this state (purged or aged out); restore a newer backup",
 				md.Sequence.Stream, rec.Prev, s.st.Pos)
@@ -132,7 +139,7 @@ func (s *Stage) replay(ctx context.Context, r *flow.Reader, c *coalescer) error 
 		if pos != rec.State.Pos {
 			return fmt.Errorf("log record %d ends at event %d, which is no longer in the events stream", md.Sequence.Stream, rec.State.Pos)
 		}
-		if err := s.applyRecord(msgs, rec, md.Sequence.Stream, c); err != nil {
+		if err := s.applyRecord(ctx, msgs, rec, md.Sequence.Stream, c); err != nil {
 			return err
 		}
 		records++
@@ -141,15 +148,24 @@ func (s *Stage) replay(ctx context.Context, r *flow.Reader, c *coalescer) error 
 	return nil
 }
 
-// applyRecord applies msgs in one transaction that commits rec's state and outbox.
-func (s *Stage) applyRecord(msgs []jetstream.Msg, rec *cold.LogRecord, seq uint64, c *coalescer) error {
+// applyRecord applies msgs in one transaction that commits rec's state and outbox, and
+// sends the outbox.
+func (s *Stage) applyRecord(ctx context.Context, msgs []jetstream.Msg, rec *cold.LogRecord, seq uint64, c *coalescer) error {
 	txn := s.db.Badger().NewTransaction(true)
 	defer txn.Discard()
-	c.reset()
-	if _, _, _, err := s.applyMsgs(txn, msgs, c, 0); err != nil {
+	w := s.newWork(c, rec.Dead)
+	if _, _, err := s.applyMsgs(txn, msgs, w); err != nil {
 		return err
 	}
 	st := rec.State
 	st.Log = seq
-	return s.save(txn, st, rec.Outbox)
+	s.published = append(s.published, s.out.Published()...)
+	if err := s.write(txn, &st, rec.Outbox, w); err != nil {
+		return err
+	}
+	if err := txn.Commit(); err != nil {
+		return fmt.Errorf("cannot commit: %w", err)
+	}
+	s.committed(st, w)
+	return s.out.Send(ctx, rec.Outbox)
 }

@@ -2,19 +2,20 @@ package event
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/stages/flow"
+	"github.com/tally-dev/tally/stages/hop"
 	"github.com/tally-dev/tally/store/cold"
 )
 
@@ -24,11 +25,11 @@ type Config struct {
 	Partitions int
 	Subjects   pipeline.Subjects
 	Families   pipeline.Families
-	// MaxBatch is the most messages committed in one transaction.
+	// MaxBatch is the most messages committed in one transaction. A transaction that
+	// Badger finds too big (or whose log record is larger than NATS accepts) commits the
+	// messages that fit and goes on with the rest; a message that alone does not fit is
+	// dead-lettered.
 	MaxBatch int
-	// MaxWrites bounds the relation writes of one transaction, under Badger's limit; a
-	// transaction is committed early when the next message could pass it.
-	MaxWrites int
 	// FanoutLimit is the most followers a post is pushed to; a post of an author with
 	// more is pulled by readers instead.
 	FanoutLimit int
@@ -45,6 +46,10 @@ type Config struct {
 	// Valid, when set, is asked before every log append: false means the partition may
 	// have another owner by now, and the stage stops.
 	Valid func() bool
+	// Publisher sends the outbox (the JetStream context when nil); tests put faults in it.
+	Publisher hop.Publisher
+	// MaxPayload is the largest message NATS accepts (the connection's when 0).
+	MaxPayload int
 }
 
 // Stats counts what a stage did; safe to read from any goroutine.
@@ -52,13 +57,16 @@ type Stats struct {
 	Messages  atomic.Int64 // messages consumed
 	Events    atomic.Int64 // events applied
 	Unchanged atomic.Int64 // relation events that changed nothing (a second like, an unlike of nothing)
-	Dead      atomic.Int64 // messages dead-lettered
-	Forwarded atomic.Int64 // relation events in a batch that belong to another partition
+	Dead      atomic.Int64 // messages (or events of a batch) dead-lettered
+	Forwarded atomic.Int64 // events handed to another partition (relation events of a batch, notice copies)
 	Deltas    atomic.Int64 // deltas published after coalescing
 	Txns      atomic.Int64 // transactions committed
+	Splits    atomic.Int64 // transactions cut short because the next messages did not fit
 	Retries   atomic.Int64 // outbox publish retries
 	Pushed    atomic.Int64 // feed counters a post was pushed to
 	Pulled    atomic.Int64 // posts left for readers to pull
+	HopDups   atomic.Int64 // hop batches from another partition skipped as applied already
+	HopsHeld  atomic.Int64 // hop batches held above a gap now
 	// ByType counts events applied per type; made by NewStats, read-only map.
 	ByType map[string]*atomic.Int64
 }
@@ -80,16 +88,15 @@ type Stage struct {
 	log    *slog.Logger
 	stats  *Stats
 	fields *fields
-	keys   []pipeline.ID // an id routing to each partition, for broadcasts
+	keys   []pipeline.ID // an id routing to each partition, for hops
+	out    *hop.Outbox
 
 	pos       atomic.Uint64 // last stream sequence committed
 	busy      atomic.Bool   // from taking messages until their outbox is acknowledged
 	st        cold.StageState
-	published []uint64 // outbox entries acknowledged, deleted in the next transaction
-	inflight  []inflight
-	// failed publishes not yet logged, and when one last was
-	retries     int
-	retryLogged time.Time
+	held      int64     // hop batches st holds above a gap, as counted in stats
+	published []uint64  // outbox entries acknowledged, deleted in the next transaction
+	warned    time.Time // when a failed log append was last logged
 }
 
 // New returns a stage for cfg.Partition. stats may be shared by several stages.
@@ -101,13 +108,18 @@ func New(cfg Config, js jetstream.JetStream, db *cold.DB, log *slog.Logger, stat
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = 256
 	}
-	if cfg.MaxWrites <= 0 {
-		cfg.MaxWrites = 20_000
-	}
 	if cfg.FanoutLimit <= 0 {
 		cfg.FanoutLimit = 10_000
 	}
-	return &Stage{cfg: cfg, js: js, db: db, log: log.With("stage", "event", "partition", cfg.Partition), stats: stats, fields: f, keys: partitionKeys(cfg.Partitions)}, nil
+	if cfg.Publisher == nil {
+		cfg.Publisher = js
+	}
+	if cfg.MaxPayload <= 0 {
+		cfg.MaxPayload = int(js.Conn().MaxPayload())
+	}
+	s := &Stage{cfg: cfg, js: js, db: db, log: log.With("stage", "event", "partition", cfg.Partition), stats: stats, fields: f, keys: partitionKeys(cfg.Partitions)}
+	s.out = hop.NewOutbox(cfg.Publisher, hop.OutboxOptions{Permanent: s.unpublishable, Retries: &stats.Retries, Log: s.log})
+	return s, nil
 }
 
 // Lag is how far the partition is behind its stream: the sequences between its committed
@@ -122,6 +134,15 @@ func (s *Stage) Lag(ctx context.Context) (uint64, error) {
 	return lag, err
 }
 
+// Behind is Lag with the age of the oldest event not applied yet, for health and metrics.
+func (s *Stage) Behind(ctx context.Context) (flow.Behind, error) {
+	b, err := flow.BehindOf(ctx, s.js, s.cfg.Subjects.EventsStream(), s.cfg.Subjects.EventsStored(s.cfg.Partition), s.pos.Load(), time.Now())
+	if s.busy.Load() && b.Msgs == 0 { // as in Lag
+		b.Msgs = 1
+	}
+	return b, err
+}
+
 // Run consumes the partition until ctx ends. It first re-publishes whatever the outbox
 // still holds from before a crash, then resumes after the committed position.
 func (s *Stage) Run(ctx context.Context) error {
@@ -132,9 +153,14 @@ func (s *Stage) Run(ctx context.Context) error {
 	}
 	s.st = st
 	s.pos.Store(st.Pos)
-	s.send(outbox) // what a crash left unacknowledged, under the same message ids
-	if err := s.reap(ctx, true); err != nil {
-		return err
+	s.countHeld()
+	defer s.stats.HopsHeld.Add(-s.held)
+	// What a crash left unacknowledged, under the same message ids.
+	if err := s.out.Send(ctx, outbox); err != nil {
+		return nil // ctx ended
+	}
+	if err := s.out.Reap(ctx, true); err != nil {
+		return nil
 	}
 	r, err := flow.Read(ctx, s.js, s.cfg.Subjects.EventsStream(), s.cfg.Subjects.EventsStored(p), s.st.Pos, 2*s.cfg.MaxBatch)
 	if err != nil {
@@ -153,7 +179,7 @@ func (s *Stage) Run(ctx context.Context) error {
 		select {
 		case m = <-r.C:
 		default: // idle: settle the outbox before waiting
-			if err := s.reap(ctx, true); err != nil {
+			if err := s.out.Reap(ctx, true); err != nil {
 				continue // ctx ended
 			}
 			s.busy.Store(false)
@@ -165,13 +191,10 @@ func (s *Stage) Run(ctx context.Context) error {
 		}
 		s.busy.Store(true)
 		batch = r.Drain(append(batch[:0], m), s.cfg.MaxBatch)
-		err := s.process(ctx, batch, c)
-		if err == nil {
-			err = s.reap(ctx, len(s.inflight) > maxInflight)
-		}
-		if err != nil && ctx.Err() == nil {
+		if err := s.process(ctx, batch, c); err != nil && ctx.Err() == nil {
 			return fmt.Errorf("event partition %d: %w", p, err)
 		}
+		s.out.Reap(ctx, false)
 	}
 	return s.finish()
 }
@@ -181,18 +204,22 @@ func (s *Stage) Run(ctx context.Context) error {
 func (s *Stage) finish() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = s.reap(ctx, true)
-	if len(s.published) == 0 {
-		return nil
+	_ = s.out.Reap(ctx, true)
+	s.published = append(s.published, s.out.Published()...)
+	for len(s.published) > 0 {
+		k := min(len(s.published), maxDeletes)
+		err := s.db.Badger().Update(func(txn *badger.Txn) error {
+			return cold.DeleteOutbox(txn, s.cfg.Partition, s.published[:k])
+		})
+		if err != nil {
+			return err
+		}
+		s.published = s.published[k:]
 	}
-	err := s.db.Badger().Update(func(txn *badger.Txn) error {
-		return cold.DeleteOutbox(txn, s.cfg.Partition, s.published)
-	})
-	s.published = nil
-	return err
+	return nil
 }
 
-// process commits msgs in as few transactions as MaxWrites allows, then publishes.
+// process commits msgs in as few transactions as fit, then publishes each one's outbox.
 func (s *Stage) process(ctx context.Context, msgs []jetstream.Msg, c *coalescer) error {
 	for len(msgs) > 0 {
 		n, err := s.commit(ctx, msgs, c)
@@ -204,142 +231,233 @@ func (s *Stage) process(ctx context.Context, msgs []jetstream.Msg, c *coalescer)
 	return nil
 }
 
-// commit applies a prefix of msgs in one transaction and returns its length; the outbox
-// it wrote is sent once the transaction has committed. With a log, the transaction is
-// logged first, and only a stored record lets it commit.
+// errTooBig is a transaction that cannot take all of its messages: Badger refused a
+// write (ErrTxnTooBig, by its own count and size checks), or its log record would be
+// larger than NATS accepts.
+var errTooBig = errors.New("transaction too large")
+
+// commit applies the longest prefix of msgs that fits in one transaction and returns its
+// length. Nothing is estimated: a transaction that does not fit is discarded and tried
+// again with the messages that did (or half of them, when what overflowed came after
+// the last message); a message that does not fit alone is dead-lettered whole.
 func (s *Stage) commit(ctx context.Context, msgs []jetstream.Msg, c *coalescer) (int, error) {
-	p := s.cfg.Partition
+	n := len(msgs)
+	for {
+		fit, err := s.try(ctx, msgs[:n], c, nil)
+		if !errors.Is(err, errTooBig) {
+			if err != nil {
+				return 0, err
+			}
+			return n, nil
+		}
+		s.stats.Splits.Add(1)
+		switch {
+		case n == 1:
+			seq, err := streamSeq(msgs[0])
+			if err != nil {
+				return 0, err
+			}
+			s.log.Warn("a message does not fit in one transaction: dead-lettered", "seq", seq)
+			_, err = s.try(ctx, msgs[:1], c, []uint64{seq})
+			return 1, err
+		case fit < n:
+			n = max(fit, 1)
+		default:
+			n /= 2
+		}
+	}
+}
+
+// try applies msgs in one transaction, logs it when the stage logs, commits it and sends
+// its outbox. dead lists messages to dead-letter whole instead of applying. On errTooBig
+// nothing is committed, and fit says how many messages were applied before it.
+func (s *Stage) try(ctx context.Context, msgs []jetstream.Msg, c *coalescer, dead []uint64) (fit int, err error) {
 	txn := s.db.Badger().NewTransaction(true)
 	defer txn.Discard()
-	c.reset()
-	n, pos, outbox, err := s.applyMsgs(txn, msgs, c, s.cfg.MaxWrites)
+	w := s.newWork(c, dead)
+	fit, pos, err := s.applyMsgs(txn, msgs, w)
 	if err != nil {
-		return 0, err
+		return fit, tooBig(err)
 	}
-	st := s.st // st.Seqs is replaced below, never written in place
-	st.Pos = pos
-	st.Seqs = make(map[string]uint64, len(s.st.Seqs)+len(c.order))
-	for k, v := range s.st.Seqs {
-		st.Seqs[k] = v
+	st, outbox, err := s.next(pos, w)
+	if err != nil {
+		return len(msgs), err
 	}
-	for _, d := range c.order {
-		dd := c.byDest[d]
-		key := d.String()
-		st.Seqs[key]++
-		b := pipeline.DeltaBatch{Source: uint32(p), Seq: st.Seqs[key], Deltas: dd.deltas}
-		outbox = append(outbox, cold.OutboxEntry{
-			Subject: s.cfg.Subjects.Delta(d.family, d.partition),
-			MsgID:   fmt.Sprintf("d.%d.%s.%d", p, key, b.Seq),
-			Data:    pipeline.AppendDeltaBatch(nil, &b),
-		})
-		s.stats.Deltas.Add(int64(len(dd.deltas)))
-	}
-	for i := range outbox {
-		st.Outbox++
-		outbox[i].Seq = st.Outbox
+	s.published = append(s.published, s.out.Published()...)
+	if err := s.write(txn, &st, outbox, w); err != nil {
+		return len(msgs), tooBig(err)
 	}
 	if s.cfg.Log {
-		seq, err := s.appendLog(ctx, &cold.LogRecord{Prev: s.st.Pos, State: st, Outbox: outbox})
+		rec := cold.LogRecord{Prev: s.st.Pos, State: st, Outbox: outbox, Dead: w.dead}
+		data, err := cold.EncodeLogRecord(&rec)
 		if err != nil {
-			return 0, err
+			return len(msgs), err
 		}
-		st.Log = seq
+		if len(data) > s.cfg.MaxPayload-1024 {
+			return len(msgs), errTooBig
+		}
+		if st.Log, err = s.appendLog(ctx, data, st.Pos); err != nil {
+			return len(msgs), err
+		}
+		// The state names its own record when there is room for one more write; if
+		// not, it names the one before, and a reload takes this one as its own.
+		if err := cold.PutStage(txn, s.cfg.Partition, &st); err != nil && !errors.Is(err, badger.ErrTxnTooBig) {
+			return len(msgs), err
+		}
 	}
-	return n, s.save(txn, st, outbox)
+	if err := txn.Commit(); err != nil {
+		return len(msgs), fmt.Errorf("cannot commit: %w", err)
+	}
+	s.committed(st, w)
+	return len(msgs), s.out.Send(ctx, outbox)
 }
 
-// applyMsgs applies a prefix of msgs in txn — as many as maxWrites allows (all when it is
-// 0) — and returns its length, the position of its last message and the outbox entries
-// it made other than deltas, which c collects.
-func (s *Stage) applyMsgs(txn *badger.Txn, msgs []jetstream.Msg, c *coalescer, maxWrites int) (n int, pos uint64, outbox []cold.OutboxEntry, err error) {
-	p := s.cfg.Partition
-	writes := 0
-	for _, m := range msgs {
-		md, err := m.Metadata()
-		if err != nil {
-			return 0, 0, nil, fmt.Errorf("message without metadata: %w", err)
-		}
-		seq, ts := md.Sequence.Stream, md.Timestamp
-		evs, bad, derr := s.decode(m)
-		if n > 0 && maxWrites > 0 && writes+3*len(evs) > maxWrites {
-			break
-		}
-		n++
-		pos = seq
-		s.stats.Messages.Add(1)
-		if derr != nil {
-			outbox = append(outbox, s.deadLetter(m, seq, -1, m.Data(), derr))
-			continue
-		}
-		for _, b := range bad {
-			data, _ := pipeline.Marshal(&b.Event, true)
-			outbox = append(outbox, s.deadLetter(m, seq, b.Index, data, b.Err))
-		}
-		for i := range evs {
-			e := &evs[i]
-			if e.TS == 0 {
-				e.TS = ts.UnixMilli()
-			}
-			if e.Type == pipeline.TypeSystem && !e.Local {
-				copies, err := s.broadcast(e, seq, i)
-				if err != nil {
-					return 0, 0, nil, err
-				}
-				outbox = append(outbox, copies...)
-			}
-			if e.Relational() && pipeline.PartitionOf(e.Key(), s.cfg.Partitions) != p {
-				fwd, err := s.forward(e, seq, i)
-				if err != nil {
-					return 0, 0, nil, err
-				}
-				outbox = append(outbox, fwd)
-				continue
-			}
-			if err := s.apply(txn, e, c); err != nil {
-				return 0, 0, nil, fmt.Errorf("cannot apply %s event at %d: %w", e.Type, seq, err)
-			}
-			if n := s.stats.ByType[e.Type]; n != nil {
-				n.Add(1)
-			}
-			writes += 3
-		}
-		s.stats.Events.Add(int64(len(evs)))
+// tooBig turns Badger's refusal of a write into errTooBig.
+func tooBig(err error) error {
+	if errors.Is(err, badger.ErrTxnTooBig) {
+		return fmt.Errorf("%w: %w", errTooBig, err)
 	}
-	return n, pos, outbox, nil
+	return err
 }
 
-// save writes the outbox and the state in txn, commits it and sends the outbox.
-func (s *Stage) save(txn *badger.Txn, st cold.StageState, outbox []cold.OutboxEntry) error {
+// maxDeletes is the most acknowledged outbox entries one transaction deletes: after a
+// backlog they are many, and a transaction must stay small enough for its messages.
+const maxDeletes = 4096
+
+// write deletes acknowledged outbox entries and writes the new ones and the state in
+// txn. The state names the log record before this transaction's (see StageState.Log).
+func (s *Stage) write(txn *badger.Txn, st *cold.StageState, outbox []cold.OutboxEntry, w *work) error {
 	p := s.cfg.Partition
-	if len(s.published) > 0 {
-		if err := cold.DeleteOutbox(txn, p, s.published); err != nil {
-			return err
-		}
+	w.deleted = min(len(s.published), maxDeletes)
+	if err := cold.DeleteOutbox(txn, p, s.published[:w.deleted]); err != nil {
+		return err
 	}
 	for i := range outbox {
 		if err := cold.PutOutbox(txn, p, &outbox[i]); err != nil {
 			return err
 		}
 	}
-	if err := cold.PutStage(txn, p, &st); err != nil {
-		return err
-	}
-	if err := txn.Commit(); err != nil {
-		return fmt.Errorf("cannot commit: %w", err)
-	}
-	s.st, s.published = st, nil
+	return cold.PutStage(txn, p, st)
+}
+
+// committed makes st the stage's state once its transaction has committed.
+func (s *Stage) committed(st cold.StageState, w *work) {
+	s.st, s.published = st, s.published[w.deleted:]
 	s.stats.Txns.Add(1)
+	s.stats.HopDups.Add(w.dups)
+	s.stats.Forwarded.Add(w.forwarded)
+	s.stats.Deltas.Add(w.deltas)
 	s.pos.Store(st.Pos)
-	s.send(outbox)
+	s.countHeld()
+}
+
+// countHeld keeps stats.HopsHeld in step with the hop batches the state holds.
+func (s *Stage) countHeld() {
+	var n int64
+	for _, m := range s.st.Hops {
+		n += int64(len(m.Held))
+	}
+	s.stats.HopsHeld.Add(n - s.held)
+	s.held = n
+}
+
+// applyMsgs applies msgs in txn and returns how many it applied (all, unless it fails),
+// the position of the last one, and collects in w what they cause.
+func (s *Stage) applyMsgs(txn *badger.Txn, msgs []jetstream.Msg, w *work) (n int, pos uint64, err error) {
+	for i, m := range msgs {
+		seq, err := streamSeq(m)
+		if err != nil {
+			return i, pos, err
+		}
+		s.stats.Messages.Add(1)
+		if err := s.applyMsg(txn, m, seq, w); err != nil {
+			return i, pos, err
+		}
+		pos = seq
+	}
+	return len(msgs), pos, nil
+}
+
+// applyMsg applies one message: a producer's event or batch, or a hop batch of another
+// partition. What cannot be applied because of its content is dead-lettered.
+func (s *Stage) applyMsg(txn *badger.Txn, m jetstream.Msg, seq uint64, w *work) error {
+	if slices.Contains(w.deadSeqs, seq) {
+		w.deadLetter(m, seq, -1, m.Data(), fmt.Errorf("%w: applying it would not fit in one transaction", pipeline.ErrBadEvent))
+		w.dead = append(w.dead, seq)
+		return nil
+	}
+	typ, err := s.parseSubject(m.Subject())
+	if err == nil && typ == pipeline.TypeHop {
+		return s.applyHop(txn, m, seq, w)
+	}
+	var evs []pipeline.Event
+	var bad []pipeline.BadEvent
+	if err == nil {
+		evs, bad, err = s.decode(typ, m)
+	}
+	if err != nil {
+		w.deadLetter(m, seq, -1, m.Data(), err)
+		return nil
+	}
+	for _, b := range bad {
+		data, _ := pipeline.Marshal(&b.Event, true)
+		w.deadLetter(m, seq, b.Index, data, b.Err)
+	}
+	ts := int64(0)
+	for i := range evs {
+		e := &evs[i]
+		if e.TS == 0 {
+			if ts == 0 {
+				md, _ := m.Metadata()
+				ts = md.Timestamp.UnixMilli()
+			}
+			e.TS = ts
+		}
+		if err := s.applyEvent(txn, e, false, w); err != nil {
+			return fmt.Errorf("cannot apply %s event at %d: %w", e.Type, seq, err)
+		}
+	}
 	return nil
 }
 
-// decode returns a message's events, or the reason it must be dead-lettered.
-func (s *Stage) decode(m jetstream.Msg) ([]pipeline.Event, []pipeline.BadEvent, error) {
-	typ, err := s.parseSubject(m.Subject())
-	if err != nil {
-		return nil, nil, err
+// applyEvent applies one event here, or hands it to the partition that owns its
+// relations; a system notice is also handed to every other partition. Events that came
+// in a hop batch (local) are this partition's.
+func (s *Stage) applyEvent(txn *badger.Txn, e *pipeline.Event, local bool, w *work) error {
+	if !local && !e.Local {
+		if e.Type == pipeline.TypeSystem {
+			for q := range s.cfg.Partitions {
+				if q != s.cfg.Partition {
+					w.forward(q, e)
+				}
+			}
+		}
+		if q := pipeline.PartitionOf(e.Key(), s.cfg.Partitions); e.Relational() && q != s.cfg.Partition {
+			w.forward(q, e)
+			return nil
+		}
 	}
+	if err := s.apply(txn, e, w.c); err != nil {
+		return err
+	}
+	if n := s.stats.ByType[e.Type]; n != nil {
+		n.Add(1)
+	}
+	s.stats.Events.Add(1)
+	return nil
+}
+
+// streamSeq is a message's sequence in the events stream.
+func streamSeq(m jetstream.Msg) (uint64, error) {
+	md, err := m.Metadata()
+	if err != nil {
+		return 0, fmt.Errorf("message without metadata: %w", err)
+	}
+	return md.Sequence.Stream, nil
+}
+
+// decode returns a message's events, or the reason it must be dead-lettered.
+func (s *Stage) decode(typ string, m jetstream.Msg) ([]pipeline.Event, []pipeline.BadEvent, error) {
 	if m.Headers().Get(jetstream.MsgIDHeader) == "" && typ == pipeline.TypeBatch {
 		return nil, nil, fmt.Errorf("%w: a batch needs a Nats-Msg-Id header", pipeline.ErrBadEvent)
 	}
@@ -361,40 +479,4 @@ func (s *Stage) parseSubject(subj string) (string, error) {
 		return "", fmt.Errorf("%w: unexpected subject %q", pipeline.ErrBadEvent, subj)
 	}
 	return parts[1], nil
-}
-
-// forward re-publishes a relation event of a batch to the subject of its own partition,
-// through the outbox so it is neither lost nor repeated.
-func (s *Stage) forward(e *pipeline.Event, seq uint64, i int) (cold.OutboxEntry, error) {
-	data, err := pipeline.Marshal(e, false)
-	if err != nil {
-		return cold.OutboxEntry{}, err
-	}
-	s.stats.Forwarded.Add(1)
-	return cold.OutboxEntry{
-		Subject: s.cfg.Subjects.Event(e.Type, e.Key()),
-		MsgID:   fmt.Sprintf("fwd.%d.%d.%d", s.cfg.Partition, seq, i),
-		Data:    data,
-	}, nil
-}
-
-// DeadLetter is the JSON payload of a dead-letter entry: a whole message (Index -1) or
-// one event of a batch (Data is then that event as JSON).
-type DeadLetter struct {
-	Error   string      `json:"error"`
-	Subject string      `json:"subject"`
-	Seq     uint64      `json:"seq"`
-	Index   int         `json:"index"`
-	Header  nats.Header `json:"header,omitempty"`
-	Data    []byte      `json:"data"`
-}
-
-func (s *Stage) deadLetter(m jetstream.Msg, seq uint64, index int, data []byte, reason error) cold.OutboxEntry {
-	s.stats.Dead.Add(1)
-	payload, _ := json.Marshal(DeadLetter{Error: reason.Error(), Subject: m.Subject(), Seq: seq, Index: index, Header: m.Headers(), Data: data})
-	return cold.OutboxEntry{
-		Subject: s.cfg.Subjects.DLQ("event", s.cfg.Partition),
-		MsgID:   fmt.Sprintf("dlq.%d.%d.%d", s.cfg.Partition, seq, index),
-		Data:    payload,
-	}
 }

@@ -1,7 +1,6 @@
 package event
 
 import (
-	"fmt"
 	"math"
 
 	"github.com/dgraph-io/badger/v4"
@@ -96,29 +95,6 @@ func (s *Stage) read(txn *badger.Txn, e *pipeline.Event, c *coalescer) error {
 		}
 	}
 	return cold.PutReader(txn, uint64(e.UID), rs)
-}
-
-// broadcast sends a copy of a system notice to every other partition, so that each
-// counts it in its own state: a notice to all users costs one write per partition.
-func (s *Stage) broadcast(e *pipeline.Event, seq uint64, i int) ([]cold.OutboxEntry, error) {
-	out := make([]cold.OutboxEntry, 0, len(s.keys)-1)
-	cp := *e
-	cp.Local = true
-	data, err := pipeline.Marshal(&cp, false)
-	if err != nil {
-		return nil, err
-	}
-	for q, key := range s.keys {
-		if q == s.cfg.Partition {
-			continue
-		}
-		out = append(out, cold.OutboxEntry{
-			Subject: s.cfg.Subjects.Event(pipeline.TypeSystem, key),
-			MsgID:   fmt.Sprintf("sys.%d.%d.%d.%d", s.cfg.Partition, seq, i, q),
-			Data:    data,
-		})
-	}
-	return out, nil
 }
 
 // partitionKeys returns, for each partition, an id that routes to it.

@@ -17,8 +17,16 @@ type StageState struct {
 	// Outbox is the sequence of the last outbox entry written.
 	Outbox uint64 `msgpack:"outbox"`
 	// Log is the sequence, in the log stream, of the record of the last transaction
-	// (0 when the stage does not log, or has logged nothing yet).
+	// (0 when the stage does not log, or has logged nothing yet). A transaction commits
+	// the sequence of the record before its own, which it knows before it appends:
+	// whoever loads the state takes the next record as its own when that record ends at
+	// Pos (see stages/event's replay).
 	Log uint64 `msgpack:"log,omitempty"`
+	// HopSeqs is the last sequence of the hop batches sent to each other event partition.
+	HopSeqs map[uint32]uint64 `msgpack:"hop_seqs,omitempty"`
+	// Hops is what the partition has applied of each other partition's hop batches, and
+	// what it holds above a gap.
+	Hops map[uint32]*Mark `msgpack:"hops,omitempty"`
 }
 
 // OutboxEntry is one message to publish after the transaction that wrote it commits.
@@ -37,6 +45,9 @@ type LogRecord struct {
 	Prev   uint64        `msgpack:"prev"`
 	State  StageState    `msgpack:"state"`
 	Outbox []OutboxEntry `msgpack:"outbox"`
+	// Dead lists the stream sequences of messages dead-lettered whole because applying
+	// them would not fit in one transaction: a replay does not try them again.
+	Dead []uint64 `msgpack:"dead,omitempty"`
 }
 
 // EncodeLogRecord and DecodeLogRecord convert a record to and from its log message.
