@@ -242,6 +242,7 @@ func TestChaos(t *testing.T) {
 	ch.mu.Lock()
 	starts := ch.starts
 	ch.mu.Unlock()
+	faulty := strings.Count(ch.stderr.String(), "on purpose (a test setting)")
 
 	// The model: every event a producer stored, in the stream's order.
 	ref := newChaosModel()
@@ -249,8 +250,8 @@ func TestChaos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("chaos: %d cycles in %v (seed %d, %d partitions, dup window %v): %d kills of tallyd (%d starts), %d NATS restarts, internal publishes with %s (seed = start number)",
-		cycles, ran.Round(time.Millisecond), seed, size.partitions, chaosDupWindow, kills, starts, outages, faults)
+	t.Logf("chaos: %d cycles in %v (seed %d, %d partitions, dup window %v): %d kills of tallyd (%d starts), %d NATS restarts; internal publishes with %s (seed = start number) in the %d starts that ran the event stages",
+		cycles, ran.Round(time.Millisecond), seed, size.partitions, chaosDupWindow, kills, starts, outages, faults, faulty)
 	t.Logf("chaos: producer sent %d transactions (%d batches, %d raw batches, %d of single events), %d retries, %d re-sent on purpose; stored %d messages, %d of them twice (a retry after the window), %d events: %v",
 		pr.txs, pr.batches, pr.raws, pr.singles, pr.retries, pr.resent, msgs, again, ref.pos, ref.byType)
 	r := &chaosReport{t: t}
