@@ -44,8 +44,12 @@ func (n *Node) startEvents(ctx context.Context, l *lease) (err error) {
 	}
 	stages := make([]*event.Stage, n.cfg.Partitions)
 	laggers := map[string]query.Lagger{}
+	if n.cfg.PublishFaults != "" {
+		n.log.Warn("internal publishes fail, are delayed and reordered on purpose (a test setting)", "faults", n.cfg.PublishFaults)
+	}
 	for p := range stages {
 		ec := event.Config{Partition: p, Partitions: n.cfg.Partitions, Subjects: n.subjects, Families: n.cfg.Families, FanoutLimit: n.cfg.FanoutLimit, Pulled: n.pulled}
+		ec.Publisher = n.cfg.faultyPublisher(n.js, uint64(1<<20+p))
 		if n.obs != nil { // the state moves between processes: log every transaction
 			ec.Log, ec.Owner, ec.Valid = true, l.token(), l.valid
 		}
