@@ -271,3 +271,32 @@ func TestBackupPointerBucketRemade(t *testing.T) {
 		t.Fatalf("backup under the old bucket's lease: %v, want errSuperseded", err)
 	}
 }
+
+// A backup purges each stage log below the record it covers and keeps that record: the
+// next append expects it to be the subject's last.
+func TestPurgeLogsKeepsLast(t *testing.T) {
+	r := newBackupRig(t)
+	n := r.process()
+	var seqs []uint64
+	for i := range 3 {
+		ack, err := r.js.Publish(t.Context(), r.sj.Log(0), []byte{byte(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, ack.Sequence)
+	}
+	if err := n.purgeLogs(t.Context(), []uint64{seqs[2], 0}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := r.js.Stream(t.Context(), r.sj.LogStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, err := st.GetLastMsgForSubject(t.Context(), r.sj.Log(0))
+	if err != nil || last.Sequence != seqs[2] {
+		t.Fatalf("last record after the purge: %v %v, want %d", last, err, seqs[2])
+	}
+	if _, err := st.GetMsg(t.Context(), seqs[1]); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Fatalf("a covered record is still there: %v", err)
+	}
+}
