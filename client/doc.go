@@ -6,4 +6,12 @@
 //	c, _ := client.New(nc)
 //	c.Publish(ctx, pipeline.Event{Type: "like", UID: 7, Post: 42, Tx: "req-123"})
 //	counts, _ := c.Get(ctx, "post", 42, 43)
+//
+// The client uses the connection it is given as it is: authenticate and secure it with
+// nats.go's options (nats.UserCredentials, nats.Nkey, nats.RootCAs, …). Where each user
+// may read only its own replies, give the connection the user's inbox prefix,
+// nats.CustomInboxPrefix("_INBOX_alice"): every request, publish acknowledgement and
+// watch of the client then answers there.
+//
+// Failures are tested with errors.Is against the sentinels in errors.go.
 package client

@@ -42,7 +42,12 @@ const usage = `tally — Tally's command-line client
   tally bench                              load benchmark with exact-count check
 
 Common flags (before or after the command's own):
-  --server URL   NATS URL (NATS_URL, default nats://127.0.0.1:4222)
+  --server URL   NATS URL (NATS_URL; default the context's, else nats://127.0.0.1:4222)
+  --context C    nats CLI context, a name or a JSON file (NATS_CONTEXT): URL, credentials, TLS
+  --creds F      user credentials file (NATS_CREDS)     --nkey F   nkey seed file (NATS_NKEY)
+  --tls-cert F --tls-key F   client certificate (NATS_CERT, NATS_KEY)
+  --tls-ca F     CAs the server's certificate must chain to (NATS_CA)
+  --inbox-prefix P  reply subjects under P instead of _INBOX (where each user has its own)
   --prefix P     subject prefix (default tally)
   --timeout D    request timeout (default 5s)
 Run "tally <command> -h" for a command's flags.
@@ -87,7 +92,11 @@ func run(ctx context.Context, args []string, e env) int {
 	}
 	fs := flag.NewFlagSet("tally "+cmd.name, flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
-	server := fs.String("server", or(e.getenv("NATS_URL"), nats.DefaultURL), "NATS URL")
+	server := fs.String("server", e.getenv("NATS_URL"), "NATS URL (default: the context's, else "+nats.DefaultURL+")")
+	// The variables the nats CLI reads, so that one environment serves both.
+	auth := natsconn.Auth{Context: e.getenv("NATS_CONTEXT"), Creds: e.getenv("NATS_CREDS"), NKey: e.getenv("NATS_NKEY"),
+		TLSCert: e.getenv("NATS_CERT"), TLSKey: e.getenv("NATS_KEY"), TLSCA: e.getenv("NATS_CA")}
+	auth.Flags(fs)
 	prefix := fs.String("prefix", pipeline.DefaultPrefix, "subject prefix")
 	timeout := fs.Duration("timeout", 5*time.Second, "request timeout")
 	if cmd.flags != nil {
@@ -99,9 +108,9 @@ func run(ctx context.Context, args []string, e env) int {
 		}
 		return 2
 	}
-	nc, err := nats.Connect(*server, nats.Name("tally-cli"))
+	nc, err := auth.Connect(*server, nats.DefaultURL, nats.Name("tally-cli"))
 	if err != nil {
-		fmt.Fprintf(e.stderr, "tally: cannot connect to %s: %v (is tallyd running?)\n", natsconn.Redacted(*server), err)
+		fmt.Fprintf(e.stderr, "tally: %v (is tallyd running?)\n", err)
 		return 1
 	}
 	defer nc.Close()
@@ -135,13 +144,6 @@ func parseInterspersed(fs *flag.FlagSet, args []string) error {
 		args = fs.Args()[1:]
 	}
 	return fs.Parse(append([]string{"--"}, rest...))
-}
-
-func or(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // ids parses decimal ids.

@@ -133,6 +133,12 @@ func (in *Internal) admit(opts *server.Options, account string) error {
 	return nil
 }
 
+// URL is the URL to give nats.Connect with Options: s's, without TLS, which an
+// in-process connection does not need.
+func (in *Internal) URL(s *server.Server) string {
+	return strings.Replace(s.ClientURL(), "tls://", "nats://", 1)
+}
+
 // Options connect to s in-process as the internal user.
 func (in *Internal) Options(s *server.Server) []nats.Option {
 	o := []nats.Option{nats.InProcessServer(s)}

@@ -244,8 +244,7 @@ func (n *Node) natsOptions() (string, []nats.Option, error) {
 	if n.ns, err = n.embed(in); err != nil {
 		return "", nil, err
 	}
-	// In-process: no TLS handshake, whatever the server's clients must do.
-	return strings.Replace(n.ns.ClientURL(), "tls://", "nats://", 1), in.Options(n.ns), nil
+	return in.URL(n.ns), in.Options(n.ns), nil
 }
 
 func (n *Node) embed(in *embedded.Internal) (*server.Server, error) {
