@@ -8,6 +8,7 @@ import (
 	"github.com/tally-dev/tally/pipeline/embedded"
 	"github.com/tally-dev/tally/pipeline/natsconn"
 	"github.com/tally-dev/tally/stages/hop"
+	"github.com/tally-dev/tally/stages/query"
 )
 
 // Config is everything a Tally process needs; DefaultConfig fills it in.
@@ -76,15 +77,24 @@ type Config struct {
 	// last backups cover: a new owner on another machine restores them and replays the
 	// streams.
 	BackupEvery time.Duration
-	// Metrics is the address of the HTTP server for /metrics (Prometheus) and /healthz;
-	// empty disables it.
+	// Metrics is the address of the HTTP server for /metrics (Prometheus), /livez,
+	// /readyz and /healthz; empty disables it.
 	Metrics string
+	// MaxLag is how far each partition may be behind its stream while the process is
+	// ready (/readyz, and tally.health's ready for the whole prefix): a number of
+	// messages, or the age of the oldest message not applied yet (DefaultMaxLagAge).
+	MaxLag query.MaxLag
 	// PublishFaults, for tests only, makes the event stages' outboxes publish through a
 	// hop.FaultyPublisher with these faults ("fail=0.05,delay=0.05,reorder=0.05,seed=7",
 	// see hop.ParseFaults): the chaos test's way to fail, delay and reorder internal
 	// publishes in a real process. Empty (always, in production) injects nothing.
 	PublishFaults string
 }
+
+// DefaultMaxLagAge is ready while no partition has left a message unapplied for longer than
+// 30 s: under a steady load the oldest unapplied message is about a flush interval old,
+// while a stuck partition, or one replaying a long backlog, ages past it.
+const DefaultMaxLagAge = 30 * time.Second
 
 // SnowflakeEpoch is Twitter's snowflake epoch, 2010-11-04 01:42:54.657 UTC, in Unix ms.
 const SnowflakeEpoch = 1288834974657
@@ -110,6 +120,7 @@ func DefaultConfig() Config {
 		ColdCache:     1 << 18,
 		Snapshots:     true,
 		LeaseTTL:      DefaultLeaseTTL,
+		MaxLag:        query.MaxLag{Age: DefaultMaxLagAge},
 	}
 }
 

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -153,11 +152,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	n.runCtx, n.cancel = runCtx, cancel
-	n.metrics = metrics.New(metrics.Source{Events: n.EventStats, Counters: &n.CounterStats, Hot: n.hot,
-		Lag:   func(ctx context.Context) (*pipeline.HealthReply, error) { return n.query.Health(ctx) },
+	n.metrics = metrics.New(metrics.Source{Events: n.EventStats, Counters: &n.CounterStats, Hot: n.hot, Lags: n.lags,
 		Owned: func() (int, bool) { return len(n.heldParts()), n.Events() },
 		Moves: func() (int64, int64, int64) { return n.Backups.Load(), n.BackupErrs.Load(), n.PartsRestored.Load() }})
-	n.query = query.New(query.Config{Subjects: sc.Subjects, Families: cfg.Families, Partitions: cfg.Partitions, OnQuery: n.metrics.OnQuery},
+	n.query = query.New(query.Config{Subjects: sc.Subjects, Families: cfg.Families, Partitions: cfg.Partitions, OnQuery: n.metrics.OnQuery, MaxLag: cfg.MaxLag},
 		n.nc, n.db, nil, log)
 	if err := n.query.Start(); err != nil {
 		return nil, err
@@ -394,33 +392,6 @@ func (n *Node) hot() map[string][2]int64 {
 		}
 	}
 	return out
-}
-
-// serveHTTP serves /metrics and /healthz (200 when every partition is caught up).
-func (n *Node) serveHTTP(addr string) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("cannot serve metrics on %s: %w", addr, err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", n.metrics.Handler())
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		h, err := n.query.Health(r.Context())
-		switch {
-		case err != nil:
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-		case !h.OK:
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_ = json.NewEncoder(w).Encode(h)
-		default:
-			_ = json.NewEncoder(w).Encode(h)
-		}
-	})
-	n.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	n.wg.Go(func() { _ = n.http.Serve(ln) })
-	n.metricsAddr = ln.Addr().String()
-	n.log.Info("metrics", "addr", n.metricsAddr)
-	return nil
 }
 
 // MetricsAddr is where /metrics is served ("" when disabled).

@@ -17,19 +17,21 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/stages/flow"
 	"github.com/tally-dev/tally/store/cold"
 )
 
 // Partition is one counter partition that can answer for its ids.
 type Partition interface {
 	Get(ctx context.Context, ids []uint64, out [][]uint64) error
+	// Ready reports whether the partition has loaded its state.
 	Ready() bool
-	Lag(ctx context.Context) (uint64, error)
+	Lagger
 }
 
-// Lagger is anything else whose lag health reports (an event-stage partition).
+// Lagger is anything whose lag health and metrics report (a partition).
 type Lagger interface {
-	Lag(ctx context.Context) (uint64, error)
+	Behind(ctx context.Context) (flow.Behind, error)
 }
 
 // Config configures a Server.
@@ -43,6 +45,9 @@ type Config struct {
 	Workers int
 	// OnQuery, when set, is told every request's subject kind, duration and failure.
 	OnQuery func(kind string, took time.Duration, failed bool)
+	// MaxLag is how far a partition may lag and be ready (see health.go); the zero
+	// value allows no lag.
+	MaxLag MaxLag
 }
 
 // Server answers queries. It keeps a registry of the counter partitions this process
@@ -304,8 +309,8 @@ var errUnavailable = pipeline.ErrUnavailable
 func (s *Server) part(key partKey) func(*request) (any, error) {
 	fam, _ := s.cfg.Families.Lookup(key.family)
 	return func(r *request) (any, error) {
-		if r.msg.Header.Get(lagHeader) != "" {
-			return s.partHealth(r.ctx, key)
+		if asked := r.msg.Header.Get(lagHeader); asked != "" {
+			return s.partHealth(r.ctx, key, asked)
 		}
 		var req pipeline.GetRequest
 		if err := r.decode(&req); err != nil {
@@ -581,50 +586,4 @@ func (s *Server) pulled(txn *badger.Txn, uid uint64) (system, feed uint64, err e
 		return err == nil
 	})
 	return system, feed, err
-}
-
-// Health reports whether the event stages and the counter partitions registered in this
-// process have applied all of their streams. Partitions owned by other processes are not
-// checked here (each process reports its own); Checked says how many were.
-func (s *Server) Health(ctx context.Context) (*pipeline.HealthReply, error) {
-	h := s.newHealth()
-	for name, st := range s.eventStages() {
-		if err := check(ctx, h, name, st, true); err != nil {
-			return nil, err
-		}
-	}
-	for fam, ps := range *s.owners.Load() {
-		for p, o := range ps {
-			if o == nil {
-				continue // not here
-			}
-			if err := check(ctx, h, counterName(fam, p), o, o.Ready()); err != nil {
-				return nil, err
-			}
-		}
-	}
-	return h, nil
-}
-
-func (s *Server) newHealth() *pipeline.HealthReply {
-	return &pipeline.HealthReply{OK: true, Partitions: s.cfg.Partitions, Lagging: map[string]uint64{}}
-}
-
-func counterName(family string, p int) string { return fmt.Sprintf("counter.%s.%d", family, p) }
-
-// check adds l's lag to h; a partition not ready yet lags by at least 1.
-func check(ctx context.Context, h *pipeline.HealthReply, name string, l Lagger, ready bool) error {
-	h.Checked++
-	lag, err := l.Lag(ctx)
-	if err != nil {
-		return fmt.Errorf("cannot tell the lag of %s: %w", name, err)
-	}
-	if !ready && lag == 0 {
-		lag = 1
-	}
-	if lag > 0 {
-		h.OK = false
-		h.Lagging[name] = lag
-	}
-	return nil
 }
