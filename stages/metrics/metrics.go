@@ -1,6 +1,7 @@
 // Package metrics exposes a Tally process in the Prometheus text format. Counters are
 // read from the stages' atomic statistics when scraped, so the hot path pays nothing for
-// them; only checkpoint and query durations are observed as they happen.
+// them; only checkpoint and query durations are observed as they happen. A scrape keeps
+// answering when NATS does not: a lag it cannot look up is counted, not an error.
 package metrics
 
 import (
@@ -12,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/stages/counter"
 	"github.com/tally-dev/tally/stages/event"
 )
@@ -21,8 +21,9 @@ import (
 type Source struct {
 	Events   *event.Stats
 	Counters *counter.Stats
-	// Lag returns each partition's lag by name (event.<p>, counter.<family>.<p>).
-	Lag func(ctx context.Context) (*pipeline.HealthReply, error)
+	// Lags returns the lag of every partition of this process, each with whether the
+	// lookup failed.
+	Lags func(ctx context.Context) []Lag
 	// Hot returns the ids and bytes held in RAM per family.
 	Hot func() map[string][2]int64
 	// Owned returns the counter partitions this process owns and whether it owns the
@@ -30,7 +31,25 @@ type Source struct {
 	// taken over from another process's state.
 	Owned func() (partitions int, events bool)
 	Moves func() (backups, backupErrs, restored int64)
+	// Version is the version tally_build_info shows; empty reads the module version
+	// the binary was built from.
+	Version string
 }
+
+// Lag is how far one partition is behind its stream.
+type Lag struct {
+	Stage     string // "event" or "counter"
+	Family    string // "" for an event stage
+	Partition int
+	Msgs      uint64        // stream sequences not applied yet
+	Age       time.Duration // how long ago the oldest of them was stored
+	Ready     bool          // loaded and within the process's --max-lag
+	Err       error         // the lookup failed (NATS did not answer)
+}
+
+// lagTimeout bounds the lag lookups of one scrape, well inside Prometheus's default
+// scrape timeout (10 s): when NATS does not answer, the rest of the scrape still does.
+const lagTimeout = 3 * time.Second
 
 // Metrics is one process's registry.
 type Metrics struct {
@@ -61,7 +80,7 @@ func New(src Source) *Metrics {
 		Name: "tally_query_seconds", Help: "Query latency by subject, from request received to reply sent.",
 		Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16),
 	}, []string{"query", "outcome"})
-	m.reg.MustRegister(m.checkpoint, m.flushSize, m.snapshot, m.query,
+	m.reg.MustRegister(m.checkpoint, m.flushSize, m.snapshot, m.query, buildInfo(src.Version),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	counterFn := func(name, help string, f func() int64) {
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f()) }))
@@ -142,62 +161,8 @@ func (m *Metrics) OnQuery(kind string, took time.Duration, failed bool) {
 	m.query.WithLabelValues(kind, outcome).Observe(took.Seconds())
 }
 
-// Handler serves /metrics.
+// Handler serves /metrics. A collector that fails leaves its series out rather than
+// turning the whole scrape into an error.
 func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
-}
-
-// dynamic collects what has labels known only at scrape time: events by type, lag by
-// partition, RAM by family.
-type dynamic struct {
-	src                                          Source
-	descEvents, descLag, descHotIDs, descHotSize *prometheus.Desc
-	descCaught                                   *prometheus.Desc
-}
-
-func newDynamic(src Source) *dynamic {
-	return &dynamic{
-		src:         src,
-		descEvents:  prometheus.NewDesc("tally_events_applied_total", "Events applied by type.", []string{"type"}, nil),
-		descLag:     prometheus.NewDesc("tally_partition_lag", "Stream sequences a partition has not applied yet.", []string{"partition"}, nil),
-		descHotIDs:  prometheus.NewDesc("tally_hot_ids", "Ids held in RAM by family.", []string{"family"}, nil),
-		descHotSize: prometheus.NewDesc("tally_hot_bytes", "RAM held by the counter tables by family (0 when the table cannot tell).", []string{"family"}, nil),
-		descCaught:  prometheus.NewDesc("tally_caught_up", "1 when every partition has applied all of its stream.", nil, nil),
-	}
-}
-
-func (d *dynamic) Describe(ch chan<- *prometheus.Desc) {
-	for _, x := range []*prometheus.Desc{d.descEvents, d.descLag, d.descHotIDs, d.descHotSize, d.descCaught} {
-		ch <- x
-	}
-}
-
-func (d *dynamic) Collect(ch chan<- prometheus.Metric) {
-	for t, n := range d.src.Events.ByType {
-		ch <- prometheus.MustNewConstMetric(d.descEvents, prometheus.CounterValue, float64(n.Load()), t)
-	}
-	if d.src.Hot != nil {
-		for fam, v := range d.src.Hot() {
-			ch <- prometheus.MustNewConstMetric(d.descHotIDs, prometheus.GaugeValue, float64(v[0]), fam)
-			ch <- prometheus.MustNewConstMetric(d.descHotSize, prometheus.GaugeValue, float64(v[1]), fam)
-		}
-	}
-	if d.src.Lag == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	h, err := d.src.Lag(ctx)
-	if err != nil {
-		ch <- prometheus.NewInvalidMetric(d.descLag, err)
-		return
-	}
-	ok := 0.0
-	if h.OK {
-		ok = 1
-	}
-	ch <- prometheus.MustNewConstMetric(d.descCaught, prometheus.GaugeValue, ok)
-	for name, lag := range h.Lagging {
-		ch <- prometheus.MustNewConstMetric(d.descLag, prometheus.GaugeValue, float64(lag), name)
-	}
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 }
