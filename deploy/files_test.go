@@ -14,7 +14,6 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
-	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/stages/counter"
 	"github.com/tally-dev/tally/stages/event"
 	"github.com/tally-dev/tally/stages/metrics"
@@ -79,8 +78,8 @@ func TestDashboard(t *testing.T) {
 	// The names a real metrics registry serves.
 	m := metrics.New(metrics.Source{
 		Events: event.NewStats(), Counters: &counter.Stats{},
-		Lag: func(context.Context) (*pipeline.HealthReply, error) {
-			return &pipeline.HealthReply{Lagging: map[string]uint64{"event.0": 1}}, nil
+		Lags: func(context.Context) []metrics.Lag {
+			return []metrics.Lag{{Stage: "event", Msgs: 1}}
 		},
 		Hot: func() map[string][2]int64 { return map[string][2]int64{"post": {1, 13}} },
 	})

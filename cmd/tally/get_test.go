@@ -11,6 +11,7 @@ import (
 
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/natstest"
+	"github.com/tally-dev/tally/stages/flow"
 	"github.com/tally-dev/tally/stages/query"
 )
 
@@ -25,8 +26,8 @@ func (fixedPart) Get(_ context.Context, ids []uint64, out [][]uint64) error {
 	}
 	return nil
 }
-func (fixedPart) Ready() bool                         { return true }
-func (fixedPart) Lag(context.Context) (uint64, error) { return 0, nil }
+func (fixedPart) Ready() bool                                 { return true }
+func (fixedPart) Behind(context.Context) (flow.Behind, error) { return flow.Behind{}, nil }
 
 // TestGetUnavailable: ids of a partition owned by no process are printed as unavailable,
 // never as numbers, and the command fails.

@@ -187,6 +187,11 @@ func (w *Worker) Lag(ctx context.Context) (uint64, error) {
 	return flow.Lag(ctx, w.js, w.cfg.Subjects.DeltasStream(), w.cfg.Subjects.Delta(w.cfg.Family.Name, w.cfg.Partition), w.pos.Load())
 }
 
+// Behind is Lag with the age of the oldest delta not applied yet, for health and metrics.
+func (w *Worker) Behind(ctx context.Context) (flow.Behind, error) {
+	return flow.BehindOf(ctx, w.js, w.cfg.Subjects.DeltasStream(), w.cfg.Subjects.Delta(w.cfg.Family.Name, w.cfg.Partition), w.pos.Load(), time.Now())
+}
+
 // Entries is the number of ids in RAM as of the last flush.
 func (w *Worker) Entries() int64 { return w.entries.Load() }
 

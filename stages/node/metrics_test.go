@@ -55,8 +55,13 @@ func TestMetricsAndHealthz(t *testing.T) {
 		}
 		return true, ""
 	})
-	if code, body := get("/healthz"); code != 200 || !strings.Contains(body, `"ok":true`) {
-		t.Fatalf("/healthz = %d %s", code, body)
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if code, body := get(path); code != 200 || !strings.Contains(body, `"ok":true`) || !strings.Contains(body, `"ready":true`) {
+			t.Fatalf("%s = %d %s", path, code, body)
+		}
+	}
+	if code, body := get("/livez"); code != 200 {
+		t.Fatalf("/livez = %d %s", code, body)
 	}
 }
 

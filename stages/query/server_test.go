@@ -15,6 +15,7 @@ import (
 
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/natstest"
+	"github.com/tally-dev/tally/stages/flow"
 	"github.com/tally-dev/tally/stages/query"
 	"github.com/tally-dev/tally/store/cold"
 )
@@ -48,8 +49,8 @@ func (m *memPart) Get(ctx context.Context, ids []uint64, out [][]uint64) error {
 	}
 	return nil
 }
-func (m *memPart) Ready() bool                         { return true }
-func (m *memPart) Lag(context.Context) (uint64, error) { return 0, nil }
+func (m *memPart) Ready() bool                                 { return true }
+func (m *memPart) Behind(context.Context) (flow.Behind, error) { return flow.Behind{}, nil }
 
 var families = pipeline.Families(pipeline.DefaultFamilies())
 

@@ -38,6 +38,9 @@ type Options struct {
 	// process crashes (kill -9 leaves committed writes in the page cache).
 	SyncWrites bool
 	Logger     *slog.Logger
+	// MemTableSize is Badger's memtable size (32 MiB when 0). It also bounds one
+	// transaction (Badger takes 15 % of it); tests make it small to reach that bound.
+	MemTableSize int64
 }
 
 // DB is Tally's Badger database.
@@ -60,10 +63,15 @@ func Open(o Options) (*DB, error) {
 			}
 		}
 	}
+	if o.MemTableSize <= 0 {
+		o.MemTableSize = 32 << 20
+	}
 	bo := badger.DefaultOptions(o.Dir).
 		WithSyncWrites(o.SyncWrites).
 		WithLogger(badgerLogger{o.Logger}).
-		WithMemTableSize(32 << 20).
+		WithMemTableSize(o.MemTableSize).
+		// Badger refuses a value threshold above its largest transaction.
+		WithValueThreshold(min(1<<20, o.MemTableSize/16)).
 		WithNumVersionsToKeep(1).
 		// Each key has one writer goroutine (its partition), so transactions never conflict;
 		// tracking their reads for conflict detection would be pure cost.

@@ -1,0 +1,97 @@
+package event
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/store/cold"
+)
+
+// A transaction takes what Badger accepts, by Badger's own checks: with a database
+// whose transactions hold about one message of 300 likes, a backlog of such messages
+// commits the ones that fit and goes on, and a message that alone does not fit is
+// dead-lettered while the partition goes on. Nothing is lost or counted twice: the
+// deltas sent add up to the likes of the messages that fit.
+func TestTransactionsThatFit(t *testing.T) {
+	h := newLogHarness(t)
+	db, err := cold.Open(cold.Options{Dir: t.TempDir(), MemTableSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	const msgs, per, huge = 12, 300, 3000
+	uid := 1
+	batch := func(n int) {
+		evs := make([]pipeline.Event, n)
+		for i := range evs {
+			evs[i] = pipeline.Event{Type: pipeline.TypeLike, UID: pipeline.ID(uid), Post: 7}
+			uid++
+		}
+		data, _ := pipeline.Marshal(&pipeline.Batch{Events: evs}, false)
+		h.tx++
+		if _, err := h.js.Publish(context.Background(), h.sj.Event(pipeline.TypeBatch, 1), data, jetstream.WithMsgID(fmt.Sprint("b", h.tx))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range msgs {
+		if i == msgs/2 {
+			batch(huge)
+		}
+		batch(per)
+	}
+	r := h.start("o1", db)
+	h.caughtUp(r)
+	if got := r.stats.Splits.Load(); got == 0 {
+		t.Fatal("no transaction was cut short: the test does not reach Badger's bound")
+	}
+	if got := r.stats.Dead.Load(); got != 1 {
+		t.Fatalf("%d dead letters, want the one message too large for a transaction", got)
+	}
+	if got, want := sumDeltas(t, h.js, h.sj), int64(msgs*per); got != want {
+		t.Fatalf("deltas add up to %d likes, want %d", got, want)
+	}
+	// The dead-lettered message's likes were not made; the others were.
+	liked, err := cold.Related(db, cold.Like, uint64(msgs/2*per+1), []uint64{7})
+	if err != nil || liked[0] {
+		t.Fatalf("a like of the dead-lettered message was made: %v %v", liked, err)
+	}
+	liked, err = cold.Related(db, cold.Like, uint64(msgs/2*per+huge+1), []uint64{7})
+	if err != nil || !liked[0] {
+		t.Fatalf("a like after the dead-lettered message is missing: %v %v", liked, err)
+	}
+	t.Logf("%d messages in %d transactions (%d cut short)", msgs+1, r.stats.Txns.Load(), r.stats.Splits.Load())
+}
+
+// sumDeltas adds up every delta in the deltas stream.
+func sumDeltas(t *testing.T, js jetstream.JetStream, sj pipeline.Subjects) int64 {
+	t.Helper()
+	ctx := context.Background()
+	cons, err := js.OrderedConsumer(ctx, sj.DeltasStream(), jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum int64
+	var b pipeline.DeltaBatch
+	for {
+		m, err := cons.Next(jetstream.FetchMaxWait(500 * time.Millisecond))
+		if errors.Is(err, jetstream.ErrNoMessages) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
+			return sum
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pipeline.DecodeDeltaBatch(m.Data(), &b); err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range b.Deltas {
+			sum += d.N
+		}
+	}
+}

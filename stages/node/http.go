@@ -1,0 +1,70 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/tally-dev/tally/stages/metrics"
+)
+
+// serveHTTP serves, on addr:
+//
+//   - /metrics: Prometheus metrics (see stages/metrics);
+//   - /livez: 200 while the process runs, 503 once a partition failed and it is stopping;
+//   - /readyz: 200 while every partition of this process is loaded and within
+//     --max-lag, 503 with the health reply (or the reason it cannot be told) otherwise;
+//   - /healthz: the same as /readyz, for the probes configured before /readyz existed.
+func (n *Node) serveHTTP(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("cannot serve metrics on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", n.metrics.Handler())
+	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) {
+		select {
+		case <-n.failed:
+			http.Error(w, "a partition failed; stopping", http.StatusServiceUnavailable)
+		default:
+			fmt.Fprintln(w, "ok")
+		}
+	})
+	mux.HandleFunc("/readyz", n.readyz)
+	mux.HandleFunc("/healthz", n.readyz)
+	n.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	n.wg.Go(func() { _ = n.http.Serve(ln) })
+	n.metricsAddr = ln.Addr().String()
+	n.log.Info("metrics", "addr", n.metricsAddr)
+	return nil
+}
+
+// readyz answers whether this process is ready (see serveHTTP), with its health reply.
+func (n *Node) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	h, err := n.query.Health(ctx)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if !h.Ready {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	_ = json.NewEncoder(w).Encode(h)
+}
+
+// lags is what the metrics show of each partition's lag.
+func (n *Node) lags(ctx context.Context) []metrics.Lag {
+	ls := n.query.Lags(ctx)
+	out := make([]metrics.Lag, len(ls))
+	for i, l := range ls {
+		out[i] = metrics.Lag{Stage: l.Stage, Family: l.Family, Partition: l.Partition, Msgs: l.Msgs, Age: l.Age,
+			Ready: l.Ready(n.cfg.MaxLag), Err: l.Err}
+	}
+	return out
+}

@@ -1,0 +1,103 @@
+package query_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/stages/flow"
+	"github.com/tally-dev/tally/stages/query"
+)
+
+func TestParseMaxLag(t *testing.T) {
+	f := func(t *testing.T, in string, want query.MaxLag, wantErr bool) {
+		t.Helper()
+		got, err := query.ParseMaxLag(in)
+		if (err != nil) != wantErr || got != want {
+			t.Errorf("ParseMaxLag(%q) = %+v, %v; want %+v, error %v", in, got, err, want, wantErr)
+		}
+		if err != nil && !errors.Is(err, query.ErrMaxLag) {
+			t.Errorf("ParseMaxLag(%q): %v is not ErrMaxLag", in, err)
+		}
+		if err == nil && got.String() != in && in != "0s" {
+			t.Errorf("ParseMaxLag(%q).String() = %q", in, got.String())
+		}
+	}
+	f(t, "10000", query.MaxLag{Msgs: 10000}, false)
+	f(t, "30s", query.MaxLag{Age: 30 * time.Second}, false)
+	f(t, "1m30s", query.MaxLag{Age: 90 * time.Second}, false)
+	f(t, "0", query.MaxLag{}, false)
+	f(t, "0s", query.MaxLag{}, false)
+	f(t, "-5s", query.MaxLag{}, true)
+	f(t, "-5", query.MaxLag{}, true)
+	f(t, "lots", query.MaxLag{}, true)
+}
+
+func TestMaxLagExceeded(t *testing.T) {
+	f := func(t *testing.T, m query.MaxLag, b flow.Behind, want bool) {
+		t.Helper()
+		if got := m.Exceeded(b); got != want {
+			t.Errorf("%v.Exceeded(%+v) = %v, want %v", m, b, got, want)
+		}
+	}
+	// The zero MaxLag allows nothing unapplied (the old rule of /healthz).
+	f(t, query.MaxLag{}, flow.Behind{}, false)
+	f(t, query.MaxLag{}, flow.Behind{Msgs: 1}, true)
+	// Messages: up to the count.
+	f(t, query.MaxLag{Msgs: 100}, flow.Behind{Msgs: 100, Age: time.Hour}, false)
+	f(t, query.MaxLag{Msgs: 100}, flow.Behind{Msgs: 101}, true)
+	// Time: however many messages, as long as the oldest is young enough.
+	f(t, query.MaxLag{Age: time.Second}, flow.Behind{Msgs: 1_000_000, Age: 200 * time.Millisecond}, false)
+	f(t, query.MaxLag{Age: time.Second}, flow.Behind{Msgs: 1, Age: 2 * time.Second}, true)
+}
+
+// lagPart is a counter partition with a given lag.
+type lagPart struct {
+	memPart
+	loaded bool
+	b      flow.Behind
+	err    error
+}
+
+func (l *lagPart) Ready() bool                                 { return l.loaded }
+func (l *lagPart) Behind(context.Context) (flow.Behind, error) { return l.b, l.err }
+
+// TestHealthReady: a process is ready while every partition is loaded and within its
+// max lag, although some lag (not OK); a partition beyond it, or still loading, is named.
+func TestHealthReady(t *testing.T) {
+	const n = 2
+	mk := func(max query.MaxLag, parts ...*lagPart) *query.Server {
+		owners := map[string][]query.Partition{"post": make([]query.Partition, n)}
+		for p, l := range parts {
+			owners["post"][p] = l
+		}
+		return query.New(query.Config{Subjects: pipeline.NewSubjects("tally"), Families: families, Partitions: n, MaxLag: max},
+			nil, nil, owners, slog.New(slog.DiscardHandler))
+	}
+	ctx := context.Background()
+	steady := flow.Behind{Msgs: 40, Age: 120 * time.Millisecond}
+
+	h, err := mk(query.MaxLag{Age: 30 * time.Second}, &lagPart{loaded: true, b: steady}, &lagPart{loaded: true}).Health(ctx)
+	if err != nil || !h.Ready || h.OK || h.Checked != 2 || h.Lagging["counter.post.0"] != 40 || h.BehindMs["counter.post.0"] != 120 || h.MaxLag != "30s" {
+		t.Errorf("steady lag: %+v %v, want ready, not OK, lagging counter.post.0 by 40 (120 ms)", h, err)
+	}
+	h, err = mk(query.MaxLag{Msgs: 10}, &lagPart{loaded: true, b: steady}, &lagPart{loaded: false}).Health(ctx)
+	if err != nil || h.Ready || !slices.Equal(h.NotReady, []string{"counter.post.0", "counter.post.1"}) {
+		t.Errorf("40 messages behind of 10 allowed, one loading: %+v %v, want both not ready", h, err)
+	}
+	h, err = mk(query.MaxLag{}, &lagPart{loaded: true}).Health(ctx)
+	if err != nil || !h.Ready || !h.OK {
+		t.Errorf("caught up: %+v %v", h, err)
+	}
+	if h, err = mk(query.MaxLag{Age: time.Minute}, &lagPart{loaded: true, err: errors.New("no answer")}).Health(ctx); err == nil {
+		t.Errorf("a lag not looked up: %+v, want an error", h)
+	}
+	lags := mk(query.MaxLag{Age: time.Minute}, &lagPart{loaded: true, err: errors.New("no answer")}, &lagPart{loaded: true}).Lags(ctx)
+	if len(lags) != 2 || lags[0].Err == nil || lags[1].Err != nil || lags[1].Stage != "counter" || lags[1].Family != "post" || lags[1].Partition != 1 || !lags[1].Ready(query.MaxLag{}) {
+		t.Errorf("lags: %+v, want the failed lookup and the other partition", lags)
+	}
+}
