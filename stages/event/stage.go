@@ -67,6 +67,7 @@ type Stats struct {
 	Pulled    atomic.Int64 // posts left for readers to pull
 	HopDups   atomic.Int64 // hop batches from another partition skipped as applied already
 	HopsHeld  atomic.Int64 // hop batches held above a gap now
+	HopGaps   atomic.Int64 // gaps in another partition's hop batches given up (logged at error)
 	// ByType counts events applied per type; made by NewStats, read-only map.
 	ByType map[string]*atomic.Int64
 }
@@ -345,6 +346,7 @@ func (s *Stage) committed(st cold.StageState, w *work) {
 	s.st, s.published = st, s.published[w.deleted:]
 	s.stats.Txns.Add(1)
 	s.stats.HopDups.Add(w.dups)
+	s.stats.HopGaps.Add(w.in.Stats.GapsSkipped.Load())
 	s.stats.Forwarded.Add(w.forwarded)
 	s.stats.Deltas.Add(w.deltas)
 	s.pos.Store(st.Pos)

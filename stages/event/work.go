@@ -45,7 +45,7 @@ func (s *Stage) newWork(c *coalescer, dead []uint64) *work {
 	for src, m := range s.st.Hops {
 		marks[src] = &cold.Mark{Through: m.Through, Held: slices.Clone(m.Held)}
 	}
-	return &work{s: s, c: c, in: hop.In{Marks: marks, Log: s.log}, fwd: map[int][]pipeline.Event{}, deadSeqs: dead}
+	return &work{s: s, c: c, in: hop.In{Marks: marks, Log: s.log, Stats: &hop.InStats{}}, fwd: map[int][]pipeline.Event{}, deadSeqs: dead}
 }
 
 func (w *work) forward(q int, e *pipeline.Event) {

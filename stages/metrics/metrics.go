@@ -93,6 +93,11 @@ func New(src Source) *Metrics {
 	counterFn("tally_stage_transactions_total", "Event-stage Badger transactions committed.", ev.Txns.Load)
 	counterFn("tally_deltas_published_total", "Deltas published after coalescing in the event stage.", ev.Deltas.Load)
 	counterFn("tally_outbox_retries_total", "Outbox publishes retried.", ev.Retries.Load)
+	counterFn("tally_event_txn_splits_total", "Event-stage transactions that did not fit (Badger's bound, the log record's size) and committed fewer messages.", ev.Splits.Load)
+	counterFn("tally_event_hops_duplicate_total", "Hop batches of another event partition skipped as applied already (deduplicated by sequence).", ev.HopDups.Load)
+	counterFn("tally_event_hop_gaps_skipped_total", "Gaps in another event partition's hop batches given up because too much was held above them: logged at error.", ev.HopGaps.Load)
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tally_event_hops_held", Help: "Hop batches of other event partitions held above a gap."},
+		func() float64 { return float64(ev.HopsHeld.Load()) }))
 	counterFn("tally_feed_pushed_total", "Feed counters posts were pushed to.", ev.Pushed.Load)
 	counterFn("tally_feed_pulled_total", "Posts left for readers to pull (author above the fan-out limit).", ev.Pulled.Load)
 	counterFn("tally_delta_batches_total", "Delta batches applied by counter partitions.", ct.Batches.Load)
