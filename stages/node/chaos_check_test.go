@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -216,21 +217,35 @@ func chaosCompare(t *testing.T, c *client.Client, js jetstream.JetStream, ref *c
 	// The mirror: the last value per id of every change event. It must hold what Tally
 	// answers (once the last flushes are announced) and so equal the model.
 	var mirror map[string]map[uint64][]uint64
-	var changes int
-	natstest.Eventually(t, 30*time.Second, "a mirror of the change events equal to what tally answers", func() (bool, string) {
+	var changes, ids int
+	var diffs []string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		var err error
-		if mirror, changes, err = changeMirror(ctx, js, c.Subjects()); err != nil {
-			return false, err.Error()
+		mirror, changes, err = changeMirror(ctx, js, c.Subjects())
+		if err != nil {
+			if time.Now().After(deadline) {
+				t.Fatal(err)
+			}
+			continue
 		}
-		for fam, ids := range tally {
-			for id, v := range ids {
+		diffs, ids = diffs[:0], 0
+		for _, fam := range []string{"post", "user", "unread"} {
+			for _, id := range slices.Sorted(maps.Keys(tally[fam])) {
+				ids++
+				v := tally[fam][id]
 				if m := orZero(mirror[fam][id], len(v)); !slices.Equal(m, v) {
-					return false, fmt.Sprintf("%s %d: mirror %v, tally %v", fam, id, m, v)
+					diffs = append(diffs, fmt.Sprintf("%s %d: mirror %v, tally %v", fam, id, m, v))
 				}
 			}
 		}
-		return true, ""
-	})
+		if len(diffs) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	for _, d := range diffs {
+		r.fail("mirror.complete", "%s", d)
+	}
+	r.done("mirror.complete", ids, "the mirror holds what tally answers for every id of every family (no change event lost)")
 	for _, fam := range []string{"post", "user"} {
 		for id := range tally[fam] {
 			w := want[fam](id)

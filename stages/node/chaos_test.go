@@ -250,8 +250,8 @@ func TestChaos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("chaos: %d cycles in %v (seed %d, %d partitions, dup window %v): %d kills of tallyd (%d starts), %d NATS restarts; internal publishes with %s (seed = start number) in the %d starts that ran the event stages",
-		cycles, ran.Round(time.Millisecond), seed, size.partitions, chaosDupWindow, kills, starts, outages, faults, faulty)
+	t.Logf("chaos: %d cycles in %v (seed %d, %d partitions, dup window %v): %d kills of tallyd (%d starts), %d NATS restarts; internal publishes with %s (N: the start's number) in the %d starts that ran the event stages",
+		cycles, ran.Round(time.Millisecond), seed, size.partitions, chaosDupWindow, kills, starts, outages, strings.Replace(faults, "%d", "N", 1), faulty)
 	t.Logf("chaos: producer sent %d transactions (%d batches, %d raw batches, %d of single events), %d retries, %d re-sent on purpose; stored %d messages, %d of them twice (a retry after the window), %d events: %v",
 		pr.txs, pr.batches, pr.raws, pr.singles, pr.retries, pr.resent, msgs, again, ref.pos, ref.byType)
 	r := &chaosReport{t: t}
@@ -259,7 +259,11 @@ func TestChaos(t *testing.T) {
 	for _, line := range ch.stops {
 		r.fail("process", "tallyd stopped by itself: %s", line)
 	}
-	r.done("process", ch.starts, fmt.Sprintf("tallyd starts that did not stop by themselves (%d failed to start, e.g. while NATS was away: %q)", len(ch.startFails), ch.startFails))
+	why := map[string]int{}
+	for _, line := range ch.startFails {
+		why[line]++
+	}
+	r.done("process", ch.starts, fmt.Sprintf("tallyd starts that did not stop by themselves (%d failed to start, as they may while NATS is away: %v)", len(ch.startFails), why))
 	ch.mu.Unlock()
 	missing := 0
 	for tx, n := range pr.acked {
