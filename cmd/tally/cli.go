@@ -39,6 +39,8 @@ const usage = `tally — Tally's command-line client
   tally unread <uid>...                    unread counts
   tally watch <family>                     print change events until Ctrl-C
   tally health                             print the health reply; exit 1 unless caught up
+  tally audit post <id>... | user <id>...  recount likes, comments, followers, following
+        [--sample N] [--repair]            from the relations; exit 1 if any counter drifted
   tally bench                              load benchmark with exact-count check
 
 Common flags (before or after the command's own):
@@ -70,6 +72,7 @@ func commands() []command {
 		{"unread", nil, runUnread},
 		{"watch", nil, runWatch},
 		{"health", nil, runHealth},
+		{"audit", auditFlags, runAudit},
 		{"bench", benchFlags, runBench},
 	}
 }

@@ -58,6 +58,7 @@ type Metrics struct {
 	flushSize  prometheus.Histogram
 	snapshot   prometheus.Histogram
 	query      *prometheus.HistogramVec
+	audit      auditMetrics
 	src        Source
 }
 
@@ -82,6 +83,7 @@ func New(src Source) *Metrics {
 	}, []string{"query", "outcome"})
 	m.reg.MustRegister(m.checkpoint, m.flushSize, m.snapshot, m.query, buildInfo(src.Version),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.audit = newAuditMetrics(m.reg)
 	counterFn := func(name, help string, f func() int64) {
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(f()) }))
 	}

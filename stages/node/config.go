@@ -80,6 +80,12 @@ type Config struct {
 	// Metrics is the address of the HTTP server for /metrics (Prometheus), /livez,
 	// /readyz and /healthz; empty disables it.
 	Metrics string
+	// AuditEvery, when positive, audits AuditSample posts and AuditSample users picked
+	// at random this often in the process owning the event stages: their like, comment,
+	// follower and following counts recounted from the relations (see tally audit). Off
+	// by default: a recount of comments reads every comment relation.
+	AuditEvery  time.Duration
+	AuditSample int
 	// MaxLag is how far each partition may be behind its stream while the process is
 	// ready (/readyz, and tally.health's ready for the whole prefix): a number of
 	// messages, or the age of the oldest message not applied yet (DefaultMaxLagAge).
@@ -120,6 +126,7 @@ func DefaultConfig() Config {
 		ColdCache:     1 << 18,
 		Snapshots:     true,
 		LeaseTTL:      DefaultLeaseTTL,
+		AuditSample:   100,
 		MaxLag:        query.MaxLag{Age: DefaultMaxLagAge},
 	}
 }
@@ -139,6 +146,9 @@ func (c Config) validate() error {
 	}
 	if c.ColdAge < 0 || c.HotMaxMem < 0 || c.ColdCache < 0 || c.EventsMaxAge < 0 {
 		return fmt.Errorf("cold age, hot memory, cold cache and events max age must not be negative")
+	}
+	if c.AuditEvery > 0 && (c.AuditSample < 1 || c.AuditSample > pipeline.MaxAuditSample) {
+		return fmt.Errorf("audit sample must be 1..%d, not %d", pipeline.MaxAuditSample, c.AuditSample)
 	}
 	if c.Join && c.BackupEvery <= 0 {
 		return fmt.Errorf("partitions move between the processes that join through state backups in NATS: --join needs --backup-every")

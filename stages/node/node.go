@@ -155,7 +155,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	n.metrics = metrics.New(metrics.Source{Events: n.EventStats, Counters: &n.CounterStats, Hot: n.hot, Lags: n.lags,
 		Owned: func() (int, bool) { return len(n.heldParts()), n.Events() },
 		Moves: func() (int64, int64, int64) { return n.Backups.Load(), n.BackupErrs.Load(), n.PartsRestored.Load() }})
-	n.query = query.New(query.Config{Subjects: sc.Subjects, Families: cfg.Families, Partitions: cfg.Partitions, OnQuery: n.metrics.OnQuery, MaxLag: cfg.MaxLag},
+	n.query = query.New(query.Config{Subjects: sc.Subjects, Families: cfg.Families, Partitions: cfg.Partitions, OnQuery: n.metrics.OnQuery, OnAudit: n.metrics.OnAudit, MaxLag: cfg.MaxLag},
 		n.nc, n.db, nil, log)
 	if err := n.query.Start(); err != nil {
 		return nil, err
@@ -181,6 +181,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		}
 	}
 	n.goRun(runCtx, n.own)
+	n.goRun(runCtx, n.sampleAudits)
 	if n.obs != nil {
 		n.goRun(runCtx, n.backups)
 	}

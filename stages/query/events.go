@@ -43,6 +43,7 @@ func (s *Server) relationHandlers() map[string]func(*request) (any, error) {
 		sj.Followers(): s.list(cold.Follow, false, "uid"),
 		sj.Unread():    s.unreadCounts,
 		sj.Health():    s.health,
+		sj.Audit():     s.audit,
 	}
 }
 

@@ -45,6 +45,9 @@ type Config struct {
 	Workers int
 	// OnQuery, when set, is told every request's subject kind, duration and failure.
 	OnQuery func(kind string, took time.Duration, failed bool)
+	// OnAudit, when set, is told how many counters each audit compared and how many
+	// of them drifted (see audit.go).
+	OnAudit func(checked, drifted int)
 	// MaxLag is how far a partition may lag and be ready (see health.go); the zero
 	// value allows no lag.
 	MaxLag MaxLag
@@ -66,6 +69,8 @@ type Server struct {
 	// events are the event stages, when this process owns them: only then does it
 	// answer the queries that read relations (see SetEvents).
 	events atomic.Pointer[events]
+
+	auditing auditState // repairs, one at a time (see audit.go)
 
 	mu       sync.Mutex // serialises SetOwner, SetEvents, Start and Stop
 	started  bool

@@ -1,0 +1,48 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/tally-dev/tally/pipeline"
+)
+
+// sampleAudits audits a random sample of posts and users every cfg.AuditEvery while
+// this process owns the event stages (they hold the relations an audit recounts): proof
+// in production that counts equal their relations, as tally_audit_checked_total and
+// tally_audit_drift_total. It reports, and never repairs: a repair is an operator's
+// decision (tally audit --repair). It returns when ctx ends; a failed audit is logged
+// and the next one tried, since an audit is a check, not part of counting.
+func (n *Node) sampleAudits(ctx context.Context) error {
+	if n.cfg.AuditEvery <= 0 {
+		return nil
+	}
+	tick := time.NewTicker(n.cfg.AuditEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		if !n.Events() {
+			continue // the owner of the event stages samples
+		}
+		r, err := n.query.Audit(ctx, pipeline.AuditRequest{Sample: n.cfg.AuditSample})
+		switch {
+		case errors.Is(err, pipeline.ErrBadRequest):
+			return err // a configuration mistake: say so rather than log it every round
+		case err != nil:
+			if ctx.Err() == nil {
+				n.log.Warn("audit sample failed", "err", err)
+			}
+			continue
+		}
+		for _, d := range r.Drift {
+			n.log.Warn("audit found drift: a counter differs from its relations", "family", d.Family, "id", d.ID, "field", d.Field,
+				"counter", d.Counter, "relations", d.Relations, "repair", "tally audit --repair "+d.Family+" "+d.ID.String())
+		}
+		n.log.Debug("audit sample", "posts", len(r.Posts), "users", len(r.Users), "checked", r.Checked, "drift", len(r.Drift), "skipped", len(r.Skipped))
+	}
+}

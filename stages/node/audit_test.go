@@ -1,0 +1,184 @@
+package node_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tally-dev/tally/client"
+	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/stages/node"
+)
+
+// auditReq sends an audit request in JSON and decodes the reply.
+func auditReq(t *testing.T, nc *nats.Conn, req string) pipeline.AuditReply {
+	t.Helper()
+	m, err := nc.Request(pipeline.NewSubjects("").Audit(), []byte(req), 30*time.Second)
+	if err != nil {
+		t.Fatalf("audit %s: %v", req, err)
+	}
+	var r pipeline.AuditReply
+	if err := pipeline.Unmarshal(m.Data, pipeline.IsJSON(m.Data, m.Header), &r); err != nil {
+		t.Fatalf("audit %s: %v: %s", req, err, m.Data)
+	}
+	return r
+}
+
+// TestAudit: a clean node audits clean; drift introduced on purpose (incr events that
+// bypass the relations) is found per id and field, repaired once through an incr event
+// — a repeated repair of the same drift, concurrent or re-sent, counts once — and a
+// second audit finds none; bad requests get an error; the sampler feeds the metrics.
+func TestAudit(t *testing.T) {
+	n, c := startNode(t, func(c *node.Config) {
+		c.Metrics = "127.0.0.1:0"
+		c.AuditEvery = 50 * time.Millisecond
+		c.AuditSample = 20
+	})
+	ctx := context.Background()
+	nc, err := nats.Connect(n.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	evs := []pipeline.Event{
+		{Type: "like", UID: 1, Post: 100}, {Type: "like", UID: 2, Post: 100}, {Type: "like", UID: 3, Post: 100},
+		{Type: "like", UID: 1, Post: 200}, {Type: "unlike", UID: 1, Post: 200}, {Type: "like", UID: 4, Post: 200},
+		{Type: "comment", UID: 1, Post: 100, Comment: 1}, {Type: "comment", UID: 1, Post: 100, Comment: 2},
+		{Type: "comment", UID: 2, Post: 100, Comment: 3}, {Type: "uncomment", UID: 1, Post: 100, Comment: 2},
+		{Type: "follow", UID: 1, Target: 2}, {Type: "follow", UID: 3, Target: 2}, {Type: "follow", UID: 2, Target: 1},
+		{Type: "unfollow", UID: 3, Target: 2}, {Type: "follow", UID: 4, Target: 2},
+	}
+	if err := c.PublishBatch(ctx, "audit", evs); err != nil {
+		t.Fatal(err)
+	}
+	waitCaughtUp(t, c)
+
+	clean := `{"posts":[100,200,"101"],"users":[1,2,3,4,5]}`
+	if r := auditReq(t, nc, clean); r.Error != "" || len(r.Drift) != 0 || len(r.Skipped) != 0 || r.Checked != 3*2+5*2 {
+		t.Fatalf("clean audit = %+v, want 16 counters checked, no drift, nothing skipped", r)
+	}
+	if body := scrape(t, n); !strings.Contains(body, "tally_audit_drift_total 0") || metric(body, "tally_audit_checked_total") == 0 {
+		t.Fatalf("metrics of a clean node:\n%s", grep(body, "tally_audit"))
+	}
+
+	// Drift: counters moved without their relations.
+	drift := []pipeline.Event{
+		{Type: "incr", Family: "post", ID: 100, Field: "like", N: 2},
+		{Type: "incr", Family: "post", ID: 200, Field: "comment", N: 1},
+		{Type: "incr", Family: "user", ID: 2, Field: "follower", N: -1},
+		{Type: "incr", Family: "post", ID: 100, Field: "view", N: 5}, // views have no relations: not audited
+	}
+	if err := c.Publish(ctx, drift...); err != nil {
+		t.Fatal(err)
+	}
+	waitCaughtUp(t, c)
+	want := []pipeline.Drift{
+		{Family: "post", ID: 100, Field: "like", Counter: 5, Relations: 3},
+		{Family: "post", ID: 200, Field: "comment", Counter: 1, Relations: 0},
+		{Family: "user", ID: 2, Field: "follower", Counter: 1, Relations: 2},
+	}
+	r := auditReq(t, nc, clean)
+	if r.Error != "" || !slices.Equal(r.Drift, want) || len(r.Skipped) != 0 {
+		t.Fatalf("audit after drift = %+v\nwant drift %+v", r, want)
+	}
+	eventually(t, "the sampler counts drift", func() (bool, string) {
+		body := scrape(t, n)
+		return metric(body, "tally_audit_drift_total") > 0, grep(body, "tally_audit")
+	})
+
+	// Two repairing audits at once: each drift is corrected once.
+	var wg sync.WaitGroup
+	replies := make([]pipeline.AuditReply, 2)
+	for i := range replies {
+		wg.Go(func() { replies[i] = auditReq(t, nc, `{"posts":[100,200],"users":[2],"repair":true}`) })
+	}
+	wg.Wait()
+	repaired := 0
+	for _, r := range replies {
+		if r.Error != "" {
+			t.Fatalf("repair: %s", r.Error)
+		}
+		for _, d := range r.Drift {
+			if !d.Repaired || d.Tx != pipeline.RepairMsgID(d.Family, d.ID, d.Field, d.Counter, d.Relations) {
+				t.Errorf("drift %+v not repaired under its own id", d)
+			}
+			repaired++
+		}
+	}
+	if repaired != len(want) { // the second audit saw the first one's repairs applied
+		t.Errorf("%d repairs over two audits, want %d: %+v", repaired, len(want), replies)
+	}
+	// The same repair sent again (a retry after a lost ack) is dropped.
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := pipeline.Event{Type: "incr", Family: "post", ID: 100, Field: "like", N: -2}
+	data, _ := pipeline.Marshal(&again, false)
+	ack, err := js.Publish(ctx, pipeline.NewSubjects("").Event("incr", 100), data, jetstream.WithMsgID(pipeline.RepairMsgID("post", 100, "like", 5, 3)))
+	if err != nil || !ack.Duplicate {
+		t.Fatalf("re-sent repair: ack %+v, %v; want a duplicate", ack, err)
+	}
+	waitCaughtUp(t, c)
+	checkCounts(t, c, "post", []uint64{100, 200}, [][]uint64{{3, 0, 2, 5}, {1, 0, 0, 0}})
+	checkCounts(t, c, "user", []uint64{2}, [][]uint64{{2, 1, 0}})
+	if r := auditReq(t, nc, clean); r.Error != "" || len(r.Drift) != 0 || len(r.Skipped) != 0 {
+		t.Fatalf("audit after repair = %+v, want no drift", r)
+	}
+	if r := auditReq(t, nc, `{"sample":50}`); r.Error != "" || len(r.Drift) != 0 || !slices.Contains(r.Posts, 100) || !slices.Contains(r.Users, 2) {
+		t.Fatalf("sampled audit = %+v, want posts 100 and 200 and users 1 2 4, no drift", r)
+	}
+
+	for _, bad := range []string{`{}`, `{"sample":5000}`, `{"sample":-1}`, `{"posts":"100"}`, `{"users":[-1]}`, "\xc1"} {
+		if r := auditReq(t, nc, bad); r.Error == "" {
+			t.Errorf("audit %q = %+v, want an error", bad, r)
+		}
+	}
+}
+
+func checkCounts(t *testing.T, c *client.Client, family string, ids []uint64, want [][]uint64) {
+	t.Helper()
+	r, err := c.Get(context.Background(), family, ids...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range ids {
+		if !slices.Equal(r.Counts[i], want[i]) {
+			t.Errorf("%s %d = %v, want %v", family, ids[i], r.Counts[i], want[i])
+		}
+	}
+}
+
+func scrape(t *testing.T, n *node.Node) string {
+	t.Helper()
+	resp, err := http.Get("http://" + n.MetricsAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// metric is the value of an unlabelled metric in a scrape, 0 when absent.
+func metric(body, name string) float64 {
+	m := regexp.MustCompile(`(?m)^` + name + ` (\S+)$`).FindStringSubmatch(body)
+	if m == nil {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(m[1], 64)
+	return v
+}

@@ -1,0 +1,444 @@
+package query
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/store/cold"
+)
+
+// An audit recounts counters from the relations they are made of and compares the two
+// at a consistent point. The relations live with the event stages, so only the process
+// owning them answers <prefix>.audit; the counters are read by a normal get.
+//
+// A count in flight is not drift: a like committed by a stage reaches its counter a
+// moment later. So each attempt reads the relations (R1), waits until every event stage
+// has published what it committed and the ids' counter partitions have applied all of
+// their deltas (then the counters include everything R1 saw), reads the counters (C)
+// and the relations again (R2). An id whose R1 and R2 differ is moving; one whose
+// counters equal R is exact; one that differs is drift only when the next attempt finds
+// the very same pair of values — a like and its unlike between R1 and R2 could make one
+// attempt look wrong, not two in a row. What stays unsettled after the last attempt is
+// skipped, with the reason, never reported as drift.
+
+// Audit tuning: bounds, not estimates — an audit that cannot settle skips rather than
+// waiting longer.
+const (
+	// auditTimeout bounds one audit, repairs included (the CLI waits a little longer).
+	auditTimeout = 20 * time.Second
+	// auditAttempts is how many times an id is read before it is skipped.
+	auditAttempts = 5
+	// settleWait is how long one attempt waits for the partitions to catch up.
+	settleWait = 2 * time.Second
+	// settlePoll is how often a settling attempt looks at the lags again.
+	settlePoll = 10 * time.Millisecond
+)
+
+// Why an id was skipped.
+const (
+	skipMoving      = "its relations changed while it was read (a count in flight)"
+	skipUnconfirmed = "its counter differed once but not the same way twice (a count in flight)"
+	skipLagging     = "its partitions did not catch up"
+	skipUnavailable = "its counter partition is unavailable (hand-over?)"
+)
+
+// auditState is what audits share in one server: repairs are serialised, so that a
+// second audit sees the first one's repair applied rather than repairing again.
+type auditState struct {
+	once sync.Once
+	turn chan struct{}       // holds a token while an audit repairs
+	js   jetstream.JetStream // made at the first repair
+}
+
+// lock waits for the turn to repair, or for ctx to end.
+func (a *auditState) lock(ctx context.Context) error {
+	a.once.Do(func() { a.turn = make(chan struct{}, 1) })
+	select {
+	case a.turn <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w: another audit was repairing until the deadline: %w", errUnavailable, ctx.Err())
+	}
+}
+
+func (a *auditState) unlock() { <-a.turn }
+
+// audited is one family's share of an audit: the ids and the recounted fields.
+type audited struct {
+	fam    pipeline.Family
+	fields []string // recounted fields, in the order recount returns them
+	index  []int    // their index in fam.Fields
+	ids    []pipeline.ID
+}
+
+// recount returns, per id in the order of a.ids, the value of each recounted field.
+func (a *audited) recount(rc cold.Recount) [][]uint64 {
+	out := make([][]uint64, len(a.ids))
+	for i := range a.ids {
+		if a.fam.Name == pipeline.FamilyPost {
+			out[i] = []uint64{rc.Likes[i], rc.Comments[i]}
+		} else {
+			out[i] = []uint64{rc.Followers[i], rc.Following[i]}
+		}
+	}
+	return out
+}
+
+func (s *Server) audit(r *request) (any, error) {
+	var req pipeline.AuditRequest
+	if err := r.decode(&req); err != nil {
+		return nil, err
+	}
+	// An audit outlives the usual query timeout: it waits for partitions to settle.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), auditTimeout)
+	defer cancel()
+	return s.Audit(ctx, req)
+}
+
+// Audit recounts and compares the posts and users of req (see the comment at the top of
+// this file) and, with req.Repair, corrects each drift with an incr event. It needs the
+// event stages in this process. Every audit is reported to Config.OnAudit.
+func (s *Server) Audit(ctx context.Context, req pipeline.AuditRequest) (*pipeline.AuditReply, error) {
+	if s.events.Load() == nil {
+		return nil, fmt.Errorf("%w: the event stages are not in this process; ask %s", errUnavailable, s.cfg.Subjects.Audit())
+	}
+	if len(req.Posts) > pipeline.MaxQueryIDs || len(req.Users) > pipeline.MaxQueryIDs {
+		return nil, fmt.Errorf("%w: at most %d posts and %d users per audit", pipeline.ErrBadRequest, pipeline.MaxQueryIDs, pipeline.MaxQueryIDs)
+	}
+	if req.Sample < 0 || req.Sample > pipeline.MaxAuditSample {
+		return nil, fmt.Errorf("%w: sample %d out of range 0..%d", pipeline.ErrBadRequest, req.Sample, pipeline.MaxAuditSample)
+	}
+	if len(req.Posts) == 0 && len(req.Users) == 0 && req.Sample == 0 {
+		return nil, fmt.Errorf("%w: give posts, users or a sample size", pipeline.ErrBadRequest)
+	}
+	posts, users, err := s.auditIDs(req)
+	if err != nil {
+		return nil, err
+	}
+	var groups []*audited
+	for _, g := range []struct {
+		family string
+		fields []string
+		ids    []pipeline.ID
+	}{{pipeline.FamilyPost, []string{"like", "comment"}, posts}, {pipeline.FamilyUser, []string{"follower", "following"}, users}} {
+		if len(g.ids) == 0 {
+			continue
+		}
+		a, err := s.auditedFamily(g.family, g.fields, g.ids)
+		if err != nil {
+			return nil, err
+		}
+		groups = append(groups, a)
+	}
+	if req.Repair { // one repairing audit at a time (see auditState)
+		if err := s.auditing.lock(ctx); err != nil {
+			return nil, err
+		}
+		defer s.auditing.unlock()
+	}
+	reply := &pipeline.AuditReply{Posts: posts, Users: users}
+	if err := s.compare(ctx, groups, reply); err != nil {
+		return nil, err
+	}
+	if req.Repair && len(reply.Drift) > 0 {
+		if err := s.repair(ctx, groups, reply); err != nil {
+			return nil, err
+		}
+	}
+	if s.cfg.OnAudit != nil {
+		s.cfg.OnAudit(reply.Checked, len(reply.Drift))
+	}
+	return reply, nil
+}
+
+// auditIDs returns the posts and users to audit: those asked, then the sampled ones not
+// asked already.
+func (s *Server) auditIDs(req pipeline.AuditRequest) (posts, users []pipeline.ID, err error) {
+	posts, users = slices.Clone(req.Posts), slices.Clone(req.Users)
+	if req.Sample == 0 {
+		return posts, users, nil
+	}
+	add := func(to []pipeline.ID, ids []uint64) []pipeline.ID {
+		for _, id := range ids {
+			if !slices.Contains(to, pipeline.ID(id)) {
+				to = append(to, pipeline.ID(id))
+			}
+		}
+		return to
+	}
+	// Liked posts, and users on either side of a follow (followed, or following only).
+	liked, err := cold.SampleRelated(s.db, cold.Like, false, req.Sample, rand.Uint64)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cannot sample posts: %w", err)
+	}
+	followed, err := cold.SampleRelated(s.db, cold.Follow, false, (req.Sample+1)/2, rand.Uint64)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cannot sample users: %w", err)
+	}
+	following, err := cold.SampleRelated(s.db, cold.Follow, true, req.Sample-len(followed), rand.Uint64)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cannot sample users: %w", err)
+	}
+	return add(posts, liked), add(add(users, followed), following), nil
+}
+
+func (s *Server) auditedFamily(family string, fields []string, ids []pipeline.ID) (*audited, error) {
+	fam, err := s.cfg.Families.Lookup(family)
+	if err != nil {
+		return nil, fmt.Errorf("cannot audit: %w", err)
+	}
+	a := &audited{fam: fam, fields: fields, ids: ids}
+	for _, f := range fields {
+		i, err := fam.Field(f)
+		if err != nil {
+			return nil, fmt.Errorf("cannot audit: %w", err)
+		}
+		a.index = append(a.index, i)
+	}
+	return a, nil
+}
+
+// observation is what one attempt saw of an id: counters and recount, field by field.
+type observation struct{ counter, relations [2]uint64 }
+
+// compare runs the attempts and fills reply's Checked, Drift and Skipped.
+func (s *Server) compare(ctx context.Context, groups []*audited, reply *pipeline.AuditReply) error {
+	type unit struct {
+		id   pipeline.ID
+		seen *observation // what the previous attempt saw, when it differed
+		why  string       // why it is still pending
+	}
+	type batch struct {
+		g     *audited // the group, with only the pending ids
+		units []*unit
+	}
+	var batches []*batch
+	for _, g := range groups {
+		b := &batch{g: g}
+		for _, id := range g.ids {
+			b.units = append(b.units, &unit{id: id, why: "the audit ran out of time"})
+		}
+		batches = append(batches, b)
+	}
+	for attempt := 0; attempt < auditAttempts && len(batches) > 0 && ctx.Err() == nil; attempt++ {
+		subs := make([]*audited, len(batches))
+		for k, b := range batches {
+			c := *b.g
+			c.ids = make([]pipeline.ID, len(b.units))
+			for j, u := range b.units {
+				c.ids[j] = u.id
+			}
+			subs[k] = &c
+		}
+		r1, err := s.recount(subs)
+		if err != nil {
+			return err
+		}
+		if ok, err := s.settle(ctx, subs); err != nil {
+			return err
+		} else if !ok {
+			for _, b := range batches {
+				for _, u := range b.units {
+					u.why = skipLagging
+				}
+			}
+			continue
+		}
+		var next []*batch
+		for k, b := range batches {
+			g := subs[k]
+			counts, _, err := s.counts(ctx, g.fam, g.ids)
+			if errors.Is(err, errUnavailable) {
+				counts = make([][]uint64, len(g.ids)) // no partition answered: every id unavailable
+			} else if err != nil {
+				return err
+			}
+			r2, err := s.recount([]*audited{g})
+			if err != nil {
+				return err
+			}
+			left := &batch{g: b.g}
+			for j, u := range b.units {
+				if counts[j] == nil {
+					u.why, u.seen = skipUnavailable, nil
+					left.units = append(left.units, u)
+					continue
+				}
+				var o observation
+				moving := false
+				for f, fi := range g.index {
+					o.counter[f], o.relations[f] = counts[j][fi], r1[k][j][f]
+					moving = moving || r2[0][j][f] != o.relations[f]
+				}
+				switch {
+				case moving:
+					u.why, u.seen = skipMoving, nil
+					left.units = append(left.units, u)
+				case o.counter == o.relations:
+					reply.Checked += len(g.fields)
+				case u.seen != nil && *u.seen == o: // the same difference twice in a row: drift
+					reply.Checked += len(g.fields)
+					for f, name := range g.fields {
+						if o.counter[f] != o.relations[f] {
+							reply.Drift = append(reply.Drift, pipeline.Drift{Family: g.fam.Name, ID: u.id, Field: name,
+								Counter: o.counter[f], Relations: o.relations[f]})
+						}
+					}
+				default:
+					u.why, u.seen = skipUnconfirmed, &o
+					left.units = append(left.units, u)
+				}
+			}
+			if len(left.units) > 0 {
+				next = append(next, left)
+			}
+		}
+		batches = next
+	}
+	for _, b := range batches {
+		for _, u := range b.units {
+			reply.Skipped = append(reply.Skipped, pipeline.Skipped{Family: b.g.fam.Name, ID: u.id, Reason: u.why})
+		}
+	}
+	return nil
+}
+
+// recount reads the relations of every group's ids in one read transaction.
+func (s *Server) recount(groups []*audited) ([][][]uint64, error) {
+	var posts, users []uint64
+	for _, g := range groups {
+		for _, id := range g.ids {
+			if g.fam.Name == pipeline.FamilyPost {
+				posts = append(posts, uint64(id))
+			} else {
+				users = append(users, uint64(id))
+			}
+		}
+	}
+	rc, err := cold.CountRelations(s.db, posts, users)
+	if err != nil {
+		return nil, fmt.Errorf("cannot recount the relations: %w", err)
+	}
+	out := make([][][]uint64, len(groups))
+	for k, g := range groups {
+		out[k] = g.recount(rc)
+	}
+	return out, nil
+}
+
+// settle waits, up to settleWait, until every event stage has published all it
+// committed and the counter partitions of the groups' ids have applied all of their
+// deltas; it reports whether they did.
+func (s *Server) settle(ctx context.Context, groups []*audited) (bool, error) {
+	type part struct {
+		family string
+		p      int
+	}
+	var parts []part
+	for _, g := range groups {
+		for _, id := range g.ids {
+			pt := part{g.fam.Name, pipeline.PartitionOf(id, s.cfg.Partitions)}
+			if !slices.Contains(parts, pt) {
+				parts = append(parts, pt)
+			}
+		}
+	}
+	deadline := time.Now().Add(settleWait)
+	for {
+		// The stages first: a delta they publish before they are seen idle is then in
+		// the deltas stream when the counters are looked at.
+		caughtUp := true
+		for _, st := range s.eventStages() {
+			if b, err := st.Behind(ctx); err != nil || b.Msgs > 0 {
+				caughtUp = false
+				break
+			}
+		}
+		for _, pt := range parts {
+			if !caughtUp {
+				break
+			}
+			caughtUp = s.counterCaughtUp(ctx, pt.family, pt.p)
+		}
+		if caughtUp {
+			return true, nil
+		}
+		if time.Now().After(deadline) {
+			return false, nil
+		}
+		select {
+		case <-ctx.Done():
+			return false, nil
+		case <-time.After(settlePoll):
+		}
+	}
+}
+
+// counterCaughtUp reports whether counter partition family/p has applied all of its
+// deltas, asking its owner when it is not here; a partition nobody answers for is not.
+func (s *Server) counterCaughtUp(ctx context.Context, family string, p int) bool {
+	if o := (*s.owners.Load())[family][p]; o != nil {
+		b, err := o.Behind(ctx)
+		return err == nil && o.Ready() && b.Msgs == 0
+	}
+	msg := nats.NewMsg(s.cfg.Subjects.Part(family, p))
+	msg.Header.Set(lagHeader, MaxLag{}.String()) // the strictest: everything applied
+	m, err := s.nc.RequestMsgWithContext(ctx, msg)
+	if err != nil {
+		return false
+	}
+	var h pipeline.HealthReply
+	return pipeline.Unmarshal(m.Data, false, &h) == nil && h.Error == "" && h.OK
+}
+
+// repair publishes an incr event of the difference for each drift, under the drift's
+// own message id (pipeline.RepairMsgID), and waits until the counters have applied
+// them, so that the next audit sees them. Called in its turn (s.auditing.lock).
+func (s *Server) repair(ctx context.Context, groups []*audited, reply *pipeline.AuditReply) error {
+	if s.auditing.js == nil {
+		js, err := jetstream.New(s.nc)
+		if err != nil {
+			return err
+		}
+		s.auditing.js = js
+	}
+	var failed []string
+	for i := range reply.Drift {
+		d := &reply.Drift[i]
+		n := int64(d.Relations) - int64(d.Counter)
+		if n > pipeline.MaxViewN || n < -pipeline.MaxViewN {
+			failed = append(failed, fmt.Sprintf("%s %d %s: a difference of %d is beyond one incr", d.Family, d.ID, d.Field, n))
+			continue
+		}
+		tx := pipeline.RepairMsgID(d.Family, d.ID, d.Field, d.Counter, d.Relations)
+		e := pipeline.Event{Type: pipeline.TypeIncr, Family: d.Family, ID: d.ID, Field: d.Field, N: n, Tx: tx}
+		data, err := pipeline.Marshal(&e, false)
+		if err != nil {
+			return err
+		}
+		// A duplicate ack means the same repair was stored already: repaired, once.
+		if _, err := s.auditing.js.Publish(ctx, s.cfg.Subjects.Event(e.Type, e.Key()), data, jetstream.WithMsgID(tx)); err != nil {
+			failed = append(failed, fmt.Sprintf("%s %d %s: %v", d.Family, d.ID, d.Field, err))
+			continue
+		}
+		d.Repaired, d.Tx = true, tx
+		s.log.Info("audit repaired a drift", "family", d.Family, "id", d.ID, "field", d.Field, "counter", d.Counter, "relations", d.Relations, "tx", tx)
+	}
+	if len(failed) > 0 {
+		s.log.Warn("audit could not repair every drift", "failed", strings.Join(failed, "; "))
+	}
+	if _, err := s.settle(ctx, groups); err != nil {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,106 @@
+package query_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/pipeline/natstest"
+	"github.com/tally-dev/tally/stages/flow"
+	"github.com/tally-dev/tally/stages/query"
+	"github.com/tally-dev/tally/store/cold"
+)
+
+// scriptedPart is a counter partition whose like count of every id is read from likes,
+// one value per Get, the last repeated: a counter that a delta in flight changes between
+// two reads.
+type scriptedPart struct {
+	likes []uint64
+	calls atomic.Int64
+}
+
+func (p *scriptedPart) Get(_ context.Context, ids []uint64, out [][]uint64) error {
+	n := int(p.calls.Add(1)) - 1
+	v := p.likes[min(n, len(p.likes)-1)]
+	for i := range ids {
+		clear(out[i])
+		out[i][0] = v
+	}
+	return nil
+}
+func (p *scriptedPart) Ready() bool                                 { return true }
+func (p *scriptedPart) Behind(context.Context) (flow.Behind, error) { return flow.Behind{}, nil }
+
+// stage is an event stage as health sees it, lagging by msgs.
+type stage struct{ msgs uint64 }
+
+func (s stage) Behind(context.Context) (flow.Behind, error) { return flow.Behind{Msgs: s.msgs}, nil }
+
+// auditServer serves one partition (so every id is in it) of post counted by part, with
+// post 7 liked by 3 users in its relations and one event stage lagging by lag.
+func auditServer(t *testing.T, part query.Partition, lag uint64) *query.Server {
+	t.Helper()
+	db := openDB(t)
+	err := db.Badger().Update(func(txn *badger.Txn) error {
+		for uid := range uint64(3) {
+			if _, err := cold.Relate(txn, cold.Like, cold.Rel{A: uid + 1, B: 7}, 1); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	owners := map[string][]query.Partition{"post": {part}}
+	srv := query.New(query.Config{Subjects: pipeline.NewSubjects(""), Families: families, Partitions: 1},
+		natstest.Connect(t, natstest.Start(t)), db, owners, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	pulled, err := cold.LoadPulled(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.SetEvents(map[string]query.Lagger{"event.0": stage{lag}}, pulled); err != nil {
+		t.Fatal(err)
+	}
+	return srv
+}
+
+// TestAuditCountInFlight: a counter that catches up between attempts, or keeps moving,
+// is not drift; a counter that stays different is; nothing is compared while a stage
+// lags. Each with the reason in the reply.
+func TestAuditCountInFlight(t *testing.T) {
+	f := func(t *testing.T, likes []uint64, lag uint64, wantDrift bool, wantSkip string) {
+		t.Helper()
+		part := &scriptedPart{likes: likes}
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		r, err := auditServer(t, part, lag).Audit(ctx, pipeline.AuditRequest{Posts: []pipeline.ID{7}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := len(r.Drift) > 0; got != wantDrift {
+			t.Errorf("counter reads %v: drift %+v, want drift %v", likes, r.Drift, wantDrift)
+		}
+		if wantDrift && (r.Drift[0] != pipeline.Drift{Family: "post", ID: 7, Field: "like", Counter: likes[len(likes)-1], Relations: 3}) {
+			t.Errorf("drift %+v", r.Drift[0])
+		}
+		switch {
+		case wantSkip == "" && len(r.Skipped) > 0:
+			t.Errorf("counter reads %v: skipped %+v", likes, r.Skipped)
+		case wantSkip != "" && (len(r.Skipped) != 1 || !strings.Contains(r.Skipped[0].Reason, wantSkip)):
+			t.Errorf("counter reads %v: skipped %+v, want %q", likes, r.Skipped, wantSkip)
+		}
+	}
+	t.Run("exact", func(t *testing.T) { f(t, []uint64{3}, 0, false, "") })
+	t.Run("a delta in flight arrives", func(t *testing.T) { f(t, []uint64{2, 3}, 0, false, "") })
+	t.Run("keeps moving", func(t *testing.T) { f(t, []uint64{4, 5, 6, 7, 8, 9, 10}, 0, false, "not the same way twice") })
+	t.Run("drift", func(t *testing.T) { f(t, []uint64{5}, 0, true, "") })
+	t.Run("a stage lags", func(t *testing.T) { f(t, []uint64{5}, 1, false, "did not catch up") })
+}
