@@ -96,7 +96,7 @@ func (r *chaosReport) summary() {
 	}
 }
 
-func waitHealthy(t testing.TB, c *client.Client, what string, timeout time.Duration) {
+func chaosHealthy(t testing.TB, c *client.Client, what string, timeout time.Duration) {
 	t.Helper()
 	natstest.Eventually(t, timeout, what, func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -109,7 +109,7 @@ func waitHealthy(t testing.TB, c *client.Client, what string, timeout time.Durat
 	})
 }
 
-// get asks a family's counts of ids, a thousand at a time.
+// chaosGet asks a family's counts of ids, a thousand at a time.
 func chaosGet(t *testing.T, c *client.Client, family string, ids []uint64) map[uint64][]uint64 {
 	t.Helper()
 	out := map[uint64][]uint64{}
@@ -130,7 +130,7 @@ func chaosGet(t *testing.T, c *client.Client, family string, ids []uint64) map[u
 	return out
 }
 
-func orZero(v []uint64, n int) []uint64 {
+func chaosOrZero(v []uint64, n int) []uint64 {
 	if v == nil {
 		return make([]uint64, n)
 	}
@@ -233,7 +233,7 @@ func chaosCompare(t *testing.T, c *client.Client, js jetstream.JetStream, ref *c
 			for _, id := range slices.Sorted(maps.Keys(tally[fam])) {
 				ids++
 				v := tally[fam][id]
-				if m := orZero(mirror[fam][id], len(v)); !slices.Equal(m, v) {
+				if m := chaosOrZero(mirror[fam][id], len(v)); !slices.Equal(m, v) {
 					diffs = append(diffs, fmt.Sprintf("%s %d: mirror %v, tally %v", fam, id, m, v))
 				}
 			}
@@ -249,7 +249,7 @@ func chaosCompare(t *testing.T, c *client.Client, js jetstream.JetStream, ref *c
 	for _, fam := range []string{"post", "user"} {
 		for id := range tally[fam] {
 			w := want[fam](id)
-			if m := orZero(mirror[fam][id], len(w)); !slices.Equal(m, w) {
+			if m := chaosOrZero(mirror[fam][id], len(w)); !slices.Equal(m, w) {
 				r.fail("mirror."+fam, "%s %d: mirror %v, model %v", fam, id, m, w)
 			}
 		}
@@ -257,7 +257,7 @@ func chaosCompare(t *testing.T, c *client.Client, js jetstream.JetStream, ref *c
 	}
 	for _, u := range users {
 		w := ref.want(u)
-		m := orZero(mirror["unread"][u], 5)
+		m := chaosOrZero(mirror["unread"][u], 5)
 		check := "mirror.unread"
 		if !quiet(u) {
 			check = "unread.order"

@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -32,7 +33,7 @@ func newChaosModel() *chaosModel {
 		posted: map[uint64][]int{}, feedRead: map[uint64]int{}, byType: map[string]int{}}
 }
 
-var notifyIndex = map[string]int{"comment": 0, "mention": 1, "like": 2, "dm": 3}
+var chaosNotifyIndex = map[string]int{"comment": 0, "mention": 1, "like": 2, "dm": 3}
 
 func (m *chaosModel) apply(e pipeline.Event) {
 	m.pos++
@@ -49,13 +50,13 @@ func (m *chaosModel) apply(e pipeline.Event) {
 			kinds = pipeline.UnreadKinds()
 		}
 		for _, k := range kinds {
-			switch k {
+			switch k = strings.ToLower(k); k {
 			case "feed":
 				m.feedRead[uid] = m.pos
 			case "system":
 				m.sysSeen[uid] = m.system
 			default:
-				row(m.unread, uid)[notifyIndex[k]] = 0
+				row(m.unread, uid)[chaosNotifyIndex[k]] = 0
 			}
 		}
 	case "system":
@@ -104,115 +105,127 @@ func (m *chaosModel) want(u uint64) pipeline.Unread {
 	return w
 }
 
-// storedEvents reads the whole events stream in order and applies to m every event a
-// producer of the test stored (message ids starting with "chaos."), skipping what Tally
-// itself re-published there (forwarded events, copies of notices). It returns the
-// events stored per producer transaction (by distinct message id), and how many
-// messages were stored more than once (a producer's retry after the duplicate window).
-func storedEvents(ctx context.Context, js jetstream.JetStream, sj pipeline.Subjects, m *chaosModel) (perTx map[string]int, msgs, again int, err error) {
-	st, err := js.Stream(ctx, sj.EventsStream())
+// chaosReadStream hands every message of a stream to fn, in order.
+func chaosReadStream(ctx context.Context, js jetstream.JetStream, stream string, fn func(m jetstream.Msg, seq uint64) error) error {
+	st, err := js.Stream(ctx, stream)
 	if err != nil {
-		return nil, 0, 0, err
+		return err
 	}
 	last := st.CachedInfo().State.LastSeq
-	cons, err := js.OrderedConsumer(ctx, sj.EventsStream(), jetstream.OrderedConsumerConfig{})
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{})
 	if err != nil {
-		return nil, 0, 0, err
+		return err
 	}
-	perTx, seen := map[string]int{}, map[string]bool{}
 	for seq := uint64(0); seq < last; {
 		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
-			return nil, 0, 0, err
+			return err
 		}
 		n := 0
 		for msg := range batch.Messages() {
 			n++
 			md, err := msg.Metadata()
 			if err != nil {
-				return nil, 0, 0, err
+				return err
 			}
 			seq = md.Sequence.Stream
-			id := msg.Headers().Get(jetstream.MsgIDHeader)
-			if !strings.HasPrefix(id, "chaos.") {
-				continue
-			}
-			parts := strings.Split(msg.Subject(), ".") // <prefix>.ep.<p>.<type>.<key>
-			evs, bad, err := pipeline.DecodeEvents(parts[len(parts)-2], msg.Data(), msg.Headers(), pipeline.DefaultFamilies())
-			if err != nil || len(bad) > 0 {
-				return nil, 0, 0, fmt.Errorf("stored message %s at %d does not decode: %v %v", id, seq, err, bad)
-			}
-			msgs++
-			tx := strings.Join(strings.SplitN(id, ".", 3)[:2], ".")
-			if seen[id] {
-				again++
-			} else {
-				seen[id] = true
-				perTx[tx] += len(evs)
-			}
-			for _, e := range evs {
-				m.apply(e)
+			if err := fn(msg, seq); err != nil {
+				return err
 			}
 		}
 		if batch.Error() != nil {
-			return nil, 0, 0, batch.Error()
+			return batch.Error()
 		}
 		if n == 0 {
-			return nil, 0, 0, fmt.Errorf("events stream read up to %d of %d", seq, last)
+			return fmt.Errorf("stream %s read up to %d of %d", stream, seq, last)
 		}
 	}
-	return perTx, msgs, again, nil
+	return nil
+}
+
+// chaosStored is what the producers of the test stored in the events stream.
+type chaosStored struct {
+	perTx       map[string]int // events stored per transaction (by distinct message id)
+	msgs, again int            // messages, and those stored more than once (a retry after the window)
+	bad         int            // invalid events (to be dead-lettered)
+}
+
+// chaosStoredEvents reads the whole events stream in order and applies to m every event
+// a producer of the test stored (message ids starting with "chaos."), skipping what Tally
+// itself re-published there (forwarded events, copies of notices).
+func chaosStoredEvents(ctx context.Context, js jetstream.JetStream, sj pipeline.Subjects, m *chaosModel) (*chaosStored, error) {
+	st := &chaosStored{perTx: map[string]int{}}
+	seen := map[string]bool{}
+	err := chaosReadStream(ctx, js, sj.EventsStream(), func(msg jetstream.Msg, seq uint64) error {
+		id := msg.Headers().Get(jetstream.MsgIDHeader)
+		if !strings.HasPrefix(id, "chaos.") {
+			return nil
+		}
+		parts := strings.Split(msg.Subject(), ".") // <prefix>.ep.<p>.<type>.<key>
+		typ := parts[len(parts)-2]
+		evs, bad, err := pipeline.DecodeEvents(typ, msg.Data(), msg.Headers(), pipeline.DefaultFamilies())
+		if err != nil && typ == pipeline.TypeBatch {
+			return fmt.Errorf("stored batch %s at %d does not decode: %w", id, seq, err)
+		}
+		st.msgs++
+		if err != nil { // an invalid single event
+			bad = append(bad, pipeline.BadEvent{Index: -1})
+		}
+		tx := strings.Join(strings.SplitN(id, ".", 3)[:2], ".")
+		if seen[id] {
+			st.again++
+		} else {
+			seen[id] = true
+			st.perTx[tx] += len(evs) + len(bad)
+		}
+		st.bad += len(bad)
+		for _, e := range evs {
+			m.apply(e)
+		}
+		return nil
+	})
+	return st, err
+}
+
+// chaosDeadLetters counts the distinct events dead-lettered (by stream position and index).
+func chaosDeadLetters(ctx context.Context, js jetstream.JetStream, sj pipeline.Subjects) (int, error) {
+	seen := map[[2]int64]bool{}
+	err := chaosReadStream(ctx, js, sj.DLQStream(), func(msg jetstream.Msg, _ uint64) error {
+		var dl struct {
+			Seq   uint64 `json:"seq"`
+			Index int    `json:"index"`
+		}
+		if err := json.Unmarshal(msg.Data(), &dl); err != nil {
+			return fmt.Errorf("dead letter: %w", err)
+		}
+		seen[[2]int64{int64(dl.Seq), int64(dl.Index)}] = true
+		return nil
+	})
+	return len(seen), err
 }
 
 // changeMirror reads the whole changes stream in order and keeps the last value per id
 // of each family, as a subscriber to tally.chg.* would.
 func changeMirror(ctx context.Context, js jetstream.JetStream, sj pipeline.Subjects) (map[string]map[uint64][]uint64, int, error) {
 	mirror := map[string]map[uint64][]uint64{}
-	st, err := js.Stream(ctx, sj.ChangesStream())
-	if err != nil {
-		return nil, 0, err
-	}
-	last := st.CachedInfo().State.LastSeq
-	cons, err := js.OrderedConsumer(ctx, sj.ChangesStream(), jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		return nil, 0, err
-	}
 	msgs := 0
-	for seq := uint64(0); seq < last; {
-		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			return nil, 0, err
+	err := chaosReadStream(ctx, js, sj.ChangesStream(), func(msg jetstream.Msg, seq uint64) error {
+		parts := strings.Split(msg.Subject(), ".") // <prefix>.chg.<family>.<p>
+		fam := parts[len(parts)-2]
+		var ch pipeline.Change
+		if err := pipeline.Unmarshal(msg.Data(), false, &ch); err != nil {
+			return fmt.Errorf("change event at %d: %w", seq, err)
 		}
-		n := 0
-		for msg := range batch.Messages() {
-			n++
-			md, err := msg.Metadata()
-			if err != nil {
-				return nil, 0, err
-			}
-			seq = md.Sequence.Stream
-			parts := strings.Split(msg.Subject(), ".") // <prefix>.chg.<family>.<p>
-			fam := parts[len(parts)-2]
-			var ch pipeline.Change
-			if err := pipeline.Unmarshal(msg.Data(), false, &ch); err != nil {
-				return nil, 0, fmt.Errorf("change event at %d: %w", seq, err)
-			}
-			msgs++
-			if mirror[fam] == nil {
-				mirror[fam] = map[uint64][]uint64{}
-			}
-			for i, id := range ch.IDs {
-				mirror[fam][uint64(id)] = ch.Counts[i]
-			}
+		msgs++
+		if mirror[fam] == nil {
+			mirror[fam] = map[uint64][]uint64{}
 		}
-		if batch.Error() != nil {
-			return nil, 0, batch.Error()
+		for i, id := range ch.IDs {
+			mirror[fam][uint64(id)] = ch.Counts[i]
 		}
-		if n == 0 {
-			return nil, 0, fmt.Errorf("changes stream read up to %d of %d", seq, last)
-		}
-	}
-	return mirror, msgs, nil
+		return nil
+	})
+	return mirror, msgs, err
 }
 
 // chaosGen makes the chaos workload. Users 1..quiet read notifications only in quiet
@@ -263,7 +276,7 @@ func (g *chaosGen) nextCycle() {
 	g.undo, g.undoKind, g.made, g.madeKind = g.made, g.madeKind, nil, nil
 }
 
-func randomKinds(r *rand.Rand, without string) []string {
+func chaosKinds(r *rand.Rand, without string) []string {
 	var kinds []string
 	for _, k := range pipeline.UnreadKinds() {
 		if k != without && r.IntN(2) == 0 {
@@ -308,11 +321,26 @@ func (g *chaosGen) event() pipeline.Event {
 		return pipeline.Event{Type: "incr", Family: "user", ID: u, Field: "post", N: int64(1 + g.r.IntN(3))}
 	case n < 80:
 		return pipeline.Event{Type: "system", ID: pipeline.ID(1 + g.r.IntN(1<<20))}
-	case n < 90:
+	case n < 89:
 		if g.r.IntN(3) == 0 { // a quiet user may read their feed at any time
 			return pipeline.Event{Type: "read", UID: pipeline.ID(1 + g.r.IntN(g.quiet)), Kinds: []string{"feed"}}
 		}
-		return pipeline.Event{Type: "read", UID: g.racer(), Kinds: randomKinds(g.r, "")}
+		kinds := chaosKinds(g.r, "")
+		if len(kinds) > 0 && g.r.IntN(4) == 0 { // kinds are compared case-insensitively
+			kinds[0] = strings.ToUpper(kinds[0])
+		}
+		return pipeline.Event{Type: "read", UID: g.racer(), Kinds: kinds}
+	case n < 90: // invalid: dead-lettered alone, the rest of its batch applied
+		switch g.r.IntN(4) {
+		case 0:
+			return pipeline.Event{Type: "read", UID: u, Kinds: []string{"bogus"}}
+		case 1:
+			return pipeline.Event{Type: "incr", Family: "nope", ID: p, Field: "view", N: 1}
+		case 2:
+			return pipeline.Event{Type: "follow", UID: u, Target: u}
+		default:
+			return pipeline.Event{Type: "like", UID: u}
+		}
 	default:
 		if len(g.undo) == 0 {
 			return pipeline.Event{Type: "view", Post: p, N: 1}
@@ -344,7 +372,7 @@ func (g *chaosGen) rawEvent() pipeline.Event {
 	case n < 93:
 		return pipeline.Event{Type: "system", ID: pipeline.ID(1 + g.r.IntN(1<<20))}
 	default:
-		return pipeline.Event{Type: "read", UID: g.racer(), Kinds: randomKinds(g.r, "")}
+		return pipeline.Event{Type: "read", UID: g.racer(), Kinds: chaosKinds(g.r, "")}
 	}
 }
 
@@ -353,7 +381,7 @@ func (g *chaosGen) quietReads() []pipeline.Event {
 	var evs []pipeline.Event
 	for u := 1; u <= g.quiet; u++ {
 		if g.r.IntN(3) == 0 {
-			evs = append(evs, pipeline.Event{Type: "read", UID: pipeline.ID(u), Kinds: randomKinds(g.r, "feed")})
+			evs = append(evs, pipeline.Event{Type: "read", UID: pipeline.ID(u), Kinds: chaosKinds(g.r, "feed")})
 		}
 	}
 	return evs

@@ -145,6 +145,7 @@ func (c *chaosChild) close() {
 // chaosSize is the workload of one cycle.
 type chaosSize struct {
 	partitions, batches, events int // per cycle: batches of up to events each
+	backlog                     int // raw batches of 5 000 events piled up while tallyd is down, every 10th cycle
 	quiet, racing, fwd, posts   int
 }
 
@@ -161,9 +162,9 @@ type chaosSize struct {
 // full size), TALLY_CHAOS_SEED the seed.
 func TestChaos(t *testing.T) {
 	cycles := envInt("TALLY_CHAOS_CYCLES", 10)
-	size := chaosSize{partitions: 4, batches: 4, events: 300, quiet: 120, racing: 60, fwd: 60, posts: 300}
+	size := chaosSize{partitions: 4, batches: 4, events: 300, backlog: 2, quiet: 120, racing: 60, fwd: 60, posts: 300}
 	if cycles > 20 {
-		size = chaosSize{partitions: 8, batches: 6, events: 1500, quiet: 800, racing: 200, fwd: 200, posts: 2000}
+		size = chaosSize{partitions: 8, batches: 6, events: 1500, backlog: 20, quiet: 800, racing: 200, fwd: 200, posts: 2000}
 	}
 	seed := uint64(envInt("TALLY_CHAOS_SEED", 13))
 	ctx := context.Background()
@@ -193,14 +194,27 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 	js, _ := jetstream.New(nc)
-	pr := &producer{t: t, c: c, js: js, acked: map[string]int{}}
+	pr := &chaosProducer{t: t, c: c, js: js, acked: map[string]int{}}
 	pr.caughtUp("tallyd up")
 
 	g := &chaosGen{r: rand.New(rand.NewPCG(seed, 14)), quiet: size.quiet, racing: size.racing, fwd: size.fwd, posts: size.posts}
 	fr := rand.New(rand.NewPCG(seed, 15)) // faults: their own source, so the workload does not depend on them
 	kills, outages := 0, 0
 	start := time.Now()
+	backlogs := 0
 	for cycle := range cycles {
+		if cycle%10 == 5 { // a backlog: tallyd down while raw batches pile up
+			backlogs++
+			ch.kill()
+			for range size.backlog {
+				evs := make([]pipeline.Event, pipeline.MaxBatch/2)
+				for i := range evs {
+					evs[i] = g.rawEvent()
+				}
+				pr.send(g.nextTx(), evs, true)
+			}
+			ch.start()
+		}
 		var faultsDone sync.WaitGroup
 		if cycle > 0 && fr.IntN(3) != 0 { // SIGKILL at a random moment of publishing and applying
 			kills++
@@ -246,14 +260,14 @@ func TestChaos(t *testing.T) {
 
 	// The model: every event a producer stored, in the stream's order.
 	ref := newChaosModel()
-	perTx, msgs, again, err := storedEvents(ctx, js, c.Subjects(), ref)
+	st, err := chaosStoredEvents(ctx, js, c.Subjects(), ref)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("chaos: %d cycles in %v (seed %d, %d partitions, dup window %v): %d kills of tallyd (%d starts), %d NATS restarts; internal publishes with %s (N: the start's number) in the %d starts that ran the event stages",
-		cycles, ran.Round(time.Millisecond), seed, size.partitions, chaosDupWindow, kills, starts, outages, strings.Replace(faults, "%d", "N", 1), faulty)
-	t.Logf("chaos: producer sent %d transactions (%d batches, %d raw batches, %d of single events), %d retries, %d re-sent on purpose; stored %d messages, %d of them twice (a retry after the window), %d events: %v",
-		pr.txs, pr.batches, pr.raws, pr.singles, pr.retries, pr.resent, msgs, again, ref.pos, ref.byType)
+	t.Logf("chaos: %d cycles in %v (seed %d, %d partitions, dup window %v): %d kills of tallyd (%d starts), %d backlogs of %d×5000 raw events, %d NATS restarts; internal publishes with %s (N: the start's number) in the %d starts that ran the event stages",
+		cycles, ran.Round(time.Millisecond), seed, size.partitions, chaosDupWindow, kills, starts, backlogs, size.backlog, outages, strings.Replace(faults, "%d", "N", 1), faulty)
+	t.Logf("chaos: the producer sent %d transactions (%d batches, %d raw batches, %d of single events), %d retries, %d re-sent on purpose; stored %d messages, %d of them twice (a retry after the window), %d valid events: %v, %d invalid",
+		pr.txs, pr.batches, pr.raws, pr.singles, pr.retries, pr.resent, st.msgs, st.again, ref.pos, ref.byType, st.bad)
 	r := &chaosReport{t: t}
 	ch.mu.Lock()
 	for _, line := range ch.stops {
@@ -265,21 +279,27 @@ func TestChaos(t *testing.T) {
 	}
 	r.done("process", ch.starts, fmt.Sprintf("tallyd starts that did not stop by themselves (%d failed to start, as they may while NATS is away: %v)", len(ch.startFails), why))
 	ch.mu.Unlock()
-	missing := 0
 	for tx, n := range pr.acked {
-		if perTx[tx] != n {
-			missing++
-			r.fail("acked", "transaction %s: %d events acknowledged, %d stored", tx, n, perTx[tx])
+		if st.perTx[tx] != n {
+			r.fail("acked", "transaction %s: %d events acknowledged, %d stored", tx, n, st.perTx[tx])
 		}
 	}
 	r.done("acked", len(pr.acked), "producer transactions acknowledged and stored whole")
+	dead, err := chaosDeadLetters(ctx, js, c.Subjects())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dead != st.bad {
+		r.fail("deadletters", "%d invalid events dead-lettered, %d stored", dead, st.bad)
+	}
+	r.done("deadletters", st.bad, "invalid events each dead-lettered (by stream position and index)")
 	chaosCompare(t, c, js, ref, g, r)
 	r.summary()
 }
 
-// producer publishes like a careful client: every transaction is sent until it is
+// chaosProducer publishes like a careful client: every transaction is sent until it is
 // acknowledged, with the same transaction id, and some are sent again on purpose.
-type producer struct {
+type chaosProducer struct {
 	t                           *testing.T
 	c                           *client.Client
 	js                          jetstream.JetStream
@@ -295,7 +315,7 @@ func (g *chaosGen) nextTx() string {
 
 // publish sends one random transaction: an ordinary batch (split by partition by the
 // client), a raw batch under one key, or single events.
-func (p *producer) publish(g *chaosGen, events int) {
+func (p *chaosProducer) publish(g *chaosGen, events int) {
 	n := 1 + g.r.IntN(events)
 	tx := g.nextTx()
 	switch mode := g.r.IntN(10); {
@@ -332,7 +352,7 @@ func (p *producer) publish(g *chaosGen, events int) {
 
 // send publishes evs as one transaction: split by partition, or raw under the first
 // event's key (relation events of other partitions are then forwarded by Tally).
-func (p *producer) send(tx string, evs []pipeline.Event, raw bool) {
+func (p *chaosProducer) send(tx string, evs []pipeline.Event, raw bool) {
 	if !raw {
 		p.batches++
 		p.retry(tx, len(evs), func(ctx context.Context) error { return p.c.PublishBatch(ctx, tx, evs) })
@@ -350,7 +370,7 @@ func (p *producer) send(tx string, evs []pipeline.Event, raw bool) {
 	})
 }
 
-func (p *producer) retry(tx string, n int, publish func(context.Context) error) {
+func (p *chaosProducer) retry(tx string, n int, publish func(context.Context) error) {
 	p.t.Helper()
 	p.txs++
 	deadline := time.Now().Add(time.Minute)
@@ -372,7 +392,7 @@ func (p *producer) retry(tx string, n int, publish func(context.Context) error) 
 
 // caughtUp waits until every partition has applied everything (tallyd may be starting
 // again, NATS may be away: up to two minutes).
-func (p *producer) caughtUp(what string) {
+func (p *chaosProducer) caughtUp(what string) {
 	p.t.Helper()
-	waitHealthy(p.t, p.c, what, 2*time.Minute)
+	chaosHealthy(p.t, p.c, what, 2*time.Minute)
 }
