@@ -22,6 +22,12 @@ const (
 	TypeRead      = "read"
 	TypeIncr      = "incr"
 	TypeSystem    = "system"
+	// TypeNotify and TypePush are internal: only event partitions send them to each
+	// other, in hop batches; Validate refuses them from producers. A notify adds one to
+	// Target's unread Field at Target's partition (for the event of place Seq); a push
+	// announces the pushed post Post of author UID (place Seq) to every partition.
+	TypeNotify = "notify"
+	TypePush   = "push"
 	// TypeBatch is the subject token of a batch message; it is not an event type.
 	TypeBatch = "batch"
 )
@@ -46,9 +52,22 @@ type Event struct {
 	Kinds   []string `json:"kinds,omitempty" msgpack:"kinds,omitempty"`
 	TS      int64    `json:"ts,omitempty" msgpack:"ts,omitempty"`
 	// Local marks a copy of a system notice that Tally's own fan-out sent to one
-	// partition; such a copy is counted there and not fanned out again.
+	// partition; such a copy is counted there and not fanned out again. The event stage
+	// clears it on what producers send.
 	Local bool `json:"local,omitempty" msgpack:"local,omitempty"`
+	// Seq is the event's place in the events stream, set by the event stage (whatever a
+	// producer sent): its message's stream sequence times SeqSpan plus its index in a
+	// batch, so the events of one batch keep their order. Events handed between
+	// partitions keep it: unread compares it, never ts (see README, Unread).
+	Seq uint64 `json:"seq,omitempty" msgpack:"seq,omitempty"`
 }
+
+// SeqSpan is how many event places one stream message spans in Event.Seq: more than
+// the most events of a batch.
+const SeqSpan = 1 << 14
+
+// SeqOf is the Seq of the event at index i of the message stored at stream sequence seq.
+func SeqOf(seq uint64, i int) uint64 { return seq*SeqSpan + uint64(i) }
 
 // Batch is many events in one message, deduplicated as a whole by its Nats-Msg-Id.
 type Batch struct {
@@ -88,6 +107,24 @@ func (e *Event) Relational() bool {
 		return true
 	}
 	return false
+}
+
+// ValidateInternal is Validate for an event inside a hop batch, which may also be of an
+// internal type.
+func (e *Event) ValidateInternal(fams Families) error {
+	switch e.Type {
+	case TypeNotify:
+		if e.Target == 0 || e.Seq == 0 || !slices.Contains(unreadKinds[:4], e.Field) {
+			return fmt.Errorf("%w: notify event needs target, seq and a notification kind", ErrBadEvent)
+		}
+		return nil
+	case TypePush:
+		if e.UID == 0 || e.Post == 0 || e.Seq == 0 {
+			return fmt.Errorf("%w: push event needs uid, post and seq", ErrBadEvent)
+		}
+		return nil
+	}
+	return e.Validate(fams)
 }
 
 // Validate checks that the event has what its type needs and normalises what may be

@@ -29,7 +29,7 @@ func DecodeHopBatch(data []byte, fams Families) (*HopBatch, error) {
 		return nil, fmt.Errorf("%w: hop batch without a sequence", ErrBadEvent)
 	}
 	for i := range b.Events {
-		if err := b.Events[i].Validate(fams); err != nil {
+		if err := b.Events[i].ValidateInternal(fams); err != nil {
 			return nil, fmt.Errorf("hop batch event %d: %w", i, err)
 		}
 	}

@@ -9,22 +9,22 @@ import (
 
 // apply makes the relation change of one event in txn and adds the deltas it causes.
 // A relation that does not change (a second like, an unlike of nothing) adds nothing.
-func (s *Stage) apply(txn *badger.Txn, e *pipeline.Event, c *coalescer) error {
-	f := s.fields
+func (s *Stage) apply(txn *badger.Txn, e *pipeline.Event, w *work) error {
+	f, c := s.fields, w.c
 	add := func(r fieldRef, id pipeline.ID, n int64) { c.add(r, id, pipeline.OpAdd, n) }
-	notify := func(r fieldRef, owner, actor pipeline.ID) {
+	notify := func(kind string, owner, actor pipeline.ID) error {
 		if owner != 0 && owner != actor {
-			add(r, owner, 1)
+			return s.notify(txn, w, kind, owner, e.Seq)
 		}
+		return nil
 	}
-	var since int64 // when an undone relation was made
 	relate := func(k cold.Kind, r cold.Rel, on bool) (bool, error) {
 		var changed bool
 		var err error
 		if on {
 			changed, err = cold.Relate(txn, k, r, e.TS)
 		} else {
-			changed, since, err = cold.Unrelate(txn, k, r)
+			changed, _, err = cold.Unrelate(txn, k, r)
 		}
 		if err == nil && !changed {
 			s.stats.Unchanged.Add(1)
@@ -33,7 +33,7 @@ func (s *Stage) apply(txn *badger.Txn, e *pipeline.Event, c *coalescer) error {
 	}
 	// toggle makes or undoes a user's relation to a post and counts it on the post; making
 	// it notifies the post's owner.
-	toggle := func(k cold.Kind, r cold.Rel, on bool, count, note fieldRef) error {
+	toggle := func(k cold.Kind, r cold.Rel, on bool, count fieldRef, note string) error {
 		changed, err := relate(k, r, on)
 		if err != nil || !changed {
 			return err
@@ -43,15 +43,14 @@ func (s *Stage) apply(txn *badger.Txn, e *pipeline.Event, c *coalescer) error {
 			return nil
 		}
 		add(count, e.Post, 1)
-		notify(note, e.Owner, e.UID)
-		return nil
+		return notify(note, e.Owner, e.UID)
 	}
 	switch e.Type {
 	case pipeline.TypeLike, pipeline.TypeUnlike:
-		return toggle(cold.Like, cold.Rel{A: uint64(e.UID), B: uint64(e.Post)}, e.Type == pipeline.TypeLike, f.like, f.unLike)
+		return toggle(cold.Like, cold.Rel{A: uint64(e.UID), B: uint64(e.Post)}, e.Type == pipeline.TypeLike, f.like, "like")
 	case pipeline.TypeComment, pipeline.TypeUncomment:
 		return toggle(cold.Comment, cold.Rel{A: uint64(e.UID), B: uint64(e.Post), C: uint64(e.Comment)},
-			e.Type == pipeline.TypeComment, f.comment, f.unComment)
+			e.Type == pipeline.TypeComment, f.comment, "comment")
 	case pipeline.TypeFollow, pipeline.TypeUnfollow:
 		on := e.Type == pipeline.TypeFollow
 		changed, err := relate(cold.Follow, cold.Rel{A: uint64(e.UID), B: uint64(e.Target)}, on)
@@ -65,28 +64,29 @@ func (s *Stage) apply(txn *badger.Txn, e *pipeline.Event, c *coalescer) error {
 		add(f.following, e.UID, n)
 		add(f.follower, e.Target, n)
 		if !on {
-			return s.unfollowFeed(txn, e, since, c)
+			return s.unfollow(txn, e, w)
 		}
+		return s.follow(txn, e, w)
 	case pipeline.TypeRepost:
 		add(f.repost, e.Post, 1)
 		add(f.posts, e.UID, 1)
 	case pipeline.TypePost:
 		add(f.posts, e.UID, 1)
-		return s.post(txn, e, c)
+		return s.post(txn, e, w)
 	case pipeline.TypeView:
 		add(f.view, e.Post, max(e.N, 1))
 	case pipeline.TypeMention:
-		notify(f.unMention, e.Target, e.UID)
+		return notify("mention", e.Target, e.UID)
 	case pipeline.TypeDM:
-		notify(f.unDM, e.Target, e.UID)
+		return notify("dm", e.Target, e.UID)
 	case pipeline.TypeRead:
-		return s.read(txn, e, c)
+		return s.read(txn, e, w)
 	case pipeline.TypeSystem:
-		n, err := cold.SystemCount(txn, s.cfg.Partition)
-		if err != nil {
-			return err
-		}
-		return cold.PutSystemCount(txn, s.cfg.Partition, n+1)
+		return cold.PutNotice(txn, s.cfg.Partition, e.Seq)
+	case pipeline.TypeNotify: // from another partition, for one of this one's users
+		return s.notify(txn, w, e.Field, e.Target, e.Seq)
+	case pipeline.TypePush:
+		return s.arrive(txn, w, e)
 	case pipeline.TypeIncr:
 		fam, _ := s.cfg.Families.Lookup(e.Family) // validated at decode
 		i, _ := fam.Field(e.Field)

@@ -152,6 +152,13 @@ func (s *Stage) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("event partition %d: %w", p, err)
 	}
+	// Follows made by code that kept no follow index are indexed once, before any event.
+	mine := func(uid uint64) bool { return pipeline.PartitionOf(pipeline.ID(uid), s.cfg.Partitions) == p }
+	if n, err := cold.IndexFollows(s.db, p, mine, 10_000); err != nil {
+		return fmt.Errorf("event partition %d: cannot index follows: %w", p, err)
+	} else if n > 0 {
+		s.log.Info("indexed the follows made before follows had places", "follows", n)
+	}
 	s.st = st
 	s.pos.Store(st.Pos)
 	s.countHeld()
@@ -408,6 +415,8 @@ func (s *Stage) applyMsg(txn *badger.Txn, m jetstream.Msg, seq uint64, w *work) 
 	ts := int64(0)
 	for i := range evs {
 		e := &evs[i]
+		// Places are Tally's: what a producer sent is ignored.
+		e.Seq, e.Local = pipeline.SeqOf(seq, i), false
 		if e.TS == 0 {
 			if ts == 0 {
 				md, _ := m.Metadata()
@@ -439,13 +448,13 @@ func (s *Stage) applyEvent(txn *badger.Txn, e *pipeline.Event, local bool, w *wo
 			return nil
 		}
 	}
-	if err := s.apply(txn, e, w.c); err != nil {
+	if err := s.apply(txn, e, w); err != nil {
 		return err
 	}
-	if n := s.stats.ByType[e.Type]; n != nil {
+	if n := s.stats.ByType[e.Type]; n != nil { // not the internal types
 		n.Add(1)
+		s.stats.Events.Add(1)
 	}
-	s.stats.Events.Add(1)
 	return nil
 }
 

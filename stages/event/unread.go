@@ -1,100 +1,224 @@
 package event
 
 import (
-	"math"
-
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/store/cold"
 )
 
-// Feed unread. A reader's feed unread is the number of posts by the accounts they follow
-// made after both their last feed read and the moment they followed the author. Posts
-// of an author with at most FanoutLimit followers are pushed: each follower's feed
-// counter grows by one. Posts of a bigger author are pulled: they cost one write, and a
-// reader's query counts them. Either way every post is indexed by author and time,
-// which is what makes the two agree and lets an unfollow take back exactly the pushed
-// posts the reader had not read.
+// Unread by the events stream's order. Every rule compares places in the stream
+// (pipeline.Event.Seq), never times, and every unread counter of a user changes only in
+// the user's own partition, which applies its own stream in order: a hop batch from
+// another partition is published after that partition committed the events it carries,
+// so its own place in the stream is after each of them, and the receiving partition has
+// applied every event of its own stream placed before it. What it has not seen yet is a
+// read (or follow, unfollow) forwarded from another partition's batch, which may come
+// after events placed later than itself; the rules below make those exact too.
+//
+//   - A notification of kind k for user O, placed at P, is applied in O's partition
+//     (handed there as a notify event when it happens elsewhere). It counts if P is
+//     after O's last read of k, and is recorded (n|O|k|P) until a read covers it.
+//   - A read of k placed at R, later than O's last read of k, becomes the last read. A
+//     read from the partition's own stream covers everything the partition applied
+//     before it (all placed before R): the counter is set to 0. A read handed over from
+//     another partition sets it to the recorded notifications placed after R.
+//   - Feed: a post by an author with at most FanoutLimit followers is pushed: announced
+//     (a push event) to every partition, which records it (h|q|author|P) and adds one to
+//     each of its own users following the author since before P who have not read
+//     their feed after P. A follow placed at F adds the recorded posts after both F and
+//     the last feed read (they reached the partition before the follow did); an
+//     unfollow takes back the same set, which is exactly what was counted for the
+//     reader; a feed read handed over recounts them per followee. Pulled posts (above
+//     the limit) are counted when a reader asks, from the post index (author, place).
+//   - A system notice placed at S is recorded by every partition (z|q|S); a read of
+//     system records its place, and unread system is the notices recorded after it.
 
-// post indexes a post and pushes it to the author's followers unless there are too many.
-func (s *Stage) post(txn *badger.Txn, e *pipeline.Event, c *coalescer) error {
-	pushed, err := s.fanout(txn, e, c)
+// maxDrops is the most covered notification records one read deletes; the rest are
+// never counted again (they are at or before the read) and go with later reads.
+const maxDrops = 256
+
+// notify counts a notification of kind for owner caused by an event at place seq: here
+// when owner is this partition's, else handed to owner's partition.
+func (s *Stage) notify(txn *badger.Txn, w *work, kind string, owner pipeline.ID, seq uint64) error {
+	if q := pipeline.PartitionOf(owner, s.cfg.Partitions); q != s.cfg.Partition {
+		w.forward(q, &pipeline.Event{Type: pipeline.TypeNotify, Target: owner, Field: kind, Seq: seq})
+		return nil
+	}
+	rs, err := cold.GetReader(txn, uint64(owner))
 	if err != nil {
+		return err
+	}
+	if seq <= *rs.Read(kind) {
+		return nil // a read placed after it came first
+	}
+	w.c.add(s.fields.unread[kind], owner, pipeline.OpAdd, 1)
+	return cold.AddNotified(txn, uint64(owner), kind, seq)
+}
+
+// post indexes a post and pushes it unless its author has too many followers.
+func (s *Stage) post(txn *badger.Txn, e *pipeline.Event, w *work) error {
+	// The follower index is read up to one past the limit (keys only). The counter of
+	// followers is not asked: it lives in the user family's partition, which another
+	// process may own. The decision is recorded with the post, so that pushed and pulled
+	// posts are told apart for ever whatever the follows do later.
+	limit := s.cfg.FanoutLimit
+	n := 0
+	cold.Subjects(txn, cold.Follow, uint64(e.UID), func(uint64, int64) bool {
+		n++
+		return n <= limit
+	})
+	pushed := n <= limit
+	if err := cold.PutPost(txn, uint64(e.UID), e.Seq, uint64(e.Post), pushed); err != nil {
 		return err
 	}
 	if !pushed {
 		// Before the commit is harmless: a reader finding no pulled post counts zero.
 		s.cfg.Pulled.Add(uint64(e.UID))
-	}
-	return cold.PutPost(txn, uint64(e.UID), e.TS, uint64(e.Post), pushed)
-}
-
-func (s *Stage) fanout(txn *badger.Txn, e *pipeline.Event, c *coalescer) (bool, error) {
-	// The follower list is read up to one past the limit (keys only). The counter of
-	// followers is not asked: it lives in the user family's partition, which another
-	// process may own.
-	limit := s.cfg.FanoutLimit
-	followers := make([]uint64, 0, 64)
-	cold.Subjects(txn, cold.Follow, uint64(e.UID), func(a uint64, since int64) bool {
-		if since < e.TS { // only who followed before the post sees it
-			followers = append(followers, a)
-		}
-		return len(followers) <= limit
-	})
-	if len(followers) > limit {
 		s.stats.Pulled.Add(1)
-		return false, nil
+		return nil
 	}
-	for _, f := range followers {
-		c.add(s.fields.unFeed, pipeline.ID(f), pipeline.OpAdd, 1)
+	push := pipeline.Event{Type: pipeline.TypePush, UID: e.UID, Post: e.Post, Seq: e.Seq}
+	for q := range s.cfg.Partitions {
+		if q != s.cfg.Partition {
+			w.forward(q, &push)
+		}
 	}
-	s.stats.Pushed.Add(int64(len(followers)))
-	return true, nil
+	return s.arrive(txn, w, &push)
 }
 
-// unfollowFeed takes back the pushed posts of the unfollowed author the reader got after
-// their last feed read; pulled posts stop counting by themselves.
-func (s *Stage) unfollowFeed(txn *badger.Txn, e *pipeline.Event, followed int64, c *coalescer) error {
-	rs, err := cold.GetReader(txn, uint64(e.UID))
+// arrive applies a pushed post in this partition: it is recorded, and each of the
+// partition's readers following the author since before it, who has not read their
+// feed after it, gets one more.
+func (s *Stage) arrive(txn *badger.Txn, w *work, e *pipeline.Event) error {
+	p, author := s.cfg.Partition, uint64(e.UID)
+	if err := cold.PutArrived(txn, p, author, e.Seq); err != nil {
+		return err
+	}
+	var n int64
+	var rerr error
+	err := cold.Followed(txn, p, author, func(uid, followed uint64) bool {
+		if followed >= e.Seq {
+			return true
+		}
+		var rs cold.ReaderState
+		if rs, rerr = cold.GetReader(txn, uid); rerr != nil {
+			return false
+		}
+		if e.Seq > rs.Feed {
+			w.c.add(s.fields.unFeed, pipeline.ID(uid), pipeline.OpAdd, 1)
+			n++
+		}
+		return true
+	})
+	if err == nil {
+		err = rerr
+	}
+	s.stats.Pushed.Add(n)
+	return err
+}
+
+// follow indexes a follow of the partition's reader (made at e.Seq) and adds the pushed
+// posts of the author that reached the partition before it but are placed after it and
+// after the reader's last feed read: they were not pushed to the reader on arrival.
+func (s *Stage) follow(txn *badger.Txn, e *pipeline.Event, w *work) error {
+	p, uid, author := s.cfg.Partition, uint64(e.UID), uint64(e.Target)
+	if err := cold.PutFollowed(txn, p, author, uid, e.Seq); err != nil {
+		return err
+	}
+	rs, err := cold.GetReader(txn, uid)
 	if err != nil {
 		return err
 	}
-	n, err := cold.CountPosts(txn, uint64(e.Target), max(rs.FeedRead, followed), true, math.MaxUint64)
-	if err != nil {
-		return err
-	}
-	if n > 0 {
-		c.add(s.fields.unFeed, e.UID, pipeline.OpAdd, -int64(n))
+	if n := cold.CountArrived(txn, p, author, max(e.Seq, rs.Feed)); n > 0 {
+		w.c.add(s.fields.unFeed, e.UID, pipeline.OpAdd, int64(n))
 	}
 	return nil
 }
 
-// read resets the named kinds (all when none): notification and feed counters go to 0,
-// the feed read time and the system notices seen are recorded.
-func (s *Stage) read(txn *badger.Txn, e *pipeline.Event, c *coalescer) error {
+// unfollow takes back what the reader's feed counter holds of the author: the pushed
+// posts that reached the partition, placed after both the follow and the last feed read.
+// Posts still on their way are not pushed to the reader any more; pulled posts stop
+// counting by themselves.
+func (s *Stage) unfollow(txn *badger.Txn, e *pipeline.Event, w *work) error {
+	p, uid, author := s.cfg.Partition, uint64(e.UID), uint64(e.Target)
+	followed, _, err := cold.GetFollowed(txn, p, author, uid)
+	if err != nil {
+		return err
+	}
+	if err := cold.DeleteFollowed(txn, p, author, uid); err != nil {
+		return err
+	}
+	rs, err := cold.GetReader(txn, uid)
+	if err != nil {
+		return err
+	}
+	if n := cold.CountArrived(txn, p, author, max(followed, rs.Feed)); n > 0 {
+		w.c.add(s.fields.unFeed, e.UID, pipeline.OpAdd, -int64(n))
+	}
+	return nil
+}
+
+// read records the place of a read of the named kinds (all when none) and sets their
+// counters to what is unread after it; a read placed before the last one of a kind
+// changes nothing of that kind.
+func (s *Stage) read(txn *badger.Txn, e *pipeline.Event, w *work) error {
 	kinds := e.Kinds
 	if len(kinds) == 0 {
 		kinds = pipeline.UnreadKinds()
 	}
-	rs, err := cold.GetReader(txn, uint64(e.UID))
+	uid := uint64(e.UID)
+	rs, err := cold.GetReader(txn, uid)
 	if err != nil {
 		return err
 	}
+	changed := false
 	for _, k := range kinds {
+		last := rs.Read(k)
+		if last == nil || e.Seq <= *last {
+			continue
+		}
+		*last, changed = e.Seq, true
+		var n uint64 // unread after the read: none of what came before it here
 		switch k {
 		case "system":
-			if rs.SysSeen, err = cold.SystemCount(txn, s.cfg.Partition); err != nil {
-				return err
-			}
+			continue // counted when asked
 		case "feed":
-			rs.FeedRead = max(rs.FeedRead, e.TS)
-			c.add(s.fields.unFeed, e.UID, pipeline.OpSet, 0)
+			if w.hop {
+				n, err = s.feedAfter(txn, uid, e.Seq)
+			}
 		default:
-			c.add(s.fields.unread[k], e.UID, pipeline.OpSet, 0)
+			if w.hop {
+				n = cold.CountNotified(txn, uid, k, e.Seq)
+			}
+			err = cold.DropNotified(txn, uid, k, e.Seq, maxDrops)
 		}
+		if err != nil {
+			return err
+		}
+		w.c.add(s.fields.unread[k], e.UID, pipeline.OpSet, int64(n))
 	}
-	return cold.PutReader(txn, uint64(e.UID), rs)
+	if !changed {
+		return nil
+	}
+	return cold.PutReader(txn, uid, rs)
+}
+
+// feedAfter counts, over the reader's followees, the pushed posts that reached the
+// partition placed after both the follow and seq.
+func (s *Stage) feedAfter(txn *badger.Txn, uid, seq uint64) (uint64, error) {
+	p := s.cfg.Partition
+	var n uint64
+	var err error
+	cold.Objects(txn, cold.Follow, uid, func(author uint64, _ int64) bool {
+		var followed uint64
+		if followed, _, err = cold.GetFollowed(txn, p, author, uid); err != nil {
+			return false
+		}
+		n += cold.CountArrived(txn, p, author, max(followed, seq))
+		return true
+	})
+	return n, err
 }
 
 // partitionKeys returns, for each partition, an id that routes to it.

@@ -35,6 +35,7 @@ type work struct {
 	deadSeqs []uint64 // messages to dead-letter whole
 	dead     []uint64 // those dead-lettered so far
 
+	hop                     bool  // applying events of a hop batch: handed over from another partition
 	dups, forwarded, deltas int64 // counted once the transaction commits
 	deleted                 int   // acknowledged outbox entries the transaction deletes
 }
@@ -154,11 +155,18 @@ func (s *Stage) applyHop(txn *badger.Txn, m jetstream.Msg, seq uint64, w *work) 
 		if b, err = pipeline.DecodeHopBatch(data, s.cfg.Families); err != nil {
 			return err // it decoded when it was held
 		}
+		w.hop = true
 		for i := range b.Events {
+			if e := &b.Events[i]; e.Seq == 0 {
+				// Sent by code that did not place events: placed where it is applied.
+				e.Seq = pipeline.SeqOf(seq, i)
+			}
 			if err := s.applyEvent(txn, &b.Events[i], true, w); err != nil {
+				w.hop = false
 				return fmt.Errorf("cannot apply %s event of hop batch %d.%d: %w", b.Events[i].Type, b.Source, b.Seq, err)
 			}
 		}
+		w.hop = false
 	}
 	return nil
 }

@@ -566,27 +566,25 @@ func (s *Server) unreadCounts(r *request) (any, error) {
 // maxPulled bounds the pulled posts counted per followee ("a lot" needs no exact figure).
 const maxPulled = 10_000
 
-// pulled computes what a reader's counters do not hold: system notices since their last
-// read, and posts of followees with too many followers to push to, since the later of
-// the last feed read and the follow.
+// pulled computes what a reader's counters do not hold: system notices placed after
+// their last read of system, and posts of followees with too many followers to push to,
+// placed after both the last feed read and the follow (places in the events stream).
 func (s *Server) pulled(txn *badger.Txn, uid uint64) (system, feed uint64, err error) {
 	rs, err := cold.GetReader(txn, uid)
 	if err != nil {
 		return 0, 0, err
 	}
-	n, err := cold.SystemCount(txn, pipeline.PartitionOf(pipeline.ID(uid), s.cfg.Partitions))
-	if err != nil {
-		return 0, 0, err
-	}
-	if n > rs.SysSeen {
-		system = n - rs.SysSeen
-	}
-	cold.Objects(txn, cold.Follow, uid, func(author uint64, followed int64) bool {
+	p := pipeline.PartitionOf(pipeline.ID(uid), s.cfg.Partitions)
+	system = cold.CountNotices(txn, p, rs.System)
+	cold.Objects(txn, cold.Follow, uid, func(author uint64, _ int64) bool {
 		if !s.events.Load().pulled.Has(author) {
 			return true
 		}
-		var k uint64
-		k, err = cold.CountPosts(txn, author, max(rs.FeedRead, followed), false, maxPulled)
+		var followed, k uint64
+		if followed, _, err = cold.GetFollowed(txn, p, author, uid); err != nil {
+			return false
+		}
+		k, err = cold.CountPosts(txn, author, max(rs.Feed, followed), false, maxPulled)
 		feed += k
 		return err == nil
 	})

@@ -129,7 +129,7 @@ type Part struct {
 // outboxes, readers, posts and system notices — every key but the counters'.
 func EventsPart() Part {
 	var ps []key
-	for _, ns := range []byte{nsRelation, nsBySubject, nsByObject, nsStage, nsOutbox, nsReader, nsPost, nsPulled, nsSystem} {
+	for _, ns := range append([]byte{nsRelation, nsBySubject, nsByObject, nsStage, nsOutbox}, unreadNamespaces...) {
 		ps = append(ps, key{ns})
 	}
 	return Part{ps}

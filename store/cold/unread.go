@@ -4,30 +4,64 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"sync"
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
-// Unread state that is not a counter: what a reader has seen, the posts authors made
-// (for feed unread), and each partition's count of system notices.
+// Unread state that is not a counter. Everything is keyed by the events' places in the
+// events stream (pipeline.Event.Seq), never by time, so that what a read covers, what a
+// follow sees and what an unfollow takes back do not depend on the order in which
+// partitions apply what they hand each other.
 const (
-	nsReader = 'u' // u|uid → ReaderState
-	nsPost   = 't' // t|author|ts|post → 1 if pushed to followers, 0 if pulled
-	nsPulled = 'q' // q|author: the author has posts that followers pull
-	nsSystem = 'y' // y|partition → notices counted in that partition
+	nsReadSeq  = 'v' // v|uid → ReaderState
+	nsNotified = 'n' // n|uid|kind|seq: a notification counted, until a read covers it
+	nsPosts    = 'e' // e|author|seq|post → 1 if pushed to followers, 0 if pulled
+	nsPulled   = 'q' // q|author: the author has posts that followers pull
+	nsArrived  = 'h' // h|partition|author|seq: a pushed post that partition has applied
+	nsFollowed = 'g' // g|partition|author|uid → seq of uid's follow of author (uid in partition)
+	nsNotice   = 'z' // z|partition|seq: a system notice counted in that partition
+	// What the code before places were used wrote; nothing reads it any more (see
+	// README, Unread, on what an upgrade keeps). It stays part of the events' backups.
+	nsReaderV1 = 'u' // u|uid → read time and system notices seen
+	nsPostV1   = 't' // t|author|ts|post
+	nsSystemV1 = 'y' // y|partition → notice count
 )
 
-// ReaderState is what a user has seen: the system notice count at their last read of
-// system notices and the time (ms) of their last feed read.
+// unreadNamespaces are the event stages' unread keys, moved with EventsPart.
+var unreadNamespaces = []byte{nsReadSeq, nsNotified, nsPosts, nsPulled, nsArrived, nsFollowed, nsNotice, nsReaderV1, nsPostV1, nsSystemV1}
+
+// ReaderState is the place (Event.Seq) of a user's last read of each kind.
 type ReaderState struct {
-	SysSeen  uint64 `msgpack:"s,omitempty"`
-	FeedRead int64  `msgpack:"f,omitempty"`
+	Comment uint64 `msgpack:"c,omitempty"`
+	Mention uint64 `msgpack:"m,omitempty"`
+	Like    uint64 `msgpack:"l,omitempty"`
+	DM      uint64 `msgpack:"d,omitempty"`
+	Feed    uint64 `msgpack:"f,omitempty"`
+	System  uint64 `msgpack:"s,omitempty"`
 }
 
-func readerKey(uid uint64) key { return newKey(nsReader, 9).u64(uid) }
+// Read returns where the last read of kind is kept (nil for an unknown kind).
+func (r *ReaderState) Read(kind string) *uint64 {
+	switch kind {
+	case "comment":
+		return &r.Comment
+	case "mention":
+		return &r.Mention
+	case "like":
+		return &r.Like
+	case "dm":
+		return &r.DM
+	case "feed":
+		return &r.Feed
+	case "system":
+		return &r.System
+	}
+	return nil
+}
+
+func readerKey(uid uint64) key { return newKey(nsReadSeq, 9).u64(uid) }
 
 // GetReader returns uid's reader state (zero if none).
 func GetReader(txn *badger.Txn, uid uint64) (ReaderState, error) {
@@ -54,27 +88,78 @@ func PutReader(txn *badger.Txn, uid uint64, st ReaderState) error {
 	return txn.Set(readerKey(uid), v)
 }
 
-// PutPost records that author posted at ts, and whether it was pushed to the followers'
-// feed counters (otherwise followers pull it when they ask).
-func PutPost(txn *badger.Txn, author uint64, ts int64, post uint64, pushed bool) error {
+// kindByte is a notification kind in keys: its first letter (comment, mention, like, dm).
+func kindByte(kind string) byte { return kind[0] }
+
+func notifiedPrefix(uid uint64, kind string) key {
+	return newKey(nsNotified, 18).u64(uid).u8(kindByte(kind))
+}
+
+// AddNotified records that a notification of kind for uid, of place seq, was counted.
+func AddNotified(txn *badger.Txn, uid uint64, kind string, seq uint64) error {
+	return txn.Set(notifiedPrefix(uid, kind).u64(seq), nil)
+}
+
+// CountNotified counts uid's recorded notifications of kind placed after seq.
+func CountNotified(txn *badger.Txn, uid uint64, kind string, after uint64) uint64 {
+	return countAfter(txn, notifiedPrefix(uid, kind), after)
+}
+
+// DropNotified deletes up to limit of uid's recorded notifications of kind placed at or
+// before through: a read covers them, and nothing counts them again.
+func DropNotified(txn *badger.Txn, uid uint64, kind string, through uint64, limit int) error {
+	prefix := notifiedPrefix(uid, kind)
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+	var drop []key
+	for it.Seek(prefix); it.ValidForPrefix(prefix) && len(drop) < limit; it.Next() {
+		k := it.Item().Key()
+		if len(k) != len(prefix)+8 || u64at(k, len(prefix)) > through {
+			break
+		}
+		drop = append(drop, it.Item().KeyCopy(nil))
+	}
+	it.Close()
+	for _, k := range drop {
+		if err := txn.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// countAfter counts the keys prefix|seq (with anything after seq) with seq > after.
+func countAfter(txn *badger.Txn, prefix key, after uint64) uint64 {
+	if after == ^uint64(0) {
+		return 0
+	}
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+	defer it.Close()
+	var n uint64
+	for it.Seek(append(key{}, prefix...).u64(after + 1)); it.ValidForPrefix(prefix); it.Next() {
+		n++
+	}
+	return n
+}
+
+// PutPost records that author posted post at place seq, and whether it was pushed to
+// the followers' feed counters (otherwise followers pull it when they ask).
+func PutPost(txn *badger.Txn, author, seq, post uint64, pushed bool) error {
 	v := []byte{0}
 	if pushed {
 		v[0] = 1
 	} else if err := txn.Set(newKey(nsPulled, 9).u64(author), nil); err != nil {
 		return err
 	}
-	return txn.Set(newKey(nsPost, 25).u64(author).u64(uint64(max(ts, 0))).u64(post), v)
+	return txn.Set(newKey(nsPosts, 25).u64(author).u64(seq).u64(post), v)
 }
 
-// CountPosts counts author's posts made after ts that were pushed (pushed) or pulled
+// CountPosts counts author's posts placed after seq that were pushed (pushed) or pulled
 // (!pushed), up to limit.
-func CountPosts(txn *badger.Txn, author uint64, after int64, pushed bool, limit uint64) (uint64, error) {
-	prefix := newKey(nsPost, 9).u64(author)
-	start := append(append(key{}, prefix...), 0, 0, 0, 0, 0, 0, 0, 0)
-	binary.BigEndian.PutUint64(start[9:], uint64(max(after, 0))+1)
-	if after == math.MaxInt64 {
+func CountPosts(txn *badger.Txn, author, after uint64, pushed bool, limit uint64) (uint64, error) {
+	if after == ^uint64(0) {
 		return 0, nil
 	}
+	prefix := newKey(nsPosts, 9).u64(author)
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: false})
 	defer it.Close()
 	var n uint64
@@ -82,7 +167,7 @@ func CountPosts(txn *badger.Txn, author uint64, after int64, pushed bool, limit 
 	if pushed {
 		want = 1
 	}
-	for it.Seek(start); it.ValidForPrefix(prefix) && n < limit; it.Next() {
+	for it.Seek(append(key{}, prefix...).u64(after + 1)); it.ValidForPrefix(prefix) && n < limit; it.Next() {
 		err := it.Item().Value(func(v []byte) error {
 			if len(v) != 1 {
 				return fmt.Errorf("%w: post flag of %d bytes", ErrCorrupt, len(v))
@@ -99,30 +184,153 @@ func CountPosts(txn *badger.Txn, author uint64, after int64, pushed bool, limit 
 	return n, nil
 }
 
-func systemKey(p int) key { return newKey(nsSystem, 3).u16(p) }
+func arrivedPrefix(p int, author uint64) key { return newKey(nsArrived, 19).u16(p).u64(author) }
 
-// SystemCount returns the number of system notices partition p has counted.
-func SystemCount(txn *badger.Txn, p int) (uint64, error) {
-	item, err := txn.Get(systemKey(p))
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return 0, nil
-	} else if err != nil {
-		return 0, err
-	}
-	var n uint64
-	err = item.Value(func(v []byte) error {
-		if len(v) != 8 {
-			return fmt.Errorf("%w: system count of %d bytes", ErrCorrupt, len(v))
-		}
-		n = binary.BigEndian.Uint64(v)
-		return nil
-	})
-	return n, err
+// PutArrived records that partition p has applied author's pushed post of place seq.
+func PutArrived(txn *badger.Txn, p int, author, seq uint64) error {
+	return txn.Set(arrivedPrefix(p, author).u64(seq), nil)
 }
 
-// PutSystemCount stores partition p's system notice count.
-func PutSystemCount(txn *badger.Txn, p int, n uint64) error {
-	return txn.Set(systemKey(p), binary.BigEndian.AppendUint64(nil, n))
+// CountArrived counts author's pushed posts that partition p has applied, placed after seq.
+func CountArrived(txn *badger.Txn, p int, author, after uint64) uint64 {
+	return countAfter(txn, arrivedPrefix(p, author), after)
+}
+
+func followedPrefix(p int, author uint64) key { return newKey(nsFollowed, 19).u16(p).u64(author) }
+
+// PutFollowed records that uid, of partition p, follows author since place seq.
+func PutFollowed(txn *badger.Txn, p int, author, uid, seq uint64) error {
+	return txn.Set(followedPrefix(p, author).u64(uid), binary.BigEndian.AppendUint64(nil, seq))
+}
+
+// DeleteFollowed removes uid's follow of author from partition p's index.
+func DeleteFollowed(txn *badger.Txn, p int, author, uid uint64) error {
+	return txn.Delete(followedPrefix(p, author).u64(uid))
+}
+
+// GetFollowed returns the place of uid's follow of author (uid in partition p).
+func GetFollowed(txn *badger.Txn, p int, author, uid uint64) (seq uint64, ok bool, err error) {
+	item, err := txn.Get(followedPrefix(p, author).u64(uid))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return 0, false, nil
+	} else if err != nil {
+		return 0, false, err
+	}
+	err = item.Value(func(v []byte) error {
+		if len(v) != 8 {
+			return fmt.Errorf("%w: follow place of %d bytes", ErrCorrupt, len(v))
+		}
+		seq = binary.BigEndian.Uint64(v)
+		return nil
+	})
+	return seq, err == nil, err
+}
+
+// Followed calls fn for each user of partition p who follows author, with the place of
+// the follow, until fn returns false.
+func Followed(txn *badger.Txn, p int, author uint64, fn func(uid, seq uint64) bool) error {
+	prefix := followedPrefix(p, author)
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchSize: 256})
+	defer it.Close()
+	for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
+		var seq uint64
+		err := it.Item().Value(func(v []byte) error {
+			if len(v) != 8 {
+				return fmt.Errorf("%w: follow place of %d bytes", ErrCorrupt, len(v))
+			}
+			seq = binary.BigEndian.Uint64(v)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if !fn(u64at(it.Item().Key(), len(prefix)), seq) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// followsIndexedKey marks partition p's follow index as complete.
+func followsIndexedKey(p int) key { return newKey(nsFollowed, 3).u16(p) }
+
+// IndexFollows writes partition p's follow index for the follows made before it existed
+// (by code that kept none), once: each follow of a user of p (mine reports whether a user
+// is) counts from place 0, before every post. Written in transactions of at most batch
+// follows; after a crash it runs again, and it marks the index complete at the end.
+func IndexFollows(db *DB, p int, mine func(uid uint64) bool, batch int) (int, error) {
+	done := false
+	if err := db.db.View(func(txn *badger.Txn) error {
+		_, err := txn.Get(followsIndexedKey(p))
+		done = err == nil
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			err = nil
+		}
+		return err
+	}); err != nil || done {
+		return 0, err
+	}
+	prefix := newKey(nsRelation, 2).u8(byte(Follow))
+	var pending [][2]uint64
+	total := 0
+	flush := func() error {
+		if len(pending) == 0 {
+			return nil
+		}
+		err := db.db.Update(func(txn *badger.Txn) error {
+			for _, f := range pending {
+				if _, ok, err := GetFollowed(txn, p, f[1], f[0]); err != nil || ok {
+					if err != nil {
+						return err
+					}
+					continue
+				}
+				if err := PutFollowed(txn, p, f[1], f[0], 0); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		total += len(pending)
+		pending = pending[:0]
+		return err
+	}
+	err := db.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: false})
+		defer it.Close()
+		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
+			k := it.Item().Key()
+			if len(k) != 26 || !mine(u64at(k, 2)) {
+				continue
+			}
+			pending = append(pending, [2]uint64{u64at(k, 2), u64at(k, 10)})
+			if len(pending) == batch {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err == nil {
+		err = flush()
+	}
+	if err != nil {
+		return total, err
+	}
+	return total, db.db.Update(func(txn *badger.Txn) error { return txn.Set(followsIndexedKey(p), nil) })
+}
+
+func noticePrefix(p int) key { return newKey(nsNotice, 11).u16(p) }
+
+// PutNotice records that partition p counted the system notice of place seq.
+func PutNotice(txn *badger.Txn, p int, seq uint64) error {
+	return txn.Set(noticePrefix(p).u64(seq), nil)
+}
+
+// CountNotices counts the system notices partition p counted, placed after seq.
+func CountNotices(txn *badger.Txn, p int, after uint64) uint64 {
+	return countAfter(txn, noticePrefix(p), after)
 }
 
 // storedCounts reads the checkpointed counters of one id (all zeros if none). It lags
