@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/tally-dev/tally/pipeline"
@@ -30,10 +29,7 @@ func (n *Node) sampleAudits(ctx context.Context) error {
 			continue // the owner of the event stages samples
 		}
 		r, err := n.query.Audit(ctx, pipeline.AuditRequest{Sample: n.cfg.AuditSample})
-		switch {
-		case errors.Is(err, pipeline.ErrBadRequest):
-			return err // a configuration mistake: say so rather than log it every round
-		case err != nil:
+		if err != nil { // an audit is a check, never a reason to stop counting
 			if ctx.Err() == nil {
 				n.log.Warn("audit sample failed", "err", err)
 			}

@@ -107,8 +107,14 @@ func (s *Server) audit(r *request) (any, error) {
 
 // Audit recounts and compares the posts and users of req (see the comment at the top of
 // this file) and, with req.Repair, corrects each drift with an incr event. It needs the
-// event stages in this process. Every audit is reported to Config.OnAudit.
+// event stages in this process; without a deadline in ctx it takes auditTimeout. Every
+// audit is reported to Config.OnAudit.
 func (s *Server) Audit(ctx context.Context, req pipeline.AuditRequest) (*pipeline.AuditReply, error) {
+	if _, ok := ctx.Deadline(); !ok { // a request to another process needs one
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, auditTimeout)
+		defer cancel()
+	}
 	if s.events.Load() == nil {
 		return nil, fmt.Errorf("%w: the event stages are not in this process; ask %s", errUnavailable, s.cfg.Subjects.Audit())
 	}

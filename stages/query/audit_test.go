@@ -104,3 +104,25 @@ func TestAuditCountInFlight(t *testing.T) {
 	t.Run("drift", func(t *testing.T) { f(t, []uint64{5}, 0, true, "") })
 	t.Run("a stage lags", func(t *testing.T) { f(t, []uint64{5}, 1, false, "did not catch up") })
 }
+
+// TestAuditRemotePartition: the owner of the event stages audits ids of a counter
+// partition owned by another process (its lag and its counts asked over NATS), called
+// without a deadline as the background sampler calls it.
+func TestAuditRemotePartition(t *testing.T) {
+	s := natstest.Start(t)
+	const n = 2
+	events := startNode(t, s, openDB(t), n, 5*time.Second, 0)
+	startNode(t, s, nil, n, 5*time.Second, 1)
+	var id pipeline.ID = 1
+	for pipeline.PartitionOf(id, n) != 1 {
+		id++
+	}
+	r, err := events.Audit(context.Background(), pipeline.AuditRequest{Posts: []pipeline.ID{id}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// memPart counts every id, and there are no relations: drift in like and comment.
+	if len(r.Drift) != 2 || len(r.Skipped) != 0 || r.Drift[0].Counter != want(0, uint64(id), 0) {
+		t.Fatalf("audit of post %d owned by another process = %+v, want drift in like and comment", id, r)
+	}
+}
