@@ -2,7 +2,6 @@ package query
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/tally-dev/tally/store/cold"
 )
@@ -47,20 +46,10 @@ func (s *Server) relationHandlers() map[string]func(*request) (any, error) {
 	}
 }
 
-// subscribe subscribes each handler's subject Workers times in QueueGroup.
+// subscribe serves each handler's subject as an endpoint of the query service, in
+// QueueGroup (see micro.go).
 func (s *Server) subscribe(handlers map[string]func(*request) (any, error)) error {
-	sj := s.cfg.Subjects
-	for subj, h := range handlers {
-		kind := strings.TrimPrefix(strings.TrimSuffix(subj, ".*"), sj.Prefix+".")
-		for range s.cfg.Workers {
-			sub, err := s.nc.QueueSubscribe(subj, QueueGroup, s.handle(kind, h))
-			if err != nil {
-				return fmt.Errorf("cannot subscribe %s: %w", subj, err)
-			}
-			s.subs = append(s.subs, sub)
-		}
-	}
-	return nil
+	return s.addEndpoints(handlers)
 }
 
 func (s *Server) eventStages() map[string]Lagger {

@@ -75,6 +75,7 @@ type Server struct {
 	mu       sync.Mutex // serialises SetOwner, SetEvents, Start and Stop
 	started  bool
 	subs     []*nats.Subscription
+	svcs     services                       // the query service's instances (see micro.go)
 	partSubs map[partKey]*nats.Subscription // <prefix>.part.<family>.<p> of each registered partition
 }
 
@@ -201,6 +202,9 @@ func (s *Server) start() error {
 	if s.events.Load() != nil {
 		maps.Copy(handlers, s.relationHandlers())
 	}
+	if err := s.startServices(); err != nil {
+		return err
+	}
 	if err := s.subscribe(handlers); err != nil {
 		return err
 	}
@@ -228,6 +232,7 @@ func (s *Server) stop() {
 		_ = sub.Drain()
 	}
 	s.subs = nil
+	s.stopServices()
 	for k, sub := range s.partSubs {
 		_ = sub.Drain()
 		delete(s.partSubs, k)
@@ -255,36 +260,46 @@ type errorReply struct {
 	Code  string `json:"code"`
 }
 
+// handle answers kind's requests on a plain subscription (the part subjects between
+// processes; the others are endpoints of the query service, see micro.go).
 func (s *Server) handle(kind string, h func(*request) (any, error)) nats.MsgHandler {
 	return func(m *nats.Msg) {
 		if m.Reply == "" {
 			return // a publish, not a request: there is no one to answer
 		}
-		start := time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
-		defer cancel()
-		r := &request{msg: m, asJSON: pipeline.IsJSON(m.Data, m.Header), ctx: ctx}
-		reply, err := h(r)
-		failed := err != nil
-		if err != nil {
-			if !errors.Is(err, pipeline.ErrBadRequest) && !errors.Is(err, pipeline.ErrUnknownFamily) && !errors.Is(err, errUnavailable) {
-				s.log.Warn("query failed", "subject", m.Subject, "err", err)
-			}
-			reply = errorReply{Error: err.Error(), Code: pipeline.ErrorCode(err)}
-		}
-		data, err := pipeline.Marshal(reply, r.asJSON)
-		if err != nil {
-			data, _ = pipeline.Marshal(errorReply{Error: "cannot encode reply: " + err.Error(), Code: pipeline.CodeInternal}, r.asJSON)
-		}
-		out := &nats.Msg{Subject: m.Reply, Data: data}
-		if r.asJSON {
-			out.Header = nats.Header{"Content-Type": []string{pipeline.ContentTypeJSON}}
-		}
-		_ = m.RespondMsg(out)
-		if s.cfg.OnQuery != nil {
-			s.cfg.OnQuery(kind, time.Since(start), failed)
-		}
+		data, hdr, _, _ := s.answer(kind, h, m)
+		_ = m.RespondMsg(&nats.Msg{Subject: m.Reply, Data: data, Header: hdr})
 	}
+}
+
+// answer runs h for m and encodes its reply (JSON to a JSON request); a failed request
+// gets an errorReply, and its code and error text are returned too.
+func (s *Server) answer(kind string, h func(*request) (any, error), m *nats.Msg) (data []byte, hdr nats.Header, code, failure string) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
+	defer cancel()
+	r := &request{msg: m, asJSON: pipeline.IsJSON(m.Data, m.Header), ctx: ctx}
+	reply, err := h(r)
+	failed := err != nil
+	if err != nil {
+		if !errors.Is(err, pipeline.ErrBadRequest) && !errors.Is(err, pipeline.ErrUnknownFamily) && !errors.Is(err, errUnavailable) {
+			s.log.Warn("query failed", "subject", m.Subject, "err", err)
+		}
+		code, failure = pipeline.ErrorCode(err), err.Error()
+		reply = errorReply{Error: failure, Code: code}
+	}
+	data, err = pipeline.Marshal(reply, r.asJSON)
+	if err != nil {
+		code, failure = pipeline.CodeInternal, "cannot encode reply: "+err.Error()
+		data, _ = pipeline.Marshal(errorReply{Error: failure, Code: code}, r.asJSON)
+	}
+	if r.asJSON {
+		hdr = nats.Header{"Content-Type": []string{pipeline.ContentTypeJSON}}
+	}
+	if s.cfg.OnQuery != nil {
+		s.cfg.OnQuery(kind, time.Since(start), failed)
+	}
+	return data, hdr, code, failure
 }
 
 func (s *Server) get(r *request) (any, error) {
