@@ -194,6 +194,13 @@ func (n *Node) claim(ctx context.Context, pc piece, l *lease) (string, error) {
 		_ = n.obs.Delete(ctx, legacyOwner(pc.name))
 	}
 	n.sweep(ctx, pc.name, l)
+	// Claiming and restoring took part of the lease's TTL, and nothing renews it before
+	// the partition runs (and checks it at its first write): renew it now.
+	if err := l.renew(ctx); errors.Is(err, errLost) {
+		return "", fmt.Errorf("lost %s while claiming it: %w", pc.name, err)
+	} else if err != nil {
+		n.log.Warn("cannot renew the lease yet", "key", l.key, "err", err)
+	}
 	return from, nil
 }
 
