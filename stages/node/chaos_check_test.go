@@ -17,13 +17,14 @@ import (
 	"github.com/tally-dev/tally/pipeline/natstest"
 )
 
-// chaosReportOnly are the checks of the chaos test that are logged, not asserted: unread
-// by the stream's order across partitions is not implemented yet — feed unread compares
-// millisecond timestamps, and a read resets notifications and notices whenever its delta
-// arrives, not after exactly the events stored before it (issue 13, "Unread by the
-// stream's order"). Remove a name here once Tally does it.
+// chaosReportOnly are the checks of the chaos test that are logged, not asserted. Unread
+// follows the stream's order across partitions (issue 13, "Unread by the stream's
+// order"), with one exception left: when one user's like of one post is stored twice in
+// raw batches of different partitions, the relation is made by whichever copy reaches
+// the user's partition first, and its notification is placed there, while the model
+// places it at the first copy stored; a read of the owner stored between the two then
+// covers it in the model and not in Tally. Remove the name once that is placed too.
 var chaosReportOnly = map[string]string{
-	"unread.feed":  "feed unread of every user, by the stream's order",
 	"unread.order": "notifications and notices of users whose reads race with them across partitions",
 }
 
