@@ -30,6 +30,7 @@ var users = map[string]string{
 	"tallyd":   "NATS_TALLYD_PASSWORD",
 	"producer": "NATS_PRODUCER_PASSWORD",
 	"reader":   "NATS_READER_PASSWORD",
+	"gateway":  "NATS_GATEWAY_PASSWORD",
 	"admin":    "NATS_ADMIN_PASSWORD",
 	"sys":      "NATS_SYS_PASSWORD",
 }
@@ -44,7 +45,21 @@ func setPasswords(t *testing.T) map[string]string {
 		pw[user] = "p" + hex.EncodeToString(b)
 		t.Setenv(env, pw[user])
 	}
+	// Routes authenticate as user route; each node's route URLs carry its password, as
+	// compose.yaml builds them.
+	t.Setenv("NATS_ROUTE_PASSWORD", pw["admin"]+"r")
+	for i := 1; i <= 3; i++ {
+		t.Setenv(fmt.Sprintf("NATS_ROUTE_%d", i), fmt.Sprintf("nats-route://route:%sr@nats-%d:6222", pw["admin"], i))
+	}
 	return pw
+}
+
+// inboxPrefix is the inbox prefix accounts.conf gives user (admin has all of _INBOX.>).
+func inboxPrefix(user string) string {
+	if user == "admin" || user == "sys" {
+		return ""
+	}
+	return "_INBOX_" + user
 }
 
 // violations records the permission violations a server logs.
@@ -145,13 +160,17 @@ type conn struct {
 func connect(t *testing.T, s *server.Server, user, pw string) *conn {
 	t.Helper()
 	c := &conn{errs: make(chan error, 100)}
-	nc, err := nats.Connect(userURL(s, user, pw), nats.Name(user),
+	opts := []nats.Option{nats.Name(user)}
+	if p := inboxPrefix(user); p != "" { // its replies where only it may subscribe
+		opts = append(opts, nats.CustomInboxPrefix(p))
+	}
+	nc, err := nats.Connect(userURL(s, user, pw), append(opts,
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			select {
 			case c.errs <- err:
 			default:
 			}
-		}))
+		}))...)
 	if err != nil {
 		t.Fatalf("connect as %s: %v", user, err)
 	}
@@ -213,6 +232,7 @@ func TestPermissions(t *testing.T) {
 	// tallyd: stream setup, ordered consumers, deltas, changes, dead letters, queries.
 	cfg := node.DefaultConfig()
 	cfg.NATSURL = userURL(s, "tallyd", pw["tallyd"])
+	cfg.NATSAuth.InboxPrefix = inboxPrefix("tallyd")
 	cfg.DataDir = t.TempDir()
 	cfg.Partitions = 4
 	cfg.FlushInterval = 10 * time.Millisecond
@@ -250,18 +270,25 @@ func TestPermissions(t *testing.T) {
 		t.Fatalf("reader watch: %v", err)
 	}
 
-	// Producer: single events (one resent with the same tx), a batch, a system notice
-	// (tallyd copies it to every partition on tally.ev.system.*), and a malformed event
-	// (tallyd dead-letters it on tally.dlq.>).
+	// Producer: single events (one resent with the same tx), a batch, and a malformed
+	// event (tallyd dead-letters it on tally.dlq.>). Admin: a system notice (tallyd
+	// copies it to every partition), which producers may not send.
 	events := []pipeline.Event{
 		{Type: "like", UID: 7, Post: 42, Owner: 3, Tx: "t1"},
 		{Type: "like", UID: 8, Post: 42, Owner: 3, Tx: "t2"},
 		{Type: "like", UID: 8, Post: 42, Owner: 3, Tx: "t2"}, // resent: dropped
 		{Type: "view", Post: 42, N: 10, Tx: "t3"},
-		{Type: "system", ID: 1, Tx: "t4"},
 	}
 	if err := prod.Publish(ctx, events...); err != nil {
 		t.Fatalf("producer publish: %v", err)
+	}
+	admin := connect(t, s, "admin", pw["admin"])
+	adm, err := client.New(admin.Conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := adm.Publish(ctx, pipeline.Event{Type: "system", ID: 1, Tx: "t4"}); err != nil {
+		t.Fatalf("admin publish of a system notice: %v", err)
 	}
 	batch := []pipeline.Event{
 		{Type: "like", UID: 9, Post: 42, Owner: 3},
@@ -342,7 +369,6 @@ func TestPermissions(t *testing.T) {
 	}
 
 	// Admin: everything in the account, e.g. reading the dead-letter stream.
-	admin := connect(t, s, "admin", pw["admin"])
 	ajs, err := jetstream.New(admin.Conn)
 	if err != nil {
 		t.Fatal(err)
@@ -369,6 +395,20 @@ func TestPermissions(t *testing.T) {
 		producer.denied(t, `Publish to "$JS.API.STREAM.DELETE.TALLY_EVENTS"`, producer.request("$JS.API.STREAM.DELETE.TALLY_EVENTS"))
 		producer.denied(t, `Publish to "$JS.API.STREAM.PURGE.TALLY_EVENTS"`, producer.request("$JS.API.STREAM.PURGE.TALLY_EVENTS"))
 		producer.denied(t, `Publish to "$JS.API.STREAM.INFO.TALLY_DELTAS"`, producer.request("$JS.API.STREAM.INFO.TALLY_DELTAS"))
+		// A notice to every user, an add to any counter, a hop between partitions: not
+		// a producer's events.
+		producer.denied(t, `Publish to "tally.ev.system.1"`, producer.publish("tally.ev.system.1"))
+		producer.denied(t, `Publish to "tally.ev.incr.1"`, producer.publish("tally.ev.incr.1"))
+		producer.denied(t, `Publish to "tally.ev.hop.1"`, producer.publish("tally.ev.hop.1"))
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second) // refused: no ack comes
+		defer cancel()
+		if err := prod.Publish(pctx, pipeline.Event{Type: "incr", Family: "post", ID: 42, Field: "like", N: 1000, Tx: "x1"}); err == nil {
+			t.Error("a producer published an incr event")
+		}
+		// Nobody's replies but its own.
+		for _, subj := range []string{"_INBOX.>", "_INBOX_reader.>", "_INBOX_tallyd.>", ">"} {
+			producer.denied(t, `Subscription to "`+subj+`"`, producer.subscribe(subj))
+		}
 	})
 	t.Run("reader", func(t *testing.T) {
 		reader.denied(t, `Publish to "tally.ev.like.1"`, reader.publish("tally.ev.like.1"))
@@ -381,6 +421,69 @@ func TestPermissions(t *testing.T) {
 		reader.denied(t, `Subscription to "tally.part.post.0"`, reader.subscribe("tally.part.post.0"))
 		reader.denied(t, `Publish to "$JS.API.STREAM.PURGE.TALLY_CHANGES"`, reader.request("$JS.API.STREAM.PURGE.TALLY_CHANGES"))
 		reader.denied(t, `Publish to "$JS.API.CONSUMER.CREATE.TALLY_EVENTS.x"`, reader.request("$JS.API.CONSUMER.CREATE.TALLY_EVENTS.x"))
+		reader.denied(t, `Publish to "$JS.API.CONSUMER.CREATE.TALLY_EVENTS.x.tally.chg.>"`, reader.request("$JS.API.CONSUMER.CREATE.TALLY_EVENTS.x.tally.chg.>"))
+		// A consumer of the changes only with a filter inside tally.chg.
+		reader.denied(t, `Publish to "$JS.API.CONSUMER.CREATE.TALLY_CHANGES.x"`, reader.request("$JS.API.CONSUMER.CREATE.TALLY_CHANGES.x"))
+		reader.denied(t, `Publish to "tally.ev.system.1"`, reader.publish("tally.ev.system.1"))
+	})
+	t.Run("isolation", func(t *testing.T) {
+		// A second reader (user gateway): it reads and watches like reader, with no
+		// violation, on its own inbox.
+		gateway := connect(t, s, "gateway", pw["gateway"])
+		gw, err := client.New(gateway.Conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		logged.take()
+		changes, err := ajs.Stream(ctx, "TALLY_CHANGES")
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := consumerNames(t, changes)
+		wctx, stop := context.WithCancel(ctx)
+		defer stop()
+		gwatch, err := gw.Watch(wctx, "post")
+		if err != nil {
+			t.Fatalf("gateway watch: %v", err)
+		}
+		if r, err := gw.Get(ctx, "post", 42); err != nil || len(r.Counts) != 1 {
+			t.Fatalf("gateway get: %+v %v", r, err)
+		}
+		logged.none(t)
+		var theirs []string
+		for name := range consumerNames(t, changes) {
+			if !before[name] {
+				theirs = append(theirs, name)
+			}
+		}
+		if len(theirs) != 1 {
+			t.Fatalf("consumers the gateway's watch created: %v, want one", theirs)
+		}
+
+		// A reader cannot see the gateway's replies, tallyd's (pulled events, backup
+		// chunks, other tallyd's counters), producers' acks, nor everyone's.
+		for _, subj := range []string{"_INBOX.>", "_INBOX_gateway.>", "_INBOX_tallyd.>", "_INBOX_producer.>", "_INBOX_gateway.x", "_INBOX.*", ">"} {
+			reader.denied(t, `Subscription to "`+subj+`"`, reader.subscribe(subj))
+		}
+		// Nor find, inspect, take over or delete the gateway's consumer.
+		name := theirs[0]
+		reader.denied(t, `Publish to "$JS.API.CONSUMER.DELETE.TALLY_CHANGES.`+name+`"`, reader.request("$JS.API.CONSUMER.DELETE.TALLY_CHANGES."+name))
+		reader.denied(t, `Publish to "$JS.API.CONSUMER.INFO.TALLY_CHANGES.`+name+`"`, reader.request("$JS.API.CONSUMER.INFO.TALLY_CHANGES."+name))
+		reader.denied(t, `Publish to "$JS.API.CONSUMER.NAMES.TALLY_CHANGES"`, reader.request("$JS.API.CONSUMER.NAMES.TALLY_CHANGES"))
+		reader.denied(t, `Publish to "$JS.API.CONSUMER.LIST.TALLY_CHANGES"`, reader.request("$JS.API.CONSUMER.LIST.TALLY_CHANGES"))
+		reader.denied(t, `Publish to "$JS.API.CONSUMER.DURABLE.CREATE.TALLY_CHANGES.`+name+`"`, reader.request("$JS.API.CONSUMER.DURABLE.CREATE.TALLY_CHANGES."+name))
+		if !consumerNames(t, changes)[name] {
+			t.Fatalf("the gateway's consumer %s is gone", name)
+		}
+		// The gateway's watch still delivers.
+		if err := prod.Publish(ctx, pipeline.Event{Type: "view", Post: 42, Tx: "iso-1"}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-gwatch:
+		case <-time.After(10 * time.Second):
+			t.Error("gateway watch: no change event")
+		}
 	})
 	t.Run("tallyd", func(t *testing.T) {
 		td := connect(t, s, "tallyd", pw["tallyd"])
@@ -416,6 +519,8 @@ func TestPermissions(t *testing.T) {
 		})
 		td.denied(t, `Subscription to "tally.ev.>"`, td.subscribe("tally.ev.>"))
 		td.denied(t, `Publish to "_INBOX.someone"`, td.publish("_INBOX.someone"))
+		td.denied(t, `Subscription to "_INBOX.>"`, td.subscribe("_INBOX.>"))
+		td.denied(t, `Subscription to "_INBOX_reader.>"`, td.subscribe("_INBOX_reader.>"))
 		td.denied(t, `Publish to "tally.get.post"`, td.publish("tally.get.post"))
 		td.denied(t, `Publish to "$JS.API.STREAM.DELETE.TALLY_EVENTS"`, td.request("$JS.API.STREAM.DELETE.TALLY_EVENTS"))
 		td.denied(t, `Publish to "$JS.API.STREAM.PURGE.TALLY_EVENTS"`, td.request("$JS.API.STREAM.PURGE.TALLY_EVENTS"))
@@ -423,7 +528,7 @@ func TestPermissions(t *testing.T) {
 		td.denied(t, `Publish to "$JS.API.CONSUMER.CREATE.TALLY_CHANGES.x"`, td.request("$JS.API.CONSUMER.CREATE.TALLY_CHANGES.x"))
 	})
 	t.Run("authentication", func(t *testing.T) {
-		for _, u := range []string{"tallyd", "producer", "reader", "admin", "sys"} {
+		for _, u := range []string{"tallyd", "producer", "reader", "gateway", "admin", "sys"} {
 			if nc, err := nats.Connect(userURL(s, u, "wrong")); err == nil {
 				nc.Close()
 				t.Errorf("%s connected with a wrong password", u)
@@ -453,4 +558,18 @@ func TestPermissions(t *testing.T) {
 			t.Errorf("the SYS account received Tally's %s", m.Subject)
 		}
 	})
+}
+
+// consumerNames lists the consumers of st, as the admin user sees them.
+func consumerNames(t *testing.T, st jetstream.Stream) map[string]bool {
+	t.Helper()
+	names := map[string]bool{}
+	l := st.ConsumerNames(context.Background())
+	for n := range l.Name() {
+		names[n] = true
+	}
+	if err := l.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return names
 }

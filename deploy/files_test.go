@@ -43,6 +43,16 @@ func TestClusterConfigs(t *testing.T) {
 		var routes []string
 		for _, r := range o.Routes {
 			routes = append(routes, r.Host)
+			if pw, _ := r.User.Password(); r.User.Username() != o.Cluster.Username || pw != o.Cluster.Password {
+				t.Errorf("%s: route %s does not authenticate as the cluster's route user", f, r.Host)
+			}
+		}
+		// Routes authenticated; monitoring only on the loopback interface.
+		if o.Cluster.Username == "" || o.Cluster.Password == "" {
+			t.Errorf("%s: routes accepted without authentication", f)
+		}
+		if o.HTTPHost != "127.0.0.1" {
+			t.Errorf("%s: monitoring listens on %q, want 127.0.0.1", f, o.HTTPHost)
 		}
 		if strings.Join(routes, ",") != "nats-1:6222,nats-2:6222,nats-3:6222" {
 			t.Errorf("%s: routes %v", f, routes)
@@ -50,7 +60,7 @@ func TestClusterConfigs(t *testing.T) {
 		if o.MaxPayload < 8<<20 {
 			t.Errorf("%s: max_payload %d is too small for a batch", f, o.MaxPayload)
 		}
-		if o.SystemAccount != "SYS" || len(o.Users) != 5 {
+		if o.SystemAccount != "SYS" || len(o.Users) != len(users) {
 			t.Errorf("%s: system account %q, %d users", f, o.SystemAccount, len(o.Users))
 		}
 	}
