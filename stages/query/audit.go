@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/stages/flow"
 	"github.com/tally-dev/tally/store/cold"
 )
 
@@ -23,8 +26,9 @@ import (
 //
 // A count in flight is not drift: a like committed by a stage reaches its counter a
 // moment later. So each attempt reads the relations (R1), waits until every event stage
-// has published what it committed and the ids' counter partitions have applied all of
-// their deltas (then the counters include everything R1 saw), reads the counters (C)
+// has published what it had committed and the ids' counter partitions have applied
+// those deltas (then the counters include everything R1 saw; see settle, which needs no
+// idle moment, so that an audit works under load), reads the counters (C)
 // and the relations again (R2). An id whose R1 and R2 differ is moving; one whose
 // counters equal R is exact; one that differs is drift only when the next attempt finds
 // the very same pair of values — a like and its unlike between R1 and R2 could make one
@@ -39,7 +43,7 @@ const (
 	// auditAttempts is how many times an id is read before it is skipped.
 	auditAttempts = 5
 	// settleWait is how long one attempt waits for the partitions to catch up.
-	settleWait = 2 * time.Second
+	settleWait = 3 * time.Second
 	// settlePoll is how often a settling attempt looks at the lags again.
 	settlePoll = 10 * time.Millisecond
 )
@@ -56,13 +60,26 @@ const (
 // second audit sees the first one's repair applied rather than repairing again.
 type auditState struct {
 	once sync.Once
-	turn chan struct{}       // holds a token while an audit repairs
-	js   jetstream.JetStream // made at the first repair
+	turn chan struct{} // holds a token while an audit repairs
+	js   jetstream.JetStream
+	err  error // of making js
+}
+
+func (a *auditState) init(nc *nats.Conn) {
+	a.once.Do(func() {
+		a.turn = make(chan struct{}, 1)
+		a.js, a.err = jetstream.New(nc)
+	})
+}
+
+// jetStream is the handle repairs publish with and settling reads positions with.
+func (s *Server) jetStream() (jetstream.JetStream, error) {
+	s.auditing.init(s.nc)
+	return s.auditing.js, s.auditing.err
 }
 
 // lock waits for the turn to repair, or for ctx to end.
 func (a *auditState) lock(ctx context.Context) error {
-	a.once.Do(func() { a.turn = make(chan struct{}, 1) })
 	select {
 	case a.turn <- struct{}{}:
 		return nil
@@ -147,6 +164,7 @@ func (s *Server) Audit(ctx context.Context, req pipeline.AuditRequest) (*pipelin
 		groups = append(groups, a)
 	}
 	if req.Repair { // one repairing audit at a time (see auditState)
+		s.auditing.init(s.nc)
 		if err := s.auditing.lock(ctx); err != nil {
 			return nil, err
 		}
@@ -342,42 +360,81 @@ func (s *Server) recount(groups []*audited) ([][][]uint64, error) {
 	return out, nil
 }
 
-// settle waits, up to settleWait, until every event stage has published all it
-// committed and the counter partitions of the groups' ids have applied all of their
-// deltas; it reports whether they did.
+// positioned is a counter partition that tells the last sequence of its deltas stream
+// it has applied (a counter.Worker in this process).
+type positioned interface{ Position() uint64 }
+
+// settle waits, up to settleWait, until everything the event stages had committed when
+// it was called is applied by the counter partitions of the groups' ids; it reports
+// whether it is. It needs no instant at which the partitions are idle, which a steady
+// load would rarely offer. First each event stage: done once every outbox entry it had
+// written when settle began is acknowledged (the entries are deleted from Badger in its
+// next transaction), or once it is seen caught up (idle, nothing unacknowledged) — then
+// what it had committed is in the streams. Then each counter partition: done once it has
+// applied its deltas stream up to the last sequence stored by then, or, owned by another
+// process, once it is seen caught up.
 func (s *Server) settle(ctx context.Context, groups []*audited) (bool, error) {
-	type part struct {
+	type stageWait struct {
+		name string
+		p    int
+		last uint64 // the last outbox entry written when settle began
+	}
+	var stages []stageWait
+	laggers := s.eventStages()
+	for name := range laggers {
+		w := stageWait{name: name, p: -1, last: math.MaxUint64}
+		if p, err := strconv.Atoi(strings.TrimPrefix(name, "event.")); err == nil {
+			last, _, err := cold.StageOutbox(s.db, p)
+			if err != nil {
+				return false, fmt.Errorf("cannot read the outbox of event partition %d: %w", p, err)
+			}
+			w.p, w.last = p, last
+		}
+		stages = append(stages, w)
+	}
+	type partWait struct {
 		family string
 		p      int
+		target uint64 // deltas stream sequence to reach; 0 until the stages are done
 	}
-	var parts []part
+	var parts []*partWait
 	for _, g := range groups {
 		for _, id := range g.ids {
-			pt := part{g.fam.Name, pipeline.PartitionOf(id, s.cfg.Partitions)}
-			if !slices.Contains(parts, pt) {
+			pt := &partWait{family: g.fam.Name, p: pipeline.PartitionOf(id, s.cfg.Partitions)}
+			if !slices.ContainsFunc(parts, func(o *partWait) bool { return *o == *pt }) {
 				parts = append(parts, pt)
 			}
 		}
 	}
 	deadline := time.Now().Add(settleWait)
 	for {
-		// The stages first: a delta they publish before they are seen idle is then in
-		// the deltas stream when the counters are looked at.
-		caughtUp := true
-		for _, st := range s.eventStages() {
-			if b, err := st.Behind(ctx); err != nil || b.Msgs > 0 {
-				caughtUp = false
-				break
+		stages = slices.DeleteFunc(stages, func(w stageWait) bool {
+			if w.p >= 0 {
+				if _, oldest, err := cold.StageOutbox(s.db, w.p); err == nil && (oldest == 0 || oldest > w.last) {
+					return true
+				}
 			}
-		}
-		for _, pt := range parts {
-			if !caughtUp {
-				break
+			b, err := laggers[w.name].Behind(ctx)
+			return err == nil && b.Msgs == 0
+		})
+		// The counters only once every stage is done: then what the stages had
+		// committed is in the deltas stream.
+		if len(stages) == 0 {
+			var err error
+			parts = slices.DeleteFunc(parts, func(pt *partWait) bool {
+				if err != nil {
+					return false
+				}
+				var done bool
+				done, err = s.counterSettled(ctx, pt.family, pt.p, &pt.target)
+				return done
+			})
+			if err != nil {
+				return false, err
 			}
-			caughtUp = s.counterCaughtUp(ctx, pt.family, pt.p)
-		}
-		if caughtUp {
-			return true, nil
+			if len(parts) == 0 {
+				return true, nil
+			}
 		}
 		if time.Now().After(deadline) {
 			return false, nil
@@ -388,6 +445,32 @@ func (s *Server) settle(ctx context.Context, groups []*audited) (bool, error) {
 		case <-time.After(settlePoll):
 		}
 	}
+}
+
+// counterSettled reports whether counter partition family/p has applied its deltas
+// stream up to *target, the last sequence stored on its subject when first called (set
+// then), when the partition is here; otherwise whether it is caught up.
+func (s *Server) counterSettled(ctx context.Context, family string, p int, target *uint64) (bool, error) {
+	o := (*s.owners.Load())[family][p]
+	pos, ok := o.(positioned)
+	if !ok {
+		return s.counterCaughtUp(ctx, family, p), nil
+	}
+	if *target == 0 {
+		js, err := s.jetStream()
+		if err != nil {
+			return false, err
+		}
+		last, err := flow.LastSeq(ctx, js, s.cfg.Subjects.DeltasStream(), s.cfg.Subjects.Delta(family, p))
+		if err != nil {
+			return false, nil // NATS did not answer: try again at the next poll
+		}
+		*target = max(last, 1) // 1: nothing stored yet, and a position is never below 1 once applied
+		if last == 0 {
+			return true, nil
+		}
+	}
+	return o.Ready() && pos.Position() >= *target, nil
 }
 
 // counterCaughtUp reports whether counter partition family/p has applied all of its
@@ -411,12 +494,9 @@ func (s *Server) counterCaughtUp(ctx context.Context, family string, p int) bool
 // own message id (pipeline.RepairMsgID), and waits until the counters have applied
 // them, so that the next audit sees them. Called in its turn (s.auditing.lock).
 func (s *Server) repair(ctx context.Context, groups []*audited, reply *pipeline.AuditReply) error {
-	if s.auditing.js == nil {
-		js, err := jetstream.New(s.nc)
-		if err != nil {
-			return err
-		}
-		s.auditing.js = js
+	js, err := s.jetStream()
+	if err != nil {
+		return err
 	}
 	var failed []string
 	for i := range reply.Drift {
@@ -433,7 +513,7 @@ func (s *Server) repair(ctx context.Context, groups []*audited, reply *pipeline.
 			return err
 		}
 		// A duplicate ack means the same repair was stored already: repaired, once.
-		if _, err := s.auditing.js.Publish(ctx, s.cfg.Subjects.Event(e.Type, e.Key()), data, jetstream.WithMsgID(tx)); err != nil {
+		if _, err := js.Publish(ctx, s.cfg.Subjects.Event(e.Type, e.Key()), data, jetstream.WithMsgID(tx)); err != nil {
 			failed = append(failed, fmt.Sprintf("%s %d %s: %v", d.Family, d.ID, d.Field, err))
 			continue
 		}

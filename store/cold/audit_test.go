@@ -83,3 +83,38 @@ func TestCountRelations(t *testing.T) {
 		t.Error("comments have no index to sample, want an error")
 	}
 }
+
+// TestStageOutboxBounds: the last entry written and the oldest not deleted yet.
+func TestStageOutboxBounds(t *testing.T) {
+	db := open(t)
+	check := func(wantLast, wantOldest uint64) {
+		t.Helper()
+		last, oldest, err := cold.StageOutbox(db, 3)
+		if err != nil || last != wantLast || oldest != wantOldest {
+			t.Fatalf("StageOutbox = %d, %d, %v; want %d, %d", last, oldest, err, wantLast, wantOldest)
+		}
+	}
+	check(0, 0)
+	update := func(fn func(txn *badger.Txn) error) {
+		t.Helper()
+		if err := db.Badger().Update(fn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	update(func(txn *badger.Txn) error {
+		for seq := uint64(1); seq <= 3; seq++ {
+			if err := cold.PutOutbox(txn, 3, &cold.OutboxEntry{Seq: seq, Subject: "s", MsgID: "m"}); err != nil {
+				return err
+			}
+		}
+		if err := cold.PutOutbox(txn, 4, &cold.OutboxEntry{Seq: 1, Subject: "s", MsgID: "m"}); err != nil { // another partition
+			return err
+		}
+		return cold.PutStage(txn, 3, &cold.StageState{Pos: 9, Outbox: 3, Seqs: map[string]uint64{"post.1": 2}})
+	})
+	check(3, 1)
+	update(func(txn *badger.Txn) error { return cold.DeleteOutbox(txn, 3, []uint64{1, 2}) })
+	check(3, 3)
+	update(func(txn *badger.Txn) error { return cold.DeleteOutbox(txn, 3, []uint64{3}) })
+	check(3, 0)
+}
