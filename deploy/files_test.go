@@ -85,7 +85,41 @@ func TestDashboard(t *testing.T) {
 		t.Fatalf("tally.json: %v", err)
 	}
 
-	// The names a real metrics registry serves.
+	served := servedMetrics(t)
+	used := map[string]bool{}
+	name := regexp.MustCompile(`\b(?:tally|go|process)_[a-z_]+\b`)
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			for _, n := range name.FindAllString(tg.Expr, -1) {
+				base := baseName(served, n)
+				if served[base] == "" {
+					t.Errorf("panel %q queries %s, which tallyd does not serve", p.Title, n)
+				}
+				used[base] = true
+			}
+		}
+	}
+	for n := range served {
+		if strings.HasPrefix(n, "tally_") && !used[n] {
+			t.Errorf("tallyd serves %s but no panel shows it", n)
+		}
+	}
+}
+
+// baseName is the metric family of a series name: a histogram's _bucket, _sum and
+// _count are its own.
+func baseName(served map[string]string, n string) string {
+	for _, suf := range []string{"_bucket", "_sum", "_count"} {
+		if b, ok := strings.CutSuffix(n, suf); ok && served[b] == "histogram" {
+			return b
+		}
+	}
+	return n
+}
+
+// servedMetrics returns the metric families a real metrics registry serves, by type.
+func servedMetrics(t *testing.T) map[string]string {
+	t.Helper()
 	m := metrics.New(metrics.Source{
 		Events: event.NewStats(), Counters: &counter.Stats{},
 		Lags: func(context.Context) []metrics.Lag {
@@ -105,28 +139,147 @@ func TestDashboard(t *testing.T) {
 			served[f[2]] = f[3]
 		}
 	}
+	return served
+}
 
-	used := map[string]bool{}
-	name := regexp.MustCompile(`\b(?:tally|go|process)_[a-z_]+\b`)
-	for _, p := range dash.Panels {
-		for _, tg := range p.Targets {
-			for _, n := range name.FindAllString(tg.Expr, -1) {
-				base := n
-				for _, suf := range []string{"_bucket", "_sum", "_count"} {
-					if b, ok := strings.CutSuffix(n, suf); ok && served[b] == "histogram" {
-						base = b
-					}
-				}
-				if served[base] == "" {
-					t.Errorf("panel %q queries %s, which tallyd does not serve", p.Title, n)
-				}
-				used[base] = true
+// TestAlerts checks that every metric the alerting rules name is one tallyd serves,
+// that Prometheus loads them, and that the alerts an operator needs are there.
+func TestAlerts(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("prometheus", "alerts.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := servedMetrics(t)
+	alerts := map[string]bool{}
+	var alert string
+	name := regexp.MustCompile(`\btally_[a-z_]+\b`)
+	for _, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		if a, ok := strings.CutPrefix(line, "- alert: "); ok {
+			alert = a
+			alerts[a] = true
+		}
+		expr, ok := strings.CutPrefix(line, "expr: ")
+		if !ok {
+			continue
+		}
+		names := name.FindAllString(expr, -1)
+		if len(names) == 0 && !strings.Contains(expr, `up{job="tallyd"}`) {
+			t.Errorf("alert %s: %q names no tallyd metric", alert, expr)
+		}
+		for _, n := range names {
+			if served[baseName(served, n)] == "" {
+				t.Errorf("alert %s uses %s, which tallyd does not serve", alert, n)
 			}
 		}
 	}
-	for n := range served {
-		if strings.HasPrefix(n, "tally_") && !used[n] {
-			t.Errorf("tallyd serves %s but no panel shows it", n)
+	for _, want := range []string{"TallyDown", "TallyNotReady", "TallyLagging", "TallyLagLookupsFailing", "TallyDeadLetters", "TallyBackupErrors"} {
+		if !alerts[want] {
+			t.Errorf("alerts.yml has no %s", want)
+		}
+	}
+	prom, err := os.ReadFile(filepath.Join("prometheus", "prometheus.yml"))
+	if err != nil || !regexp.MustCompile(`(?m)^rule_files:\n  - alerts.yml$`).Match(prom) {
+		t.Errorf("prometheus.yml does not load alerts.yml (%v)", err)
+	}
+}
+
+// TestCompose checks what compose.yaml promises: the NATS image the tests run, each
+// container's own readiness as its health check, ports on the host's loopback only,
+// every secret the NATS configs read passed in, tallyd on its own inbox prefix.
+func TestCompose(t *testing.T) {
+	data, err := os.ReadFile("compose.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	compose := string(data)
+	mod, err := os.ReadFile(filepath.Join("..", "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`github.com/nats-io/nats-server/v2 v(\d+\.\d+\.\d+)`).FindSubmatch(mod)
+	if m == nil {
+		t.Fatal("go.mod names no nats-server")
+	}
+	if want := "image: nats:" + string(m[1]) + "-alpine"; !strings.Contains(compose, want) {
+		t.Errorf("compose.yaml does not run %s, the nats-server the tests run", want)
+	}
+	if images := regexp.MustCompile(`image: nats:\S+`).FindAllString(compose, -1); len(images) != 1 {
+		t.Errorf("nats images: %v, want one", images)
+	}
+	if !strings.Contains(compose, `test: ["CMD", "/usr/local/bin/probe", "http://127.0.0.1:9464/readyz"]`) {
+		t.Error("the tallyd health check is not the container's own /readyz")
+	}
+	if strings.Contains(compose, "tally\", \"health") {
+		t.Error("a health check asks the whole prefix's health")
+	}
+	for _, p := range regexp.MustCompile(`ports: \[(.*)\]`).FindAllStringSubmatch(compose, -1) {
+		for _, port := range strings.Split(p[1], ",") {
+			if port = strings.Trim(strings.TrimSpace(port), `"`); !strings.HasPrefix(port, "127.0.0.1:") {
+				t.Errorf("port %s is published on every interface of the host", port)
+			}
+		}
+	}
+	if strings.Contains(compose, ":8222\"") || strings.Contains(compose, ":6222\"") {
+		t.Error("NATS monitoring or routes published on the host")
+	}
+	for _, env := range []string{"NATS_ROUTE_PASSWORD", "NATS_ROUTE_1", "NATS_ROUTE_2", "NATS_ROUTE_3"} {
+		if !strings.Contains(compose, "    "+env+": ") {
+			t.Errorf("compose.yaml does not pass %s to the NATS nodes", env)
+		}
+	}
+	for _, env := range users {
+		if !strings.Contains(compose, "    "+env+": ${"+env+":?") {
+			t.Errorf("compose.yaml does not require %s", env)
+		}
+	}
+	if !strings.Contains(compose, "TALLY_INBOX_PREFIX: _INBOX_tallyd") {
+		t.Error("tallyd does not use its own inbox prefix")
+	}
+	docker, err := os.ReadFile("Dockerfile")
+	if err != nil || !strings.Contains(string(docker), `HEALTHCHECK`) || !strings.Contains(string(docker), "./deploy/probe") {
+		t.Errorf("the Dockerfile builds no probe or has no HEALTHCHECK (%v)", err)
+	}
+}
+
+// TestDockerignore: the build context (the repository root) leaves out deploy/.env and
+// other secrets and local state, and keeps what the build needs.
+func TestDockerignore(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", ".dockerignore"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var patterns []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			patterns = append(patterns, line)
+		}
+	}
+	// ignored follows Docker's rules for the patterns used here: a path is matched
+	// whole, "**/" matches any leading directories, and a directory takes what is in it.
+	ignored := func(p string) bool {
+		for _, pat := range patterns {
+			for dir := p; dir != "."; dir = filepath.Dir(dir) {
+				if ok, _ := filepath.Match(pat, dir); ok {
+					return true
+				}
+				if rest, ok := strings.CutPrefix(pat, "**/"); ok {
+					if ok, _ := filepath.Match(rest, filepath.Base(dir)); ok {
+						return true
+					}
+				}
+			}
+		}
+		return false
+	}
+	for _, p := range []string{"deploy/.env", ".env", ".git/config", "deploy/nats/tls/ca-key.pem", "deploy/nats/tls/server.pem", "data/state/MANIFEST", "alice.creds", "deploy/systemd/tallyd.env"} {
+		if !ignored(p) {
+			t.Errorf("%s goes into the build context", p)
+		}
+	}
+	for _, p := range []string{"go.mod", "go.sum", "cmd/tallyd/main.go", "deploy/probe/main.go", "deploy/env.example", "pipeline/natstest/tls.go", "testdata/x"} {
+		if ignored(p) {
+			t.Errorf("%s is left out of the build context, which needs it", p)
 		}
 	}
 }
