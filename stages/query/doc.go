@@ -1,6 +1,8 @@
 // Package query answers Tally's request-reply subjects: batch counts per family
 // (scatter-gather over the partitions that own the ids), did-I-like, newest-first relation
-// pages, unread counts and health. Every request gets a reply; one that cannot be
+// pages, unread counts, health, and audits (counts recounted from the relations and
+// compared at a consistent point, drift repaired by incr events; audit.go, settle.go).
+// Every request gets a reply; one that cannot be
 // answered gets a reply whose error field says why. JSON requests are answered in JSON,
 // MessagePack requests in MessagePack.
 package query
