@@ -68,11 +68,12 @@ func version() string {
 			}
 		}
 	}
-	if rev != "" {
-		s += " " + rev[:min(12, len(rev))] + dirty
-		if at != "" {
-			s += " " + at
-		}
+	// A module version of a VCS build (a pseudo-version) already names the commit.
+	if rev = rev[:min(12, len(rev))]; rev != "" && !strings.Contains(bi.Main.Version, rev) {
+		s += " commit " + rev + dirty
+	}
+	if at != "" {
+		s += " of " + at
 	}
 	return s + " " + bi.GoVersion
 }
