@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/stages/flow"
 	"github.com/tally-dev/tally/stages/query"
 )
@@ -99,5 +100,56 @@ func TestHealthReady(t *testing.T) {
 	lags := mk(query.MaxLag{Age: time.Minute}, &lagPart{loaded: true, err: errors.New("no answer")}, &lagPart{loaded: true}).Lags(ctx)
 	if len(lags) != 2 || lags[0].Err == nil || lags[1].Err != nil || lags[1].Stage != "counter" || lags[1].Family != "post" || lags[1].Partition != 1 || !lags[1].Ready(query.MaxLag{}) {
 		t.Errorf("lags: %+v, want the failed lookup and the other partition", lags)
+	}
+}
+
+// TestHealthOfThePrefix: tally.health asks the owner of every partition not held here,
+// and judges them all by the answering process's max lag: a remote partition far behind
+// in time makes the prefix not ready, one a little behind does not.
+func TestHealthOfThePrefix(t *testing.T) {
+	const n = 2
+	s := natstest.Start(t)
+	post, _ := families.Lookup("post")
+	fams := pipeline.Families{post}
+	start := func(prefix string, max query.MaxLag, p int, part query.Partition, events bool) {
+		owners := map[string][]query.Partition{"post": make([]query.Partition, n)}
+		owners["post"][p] = part
+		srv := query.New(query.Config{Subjects: pipeline.NewSubjects(prefix), Families: fams, Partitions: n, MaxLag: max, Timeout: 5 * time.Second},
+			natstest.Connect(t, s), nil, owners, slog.New(slog.DiscardHandler))
+		if events {
+			if err := srv.SetEvents(map[string]query.Lagger{"event.0": &lagPart{loaded: true}}, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := srv.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(srv.Stop)
+	}
+	// This process: partition 0 and the event stages; another: partition 1, 2 s behind.
+	behind := &lagPart{loaded: true, b: flow.Behind{Msgs: 40, Age: 2 * time.Second}}
+	start("tally", query.MaxLag{Msgs: 1}, 1, behind, false)
+	start("other", query.MaxLag{Msgs: 1}, 1, behind, false)
+	nc := natstest.Connect(t, s)
+	ask := func(prefix string) pipeline.HealthReply {
+		t.Helper()
+		m, err := nc.Request(prefix+".health", []byte("{}"), 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var h pipeline.HealthReply
+		if err := pipeline.Unmarshal(m.Data, true, &h); err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	start("tally", query.MaxLag{Age: time.Second}, 0, &lagPart{loaded: true}, true)
+	start("other", query.MaxLag{Age: 5 * time.Second}, 0, &lagPart{loaded: true}, true)
+	h := ask("tally")
+	if h.Ready || h.OK || h.Checked != 3 || !slices.Equal(h.NotReady, []string{"counter.post.1"}) || h.Lagging["counter.post.1"] != 40 || h.BehindMs["counter.post.1"] != 2000 || h.MaxLag != "1s" {
+		t.Errorf("a remote partition 2 s behind, 1 s allowed: %+v, want not ready", h)
+	}
+	if h = ask("other"); !h.Ready || h.OK || len(h.NotReady) != 0 || h.Lagging["counter.post.1"] != 40 {
+		t.Errorf("a remote partition 2 s behind, 5 s allowed: %+v, want ready, not OK", h)
 	}
 }
