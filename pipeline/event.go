@@ -24,7 +24,8 @@ const (
 	TypeSystem    = "system"
 	// TypeNotify and TypePush are internal: only event partitions send them to each
 	// other, in hop batches; Validate refuses them from producers. A notify adds one to
-	// Target's unread Field at Target's partition (for the event of place Seq); a push
+	// Target's unread Field at Target's partition (for the event of place Seq), moving
+	// there the notification placed at ID when ID is not 0; a push
 	// announces the pushed post Post of author UID (place Seq) to every partition.
 	TypeNotify = "notify"
 	TypePush   = "push"

@@ -12,17 +12,21 @@ import (
 func (s *Stage) apply(txn *badger.Txn, e *pipeline.Event, w *work) error {
 	f, c := s.fields, w.c
 	add := func(r fieldRef, id pipeline.ID, n int64) { c.add(r, id, pipeline.OpAdd, n) }
-	notify := func(kind string, owner, actor pipeline.ID) error {
+	// notify notifies the owner of a post of the relation this event made, placed at
+	// e.Seq; when moved is not 0 the relation was made already by a copy placed later
+	// (at moved), applied first, and its notification moves to this place.
+	notify := func(kind string, owner, actor pipeline.ID, moved uint64) error {
 		if owner != 0 && owner != actor {
-			return s.notify(txn, w, kind, owner, e.Seq)
+			return s.notify(txn, w, kind, owner, e.Seq, moved)
 		}
 		return nil
 	}
+	var at uint64 // the place an existing relation keeps
 	relate := func(k cold.Kind, r cold.Rel, on bool) (bool, error) {
 		var changed bool
 		var err error
 		if on {
-			changed, err = cold.Relate(txn, k, r, e.TS)
+			changed, at, err = cold.RelateAt(txn, k, r, e.TS, e.Seq)
 		} else {
 			changed, _, err = cold.Unrelate(txn, k, r)
 		}
@@ -35,6 +39,9 @@ func (s *Stage) apply(txn *badger.Txn, e *pipeline.Event, w *work) error {
 	// it notifies the post's owner.
 	toggle := func(k cold.Kind, r cold.Rel, on bool, count fieldRef, note string) error {
 		changed, err := relate(k, r, on)
+		if err == nil && on && !changed && at > e.Seq {
+			return notify(note, e.Owner, e.UID, at)
+		}
 		if err != nil || !changed {
 			return err
 		}
@@ -43,7 +50,7 @@ func (s *Stage) apply(txn *badger.Txn, e *pipeline.Event, w *work) error {
 			return nil
 		}
 		add(count, e.Post, 1)
-		return notify(note, e.Owner, e.UID)
+		return notify(note, e.Owner, e.UID, 0)
 	}
 	switch e.Type {
 	case pipeline.TypeLike, pipeline.TypeUnlike:
@@ -54,6 +61,9 @@ func (s *Stage) apply(txn *badger.Txn, e *pipeline.Event, w *work) error {
 	case pipeline.TypeFollow, pipeline.TypeUnfollow:
 		on := e.Type == pipeline.TypeFollow
 		changed, err := relate(cold.Follow, cold.Rel{A: uint64(e.UID), B: uint64(e.Target)}, on)
+		if err == nil && on && !changed && at > e.Seq {
+			return s.refollow(txn, e, w)
+		}
 		if err != nil || !changed {
 			return err
 		}
@@ -76,15 +86,15 @@ func (s *Stage) apply(txn *badger.Txn, e *pipeline.Event, w *work) error {
 	case pipeline.TypeView:
 		add(f.view, e.Post, max(e.N, 1))
 	case pipeline.TypeMention:
-		return notify("mention", e.Target, e.UID)
+		return notify("mention", e.Target, e.UID, 0)
 	case pipeline.TypeDM:
-		return notify("dm", e.Target, e.UID)
+		return notify("dm", e.Target, e.UID, 0)
 	case pipeline.TypeRead:
 		return s.read(txn, e, w)
 	case pipeline.TypeSystem:
 		return cold.PutNotice(txn, s.cfg.Partition, e.Seq)
 	case pipeline.TypeNotify: // from another partition, for one of this one's users
-		return s.notify(txn, w, e.Field, e.Target, e.Seq)
+		return s.notify(txn, w, e.Field, e.Target, e.Seq, uint64(e.ID))
 	case pipeline.TypePush:
 		return s.arrive(txn, w, e)
 	case pipeline.TypeIncr:

@@ -39,17 +39,26 @@ import (
 const maxDrops = 256
 
 // notify counts a notification of kind for owner caused by an event at place seq: here
-// when owner is this partition's, else handed to owner's partition.
-func (s *Stage) notify(txn *badger.Txn, w *work, kind string, owner pipeline.ID, seq uint64) error {
+// when owner is this partition's, else handed to owner's partition. moved, when not 0,
+// is the place of a notification of the same relation counted before, which this one
+// replaces: it comes through the same channel after it.
+func (s *Stage) notify(txn *badger.Txn, w *work, kind string, owner pipeline.ID, seq, moved uint64) error {
 	if q := pipeline.PartitionOf(owner, s.cfg.Partitions); q != s.cfg.Partition {
-		w.forward(q, &pipeline.Event{Type: pipeline.TypeNotify, Target: owner, Field: kind, Seq: seq})
+		w.forward(q, &pipeline.Event{Type: pipeline.TypeNotify, Target: owner, Field: kind, Seq: seq, ID: pipeline.ID(moved)})
 		return nil
 	}
 	rs, err := cold.GetReader(txn, uint64(owner))
 	if err != nil {
 		return err
 	}
-	if seq <= *rs.Read(kind) {
+	read := *rs.Read(kind)
+	if moved > read { // counted and recorded, not covered by a read yet
+		w.c.add(s.fields.unread[kind], owner, pipeline.OpAdd, -1)
+		if err := cold.DeleteNotified(txn, uint64(owner), kind, moved); err != nil {
+			return err
+		}
+	}
+	if seq <= read {
 		return nil // a read placed after it came first
 	}
 	w.c.add(s.fields.unread[kind], owner, pipeline.OpAdd, 1)
@@ -131,6 +140,28 @@ func (s *Stage) follow(txn *badger.Txn, e *pipeline.Event, w *work) error {
 		return err
 	}
 	if n := cold.CountArrived(txn, p, author, max(e.Seq, rs.Feed)); n > 0 {
+		w.c.add(s.fields.unFeed, e.UID, pipeline.OpAdd, int64(n))
+	}
+	return nil
+}
+
+// refollow places a follow that exists already at e.Seq, before the copy applied first:
+// the recorded pushed posts between the two places, after the last feed read, count.
+func (s *Stage) refollow(txn *badger.Txn, e *pipeline.Event, w *work) error {
+	p, uid, author := s.cfg.Partition, uint64(e.UID), uint64(e.Target)
+	followed, ok, err := cold.GetFollowed(txn, p, author, uid)
+	if err != nil || !ok || followed <= e.Seq {
+		return err
+	}
+	if err := cold.PutFollowed(txn, p, author, uid, e.Seq); err != nil {
+		return err
+	}
+	rs, err := cold.GetReader(txn, uid)
+	if err != nil {
+		return err
+	}
+	n := cold.CountArrived(txn, p, author, max(e.Seq, rs.Feed)) - cold.CountArrived(txn, p, author, max(followed, rs.Feed))
+	if n > 0 {
 		w.c.add(s.fields.unFeed, e.UID, pipeline.OpAdd, int64(n))
 	}
 	return nil

@@ -17,16 +17,10 @@ import (
 	"github.com/tally-dev/tally/pipeline/natstest"
 )
 
-// chaosReportOnly are the checks of the chaos test that are logged, not asserted. Unread
-// follows the stream's order across partitions (issue 13, "Unread by the stream's
-// order"), with one exception left: when one user's like of one post is stored twice in
-// raw batches of different partitions, the relation is made by whichever copy reaches
-// the user's partition first, and its notification is placed there, while the model
-// places it at the first copy stored; a read of the owner stored between the two then
-// covers it in the model and not in Tally. Remove the name once that is placed too.
-var chaosReportOnly = map[string]string{
-	"unread.order": "notifications and notices of users whose reads race with them across partitions",
-}
+// chaosReportOnly are the checks of the chaos test that are logged, not asserted (none
+// now: unread follows the stream's order across partitions, issue 13). Name a check
+// here, with why, only while Tally is known not to do it yet.
+var chaosReportOnly = map[string]string{}
 
 // chaosReport collects the outcome of each named check.
 type chaosReport struct {

@@ -43,27 +43,55 @@ func objectKey(k Kind, r Rel, ts int64) key {
 
 // Relate makes r if it does not exist; it reports whether anything changed.
 func Relate(txn *badger.Txn, k Kind, r Rel, ts int64) (bool, error) {
+	changed, _, err := RelateAt(txn, k, r, ts, 0)
+	return changed, err
+}
+
+// RelateAt is Relate for an event placed at seq in the events stream (see
+// pipeline.Event.Seq), which the relation keeps. When r exists already it reports the
+// place it keeps (0 for a relation made without one); an event placed before that
+// place takes it over, so that a relation stored twice is placed by its first copy in
+// the stream whichever copy was applied first.
+func RelateAt(txn *badger.Txn, k Kind, r Rel, ts int64, seq uint64) (changed bool, at uint64, err error) {
 	if ts < 0 {
 		ts = 0
 	}
 	rk := relKey(k, r)
-	if _, err := txn.Get(rk); err == nil {
-		return false, nil
-	} else if !errors.Is(err, badger.ErrKeyNotFound) {
-		return false, err
+	item, err := txn.Get(rk)
+	switch {
+	case err == nil:
+		v, err := item.ValueCopy(nil)
+		if err != nil {
+			return false, 0, err
+		}
+		if len(v) != 16 {
+			return false, 0, nil
+		}
+		at = binary.BigEndian.Uint64(v[8:])
+		if seq != 0 && seq < at {
+			binary.BigEndian.PutUint64(v[8:], seq)
+			err = txn.Set(rk, v)
+		}
+		return false, at, err
+	case !errors.Is(err, badger.ErrKeyNotFound):
+		return false, 0, err
 	}
-	if err := txn.Set(rk, binary.BigEndian.AppendUint64(nil, uint64(ts))); err != nil {
-		return false, err
+	v := binary.BigEndian.AppendUint64(nil, uint64(ts))
+	if seq != 0 {
+		v = binary.BigEndian.AppendUint64(v, seq)
+	}
+	if err := txn.Set(rk, v); err != nil {
+		return false, 0, err
 	}
 	if k.indexed() {
 		if err := txn.Set(subjectKey(k, r, ts), nil); err != nil {
-			return false, err
+			return false, 0, err
 		}
 		if err := txn.Set(objectKey(k, r, ts), nil); err != nil {
-			return false, err
+			return false, 0, err
 		}
 	}
-	return true, nil
+	return true, seq, nil
 }
 
 // Unrelate removes r if it exists; it reports whether anything changed and, if so, the
@@ -80,7 +108,7 @@ func Unrelate(txn *badger.Txn, k Kind, r Rel) (changed bool, since int64, err er
 	if err != nil {
 		return false, 0, err
 	}
-	if len(v) != 8 {
+	if len(v) != 8 && len(v) != 16 { // time, and place when made with one
 		return false, 0, fmt.Errorf("%w: relation value of %d bytes", ErrCorrupt, len(v))
 	}
 	ts := int64(binary.BigEndian.Uint64(v))

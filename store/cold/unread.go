@@ -100,6 +100,11 @@ func AddNotified(txn *badger.Txn, uid uint64, kind string, seq uint64) error {
 	return txn.Set(notifiedPrefix(uid, kind).u64(seq), nil)
 }
 
+// DeleteNotified removes the record of uid's notification of kind placed at seq.
+func DeleteNotified(txn *badger.Txn, uid uint64, kind string, seq uint64) error {
+	return txn.Delete(notifiedPrefix(uid, kind).u64(seq))
+}
+
 // CountNotified counts uid's recorded notifications of kind placed after seq.
 func CountNotified(txn *badger.Txn, uid uint64, kind string, after uint64) uint64 {
 	return countAfter(txn, notifiedPrefix(uid, kind), after)
