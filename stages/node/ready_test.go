@@ -58,7 +58,7 @@ func TestReadyUnderSteadyLoad(t *testing.T) {
 
 	lagging := 0
 	deadline := time.Now().Add(60 * time.Second)
-	for i := 0; lagging < 20; i++ {
+	for i := 0; lagging < 10; i++ {
 		if time.Now().After(deadline) {
 			t.Fatalf("only %d of %d probes saw a lag: no steady load", lagging, i)
 		}
