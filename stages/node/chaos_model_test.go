@@ -242,6 +242,7 @@ type chaosGen struct {
 	comment            uint64
 	made, undo         [][2]uint64 // forward relations (like: post, follow: target) of this cycle, of the last
 	madeKind, undoKind []string
+	relations          map[[3]uint64]bool // forward relations made this cycle
 	cycle              int
 	tx                 int
 }
@@ -274,6 +275,7 @@ func (g *chaosGen) other(u pipeline.ID) pipeline.ID {
 func (g *chaosGen) nextCycle() {
 	g.cycle++
 	g.undo, g.undoKind, g.made, g.madeKind = g.made, g.madeKind, nil, nil
+	clear(g.relations)
 }
 
 func chaosKinds(r *rand.Rand, without string) []string {
@@ -359,14 +361,29 @@ func (g *chaosGen) event() pipeline.Event {
 // lands, reads of racing users (forwarded).
 func (g *chaosGen) rawEvent() pipeline.Event {
 	u, p := g.forwarder(), g.post()
+	// A relation is made at most once a cycle: two copies of it in raw batches of
+	// different partitions reach its own partition in either order, so which one made
+	// it (and where its notification or follow is placed) is not the stream's to say.
+	fresh := func(kind string, x pipeline.ID) bool {
+		k := [3]uint64{boolInt(kind == "follow"), uint64(u), uint64(x)}
+		if g.relations[k] {
+			return false
+		}
+		if g.relations == nil {
+			g.relations = map[[3]uint64]bool{}
+		}
+		g.relations[k] = true
+		g.made, g.madeKind = append(g.made, [2]uint64{uint64(u), uint64(x)}), append(g.madeKind, kind)
+		return true
+	}
 	switch n := g.r.IntN(100); {
-	case n < 45:
-		g.made, g.madeKind = append(g.made, [2]uint64{uint64(u), uint64(p)}), append(g.madeKind, "like")
+	case n < 45 && fresh("like", p):
 		return pipeline.Event{Type: "like", UID: u, Post: p, Owner: g.owner(p)}
-	case n < 70:
-		t := g.actor()
-		g.made, g.madeKind = append(g.made, [2]uint64{uint64(u), uint64(t)}), append(g.madeKind, "follow")
-		return pipeline.Event{Type: "follow", UID: u, Target: t}
+	case n >= 45 && n < 70:
+		if t := g.actor(); fresh("follow", t) {
+			return pipeline.Event{Type: "follow", UID: u, Target: t}
+		}
+		return pipeline.Event{Type: "view", Post: p, N: 1}
 	case n < 90:
 		return pipeline.Event{Type: "view", Post: p, N: int64(1 + g.r.IntN(3))}
 	case n < 93:
