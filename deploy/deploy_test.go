@@ -395,11 +395,13 @@ func TestPermissions(t *testing.T) {
 		producer.denied(t, `Publish to "$JS.API.STREAM.DELETE.TALLY_EVENTS"`, producer.request("$JS.API.STREAM.DELETE.TALLY_EVENTS"))
 		producer.denied(t, `Publish to "$JS.API.STREAM.PURGE.TALLY_EVENTS"`, producer.request("$JS.API.STREAM.PURGE.TALLY_EVENTS"))
 		producer.denied(t, `Publish to "$JS.API.STREAM.INFO.TALLY_DELTAS"`, producer.request("$JS.API.STREAM.INFO.TALLY_DELTAS"))
-		// A notice to every user, an add to any counter, a hop between partitions: not
-		// a producer's events.
+		// A notice to every user, an add to any counter, what partitions hand each other
+		// (hop, notify, push): not a producer's events.
 		producer.denied(t, `Publish to "tally.ev.system.1"`, producer.publish("tally.ev.system.1"))
 		producer.denied(t, `Publish to "tally.ev.incr.1"`, producer.publish("tally.ev.incr.1"))
 		producer.denied(t, `Publish to "tally.ev.hop.1"`, producer.publish("tally.ev.hop.1"))
+		producer.denied(t, `Publish to "tally.ev.notify.1"`, producer.publish("tally.ev.notify.1"))
+		producer.denied(t, `Publish to "tally.ev.push.1"`, producer.publish("tally.ev.push.1"))
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second) // refused: no ack comes
 		defer cancel()
 		if err := prod.Publish(pctx, pipeline.Event{Type: "incr", Family: "post", ID: 42, Field: "like", N: 1000, Tx: "x1"}); err == nil {
