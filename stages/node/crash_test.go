@@ -45,7 +45,8 @@ func runChild(dir string) int {
 	if url := os.Getenv("TALLY_CRASH_NATS"); url != "" {
 		cfg.NATSURL, cfg.BackupEvery, cfg.LeaseTTL, cfg.Join = url, 300*time.Millisecond, failoverTTL, true
 	}
-	if err := node.Run(context.Background(), cfg, slog.New(slog.NewTextHandler(os.Stderr, nil))); err != nil {
+	// Debug: the test reads how each partition loaded (source=snapshot).
+	if err := node.Run(context.Background(), cfg, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))); err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 1
 	}
