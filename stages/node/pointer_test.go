@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -298,5 +299,41 @@ func TestPurgeLogsKeepsLast(t *testing.T) {
 	}
 	if _, err := st.GetMsg(t.Context(), seqs[1]); !errors.Is(err, jetstream.ErrMsgNotFound) {
 		t.Fatalf("a covered record is still there: %v", err)
+	}
+}
+
+// A prefix backed up before pointers existed (the last owner in object owner.<name>, the
+// backup under name itself) is taken over from that backup, and the pointer replaces the
+// owner record.
+func TestClaimLegacyBackup(t *testing.T) {
+	r := newBackupRig(t)
+	a, b := r.process(), r.process()
+	r.checkpoint(a, 10)
+	var buf bytes.Buffer
+	if err := a.db.Backup(&buf, a.counterPiece(0).part); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.obs.PutBytes(t.Context(), counterObject(0), buf.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.obs.PutString(t.Context(), legacyOwner(counterObject(0)), a.owners.id); err != nil {
+		t.Fatal(err)
+	}
+	lb := r.take(b)
+	if from, err := r.claim(b, lb); err != nil || from != "backup" || r.pos(b) != 10 {
+		t.Fatalf("claim of a legacy backup: %q %v at %d", from, err, r.pos(b))
+	}
+	if p, _ := r.pointer(counterObject(0)); p.Owner != b.owners.id || p.Object != counterObject(0) {
+		t.Fatalf("pointer after a legacy claim: %+v", p)
+	}
+	if _, err := r.obs.GetInfo(t.Context(), legacyOwner(counterObject(0))); !errors.Is(err, jetstream.ErrObjectNotFound) {
+		t.Fatalf("the legacy owner record is left: %v", err)
+	}
+	r.checkpoint(b, 20)
+	if err := r.backup(b, lb); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.obs.GetInfo(t.Context(), counterObject(0)); !errors.Is(err, jetstream.ErrObjectNotFound) {
+		t.Fatalf("the legacy backup is left once another is current: %v", err)
 	}
 }
