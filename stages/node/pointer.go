@@ -29,9 +29,10 @@ var errSuperseded = errors.New("another owner has claimed the partition")
 // A state backup is an object of its own, under a name no other write uses, and becomes
 // current only through its pointer: a record in the log stream (Subjects.BackupPointer),
 // which never ages out, written by compare-and-set on the subject's last sequence. A new
-// owner first claims the pointer — its node id and lease revision written in — and then
-// restores the backup it names; an owner writes a pointer only while the pointer still
-// holds its own lease, and purges what a backup covers only once it is current. So an old
+// owner first writes its lease revision into the pointer, then restores the backup the
+// pointer names, then writes itself in as the last owner; an owner writes a pointer only
+// while the pointer still holds its own lease, and purges what a backup covers only once
+// the backup is current. So an old
 // owner that was paused after its lease check, and writes a backup after the new owner
 // claimed the partition, neither makes it current nor purges anything.
 
