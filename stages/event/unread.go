@@ -62,7 +62,14 @@ func (s *Stage) notify(txn *badger.Txn, w *work, kind string, owner pipeline.ID,
 		return nil // a read placed after it came first
 	}
 	w.c.add(s.fields.unread[kind], owner, pipeline.OpAdd, 1)
-	return cold.AddNotified(txn, uint64(owner), kind, seq)
+	if err := cold.AddNotified(txn, uint64(owner), kind, seq); err != nil {
+		return err
+	}
+	if note := rs.Note(kind); seq > *note {
+		*note = seq
+		return cold.PutReader(txn, uint64(owner), rs)
+	}
+	return nil
 }
 
 // post indexes a post and pushes it unless its author has too many followers.
@@ -104,9 +111,22 @@ func (s *Stage) arrive(txn *badger.Txn, w *work, e *pipeline.Event) error {
 	if err := cold.PutArrived(txn, p, author, e.Seq); err != nil {
 		return err
 	}
+	a, err := cold.GetAuthor(txn, p, author)
+	if err != nil {
+		return err
+	}
+	if e.Seq > a.Arrived {
+		a.Arrived = e.Seq
+		if err := cold.PutAuthor(txn, p, author, a); err != nil {
+			return err
+		}
+	}
+	if a.Followers == 0 {
+		return nil
+	}
 	var n int64
 	var rerr error
-	err := cold.Followed(txn, p, author, func(uid, followed uint64) bool {
+	err = cold.Followed(txn, p, author, func(uid, followed uint64) bool {
 		if followed >= e.Seq {
 			return true
 		}
@@ -135,6 +155,17 @@ func (s *Stage) follow(txn *badger.Txn, e *pipeline.Event, w *work) error {
 	if err := cold.PutFollowed(txn, p, author, uid, e.Seq); err != nil {
 		return err
 	}
+	a, err := cold.GetAuthor(txn, p, author)
+	if err != nil {
+		return err
+	}
+	a.Followers++
+	if err := cold.PutAuthor(txn, p, author, a); err != nil {
+		return err
+	}
+	if a.Arrived <= e.Seq {
+		return nil // nothing after the follow reached the partition yet
+	}
 	rs, err := cold.GetReader(txn, uid)
 	if err != nil {
 		return err
@@ -156,6 +187,10 @@ func (s *Stage) refollow(txn *badger.Txn, e *pipeline.Event, w *work) error {
 	if err := cold.PutFollowed(txn, p, author, uid, e.Seq); err != nil {
 		return err
 	}
+	a, err := cold.GetAuthor(txn, p, author)
+	if err != nil || a.Arrived <= e.Seq {
+		return err
+	}
 	rs, err := cold.GetReader(txn, uid)
 	if err != nil {
 		return err
@@ -173,12 +208,25 @@ func (s *Stage) refollow(txn *badger.Txn, e *pipeline.Event, w *work) error {
 // counting by themselves.
 func (s *Stage) unfollow(txn *badger.Txn, e *pipeline.Event, w *work) error {
 	p, uid, author := s.cfg.Partition, uint64(e.UID), uint64(e.Target)
-	followed, _, err := cold.GetFollowed(txn, p, author, uid)
+	followed, ok, err := cold.GetFollowed(txn, p, author, uid)
 	if err != nil {
 		return err
 	}
 	if err := cold.DeleteFollowed(txn, p, author, uid); err != nil {
 		return err
+	}
+	a, err := cold.GetAuthor(txn, p, author)
+	if err != nil {
+		return err
+	}
+	if ok && a.Followers > 0 {
+		a.Followers--
+		if err := cold.PutAuthor(txn, p, author, a); err != nil {
+			return err
+		}
+	}
+	if a.Arrived <= followed {
+		return nil // nothing after the follow reached the partition
 	}
 	rs, err := cold.GetReader(txn, uid)
 	if err != nil {
@@ -209,6 +257,7 @@ func (s *Stage) read(txn *badger.Txn, e *pipeline.Event, w *work) error {
 		if last == nil || e.Seq <= *last {
 			continue
 		}
+		prev := *last
 		*last, changed = e.Seq, true
 		var n uint64 // unread after the read: none of what came before it here
 		switch k {
@@ -219,10 +268,14 @@ func (s *Stage) read(txn *badger.Txn, e *pipeline.Event, w *work) error {
 				n, err = s.feedAfter(txn, uid, e.Seq)
 			}
 		default:
-			if w.hop {
+			// Records exist only up to the last one noted.
+			noted := *rs.Note(k)
+			if w.hop && noted > e.Seq {
 				n = cold.CountNotified(txn, uid, k, e.Seq)
 			}
-			err = cold.DropNotified(txn, uid, k, e.Seq, maxDrops)
+			if noted > prev {
+				err = cold.DropNotified(txn, uid, k, e.Seq, maxDrops)
+			}
 		}
 		if err != nil {
 			return err
@@ -243,10 +296,16 @@ func (s *Stage) feedAfter(txn *badger.Txn, uid, seq uint64) (uint64, error) {
 	var err error
 	cold.Objects(txn, cold.Follow, uid, func(author uint64, _ int64) bool {
 		var followed uint64
+		var a cold.AuthorState
 		if followed, _, err = cold.GetFollowed(txn, p, author, uid); err != nil {
 			return false
 		}
-		n += cold.CountArrived(txn, p, author, max(followed, seq))
+		if a, err = cold.GetAuthor(txn, p, author); err != nil {
+			return false
+		}
+		if a.Arrived > max(followed, seq) {
+			n += cold.CountArrived(txn, p, author, max(followed, seq))
+		}
 		return true
 	})
 	return n, err

@@ -22,6 +22,7 @@ const (
 	nsArrived  = 'h' // h|partition|author|seq: a pushed post that partition has applied
 	nsFollowed = 'g' // g|partition|author|uid → seq of uid's follow of author (uid in partition)
 	nsNotice   = 'z' // z|partition|seq: a system notice counted in that partition
+	nsAuthor   = 'k' // k|partition|author → AuthorState
 	// What the code before places were used wrote; nothing reads it any more (see
 	// README, Unread, on what an upgrade keeps). It stays part of the events' backups.
 	nsReaderV1 = 'u' // u|uid → read time and system notices seen
@@ -30,9 +31,11 @@ const (
 )
 
 // unreadNamespaces are the event stages' unread keys, moved with EventsPart.
-var unreadNamespaces = []byte{nsReadSeq, nsNotified, nsPosts, nsPulled, nsArrived, nsFollowed, nsNotice, nsReaderV1, nsPostV1, nsSystemV1}
+var unreadNamespaces = []byte{nsReadSeq, nsNotified, nsPosts, nsPulled, nsArrived, nsFollowed, nsNotice, nsAuthor, nsReaderV1, nsPostV1, nsSystemV1}
 
-// ReaderState is the place (Event.Seq) of a user's last read of each kind.
+// ReaderState is the place (Event.Seq) of a user's last read of each kind, and of the
+// last notification of each kind recorded for them (so that a read looks for records
+// only when there are some).
 type ReaderState struct {
 	Comment uint64 `msgpack:"c,omitempty"`
 	Mention uint64 `msgpack:"m,omitempty"`
@@ -40,6 +43,22 @@ type ReaderState struct {
 	DM      uint64 `msgpack:"d,omitempty"`
 	Feed    uint64 `msgpack:"f,omitempty"`
 	System  uint64 `msgpack:"s,omitempty"`
+	// Noted is the place of the last notification recorded, per kind (comment,
+	// mention, like, dm).
+	Noted [4]uint64 `msgpack:"n,omitempty"`
+}
+
+// Note returns where the place of the last recorded notification of kind is kept.
+func (r *ReaderState) Note(kind string) *uint64 {
+	switch kind {
+	case "comment":
+		return &r.Noted[0]
+	case "mention":
+		return &r.Noted[1]
+	case "like":
+		return &r.Noted[2]
+	}
+	return &r.Noted[3]
 }
 
 // Read returns where the last read of kind is kept (nil for an unknown kind).
@@ -293,6 +312,14 @@ func IndexFollows(db *DB, p int, mine func(uid uint64) bool, batch int) (int, er
 				if err := PutFollowed(txn, p, f[1], f[0], 0); err != nil {
 					return err
 				}
+				a, err := GetAuthor(txn, p, f[1])
+				if err != nil {
+					return err
+				}
+				a.Followers++
+				if err := PutAuthor(txn, p, f[1], a); err != nil {
+					return err
+				}
 			}
 			return nil
 		})
@@ -324,6 +351,42 @@ func IndexFollows(db *DB, p int, mine func(uid uint64) bool, batch int) (int, er
 		return total, err
 	}
 	return total, db.db.Update(func(txn *badger.Txn) error { return txn.Set(followsIndexedKey(p), nil) })
+}
+
+// AuthorState is what partition p keeps of an author for feed unread: how many of the
+// partition's users follow them, and the place of their last pushed post that reached
+// the partition, so that pushes, follows and unfollows look at the indexes only when
+// there is something to find.
+type AuthorState struct {
+	Followers uint64 `msgpack:"f,omitempty"`
+	Arrived   uint64 `msgpack:"a,omitempty"`
+}
+
+func authorKey(p int, author uint64) key { return newKey(nsAuthor, 11).u16(p).u64(author) }
+
+// GetAuthor returns partition p's state of author (zero if none).
+func GetAuthor(txn *badger.Txn, p int, author uint64) (AuthorState, error) {
+	var st AuthorState
+	item, err := txn.Get(authorKey(p, author))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return st, nil
+	} else if err != nil {
+		return st, err
+	}
+	err = item.Value(func(v []byte) error { return msgpack.Unmarshal(v, &st) })
+	if err != nil {
+		return st, fmt.Errorf("%w: author %d in partition %d: %w", ErrCorrupt, author, p, err)
+	}
+	return st, nil
+}
+
+// PutAuthor stores partition p's state of author.
+func PutAuthor(txn *badger.Txn, p int, author uint64, st AuthorState) error {
+	v, err := msgpack.Marshal(&st)
+	if err != nil {
+		return err
+	}
+	return txn.Set(authorKey(p, author), v)
 }
 
 func noticePrefix(p int) key { return newKey(nsNotice, 11).u16(p) }
