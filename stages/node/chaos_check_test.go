@@ -175,7 +175,7 @@ func chaosCompare(t *testing.T, c *client.Client, js jetstream.JetStream, ref *c
 	// feed unread of all, reported.
 	unread := map[uint64]pipeline.Unread{}
 	for rest := users; len(rest) > 0; {
-		k := min(len(rest), 500)
+		k := min(len(rest), 100)
 		got, err := c.UnreadMany(ctx, rest[:k]...)
 		if err != nil {
 			t.Fatal(err)
