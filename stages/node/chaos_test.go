@@ -298,7 +298,9 @@ func TestChaos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	compared := time.Now()
 	chaosCompare(t, cq, js, ref, g, r)
+	t.Logf("chaos: compared in %v", time.Since(compared).Round(time.Millisecond))
 	r.summary()
 }
 
