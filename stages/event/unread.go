@@ -124,25 +124,23 @@ func (s *Stage) arrive(txn *badger.Txn, w *work, e *pipeline.Event) error {
 	if a.Followers == 0 {
 		return nil
 	}
+	// The readers who read their feed after the post: an index by place, not a lookup
+	// per follower.
+	var read map[uint64]bool
+	cold.FeedReadAfter(txn, p, e.Seq, func(uid uint64) {
+		if read == nil {
+			read = map[uint64]bool{}
+		}
+		read[uid] = true
+	})
 	var n int64
-	var rerr error
 	err = cold.Followed(txn, p, author, func(uid, followed uint64) bool {
-		if followed >= e.Seq {
-			return true
-		}
-		var rs cold.ReaderState
-		if rs, rerr = cold.GetReader(txn, uid); rerr != nil {
-			return false
-		}
-		if e.Seq > rs.Feed {
+		if followed < e.Seq && !read[uid] {
 			w.c.add(s.fields.unFeed, pipeline.ID(uid), pipeline.OpAdd, 1)
 			n++
 		}
 		return true
 	})
-	if err == nil {
-		err = rerr
-	}
 	s.stats.Pushed.Add(n)
 	return err
 }
@@ -266,6 +264,9 @@ func (s *Stage) read(txn *badger.Txn, e *pipeline.Event, w *work) error {
 		case "feed":
 			if w.hop {
 				n, err = s.feedAfter(txn, uid, e.Seq)
+			}
+			if err == nil {
+				err = cold.PutFeedRead(txn, s.cfg.Partition, uid, prev, e.Seq)
 			}
 		default:
 			// Records exist only up to the last one noted.

@@ -23,6 +23,7 @@ const (
 	nsFollowed = 'g' // g|partition|author|uid → seq of uid's follow of author (uid in partition)
 	nsNotice   = 'z' // z|partition|seq: a system notice counted in that partition
 	nsAuthor   = 'k' // k|partition|author → AuthorState
+	nsFeedRead = 'b' // b|partition|seq|uid: uid's last feed read, by place
 	// What the code before places were used wrote; nothing reads it any more (see
 	// README, Unread, on what an upgrade keeps). It stays part of the events' backups.
 	nsReaderV1 = 'u' // u|uid → read time and system notices seen
@@ -31,7 +32,7 @@ const (
 )
 
 // unreadNamespaces are the event stages' unread keys, moved with EventsPart.
-var unreadNamespaces = []byte{nsReadSeq, nsNotified, nsPosts, nsPulled, nsArrived, nsFollowed, nsNotice, nsAuthor, nsReaderV1, nsPostV1, nsSystemV1}
+var unreadNamespaces = []byte{nsReadSeq, nsNotified, nsPosts, nsPulled, nsArrived, nsFollowed, nsNotice, nsAuthor, nsFeedRead, nsReaderV1, nsPostV1, nsSystemV1}
 
 // ReaderState is the place (Event.Seq) of a user's last read of each kind, and of the
 // last notification of each kind recorded for them (so that a read looks for records
@@ -387,6 +388,33 @@ func PutAuthor(txn *badger.Txn, p int, author uint64, st AuthorState) error {
 		return err
 	}
 	return txn.Set(authorKey(p, author), v)
+}
+
+func feedReadPrefix(p int) key { return newKey(nsFeedRead, 19).u16(p) }
+
+// PutFeedRead indexes uid's last feed read, at place seq, in partition p; prev is the
+// place of the one before (0 if none), which it replaces.
+func PutFeedRead(txn *badger.Txn, p int, uid, prev, seq uint64) error {
+	if prev != 0 {
+		if err := txn.Delete(feedReadPrefix(p).u64(prev).u64(uid)); err != nil {
+			return err
+		}
+	}
+	return txn.Set(feedReadPrefix(p).u64(seq).u64(uid), nil)
+}
+
+// FeedReadAfter calls fn for each user of partition p whose last feed read is placed
+// after seq: a pushed post placed at seq is not theirs to count. Few are: a reader's
+// read comes after a post only while the post is on its way to the partition.
+func FeedReadAfter(txn *badger.Txn, p int, after uint64, fn func(uid uint64)) {
+	prefix := feedReadPrefix(p)
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: false})
+	defer it.Close()
+	for it.Seek(append(key{}, prefix...).u64(after + 1)); it.ValidForPrefix(prefix); it.Next() {
+		if k := it.Item().Key(); len(k) == len(prefix)+16 {
+			fn(u64at(k, len(prefix)+8))
+		}
+	}
 }
 
 func noticePrefix(p int) key { return newKey(nsNotice, 11).u16(p) }
