@@ -5,6 +5,11 @@
 // transaction. Only then does it publish the outbox, under message ids that are the same
 // every time it is re-sent, so a crash at any instant neither loses nor repeats a count.
 //
+// It also keeps what unread needs besides counters — reads, follows, posts and notices
+// by their place in the events stream — and hands other partitions what belongs to
+// them: relation events of a batch, notice copies, notifications of their users and the
+// pushed posts (see unread.go).
+//
 // A malformed event becomes a dead-letter entry through the same outbox: it is kept,
 // counted, and never stops the partition.
 package event
