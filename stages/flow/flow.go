@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -26,9 +27,19 @@ func Read(ctx context.Context, js jetstream.JetStream, stream, filter string, po
 		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
 		cfg.OptStartSeq = pos + 1
 	}
-	cons, err := js.OrderedConsumer(ctx, stream, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("cannot read %s from %s: %w", filter, stream, err)
+	// NATS away (restarting, a stream electing its leader) is no reason for a partition
+	// to stop: try again, with backoff, until ctx ends.
+	var cons jetstream.Consumer
+	var err error
+	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, 2*time.Second) {
+		if cons, err = js.OrderedConsumer(ctx, stream, cfg); err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("cannot read %s from %s: %w", filter, stream, err)
+		case <-time.After(backoff):
+		}
 	}
 	ctx, stop := context.WithCancel(ctx)
 	ch := make(chan jetstream.Msg, buffer)
