@@ -125,29 +125,38 @@ func (c *Client) PublishBatch(ctx context.Context, tx string, events []pipeline.
 	if err != nil {
 		return err
 	}
-	groups := map[int][]pipeline.Event{}
-	var order []int
+	// One message per partition, and one more for the privileged events (system, incr),
+	// which only an admin batch may carry.
+	type group struct {
+		p     int
+		admin bool
+	}
+	groups := map[group][]pipeline.Event{}
+	var order []group
 	for _, e := range events {
 		if !pipeline.ValidType(e.Type) {
 			return fmt.Errorf("%w: unknown type %q", pipeline.ErrBadEvent, e.Type)
 		}
-		p := pipeline.PartitionOf(e.Key(), n)
-		if groups[p] == nil {
-			order = append(order, p)
+		g := group{pipeline.PartitionOf(e.Key(), n), e.Privileged()}
+		if groups[g] == nil {
+			order = append(order, g)
 		}
-		groups[p] = append(groups[p], e)
+		groups[g] = append(groups[g], e)
 	}
 	var futures []jetstream.PubAckFuture
-	for _, p := range order {
-		g := groups[p]
+	for _, gr := range order {
+		g := groups[gr]
 		for part := 0; len(g) > 0; part++ {
 			k := min(len(g), pipeline.MaxBatch)
 			data, err := pipeline.Marshal(&pipeline.Batch{Events: g[:k]}, false)
 			if err != nil {
 				return err
 			}
-			id := pipeline.BatchMsgID(tx, p, part)
-			f, err := c.js.PublishAsync(c.subj.Event(pipeline.TypeBatch, g[0].Key()), data, jetstream.WithMsgID(id))
+			typ, id := pipeline.TypeBatch, pipeline.BatchMsgID(tx, gr.p, part)
+			if gr.admin {
+				typ, id = pipeline.TypeAdminBatch, pipeline.AdminBatchMsgID(tx, gr.p, part)
+			}
+			f, err := c.js.PublishAsync(c.subj.Event(typ, g[0].Key()), data, jetstream.WithMsgID(id))
 			if err != nil {
 				return fmt.Errorf("cannot publish batch: %w", err)
 			}

@@ -399,6 +399,7 @@ func TestPermissions(t *testing.T) {
 		// (hop, notify, push): not a producer's events.
 		producer.denied(t, `Publish to "tally.ev.system.1"`, producer.publish("tally.ev.system.1"))
 		producer.denied(t, `Publish to "tally.ev.incr.1"`, producer.publish("tally.ev.incr.1"))
+		producer.denied(t, `Publish to "tally.ev.adminbatch.1"`, producer.publish("tally.ev.adminbatch.1"))
 		producer.denied(t, `Publish to "tally.ev.hop.1"`, producer.publish("tally.ev.hop.1"))
 		producer.denied(t, `Publish to "tally.ev.notify.1"`, producer.publish("tally.ev.notify.1"))
 		producer.denied(t, `Publish to "tally.ev.push.1"`, producer.publish("tally.ev.push.1"))

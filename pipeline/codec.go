@@ -85,7 +85,7 @@ type BadEvent struct {
 // not take its neighbours down with it. Errors wrap ErrBadEvent.
 func DecodeEvents(typ string, data []byte, h nats.Header, fams Families) ([]Event, []BadEvent, error) {
 	asJSON := IsJSON(data, h)
-	if typ == TypeBatch {
+	if typ == TypeBatch || typ == TypeAdminBatch {
 		var b Batch
 		if err := Unmarshal(data, asJSON, &b); err != nil {
 			return nil, nil, fmt.Errorf("%w: cannot decode batch: %w", ErrBadEvent, err)
@@ -99,6 +99,10 @@ func DecodeEvents(typ string, data []byte, h nats.Header, fams Families) ([]Even
 		var bad []BadEvent
 		good := b.Events[:0:0]
 		for i, e := range b.Events {
+			if typ == TypeBatch && e.Privileged() {
+				bad = append(bad, BadEvent{Index: i, Event: e, Err: fmt.Errorf("%w: batch event %d: a %s event needs the admin grant: publish it on its own subject or in a %s batch", ErrBadEvent, i, e.Type, TypeAdminBatch)})
+				continue
+			}
 			if err := e.Validate(fams); err != nil {
 				bad = append(bad, BadEvent{Index: i, Event: e, Err: fmt.Errorf("batch event %d: %w", i, err)})
 				continue

@@ -29,8 +29,12 @@ const (
 	// announces the pushed post Post of author UID (place Seq) to every partition.
 	TypeNotify = "notify"
 	TypePush   = "push"
-	// TypeBatch is the subject token of a batch message; it is not an event type.
+	// TypeBatch is the subject token of a batch message; it is not an event type. A
+	// batch may not carry the privileged types (system, incr): those go in a
+	// TypeAdminBatch, whose subject only the admin grant may publish to.
 	TypeBatch = "batch"
+	// TypeAdminBatch is the subject token of a batch that may carry any event type.
+	TypeAdminBatch = "adminbatch"
 )
 
 // MaxViewN bounds the n of one view or incr event.
@@ -99,6 +103,11 @@ func (e *Event) Key() ID {
 		return e.UID
 	}
 }
+
+// Privileged reports whether the event reaches beyond one user's actions — a notice to
+// every user, an add to any counter — so that it needs the admin grant: its own subject
+// (tally.ev.system.*, tally.ev.incr.*) or an admin batch, never a producer's batch.
+func (e *Event) Privileged() bool { return e.Type == TypeSystem || e.Type == TypeIncr }
 
 // Relational reports whether the event reads and writes state owned by its key's
 // partition (relations, a reader's state), so that it must be handled there.

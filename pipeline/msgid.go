@@ -48,3 +48,7 @@ func ChangeMsgID(family string, p int, pos uint64, part int) string {
 
 // BatchMsgID names part n of a client batch tx that the client split for partition p.
 func BatchMsgID(tx string, p, n int) string { return fmt.Sprintf("%s.%d.%d", tx, p, n) }
+
+// AdminBatchMsgID names part n of the privileged events (system, incr) of client batch
+// tx that the client split for partition p.
+func AdminBatchMsgID(tx string, p, n int) string { return fmt.Sprintf("%s.admin.%d.%d", tx, p, n) }

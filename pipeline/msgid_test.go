@@ -12,6 +12,7 @@ func TestMsgIDs(t *testing.T) {
 		{LogMsgID(3, 42, "n1.9"), "log.3.42.n1.9"},
 		{ChangeMsgID("post", 3, 42, 1), "chg.post.3.42.1"},
 		{BatchMsgID("tx", 3, 1), "tx.3.1"},
+		{AdminBatchMsgID("tx", 3, 1), "tx.admin.3.1"},
 	} {
 		if c.got != c.want {
 			t.Errorf("got %q, want %q", c.got, c.want)

@@ -176,3 +176,20 @@ func indexOf(s, sub string) int {
 	}
 	return -1
 }
+
+// A producer's batch may not carry the privileged types: a system notice reaches every
+// user and an incr any counter, so they need the admin grant (their own subjects, or an
+// admin batch that only the admin may publish). The rest of the batch stands.
+func TestPrivilegedEventsNeedAnAdminBatch(t *testing.T) {
+	fams := pipeline.DefaultFamilies()
+	data := []byte(`{"events":[{"type":"view","post":5},{"type":"system","id":1},{"type":"incr","family":"post","id":5,"field":"like","n":9}]}`)
+	good, bad, err := pipeline.DecodeEvents(pipeline.TypeBatch, data, nil, fams)
+	if err != nil || len(good) != 1 || len(bad) != 2 || bad[0].Index != 1 || bad[1].Index != 2 ||
+		!errors.Is(bad[0].Err, pipeline.ErrBadEvent) || !contains(bad[0].Err.Error(), "admin") {
+		t.Fatalf("producer batch: good %v, bad %v, err %v", good, bad, err)
+	}
+	good, bad, err = pipeline.DecodeEvents(pipeline.TypeAdminBatch, data, nil, fams)
+	if err != nil || len(good) != 3 || len(bad) != 0 {
+		t.Fatalf("admin batch: good %v, bad %v, err %v", good, bad, err)
+	}
+}

@@ -469,14 +469,15 @@ func streamSeq(m jetstream.Msg) (uint64, error) {
 
 // decode returns a message's events, or the reason it must be dead-lettered.
 func (s *Stage) decode(typ string, m jetstream.Msg) ([]pipeline.Event, []pipeline.BadEvent, error) {
-	if m.Headers().Get(jetstream.MsgIDHeader) == "" && typ == pipeline.TypeBatch {
+	batch := typ == pipeline.TypeBatch || typ == pipeline.TypeAdminBatch
+	if m.Headers().Get(jetstream.MsgIDHeader) == "" && batch {
 		return nil, nil, fmt.Errorf("%w: a batch needs a Nats-Msg-Id header", pipeline.ErrBadEvent)
 	}
 	evs, bad, err := pipeline.DecodeEvents(typ, m.Data(), m.Headers(), s.cfg.Families)
 	if err != nil {
 		return nil, nil, err
 	}
-	if m.Headers().Get(jetstream.MsgIDHeader) == "" && typ != pipeline.TypeBatch && evs[0].Tx == "" {
+	if m.Headers().Get(jetstream.MsgIDHeader) == "" && !batch && evs[0].Tx == "" {
 		return nil, nil, fmt.Errorf("%w: no transaction id: set the Nats-Msg-Id header (or tx in the event)", pipeline.ErrBadEvent)
 	}
 	return evs, bad, nil

@@ -71,7 +71,8 @@ func TestBacklogOfUnsplitBatchesDrains(t *testing.T) {
 		}
 		futs = append(futs, f)
 	}
-	// A batch of system notices: each is copied to every other partition.
+	// A batch of system notices (an admin batch: a producer's may not carry them): each
+	// is copied to every other partition.
 	const notices = 4000
 	sys := make([]pipeline.Event, notices)
 	for i := range sys {
@@ -81,7 +82,7 @@ func TestBacklogOfUnsplitBatchesDrains(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := js.PublishAsync("tally.ev.batch.1", data, jetstream.WithMsgID("notices"))
+	f, err := js.PublishAsync("tally.ev.adminbatch.1", data, jetstream.WithMsgID("notices"))
 	if err != nil {
 		t.Fatal(err)
 	}
