@@ -19,18 +19,13 @@ import (
 // keeps everything in the events stream's order: pos numbers the events as stored.
 type chaosModel struct {
 	*model
-	pos      int
-	system   int
-	sysSeen  map[uint64]int
-	followed map[[2]uint64]int // (reader, author) → position of the follow
-	posted   map[uint64][]int  // author → positions of their posts
-	feedRead map[uint64]int
-	byType   map[string]int
+	streamUnread
+	pos    int
+	byType map[string]int
 }
 
 func newChaosModel() *chaosModel {
-	return &chaosModel{model: newModel(), sysSeen: map[uint64]int{}, followed: map[[2]uint64]int{},
-		posted: map[uint64][]int{}, feedRead: map[uint64]int{}, byType: map[string]int{}}
+	return &chaosModel{model: newModel(), streamUnread: newStreamUnread(), byType: map[string]int{}}
 }
 
 var chaosNotifyIndex = map[string]int{"comment": 0, "mention": 1, "like": 2, "dm": 3}
@@ -86,24 +81,7 @@ func (m *chaosModel) apply(e pipeline.Event) {
 // want is a user's unread counts: notifications, system notices since their last
 // system read, and posts of the accounts they follow stored after both the follow and
 // their last feed read.
-func (m *chaosModel) want(u uint64) pipeline.Unread {
-	var w pipeline.Unread
-	if n := m.unread[u]; n != nil {
-		w.Comment, w.Mention, w.Like, w.DM = n[0], n[1], n[2], n[3]
-	}
-	w.System = uint64(m.system - m.sysSeen[u])
-	for k, since := range m.followed {
-		if k[0] != u {
-			continue
-		}
-		for _, p := range m.posted[k[1]] {
-			if p > max(since, m.feedRead[u]) {
-				w.Feed++
-			}
-		}
-	}
-	return w
-}
+func (m *chaosModel) want(u uint64) pipeline.Unread { return m.counts(u, m.unread[u]) }
 
 // chaosReadStream hands every message of a stream to fn, in order.
 func chaosReadStream(ctx context.Context, js jetstream.JetStream, stream string, fn func(m jetstream.Msg, seq uint64) error) error {

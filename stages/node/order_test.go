@@ -17,19 +17,14 @@ import (
 // place in the stream (stream sequence, then index in a batch), whichever partition
 // applies it and whenever.
 type orderModel struct {
-	pos      int
-	likes    map[[2]uint64]bool
-	notif    map[uint64]*[4]uint64 // comment, mention, like, dm
-	system   int
-	sysSeen  map[uint64]int
-	followed map[[2]uint64]int // (reader, author) → place of the follow
-	posted   map[uint64][]int
-	feedRead map[uint64]int
+	streamUnread
+	pos   int
+	likes map[[2]uint64]bool
+	notif map[uint64]*[4]uint64 // comment, mention, like, dm
 }
 
 func newOrderModel() *orderModel {
-	return &orderModel{likes: map[[2]uint64]bool{}, notif: map[uint64]*[4]uint64{}, sysSeen: map[uint64]int{},
-		followed: map[[2]uint64]int{}, posted: map[uint64][]int{}, feedRead: map[uint64]int{}}
+	return &orderModel{likes: map[[2]uint64]bool{}, notif: map[uint64]*[4]uint64{}, streamUnread: newStreamUnread()}
 }
 
 func (m *orderModel) apply(e pipeline.Event) {
@@ -87,24 +82,7 @@ func (m *orderModel) apply(e pipeline.Event) {
 	}
 }
 
-func (m *orderModel) want(u uint64) pipeline.Unread {
-	var w pipeline.Unread
-	if n := m.notif[u]; n != nil {
-		w.Comment, w.Mention, w.Like, w.DM = n[0], n[1], n[2], n[3]
-	}
-	w.System = uint64(m.system - m.sysSeen[u])
-	for k, since := range m.followed {
-		if k[0] != u {
-			continue
-		}
-		for _, p := range m.posted[k[1]] {
-			if p > max(since, m.feedRead[u]) {
-				w.Feed++
-			}
-		}
-	}
-	return w
-}
+func (m *orderModel) want(u uint64) pipeline.Unread { return m.counts(u, m.notif[u]) }
 
 // replayStored applies to m, in the stream's order, every event stored by a producer
 // message whose id starts with prefix (what Tally hands between partitions is skipped).
