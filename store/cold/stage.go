@@ -1,7 +1,6 @@
 package cold
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/dgraph-io/badger/v4"
@@ -72,18 +71,11 @@ func LoadStage(db *DB, p int) (StageState, []OutboxEntry, error) {
 	st := StageState{Seqs: map[string]uint64{}}
 	var out []OutboxEntry
 	err := db.db.View(func(txn *badger.Txn) error {
-		item, err := txn.Get(stageKey(p))
-		switch {
-		case errors.Is(err, badger.ErrKeyNotFound):
-		case err != nil:
+		if _, err := getValue(txn, stageKey(p), &st, fmt.Sprintf("stage %d state", p)); err != nil {
 			return err
-		default:
-			if err := item.Value(func(v []byte) error { return msgpack.Unmarshal(v, &st) }); err != nil {
-				return fmt.Errorf("%w: stage %d state: %w", ErrCorrupt, p, err)
-			}
-			if st.Seqs == nil {
-				st.Seqs = map[string]uint64{}
-			}
+		}
+		if st.Seqs == nil {
+			st.Seqs = map[string]uint64{}
 		}
 		prefix := newKey(nsOutbox, 3).u16(p)
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
@@ -103,11 +95,7 @@ func LoadStage(db *DB, p int) (StageState, []OutboxEntry, error) {
 
 // PutStage writes partition p's state in txn.
 func PutStage(txn *badger.Txn, p int, st *StageState) error {
-	v, err := msgpack.Marshal(st)
-	if err != nil {
-		return err
-	}
-	return txn.Set(stageKey(p), v)
+	return putValue(txn, stageKey(p), st)
 }
 
 // PutOutbox writes an outbox entry in txn; e.Seq must be the state's new Outbox value.

@@ -7,7 +7,6 @@ import (
 	"sync"
 
 	"github.com/dgraph-io/badger/v4"
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 // Unread state that is not a counter. Everything is keyed by the events' places in the
@@ -86,26 +85,13 @@ func readerKey(uid uint64) key { return newKey(nsReadSeq, 9).u64(uid) }
 // GetReader returns uid's reader state (zero if none).
 func GetReader(txn *badger.Txn, uid uint64) (ReaderState, error) {
 	var st ReaderState
-	item, err := txn.Get(readerKey(uid))
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return st, nil
-	} else if err != nil {
-		return st, err
-	}
-	err = item.Value(func(v []byte) error { return msgpack.Unmarshal(v, &st) })
-	if err != nil {
-		return st, fmt.Errorf("%w: reader %d: %w", ErrCorrupt, uid, err)
-	}
-	return st, nil
+	_, err := getValue(txn, readerKey(uid), &st, fmt.Sprintf("reader %d", uid))
+	return st, err
 }
 
 // PutReader stores uid's reader state.
 func PutReader(txn *badger.Txn, uid uint64, st ReaderState) error {
-	v, err := msgpack.Marshal(&st)
-	if err != nil {
-		return err
-	}
-	return txn.Set(readerKey(uid), v)
+	return putValue(txn, readerKey(uid), &st)
 }
 
 // kindByte is a notification kind in keys: its first letter (comment, mention, like, dm).
@@ -368,26 +354,13 @@ func authorKey(p int, author uint64) key { return newKey(nsAuthor, 11).u16(p).u6
 // GetAuthor returns partition p's state of author (zero if none).
 func GetAuthor(txn *badger.Txn, p int, author uint64) (AuthorState, error) {
 	var st AuthorState
-	item, err := txn.Get(authorKey(p, author))
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return st, nil
-	} else if err != nil {
-		return st, err
-	}
-	err = item.Value(func(v []byte) error { return msgpack.Unmarshal(v, &st) })
-	if err != nil {
-		return st, fmt.Errorf("%w: author %d in partition %d: %w", ErrCorrupt, author, p, err)
-	}
-	return st, nil
+	_, err := getValue(txn, authorKey(p, author), &st, fmt.Sprintf("author %d in partition %d", author, p))
+	return st, err
 }
 
 // PutAuthor stores partition p's state of author.
 func PutAuthor(txn *badger.Txn, p int, author uint64, st AuthorState) error {
-	v, err := msgpack.Marshal(&st)
-	if err != nil {
-		return err
-	}
-	return txn.Set(authorKey(p, author), v)
+	return putValue(txn, authorKey(p, author), &st)
 }
 
 func feedReadPrefix(p int) key { return newKey(nsFeedRead, 19).u16(p) }
