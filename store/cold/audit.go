@@ -1,11 +1,9 @@
 package cold
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/dgraph-io/badger/v4"
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 // StageOutbox tells how far event-stage partition p's outbox is published, for an audit
@@ -15,20 +13,13 @@ import (
 // state and one key, not the outbox's messages.
 func StageOutbox(db *DB, p int) (last, oldest uint64, err error) {
 	err = db.db.View(func(txn *badger.Txn) error {
-		item, err := txn.Get(stageKey(p))
-		switch {
-		case errors.Is(err, badger.ErrKeyNotFound):
-		case err != nil:
-			return err
-		default:
-			var st struct {
-				Outbox uint64 `msgpack:"outbox"` // StageState.Outbox, the rest not decoded
-			}
-			if err := item.Value(func(v []byte) error { return msgpack.Unmarshal(v, &st) }); err != nil {
-				return fmt.Errorf("%w: stage %d state: %w", ErrCorrupt, p, err)
-			}
-			last = st.Outbox
+		var st struct {
+			Outbox uint64 `msgpack:"outbox"` // StageState.Outbox, the rest not decoded
 		}
+		if _, err := getValue(txn, stageKey(p), &st, fmt.Sprintf("stage %d state", p)); err != nil {
+			return err
+		}
+		last = st.Outbox
 		prefix := newKey(nsOutbox, 3).u16(p)
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 		defer it.Close()
