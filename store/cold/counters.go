@@ -95,17 +95,11 @@ func SaveCounters(db *DB, family string, p int, entries []Entry, cp *Checkpoint,
 func SaveCheckpoint(db *DB, family string, p int, entries []Entry, cp *Checkpoint, j Journal, ch Changes) error {
 	txn := db.db.NewTransaction(true)
 	defer txn.Discard()
-	for _, s := range ch.Published {
-		if err := txn.Delete(changeKey(family, p, s)); err != nil {
-			return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
-		}
+	if err := deleteChanges(txn, family, p, ch.Published); err != nil {
+		return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
 	}
 	for i := range ch.Put {
-		v, err := msgpack.Marshal(&ch.Put[i])
-		if err == nil {
-			err = txn.Set(changeKey(family, p, ch.Put[i].Seq), v)
-		}
-		if err != nil {
+		if err := putValue(txn, changeKey(family, p, ch.Put[i].Seq), &ch.Put[i]); err != nil {
 			return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
 		}
 	}
@@ -184,14 +178,7 @@ func DeleteChanges(db *DB, family string, p int, seqs []uint64) error {
 	if len(seqs) == 0 {
 		return nil
 	}
-	err := db.db.Update(func(txn *badger.Txn) error {
-		for _, s := range seqs {
-			if err := txn.Delete(changeKey(family, p, s)); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	err := db.db.Update(func(txn *badger.Txn) error { return deleteChanges(txn, family, p, seqs) })
 	if err != nil {
 		return fmt.Errorf("change outbox of %s/%d: %w", family, p, err)
 	}
@@ -349,4 +336,14 @@ func zero(c []uint64) bool {
 		}
 	}
 	return true
+}
+
+// deleteChanges removes published change events of family/p from the outbox in txn.
+func deleteChanges(txn *badger.Txn, family string, p int, seqs []uint64) error {
+	for _, s := range seqs {
+		if err := txn.Delete(changeKey(family, p, s)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
