@@ -15,6 +15,8 @@ func TestCountRelations(t *testing.T) {
 	rnd := rand.New(rand.NewPCG(1, 2))
 	likes, comments := map[uint64]uint64{}, map[uint64]uint64{}
 	followers, following := map[uint64]uint64{}, map[uint64]uint64{}
+	likes1 := map[uint64]uint64{} // liked by users of partition 1
+	part := func(id uint64) int { return int(id % 4) }
 	err := db.Badger().Update(func(txn *badger.Txn) error {
 		for i := range 600 {
 			a, b := 1+rnd.Uint64N(20), 1+rnd.Uint64N(20)
@@ -28,7 +30,7 @@ func TestCountRelations(t *testing.T) {
 			default:
 				k, r = cold.Follow, cold.Rel{A: a, B: b}
 			}
-			changed, err := cold.Relate(txn, k, r, int64(i))
+			changed, err := cold.Relate(txn, part(a), k, r, int64(i))
 			if err != nil {
 				return err
 			}
@@ -38,11 +40,17 @@ func TestCountRelations(t *testing.T) {
 			switch k {
 			case cold.Like:
 				likes[b]++
+				if part(a) == 1 {
+					likes1[b]++
+				}
 			case cold.Comment:
 				comments[b]++
 			default:
 				followers[b]++
 				following[a]++
+				if err := cold.AddFollower(txn, part(b), r, int64(i)); err != nil {
+					return err
+				}
 			}
 		}
 		return nil
@@ -51,7 +59,7 @@ func TestCountRelations(t *testing.T) {
 		t.Fatal(err)
 	}
 	ids := []uint64{1, 5, 5, 20, 21} // 5 twice, 21 has nothing
-	rc, err := cold.CountRelations(db, ids, ids)
+	rc, err := cold.CountRelations(db, []int{0, 1, 2, 3}, ids, ids)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,25 +69,26 @@ func TestCountRelations(t *testing.T) {
 				likes[id], comments[id], followers[id], following[id])
 		}
 	}
-	sample, err := cold.SampleRelated(db, cold.Like, false, 10, rnd.Uint64)
+	// A sample is of one partition's lists: the posts liked by users of partition 1.
+	sample, err := cold.SampleRelated(db, 1, cold.Like, false, 10, rnd.Uint64)
 	if err != nil || len(sample) == 0 || len(sample) > 10 {
 		t.Fatalf("sample = %v, %v", sample, err)
 	}
 	for _, id := range sample {
-		if likes[id] == 0 {
-			t.Errorf("sampled post %d has no like", id)
+		if likes1[id] == 0 {
+			t.Errorf("sampled post %d has no like in partition 1", id)
 		}
 	}
-	if len(sample) != 10 {
-		t.Errorf("sample %v: want 10 distinct of %d liked posts", sample, len(likes))
+	if len(sample) != min(10, len(likes1)) {
+		t.Errorf("sample %v: want 10 distinct of %d liked posts", sample, len(likes1))
 	}
-	if all, err := cold.SampleRelated(db, cold.Like, false, 100, rnd.Uint64); err != nil || len(all) != len(likes) {
-		t.Errorf("sample of 100 = %v, %v; want all %d liked posts", all, err, len(likes))
+	if all, err := cold.SampleRelated(db, 1, cold.Like, false, 100, rnd.Uint64); err != nil || len(all) != len(likes1) {
+		t.Errorf("sample of 100 = %v, %v; want all %d liked posts", all, err, len(likes1))
 	}
-	if got, err := cold.SampleRelated(open(t), cold.Follow, true, 10, rnd.Uint64); err != nil || len(got) != 0 {
+	if got, err := cold.SampleRelated(open(t), 0, cold.Follow, true, 10, rnd.Uint64); err != nil || len(got) != 0 {
 		t.Errorf("sample of an empty db = %v, %v", got, err)
 	}
-	if _, err := cold.SampleRelated(db, cold.Comment, false, 1, rnd.Uint64); err == nil {
+	if _, err := cold.SampleRelated(db, 0, cold.Comment, false, 1, rnd.Uint64); err == nil {
 		t.Error("comments have no index to sample, want an error")
 	}
 }

@@ -73,10 +73,10 @@ func TestBackupRestore(t *testing.T) {
 	}
 
 	buf.Reset()
-	if err := a.Backup(&buf, cold.EventsPart()); err != nil {
+	if err := a.Backup(&buf, cold.EventPart(0)); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Restore(&buf, cold.EventsPart(), t.TempDir()); err != nil {
+	if err := b.Restore(&buf, cold.EventPart(0), t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
 	if v, _ := counts(b, 4, 8); pos(b) != 100 || v != 21 {

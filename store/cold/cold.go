@@ -21,9 +21,9 @@ var ErrCorrupt = errors.New("corrupt stored value")
 
 // Key namespaces, the first byte of every key.
 const (
-	nsRelation  = 'r'
-	nsBySubject = 's'
-	nsByObject  = 'o'
+	nsRelation  = 'R' // R|partition|kind|a|b|c → time, place
+	nsBySubject = 'S' // S|partition|kind|a|^time|b|c: what a liked or follows
+	nsByObject  = 'O' // O|partition|kind|b|^time|a|c: who liked b or follows b
 	nsStage     = 'p'
 	nsOutbox    = 'x'
 	nsCounter   = 'c'
@@ -119,18 +119,19 @@ const backupMagic = "TLYB2"
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// A Part is a set of keys that moves between processes as one: the event stages' state
-// (EventsPart) or one counter partition of every family (CounterPart).
+// A Part is a set of keys that moves between processes as one: one partition's state
+// (PartitionPart), its event stage's (EventPart) or its counters' (CounterPart).
 type Part struct {
 	prefixes []key
 }
 
-// EventsPart is everything the event stages keep: relations, their positions and
-// outboxes, readers, posts and system notices — every key but the counters'.
-func EventsPart() Part {
+// EventPart is everything partition p's event stage keeps: relations, its position and
+// outbox, readers, posts, pushed and pulled posts and system notices. Every one of those
+// keys starts with its namespace and p.
+func EventPart(p int) Part {
 	var ps []key
 	for _, ns := range append([]byte{nsRelation, nsBySubject, nsByObject, nsStage, nsOutbox}, unreadNamespaces...) {
-		ps = append(ps, key{ns})
+		ps = append(ps, newKey(ns, 3).u16(p))
 	}
 	return Part{ps}
 }
@@ -142,6 +143,12 @@ func CounterPart(families []string, p int) Part {
 		ps = append(ps, counterPrefix(f, p), metaKey(f, p), journalPrefix(f, p))
 	}
 	return Part{ps}
+}
+
+// PartitionPart is partition p whole: its event stage and its counters of every family,
+// which one process owns together.
+func PartitionPart(families []string, p int) Part {
+	return Part{append(EventPart(p).prefixes, CounterPart(families, p).prefixes...)}
 }
 
 func (pt Part) has(k []byte) bool {

@@ -32,34 +32,34 @@ func TestRelationsAndPaging(t *testing.T) {
 	}
 	for post := uint64(1); post <= 25; post++ {
 		if !update(func(txn *badger.Txn) (bool, error) {
-			return cold.Relate(txn, cold.Like, cold.Rel{A: 7, B: post}, int64(post*10))
+			return cold.Relate(txn, 2, cold.Like, cold.Rel{A: 7, B: post}, int64(post*10))
 		}) {
 			t.Fatalf("first like of %d changed nothing", post)
 		}
 	}
-	if update(func(txn *badger.Txn) (bool, error) { return cold.Relate(txn, cold.Like, cold.Rel{A: 7, B: 3}, 999) }) {
+	if update(func(txn *badger.Txn) (bool, error) { return cold.Relate(txn, 2, cold.Like, cold.Rel{A: 7, B: 3}, 999) }) {
 		t.Fatal("liking twice changed something")
 	}
 	if update(func(txn *badger.Txn) (bool, error) {
-		c, _, err := cold.Unrelate(txn, cold.Like, cold.Rel{A: 7, B: 99})
+		c, _, err := cold.Unrelate(txn, 2, cold.Like, cold.Rel{A: 7, B: 99})
 		return c, err
 	}) {
 		t.Fatal("unliking what was never liked changed something")
 	}
 	if !update(func(txn *badger.Txn) (bool, error) {
-		c, _, err := cold.Unrelate(txn, cold.Like, cold.Rel{A: 7, B: 20})
+		c, _, err := cold.Unrelate(txn, 2, cold.Like, cold.Rel{A: 7, B: 20})
 		return c, err
 	}) {
 		t.Fatal("unlike changed nothing")
 	}
-	liked, err := cold.Related(db, cold.Like, 7, []uint64{1, 20, 25, 26})
+	liked, err := cold.Related(db, 2, cold.Like, 7, []uint64{1, 20, 25, 26})
 	if err != nil || liked[0] != true || liked[1] || !liked[2] || liked[3] {
 		t.Fatalf("Related = %v, %v", liked, err)
 	}
 	var got []uint64
 	cursor := ""
 	for page := 0; ; page++ {
-		items, next, err := cold.List(db, cold.Like, true, 7, 10, cursor)
+		items, next, err := cold.List(db, 2, cold.Like, true, 7, 10, cursor)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,11 +82,11 @@ func TestRelationsAndPaging(t *testing.T) {
 			t.Fatalf("pages out of order or hold the unliked post: %v", got)
 		}
 	}
-	items, _, err := cold.List(db, cold.Like, false, 25, 10, "")
+	items, _, err := cold.List(db, 2, cold.Like, false, 25, 10, "")
 	if err != nil || len(items) != 1 || items[0].ID != 7 {
 		t.Fatalf("likers of 25 = %v, %v", items, err)
 	}
-	if _, _, err := cold.List(db, cold.Like, true, 7, 10, "zz"); err == nil {
+	if _, _, err := cold.List(db, 2, cold.Like, true, 7, 10, "zz"); err == nil {
 		t.Fatal("a garbage cursor was accepted")
 	}
 }

@@ -13,3 +13,5 @@ func (k key) u64(v uint64) key { return binary.BigEndian.AppendUint64(k, v) }
 func (k key) str(s string) key { return append(append(k, byte(len(s))), s...) }
 
 func u64at(b []byte, off int) uint64 { return binary.BigEndian.Uint64(b[off:]) }
+
+func (k key) bytes(b []byte) key { return append(k, b...) }

@@ -14,24 +14,21 @@ import (
 // follow sees and what an unfollow takes back do not depend on the order in which
 // partitions apply what they hand each other.
 const (
-	nsReadSeq  = 'v' // v|uid → ReaderState
-	nsNotified = 'n' // n|uid|kind|seq: a notification counted, until a read covers it
-	nsPosts    = 'e' // e|author|seq|post → 1 if pushed to followers, 0 if pulled
-	nsPulled   = 'q' // q|author: the author has posts that followers pull
+	nsReadSeq  = 'V' // V|partition|uid → ReaderState
+	nsNotified = 'N' // N|partition|uid|kind|seq: a notification counted, until a read covers it
+	nsPosts    = 'E' // E|partition|author|seq|post → 1 if pushed to followers, 0 if pulled
+	nsPulled   = 'Q' // Q|partition|author: the author has posts that followers pull
+	nsPulledAt = 'P' // P|partition|author|seq: a pulled post that partition has applied
 	nsArrived  = 'h' // h|partition|author|seq: a pushed post that partition has applied
 	nsFollowed = 'g' // g|partition|author|uid → seq of uid's follow of author (uid in partition)
 	nsNotice   = 'z' // z|partition|seq: a system notice counted in that partition
 	nsAuthor   = 'k' // k|partition|author → AuthorState
 	nsFeedRead = 'b' // b|partition|seq|uid: uid's last feed read, by place
-	// What the code before places were used wrote; nothing reads it any more (see
-	// README, Unread, on what an upgrade keeps). It stays part of the events' backups.
-	nsReaderV1 = 'u' // u|uid → read time and system notices seen
-	nsPostV1   = 't' // t|author|ts|post
-	nsSystemV1 = 'y' // y|partition → notice count
 )
 
-// unreadNamespaces are the event stages' unread keys, moved with EventsPart.
-var unreadNamespaces = []byte{nsReadSeq, nsNotified, nsPosts, nsPulled, nsArrived, nsFollowed, nsNotice, nsAuthor, nsFeedRead, nsReaderV1, nsPostV1, nsSystemV1}
+// unreadNamespaces are the event stages' unread keys, all of them partition p's under
+// ns|p (see EventPart).
+var unreadNamespaces = []byte{nsReadSeq, nsNotified, nsPosts, nsPulled, nsPulledAt, nsArrived, nsFollowed, nsNotice, nsAuthor, nsFeedRead}
 
 // ReaderState is the place (Event.Seq) of a user's last read of each kind, and of the
 // last notification of each kind recorded for them (so that a read looks for records
@@ -80,46 +77,47 @@ func (r *ReaderState) Read(kind string) *uint64 {
 	return nil
 }
 
-func readerKey(uid uint64) key { return newKey(nsReadSeq, 9).u64(uid) }
+func readerKey(p int, uid uint64) key { return newKey(nsReadSeq, 11).u16(p).u64(uid) }
 
-// GetReader returns uid's reader state (zero if none).
-func GetReader(txn *badger.Txn, uid uint64) (ReaderState, error) {
+// GetReader returns the reader state of uid, of partition p (zero if none).
+func GetReader(txn *badger.Txn, p int, uid uint64) (ReaderState, error) {
 	var st ReaderState
-	_, err := getValue(txn, readerKey(uid), &st, fmt.Sprintf("reader %d", uid))
+	_, err := getValue(txn, readerKey(p, uid), &st, fmt.Sprintf("reader %d", uid))
 	return st, err
 }
 
-// PutReader stores uid's reader state.
-func PutReader(txn *badger.Txn, uid uint64, st ReaderState) error {
-	return putValue(txn, readerKey(uid), &st)
+// PutReader stores the reader state of uid, of partition p.
+func PutReader(txn *badger.Txn, p int, uid uint64, st ReaderState) error {
+	return putValue(txn, readerKey(p, uid), &st)
 }
 
 // kindByte is a notification kind in keys: its first letter (comment, mention, like, dm).
 func kindByte(kind string) byte { return kind[0] }
 
-func notifiedPrefix(uid uint64, kind string) key {
-	return newKey(nsNotified, 18).u64(uid).u8(kindByte(kind))
+func notifiedPrefix(p int, uid uint64, kind string) key {
+	return newKey(nsNotified, 20).u16(p).u64(uid).u8(kindByte(kind))
 }
 
-// AddNotified records that a notification of kind for uid, of place seq, was counted.
-func AddNotified(txn *badger.Txn, uid uint64, kind string, seq uint64) error {
-	return txn.Set(notifiedPrefix(uid, kind).u64(seq), nil)
+// AddNotified records that a notification of kind for uid (of partition p), of place
+// seq, was counted.
+func AddNotified(txn *badger.Txn, p int, uid uint64, kind string, seq uint64) error {
+	return txn.Set(notifiedPrefix(p, uid, kind).u64(seq), nil)
 }
 
 // DeleteNotified removes the record of uid's notification of kind placed at seq.
-func DeleteNotified(txn *badger.Txn, uid uint64, kind string, seq uint64) error {
-	return txn.Delete(notifiedPrefix(uid, kind).u64(seq))
+func DeleteNotified(txn *badger.Txn, p int, uid uint64, kind string, seq uint64) error {
+	return txn.Delete(notifiedPrefix(p, uid, kind).u64(seq))
 }
 
 // CountNotified counts uid's recorded notifications of kind placed after seq.
-func CountNotified(txn *badger.Txn, uid uint64, kind string, after uint64) uint64 {
-	return countAfter(txn, notifiedPrefix(uid, kind), after)
+func CountNotified(txn *badger.Txn, p int, uid uint64, kind string, after uint64) uint64 {
+	return countAfter(txn, notifiedPrefix(p, uid, kind), after)
 }
 
 // DropNotified deletes up to limit of uid's recorded notifications of kind placed at or
 // before through: a read covers them, and nothing counts them again.
-func DropNotified(txn *badger.Txn, uid uint64, kind string, through uint64, limit int) error {
-	prefix := notifiedPrefix(uid, kind)
+func DropNotified(txn *badger.Txn, p int, uid uint64, kind string, through uint64, limit int) error {
+	prefix := notifiedPrefix(p, uid, kind)
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 	var drop []key
 	for it.Seek(prefix); it.ValidForPrefix(prefix) && len(drop) < limit; it.Next() {
@@ -152,25 +150,52 @@ func countAfter(txn *badger.Txn, prefix key, after uint64) uint64 {
 	return n
 }
 
-// PutPost records that author posted post at place seq, and whether it was pushed to
-// the followers' feed counters (otherwise followers pull it when they ask).
-func PutPost(txn *badger.Txn, author, seq, post uint64, pushed bool) error {
+// PutPost records, in the author's partition p, that author posted post at place seq,
+// and whether it was pushed to the followers' feed counters (otherwise every partition
+// records it with PutPulled, and followers pull it when they ask).
+func PutPost(txn *badger.Txn, p int, author, seq, post uint64, pushed bool) error {
 	v := []byte{0}
 	if pushed {
 		v[0] = 1
-	} else if err := txn.Set(newKey(nsPulled, 9).u64(author), nil); err != nil {
-		return err
 	}
-	return txn.Set(newKey(nsPosts, 25).u64(author).u64(seq).u64(post), v)
+	return txn.Set(newKey(nsPosts, 27).u16(p).u64(author).u64(seq).u64(post), v)
 }
 
-// CountPosts counts author's posts placed after seq that were pushed (pushed) or pulled
-// (!pushed), up to limit.
-func CountPosts(txn *badger.Txn, author, after uint64, pushed bool, limit uint64) (uint64, error) {
+// PutPulled records in partition p that author's post of place seq is pulled by the
+// readers who follow author: a copy in every partition, so that a reader's unread feed
+// is counted in the reader's own partition.
+func PutPulled(txn *badger.Txn, p int, author, seq uint64) error {
+	if err := txn.Set(newKey(nsPulled, 11).u16(p).u64(author), nil); err != nil {
+		return err
+	}
+	return txn.Set(pulledPrefix(p, author).u64(seq), nil)
+}
+
+func pulledPrefix(p int, author uint64) key { return newKey(nsPulledAt, 19).u16(p).u64(author) }
+
+// CountPulled counts author's pulled posts recorded in partition p placed after seq,
+// up to limit.
+func CountPulled(txn *badger.Txn, p int, author, after uint64, limit uint64) uint64 {
+	if after == ^uint64(0) {
+		return 0
+	}
+	prefix := pulledPrefix(p, author)
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: false})
+	defer it.Close()
+	var n uint64
+	for it.Seek(append(key{}, prefix...).u64(after + 1)); it.ValidForPrefix(prefix) && n < limit; it.Next() {
+		n++
+	}
+	return n
+}
+
+// CountPosts counts the posts of author (of partition p) placed after seq that were
+// pushed (pushed) or pulled (!pushed), up to limit.
+func CountPosts(txn *badger.Txn, p int, author, after uint64, pushed bool, limit uint64) (uint64, error) {
 	if after == ^uint64(0) {
 		return 0, nil
 	}
-	prefix := newKey(nsPosts, 9).u64(author)
+	prefix := newKey(nsPosts, 11).u16(p).u64(author)
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: false})
 	defer it.Close()
 	var n uint64
@@ -266,10 +291,10 @@ func Followed(txn *badger.Txn, p int, author uint64, fn func(uid, seq uint64) bo
 func followsIndexedKey(p int) key { return newKey(nsFollowed, 3).u16(p) }
 
 // IndexFollows writes partition p's follow index for the follows made before it existed
-// (by code that kept none), once: each follow of a user of p (mine reports whether a user
-// is) counts from place 0, before every post. Written in transactions of at most batch
-// follows; after a crash it runs again, and it marks the index complete at the end.
-func IndexFollows(db *DB, p int, mine func(uid uint64) bool, batch int) (int, error) {
+// (by code that kept none), once: each follow of a user of p counts from place 0, before
+// every post. Written in transactions of at most batch follows; after a crash it runs
+// again, and it marks the index complete at the end.
+func IndexFollows(db *DB, p int, batch int) (int, error) {
 	done := false
 	if err := db.db.View(func(txn *badger.Txn) error {
 		_, err := txn.Get(followsIndexedKey(p))
@@ -281,7 +306,7 @@ func IndexFollows(db *DB, p int, mine func(uid uint64) bool, batch int) (int, er
 	}); err != nil || done {
 		return 0, err
 	}
-	prefix := newKey(nsRelation, 2).u8(byte(Follow))
+	prefix := relPrefix(nsRelation, p, Follow)
 	var pending [][2]uint64
 	total := 0
 	flush := func() error {
@@ -319,10 +344,10 @@ func IndexFollows(db *DB, p int, mine func(uid uint64) bool, batch int) (int, er
 		defer it.Close()
 		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
 			k := it.Item().Key()
-			if len(k) != 26 || !mine(u64at(k, 2)) {
+			if len(k) != relLen {
 				continue
 			}
-			pending = append(pending, [2]uint64{u64at(k, 2), u64at(k, 10)})
+			pending = append(pending, [2]uint64{u64at(k, relOff), u64at(k, relOff+8)})
 			if len(pending) == batch {
 				if err := flush(); err != nil {
 					return err
@@ -415,30 +440,31 @@ func storedCounts(txn *badger.Txn, family string, p int, id uint64, dst []uint64
 	return item.Value(func(v []byte) error { return unpackCounts(v, dst) })
 }
 
-// Pulled is the set of authors who have posts their followers pull, kept in RAM so a
-// reader following thousands of accounts is answered without a lookup per followee. It
-// only grows (a pulled post stays pulled), so being shared by the stages that add to it
-// and the queries that read it needs no more than a read-write lock.
+// Pulled is the set of authors who have posts their followers pull, as partition p
+// recorded them (PutPulled), kept in RAM so a reader following thousands of accounts is
+// answered without a lookup per followee. It only grows (a pulled post stays pulled),
+// so being shared by the stage that adds to it and the queries that read it needs no
+// more than a read-write lock.
 type Pulled struct {
 	mu sync.RWMutex
 	m  map[uint64]struct{}
 }
 
-// LoadPulled reads the set from the database.
-func LoadPulled(db *DB) (*Pulled, error) {
-	p := &Pulled{m: map[uint64]struct{}{}}
+// LoadPulled reads partition p's set from the database.
+func LoadPulled(db *DB, p int) (*Pulled, error) {
+	pl := &Pulled{m: map[uint64]struct{}{}}
 	err := db.db.View(func(txn *badger.Txn) error {
-		prefix := key{nsPulled}
+		prefix := newKey(nsPulled, 3).u16(p)
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 		defer it.Close()
 		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
-			if k := it.Item().Key(); len(k) == 9 {
-				p.m[u64at(k, 1)] = struct{}{}
+			if k := it.Item().Key(); len(k) == len(prefix)+8 {
+				pl.m[u64at(k, len(prefix))] = struct{}{}
 			}
 		}
 		return nil
 	})
-	return p, err
+	return pl, err
 }
 
 // Add records that author has pulled posts.
