@@ -22,13 +22,17 @@ const (
 	TypeRead      = "read"
 	TypeIncr      = "incr"
 	TypeSystem    = "system"
-	// TypeNotify and TypePush are internal: only event partitions send them to each
-	// other, in hop batches; Validate refuses them from producers. A notify adds one to
-	// Target's unread Field at Target's partition (for the event of place Seq), moving
-	// there the notification placed at ID when ID is not 0; a push
-	// announces the pushed post Post of author UID (place Seq) to every partition.
-	TypeNotify = "notify"
-	TypePush   = "push"
+	// TypeNotify, TypePush and TypeFollower are internal: only event partitions send them
+	// to each other, in hop batches; Validate refuses them from producers. A notify adds
+	// one to Target's unread Field at Target's partition (for the event of place Seq),
+	// moving there the notification placed at ID when ID is not 0; a push announces the
+	// post Post of author UID (place Seq) to every partition, pushed to the followers'
+	// feed counters, or left for them to pull when Field is PushPulled; a follower adds
+	// (N 1) or removes (N -1) follower UID, followed at time TS, to Target's list of
+	// followers in Target's partition.
+	TypeNotify   = "notify"
+	TypePush     = "push"
+	TypeFollower = "follower"
 	// TypeBatch is the subject token of a batch message; it is not an event type. A
 	// batch may not carry the privileged types (system, incr): those go in a
 	// TypeAdminBatch, whose subject only the admin grant may publish to.
@@ -36,6 +40,9 @@ const (
 	// TypeAdminBatch is the subject token of a batch that may carry any event type.
 	TypeAdminBatch = "adminbatch"
 )
+
+// PushPulled is the Field of a push event whose post is pulled by the followers.
+const PushPulled = "pulled"
 
 // MaxViewN bounds the n of one view or incr event.
 const MaxViewN = 1 << 32
@@ -110,10 +117,11 @@ func (e *Event) Key() ID {
 func (e *Event) Privileged() bool { return e.Type == TypeSystem || e.Type == TypeIncr }
 
 // Relational reports whether the event reads and writes state owned by its key's
-// partition (relations, a reader's state), so that it must be handled there.
+// partition (relations, a reader's state, an author's followers and posts), so that
+// it must be handled there.
 func (e *Event) Relational() bool {
 	switch e.Type {
-	case TypeLike, TypeUnlike, TypeComment, TypeUncomment, TypeFollow, TypeUnfollow, TypeRead:
+	case TypeLike, TypeUnlike, TypeComment, TypeUncomment, TypeFollow, TypeUnfollow, TypeRead, TypePost:
 		return true
 	}
 	return false
@@ -129,8 +137,13 @@ func (e *Event) ValidateInternal(fams Families) error {
 		}
 		return nil
 	case TypePush:
-		if e.UID == 0 || e.Post == 0 || e.Seq == 0 {
-			return fmt.Errorf("%w: push event needs uid, post and seq", ErrBadEvent)
+		if e.UID == 0 || e.Post == 0 || e.Seq == 0 || (e.Field != "" && e.Field != PushPulled) {
+			return fmt.Errorf("%w: push event needs uid, post and seq, and field empty or %q", ErrBadEvent, PushPulled)
+		}
+		return nil
+	case TypeFollower:
+		if e.UID == 0 || e.Target == 0 || (e.N != 1 && e.N != -1) {
+			return fmt.Errorf("%w: follower event needs uid, target and n 1 or -1", ErrBadEvent)
 		}
 		return nil
 	}

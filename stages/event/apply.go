@@ -10,7 +10,7 @@ import (
 // apply makes the relation change of one event in txn and adds the deltas it causes.
 // A relation that does not change (a second like, an unlike of nothing) adds nothing.
 func (s *Stage) apply(txn *badger.Txn, e *pipeline.Event, w *work) error {
-	f, c := s.fields, w.c
+	f, c, p := s.fields, w.c, s.cfg.Partition
 	add := func(r fieldRef, id pipeline.ID, n int64) { c.add(r, id, pipeline.OpAdd, n) }
 	// notify notifies the owner of a post of the relation this event made, placed at
 	// e.Seq; when moved is not 0 the relation was made already by a copy placed later
@@ -21,14 +21,15 @@ func (s *Stage) apply(txn *badger.Txn, e *pipeline.Event, w *work) error {
 		}
 		return nil
 	}
-	var at uint64 // the place an existing relation keeps
+	var at uint64   // the place an existing relation keeps
+	var since int64 // the time a removed relation was made
 	relate := func(k cold.Kind, r cold.Rel, on bool) (bool, error) {
 		var changed bool
 		var err error
 		if on {
-			changed, at, err = cold.RelateAt(txn, k, r, e.TS, e.Seq)
+			changed, at, err = cold.RelateAt(txn, p, k, r, e.TS, e.Seq)
 		} else {
-			changed, _, err = cold.Unrelate(txn, k, r)
+			changed, since, err = cold.Unrelate(txn, p, k, r)
 		}
 		if err == nil && !changed {
 			s.stats.Unchanged.Add(1)
@@ -67,12 +68,15 @@ func (s *Stage) apply(txn *badger.Txn, e *pipeline.Event, w *work) error {
 		if err != nil || !changed {
 			return err
 		}
-		n := int64(1)
+		n, ts := int64(1), e.TS
 		if !on {
-			n = -1
+			n, ts = -1, since
 		}
 		add(f.following, e.UID, n)
 		add(f.follower, e.Target, n)
+		if err := s.follower(txn, w, &pipeline.Event{Type: pipeline.TypeFollower, UID: e.UID, Target: e.Target, TS: ts, N: n, Seq: e.Seq}); err != nil {
+			return err
+		}
 		if !on {
 			return s.unfollow(txn, e, w)
 		}
@@ -92,11 +96,13 @@ func (s *Stage) apply(txn *badger.Txn, e *pipeline.Event, w *work) error {
 	case pipeline.TypeRead:
 		return s.read(txn, e, w)
 	case pipeline.TypeSystem:
-		return cold.PutNotice(txn, s.cfg.Partition, e.Seq)
+		return cold.PutNotice(txn, p, e.Seq)
 	case pipeline.TypeNotify: // from another partition, for one of this one's users
 		return s.notify(txn, w, e.Field, e.Target, e.Seq, uint64(e.ID))
 	case pipeline.TypePush:
 		return s.arrive(txn, w, e)
+	case pipeline.TypeFollower:
+		return s.follower(txn, w, e)
 	case pipeline.TypeIncr:
 		fam, _ := s.cfg.Families.Lookup(e.Family) // validated at decode
 		i, _ := fam.Field(e.Field)

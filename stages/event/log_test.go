@@ -82,11 +82,7 @@ func (h *logHarness) start(owner string, db *cold.DB) *runningStage {
 		}
 		t.Cleanup(func() { db.Close() })
 	}
-	pulled, err := cold.LoadPulled(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := New(Config{Partition: 0, Partitions: 1, Subjects: h.sj, Families: pipeline.DefaultFamilies(), Pulled: pulled, Log: true, Owner: owner},
+	st, err := New(Config{Partition: 0, Partitions: 1, Subjects: h.sj, Families: pipeline.DefaultFamilies(), Log: true, Owner: owner},
 		h.js, db, slog.New(slog.NewTextHandler(io.Discard, nil)), NewStats())
 	if err != nil {
 		t.Fatal(err)
@@ -150,7 +146,7 @@ func TestLogReplay(t *testing.T) {
 	if got.Pos != want.Pos || got.Log != want.Log || fmt.Sprint(got.Seqs) != fmt.Sprint(want.Seqs) {
 		t.Fatalf("replayed state %+v, want %+v", got, want)
 	}
-	liked, err := cold.Related(b.db, cold.Like, 120, []uint64{7, 8})
+	liked, err := cold.Related(b.db, 0, cold.Like, 120, []uint64{7, 8})
 	if err != nil || !liked[0] || liked[1] {
 		t.Fatalf("replayed relations: liked %v, err %v", liked, err)
 	}

@@ -33,8 +33,6 @@ type Config struct {
 	// FanoutLimit is the most followers a post is pushed to; a post of an author with
 	// more is pulled by readers instead.
 	FanoutLimit int
-	// Pulled is the shared set of authors whose posts are pulled.
-	Pulled *cold.Pulled
 	// Log stores every transaction in the partition's log before it commits, and makes
 	// Run replay the records its state lacks first (see LogRecord): on when the state can
 	// move to another process.
@@ -91,6 +89,7 @@ type Stage struct {
 	fields *fields
 	keys   []pipeline.ID // an id routing to each partition, for hops
 	out    *hop.Outbox
+	pulled *cold.Pulled // authors whose posts this partition's readers pull
 
 	pos       atomic.Uint64 // last stream sequence committed
 	busy      atomic.Bool   // from taking messages until their outbox is acknowledged
@@ -100,7 +99,8 @@ type Stage struct {
 	warned    time.Time // when a failed log append was last logged
 }
 
-// New returns a stage for cfg.Partition. stats may be shared by several stages.
+// New returns a stage for cfg.Partition, whose state is in db (restored there first
+// when it comes from another process). stats may be shared by several stages.
 func New(cfg Config, js jetstream.JetStream, db *cold.DB, log *slog.Logger, stats *Stats) (*Stage, error) {
 	f, err := resolveFields(cfg.Families)
 	if err != nil {
@@ -118,10 +118,18 @@ func New(cfg Config, js jetstream.JetStream, db *cold.DB, log *slog.Logger, stat
 	if cfg.MaxPayload <= 0 {
 		cfg.MaxPayload = int(js.Conn().MaxPayload())
 	}
-	s := &Stage{cfg: cfg, js: js, db: db, log: log.With("stage", "event", "partition", cfg.Partition), stats: stats, fields: f, keys: partitionKeys(cfg.Partitions)}
+	pulled, err := cold.LoadPulled(db, cfg.Partition)
+	if err != nil {
+		return nil, err
+	}
+	s := &Stage{cfg: cfg, js: js, db: db, log: log.With("stage", "event", "partition", cfg.Partition), stats: stats, fields: f, keys: partitionKeys(cfg.Partitions), pulled: pulled}
 	s.out = hop.NewOutbox(cfg.Publisher, hop.OutboxOptions{Permanent: s.unpublishable, Retries: &stats.Retries, Log: s.log})
 	return s, nil
 }
+
+// Pulled is the set of authors whose posts this partition's readers pull, which the
+// queries read.
+func (s *Stage) Pulled() *cold.Pulled { return s.pulled }
 
 // Lag is how far the partition is behind its stream: the sequences between its committed
 // position and the newest event on its subject, or at least 1 while an outbox is being
@@ -153,8 +161,7 @@ func (s *Stage) Run(ctx context.Context) error {
 		return fmt.Errorf("event partition %d: %w", p, err)
 	}
 	// Follows made by code that kept no follow index are indexed once, before any event.
-	mine := func(uid uint64) bool { return pipeline.PartitionOf(pipeline.ID(uid), s.cfg.Partitions) == p }
-	if n, err := cold.IndexFollows(s.db, p, mine, 10_000); err != nil {
+	if n, err := cold.IndexFollows(s.db, p, 10_000); err != nil {
 		return fmt.Errorf("event partition %d: cannot index follows: %w", p, err)
 	} else if n > 0 {
 		s.log.Info("indexed the follows made before follows had places", "follows", n)

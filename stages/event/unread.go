@@ -47,14 +47,15 @@ func (s *Stage) notify(txn *badger.Txn, w *work, kind string, owner pipeline.ID,
 		w.forward(q, &pipeline.Event{Type: pipeline.TypeNotify, Target: owner, Field: kind, Seq: seq, ID: pipeline.ID(moved)})
 		return nil
 	}
-	rs, err := cold.GetReader(txn, uint64(owner))
+	p := s.cfg.Partition
+	rs, err := cold.GetReader(txn, p, uint64(owner))
 	if err != nil {
 		return err
 	}
 	read := *rs.Read(kind)
 	if moved > read { // counted and recorded, not covered by a read yet
 		w.c.add(s.fields.unread[kind], owner, pipeline.OpAdd, -1)
-		if err := cold.DeleteNotified(txn, uint64(owner), kind, moved); err != nil {
+		if err := cold.DeleteNotified(txn, p, uint64(owner), kind, moved); err != nil {
 			return err
 		}
 	}
@@ -62,45 +63,59 @@ func (s *Stage) notify(txn *badger.Txn, w *work, kind string, owner pipeline.ID,
 		return nil // a read placed after it came first
 	}
 	w.c.add(s.fields.unread[kind], owner, pipeline.OpAdd, 1)
-	if err := cold.AddNotified(txn, uint64(owner), kind, seq); err != nil {
+	if err := cold.AddNotified(txn, p, uint64(owner), kind, seq); err != nil {
 		return err
 	}
 	if note := rs.Note(kind); seq > *note {
 		*note = seq
-		return cold.PutReader(txn, uint64(owner), rs)
+		return cold.PutReader(txn, p, uint64(owner), rs)
 	}
 	return nil
 }
 
-// post indexes a post and pushes it unless its author has too many followers.
+// post indexes a post in its author's partition and announces it to every partition:
+// pushed to the followers' feed counters, or pulled by them when its author has too many
+// followers.
 func (s *Stage) post(txn *badger.Txn, e *pipeline.Event, w *work) error {
-	// The follower index is read up to one past the limit (keys only). The counter of
-	// followers is not asked: it lives in the user family's partition, which another
-	// process may own. The decision is recorded with the post, so that pushed and pulled
-	// posts are told apart for ever whatever the follows do later.
-	limit := s.cfg.FanoutLimit
+	// The author's followers are listed in this partition (see follower), read up to one
+	// past the limit (keys only). The decision is recorded with the post, so that pushed
+	// and pulled posts are told apart for ever whatever the follows do later.
+	p, limit := s.cfg.Partition, s.cfg.FanoutLimit
 	n := 0
-	cold.Subjects(txn, cold.Follow, uint64(e.UID), func(uint64, int64) bool {
+	cold.Subjects(txn, p, cold.Follow, uint64(e.UID), func(uint64, int64) bool {
 		n++
 		return n <= limit
 	})
 	pushed := n <= limit
-	if err := cold.PutPost(txn, uint64(e.UID), e.Seq, uint64(e.Post), pushed); err != nil {
+	if err := cold.PutPost(txn, p, uint64(e.UID), e.Seq, uint64(e.Post), pushed); err != nil {
 		return err
 	}
-	if !pushed {
-		// Before the commit is harmless: a reader finding no pulled post counts zero.
-		s.cfg.Pulled.Add(uint64(e.UID))
-		s.stats.Pulled.Add(1)
-		return nil
-	}
 	push := pipeline.Event{Type: pipeline.TypePush, UID: e.UID, Post: e.Post, Seq: e.Seq}
+	if !pushed {
+		push.Field = pipeline.PushPulled
+		s.stats.Pulled.Add(1)
+	}
 	for q := range s.cfg.Partitions {
-		if q != s.cfg.Partition {
+		if q != p {
 			w.forward(q, &push)
 		}
 	}
 	return s.arrive(txn, w, &push)
+}
+
+// follower keeps the list of an author's followers in the author's partition: applied
+// here when the author is this partition's, else handed there.
+func (s *Stage) follower(txn *badger.Txn, w *work, e *pipeline.Event) error {
+	p := s.cfg.Partition
+	if q := pipeline.PartitionOf(e.Target, s.cfg.Partitions); q != p {
+		w.forward(q, e)
+		return nil
+	}
+	r := cold.Rel{A: uint64(e.UID), B: uint64(e.Target)}
+	if e.N < 0 {
+		return cold.DeleteFollower(txn, p, r, e.TS)
+	}
+	return cold.AddFollower(txn, p, r, e.TS)
 }
 
 // arrive applies a pushed post in this partition: it is recorded, and each of the
@@ -108,6 +123,11 @@ func (s *Stage) post(txn *badger.Txn, e *pipeline.Event, w *work) error {
 // feed after it, gets one more.
 func (s *Stage) arrive(txn *badger.Txn, w *work, e *pipeline.Event) error {
 	p, author := s.cfg.Partition, uint64(e.UID)
+	if e.Field == pipeline.PushPulled {
+		// Before the commit is harmless: a reader finding no pulled post counts zero.
+		s.pulled.Add(author)
+		return cold.PutPulled(txn, p, author, e.Seq)
+	}
 	if err := cold.PutArrived(txn, p, author, e.Seq); err != nil {
 		return err
 	}
@@ -164,7 +184,7 @@ func (s *Stage) follow(txn *badger.Txn, e *pipeline.Event, w *work) error {
 	if a.Arrived <= e.Seq {
 		return nil // nothing after the follow reached the partition yet
 	}
-	rs, err := cold.GetReader(txn, uid)
+	rs, err := cold.GetReader(txn, p, uid)
 	if err != nil {
 		return err
 	}
@@ -189,7 +209,7 @@ func (s *Stage) refollow(txn *badger.Txn, e *pipeline.Event, w *work) error {
 	if err != nil || a.Arrived <= e.Seq {
 		return err
 	}
-	rs, err := cold.GetReader(txn, uid)
+	rs, err := cold.GetReader(txn, p, uid)
 	if err != nil {
 		return err
 	}
@@ -226,7 +246,7 @@ func (s *Stage) unfollow(txn *badger.Txn, e *pipeline.Event, w *work) error {
 	if a.Arrived <= followed {
 		return nil // nothing after the follow reached the partition
 	}
-	rs, err := cold.GetReader(txn, uid)
+	rs, err := cold.GetReader(txn, p, uid)
 	if err != nil {
 		return err
 	}
@@ -244,8 +264,8 @@ func (s *Stage) read(txn *badger.Txn, e *pipeline.Event, w *work) error {
 	if len(kinds) == 0 {
 		kinds = pipeline.UnreadKinds()
 	}
-	uid := uint64(e.UID)
-	rs, err := cold.GetReader(txn, uid)
+	p, uid := s.cfg.Partition, uint64(e.UID)
+	rs, err := cold.GetReader(txn, p, uid)
 	if err != nil {
 		return err
 	}
@@ -272,10 +292,10 @@ func (s *Stage) read(txn *badger.Txn, e *pipeline.Event, w *work) error {
 			// Records exist only up to the last one noted.
 			noted := *rs.Note(k)
 			if w.hop && noted > e.Seq {
-				n = cold.CountNotified(txn, uid, k, e.Seq)
+				n = cold.CountNotified(txn, s.cfg.Partition, uid, k, e.Seq)
 			}
 			if noted > prev {
-				err = cold.DropNotified(txn, uid, k, e.Seq, maxDrops)
+				err = cold.DropNotified(txn, s.cfg.Partition, uid, k, e.Seq, maxDrops)
 			}
 		}
 		if err != nil {
@@ -286,7 +306,7 @@ func (s *Stage) read(txn *badger.Txn, e *pipeline.Event, w *work) error {
 	if !changed {
 		return nil
 	}
-	return cold.PutReader(txn, uid, rs)
+	return cold.PutReader(txn, s.cfg.Partition, uid, rs)
 }
 
 // feedAfter counts, over the reader's followees, the pushed posts that reached the
@@ -295,7 +315,7 @@ func (s *Stage) feedAfter(txn *badger.Txn, uid, seq uint64) (uint64, error) {
 	p := s.cfg.Partition
 	var n uint64
 	var err error
-	cold.Objects(txn, cold.Follow, uid, func(author uint64, _ int64) bool {
+	cold.Objects(txn, p, cold.Follow, uid, func(author uint64, _ int64) bool {
 		var followed uint64
 		var a cold.AuthorState
 		if followed, _, err = cold.GetFollowed(txn, p, author, uid); err != nil {

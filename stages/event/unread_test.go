@@ -17,12 +17,10 @@ import (
 // Badger transaction each, at moments a test chooses.
 type sim struct {
 	t        *testing.T
-	db       *cold.DB
 	stages   []*Stage
 	stream   []simMsg
 	next     []int // per partition: index in stream of the next message to look at
 	counters map[simKey]int64
-	pulled   *cold.Pulled
 }
 
 type simKey struct {
@@ -37,22 +35,27 @@ type simMsg struct {
 	evs []pipeline.Event
 }
 
+// newSim makes parts stages, each with a database of its own: a stage that read or wrote
+// another partition's state would find it missing.
 func newSim(t *testing.T, parts, fanout int) *sim {
-	db, err := cold.Open(cold.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
 	fams := pipeline.Families(pipeline.DefaultFamilies())
 	f, err := resolveFields(fams)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &sim{t: t, db: db, next: make([]int, parts), counters: map[simKey]int64{}, pulled: &cold.Pulled{}}
-	s.pulled, _ = cold.LoadPulled(db)
+	s := &sim{t: t, next: make([]int, parts), counters: map[simKey]int64{}}
 	for p := range parts {
-		cfg := Config{Partition: p, Partitions: parts, Families: fams, FanoutLimit: fanout, Pulled: s.pulled}
-		s.stages = append(s.stages, &Stage{cfg: cfg, db: db, log: slog.New(slog.DiscardHandler), stats: NewStats(), fields: f})
+		db, err := cold.Open(cold.Options{Dir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		cfg := Config{Partition: p, Partitions: parts, Families: fams, FanoutLimit: fanout}
+		pulled, err := cold.LoadPulled(db, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.stages = append(s.stages, &Stage{cfg: cfg, db: db, log: slog.New(slog.DiscardHandler), stats: NewStats(), fields: f, pulled: pulled})
 	}
 	return s
 }
@@ -75,7 +78,7 @@ func (s *sim) step(p int) bool {
 	st := s.stages[p]
 	c := newCoalescer(len(s.stages))
 	w := st.newWork(c, nil)
-	err := s.db.Badger().Update(func(txn *badger.Txn) error {
+	err := st.db.Badger().Update(func(txn *badger.Txn) error {
 		w.hop = m.hop
 		for i := range m.evs {
 			e := m.evs[i]
@@ -125,16 +128,15 @@ func (s *sim) unread(u uint64) pipeline.Unread {
 	get := func(r fieldRef) uint64 { return uint64(s.counters[simKey{r.family, u, r.field}]) }
 	w := pipeline.Unread{Comment: get(f.unComment), Mention: get(f.unMention), Like: get(f.unLike), DM: get(f.unDM), Feed: get(f.unFeed)}
 	p := pipeline.PartitionOf(pipeline.ID(u), len(s.stages))
-	err := s.db.Badger().View(func(txn *badger.Txn) error {
-		rs, err := cold.GetReader(txn, u)
+	err := s.stages[p].db.Badger().View(func(txn *badger.Txn) error {
+		rs, err := cold.GetReader(txn, p, u)
 		if err != nil {
 			return err
 		}
 		w.System = cold.CountNotices(txn, p, rs.System)
-		cold.Objects(txn, cold.Follow, u, func(author uint64, _ int64) bool {
+		cold.Objects(txn, p, cold.Follow, u, func(author uint64, _ int64) bool {
 			followed, _, _ := cold.GetFollowed(txn, p, author, u)
-			n, _ := cold.CountPosts(txn, author, max(rs.Feed, followed), false, 1<<20)
-			w.Feed += n
+			w.Feed += cold.CountPulled(txn, p, author, max(rs.Feed, followed), 1<<20)
 			return true
 		})
 		return nil
@@ -355,5 +357,44 @@ func TestUnreadAnyInterleaving(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestFanoutReadsOwnPartition: an author's followers, made in the followers' partitions,
+// are listed in the author's partition, whose post then decides push or pull from its own
+// state alone; a pulled post reaches every partition's readers.
+func TestFanoutReadsOwnPartition(t *testing.T) {
+	const parts = 3
+	s := newSim(t, parts, 1) // more than one follower: pulled
+	author := simUser(0, parts, 1)
+	f1, f2 := simUser(1, parts, 1), simUser(2, parts, 1)
+	s.publish(1, pipeline.Event{Type: "follow", UID: f1, Target: author})
+	s.drain()
+	s.publish(0, pipeline.Event{Type: "post", UID: author, Post: 1})
+	s.drain()
+	if got := s.stages[0].stats.Pulled.Load(); got != 0 {
+		t.Fatalf("a post to one follower was pulled (%d)", got)
+	}
+	s.publish(2, pipeline.Event{Type: "follow", UID: f2, Target: author})
+	s.drain()
+	items, _, err := cold.List(s.stages[0].db, 0, cold.Follow, false, uint64(author), 10, "")
+	if err != nil || len(items) != 2 {
+		t.Fatalf("the author's partition lists %v followers (%v), want both", items, err)
+	}
+	s.publish(1, pipeline.Event{Type: "post", UID: author, Post: 2}) // in another partition's part
+	s.drain()
+	if got := s.stages[0].stats.Pulled.Load(); got != 1 {
+		t.Fatalf("a post to two followers over the limit of one: %d pulled, want 1", got)
+	}
+	if got := s.unread(uint64(f2)).Feed; got != 1 {
+		t.Fatalf("feed unread of the second follower %d, want the pulled post", got)
+	}
+	if got := s.unread(uint64(f1)).Feed; got != 2 {
+		t.Fatalf("feed unread of the first follower %d, want the pushed and the pulled post", got)
+	}
+	s.publish(1, pipeline.Event{Type: "unfollow", UID: f1, Target: author})
+	s.drain()
+	if items, _, _ := cold.List(s.stages[0].db, 0, cold.Follow, false, uint64(author), 10, ""); len(items) != 1 || items[0].ID != uint64(f2) {
+		t.Fatalf("after an unfollow the author's partition lists %v, want the second follower", items)
 	}
 }
