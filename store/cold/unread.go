@@ -470,6 +470,9 @@ func LoadPulled(db *DB, p int) (*Pulled, error) {
 // Add records that author has pulled posts.
 func (p *Pulled) Add(author uint64) {
 	p.mu.Lock()
+	if p.m == nil {
+		p.m = map[uint64]struct{}{}
+	}
 	p.m[author] = struct{}{}
 	p.mu.Unlock()
 }
