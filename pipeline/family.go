@@ -55,6 +55,9 @@ func (fs Families) Validate() error {
 		if !validToken(f.Name) {
 			return fmt.Errorf("family name %q is not a valid subject token", f.Name)
 		}
+		if f.Name == "ev" { // <prefix>.part.ev.<p> is the event partitions' (Subjects.PartEvents)
+			return fmt.Errorf("family name %q is reserved", f.Name)
+		}
 		if seen[f.Name] {
 			return fmt.Errorf("family %q defined twice", f.Name)
 		}

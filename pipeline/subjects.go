@@ -65,6 +65,11 @@ func (s Subjects) Get(family string) string { return s.join("get", family) }
 // requests for the counters of ids in that partition (a GetRequest, a GetReply).
 func (s Subjects) Part(family string, p int) string { return s.join("part", family, strconv.Itoa(p)) }
 
+// PartEvents is where the process owning event partition p answers the relation queries
+// (and audit recounts) that read that partition's state, for other processes:
+// <prefix>.part.ev.<p>. No family may be named "ev", or its Part subjects would be these.
+func (s Subjects) PartEvents(p int) string { return s.join("part", "ev", strconv.Itoa(p)) }
+
 // Query subjects.
 func (s Subjects) Liked() string     { return s.join("liked") }
 func (s Subjects) LikesUser() string { return s.join("likes", "user") }
