@@ -18,8 +18,10 @@ import (
 )
 
 // An audit recounts counters from the relations they are made of and compares the two
-// at a consistent point. The relations live with the event stages, so only the process
-// owning them answers <prefix>.audit; the counters are read by a normal get.
+// at a consistent point. The relations live with the event partitions, each in its
+// owner's Badger, so sampling and recounting gather every partition's share (asked of
+// its owner, see events.go) and any process answers <prefix>.audit; the counters are
+// read by a normal get.
 //
 // A count in flight is not drift: a like committed by a stage reaches its counter a
 // moment later. So each attempt reads the relations (R1), waits until every event stage
@@ -120,17 +122,14 @@ func (s *Server) audit(r *request) (any, error) {
 }
 
 // Audit recounts and compares the posts and users of req (see the comment at the top of
-// this file) and, with req.Repair, corrects each drift with an incr event. It needs the
-// event stages in this process; without a deadline in ctx it takes auditTimeout. Every
-// audit is reported to Config.OnAudit.
+// this file) and, with req.Repair, corrects each drift with an incr event. Every event
+// partition must answer, here or in its owner (otherwise errUnavailable); without a
+// deadline in ctx it takes auditTimeout. Every audit is reported to Config.OnAudit.
 func (s *Server) Audit(ctx context.Context, req pipeline.AuditRequest) (*pipeline.AuditReply, error) {
 	if _, ok := ctx.Deadline(); !ok { // a request to another process needs one
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, auditTimeout)
 		defer cancel()
-	}
-	if s.events.Load() == nil {
-		return nil, fmt.Errorf("%w: the event stages are not in this process; ask %s", errUnavailable, s.cfg.Subjects.Audit())
 	}
 	if len(req.Posts) > pipeline.MaxQueryIDs || len(req.Users) > pipeline.MaxQueryIDs {
 		return nil, fmt.Errorf("%w: at most %d posts and %d users per audit", pipeline.ErrBadRequest, pipeline.MaxQueryIDs, pipeline.MaxQueryIDs)
@@ -141,7 +140,7 @@ func (s *Server) Audit(ctx context.Context, req pipeline.AuditRequest) (*pipelin
 	if len(req.Posts) == 0 && len(req.Users) == 0 && req.Sample == 0 {
 		return nil, fmt.Errorf("%w: give posts, users or a sample size", pipeline.ErrBadRequest)
 	}
-	posts, users, err := s.auditIDs(req)
+	posts, users, err := s.auditIDs(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -183,34 +182,37 @@ func (s *Server) Audit(ctx context.Context, req pipeline.AuditRequest) (*pipelin
 }
 
 // auditIDs returns the posts and users to audit: those asked, then the sampled ones not
-// asked already.
-func (s *Server) auditIDs(req pipeline.AuditRequest) (posts, users []pipeline.ID, err error) {
+// asked already. Every partition offers up to req.Sample ids of each kind (see sample);
+// of them all, req.Sample posts are picked at random, and req.Sample users: half of them
+// followed, the rest following.
+func (s *Server) auditIDs(ctx context.Context, req pipeline.AuditRequest) (posts, users []pipeline.ID, err error) {
 	posts, users = slices.Clone(req.Posts), slices.Clone(req.Users)
 	if req.Sample == 0 {
 		return posts, users, nil
 	}
-	add := func(to []pipeline.ID, ids []uint64) []pipeline.ID {
+	samples, err := s.gather(ctx, s.allParts(), evSample, func(int) *evRequest { return &evRequest{Limit: req.Sample} })
+	if err != nil {
+		return nil, nil, fmt.Errorf("cannot sample: %w", err)
+	}
+	var liked, followed, following []uint64
+	for _, r := range samples {
+		liked, followed, following = append(liked, r.Posts...), append(followed, r.Followed...), append(following, r.Following...)
+	}
+	// add adds up to n of ids, in random order, not in to already.
+	add := func(to []pipeline.ID, ids []uint64, n int) ([]pipeline.ID, int) {
+		rand.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+		added := 0
 		for _, id := range ids {
-			if !slices.Contains(to, pipeline.ID(id)) {
-				to = append(to, pipeline.ID(id))
+			if added < n && !slices.Contains(to, pipeline.ID(id)) {
+				to, added = append(to, pipeline.ID(id)), added+1
 			}
 		}
-		return to
+		return to, added
 	}
-	// Liked posts, and users on either side of a follow (followed, or following only).
-	liked, err := cold.SampleRelated(s.db, cold.Like, false, req.Sample, rand.Uint64)
-	if err != nil {
-		return nil, nil, fmt.Errorf("cannot sample posts: %w", err)
-	}
-	followed, err := cold.SampleRelated(s.db, cold.Follow, false, (req.Sample+1)/2, rand.Uint64)
-	if err != nil {
-		return nil, nil, fmt.Errorf("cannot sample users: %w", err)
-	}
-	following, err := cold.SampleRelated(s.db, cold.Follow, true, req.Sample-len(followed), rand.Uint64)
-	if err != nil {
-		return nil, nil, fmt.Errorf("cannot sample users: %w", err)
-	}
-	return add(posts, liked), add(add(users, followed), following), nil
+	posts, _ = add(posts, liked, req.Sample)
+	users, n := add(users, followed, (req.Sample+1)/2)
+	users, _ = add(users, following, req.Sample-n)
+	return posts, users, nil
 }
 
 func (s *Server) auditedFamily(family string, fields []string, ids []pipeline.ID) (*audited, error) {
@@ -261,7 +263,7 @@ func (s *Server) compare(ctx context.Context, groups []*audited, reply *pipeline
 			}
 			subs[k] = &c
 		}
-		r1, err := s.recount(subs)
+		r1, err := s.recount(ctx, subs)
 		if err != nil {
 			return err
 		}
@@ -284,7 +286,7 @@ func (s *Server) compare(ctx context.Context, groups []*audited, reply *pipeline
 			} else if err != nil {
 				return err
 			}
-			r2, err := s.recount([]*audited{g})
+			r2, err := s.recount(ctx, []*audited{g})
 			if err != nil {
 				return err
 			}
@@ -334,8 +336,10 @@ func (s *Server) compare(ctx context.Context, groups []*audited, reply *pipeline
 	return nil
 }
 
-// recount reads the relations of every group's ids in one read transaction.
-func (s *Server) recount(groups []*audited) ([][][]uint64, error) {
+// recount reads the relations of every group's ids, gathering every event partition's
+// share: each counts in one read transaction, the partitions not at the same instant,
+// which the attempts of compare allow for.
+func (s *Server) recount(ctx context.Context, groups []*audited) ([][][]uint64, error) {
 	var posts, users []uint64
 	for _, g := range groups {
 		for _, id := range g.ids {
@@ -346,9 +350,25 @@ func (s *Server) recount(groups []*audited) ([][][]uint64, error) {
 			}
 		}
 	}
-	rc, err := cold.CountRelations(s.db, posts, users)
+	shares, err := s.gather(ctx, s.allParts(), evRecount, func(int) *evRequest { return &evRequest{IDs: posts, Users: users} })
 	if err != nil {
 		return nil, fmt.Errorf("cannot recount the relations: %w", err)
+	}
+	rc := cold.Recount{Likes: make([]uint64, len(posts)), Comments: make([]uint64, len(posts)),
+		Followers: make([]uint64, len(users)), Following: make([]uint64, len(users))}
+	for p, sh := range shares {
+		r := sh.Recount
+		if r == nil || len(r.Likes) != len(posts) || len(r.Comments) != len(posts) || len(r.Followers) != len(users) || len(r.Following) != len(users) {
+			return nil, fmt.Errorf("cannot recount the relations: event partition %d answered another number of ids", p)
+		}
+		for i := range posts {
+			rc.Likes[i] += r.Likes[i]
+			rc.Comments[i] += r.Comments[i]
+		}
+		for i := range users {
+			rc.Followers[i] += r.Followers[i]
+			rc.Following[i] += r.Following[i]
+		}
 	}
 	out := make([][][]uint64, len(groups))
 	for k, g := range groups {

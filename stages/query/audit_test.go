@@ -38,10 +38,10 @@ func (p *scriptedPart) Get(_ context.Context, ids []uint64, out [][]uint64) erro
 func (p *scriptedPart) Ready() bool                                 { return true }
 func (p *scriptedPart) Behind(context.Context) (flow.Behind, error) { return flow.Behind{}, nil }
 
-// stage is an event stage as health sees it, lagging by msgs.
-type stage struct{ msgs uint64 }
+// lagging is lagging by msgs.
+type lagging struct{ msgs uint64 }
 
-func (s stage) Behind(context.Context) (flow.Behind, error) { return flow.Behind{Msgs: s.msgs}, nil }
+func (l lagging) Behind(context.Context) (flow.Behind, error) { return flow.Behind{Msgs: l.msgs}, nil }
 
 // auditServer serves one partition (so every id is in it) of post counted by part, with
 // post 7 liked by 3 users in its relations and one event stage lagging by lag, which
@@ -51,7 +51,7 @@ func auditServer(t *testing.T, part query.Partition, lag uint64, pending bool) *
 	db := openDB(t)
 	err := db.Badger().Update(func(txn *badger.Txn) error {
 		for uid := range uint64(3) {
-			if _, err := cold.Relate(txn, cold.Like, cold.Rel{A: uid + 1, B: 7}, 1); err != nil {
+			if _, err := cold.Relate(txn, 0, cold.Like, cold.Rel{A: uid + 1, B: 7}, 1); err != nil {
 				return err
 			}
 		}
@@ -69,13 +69,7 @@ func auditServer(t *testing.T, part query.Partition, lag uint64, pending bool) *
 	owners := map[string][]query.Partition{"post": {part}}
 	srv := query.New(query.Config{Subjects: pipeline.NewSubjects(""), Families: families, Partitions: 1},
 		natstest.Connect(t, natstest.Start(t)), db, owners, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	pulled, err := cold.LoadPulled(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.SetEvents(map[string]query.Lagger{"event.0": stage{lag}}, pulled); err != nil {
-		t.Fatal(err)
-	}
+	srv.SetStage(0, &fakeStage{lag: lagging{lag}})
 	return srv
 }
 
@@ -121,7 +115,7 @@ func TestAuditRemotePartition(t *testing.T) {
 	s := natstest.Start(t)
 	const n = 2
 	events := startNode(t, s, openDB(t), n, 5*time.Second, 0)
-	startNode(t, s, nil, n, 5*time.Second, 1)
+	startNode(t, s, openDB(t), n, 5*time.Second, 1)
 	var id pipeline.ID = 1
 	for pipeline.PartitionOf(id, n) != 1 {
 		id++

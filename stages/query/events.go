@@ -1,35 +1,82 @@
 package query
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"strconv"
+	"sync"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/store/cold"
 )
 
-// events is what the queries that read relations need: the event stages own the
-// relations, and only the process that owns them has them all.
-type events struct {
-	stages map[string]Lagger
-	pulled *cold.Pulled
+// Each event partition p is owned, stage and counters together, by one process, and its
+// relation and unread state is only in that process's Badger. Every process serves every
+// relation query: it reads a partition registered here (SetStage) from its own Badger
+// and asks the owner of any other on <prefix>.part.ev.<p> (Subjects.PartEvents), with
+// the query's kind in the queryHeader header and an evRequest body; the owner answers
+// an evReply. One function per kind (evLocal) answers both, so a query reads the same
+// whichever process receives it.
+
+// Stage is an event partition's stage as the queries see it: its lag (health, audit
+// settling) and the authors whose posts its readers pull (unread).
+type Stage interface {
+	Lagger
+	Pulled() *cold.Pulled
 }
 
-// SetEvents tells the server that this process now owns the event stages: it starts
-// answering the queries that read relations (liked, the lists, unread) and reports the
-// stages' lag in health. Until then those queries are left to the process that owns them.
-func (s *Server) SetEvents(stages map[string]Lagger, pulled *cold.Pulled) error {
+// SetStage registers st as event partition p's stage in this process, or removes it when
+// st is nil (an untyped nil). Like SetOwner, it is safe while queries run, and a
+// registered partition is served to other processes on <prefix>.part.ev.<p> while the
+// server is started (a removed one's subscription is drained; requests still queued are
+// answered unavailable). It panics when p is out of range, as an index out of range would.
+func (s *Server) SetStage(p int, st Stage) {
+	if p < 0 || p >= s.cfg.Partitions {
+		panic(fmt.Sprintf("query.SetStage: partition %d out of range 0..%d", p, s.cfg.Partitions-1))
+	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.events.Load() != nil {
-		return fmt.Errorf("the event stages are already served here")
+	reg := slices.Clone(*s.stages.Load())
+	reg[p] = st
+	s.stages.Store(&reg)
+	subscribed := false
+	if s.started {
+		sub, ok := s.evSubs[p]
+		switch {
+		case st != nil && !ok:
+			if err := s.subscribeEvents(p); err != nil {
+				s.log.Error("cannot serve an event partition to other processes", "partition", p, "err", err)
+			} else {
+				subscribed = true
+			}
+		case st == nil && ok:
+			_ = sub.Drain()
+			delete(s.evSubs, p)
+		}
 	}
-	s.events.Store(&events{stages: stages, pulled: pulled})
-	if !s.started {
-		return nil
+	s.mu.Unlock()
+	if subscribed { // as in SetOwner: requests from now on reach the subscription
+		if err := s.nc.FlushTimeout(s.cfg.Timeout); err != nil {
+			s.log.Warn("cannot flush an event partition subscription", "partition", p, "err", err)
+		}
 	}
-	if err := s.subscribe(s.relationHandlers()); err != nil {
-		return err
+}
+
+// stage returns event partition p's stage when it is registered here, else nil.
+func (s *Server) stage(p int) Stage { return (*s.stages.Load())[p] }
+
+// subscribeEvents serves a registered event partition to other processes; s.mu is held.
+func (s *Server) subscribeEvents(p int) error {
+	subj := s.cfg.Subjects.PartEvents(p)
+	sub, err := s.nc.QueueSubscribe(subj, PartQueueGroup, s.handle("part.ev", s.partEvents(p)))
+	if err != nil {
+		return fmt.Errorf("cannot subscribe %s: %w", subj, err)
 	}
-	return s.nc.Flush()
+	s.evSubs[p] = sub
+	return nil
 }
 
 func (s *Server) relationHandlers() map[string]func(*request) (any, error) {
@@ -52,9 +99,208 @@ func (s *Server) subscribe(handlers map[string]func(*request) (any, error)) erro
 	return s.addEndpoints(handlers)
 }
 
-func (s *Server) eventStages() map[string]Lagger {
-	if e := s.events.Load(); e != nil {
-		return e.stages
+// queryHeader names the kind of a query forwarded to an event partition's owner.
+const queryHeader = "Tally-Query"
+
+// The kinds of forwarded queries.
+const (
+	evLiked   = "liked"   // ID liked each of IDs? (ID in p)
+	evList    = "list"    // a page of ID's relations of Kind (ID in p, but for likes of a post)
+	evUnread  = "unread"  // what the counters of IDs do not hold: pulled posts, notices (IDs in p)
+	evRecount = "recount" // p's share of the relations of posts IDs and users Users
+	evSample  = "sample"  // up to Limit ids of each kind with relations in p, for an audit
+	evSettle  = "settle"  // has p's stage published what it had committed (see settle.go)?
+)
+
+// evRequest is a query of one event partition; each kind reads the fields it names.
+type evRequest struct {
+	ID        uint64   `json:"id,omitempty"`
+	IDs       []uint64 `json:"ids,omitempty"`
+	Users     []uint64 `json:"users,omitempty"`
+	Kind      byte     `json:"kind,omitempty"`
+	BySubject bool     `json:"by_subject,omitempty"`
+	Limit     int      `json:"limit,omitempty"`
+	Before    string   `json:"before,omitempty"`
+	// Last is, for a settle, the outbox entry to wait for, once HasLast (the first
+	// settle of an audit asks the owner which one it is).
+	Last    uint64 `json:"last,omitempty"`
+	HasLast bool   `json:"has_last,omitempty"`
+}
+
+// evItem is one entry of a relation page, with its cursor, by which the pages of several
+// partitions merge.
+type evItem struct {
+	ID     uint64 `json:"id"`
+	TS     int64  `json:"ts"`
+	Cursor string `json:"c"`
+}
+
+// evReply answers an evRequest; Error and Code are those of an errorReply.
+type evReply struct {
+	Liked []bool   `json:"liked,omitempty"`
+	Items []evItem `json:"items,omitempty"`
+	Next  string   `json:"next,omitempty"`
+	// System and Feed are, per uid of an unread, the notices and pulled posts the
+	// counters do not hold.
+	System  []uint64      `json:"system,omitempty"`
+	Feed    []uint64      `json:"feed,omitempty"`
+	Recount *cold.Recount `json:"recount,omitempty"`
+	// A sample: liked posts, followed users, users following.
+	Posts     []uint64 `json:"posts,omitempty"`
+	Followed  []uint64 `json:"followed,omitempty"`
+	Following []uint64 `json:"following,omitempty"`
+	Last      uint64   `json:"last,omitempty"`
+	Done      bool     `json:"done,omitempty"`
+	Error     string   `json:"error,omitempty"`
+	Code      string   `json:"code,omitempty"`
+}
+
+// ev answers a query of event partition p: from this process's Badger when p is
+// registered here, else from its owner over NATS. A partition owned by no process, or
+// whose owner does not answer before ctx ends, is errUnavailable; an error of the owner
+// keeps its code (and its text, so that a query fails alike whichever process got it).
+func (s *Server) ev(ctx context.Context, p int, kind string, req *evRequest) (*evReply, error) {
+	if st := s.stage(p); st != nil {
+		return s.evLocal(ctx, p, st, kind, req)
+	}
+	data, err := pipeline.Marshal(req, false)
+	if err != nil {
+		return nil, err
+	}
+	msg := nats.NewMsg(s.cfg.Subjects.PartEvents(p))
+	msg.Header.Set(queryHeader, kind)
+	msg.Data = data
+	m, err := s.nc.RequestMsgWithContext(ctx, msg)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return nil, fmt.Errorf("%w: event partition %d is owned by no process (hand-over?)", errUnavailable, p)
+	case err != nil:
+		return nil, fmt.Errorf("%w: event partition %d did not answer: %w", errUnavailable, p, err)
+	}
+	var reply evReply
+	if err := pipeline.Unmarshal(m.Data, false, &reply); err != nil {
+		return nil, fmt.Errorf("event partition %d: cannot decode its reply: %w", p, err)
+	}
+	if reply.Error != "" {
+		return nil, &remoteError{sentinel: pipeline.CodeError(reply.Code), msg: reply.Error}
+	}
+	return &reply, nil
+}
+
+// remoteError is an error answered by another process: its text as it was, and the
+// sentinel error of its code (nil for an internal error), for errors.Is and the reply's
+// code.
+type remoteError struct {
+	sentinel error
+	msg      string
+}
+
+func (e *remoteError) Error() string { return e.msg }
+func (e *remoteError) Unwrap() error { return e.sentinel }
+
+// gather asks every event partition in ps in parallel; it returns the replies in the
+// order of ps, or the first error in that order.
+func (s *Server) gather(ctx context.Context, ps []int, kind string, req func(p int) *evRequest) ([]*evReply, error) {
+	replies := make([]*evReply, len(ps))
+	errs := make([]error, len(ps))
+	var wg sync.WaitGroup
+	for i, p := range ps {
+		wg.Go(func() { replies[i], errs[i] = s.ev(ctx, p, kind, req(p)) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return replies, nil
+}
+
+// allParts is 0..Partitions-1.
+func (s *Server) allParts() []int {
+	ps := make([]int, s.cfg.Partitions)
+	for p := range ps {
+		ps[p] = p
+	}
+	return ps
+}
+
+// partEvents answers <prefix>.part.ev.<p> from the stage registered here, for another
+// process: a query of the kind in queryHeader, or its health (lagHeader).
+func (s *Server) partEvents(p int) func(*request) (any, error) {
+	return func(r *request) (any, error) {
+		st := s.stage(p)
+		if asked := r.msg.Header.Get(lagHeader); asked != "" {
+			return s.stageHealth(r.ctx, p, st, asked)
+		}
+		if st == nil { // removed while this request was queued
+			return nil, fmt.Errorf("%w: event partition %d is no longer in this process", errUnavailable, p)
+		}
+		var req evRequest
+		if err := r.decode(&req); err != nil {
+			return nil, err
+		}
+		return s.evLocal(r.ctx, p, st, r.msg.Header.Get(queryHeader), &req)
+	}
+}
+
+// inPart refuses ids of another partition than p: state of theirs is not in p.
+func (s *Server) inPart(p int, ids ...uint64) error {
+	for _, id := range ids {
+		if q := pipeline.PartitionOf(pipeline.ID(id), s.cfg.Partitions); q != p {
+			return fmt.Errorf("%w: id %d is in partition %d of %d, not %d", pipeline.ErrBadRequest, id, q, s.cfg.Partitions, p)
+		}
 	}
 	return nil
 }
+
+// evLocal answers a query of event partition p, registered here with stage st, from
+// this process's Badger.
+func (s *Server) evLocal(ctx context.Context, p int, st Stage, kind string, req *evRequest) (*evReply, error) {
+	switch kind {
+	case evLiked:
+		if err := s.inPart(p, req.ID); err != nil {
+			return nil, err
+		}
+		liked, err := cold.Related(s.db, p, cold.Like, req.ID, req.IDs)
+		return &evReply{Liked: liked}, err
+	case evList:
+		k := cold.Kind(req.Kind)
+		if req.BySubject || k == cold.Follow { // likes of a post are in every partition
+			if err := s.inPart(p, req.ID); err != nil {
+				return nil, err
+			}
+		}
+		if req.Limit < 1 || req.Limit > pipeline.MaxPage {
+			return nil, fmt.Errorf("%w: limit %d out of range 1..%d", pipeline.ErrBadRequest, req.Limit, pipeline.MaxPage)
+		}
+		items, next, err := cold.List(s.db, p, k, req.BySubject, req.ID, req.Limit, req.Before)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", pipeline.ErrBadRequest, err)
+		}
+		reply := &evReply{Items: make([]evItem, len(items)), Next: next}
+		for i, it := range items {
+			reply.Items[i] = evItem{ID: it.ID, TS: it.TS, Cursor: it.Cursor()}
+		}
+		return reply, nil
+	case evUnread:
+		if err := s.inPart(p, req.IDs...); err != nil {
+			return nil, err
+		}
+		return s.pulledOf(p, st.Pulled(), req.IDs)
+	case evRecount:
+		rc, err := cold.CountRelations(s.db, []int{p}, req.IDs, req.Users)
+		if err != nil {
+			return nil, fmt.Errorf("cannot recount the relations of partition %d: %w", p, err)
+		}
+		return &evReply{Recount: &rc}, nil
+	case evSample:
+		return s.sample(p, req.Limit)
+	case evSettle:
+		return s.stageSettled(ctx, p, st, req)
+	}
+	return nil, fmt.Errorf("%w: unknown query %q of an event partition", pipeline.ErrBadRequest, kind)
+}
+
+// stageName is an event stage's name in health and metrics.
+func stageName(p int) string { return "event." + strconv.Itoa(p) }

@@ -95,14 +95,10 @@ func (l PartLag) Ready(max MaxLag) bool {
 // lookup. A failed lookup is reported in its PartLag; the others are still made.
 func (s *Server) Lags(ctx context.Context) []PartLag {
 	var out []PartLag
-	stages := s.eventStages()
-	for _, name := range slices.Sorted(maps.Keys(stages)) {
-		p, err := strconv.Atoi(strings.TrimPrefix(name, "event."))
-		if err != nil {
-			p = -1
+	for p, st := range *s.stages.Load() {
+		if st != nil {
+			out = append(out, stageLag(ctx, p, st))
 		}
-		b, err := stages[name].Behind(ctx)
-		out = append(out, PartLag{Name: name, Stage: "event", Partition: p, Loaded: true, Behind: b, Err: err})
 	}
 	owners := *s.owners.Load()
 	for _, fam := range s.cfg.Families {
@@ -113,6 +109,11 @@ func (s *Server) Lags(ctx context.Context) []PartLag {
 		}
 	}
 	return out
+}
+
+func stageLag(ctx context.Context, p int, st Stage) PartLag {
+	b, err := st.Behind(ctx)
+	return PartLag{Name: stageName(p), Stage: "event", Partition: p, Loaded: true, Behind: b, Err: err}
 }
 
 func (s *Server) counterLag(ctx context.Context, family string, p int, o Partition) PartLag {
@@ -169,15 +170,15 @@ func add(h *pipeline.HealthReply, l PartLag, max MaxLag) {
 	}
 }
 
-// lagHeader on a request to a partition's subject asks for its health instead of counts;
+// lagHeader on a request to a partition's subject (a counter partition's or an event
+// partition's) asks for its health instead of counts or a query;
 // its value is the asker's MaxLag, so that every partition is judged by one rule.
 const lagHeader = "Tally-Health"
 
 // health answers for the whole prefix: this process's event stages and counter
-// partitions, and every other counter partition asked of its owner, all judged by this
-// process's MaxLag; a partition that no process owns (in hand-over) is lagging and not
-// ready. Only the owner of the event stages answers health, since only it can tell
-// their lag.
+// partitions, and every other event stage and counter partition asked of its owner, all
+// judged by this process's MaxLag; a partition that no process owns (in hand-over) is
+// lagging and not ready. Any process answers it.
 func (s *Server) health(r *request) (any, error) {
 	h, err := s.Health(r.ctx)
 	if err != nil {
@@ -190,25 +191,32 @@ func (s *Server) health(r *request) (any, error) {
 	}
 	var asks []*remote
 	var wg sync.WaitGroup
+	ask := func(name, subject string) {
+		a := &remote{name: name}
+		asks = append(asks, a)
+		wg.Go(func() {
+			msg := nats.NewMsg(subject)
+			msg.Header.Set(lagHeader, s.cfg.MaxLag.String())
+			m, err := s.nc.RequestMsgWithContext(r.ctx, msg)
+			if err == nil {
+				err = pipeline.Unmarshal(m.Data, false, &a.reply)
+			}
+			if err == nil && a.reply.Error != "" {
+				err = errors.New(a.reply.Error)
+			}
+			a.err = err
+		})
+	}
+	for p, st := range *s.stages.Load() {
+		if st == nil {
+			ask(stageName(p), s.cfg.Subjects.PartEvents(p))
+		}
+	}
 	for fam, ps := range *s.owners.Load() {
 		for p, o := range ps {
-			if o != nil {
-				continue
+			if o == nil {
+				ask(counterName(fam, p), s.cfg.Subjects.Part(fam, p))
 			}
-			a := &remote{name: counterName(fam, p)}
-			asks = append(asks, a)
-			wg.Go(func() {
-				msg := nats.NewMsg(s.cfg.Subjects.Part(fam, p))
-				msg.Header.Set(lagHeader, s.cfg.MaxLag.String())
-				m, err := s.nc.RequestMsgWithContext(r.ctx, msg)
-				if err == nil {
-					err = pipeline.Unmarshal(m.Data, false, &a.reply)
-				}
-				if err == nil && a.reply.Error != "" {
-					err = errors.New(a.reply.Error)
-				}
-				a.err = err
-			})
 		}
 	}
 	wg.Wait()
@@ -251,4 +259,17 @@ func (s *Server) partHealth(ctx context.Context, key partKey, asked string) (*pi
 		max = s.cfg.MaxLag
 	}
 	return s.healthOf([]PartLag{s.counterLag(ctx, key.family, key.p, o)}, max)
+}
+
+// stageHealth is the health of event partition p's stage, for another process's health,
+// judged by the asker's MaxLag (this process's when the header does not parse).
+func (s *Server) stageHealth(ctx context.Context, p int, st Stage, asked string) (*pipeline.HealthReply, error) {
+	if st == nil {
+		return nil, fmt.Errorf("%w: event partition %d is no longer in this process", errUnavailable, p)
+	}
+	max, err := ParseMaxLag(asked)
+	if err != nil {
+		max = s.cfg.MaxLag
+	}
+	return s.healthOf([]PartLag{stageLag(ctx, p, st)}, max)
 }

@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/dgraph-io/badger/v4"
 	"github.com/nats-io/nats.go"
 
 	"github.com/tally-dev/tally/pipeline"
@@ -55,7 +53,10 @@ type Config struct {
 
 // Server answers queries. It keeps a registry of the counter partitions this process
 // owns (family → partition number → Partition, nil when not here): ids of those are
-// answered in-process, ids of the others are asked of their owner over NATS.
+// answered in-process, ids of the others are asked of their owner over NATS. It keeps a
+// registry of the event partitions owned here too (SetStage), whose relations it reads
+// from its own Badger for the relation queries, which it asks of the owner for the
+// others (see events.go): every process answers every query.
 type Server struct {
 	cfg    Config
 	nc     *nats.Conn
@@ -66,17 +67,18 @@ type Server struct {
 	// configured family, replaced whole by SetOwner, so queries read it without a lock.
 	owners atomic.Pointer[map[string][]Partition]
 
-	// events are the event stages, when this process owns them: only then does it
-	// answer the queries that read relations (see SetEvents).
-	events atomic.Pointer[events]
+	// stages is the registry of the event partitions owned here: cfg.Partitions entries,
+	// nil where not here, replaced whole by SetStage (see events.go).
+	stages atomic.Pointer[[]Stage]
 
 	auditing auditState // repairs, one at a time (see audit.go)
 
-	mu       sync.Mutex // serialises SetOwner, SetEvents, Start and Stop
+	mu       sync.Mutex // serialises SetOwner, SetStage, Start and Stop
 	started  bool
 	subs     []*nats.Subscription
 	svcs     services                       // the query service's instances (see micro.go)
 	partSubs map[partKey]*nats.Subscription // <prefix>.part.<family>.<p> of each registered partition
+	evSubs   map[int]*nats.Subscription     // <prefix>.part.ev.<p> of each registered stage
 }
 
 type partKey struct {
@@ -94,7 +96,10 @@ func New(cfg Config, nc *nats.Conn, db *cold.DB, owners map[string][]Partition, 
 		cfg.Workers = 4
 	}
 	un, _ := cfg.Families.Lookup(pipeline.FamilyUnread)
-	s := &Server{cfg: cfg, nc: nc, db: db, log: log.With("stage", "query"), unread: un, partSubs: map[partKey]*nats.Subscription{}}
+	s := &Server{cfg: cfg, nc: nc, db: db, log: log.With("stage", "query"), unread: un,
+		partSubs: map[partKey]*nats.Subscription{}, evSubs: map[int]*nats.Subscription{}}
+	stages := make([]Stage, cfg.Partitions)
+	s.stages.Store(&stages)
 	reg := make(map[string][]Partition, len(cfg.Families))
 	for _, f := range cfg.Families {
 		reg[f.Name] = make([]Partition, cfg.Partitions)
@@ -181,8 +186,8 @@ const QueueGroup = "tally-query"
 // processes owning a partition (one, or two for a moment during a hand-over) share them.
 const PartQueueGroup = "tally-part"
 
-// Start subscribes every query subject, and the part subject of every partition
-// registered here.
+// Start subscribes every query subject, and the part subject of every partition and
+// event partition registered here.
 func (s *Server) Start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -196,12 +201,8 @@ func (s *Server) Start() error {
 
 func (s *Server) start() error {
 	sj := s.cfg.Subjects
-	handlers := map[string]func(*request) (any, error){
-		sj.Prefix + ".get.*": s.get,
-	}
-	if s.events.Load() != nil {
-		maps.Copy(handlers, s.relationHandlers())
-	}
+	handlers := s.relationHandlers()
+	handlers[sj.Prefix+".get.*"] = s.get
 	if err := s.startServices(); err != nil {
 		return err
 	}
@@ -214,6 +215,13 @@ func (s *Server) start() error {
 				if err := s.subscribePart(partKey{fam, p}); err != nil {
 					return err
 				}
+			}
+		}
+	}
+	for p, st := range *s.stages.Load() {
+		if st != nil {
+			if err := s.subscribeEvents(p); err != nil {
+				return err
 			}
 		}
 	}
@@ -236,6 +244,10 @@ func (s *Server) stop() {
 	for k, sub := range s.partSubs {
 		_ = sub.Drain()
 		delete(s.partSubs, k)
+	}
+	for p, sub := range s.evSubs {
+		_ = sub.Drain()
+		delete(s.evSubs, p)
 	}
 	s.started = false
 }
@@ -472,136 +484,4 @@ func (s *Server) remote(ctx context.Context, family string, fields []string, p i
 		copy(out[i], c)
 	}
 	return nil
-}
-
-func (s *Server) liked(r *request) (any, error) {
-	var req pipeline.LikedRequest
-	if err := r.decode(&req); err != nil {
-		return nil, err
-	}
-	if req.UID == 0 {
-		return nil, fmt.Errorf("%w: uid is missing", pipeline.ErrBadRequest)
-	}
-	if len(req.Posts) == 0 || len(req.Posts) > pipeline.MaxQueryIDs {
-		return nil, fmt.Errorf("%w: posts must hold 1 to %d ids, not %d", pipeline.ErrBadRequest, pipeline.MaxQueryIDs, len(req.Posts))
-	}
-	posts := make([]uint64, len(req.Posts))
-	for i, p := range req.Posts {
-		posts[i] = uint64(p)
-	}
-	liked, err := cold.Related(s.db, cold.Like, uint64(req.UID), posts)
-	if err != nil {
-		return nil, err
-	}
-	return pipeline.LikedReply{Liked: liked}, nil
-}
-
-// quotedID matches a JSON request that gave its uid or post as a string.
-var quotedID = regexp.MustCompile(`"(uid|post)"\s*:\s*"`)
-
-// list answers a newest-first page of one kind of relation, keyed by uid or post.
-func (s *Server) list(k cold.Kind, bySubject bool, keyName string) func(*request) (any, error) {
-	return func(r *request) (any, error) {
-		var req pipeline.ListRequest
-		if err := r.decode(&req); err != nil {
-			return nil, err
-		}
-		id := req.UID
-		if keyName == "post" {
-			id = req.Post
-		}
-		if id == 0 {
-			return nil, fmt.Errorf("%w: %s is missing", pipeline.ErrBadRequest, keyName)
-		}
-		if req.Limit == 0 {
-			req.Limit = 20
-		}
-		if req.Limit < 0 || req.Limit > pipeline.MaxPage {
-			return nil, fmt.Errorf("%w: limit %d out of range 1..%d", pipeline.ErrBadRequest, req.Limit, pipeline.MaxPage)
-		}
-		items, next, err := cold.List(s.db, k, bySubject, uint64(id), req.Limit, req.Before)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", pipeline.ErrBadRequest, err)
-		}
-		asString := r.asJSON && quotedID.Match(r.msg.Data)
-		reply := pipeline.ListReply{IDs: make([]any, len(items)), TS: make([]int64, len(items)), Next: next}
-		for i, it := range items {
-			reply.IDs[i] = it.ID
-			if asString {
-				reply.IDs[i] = pipeline.ID(it.ID).String()
-			}
-			reply.TS[i] = it.TS
-		}
-		return reply, nil
-	}
-}
-
-func (s *Server) unreadCounts(r *request) (any, error) {
-	var req pipeline.UnreadRequest
-	if err := r.decode(&req); err != nil {
-		return nil, err
-	}
-	uids := req.UIDs
-	single := req.UID != 0
-	if single {
-		if len(uids) > 0 {
-			return nil, fmt.Errorf("%w: give uid or uids, not both", pipeline.ErrBadRequest)
-		}
-		uids = []pipeline.ID{req.UID}
-	}
-	counts, unavailable, err := s.counts(r.ctx, s.unread, uids)
-	if err != nil {
-		return nil, err
-	}
-	if len(unavailable) > 0 { // never partial unread numbers
-		return nil, fmt.Errorf("%w: %d of %d uids are unavailable: their partition is being handed over between processes (or its owner does not answer); retry shortly", errUnavailable, len(unavailable), len(uids))
-	}
-	idx := func(name string) int { i, _ := s.unread.Field(name); return i }
-	ic, im, il, id, ifeed := idx("comment"), idx("mention"), idx("like"), idx("dm"), idx("feed")
-	users := make([]pipeline.Unread, len(counts))
-	err = s.db.Badger().View(func(txn *badger.Txn) error {
-		for i, c := range counts {
-			sys, feed, err := s.pulled(txn, uint64(uids[i]))
-			if err != nil {
-				return err
-			}
-			users[i] = pipeline.Unread{Comment: c[ic], Mention: c[im], Like: c[il], DM: c[id], System: sys, Feed: c[ifeed] + feed}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	if single {
-		return pipeline.UnreadReply{Unread: users[0]}, nil
-	}
-	return pipeline.UnreadReply{Users: users}, nil
-}
-
-// maxPulled bounds the pulled posts counted per followee ("a lot" needs no exact figure).
-const maxPulled = 10_000
-
-// pulled computes what a reader's counters do not hold: system notices placed after
-// their last read of system, and posts of followees with too many followers to push to,
-// placed after both the last feed read and the follow (places in the events stream).
-func (s *Server) pulled(txn *badger.Txn, uid uint64) (system, feed uint64, err error) {
-	rs, err := cold.GetReader(txn, uid)
-	if err != nil {
-		return 0, 0, err
-	}
-	p := pipeline.PartitionOf(pipeline.ID(uid), s.cfg.Partitions)
-	system = cold.CountNotices(txn, p, rs.System)
-	cold.Objects(txn, cold.Follow, uid, func(author uint64, _ int64) bool {
-		if !s.events.Load().pulled.Has(author) {
-			return true
-		}
-		var followed, k uint64
-		if followed, _, err = cold.GetFollowed(txn, p, author, uid); err != nil {
-			return false
-		}
-		k, err = cold.CountPosts(txn, author, max(rs.Feed, followed), false, maxPulled)
-		feed += k
-		return err == nil
-	})
-	return system, feed, err
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -52,14 +53,37 @@ func (m *memPart) Get(ctx context.Context, ids []uint64, out [][]uint64) error {
 func (m *memPart) Ready() bool                                 { return true }
 func (m *memPart) Behind(context.Context) (flow.Behind, error) { return flow.Behind{}, nil }
 
+// fakeStage is an event stage as the queries see it: lagging by lag (nil: caught up),
+// with the pulled authors its partition recorded.
+type fakeStage struct {
+	lag    query.Lagger
+	pulled *cold.Pulled
+}
+
+func (f *fakeStage) Behind(ctx context.Context) (flow.Behind, error) {
+	if f.lag == nil {
+		return flow.Behind{}, nil
+	}
+	return f.lag.Behind(ctx)
+}
+func (f *fakeStage) Pulled() *cold.Pulled { return f.pulled }
+
 var families = pipeline.Families(pipeline.DefaultFamilies())
 
 // node is one query.Server on its own NATS connection, as in one tallyd process.
 type node struct {
 	*query.Server
-	nc    *nats.Conn
-	parts map[string][]query.Partition // every partition this node may own, registered or not
-	gets  atomic.Int64                 // get requests it answered
+	nc      *nats.Conn
+	parts   map[string][]query.Partition // every partition this node may own, registered or not
+	stages  []query.Stage                // every event partition it may own, when it has a db
+	gets    atomic.Int64                 // get requests it answered
+	queries sync.Map                     // query kind → *atomic.Int64 of requests it answered
+}
+
+// answered is how many requests of kind (liked, likes.post, …) nd has answered.
+func (nd *node) answered(kind string) int64 {
+	n, _ := nd.queries.LoadOrStore(kind, new(atomic.Int64))
+	return n.(*atomic.Int64).Load()
 }
 
 // openDB opens an empty Badger database for t (read by unread: no notices, no follows).
@@ -74,7 +98,7 @@ func openDB(t testing.TB) *cold.DB {
 }
 
 // startNode starts a server owning the partitions in own (of every family) out of n, and
-// the event stages (relations, unread) when db is set.
+// their event stages (relations, unread, read from db) when db is set.
 func startNode(t testing.TB, s *server.Server, db *cold.DB, n int, timeout time.Duration, own ...int) *node {
 	t.Helper()
 	nd := &node{nc: natstest.Connect(t, s), parts: map[string][]query.Partition{}}
@@ -94,15 +118,20 @@ func startNode(t testing.TB, s *server.Server, db *cold.DB, n int, timeout time.
 			if kind == "get" {
 				nd.gets.Add(1)
 			}
+			n, _ := nd.queries.LoadOrStore(kind, new(atomic.Int64))
+			n.(*atomic.Int64).Add(1)
 		}}
 	nd.Server = query.New(cfg, nd.nc, db, owners, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if db != nil { // this process owns the event stages too: it answers unread
-		pulled, err := cold.LoadPulled(db)
-		if err != nil {
-			t.Fatal(err)
+	if db != nil { // the event stages of its partitions too
+		for p := range n {
+			pulled, err := cold.LoadPulled(db, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			nd.stages = append(nd.stages, &fakeStage{pulled: pulled})
 		}
-		if err := nd.SetEvents(nil, pulled); err != nil {
-			t.Fatal(err)
+		for _, p := range own {
+			nd.SetStage(p, nd.stages[p])
 		}
 	}
 	if err := nd.Start(); err != nil {
@@ -112,8 +141,19 @@ func startNode(t testing.TB, s *server.Server, db *cold.DB, n int, timeout time.
 	return nd
 }
 
-// setOwned registers (own) or removes the partitions ps of every family.
+// setOwned registers (own) or removes the partitions ps of every family, and their event
+// stages when nd has them.
 func (nd *node) setOwned(own bool, ps ...int) {
+	for _, p := range ps {
+		if nd.stages == nil {
+			break
+		}
+		if own {
+			nd.SetStage(p, nd.stages[p])
+		} else {
+			nd.SetStage(p, nil)
+		}
+	}
 	for _, f := range families {
 		for _, p := range ps {
 			var part query.Partition
@@ -256,8 +296,9 @@ func TestScatterGather(t *testing.T) {
 	b.setOwned(false, 2, 3)
 	fromEach(t, client, nodes, ids, n, 2, 3)
 
-	// Health checks only what each server owns: 3 families × 2 partitions, then 0.
-	for i, wantChecked := range []int{6, 0} {
+	// Health checks only what each server owns: 2 event stages and 3 families × 2
+	// partitions, then nothing.
+	for i, wantChecked := range []int{8, 0} {
 		h, err := nodes[i].Health(context.Background())
 		if err != nil || !h.OK || h.Checked != wantChecked || h.Partitions != n {
 			t.Errorf("server %d health: %+v %v, want ok with %d checked", i, h, err, wantChecked)

@@ -3,10 +3,8 @@ package query
 import (
 	"context"
 	"fmt"
-	"math"
 	"slices"
-	"strconv"
-	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -23,30 +21,22 @@ type positioned interface{ Position() uint64 }
 // settle waits, up to settleWait, until everything the event stages had committed when
 // it was called is applied by the counter partitions of the groups' ids; it reports
 // whether it is. It needs no instant at which the partitions are idle, which a steady
-// load would rarely offer. First each event stage: done once every outbox entry it had
+// load would rarely offer. First every event partition, here or asked of its owner on
+// its part.ev subject (see stageSettled): done once every outbox entry its stage had
 // written when settle began is acknowledged (the entries are deleted from Badger in its
 // next transaction), or once it is seen caught up (idle, nothing unacknowledged) — then
-// what it had committed is in the streams. Then each counter partition: done once it has
-// applied its deltas stream up to the last sequence stored by then, or, owned by another
-// process, once it is seen caught up.
+// what it had committed is in the streams. A partition owned by no process is not done.
+// Then each counter partition: done once it has applied its deltas stream up to the last
+// sequence stored by then, or, owned by another process, once it is seen caught up.
 func (s *Server) settle(ctx context.Context, groups []*audited) (bool, error) {
-	type stageWait struct {
-		name string
-		p    int
-		last uint64 // the last outbox entry written when settle began
-	}
-	var stages []stageWait
-	laggers := s.eventStages()
-	for name := range laggers {
-		w := stageWait{name: name, p: -1, last: math.MaxUint64}
-		if p, err := strconv.Atoi(strings.TrimPrefix(name, "event.")); err == nil {
-			last, _, err := cold.StageOutbox(s.db, p)
-			if err != nil {
-				return false, fmt.Errorf("cannot read the outbox of event partition %d: %w", p, err)
-			}
-			w.p, w.last = p, last
-		}
-		stages = append(stages, w)
+	deadline := time.Now().Add(settleWait)
+	// Each poll's asks end by the deadline: an owner that does not answer is waited for
+	// no longer than a lagging one.
+	askCtx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	stages := make([]*evRequest, s.cfg.Partitions) // nil once done
+	for p := range stages {
+		stages[p] = &evRequest{}
 	}
 	type partWait struct {
 		family string
@@ -62,20 +52,27 @@ func (s *Server) settle(ctx context.Context, groups []*audited) (bool, error) {
 			}
 		}
 	}
-	deadline := time.Now().Add(settleWait)
 	for {
-		stages = slices.DeleteFunc(stages, func(w stageWait) bool {
-			if w.p >= 0 {
-				if _, oldest, err := cold.StageOutbox(s.db, w.p); err == nil && (oldest == 0 || oldest > w.last) {
-					return true
-				}
+		var wg sync.WaitGroup
+		for p, req := range stages {
+			if req == nil {
+				continue
 			}
-			b, err := laggers[w.name].Behind(ctx)
-			return err == nil && b.Msgs == 0
-		})
+			wg.Go(func() {
+				r, err := s.ev(askCtx, p, evSettle, req)
+				switch {
+				case err != nil: // not done: asked again at the next poll
+				case r.Done:
+					stages[p] = nil
+				case !req.HasLast: // the entry to wait for, as this stage tells it
+					stages[p] = &evRequest{Last: r.Last, HasLast: true}
+				}
+			})
+		}
+		wg.Wait()
 		// The counters only once every stage is done: then what the stages had
 		// committed is in the deltas stream.
-		if len(stages) == 0 {
+		if !slices.ContainsFunc(stages, func(r *evRequest) bool { return r != nil }) {
 			var err error
 			parts = slices.DeleteFunc(parts, func(pt *partWait) bool {
 				if err != nil {
@@ -144,4 +141,23 @@ func (s *Server) counterCaughtUp(ctx context.Context, family string, p int) bool
 	}
 	var h pipeline.HealthReply
 	return pipeline.Unmarshal(m.Data, false, &h) == nil && h.Error == "" && h.OK
+}
+
+// stageSettled answers a settle of event partition p, registered here with stage st:
+// the last outbox entry its stage has written (the one to wait for, when req does not
+// say it already), and whether it is acknowledged, or the stage is caught up.
+func (s *Server) stageSettled(ctx context.Context, p int, st Stage, req *evRequest) (*evReply, error) {
+	last, oldest, err := cold.StageOutbox(s.db, p)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read the outbox of event partition %d: %w", p, err)
+	}
+	if req.HasLast {
+		last = req.Last
+	}
+	done := oldest == 0 || oldest > last
+	if !done {
+		b, err := st.Behind(ctx)
+		done = err == nil && b.Msgs == 0
+	}
+	return &evReply{Last: last, Done: done}, nil
 }
