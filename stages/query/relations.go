@@ -20,7 +20,9 @@ import (
 // liker's partition, so a page of them is gathered from every partition; u's unread
 // state other than counters is in pu (see events.go for how a partition is asked).
 
-func (s *Server) partOf(id uint64) int { return pipeline.PartitionOf(pipeline.ID(id), s.cfg.Partitions) }
+func (s *Server) partOf(id uint64) int {
+	return pipeline.PartitionOf(pipeline.ID(id), s.cfg.Partitions)
+}
 
 func (s *Server) liked(r *request) (any, error) {
 	var req pipeline.LikedRequest
