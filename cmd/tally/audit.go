@@ -67,7 +67,7 @@ func runAudit(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env) er
 	msg, err := e.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: subject, Data: data,
 		Header: nats.Header{"Content-Type": []string{pipeline.ContentTypeJSON}}})
 	if err != nil {
-		return fmt.Errorf("%s: %w (is the process owning the event stages running?)", subject, err)
+		return fmt.Errorf("%s: %w (is a tallyd of this prefix running?)", subject, err)
 	}
 	var r pipeline.AuditReply
 	if err := json.Unmarshal(msg.Data, &r); err != nil {

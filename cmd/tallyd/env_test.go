@@ -92,7 +92,7 @@ func TestQuietStart(t *testing.T) {
 	if n := strings.Count(start, "\n") + 1; n > 5 || strings.Contains(start, "msg=loaded") {
 		t.Errorf("%d lines to start:\n%s", n, start)
 	}
-	if !regexp.MustCompile(`tally running.*counter_partitions=0-15 of=16 event_stages=true`).MatchString(out.String()) {
+	if !regexp.MustCompile(`tally running.*partitions=0-15 of=16`).MatchString(out.String()) {
 		t.Errorf("the start line does not say what it owns:\n%s", out.String())
 	}
 }

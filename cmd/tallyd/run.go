@@ -67,7 +67,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 	})
 	fs.IntVar(&cfg.ColdCache, "cold-cache", cfg.ColdCache, "most cold ids whose counters stay in RAM after a read")
 	fs.BoolVar(&cfg.Snapshots, "snapshots", cfg.Snapshots, "keep hot-table snapshots in <data>/snapshots for a fast restart")
-	fs.BoolVar(&cfg.Join, "join", cfg.Join, "share the counter partitions with the other tallyd of the prefix and take the event stages over when their owner stops or dies, instead of refusing to start (needs --backup-every)")
+	fs.BoolVar(&cfg.Join, "join", cfg.Join, "share the partitions (event stages and counters) with the other tallyd of the prefix and take a share of theirs over when one stops or dies, instead of refusing to start (needs --backup-every)")
 	fs.DurationVar(&cfg.BackupEvery, "backup-every", cfg.BackupEvery, "back the state up to the NATS object store <PREFIX>_STATE this often and log every event-stage transaction, so partitions can move to another machine; 0 never")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", cfg.LeaseTTL, "how long an ownership lease outlives a dead owner")
 	fs.DurationVar(&cfg.AuditEvery, "audit-every", cfg.AuditEvery, "recount the like, comment, follower and following counts of --audit-sample random posts and users from the relations this often (tally_audit_*); 0 never")

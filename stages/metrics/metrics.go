@@ -139,7 +139,7 @@ func New(src Source) *Metrics {
 	}
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tally_owned_partitions", Help: "Counter partitions (every family of each) this process owns."},
 		func() float64 { n, _ := owned(); return float64(n) }))
-	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tally_owns_event_stages", Help: "1 when this process owns the event stages of its prefix."},
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tally_owns_event_stages", Help: "1 when this process owns the event stage of some partition of its prefix (each partition's stage moves with its counters)."},
 		func() float64 {
 			if _, ev := owned(); ev {
 				return 1

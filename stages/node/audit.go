@@ -8,7 +8,8 @@ import (
 )
 
 // sampleAudits audits a random sample of posts and users every cfg.AuditEvery while
-// this process owns the event stages (they hold the relations an audit recounts): proof
+// this process owns partition 0 (one process of the prefix; an audit gathers the
+// relations of every partition from their owners): proof
 // in production that counts equal their relations, as tally_audit_checked_total and
 // tally_audit_drift_total. It reports, and never repairs: a repair is an operator's
 // decision (tally audit --repair). It returns when ctx ends; a failed audit is logged
@@ -25,8 +26,8 @@ func (n *Node) sampleAudits(ctx context.Context) error {
 			return nil
 		case <-tick.C:
 		}
-		if !n.Events() {
-			continue // the owner of the event stages samples
+		if !n.holds(0) {
+			continue // the owner of partition 0 samples
 		}
 		r, err := n.query.Audit(ctx, pipeline.AuditRequest{Sample: n.cfg.AuditSample})
 		if err != nil { // an audit is a check, never a reason to stop counting

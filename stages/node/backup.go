@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -10,137 +11,147 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tally-dev/tally/stages/event"
-	"github.com/tally-dev/tally/stages/query"
 	"github.com/tally-dev/tally/store/cold"
 )
 
-// The event stages' state backup in the object store (each counter partition's is
-// counterObject(p)).
-const eventsObject = "events"
+// Each partition's state is backed up as two pieces under its one lease: its counters
+// (counterObject) and its event stage (eventObject), whose log a new owner replays from
+// the backup on (see event.Config.Log).
 
-// takeEvents takes the event stages' lease (ErrOwned when another process holds it),
-// brings their state here unless this process was their last owner — the last backup,
-// which the stages then bring up to their last transaction by replaying their logs (see
-// event.Config.Log) — and starts them and the queries that read relations.
-func (n *Node) takeEvents(ctx context.Context) error {
-	l, err := n.owners.take(ctx, eventsKey)
+// ErrLegacyState refuses to take a partition whose event state is still in the one
+// backup of every event stage that versions before per-partition stages stored: the
+// process that owned those stages moves it into per-partition backups when started first.
+var ErrLegacyState = errors.New("the event stages' state is in a backup of an older version")
+
+// legacyEvents is the pointer of that one backup.
+const legacyEvents = "events"
+
+func eventObject(p int) string { return "events." + strconv.Itoa(p) }
+
+func (n *Node) eventPiece(p int) piece {
+	return piece{eventObject(p), cold.EventPart(p), func() ([]uint64, error) {
+		st, _, err := cold.LoadStage(n.db, p)
+		if err != nil {
+			return nil, err
+		}
+		return []uint64{st.Log}, nil
+	}}
+}
+
+// claimEvents brings partition p's event state here under l (see claim). The first
+// claim after an upgrade finds no pointer of its own: the state is then in the local
+// database of the process that owned every stage, which alone may take it.
+func (n *Node) claimEvents(ctx context.Context, p int, l *lease) (string, error) {
+	st, err := n.js.Stream(ctx, n.subjects.LogStream())
+	if err != nil {
+		return "", err
+	}
+	cur, _, err := n.readPointer(ctx, st, eventObject(p))
+	if err != nil {
+		return "", err
+	}
+	if cur.Owner == "" {
+		old, _, err := n.readPointer(ctx, st, legacyEvents)
+		if err != nil {
+			return "", err
+		}
+		if old.Owner != "" && old.Owner != l.id {
+			return "", fmt.Errorf("%w: partition %d: start the tallyd with node id %s (its data directory) alone first, then the others with --join", ErrLegacyState, p, old.Owner)
+		}
+	}
+	return n.claim(ctx, n.eventPiece(p), l)
+}
+
+// startStage starts partition p's event stage in pt, under pt's lease.
+func (n *Node) startStage(ctx context.Context, pt *part) error {
+	p := pt.p
+	ec := event.Config{Partition: p, Partitions: n.cfg.Partitions, Subjects: n.subjects, Families: n.cfg.Families, FanoutLimit: n.cfg.FanoutLimit}
+	ec.Publisher = n.cfg.faultyPublisher(n.js, uint64(1<<20+p))
+	if n.obs != nil { // the state moves between processes: log every transaction
+		ec.Log, ec.Owner, ec.Valid = true, pt.lease.token(), pt.lease.valid
+	}
+	st, err := event.New(ec, n.js, n.db, n.log, n.EventStats)
 	if err != nil {
 		return err
 	}
-	return n.startEvents(ctx, l)
-}
-
-// startEvents starts the event stages under the lease l.
-func (n *Node) startEvents(ctx context.Context, l *lease) (err error) {
-	from := "local"
-	if n.obs != nil {
-		if from, err = n.claim(ctx, n.eventsPiece(), l); err != nil {
-			l.release(ctx)
-			return fmt.Errorf("event stages: %w", err)
+	pt.stage = st
+	pt.wg.Go(func() {
+		err := st.Run(ctx)
+		switch {
+		case err == nil || ctx.Err() != nil:
+		case errors.Is(err, event.ErrFenced):
+			// Another process owns the partition by now: this one lets it go.
+			n.log.Error("event partition fenced by another owner; stopping the partition", "partition", p, "err", err)
+			n.wg.Go(func() { n.stopPart(p, false) })
+		default:
+			n.fail(err)
 		}
-	}
-	if n.pulled, err = cold.LoadPulled(n.db); err != nil {
-		return err
-	}
-	stages := make([]*event.Stage, n.cfg.Partitions)
-	laggers := map[string]query.Lagger{}
-	if n.cfg.PublishFaults != "" {
-		n.log.Warn("internal publishes fail, are delayed and reordered on purpose (a test setting)", "faults", n.cfg.PublishFaults)
-	}
-	for p := range stages {
-		ec := event.Config{Partition: p, Partitions: n.cfg.Partitions, Subjects: n.subjects, Families: n.cfg.Families, FanoutLimit: n.cfg.FanoutLimit, Pulled: n.pulled}
-		ec.Publisher = n.cfg.faultyPublisher(n.js, uint64(1<<20+p))
-		if n.obs != nil { // the state moves between processes: log every transaction
-			ec.Log, ec.Owner, ec.Valid = true, l.token(), l.valid
-		}
-		if stages[p], err = event.New(ec, n.js, n.db, n.log, n.EventStats); err != nil {
-			l.release(ctx)
-			return err
-		}
-		laggers["event."+strconv.Itoa(p)] = stages[p]
-	}
-	for _, st := range stages {
-		n.goRun(n.runCtx, st.Run)
-	}
-	n.takeover.Store(from)
-	n.events.Store(l)
-	n.goRun(n.runCtx, func(ctx context.Context) error {
-		if err := l.keep(ctx, n.log); err != nil {
-			// Another process may own the event stages now: stop everything.
-			return fmt.Errorf("%w: %w", ErrOwned, err)
-		}
-		return nil
 	})
-	if err := n.query.SetEvents(laggers, n.pulled); err != nil {
-		return err
-	}
-	n.log.Info("owning the event stages", "state", from)
 	return nil
 }
 
-// backups stores a backup of the event stages' state (when owned here) and of each
-// counter partition owned here every BackupEvery.
+// backups stores a backup of each partition owned here every BackupEvery.
 func (n *Node) backups(ctx context.Context) error {
 	return every(ctx, n.cfg.BackupEvery, func() error {
 		start := time.Now()
 		var bytes uint64
-		failed := func(what string, err error) {
+		for _, pt := range n.heldParts() {
+			size, err := n.backupPart(ctx, pt)
+			bytes += size
 			if err != nil && ctx.Err() == nil {
 				n.BackupErrs.Add(1)
-				n.log.Warn("cannot back the state up to NATS; deltas and log records are kept until a backup succeeds", "what", what, "err", err)
+				n.log.Warn("cannot back the state up to NATS; deltas and log records are kept until a backup succeeds", "partition", pt.p, "err", err)
 			}
-		}
-		if l := n.events.Load(); l != nil {
-			size, err := n.backupEvents(ctx, l)
-			bytes += size
-			failed(eventsObject, err)
-		}
-		for _, pt := range n.heldParts() {
-			failed(counterObject(pt.p), n.backupPart(ctx, pt))
 		}
 		level := slog.LevelDebug
 		if n.Backups.Add(1) == 1 {
 			level = slog.LevelInfo
 		}
-		n.log.Log(ctx, level, "state backed up to NATS", "events bytes", bytes, "took", time.Since(start))
+		n.log.Log(ctx, level, "state backed up to NATS", "bytes", bytes, "took", time.Since(start))
 		return nil
 	})
 }
 
-// backupEvents stores the event stages' state, then purges the log records it covers.
-func (n *Node) backupEvents(ctx context.Context, l *lease) (uint64, error) {
-	size, logs, err := n.store(ctx, n.eventsPiece(), l)
+// backupPart stores partition p's state in the object store while its lease is held:
+// its counters, then lets its workers purge the deltas the backup covers; its event
+// stage, then purges the log records the backup covers.
+func (n *Node) backupPart(ctx context.Context, pt *part) (uint64, error) {
+	pt.backup.Lock()
+	defer pt.backup.Unlock()
+	size, limits, err := n.store(ctx, n.counterPiece(pt.p), pt.lease)
 	if err != nil {
 		return 0, err
 	}
-	if err := n.purgeLogs(ctx, logs); err != nil {
-		n.log.Warn("cannot purge the event-stage logs a backup covers", "err", err)
+	for i, w := range pt.workers {
+		w.SetPurgeLimit(limits[i])
 	}
-	return size, nil
+	esize, logs, err := n.store(ctx, n.eventPiece(pt.p), pt.lease)
+	if err != nil {
+		return size, err
+	}
+	if err := n.purgeLog(ctx, pt.p, logs[0]); err != nil {
+		n.log.Warn("cannot purge the event-stage log records a backup covers", "partition", pt.p, "err", err)
+	}
+	return size + esize, nil
 }
 
-// purgeLogs drops each event-stage log's records below the last one a stored backup
-// covers: a new owner replays only the records after it. The covered record itself stays,
-// the subject's last sequence that the next append expects.
-func (n *Node) purgeLogs(ctx context.Context, logs []uint64) error {
+// purgeLog drops partition p's log records below seq, the last one a stored backup
+// covers: a new owner replays only the records after it. The covered record itself
+// stays, the subject's last sequence that the next append expects.
+func (n *Node) purgeLog(ctx context.Context, p int, seq uint64) error {
+	if seq <= 1 {
+		return nil
+	}
 	st, err := n.js.Stream(ctx, n.subjects.LogStream())
 	if err != nil {
 		return err
 	}
-	for p, seq := range logs {
-		if seq <= 1 {
-			continue
-		}
-		if err := st.Purge(ctx, jetstream.WithPurgeSubject(n.subjects.Log(p)), jetstream.WithPurgeSequence(seq)); err != nil {
-			return err
-		}
-	}
-	return nil
+	return st.Purge(ctx, jetstream.WithPurgeSubject(n.subjects.Log(p)), jetstream.WithPurgeSequence(seq))
 }
 
-// Takeover tells how this process's event stages started when another process had
-// owned them: from its "backup" restored from NATS, or "empty" (no backup; the logs and
-// streams replayed), or "" when it did not take them over (or does not own them).
+// Takeover tells how this process's last event stage taken from another process
+// started: from its "backup" restored from NATS, or "empty" (no backup; the log and
+// stream replayed), or "" when it took none over.
 func (n *Node) Takeover() string {
 	if from, _ := n.takeover.Load().(string); from != "local" {
 		return from
@@ -148,5 +159,12 @@ func (n *Node) Takeover() string {
 	return ""
 }
 
-// Events reports whether this process owns the event stages.
-func (n *Node) Events() bool { return n.events.Load() != nil }
+// Events reports whether this process owns the event stage of some partition.
+func (n *Node) Events() bool {
+	for _, pt := range n.heldParts() {
+		if pt.stage != nil {
+			return true
+		}
+	}
+	return false
+}

@@ -21,22 +21,22 @@ import (
 	"github.com/tally-dev/tally/stages/flow"
 )
 
-// ErrOwned is returned by Start when another tallyd owns the event stages of this prefix
-// and this one was not told to join it.
+// ErrOwned is returned by Start when another tallyd runs on this prefix and this one was
+// not told to join it; and by a lease taken by another process.
 var ErrOwned = errors.New("the partitions are owned by another tallyd")
 
 // errLost is a lease found taken by another process, or not renewed in time.
 var errLost = errors.New("lease lost")
 
 // DefaultLeaseTTL is how long an ownership lease lives without renewal; it is renewed
-// several times within it. A crashed owner's partitions are free this long after its
-// last renewal.
-const DefaultLeaseTTL = 10 * time.Second
+// five times within it. A crashed owner's partitions are free this long after its last
+// renewal, and taken over within a fifth more: short enough for every partition to answer
+// within 3 s of a crash, long enough for a renewal to ride out a NATS leader election.
+const DefaultLeaseTTL = 2 * time.Second
 
-// Keys of the ownership bucket: the event stages, each counter partition (of every
+// Keys of the ownership bucket: each partition (its event stage and counters of every
 // family), and each live process.
 const (
-	eventsKey     = "events"
 	counterPrefix = "counters."
 	memberPrefix  = "members."
 )
@@ -105,6 +105,26 @@ func openOwners(ctx context.Context, js jetstream.JetStream, bucket string, repl
 	}
 	host, _ := os.Hostname()
 	return &owners{kv: kv, id: id, value: []byte(id + " " + host), ttl: ttl}, nil
+}
+
+// alone reports ErrOwned when another process is live on the prefix (its membership
+// not expired): this one's own id, restarted, does not count.
+func (o *owners) alone(ctx context.Context) error {
+	keys, err := o.kv.Keys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("cannot list the live processes: %w", err)
+	}
+	for _, k := range keys {
+		if id, ok := strings.CutPrefix(k, memberPrefix); ok && id != o.id {
+			e, err := o.kv.Get(ctx, k)
+			if err == nil {
+				return fmt.Errorf("%w: %q is live", ErrOwned, e.Value())
+			}
+		}
+	}
+	return nil
 }
 
 // take takes the lease on key, or reports who holds it (wrapping ErrOwned). A restart

@@ -33,10 +33,10 @@ import (
 	"github.com/tally-dev/tally/store/hot"
 )
 
-// Node is a running Tally process. It owns the event stages of its prefix, or some of
-// the counter partitions, or both: one process alone owns everything; processes that
-// join share the counter partitions (see parts.go), and one of them owns the event
-// stages, which another takes over when it dies (see backup.go).
+// Node is a running Tally process. It owns some of the partitions of its prefix, each
+// one's event stage and counters together: one process alone owns every partition;
+// processes that join share them (see parts.go), and take over a dead one's (see
+// backup.go).
 type Node struct {
 	cfg      Config
 	subjects pipeline.Subjects
@@ -57,14 +57,12 @@ type Node struct {
 	CounterStats counter.Stats
 	budget       *counter.Budget
 	owners       *owners
-	events       atomic.Pointer[lease] // the event stages' lease, once owned here
-	pulled       *cold.Pulled          // set before events is
-	takeover     atomic.Value          // where the event stages' state came from
+	takeover     atomic.Value          // where the last event stage taken over came from
 	obs          jetstream.ObjectStore // state backups; nil without BackupEvery
 	mu           sync.RWMutex
-	parts        map[int]*part // counter partitions owned here
+	parts        map[int]*part // partitions owned here
 	// Backups and BackupErrs count rounds of state backups stored in NATS and failed
-	// backups; PartsRestored counts counter partitions taken over from another process.
+	// backups; PartsRestored counts partitions taken over from another process.
 	Backups, BackupErrs, PartsRestored atomic.Int64
 	metrics                            *metrics.Metrics
 	http                               *http.Server
@@ -84,9 +82,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	return n.Close()
 }
 
-// Start starts a node and returns once it owns what it can own now: the event stages
-// unless another process does (ErrOwned, unless cfg.Join), and its share of the
-// counter partitions.
+// Start starts a node and returns once it owns what it can own now: its share of the
+// partitions, all of them when alone. Another live process of the prefix makes it
+// refuse (ErrOwned) unless cfg.Join.
 func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -132,6 +130,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	if err := setup(ctx, js, sc, log); err != nil {
 		return nil, err
 	}
+	if cfg.PublishFaults != "" {
+		log.Warn("internal publishes fail, are delayed and reordered on purpose (a test setting)", "faults", cfg.PublishFaults)
+	}
 	if n.owners, err = openOwners(ctx, js, sc.Subjects.OwnersBucket(), sc.Replicas, cfg.DataDir, cfg.LeaseTTL); err != nil {
 		return nil, err
 	}
@@ -144,6 +145,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	}
 	if n.db, err = cold.Open(cold.Options{Dir: filepath.Join(cfg.DataDir, "state"), SyncWrites: cfg.SyncWrites, Logger: log}); err != nil {
 		return nil, err
+	}
+	partOf := func(id uint64) int { return pipeline.PartitionOf(pipeline.ID(id), cfg.Partitions) }
+	if moved, err := cold.Migrate(n.db, cfg.Partitions, partOf); err != nil {
+		return nil, err
+	} else if moved > 0 {
+		log.Info("moved the event stages' state under its partitions (upgrade)", "keys", moved)
 	}
 	if cfg.Snapshots {
 		if err := os.MkdirAll(filepath.Join(cfg.DataDir, "snapshots"), 0o755); err != nil {
@@ -160,13 +167,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	if err := n.query.Start(); err != nil {
 		return nil, err
 	}
-	var events *lease
 	if !cfg.Join { // alone: refuse before taking any partition
-		if events, err = n.owners.take(ctx, eventsKey); err != nil {
-			if errors.Is(err, ErrOwned) {
-				err = fmt.Errorf("%w; to share the counter partitions with it and take its event stages over when it stops, start this one with --join", err)
-			}
-			return nil, err
+		if err := n.owners.alone(ctx); err != nil {
+			return nil, fmt.Errorf("%w; to share the partitions with it and take them over when it stops, start this one with --join", err)
 		}
 	}
 	if err := n.renew(ctx); err != nil { // registers this process as a member
@@ -174,11 +177,6 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	}
 	if err := n.rebalance(ctx); err != nil {
 		return nil, err
-	}
-	if events != nil { // after the partitions: the stages' backlog would slow their start
-		if err := n.startEvents(ctx, events); err != nil {
-			return nil, err
-		}
 	}
 	n.goRun(runCtx, n.own)
 	n.goRun(runCtx, n.sampleAudits)
@@ -192,8 +190,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	}
 	// The one line a start prints at INFO: what this process owns. Each partition's
 	// loading is at DEBUG.
-	log.Info("tally running", "nats", natsconn.Redacted(url), "counter_partitions", spans(n.Parts()), "of", cfg.Partitions,
-		"event_stages", n.Events(), "families", len(cfg.Families), "data", cfg.DataDir)
+	log.Info("tally running", "nats", natsconn.Redacted(url), "partitions", spans(n.Parts()), "of", cfg.Partitions,
+		"families", len(cfg.Families), "data", cfg.DataDir)
 	return n, nil
 }
 
@@ -407,8 +405,8 @@ func (n *Node) ClientURL() string { return n.nc.ConnectedUrl() }
 // Failed is closed when a partition failed and the node must stop.
 func (n *Node) Failed() <-chan struct{} { return n.failed }
 
-// Close stops queries and the partitions, hands the counter partitions over (backed up,
-// their leases released), releases the event stages, and closes Badger and NATS.
+// Close stops queries and the partitions, hands the partitions over (backed up, their
+// leases released), and closes Badger and NATS.
 func (n *Node) Close() error {
 	if n.http != nil {
 		_ = n.http.Close()
@@ -424,9 +422,6 @@ func (n *Node) Close() error {
 	defer cancel()
 	if n.owners != nil { // the others plan without this process from their next round
 		_ = n.owners.kv.Delete(ctx, memberPrefix+n.owners.id)
-	}
-	if l := n.events.Load(); l != nil && n.err == nil { // every stage stopped: another tallyd may take them now
-		l.release(ctx)
 	}
 	for _, pt := range n.heldParts() {
 		n.stopPart(pt.p, n.err == nil)

@@ -17,9 +17,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tally-dev/tally/stages/counter"
+	"github.com/tally-dev/tally/stages/event"
 )
 
-// Counter partitions are spread over the live processes of a prefix. Each process
+// Partitions are spread over the live processes of a prefix: each one's event stage and
+// counters together. Each process
 // registers itself under members.<node id> in the ownership bucket and renews it; every
 // few seconds it computes the same assignment of partitions to the live members (assign),
 // hands over the partitions it holds that are now another's (stop, back up, release the
@@ -28,10 +30,12 @@ import (
 // process that cannot renew one in time stops that partition, and one that was paused
 // past its TTL finds every lease gone and stops them all before doing anything else.
 
-// part is one counter partition, every family of it, owned by this process.
+// part is one partition owned by this process: its event stage and its counters of
+// every family, under one lease.
 type part struct {
 	p       int
 	lease   *lease
+	stage   *event.Stage
 	workers []*counter.Worker
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -76,8 +80,8 @@ func assign(members []string, partitions int) []string {
 }
 
 // rebalance is one round of the ownership loop: hand over the partitions that are now
-// another's, take the free ones that are this one's, and take the event stages if they
-// are free (when joining). The membership and leases are renewed apart (see own).
+// another's and take the free ones that are this one's. The membership and leases are
+// renewed apart (see own).
 func (n *Node) rebalance(ctx context.Context) error {
 	o := n.owners
 	keys, err := o.kv.Keys(ctx)
@@ -114,12 +118,6 @@ func (n *Node) rebalance(ctx context.Context) error {
 			return err
 		}
 	}
-	// The event stages last: their backlog would slow the partitions' start.
-	if n.events.Load() == nil && n.cfg.Join {
-		if err := n.takeEvents(ctx); err != nil && !errors.Is(err, ErrOwned) {
-			n.log.Warn("cannot take the event stages over yet", "err", err)
-		}
-	}
 	return nil
 }
 
@@ -134,10 +132,10 @@ func (n *Node) renew(ctx context.Context) error {
 		wg.Go(func() {
 			err := pt.lease.renew(ctx)
 			if errors.Is(err, errLost) {
-				n.log.Error("counter partition lease lost; stopping the partition", "partition", pt.p, "err", err)
+				n.log.Error("partition lease lost; stopping the partition", "partition", pt.p, "err", err)
 				n.wg.Go(func() { n.stopPart(pt.p, false) }) // its workers' last flush must not hold the other renewals up
 			} else if err != nil {
-				n.log.Warn("cannot renew a counter partition lease yet", "partition", pt.p, "err", err)
+				n.log.Warn("cannot renew a partition lease yet", "partition", pt.p, "err", err)
 			}
 		})
 	}
@@ -188,7 +186,7 @@ func (n *Node) holds(p int) bool {
 	return n.parts[p] != nil
 }
 
-// Parts lists the counter partitions this process owns.
+// Parts lists the partitions this process owns.
 func (n *Node) Parts() []int {
 	var ps []int
 	for _, pt := range n.heldParts() {
@@ -208,18 +206,22 @@ func (n *Node) families() []string {
 func counterObject(p int) string { return "counters." + strconv.Itoa(p) }
 
 // startPart takes partition p's lease (ErrOwned when another process holds it), brings
-// its state here unless this process was its last owner, and starts a worker per family.
+// its state here unless this process was its last owner, and starts a counter worker per
+// family and its event stage.
 func (n *Node) startPart(ctx context.Context, p int) error {
 	l, err := n.owners.take(ctx, counterKey(p))
 	if err != nil {
 		return err
 	}
 	pt := &part{p: p, lease: l}
-	from := "local"
+	from, evFrom := "local", "local"
 	if n.obs != nil {
-		if from, err = n.claim(ctx, n.counterPiece(p), l); err != nil {
+		if from, err = n.claim(ctx, n.counterPiece(p), l); err == nil {
+			evFrom, err = n.claimEvents(ctx, p, l)
+		}
+		if err != nil {
 			l.release(ctx)
-			return fmt.Errorf("counter partition %d: %w", p, err)
+			return fmt.Errorf("partition %d: %w", p, err)
 		}
 		if from != "local" {
 			for _, f := range n.cfg.Families { // this directory's own, not the restored state's
@@ -242,21 +244,32 @@ func (n *Node) startPart(ctx context.Context, p int) error {
 			}
 		})
 	}
+	if err := n.startStage(pctx, pt); err != nil {
+		cancel()
+		pt.wg.Wait()
+		l.release(ctx)
+		return fmt.Errorf("partition %d: %w", p, err)
+	}
 	n.mu.Lock()
 	n.parts[p] = pt
 	n.mu.Unlock()
 	for i, fam := range n.cfg.Families {
 		n.query.SetOwner(fam.Name, p, pt.workers[i])
 	}
+	n.query.SetStage(p, pt.stage)
 	if from != "local" {
 		n.PartsRestored.Add(1)
 	}
-	n.log.Debug("counter partition started", "partition", p, "state", from)
+	if evFrom != "local" {
+		n.takeover.Store(evFrom)
+	}
+	n.log.Debug("partition started", "partition", p, "counters", from, "events", evFrom)
 	return nil
 }
 
-// stopPart stops partition p's workers (each checkpoints what it holds) and, handing it
-// over, backs it up and releases its lease so that its next owner starts from here.
+// stopPart stops partition p's event stage and workers (each checkpoints what it holds)
+// and, handing it over, backs it up and releases its lease so that its next owner starts
+// from here.
 func (n *Node) stopPart(p int, handover bool) {
 	n.mu.Lock()
 	pt := n.parts[p]
@@ -268,6 +281,7 @@ func (n *Node) stopPart(p int, handover bool) {
 	for _, fam := range n.cfg.Families {
 		n.query.SetOwner(fam.Name, p, nil)
 	}
+	n.query.SetStage(p, nil)
 	pt.cancel()
 	pt.wg.Wait()
 	if !handover {
@@ -276,27 +290,12 @@ func (n *Node) stopPart(p int, handover bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if n.obs != nil {
-		if err := n.backupPart(ctx, pt); err != nil {
-			// The next owner restores an older backup and replays more deltas.
-			n.log.Warn("cannot back a counter partition up before handing it over", "partition", p, "err", err)
+		if _, err := n.backupPart(ctx, pt); err != nil {
+			// The next owner restores an older backup and replays more deltas and log.
+			n.log.Warn("cannot back a partition up before handing it over", "partition", p, "err", err)
 		}
 	}
 	pt.backup.Lock() // no backup of this process's may follow the next owner's
 	defer pt.backup.Unlock()
 	pt.lease.release(ctx)
-}
-
-// backupPart stores partition p's state in the object store while its lease is held,
-// then lets its workers purge the deltas the backup covers.
-func (n *Node) backupPart(ctx context.Context, pt *part) error {
-	pt.backup.Lock()
-	defer pt.backup.Unlock()
-	_, limits, err := n.store(ctx, n.counterPiece(pt.p), pt.lease)
-	if err != nil {
-		return err
-	}
-	for i, w := range pt.workers {
-		w.SetPurgeLimit(limits[i])
-	}
-	return nil
 }

@@ -52,28 +52,14 @@ type pointer struct {
 // heldBy reports whether the pointer holds lease l: only then may l's owner write it.
 func (p pointer) heldBy(l *lease) bool { return p.Lease == l.acquired && p.Epoch == l.epoch }
 
-// piece is state that moves between processes as one: the event stages' or one counter
-// partition's (every family of it).
+// piece is state that moves between processes as one: one partition's event stage's
+// or its counters' (every family of them).
 type piece struct {
 	name string // of its pointer and, with a unique suffix, of its backups
 	part cold.Part
-	// pos reads the positions its stored state reflects: the event stages' log records,
-	// each family's last delta applied. Read before a backup, they are covered by it.
+	// pos reads the positions its stored state reflects: the event stage's last log
+	// record, or each family's last delta applied. Read before a backup, they are covered by it.
 	pos func() ([]uint64, error)
-}
-
-func (n *Node) eventsPiece() piece {
-	return piece{eventsObject, cold.EventsPart(), func() ([]uint64, error) {
-		logs := make([]uint64, n.cfg.Partitions)
-		for p := range logs {
-			st, _, err := cold.LoadStage(n.db, p)
-			if err != nil {
-				return nil, err
-			}
-			logs[p] = st.Log
-		}
-		return logs, nil
-	}}
 }
 
 func (n *Node) counterPiece(p int) piece {

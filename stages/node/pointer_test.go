@@ -273,7 +273,7 @@ func TestBackupPointerBucketRemade(t *testing.T) {
 	}
 }
 
-// A backup purges each stage log below the record it covers and keeps that record: the
+// A backup purges the stage's log below the record it covers and keeps that record: the
 // next append expects it to be the subject's last.
 func TestPurgeLogsKeepsLast(t *testing.T) {
 	r := newBackupRig(t)
@@ -286,7 +286,7 @@ func TestPurgeLogsKeepsLast(t *testing.T) {
 		}
 		seqs = append(seqs, ack.Sequence)
 	}
-	if err := n.purgeLogs(t.Context(), []uint64{seqs[2], 0}); err != nil {
+	if err := n.purgeLog(t.Context(), 0, seqs[2]); err != nil {
 		t.Fatal(err)
 	}
 	st, err := r.js.Stream(t.Context(), r.sj.LogStream())
@@ -335,5 +335,30 @@ func TestClaimLegacyBackup(t *testing.T) {
 	}
 	if _, err := r.obs.GetInfo(t.Context(), counterObject(0)); !errors.Is(err, jetstream.ErrObjectNotFound) {
 		t.Fatalf("the legacy backup is left once another is current: %v", err)
+	}
+}
+
+// After an upgrade from one backup of every event stage ("events"), a partition's stage
+// is claimed only by the process that backup names as its last owner, whose database
+// holds the state: another refuses with ErrLegacyState rather than start from nothing.
+func TestClaimEventsAfterUpgrade(t *testing.T) {
+	r := newBackupRig(t)
+	a, b := r.process(), r.process()
+	if err := a.setPointer(t.Context(), legacyEvents, func(pointer) (pointer, error) {
+		return pointer{Object: "events.old", Owner: a.owners.id, Lease: 1}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	lb := r.take(b)
+	if _, err := b.claimEvents(t.Context(), 0, lb); !errors.Is(err, ErrLegacyState) {
+		t.Fatalf("another process claimed a partition of the old backup: %v, want ErrLegacyState", err)
+	}
+	lb.release(t.Context())
+	la := r.take(a)
+	if from, err := a.claimEvents(t.Context(), 0, la); err != nil || from != "local" {
+		t.Fatalf("the old backup's owner claimed partition 0: %q %v, want local", from, err)
+	}
+	if p, _ := r.pointer(eventObject(0)); p.Owner != a.owners.id {
+		t.Fatalf("pointer after the claim: %+v", p)
 	}
 }
