@@ -157,12 +157,15 @@ type evReply struct {
 
 // ev answers a query of event partition p: from this process's Badger when p is
 // registered here, else from its owner over NATS. A partition owned by no process, or
-// whose owner does not answer before ctx ends, is errUnavailable; an error of the owner
-// keeps its code (and its text, so that a query fails alike whichever process got it).
+// whose owner does not answer before ctx ends or within Config.Timeout (an audit's
+// context is longer), is errUnavailable; an error of the owner keeps its code (and its
+// text, so that a query fails alike whichever process got it).
 func (s *Server) ev(ctx context.Context, p int, kind string, req *evRequest) (*evReply, error) {
 	if st := s.stage(p); st != nil {
 		return s.evLocal(ctx, p, st, kind, req)
 	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
 	data, err := pipeline.Marshal(req, false)
 	if err != nil {
 		return nil, err
