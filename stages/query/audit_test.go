@@ -129,3 +129,38 @@ func TestAuditRemotePartition(t *testing.T) {
 		t.Fatalf("audit of post %d owned by another process = %+v, want drift in like and comment", id, r)
 	}
 }
+
+// TestAuditSettlesRemoteStages: an audit answered by one process waits for the event
+// stages of the others too: while another process's stage has not published what it
+// committed, nothing is compared; once it is caught up, the audit compares.
+func TestAuditSettlesRemoteStages(t *testing.T) {
+	const n = 4
+	_, nodes, _ := twoServers(t, n, 5*time.Second)
+	const p = 3 // owned by nodes[1]
+	err := nodes[1].db.Badger().Update(func(txn *badger.Txn) error {
+		if err := cold.PutOutbox(txn, p, &cold.OutboxEntry{Seq: 1, Subject: "tally.delta.post.3", MsgID: "d"}); err != nil {
+			return err
+		}
+		return cold.PutStage(txn, p, &cold.StageState{Outbox: 1})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	audit := func(lag uint64) *pipeline.AuditReply {
+		t.Helper()
+		nodes[1].SetStage(p, &fakeStage{lag: lagging{lag}, pulled: nodes[1].stages[p].Pulled()})
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		r, err := nodes[0].Audit(ctx, pipeline.AuditRequest{Posts: []pipeline.ID{1001}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := audit(1); r.Checked != 0 || len(r.Skipped) != 1 || !strings.Contains(r.Skipped[0].Reason, "did not catch up") {
+		t.Errorf("audit while another process's stage lags with its outbox unacknowledged: %+v, want skipped", r)
+	}
+	if r := audit(0); r.Checked != 2 || len(r.Skipped) != 0 || len(r.Drift) != 0 {
+		t.Errorf("audit once it is caught up: %+v, want checked", r)
+	}
+}

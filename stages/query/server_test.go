@@ -74,6 +74,7 @@ var families = pipeline.Families(pipeline.DefaultFamilies())
 type node struct {
 	*query.Server
 	nc      *nats.Conn
+	db      *cold.DB
 	parts   map[string][]query.Partition // every partition this node may own, registered or not
 	stages  []query.Stage                // every event partition it may own, when it has a db
 	gets    atomic.Int64                 // get requests it answered
@@ -101,7 +102,7 @@ func openDB(t testing.TB) *cold.DB {
 // their event stages (relations, unread, read from db) when db is set.
 func startNode(t testing.TB, s *server.Server, db *cold.DB, n int, timeout time.Duration, own ...int) *node {
 	t.Helper()
-	nd := &node{nc: natstest.Connect(t, s), parts: map[string][]query.Partition{}}
+	nd := &node{nc: natstest.Connect(t, s), db: db, parts: map[string][]query.Partition{}}
 	owners := map[string][]query.Partition{}
 	for fi, f := range families {
 		nd.parts[f.Name] = make([]query.Partition, n)
