@@ -101,10 +101,10 @@ type UnreadReply struct {
 }
 
 // HealthReply answers tally.health: whether every partition has applied everything in
-// its stream, and the lag of those that have not. tally.health is answered by the
-// process owning the event stages, for the whole prefix: its stages, its counter
-// partitions and every other counter partition asked of its owner (one owned by no
-// process is lagging). A process's /healthz is the same for its own partitions only.
+// its stream, and the lag of those that have not. tally.health is answered by any
+// process, for the whole prefix: its event stages and counter partitions, and every
+// other one asked of its owner (one owned by no process is lagging). A process's
+// /healthz is the same for its own partitions only.
 type HealthReply struct {
 	OK         bool `json:"ok"`
 	Partitions int  `json:"partitions"` // the configured partition count
