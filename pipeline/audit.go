@@ -2,8 +2,8 @@ package pipeline
 
 import "fmt"
 
-// Audit is the subject of audits, answered by the process owning the event stages (it
-// holds the relations that counts are recounted from).
+// Audit is the subject of audits, answered by any process: it gathers the relations
+// that counts are recounted from from every event partition's owner.
 func (s Subjects) Audit() string { return s.join("audit") }
 
 // MaxAuditSample bounds the posts and the users an audit samples.
