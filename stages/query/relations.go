@@ -140,8 +140,12 @@ func (s *Server) unreadCounts(r *request) (any, error) {
 		}
 		uids = []pipeline.ID{req.UID}
 	}
-	if len(uids) == 0 || len(uids) > pipeline.MaxQueryIDs {
-		return nil, fmt.Errorf("%w: uids must hold 1 to %d ids, not %d", pipeline.ErrBadRequest, pipeline.MaxQueryIDs, len(uids))
+	// As counts says it, before any partition is asked.
+	if len(uids) == 0 {
+		return nil, fmt.Errorf("%w: ids is empty", pipeline.ErrBadRequest)
+	}
+	if len(uids) > pipeline.MaxQueryIDs {
+		return nil, fmt.Errorf("%w: %d ids, at most %d per request", pipeline.ErrBadRequest, len(uids), pipeline.MaxQueryIDs)
 	}
 	at := map[int][]int{} // partition → indexes in uids
 	for i, uid := range uids {
