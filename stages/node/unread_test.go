@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/tally-dev/tally/client"
 	"github.com/tally-dev/tally/pipeline"
@@ -100,14 +101,24 @@ func (m *unreadModel) apply(e pipeline.Event) {
 // TestUnreadModel runs steps of one kind of event each (follows, posts, notifications,
 // reads, system notices), waits until they are applied, and compares every user's six
 // unread counts with the reference after every step. User 1 is a celebrity above the
-// fan-out limit, so their posts are pulled while others' are pushed.
+// fan-out limit, so their posts are pulled while others' are pushed. Two tallyd share the
+// partitions, each with its own database: a follow, a post, a notification or a read of
+// another process's partition reaches it only as a message, and the queries gather.
 func TestUnreadModel(t *testing.T) {
 	const users, limit = 40, 5
 	steps := 60
 	if testing.Short() {
 		steps = 20
 	}
-	n, c := startNode(t, func(c *node.Config) { c.Partitions = 8; c.FanoutLimit = limit })
+	share := func(c *node.Config) {
+		c.Partitions, c.FanoutLimit = 8, limit
+		c.Join, c.BackupEvery, c.LeaseTTL = true, 300*time.Millisecond, time.Second
+	}
+	n, c := startNode(t, share)
+	second, _ := startNode(t, func(c *node.Config) { share(c); c.NATSURL = n.ClientURL() })
+	eventually(t, "the partitions spread over two processes", func() (bool, string) {
+		return len(n.Parts()) == 4 && len(second.Parts()) == 4, fmt.Sprint(n.Parts(), second.Parts())
+	})
 	ctx := context.Background()
 	r := rand.New(rand.NewPCG(5, 6))
 	ref := &unreadModel{follows: map[[2]uint64]int64{}, posts: map[uint64][]int64{}, likes: map[[2]uint64]bool{},
@@ -202,9 +213,10 @@ func TestUnreadModel(t *testing.T) {
 	// A celebrity's post costs one delta (their own post count), however many followers;
 	// a post of an author with k followers costs 1 + k.
 	cost := func(author pipeline.ID) int64 {
-		before := n.EventStats.Deltas.Load()
+		deltas := func() int64 { return n.EventStats.Deltas.Load() + second.EventStats.Deltas.Load() }
+		before := deltas()
 		run(steps+int(author), []pipeline.Event{{Type: "post", UID: author, Post: pipeline.ID(1<<41 + author)}})
-		return n.EventStats.Deltas.Load() - before
+		return deltas() - before
 	}
 	if d := cost(1); d != 1 {
 		t.Fatalf("a celebrity post with %d+ followers cost %d deltas, want 1", 3*limit-1, d)
@@ -220,8 +232,9 @@ func TestUnreadModel(t *testing.T) {
 			t.Fatalf("a post of an author with %d followers cost %d deltas, want %d", followers, d, 1+followers)
 		}
 	}
-	if n.EventStats.Pulled.Load() == 0 || n.EventStats.Pushed.Load() == 0 {
-		t.Fatalf("pulled %d, pushed %d: both paths must have run", n.EventStats.Pulled.Load(), n.EventStats.Pushed.Load())
+	pulled := n.EventStats.Pulled.Load() + second.EventStats.Pulled.Load()
+	if pushed := n.EventStats.Pushed.Load() + second.EventStats.Pushed.Load(); pulled == 0 || pushed == 0 {
+		t.Fatalf("pulled %d, pushed %d: both paths must have run", pulled, pushed)
 	}
 }
 
