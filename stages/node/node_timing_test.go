@@ -78,18 +78,11 @@ func BenchmarkEndToEnd(b *testing.B) {
 	})
 	b.Run("tally", func(b *testing.B) { benchTally(b, 7, nil) })
 	b.Run("tally-views-only", func(b *testing.B) { benchTally(b, 0, nil) })
-	// One and three tallyd on the same three-server cluster: streams R3, state backed up,
-	// every event-stage transaction logged; three share the counter partitions.
-	cluster := func(tallyds int) func(b *testing.B) {
-		return func(b *testing.B) {
-			cl := natstest.StartCluster(b, 3)
-			mod := func(c *node.Config) { c.NATSURL, c.BackupEvery, c.Join = cl.URLs(), 30*time.Second, true }
-			mods := []func(*node.Config){mod, mod, mod}
-			benchTally(b, 7, mods[:tallyds]...)
-		}
-	}
-	b.Run("tally-cluster-r3-1", cluster(1))
-	b.Run("tally-cluster-r3-3", cluster(3))
+	// One and three tallyd processes on the same three-server cluster: streams R3, state
+	// backed up, every event-stage transaction logged (benchProcs, cluster_timing_test.go).
+	tallyd := tallydBuilder(b)
+	b.Run("tally-cluster-r3-1", func(b *testing.B) { benchProcs(b, tallyd, 1) })
+	b.Run("tally-cluster-r3-3", func(b *testing.B) { benchProcs(b, tallyd, 3) })
 	// The same single tallyd without backups: no event-stage log, the log's cost.
 	b.Run("tally-cluster-r3-1-nolog", func(b *testing.B) {
 		cl := natstest.StartCluster(b, 3)
