@@ -135,19 +135,22 @@ func benchProcs(b *testing.B, tallyd func(testing.TB) string, procs int) {
 	if applied == 0 {
 		b.Fatalf("no process counted an applied event (%s)", metricApplied)
 	}
+	b.Logf("%.3f events applied per event published (1 unless an event is counted twice)", applied/float64(b.N))
 	b.ReportMetric(most/applied, "max-process-share")
 	b.ReportMetric(flushed/float64(b.N), "writes/event")
 	checkBench(b, c, want)
 }
 
-var failoverIDs = flag.Int("failover.ids", 0, "ids BenchmarkFailover's large case preloads instead of 1M, e.g. 10000000")
+var failoverIDs = flag.Int("failover.ids", 0, "ids BenchmarkFailover's large case preloads instead of 1M, e.g. 27000000 for ~10M in the killed process's partitions")
 
 // BenchmarkFailover is the time from a SIGKILL of the tallyd owning the most partitions
 // (of three processes on a three-server NATS cluster, default lease TTL) until every
 // partition answers again: a tally.get of an id in each partition (failover-s), and a
 // tally.liked of a user in each (liked-s), polled every 50 ms. ids-1M first preloads a
-// million ids (views of distinct posts), so the survivors restore that state. One
-// failover per run whatever b.N: run with -benchtime 1x.
+// million ids (views of distinct posts) and waits for a backup round, so the survivors
+// restore that state; killed-parts and killed-ids say how much the killed process held.
+// Every preloaded count is checked after. One failover per run whatever b.N: run with
+// -benchtime 1x.
 // Run: go test ./stages/node -run XXX -bench Failover -benchtime 1x [-failover.ids 10000000]
 func BenchmarkFailover(b *testing.B) {
 	tallyd := tallydBuilder(b)
@@ -264,6 +267,9 @@ func benchFailover(b *testing.B, bin string, ids int) {
 	}
 	b.ReportMetric(got.Seconds(), "failover-s")
 	b.ReportMetric(owned, "killed-parts")
+	// Preloaded ids hash evenly over the partitions: the killed process held about this
+	// many of them (-failover.ids 27M puts ~10M in 6 partitions of 16).
+	b.ReportMetric(float64(ids)*owned/benchPartitions, "killed-ids")
 	if errLiked != nil {
 		b.Errorf("tally.liked: %v", errLiked)
 	} else {
