@@ -110,13 +110,8 @@ func benchProcs(b *testing.B, tallyd func(testing.TB) string, procs int) {
 	ps, c := startTallyds(b, bin, cl, procs)
 	evs, want := benchMix(b.N, 7)
 	before := sampleProcs(b, ps)
-	ctx := context.Background()
 	b.ResetTimer()
-	for i := 0; i < len(evs); i += benchBatch * 16 {
-		if err := c.PublishBatch(ctx, "bench."+strconv.Itoa(i), evs[i:min(i+benchBatch*16, len(evs))]); err != nil {
-			b.Fatal(err)
-		}
-	}
+	publishBench(b, c, evs)
 	published := b.Elapsed()
 	waitHealthy(b, c, 5*time.Minute)
 	b.StopTimer()

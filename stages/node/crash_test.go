@@ -100,7 +100,8 @@ func (c *child) kill() {
 	_ = c.cmd.Wait()
 }
 
-func freeAddr(t *testing.T) string {
+// freeAddr is a loopback address with a port free now.
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

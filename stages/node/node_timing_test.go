@@ -2,7 +2,6 @@ package node_test
 
 import (
 	"context"
-	"fmt"
 	"math/rand"
 	"slices"
 	"strconv"
@@ -12,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tally-dev/tally/client"
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/stages/node"
@@ -90,64 +90,36 @@ func BenchmarkEndToEnd(b *testing.B) {
 	})
 }
 
-// benchTally publishes b.N events (likes tenths of them likes) in batches and waits until
-// every partition has applied them, then checks every count. Each mod starts a tallyd
-// (the first one owns the event stages, all share the counter partitions); none is one
-// embedded.
-func benchTally(b *testing.B, likes int, mods ...func(*node.Config)) {
-	if len(mods) == 0 {
-		mods = []func(*node.Config){func(*node.Config) {}}
-	}
-	with := func(mod func(*node.Config)) func(*node.Config) {
-		return func(c *node.Config) {
-			c.Partitions, c.FlushInterval = 16, 100*time.Millisecond
-			if mod != nil {
-				mod(c)
-			}
+// benchTally publishes b.N events (likes tenths of them likes) in batches to one tallyd
+// in this process (mod changes its configuration) and waits until every partition has
+// applied them, then checks every count.
+func benchTally(b *testing.B, likes int, mod func(*node.Config)) {
+	n, c := startNode(b, func(c *node.Config) {
+		c.Partitions, c.FlushInterval = 16, 100*time.Millisecond
+		if mod != nil {
+			mod(c)
 		}
-	}
-	n, c := startNode(b, with(mods[0]))
-	var all []*node.Node
-	for _, mod := range mods[1:] {
-		cfg := node.DefaultConfig()
-		cfg.DataDir = b.TempDir()
-		with(mod)(&cfg)
-		m, err := node.Start(context.Background(), cfg, testLogger())
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { m.Close() })
-		all = append(all, m)
-	}
-	if len(all) > 0 { // the partitions spread before the clock starts
-		natstest.Eventually(b, time.Minute, "partitions spread", func() (bool, string) {
-			for _, m := range all {
-				if len(m.Parts()) < 16/len(mods) {
-					return false, fmt.Sprint(m.Parts())
-				}
-			}
-			return true, ""
-		})
-	}
+	})
 	evs, want := benchMix(b.N, likes)
-	ctx := context.Background()
 	b.ResetTimer()
-	for i := 0; i < len(evs); i += benchBatch * 16 {
-		if err := c.PublishBatch(ctx, "bench."+strconv.Itoa(i), evs[i:min(i+benchBatch*16, len(evs))]); err != nil {
-			b.Fatal(err)
-		}
-	}
+	publishBench(b, c, evs)
 	published := b.Elapsed()
 	waitCaughtUp(b, c)
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/published.Seconds(), "published/s")
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	checkBench(b, c, want)
-	flushed := n.CounterStats.Flushed.Load()
-	for _, m := range all {
-		flushed += m.CounterStats.Flushed.Load()
+	b.ReportMetric(float64(n.CounterStats.Flushed.Load())/float64(b.N), "writes/event")
+}
+
+// publishBench publishes evs as the Go client does, about benchBatch events a message
+// per partition.
+func publishBench(b *testing.B, c *client.Client, evs []pipeline.Event) {
+	for i := 0; i < len(evs); i += benchBatch * 16 {
+		if err := c.PublishBatch(context.Background(), "bench."+strconv.Itoa(i), evs[i:min(i+benchBatch*16, len(evs))]); err != nil {
+			b.Fatal(err)
+		}
 	}
-	b.ReportMetric(float64(flushed)/float64(b.N), "writes/event")
 }
 
 // checkBench fails the benchmark unless every count is exact.

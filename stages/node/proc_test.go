@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -69,7 +68,7 @@ type tallydProc struct {
 // is SIGKILLed at cleanup: its state is thrown away with its directory.
 func startTallyd(tb testing.TB, bin, urls string, extra ...string) *tallydProc {
 	tb.Helper()
-	p := &tallydProc{metrics: freeTCPAddr(tb), logs: new(logBuffer), done: make(chan struct{})}
+	p := &tallydProc{metrics: freeAddr(tb), logs: new(logBuffer), done: make(chan struct{})}
 	args := append([]string{"--nats", urls, "--join", "--partitions", "16", "--backup-every", "30s",
 		"--flush", "100ms", "--data", tb.TempDir(), "--metrics", p.metrics}, extra...)
 	p.cmd = exec.Command(bin, args...)
@@ -192,17 +191,6 @@ func parseStatCPU(stat []byte) (time.Duration, error) {
 		ticks += n
 	}
 	return time.Duration(ticks) * time.Second / clockTicks, nil
-}
-
-// freeTCPAddr is a loopback address with a port free now.
-func freeTCPAddr(tb testing.TB) string {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // TestParseProc checks the two readers of another process's figures on fixed input.
