@@ -119,7 +119,7 @@ func ExampleClient_List() {
 	until(func() bool {
 		var err error
 		page, err = c.List(ctx, client.LikesOfUser, 5, 2, "")
-		return err == nil && len(page.IDs) == 2
+		return err == nil && len(page.IDs) == 2 && page.Next != "" // all three applied
 	})
 	fmt.Println("newest first:", page.IDs)
 	rest, err := c.List(ctx, client.LikesOfUser, 5, 2, page.Next)
