@@ -6,8 +6,9 @@ import (
 	"testing"
 )
 
-// assign spreads the partitions evenly, agrees with itself, and moves few partitions
-// when a member joins or leaves.
+// assign keeps partitions with their live holders: a member joining takes its
+// share and nothing else moves; a member leaving moves only what it held; every member
+// gets ⌊P/n⌋ or ⌈P/n⌉; and it agrees with itself.
 func TestAssign(t *testing.T) {
 	load := func(owners []string) map[string]int {
 		m := map[string]int{}
@@ -25,29 +26,47 @@ func TestAssign(t *testing.T) {
 		}
 		return n
 	}
+	even := func(got, members []string, parts int) {
+		t.Helper()
+		n := len(members)
+		for _, m := range members {
+			if l := load(got)[m]; l < parts/n || l > (parts+n-1)/n {
+				t.Fatalf("%d partitions over %d members: %s has %d (%v)", parts, n, m, l, got)
+			}
+		}
+	}
 	for _, parts := range []int{1, 7, 16, 64} {
 		var members []string
-		prev := []string(nil)
+		held := make([]string, parts) // nobody holds anything yet
 		for n := 1; n <= 6; n++ {
-			members = append(members, fmt.Sprintf("node%02d", 17*n%23))
+			joiner := fmt.Sprintf("node%02d", 17*n%23)
+			members = append(members, joiner)
 			slices.Sort(members)
-			got := assign(members, parts)
-			if again := assign(slices.Clone(members), parts); !slices.Equal(got, again) {
+			got := assign(members, held, parts)
+			if again := assign(slices.Clone(members), slices.Clone(held), parts); !slices.Equal(got, again) {
 				t.Fatalf("%d partitions, %d members: two answers %v and %v", parts, n, got, again)
 			}
-			for _, m := range members {
-				if l := load(got)[m]; l < parts/n || l > (parts+n-1)/n {
-					t.Fatalf("%d partitions over %d members: %s has %d (%v)", parts, n, m, l, got)
+			even(got, members, parts)
+			if n > 1 && moved(held, got) != load(got)[joiner] {
+				t.Fatalf("%d partitions: member %d took %d, but %d moved (%v → %v)", parts, n, load(got)[joiner], moved(held, got), held, got)
+			}
+			held = got
+		}
+		for len(members) > 1 { // members leave, last joined first
+			leaver := members[len(members)/2]
+			members = slices.DeleteFunc(members, func(m string) bool { return m == leaver })
+			live := slices.Clone(held)
+			for p, h := range live {
+				if h == leaver {
+					live[p] = "" // its lease expired
 				}
 			}
-			// A joining member takes its share; keeping the loads equal moves up to as many
-			// again between the others, and the rest stays where it was.
-			if prev != nil {
-				if m := moved(prev, got); m > 2*((parts+n-1)/n) {
-					t.Fatalf("%d partitions: member %d moved %d of them (%v → %v)", parts, n, m, prev, got)
-				}
+			got := assign(members, live, parts)
+			even(got, members, parts)
+			if m := moved(held, got); m != load(held)[leaver] {
+				t.Fatalf("%d partitions: %s left holding %d, but %d moved (%v → %v)", parts, leaver, load(held)[leaver], m, held, got)
 			}
-			prev = got
+			held = got
 		}
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -127,6 +126,17 @@ func (o *owners) alone(ctx context.Context) error {
 	return nil
 }
 
+// holder is the node id holding lease key k ("" when none, or it cannot be read: the
+// assignment then plans as if it were free, and the lease decides).
+func (o *owners) holder(ctx context.Context, k string) string {
+	e, err := o.kv.Get(ctx, k)
+	if err != nil {
+		return ""
+	}
+	id, _, _ := strings.Cut(string(e.Value()), " ")
+	return id
+}
+
 // take takes the lease on key, or reports who holds it (wrapping ErrOwned). A restart
 // of the same data directory (the same node id) takes its own lease back at once.
 func (o *owners) take(ctx context.Context, key string) (*lease, error) {
@@ -230,21 +240,6 @@ func (l *lease) renew(ctx context.Context) error {
 		return nil
 	}
 	return err // not written (a stale read shows no more): retried until the TTL runs out
-}
-
-// keep renews the lease until ctx ends or it is lost.
-func (l *lease) keep(ctx context.Context, log *slog.Logger) error {
-	return every(ctx, l.ttl/5, func() error {
-		err := l.renew(ctx)
-		switch {
-		case err == nil || ctx.Err() != nil:
-		case errors.Is(err, errLost):
-			return err
-		default:
-			log.Warn("cannot renew the lease yet", "key", l.key, "err", err)
-		}
-		return nil
-	})
 }
 
 // every calls fn every d until ctx ends (nil) or fn fails (its error).

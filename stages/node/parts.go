@@ -42,39 +42,59 @@ type part struct {
 	backup  sync.Mutex // one backup of the partition at a time
 }
 
-// assign gives each partition one of members (sorted, non-empty): every member gets
-// ⌊P/n⌋ or ⌈P/n⌉ partitions. Members rank partitions by rendezvous hashing and the
-// pairs are placed best first, so a member joining or leaving moves its own share and
-// at most as many again between the others (TestAssign); a sticky assignment that
-// reads who holds what could move less.
-func assign(members []string, partitions int) []string {
+// assign gives each partition one of members (sorted, non-empty), keeping where it
+// can the partitions where holders (the live holder of each partition, "" when none)
+// says they are: every member gets ⌊P/n⌋ or ⌈P/n⌉ partitions and keeps
+// what it holds up to its room, giving up first those it ranks lowest; the rest go, each
+// to the member with room that ranks it highest (rendezvous hashing). So a member joining
+// moves its own share only, and a member leaving moves only what it held
+// (TestAssign). Members compute it from what they read of the holders; while a
+// hand-over is under way two may want the same partition, and its lease decides.
+func assign(members, holders []string, partitions int) []string {
 	n := len(members)
-	room := make([]int, n)
-	for i := range room {
-		room[i] = partitions / n
+	held := map[string][]int{}
+	for p, h := range holders {
+		if p < partitions && slices.Contains(members, h) {
+			held[h] = append(held[h], p)
+		}
+	}
+	// The ⌈P/n⌉ rooms go to the members holding most (then by name), so that a member's
+	// room shrinks only below what it holds when the members change.
+	byHeld := slices.Clone(members)
+	slices.SortStableFunc(byHeld, func(a, b string) int { return cmp.Compare(len(held[b]), len(held[a])) })
+	room := map[string]int{}
+	for i, m := range byHeld {
+		room[m] = partitions / n
 		if i < partitions%n {
-			room[i]++
+			room[m]++
 		}
 	}
-	type pair struct {
-		score uint64
-		m, p  int
+	score := func(m string, p int) uint64 {
+		h := fnv.New64a()
+		fmt.Fprintf(h, "%s/%d", m, p)
+		return h.Sum64()
 	}
-	pairs := make([]pair, 0, n*partitions)
-	for i, m := range members {
-		for p := range partitions {
-			h := fnv.New64a()
-			fmt.Fprintf(h, "%s/%d", m, p)
-			pairs = append(pairs, pair{h.Sum64(), i, p})
-		}
-	}
-	slices.SortFunc(pairs, func(a, b pair) int { return cmp.Compare(b.score, a.score) })
 	out := make([]string, partitions)
-	for _, pr := range pairs {
-		if out[pr.p] == "" && room[pr.m] > 0 {
-			out[pr.p] = members[pr.m]
-			room[pr.m]--
+	for _, m := range members {
+		ps := held[m]
+		slices.SortFunc(ps, func(a, b int) int { return cmp.Compare(score(m, b), score(m, a)) }) // best first
+		for _, p := range ps[:min(len(ps), room[m])] {
+			out[p] = m
+			room[m]--
 		}
+	}
+	for p := range out {
+		if out[p] != "" {
+			continue
+		}
+		best := ""
+		for _, m := range members {
+			if room[m] > 0 && (best == "" || score(m, p) > score(best, p)) {
+				best = m
+			}
+		}
+		out[p] = best
+		room[best]--
 	}
 	return out
 }
@@ -89,16 +109,19 @@ func (n *Node) rebalance(ctx context.Context) error {
 		return fmt.Errorf("cannot list the live processes: %w", err)
 	}
 	var members []string
+	holders := make([]string, n.cfg.Partitions)
 	for _, k := range keys {
 		if id, ok := strings.CutPrefix(k, memberPrefix); ok {
 			members = append(members, id)
+		} else if p, err := strconv.Atoi(strings.TrimPrefix(k, counterPrefix)); err == nil && p >= 0 && p < len(holders) {
+			holders[p] = o.holder(ctx, k)
 		}
 	}
 	if !slices.Contains(members, o.id) {
 		members = append(members, o.id)
 	}
 	slices.Sort(members)
-	want := assign(members, n.cfg.Partitions)
+	want := assign(members, holders, n.cfg.Partitions)
 	for _, pt := range n.heldParts() {
 		if want[pt.p] != o.id {
 			n.log.Info("handing a counter partition over", "partition", pt.p, "to", want[pt.p])
@@ -216,10 +239,13 @@ func (n *Node) startPart(ctx context.Context, p int) error {
 	pt := &part{p: p, lease: l}
 	from, evFrom := "local", "local"
 	if n.obs != nil {
-		if from, err = n.claim(ctx, n.counterPiece(p), l); err == nil {
-			evFrom, err = n.claimEvents(ctx, p, l)
-		}
-		if err != nil {
+		// The two pieces are restored side by side: their keys and pointers are apart.
+		var cerr, eerr error
+		var wg sync.WaitGroup
+		wg.Go(func() { from, cerr = n.claim(ctx, n.counterPiece(p), l) })
+		wg.Go(func() { evFrom, eerr = n.claimEvents(ctx, p, l) })
+		wg.Wait()
+		if err := errors.Join(cerr, eerr); err != nil {
 			l.release(ctx)
 			return fmt.Errorf("partition %d: %w", p, err)
 		}
