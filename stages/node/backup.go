@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tally-dev/tally/stages/cluster"
 	"github.com/tally-dev/tally/stages/event"
 	"github.com/tally-dev/tally/store/cold"
 )
@@ -41,7 +42,7 @@ func (n *Node) eventPiece(p int) piece {
 // claimEvents brings partition p's event state here under l (see claim). The first
 // claim after an upgrade finds no pointer of its own: the state is then in the local
 // database of the process that owned every stage, which alone may take it.
-func (n *Node) claimEvents(ctx context.Context, p int, l *lease) (string, error) {
+func (n *Node) claimEvents(ctx context.Context, p int, l *cluster.Lease) (string, error) {
 	st, err := n.js.Stream(ctx, n.subjects.LogStream())
 	if err != nil {
 		return "", err
@@ -55,7 +56,7 @@ func (n *Node) claimEvents(ctx context.Context, p int, l *lease) (string, error)
 		if err != nil {
 			return "", err
 		}
-		if old.Owner != "" && old.Owner != l.id {
+		if old.Owner != "" && old.Owner != l.ID() {
 			return "", fmt.Errorf("%w: partition %d: start the tallyd with node id %s (its data directory) alone first, then the others with --join", ErrLegacyState, p, old.Owner)
 		}
 	}
@@ -68,7 +69,7 @@ func (n *Node) startStage(ctx context.Context, pt *part) error {
 	ec := event.Config{Partition: p, Partitions: n.cfg.Partitions, Subjects: n.subjects, Families: n.cfg.Families, FanoutLimit: n.cfg.FanoutLimit}
 	ec.Publisher = n.cfg.faultyPublisher(n.js, uint64(1<<20+p))
 	if n.obs != nil { // the state moves between processes: log every transaction
-		ec.Log, ec.Owner, ec.Valid = true, pt.lease.token(), pt.lease.valid
+		ec.Log, ec.Owner, ec.Valid = true, pt.lease.Token(), pt.lease.Valid
 	}
 	st, err := event.New(ec, n.js, n.db, n.log, n.EventStats)
 	if err != nil {
@@ -92,7 +93,7 @@ func (n *Node) startStage(ctx context.Context, pt *part) error {
 
 // backups stores a backup of each partition owned here every BackupEvery.
 func (n *Node) backups(ctx context.Context) error {
-	return every(ctx, n.cfg.BackupEvery, func() error {
+	return cluster.Every(ctx, n.cfg.BackupEvery, func() error {
 		start := time.Now()
 		var bytes uint64
 		for _, pt := range n.heldParts() {

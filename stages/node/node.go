@@ -24,6 +24,7 @@ import (
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/embedded"
 	"github.com/tally-dev/tally/pipeline/natsconn"
+	"github.com/tally-dev/tally/stages/cluster"
 	"github.com/tally-dev/tally/stages/counter"
 	"github.com/tally-dev/tally/stages/event"
 	"github.com/tally-dev/tally/stages/metrics"
@@ -32,6 +33,14 @@ import (
 	"github.com/tally-dev/tally/store/cold"
 	"github.com/tally-dev/tally/store/hot"
 )
+
+// ErrOwned is returned by Start when another tallyd runs on this prefix and this one was
+// not told to join it.
+var ErrOwned = cluster.ErrOwned
+
+// DefaultLeaseTTL is how long a partition's lease outlives a dead owner (see
+// cluster.DefaultLeaseTTL).
+const DefaultLeaseTTL = cluster.DefaultLeaseTTL
 
 // Node is a running Tally process. It owns some of the partitions of its prefix, each
 // one's event stage and counters together: one process alone owns every partition;
@@ -56,7 +65,7 @@ type Node struct {
 	EventStats   *event.Stats
 	CounterStats counter.Stats
 	budget       *counter.Budget
-	owners       *owners
+	owners       *cluster.Owners
 	takeover     atomic.Value          // where the last event stage taken over came from
 	obs          jetstream.ObjectStore // state backups; nil without BackupEvery
 	mu           sync.RWMutex
@@ -133,7 +142,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	if cfg.PublishFaults != "" {
 		log.Warn("internal publishes fail, are delayed and reordered on purpose (a test setting)", "faults", cfg.PublishFaults)
 	}
-	if n.owners, err = openOwners(ctx, js, sc.Subjects.OwnersBucket(), sc.Replicas, cfg.DataDir, cfg.LeaseTTL); err != nil {
+	if n.owners, err = cluster.Open(ctx, js, sc.Subjects.OwnersBucket(), sc.Replicas, cfg.DataDir, cfg.LeaseTTL); err != nil {
 		return nil, err
 	}
 	if cfg.BackupEvery > 0 {
@@ -168,7 +177,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		return nil, err
 	}
 	if !cfg.Join { // alone: refuse before taking any partition
-		if err := n.owners.alone(ctx); err != nil {
+		if err := n.owners.Alone(ctx); err != nil {
 			return nil, fmt.Errorf("%w; to share the partitions with it and take them over when it stops, start this one with --join", err)
 		}
 	}
@@ -421,7 +430,7 @@ func (n *Node) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if n.owners != nil { // the others plan without this process from their next round
-		_ = n.owners.kv.Delete(ctx, memberPrefix+n.owners.id)
+		_ = n.owners.Leave(ctx)
 	}
 	for _, pt := range n.heldParts() {
 		n.stopPart(pt.p, n.err == nil)

@@ -1,21 +1,18 @@
 package node
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tally-dev/tally/stages/cluster"
 	"github.com/tally-dev/tally/stages/counter"
 	"github.com/tally-dev/tally/stages/event"
 )
@@ -34,7 +31,7 @@ import (
 // every family, under one lease.
 type part struct {
 	p       int
-	lease   *lease
+	lease   *cluster.Lease
 	stage   *event.Stage
 	workers []*counter.Worker
 	cancel  context.CancelFunc
@@ -42,96 +39,30 @@ type part struct {
 	backup  sync.Mutex // one backup of the partition at a time
 }
 
-// assign gives each partition one of members (sorted, non-empty), keeping where it
-// can the partitions where holders (the live holder of each partition, "" when none)
-// says they are: every member gets ⌊P/n⌋ or ⌈P/n⌉ partitions and keeps
-// what it holds up to its room, giving up first those it ranks lowest; the rest go, each
-// to the member with room that ranks it highest (rendezvous hashing). So a member joining
-// moves its own share only, and a member leaving moves only what it held
-// (TestAssign). Members compute it from what they read of the holders; while a
-// hand-over is under way two may want the same partition, and its lease decides.
-func assign(members, holders []string, partitions int) []string {
-	n := len(members)
-	held := map[string][]int{}
-	for p, h := range holders {
-		if p < partitions && slices.Contains(members, h) {
-			held[h] = append(held[h], p)
-		}
-	}
-	// The ⌈P/n⌉ rooms go to the members holding most (then by name), so that a member's
-	// room shrinks only below what it holds when the members change.
-	byHeld := slices.Clone(members)
-	slices.SortStableFunc(byHeld, func(a, b string) int { return cmp.Compare(len(held[b]), len(held[a])) })
-	room := map[string]int{}
-	for i, m := range byHeld {
-		room[m] = partitions / n
-		if i < partitions%n {
-			room[m]++
-		}
-	}
-	score := func(m string, p int) uint64 {
-		h := fnv.New64a()
-		fmt.Fprintf(h, "%s/%d", m, p)
-		return h.Sum64()
-	}
-	out := make([]string, partitions)
-	for _, m := range members {
-		ps := held[m]
-		slices.SortFunc(ps, func(a, b int) int { return cmp.Compare(score(m, b), score(m, a)) }) // best first
-		for _, p := range ps[:min(len(ps), room[m])] {
-			out[p] = m
-			room[m]--
-		}
-	}
-	for p := range out {
-		if out[p] != "" {
-			continue
-		}
-		best := ""
-		for _, m := range members {
-			if room[m] > 0 && (best == "" || score(m, p) > score(best, p)) {
-				best = m
-			}
-		}
-		out[p] = best
-		room[best]--
-	}
-	return out
-}
-
 // rebalance is one round of the ownership loop: hand over the partitions that are now
 // another's and take the free ones that are this one's. The membership and leases are
 // renewed apart (see own).
 func (n *Node) rebalance(ctx context.Context) error {
-	o := n.owners
-	keys, err := o.kv.Keys(ctx)
-	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
-		return fmt.Errorf("cannot list the live processes: %w", err)
+	members, held, err := n.owners.Snapshot(ctx)
+	if err != nil {
+		return err
 	}
-	var members []string
 	holders := make([]string, n.cfg.Partitions)
-	for _, k := range keys {
-		if id, ok := strings.CutPrefix(k, memberPrefix); ok {
-			members = append(members, id)
-		} else if p, err := strconv.Atoi(strings.TrimPrefix(k, counterPrefix)); err == nil && p >= 0 && p < len(holders) {
-			holders[p] = o.holder(ctx, k)
-		}
+	for p := range holders {
+		holders[p] = held[counterKey(p)]
 	}
-	if !slices.Contains(members, o.id) {
-		members = append(members, o.id)
-	}
-	slices.Sort(members)
-	want := assign(members, holders, n.cfg.Partitions)
+	id := n.owners.ID()
+	want := cluster.Assign(members, holders, n.cfg.Partitions)
 	for _, pt := range n.heldParts() {
-		if want[pt.p] != o.id {
+		if want[pt.p] != id {
 			n.log.Info("handing a counter partition over", "partition", pt.p, "to", want[pt.p])
 			n.stopPart(pt.p, true)
 		}
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, len(want))
-	for p, id := range want {
-		if id == o.id && !n.holds(p) {
+	for p, owner := range want {
+		if owner == id && !n.holds(p) {
 			wg.Go(func() { errs[p] = n.startPart(ctx, p) })
 		}
 	}
@@ -149,12 +80,11 @@ func (n *Node) rebalance(ctx context.Context) error {
 // TTL, and must not hold the others up. A partition whose lease is lost stops at once,
 // without a backup.
 func (n *Node) renew(ctx context.Context) error {
-	o := n.owners
 	var wg sync.WaitGroup
 	for _, pt := range n.heldParts() {
 		wg.Go(func() {
-			err := pt.lease.renew(ctx)
-			if errors.Is(err, errLost) {
+			err := pt.lease.Renew(ctx)
+			if errors.Is(err, cluster.ErrLost) {
 				n.log.Error("partition lease lost; stopping the partition", "partition", pt.p, "err", err)
 				n.wg.Go(func() { n.stopPart(pt.p, false) }) // its workers' last flush must not hold the other renewals up
 			} else if err != nil {
@@ -162,7 +92,7 @@ func (n *Node) renew(ctx context.Context) error {
 			}
 		})
 	}
-	_, err := o.kv.Put(ctx, memberPrefix+o.id, o.value)
+	err := n.owners.Register(ctx)
 	wg.Wait()
 	if err != nil {
 		return fmt.Errorf("cannot renew the membership: %w", err)
@@ -177,14 +107,14 @@ func (n *Node) own(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() {
-		_ = every(ctx, period, func() error {
+		_ = cluster.Every(ctx, period, func() error {
 			if err := n.renew(ctx); err != nil && ctx.Err() == nil {
 				n.log.Warn("cannot renew the leases yet", "err", err)
 			}
 			return nil
 		})
 	})
-	return every(ctx, period, func() error {
+	return cluster.Every(ctx, period, func() error {
 		if err := n.rebalance(ctx); err != nil && ctx.Err() == nil {
 			n.log.Warn("ownership round failed; retrying", "err", err)
 		}
@@ -226,13 +156,17 @@ func (n *Node) families() []string {
 	return fams
 }
 
+// counterKey is partition p's lease key: it covers the partition's event stage and its
+// counters of every family (the name is older than the stages' spreading).
+func counterKey(p int) string { return "counters." + strconv.Itoa(p) }
+
 func counterObject(p int) string { return "counters." + strconv.Itoa(p) }
 
 // startPart takes partition p's lease (ErrOwned when another process holds it), brings
 // its state here unless this process was its last owner, and starts a counter worker per
 // family and its event stage.
 func (n *Node) startPart(ctx context.Context, p int) error {
-	l, err := n.owners.take(ctx, counterKey(p))
+	l, err := n.owners.Take(ctx, counterKey(p))
 	if err != nil {
 		return err
 	}
@@ -246,7 +180,7 @@ func (n *Node) startPart(ctx context.Context, p int) error {
 		wg.Go(func() { evFrom, eerr = n.claimEvents(ctx, p, l) })
 		wg.Wait()
 		if err := errors.Join(cerr, eerr); err != nil {
-			l.release(ctx)
+			l.Release(ctx)
 			return fmt.Errorf("partition %d: %w", p, err)
 		}
 		if from != "local" {
@@ -258,7 +192,7 @@ func (n *Node) startPart(ctx context.Context, p int) error {
 	pctx, cancel := context.WithCancel(n.runCtx)
 	pt.cancel = cancel
 	cc := n.counterConfig()
-	cc.Valid = l.valid
+	cc.Valid = l.Valid
 	for i, fam := range n.cfg.Families {
 		cc.Family, cc.Partition = fam, p
 		cc.Publisher = n.cfg.faultyPublisher(n.js, uint64(1+p*len(n.cfg.Families)+i))
@@ -273,7 +207,7 @@ func (n *Node) startPart(ctx context.Context, p int) error {
 	if err := n.startStage(pctx, pt); err != nil {
 		cancel()
 		pt.wg.Wait()
-		l.release(ctx)
+		l.Release(ctx)
 		return fmt.Errorf("partition %d: %w", p, err)
 	}
 	n.mu.Lock()
@@ -323,5 +257,5 @@ func (n *Node) stopPart(p int, handover bool) {
 	}
 	pt.backup.Lock() // no backup of this process's may follow the next owner's
 	defer pt.backup.Unlock()
-	pt.lease.release(ctx)
+	pt.lease.Release(ctx)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
+	"github.com/tally-dev/tally/stages/cluster"
 	"github.com/tally-dev/tally/stages/flow"
 	"github.com/tally-dev/tally/store/cold"
 )
@@ -50,7 +51,7 @@ type pointer struct {
 }
 
 // heldBy reports whether the pointer holds lease l: only then may l's owner write it.
-func (p pointer) heldBy(l *lease) bool { return p.Lease == l.acquired && p.Epoch == l.epoch }
+func (p pointer) heldBy(l *cluster.Lease) bool { return p.Lease == l.Acquired() && p.Epoch == l.Epoch() }
 
 // piece is state that moves between processes as one: one partition's event stage's
 // or its counters' (every family of them).
@@ -78,22 +79,22 @@ func (n *Node) counterPiece(p int) piece {
 
 // store writes a backup of pc while l is held and makes it current. It returns the
 // backup's size and the positions it covers, which may be purged now.
-func (n *Node) store(ctx context.Context, pc piece, l *lease) (uint64, []uint64, error) {
-	if !l.valid() {
-		return 0, nil, fmt.Errorf("the lease %s is not certainly held", l.key)
+func (n *Node) store(ctx context.Context, pc piece, l *cluster.Lease) (uint64, []uint64, error) {
+	if !l.Valid() {
+		return 0, nil, fmt.Errorf("the lease %s is not certainly held", l.Key())
 	}
 	pos, err := pc.pos()
 	if err != nil {
 		return 0, nil, err
 	}
-	obj := fmt.Sprintf("%s.%s.%s", pc.name, l.token(), nuid.Next())
+	obj := fmt.Sprintf("%s.%s.%s", pc.name, l.Token(), nuid.Next())
 	pr, pw := io.Pipe()
 	read := make(chan struct{})
 	go func() {
 		defer close(read)
 		pw.CloseWithError(n.db.Backup(pw, pc.part))
 	}()
-	info, err := n.obs.Put(ctx, jetstream.ObjectMeta{Name: obj, Metadata: map[string]string{"owner": l.id, "lease": l.token(), "pos": formatPos(pos)}}, pr)
+	info, err := n.obs.Put(ctx, jetstream.ObjectMeta{Name: obj, Metadata: map[string]string{"owner": l.ID(), "lease": l.Token(), "pos": formatPos(pos)}}, pr)
 	pr.CloseWithError(err) // a Put that stopped reading ends the backup's writes
 	<-read                 // never reading the database after the caller (Close) closes it
 	if err != nil {
@@ -103,9 +104,9 @@ func (n *Node) store(ctx context.Context, pc piece, l *lease) (uint64, []uint64,
 	err = n.setPointer(ctx, pc.name, func(cur pointer) (pointer, error) {
 		seen = cur
 		if !cur.heldBy(l) {
-			return cur, fmt.Errorf("%w: %s's pointer holds %s's lease revision %d, this backup was taken under %s", errSuperseded, pc.name, cur.Owner, cur.Lease, l.token())
+			return cur, fmt.Errorf("%w: %s's pointer holds %s's lease revision %d, this backup was taken under %s", errSuperseded, pc.name, cur.Owner, cur.Lease, l.Token())
 		}
-		return pointer{Object: obj, Taken: l.token(), Pos: pos, Owner: l.id, Lease: l.acquired, Epoch: l.epoch}, nil
+		return pointer{Object: obj, Taken: l.Token(), Pos: pos, Owner: l.ID(), Lease: l.Acquired(), Epoch: l.Epoch()}, nil
 	})
 	if err != nil {
 		// A backup never current is dropped; one whose pointer write went unanswered
@@ -128,14 +129,14 @@ func (n *Node) store(ctx context.Context, pc piece, l *lease) (uint64, []uint64,
 // was), else "backup" restored from the backup the pointer names, or "empty" when none
 // was ever stored (the streams are then replayed from their start). It refuses a backup
 // that is gone or older than the pointer says (ErrStaleBackup).
-func (n *Node) claim(ctx context.Context, pc piece, l *lease) (string, error) {
+func (n *Node) claim(ctx context.Context, pc piece, l *cluster.Lease) (string, error) {
 	var last pointer
 	legacy := false
 	// First the lease goes in, which fences the last owner's backups; the owner only
 	// once the state is here, so that a restore that failed is done again.
 	err := n.setPointer(ctx, pc.name, func(cur pointer) (pointer, error) {
-		if cur.Epoch == l.epoch && cur.Lease > l.acquired {
-			return cur, fmt.Errorf("%w: %s was claimed by %s under a newer lease (%d > %d)", ErrOwned, pc.name, cur.Owner, cur.Lease, l.acquired)
+		if cur.Epoch == l.Epoch() && cur.Lease > l.Acquired() {
+			return cur, fmt.Errorf("%w: %s was claimed by %s under a newer lease (%d > %d)", ErrOwned, pc.name, cur.Owner, cur.Lease, l.Acquired())
 		}
 		if cur.Owner == "" {
 			var err error
@@ -145,16 +146,16 @@ func (n *Node) claim(ctx context.Context, pc piece, l *lease) (string, error) {
 		}
 		last = cur
 		if cur.Owner == "" {
-			cur.Owner = l.id
+			cur.Owner = l.ID()
 		}
-		cur.Lease, cur.Epoch = l.acquired, l.epoch
+		cur.Lease, cur.Epoch = l.Acquired(), l.Epoch()
 		return cur, nil
 	})
 	if err != nil {
 		return "", fmt.Errorf("cannot claim %s: %w", pc.name, err)
 	}
 	from := "local"
-	if last.Owner != "" && last.Owner != l.id {
+	if last.Owner != "" && last.Owner != l.ID() {
 		start := time.Now()
 		if from = "backup"; last.Object == "" {
 			from = "empty"
@@ -167,9 +168,9 @@ func (n *Node) claim(ctx context.Context, pc piece, l *lease) (string, error) {
 		}
 		err = n.setPointer(ctx, pc.name, func(cur pointer) (pointer, error) {
 			if !cur.heldBy(l) {
-				return cur, fmt.Errorf("%w: %s's pointer holds %s's lease revision %d, not %d", errSuperseded, pc.name, cur.Owner, cur.Lease, l.acquired)
+				return cur, fmt.Errorf("%w: %s's pointer holds %s's lease revision %d, not %d", errSuperseded, pc.name, cur.Owner, cur.Lease, l.Acquired())
 			}
-			cur.Owner = l.id
+			cur.Owner = l.ID()
 			return cur, nil
 		})
 		if err != nil {
@@ -183,10 +184,10 @@ func (n *Node) claim(ctx context.Context, pc piece, l *lease) (string, error) {
 	n.sweep(ctx, pc.name, l)
 	// Claiming and restoring took part of the lease's TTL, and nothing renews it before
 	// the partition runs (and checks it at its first write): renew it now.
-	if err := l.renew(ctx); errors.Is(err, errLost) {
+	if err := l.Renew(ctx); errors.Is(err, cluster.ErrLost) {
 		return "", fmt.Errorf("lost %s while claiming it: %w", pc.name, err)
 	} else if err != nil {
-		n.log.Warn("cannot renew the lease yet", "key", l.key, "err", err)
+		n.log.Warn("cannot renew the lease yet", "key", l.Key(), "err", err)
 	}
 	return from, nil
 }
@@ -195,7 +196,7 @@ func (n *Node) claim(ctx context.Context, pc piece, l *lease) (string, error) {
 // does not name: once l has claimed the pointer none of them can become current (a
 // process killed between storing a backup and writing the pointer leaves one). Those of
 // newer leases are left to their owners.
-func (n *Node) sweep(ctx context.Context, name string, l *lease) {
+func (n *Node) sweep(ctx context.Context, name string, l *cluster.Lease) {
 	st, err := n.js.Stream(ctx, n.subjects.LogStream())
 	if err != nil {
 		return
@@ -215,7 +216,7 @@ func (n *Node) sweep(ctx context.Context, name string, l *lease) {
 		rest, ok := strings.CutPrefix(o.Name, name+".")
 		if parts := strings.Split(rest, "."); !ok || o.Name == cur.Object || len(parts) != 3 {
 			continue
-		} else if rev, err := strconv.ParseUint(parts[1], 10, 64); err != nil || rev >= l.acquired {
+		} else if rev, err := strconv.ParseUint(parts[1], 10, 64); err != nil || rev >= l.Acquired() {
 			continue
 		}
 		if err := n.obs.Delete(ctx, o.Name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {

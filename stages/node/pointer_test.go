@@ -13,6 +13,7 @@ import (
 
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/natstest"
+	"github.com/tally-dev/tally/stages/cluster"
 	"github.com/tally-dev/tally/store/cold"
 )
 
@@ -50,7 +51,7 @@ func (r *backupRig) process() *Node {
 	cfg := DefaultConfig()
 	cfg.DataDir, cfg.Partitions = t.TempDir(), 2
 	log := slog.New(slog.DiscardHandler)
-	o, err := openOwners(t.Context(), r.js, r.sj.OwnersBucket(), 1, cfg.DataDir, time.Minute)
+	o, err := cluster.Open(t.Context(), r.js, r.sj.OwnersBucket(), 1, cfg.DataDir, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,21 +64,31 @@ func (r *backupRig) process() *Node {
 }
 
 // take takes partition 0's lease for n, as a new owner does once the last one's expired.
-func (r *backupRig) take(n *Node) *lease {
+func (r *backupRig) take(n *Node) *cluster.Lease {
 	r.t.Helper()
-	_ = n.owners.kv.Delete(r.t.Context(), counterKey(0)) // the last owner's lease expired
-	l, err := n.owners.take(r.t.Context(), counterKey(0))
+	_ = r.kv().Delete(r.t.Context(), counterKey(0)) // the last owner's lease expired
+	l, err := n.owners.Take(r.t.Context(), counterKey(0))
 	if err != nil {
 		r.t.Fatal(err)
 	}
 	return l
 }
 
-func (r *backupRig) claim(n *Node, l *lease) (string, error) {
+// kv is the ownership bucket, as another process (or an operator) sees it.
+func (r *backupRig) kv() jetstream.KeyValue {
+	r.t.Helper()
+	kv, err := r.js.KeyValue(r.t.Context(), r.sj.OwnersBucket())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return kv
+}
+
+func (r *backupRig) claim(n *Node, l *cluster.Lease) (string, error) {
 	return n.claim(r.t.Context(), n.counterPiece(0), l)
 }
 
-func (r *backupRig) backup(n *Node, l *lease) error {
+func (r *backupRig) backup(n *Node, l *cluster.Lease) error {
 	_, _, err := n.store(r.t.Context(), n.counterPiece(0), l)
 	return err
 }
@@ -144,7 +155,7 @@ func TestBackupFenced(t *testing.T) {
 		t.Fatalf("b's claim: %q %v, at %d, want a's backup at 10", from, err, r.pos(b))
 	}
 	r.checkpoint(a, 15)
-	if !la.valid() {
+	if !la.Valid() {
 		t.Fatal("the old owner's lease must still look held to it")
 	}
 	if err := r.backup(a, la); !errors.Is(err, errSuperseded) {
@@ -158,12 +169,12 @@ func TestBackupFenced(t *testing.T) {
 	if err := r.backup(a, la); !errors.Is(err, errSuperseded) {
 		t.Fatalf("the old owner's backup after the new owner's: %v, want errSuperseded", err)
 	}
-	if p, _ := r.pointer(counterObject(0)); p.Owner != b.owners.id || p.Lease != lb.acquired || p.Taken != lb.token() {
-		t.Fatalf("pointer %+v, want b's backup (lease %s)", p, lb.token())
+	if p, _ := r.pointer(counterObject(0)); p.Owner != b.owners.ID() || p.Lease != lb.Acquired() || p.Taken != lb.Token() {
+		t.Fatalf("pointer %+v, want b's backup (lease %s)", p, lb.Token())
 	}
 
 	// a is killed between storing a backup and writing the pointer: the next claim sweeps it.
-	if _, err := r.obs.PutString(t.Context(), counterObject(0)+"."+la.token()+".killed", "x"); err != nil {
+	if _, err := r.obs.PutString(t.Context(), counterObject(0)+"."+la.Token()+".killed", "x"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -214,7 +225,7 @@ func TestRestoreRefusesStale(t *testing.T) {
 		p, seq := r.pointer(counterObject(0))
 		bad := good
 		bad.Pos = append([]uint64(nil), good.Pos...)
-		bad.Owner, bad.Lease = a.owners.id, p.Lease
+		bad.Owner, bad.Lease = a.owners.ID(), p.Lease
 		tc.edit(&bad)
 		data, _ := json.Marshal(bad)
 		if _, err := r.js.Publish(t.Context(), r.sj.BackupPointer(counterObject(0)), data, jetstream.WithExpectLastSequencePerSubject(seq)); err != nil {
@@ -245,7 +256,7 @@ func TestBackupPointerBucketRemade(t *testing.T) {
 	r := newBackupRig(t)
 	a := r.process()
 	for range 5 { // revisions the new bucket will not reach
-		if _, err := a.owners.kv.Put(t.Context(), "members.x", []byte("x")); err != nil {
+		if _, err := r.kv().Put(t.Context(), "members.x", []byte("x")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -262,8 +273,8 @@ func TestBackupPointerBucketRemade(t *testing.T) {
 	}
 	b := r.process()
 	lb := r.take(b)
-	if lb.acquired >= la.acquired {
-		t.Fatalf("the new bucket's revision %d is not below the old one's %d", lb.acquired, la.acquired)
+	if lb.Acquired() >= la.Acquired() {
+		t.Fatalf("the new bucket's revision %d is not below the old one's %d", lb.Acquired(), la.Acquired())
 	}
 	if from, err := r.claim(b, lb); err != nil || from != "backup" || r.pos(b) != 10 {
 		t.Fatalf("claim in a new bucket: %q %v at %d", from, err, r.pos(b))
@@ -316,14 +327,14 @@ func TestClaimLegacyBackup(t *testing.T) {
 	if _, err := r.obs.PutBytes(t.Context(), counterObject(0), buf.Bytes()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.obs.PutString(t.Context(), legacyOwner(counterObject(0)), a.owners.id); err != nil {
+	if _, err := r.obs.PutString(t.Context(), legacyOwner(counterObject(0)), a.owners.ID()); err != nil {
 		t.Fatal(err)
 	}
 	lb := r.take(b)
 	if from, err := r.claim(b, lb); err != nil || from != "backup" || r.pos(b) != 10 {
 		t.Fatalf("claim of a legacy backup: %q %v at %d", from, err, r.pos(b))
 	}
-	if p, _ := r.pointer(counterObject(0)); p.Owner != b.owners.id || p.Object != counterObject(0) {
+	if p, _ := r.pointer(counterObject(0)); p.Owner != b.owners.ID() || p.Object != counterObject(0) {
 		t.Fatalf("pointer after a legacy claim: %+v", p)
 	}
 	if _, err := r.obs.GetInfo(t.Context(), legacyOwner(counterObject(0))); !errors.Is(err, jetstream.ErrObjectNotFound) {
@@ -345,7 +356,7 @@ func TestClaimEventsAfterUpgrade(t *testing.T) {
 	r := newBackupRig(t)
 	a, b := r.process(), r.process()
 	if err := a.setPointer(t.Context(), legacyEvents, func(pointer) (pointer, error) {
-		return pointer{Object: "events.old", Owner: a.owners.id, Lease: 1}, nil
+		return pointer{Object: "events.old", Owner: a.owners.ID(), Lease: 1}, nil
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -353,12 +364,12 @@ func TestClaimEventsAfterUpgrade(t *testing.T) {
 	if _, err := b.claimEvents(t.Context(), 0, lb); !errors.Is(err, ErrLegacyState) {
 		t.Fatalf("another process claimed a partition of the old backup: %v, want ErrLegacyState", err)
 	}
-	lb.release(t.Context())
+	lb.Release(t.Context())
 	la := r.take(a)
 	if from, err := a.claimEvents(t.Context(), 0, la); err != nil || from != "local" {
 		t.Fatalf("the old backup's owner claimed partition 0: %q %v, want local", from, err)
 	}
-	if p, _ := r.pointer(eventObject(0)); p.Owner != a.owners.id {
+	if p, _ := r.pointer(eventObject(0)); p.Owner != a.owners.ID() {
 		t.Fatalf("pointer after the claim: %+v", p)
 	}
 }

@@ -1,4 +1,4 @@
-package node
+package cluster
 
 import (
 	"fmt"
@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// assign keeps partitions with their live holders: a member joining takes its
+// Assign keeps partitions with their live holders: a member joining takes its
 // share and nothing else moves; a member leaving moves only what it held; every member
 // gets ⌊P/n⌋ or ⌈P/n⌉; and it agrees with itself.
 func TestAssign(t *testing.T) {
@@ -42,8 +42,8 @@ func TestAssign(t *testing.T) {
 			joiner := fmt.Sprintf("node%02d", 17*n%23)
 			members = append(members, joiner)
 			slices.Sort(members)
-			got := assign(members, held, parts)
-			if again := assign(slices.Clone(members), slices.Clone(held), parts); !slices.Equal(got, again) {
+			got := Assign(members, held, parts)
+			if again := Assign(slices.Clone(members), slices.Clone(held), parts); !slices.Equal(got, again) {
 				t.Fatalf("%d partitions, %d members: two answers %v and %v", parts, n, got, again)
 			}
 			even(got, members, parts)
@@ -61,7 +61,7 @@ func TestAssign(t *testing.T) {
 					live[p] = "" // its lease expired
 				}
 			}
-			got := assign(members, live, parts)
+			got := Assign(members, live, parts)
 			even(got, members, parts)
 			if m := moved(held, got); m != load(held)[leaver] {
 				t.Fatalf("%d partitions: %s left holding %d, but %d moved (%v → %v)", parts, leaver, load(held)[leaver], m, held, got)

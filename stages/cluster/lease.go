@@ -1,4 +1,4 @@
-package node
+package cluster
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,8 +25,8 @@ import (
 // not told to join it; and by a lease taken by another process.
 var ErrOwned = errors.New("the partitions are owned by another tallyd")
 
-// errLost is a lease found taken by another process, or not renewed in time.
-var errLost = errors.New("lease lost")
+// ErrLost is a lease found taken by another process, or not renewed in time.
+var ErrLost = errors.New("lease lost")
 
 // DefaultLeaseTTL is how long an ownership lease lives without renewal; it is renewed
 // five times within it. A crashed owner's partitions are free this long after its last
@@ -33,20 +34,15 @@ var errLost = errors.New("lease lost")
 // within 3 s of a crash, long enough for a renewal to ride out a NATS leader election.
 const DefaultLeaseTTL = 2 * time.Second
 
-// Keys of the ownership bucket: each partition (its event stage and counters of every
-// family), and each live process.
-const (
-	counterPrefix = "counters."
-	memberPrefix  = "members."
-)
-
-func counterKey(p int) string { return fmt.Sprintf("%s%d", counterPrefix, p) }
+// memberPrefix starts the ownership bucket's key of each live process; the others are
+// leases, named by their users (a partition's: counters.<p>).
+const memberPrefix = "members."
 
 // lease is this process's ownership of one key of the ownership bucket, whose messages
 // expire after the TTL. The key's revision is the fencing token: a renewal is a
 // compare-and-set on it, and an owner whose renewal fails — because it was paused past
 // the TTL and another process took the key — gives up what the key stands for at once.
-type lease struct {
+type Lease struct {
 	ttl   time.Duration
 	kv    jetstream.KeyValue
 	key   string
@@ -71,26 +67,42 @@ type lease struct {
 	released atomic.Bool
 }
 
-// age is the time since the last renewal that went through was sent (monotonic).
-func (l *lease) age() time.Duration { return time.Since(*l.renewed.Load()) }
+// Key is the lease's key in the ownership bucket.
+func (l *Lease) Key() string { return l.key }
 
-// valid reports whether the lease is certainly still ours: renewed less than a TTL ago
+// ID is the node id of the lease's owner.
+func (l *Lease) ID() string { return l.id }
+
+// Acquired is the revision the lease was taken at, which names this ownership; Epoch
+// tells the bucket incarnation it is of (see the fields).
+func (l *Lease) Acquired() uint64 { return l.acquired }
+
+// Epoch is when the ownership bucket the lease is in was made (Unix ns).
+func (l *Lease) Epoch() int64 { return l.epoch }
+
+// Age is the time since the last renewal that went through was sent (monotonic).
+func (l *Lease) Age() time.Duration { return time.Since(*l.renewed.Load()) }
+
+// Valid reports whether the lease is certainly still ours: renewed less than a TTL ago
 // and not released.
-func (l *lease) valid() bool { return !l.released.Load() && l.age() < l.ttl }
+func (l *Lease) Valid() bool { return !l.released.Load() && l.Age() < l.ttl }
 
-// token names this ownership: the node id and the revision it was taken at.
-func (l *lease) token() string { return fmt.Sprintf("%s.%d", l.id, l.acquired) }
+// Token names this ownership: the node id and the revision it was taken at.
+func (l *Lease) Token() string { return fmt.Sprintf("%s.%d", l.id, l.acquired) }
 
-// owners is the ownership bucket as seen by one process.
-type owners struct {
+// Owners is the ownership bucket as seen by one process: its leases and the live
+// processes (members), each renewing its own key, which expires after the TTL.
+type Owners struct {
 	kv    jetstream.KeyValue
 	id    string
 	value []byte
 	ttl   time.Duration
 }
 
-func openOwners(ctx context.Context, js jetstream.JetStream, bucket string, replicas int, dataDir string, ttl time.Duration) (*owners, error) {
-	id, err := nodeID(dataDir)
+// Open opens (or makes) the ownership bucket with the TTL ttl, as the process whose node
+// id is kept in dataDir.
+func Open(ctx context.Context, js jetstream.JetStream, bucket string, replicas int, dataDir string, ttl time.Duration) (*Owners, error) {
+	id, err := NodeID(dataDir)
 	if err != nil {
 		return nil, err
 	}
@@ -103,12 +115,47 @@ func openOwners(ctx context.Context, js jetstream.JetStream, bucket string, repl
 		return nil, fmt.Errorf("cannot set up the ownership bucket %s: %w", bucket, err)
 	}
 	host, _ := os.Hostname()
-	return &owners{kv: kv, id: id, value: []byte(id + " " + host), ttl: ttl}, nil
+	return &Owners{kv: kv, id: id, value: []byte(id + " " + host), ttl: ttl}, nil
 }
 
-// alone reports ErrOwned when another process is live on the prefix (its membership
+// ID is this process's node id.
+func (o *Owners) ID() string { return o.id }
+
+// Register writes (or renews) this process's membership.
+func (o *Owners) Register(ctx context.Context) error {
+	_, err := o.kv.Put(ctx, memberPrefix+o.id, o.value)
+	return err
+}
+
+// Leave deletes this process's membership: the others plan without it from their next
+// round.
+func (o *Owners) Leave(ctx context.Context) error { return o.kv.Delete(ctx, memberPrefix+o.id) }
+
+// Snapshot reads the live members (sorted, this process among them) and the holder of
+// every lease key (its node id).
+func (o *Owners) Snapshot(ctx context.Context) (members []string, holders map[string]string, err error) {
+	keys, err := o.kv.Keys(ctx)
+	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil, fmt.Errorf("cannot list the live processes: %w", err)
+	}
+	holders = map[string]string{}
+	for _, k := range keys {
+		if id, ok := strings.CutPrefix(k, memberPrefix); ok {
+			members = append(members, id)
+		} else if h := o.Holder(ctx, k); h != "" {
+			holders[k] = h
+		}
+	}
+	if !slices.Contains(members, o.id) {
+		members = append(members, o.id)
+	}
+	slices.Sort(members)
+	return members, holders, nil
+}
+
+// Alone reports ErrOwned when another process is live on the prefix (its membership
 // not expired): this one's own id, restarted, does not count.
-func (o *owners) alone(ctx context.Context) error {
+func (o *Owners) Alone(ctx context.Context) error {
 	keys, err := o.kv.Keys(ctx)
 	if errors.Is(err, jetstream.ErrNoKeysFound) {
 		return nil
@@ -126,9 +173,9 @@ func (o *owners) alone(ctx context.Context) error {
 	return nil
 }
 
-// holder is the node id holding lease key k ("" when none, or it cannot be read: the
+// Holder is the node id holding lease key k ("" when none, or it cannot be read: the
 // assignment then plans as if it were free, and the lease decides).
-func (o *owners) holder(ctx context.Context, k string) string {
+func (o *Owners) Holder(ctx context.Context, k string) string {
 	e, err := o.kv.Get(ctx, k)
 	if err != nil {
 		return ""
@@ -137,10 +184,10 @@ func (o *owners) holder(ctx context.Context, k string) string {
 	return id
 }
 
-// take takes the lease on key, or reports who holds it (wrapping ErrOwned). A restart
+// Take takes the lease on key, or reports who holds it (wrapping ErrOwned). A restart
 // of the same data directory (the same node id) takes its own lease back at once.
-func (o *owners) take(ctx context.Context, key string) (*lease, error) {
-	l := &lease{ttl: o.ttl, kv: o.kv, key: key, id: o.id, value: fmt.Appendf(nil, "%s %s", o.value, nuid.Next())}
+func (o *Owners) Take(ctx context.Context, key string) (*Lease, error) {
+	l := &Lease{ttl: o.ttl, kv: o.kv, key: key, id: o.id, value: fmt.Appendf(nil, "%s %s", o.value, nuid.Next())}
 	// The key's TTL runs from when the server stores it, which is after this: counting
 	// from here errs on the side of a shorter lease.
 	sent := time.Now()
@@ -168,14 +215,14 @@ func (o *owners) take(ctx context.Context, key string) (*lease, error) {
 	l.renewed.Store(&sent)
 	l.acquired = l.rev
 	if l.epoch, err = o.epoch(ctx); err != nil {
-		l.release(ctx)
+		l.Release(ctx)
 		return nil, fmt.Errorf("cannot take the lease %s: %w", key, err)
 	}
 	return l, nil
 }
 
 // epoch is when the ownership bucket was made (Unix ns).
-func (o *owners) epoch(ctx context.Context) (int64, error) {
+func (o *Owners) epoch(ctx context.Context) (int64, error) {
 	st, err := o.kv.Status(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("cannot read the ownership bucket: %w", err)
@@ -186,22 +233,22 @@ func (o *owners) epoch(ctx context.Context) (int64, error) {
 	return 0, nil
 }
 
-// renew extends the lease by one compare-and-set. It returns errLost when the lease
+// Renew extends the lease by one compare-and-set. It returns ErrLost when the lease
 // was paused past its TTL or not renewed within it (another process may hold it already:
 // give up before doing anything else), or when the key is found held by another or gone;
 // other errors are worth retrying. A renewal whose answer was lost (a timeout, an R3
 // leader election) may have gone through: the key then holds this lease's value at a
 // newer revision, which is adopted rather than taken for fencing.
-func (l *lease) renew(ctx context.Context) error {
+func (l *Lease) Renew(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.released.Load() {
 		return nil
 	}
-	if !l.valid() {
-		return fmt.Errorf("%w: %s not renewed for %v (paused past its TTL)", errLost, l.key, l.age().Round(time.Millisecond))
+	if !l.Valid() {
+		return fmt.Errorf("%w: %s not renewed for %v (paused past its TTL)", ErrLost, l.key, l.Age().Round(time.Millisecond))
 	}
-	wait := min(l.ttl/3, l.ttl-l.age()) // no answer counts once the lease is over
+	wait := min(l.ttl/3, l.ttl-l.Age()) // no answer counts once the lease is over
 	rctx, cancel := context.WithTimeout(ctx, wait)
 	sent := time.Now() // see take
 	if l.tried.IsZero() {
@@ -217,20 +264,20 @@ func (l *lease) renew(ctx context.Context) error {
 	case ctx.Err() != nil:
 		return ctx.Err()
 	}
-	if !l.valid() { // no answer within the lease: others see it over already
-		return fmt.Errorf("%w: %s not renewed within its TTL %v: %w", errLost, l.key, l.ttl, err)
+	if !l.Valid() { // no answer within the lease: others see it over already
+		return fmt.Errorf("%w: %s not renewed within its TTL %v: %w", ErrLost, l.key, l.ttl, err)
 	}
 	// Lost answer or moved revision: what the key holds tells which.
-	gctx, cancel := context.WithTimeout(ctx, min(l.ttl/3, l.ttl-l.age()))
+	gctx, cancel := context.WithTimeout(ctx, min(l.ttl/3, l.ttl-l.Age()))
 	e, gerr := l.kv.Get(gctx, l.key)
 	cancel()
 	switch {
 	case errors.Is(gerr, jetstream.ErrKeyNotFound):
-		return fmt.Errorf("%w: %s is gone (deleted or expired): %w", errLost, l.key, err)
+		return fmt.Errorf("%w: %s is gone (deleted or expired): %w", ErrLost, l.key, err)
 	case gerr != nil:
 		return fmt.Errorf("%w (and cannot read the key: %w)", err, gerr)
 	case !bytes.Equal(e.Value(), l.value):
-		return fmt.Errorf("%w: %s is held by %q (revision %d): %w", errLost, l.key, e.Value(), e.Revision(), err)
+		return fmt.Errorf("%w: %s is held by %q (revision %d): %w", ErrLost, l.key, e.Value(), e.Revision(), err)
 	case e.Revision() > l.rev:
 		// A renewal of ours went through though its answer was lost. Which one is not
 		// known: its TTL started after the first of them was sent.
@@ -242,8 +289,8 @@ func (l *lease) renew(ctx context.Context) error {
 	return err // not written (a stale read shows no more): retried until the TTL runs out
 }
 
-// every calls fn every d until ctx ends (nil) or fn fails (its error).
-func every(ctx context.Context, d time.Duration, fn func() error) error {
+// Every calls fn every d until ctx ends (nil) or fn fails (its error).
+func Every(ctx context.Context, d time.Duration, fn func() error) error {
 	tick := time.NewTicker(d)
 	defer tick.Stop()
 	for {
@@ -258,9 +305,9 @@ func every(ctx context.Context, d time.Duration, fn func() error) error {
 	}
 }
 
-// release deletes the key so that another process may take it at once; nothing may be
+// Release deletes the key so that another process may take it at once; nothing may be
 // done on the lease's behalf afterwards (a backup would overwrite the next owner's).
-func (l *lease) release(ctx context.Context) {
+func (l *Lease) Release(ctx context.Context) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.released.Store(true)
@@ -272,8 +319,8 @@ func (l *lease) release(ctx context.Context) {
 	}
 }
 
-// nodeID is the data directory's identity, made on first use.
-func nodeID(dataDir string) (string, error) {
+// NodeID is the data directory's identity, made on first use.
+func NodeID(dataDir string) (string, error) {
 	path := filepath.Join(dataDir, "node-id")
 	b, err := os.ReadFile(path)
 	if err == nil && len(strings.TrimSpace(string(b))) > 0 {

@@ -1,4 +1,4 @@
-package node
+package cluster
 
 import (
 	"bytes"
@@ -114,10 +114,10 @@ func (e entry) Created() time.Time              { return time.Time{} }
 func (e entry) Delta() uint64                   { return 0 }
 func (e entry) Operation() jetstream.KeyValueOp { return jetstream.KeyValuePut }
 
-func fakeLease(t *testing.T, kv *fakeKV, ttl time.Duration) *lease {
+func fakeLease(t *testing.T, kv *fakeKV, ttl time.Duration) *Lease {
 	t.Helper()
-	o := &owners{kv: kv, id: "n1", value: []byte("n1 host"), ttl: ttl}
-	l, err := o.take(t.Context(), "counters.0")
+	o := &Owners{kv: kv, id: "n1", value: []byte("n1 host"), ttl: ttl}
+	l, err := o.Take(t.Context(), "counters.0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,15 +133,15 @@ func TestLeaseRenewalAnswerLost(t *testing.T) {
 		kv := &fakeKV{}
 		l := fakeLease(t, kv, ttl)
 		kv.lose = 1
-		if err := l.renew(t.Context()); errors.Is(err, errLost) {
+		if err := l.Renew(t.Context()); errors.Is(err, ErrLost) {
 			t.Fatalf("renewal without an answer: %v", err)
 		}
 		for i := range 10 {
 			time.Sleep(ttl / 5)
-			if err := l.renew(t.Context()); err != nil {
+			if err := l.Renew(t.Context()); err != nil {
 				t.Fatalf("renewal %d after a lost answer: %v", i, err)
 			}
-			if !l.valid() {
+			if !l.Valid() {
 				t.Fatalf("renewal %d: the lease is not valid", i)
 			}
 		}
@@ -161,10 +161,10 @@ func TestLeaseAdoptedCountsFromFirstTry(t *testing.T) {
 		time.Sleep(time.Second)
 		first := time.Now()
 		kv.lose = 1
-		if err := l.renew(t.Context()); err != nil { // written, unanswered for ttl/3, adopted
+		if err := l.Renew(t.Context()); err != nil { // written, unanswered for ttl/3, adopted
 			t.Fatal(err)
 		}
-		if got := l.age(); got != time.Since(first) || got == 0 {
+		if got := l.Age(); got != time.Since(first) || got == 0 {
 			t.Fatalf("age %v after adopting, want %v (since the renewal was sent)", got, time.Since(first))
 		}
 	})
@@ -184,7 +184,7 @@ func TestLeaseRenewalRetriedUntilTTL(t *testing.T) {
 		kv.mu.Unlock()
 		start := time.Now()
 		for time.Since(start) < 8*time.Second { // the old renewal gave up at 2/3 of the TTL
-			if err := l.renew(ctx); errors.Is(err, errLost) {
+			if err := l.Renew(ctx); errors.Is(err, ErrLost) {
 				t.Fatalf("lease lost %v into an election of a %v lease: %v", time.Since(start), ttl, err)
 			}
 			time.Sleep(ttl / 5)
@@ -192,8 +192,8 @@ func TestLeaseRenewalRetriedUntilTTL(t *testing.T) {
 		kv.mu.Lock()
 		kv.down = false
 		kv.mu.Unlock()
-		if err := l.renew(ctx); err != nil || !l.valid() {
-			t.Fatalf("renewal once JetStream is back: %v (valid %v)", err, l.valid())
+		if err := l.Renew(ctx); err != nil || !l.Valid() {
+			t.Fatalf("renewal once JetStream is back: %v (valid %v)", err, l.Valid())
 		}
 
 		kv.mu.Lock()
@@ -201,19 +201,19 @@ func TestLeaseRenewalRetriedUntilTTL(t *testing.T) {
 		kv.mu.Unlock()
 		renewed := time.Now()
 		var err error
-		for !errors.Is(err, errLost) {
-			if !l.valid() && time.Since(renewed) < ttl {
+		for !errors.Is(err, ErrLost) {
+			if !l.Valid() && time.Since(renewed) < ttl {
 				t.Fatalf("invalid %v after the last renewal, before the TTL", time.Since(renewed))
 			}
-			err = l.renew(ctx)
-			if !errors.Is(err, errLost) {
+			err = l.Renew(ctx)
+			if !errors.Is(err, ErrLost) {
 				time.Sleep(ttl / 5)
 			}
 		}
 		if d := time.Since(renewed); d < ttl || d > ttl+ttl/5 {
 			t.Fatalf("lost %v after the last renewal, want the TTL %v", d, ttl)
 		}
-		if l.valid() {
+		if l.Valid() {
 			t.Fatal("valid after the TTL")
 		}
 	})
@@ -228,13 +228,13 @@ func TestLeaseRenewalFenced(t *testing.T) {
 		kv.mu.Lock()
 		kv.val, kv.rev = []byte("n1 host other"), kv.rev+10
 		kv.mu.Unlock()
-		if err := l.renew(t.Context()); !errors.Is(err, errLost) {
-			t.Fatalf("renewal of a key held by another run: %v, want errLost", err)
+		if err := l.Renew(t.Context()); !errors.Is(err, ErrLost) {
+			t.Fatalf("renewal of a key held by another run: %v, want ErrLost", err)
 		}
 		l = fakeLease(t, &fakeKV{}, 10*time.Second)
 		_ = l.kv.Delete(t.Context(), l.key)
-		if err := l.renew(t.Context()); !errors.Is(err, errLost) {
-			t.Fatalf("renewal of a deleted key: %v, want errLost", err)
+		if err := l.Renew(t.Context()); !errors.Is(err, ErrLost) {
+			t.Fatalf("renewal of a deleted key: %v, want ErrLost", err)
 		}
 	})
 }
@@ -249,18 +249,18 @@ func TestLeaseAgeMonotonic(t *testing.T) {
 		l := fakeLease(t, kv, ttl)
 		time.Sleep(3 * time.Second)
 		sent := time.Now()
-		if err := l.renew(t.Context()); err != nil {
+		if err := l.Renew(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		if got, want := l.age(), time.Since(sent); got != want {
+		if got, want := l.Age(), time.Since(sent); got != want {
 			t.Fatalf("age %v, want %v (since the renewal was sent, not answered)", got, want)
 		}
 		time.Sleep(ttl - time.Second - time.Nanosecond)
-		if !l.valid() {
+		if !l.Valid() {
 			t.Fatal("invalid before the TTL")
 		}
 		time.Sleep(time.Nanosecond)
-		if l.valid() {
+		if l.Valid() {
 			t.Fatal("valid a TTL after the renewal was sent")
 		}
 	})
@@ -269,7 +269,7 @@ func TestLeaseAgeMonotonic(t *testing.T) {
 	if s := l.renewed.Load().String(); !strings.Contains(s, " m=") {
 		t.Fatalf("the lease's renewal time %s has no monotonic reading", s)
 	}
-	if err := l.renew(t.Context()); err != nil {
+	if err := l.Renew(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	if s := l.renewed.Load().String(); !strings.Contains(s, " m=") {

@@ -1,0 +1,65 @@
+package cluster
+
+import (
+	"cmp"
+	"fmt"
+	"hash/fnv"
+	"slices"
+)
+
+// Assign gives each partition one of members (sorted, non-empty), keeping where it
+// can the partitions where holders (the live holder of each partition, "" when none)
+// says they are: every member gets ⌊P/n⌋ or ⌈P/n⌉ partitions and keeps
+// what it holds up to its room, giving up first those it ranks lowest; the rest go, each
+// to the member with room that ranks it highest (rendezvous hashing). So a member joining
+// moves its own share only, and a member leaving moves only what it held
+// (TestAssign). Members compute it from what they read of the holders; while a
+// hand-over is under way two may want the same partition, and its lease decides.
+func Assign(members, holders []string, partitions int) []string {
+	n := len(members)
+	held := map[string][]int{}
+	for p, h := range holders {
+		if p < partitions && slices.Contains(members, h) {
+			held[h] = append(held[h], p)
+		}
+	}
+	// The ⌈P/n⌉ rooms go to the members holding most (then by name), so that a member's
+	// room shrinks only below what it holds when the members change.
+	byHeld := slices.Clone(members)
+	slices.SortStableFunc(byHeld, func(a, b string) int { return cmp.Compare(len(held[b]), len(held[a])) })
+	room := map[string]int{}
+	for i, m := range byHeld {
+		room[m] = partitions / n
+		if i < partitions%n {
+			room[m]++
+		}
+	}
+	score := func(m string, p int) uint64 {
+		h := fnv.New64a()
+		fmt.Fprintf(h, "%s/%d", m, p)
+		return h.Sum64()
+	}
+	out := make([]string, partitions)
+	for _, m := range members {
+		ps := held[m]
+		slices.SortFunc(ps, func(a, b int) int { return cmp.Compare(score(m, b), score(m, a)) }) // best first
+		for _, p := range ps[:min(len(ps), room[m])] {
+			out[p] = m
+			room[m]--
+		}
+	}
+	for p := range out {
+		if out[p] != "" {
+			continue
+		}
+		best := ""
+		for _, m := range members {
+			if room[m] > 0 && (best == "" || score(m, p) > score(best, p)) {
+				best = m
+			}
+		}
+		out[p] = best
+		room[best]--
+	}
+	return out
+}

@@ -1,0 +1,164 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ttlKV is an ownership bucket of many keys whose writes expire after a TTL, on the
+// fake clock of a synctest bubble.
+type ttlKV struct {
+	jetstream.KeyValue // what membership does not use: panics
+	ttl                time.Duration
+	mu                 sync.Mutex
+	rev                uint64
+	keys               map[string]ttlEntry
+}
+
+type ttlEntry struct {
+	val     []byte
+	rev     uint64
+	expires time.Time
+}
+
+func (f *ttlKV) live(key string) (ttlEntry, bool) {
+	e, ok := f.keys[key]
+	return e, ok && time.Now().Before(e.expires)
+}
+
+func (f *ttlKV) put(key string, value []byte) uint64 {
+	f.rev++
+	f.keys[key] = ttlEntry{val: value, rev: f.rev, expires: time.Now().Add(f.ttl)}
+	return f.rev
+}
+
+func (f *ttlKV) Put(_ context.Context, key string, value []byte) (uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.put(key, value), nil
+}
+
+func (f *ttlKV) Create(_ context.Context, key string, value []byte, _ ...jetstream.KVCreateOpt) (uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.live(key); ok {
+		return 0, jetstream.ErrKeyExists
+	}
+	return f.put(key, value), nil
+}
+
+func (f *ttlKV) Update(_ context.Context, key string, value []byte, last uint64) (uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if e, ok := f.live(key); !ok || e.rev != last {
+		return 0, jetstream.ErrKeyExists
+	}
+	return f.put(key, value), nil
+}
+
+func (f *ttlKV) Get(_ context.Context, key string) (jetstream.KeyValueEntry, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e, ok := f.live(key)
+	if !ok {
+		return nil, jetstream.ErrKeyNotFound
+	}
+	return entry{key: key, val: e.val, rev: e.rev}, nil
+}
+
+func (f *ttlKV) Keys(context.Context, ...jetstream.WatchOpt) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for k := range f.keys {
+		if _, ok := f.live(k); ok {
+			out = append(out, k)
+		}
+	}
+	if len(out) == 0 {
+		return nil, jetstream.ErrNoKeysFound
+	}
+	return out, nil
+}
+
+func (f *ttlKV) Delete(_ context.Context, key string, _ ...jetstream.KVDeleteOpt) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.keys, key)
+	return nil
+}
+
+func (f *ttlKV) Status(context.Context) (jetstream.KeyValueStatus, error) {
+	return &jetstream.KeyValueBucketStatus{}, nil
+}
+
+// A second process refuses to start alone while the first's membership is live, and
+// may once it has expired (the first died) or the first left; a snapshot lists the live
+// members, sorted, and who holds each lease.
+func TestMembership(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const ttl = 2 * time.Second
+		kv := &ttlKV{ttl: ttl, keys: map[string]ttlEntry{}}
+		a := &Owners{kv: kv, id: "b-node", value: []byte("b-node host"), ttl: ttl}
+		b := &Owners{kv: kv, id: "a-node", value: []byte("a-node host"), ttl: ttl}
+		ctx := t.Context()
+		if err := b.Alone(ctx); err != nil {
+			t.Fatalf("alone on an empty bucket: %v", err)
+		}
+		if err := a.Register(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Alone(ctx); !errors.Is(err, ErrOwned) {
+			t.Fatalf("alone beside a live member: %v, want ErrOwned", err)
+		}
+		if err := a.Alone(ctx); err != nil {
+			t.Fatalf("a member restarted is alone with itself: %v", err)
+		}
+		l, err := a.Take(ctx, "counters.3")
+		if err != nil {
+			t.Fatal(err)
+		}
+		members, holders, err := b.Snapshot(ctx)
+		if err != nil || !slices.Equal(members, []string{"a-node", "b-node"}) || holders["counters.3"] != "b-node" || len(holders) != 1 {
+			t.Fatalf("snapshot: members %v, holders %v, %v", members, holders, err)
+		}
+		// a renews its membership and lease within the TTL, then dies.
+		time.Sleep(ttl / 2)
+		if err := a.Register(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Renew(ctx); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(ttl - time.Millisecond)
+		if err := b.Alone(ctx); !errors.Is(err, ErrOwned) {
+			t.Fatalf("alone just before the membership expires: %v", err)
+		}
+		time.Sleep(2 * time.Millisecond)
+		if err := b.Alone(ctx); err != nil {
+			t.Fatalf("alone once the membership expired: %v", err)
+		}
+		if members, holders, _ := b.Snapshot(ctx); !slices.Equal(members, []string{"a-node"}) || len(holders) != 0 {
+			t.Fatalf("snapshot after the TTL: members %v, holders %v", members, holders)
+		}
+		if _, err := b.Take(ctx, "counters.3"); err != nil {
+			t.Fatalf("taking an expired lease: %v", err)
+		}
+		if err := b.Register(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Leave(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Alone(ctx); err != nil {
+			t.Fatalf("alone after the other left: %v", err)
+		}
+	})
+}
