@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-
 	"github.com/tally-dev/tally/stages/cluster"
 	"github.com/tally-dev/tally/stages/counter"
 	"github.com/tally-dev/tally/stages/event"

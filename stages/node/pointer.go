@@ -51,7 +51,9 @@ type pointer struct {
 }
 
 // heldBy reports whether the pointer holds lease l: only then may l's owner write it.
-func (p pointer) heldBy(l *cluster.Lease) bool { return p.Lease == l.Acquired() && p.Epoch == l.Epoch() }
+func (p pointer) heldBy(l *cluster.Lease) bool {
+	return p.Lease == l.Acquired() && p.Epoch == l.Epoch()
+}
 
 // piece is state that moves between processes as one: one partition's event stage's
 // or its counters' (every family of them).
