@@ -29,8 +29,8 @@ const legacyEvents = "events"
 
 func eventObject(p int) string { return "events." + strconv.Itoa(p) }
 
-func (n *Node) eventPiece(p int) piece {
-	return piece{eventObject(p), cold.EventPart(p), func() ([]uint64, error) {
+func (n *Node) eventPiece(p int) cluster.Piece {
+	return cluster.Piece{Name: eventObject(p), Part: cold.EventPart(p), Pos: func() ([]uint64, error) {
 		st, _, err := cold.LoadStage(n.db, p)
 		if err != nil {
 			return nil, err
@@ -43,24 +43,34 @@ func (n *Node) eventPiece(p int) piece {
 // claim after an upgrade finds no pointer of its own: the state is then in the local
 // database of the process that owned every stage, which alone may take it.
 func (n *Node) claimEvents(ctx context.Context, p int, l *cluster.Lease) (string, error) {
-	st, err := n.js.Stream(ctx, n.subjects.LogStream())
+	cur, err := n.backups.LastOwner(ctx, eventObject(p))
 	if err != nil {
 		return "", err
 	}
-	cur, _, err := n.readPointer(ctx, st, eventObject(p))
-	if err != nil {
-		return "", err
-	}
-	if cur.Owner == "" {
-		old, _, err := n.readPointer(ctx, st, legacyEvents)
+	if cur == "" {
+		old, err := n.backups.LastOwner(ctx, legacyEvents)
 		if err != nil {
 			return "", err
 		}
-		if old.Owner != "" && old.Owner != l.ID() {
-			return "", fmt.Errorf("%w: partition %d: start the tallyd with node id %s (its data directory) alone first, then the others with --join", ErrLegacyState, p, old.Owner)
+		if old != "" && old != l.ID() {
+			return "", fmt.Errorf("%w: partition %d: start the tallyd with node id %s (its data directory) alone first, then the others with --join", ErrLegacyState, p, old)
 		}
 	}
-	return n.claim(ctx, n.eventPiece(p), l)
+	return n.backups.Claim(ctx, n.eventPiece(p), l)
+}
+
+func (n *Node) counterPiece(p int) cluster.Piece {
+	return cluster.Piece{Name: counterObject(p), Part: cold.CounterPart(n.families(), p), Pos: func() ([]uint64, error) {
+		pos := make([]uint64, len(n.cfg.Families))
+		for i, f := range n.cfg.Families {
+			cp, err := cold.LoadCheckpoint(n.db, f.Name, p)
+			if err != nil {
+				return nil, err
+			}
+			pos[i] = cp.Pos
+		}
+		return pos, nil
+	}}
 }
 
 // startStage starts partition p's event stage in pt, under pt's lease.
@@ -68,7 +78,7 @@ func (n *Node) startStage(ctx context.Context, pt *part) error {
 	p := pt.p
 	ec := event.Config{Partition: p, Partitions: n.cfg.Partitions, Subjects: n.subjects, Families: n.cfg.Families, FanoutLimit: n.cfg.FanoutLimit}
 	ec.Publisher = n.cfg.faultyPublisher(n.js, uint64(1<<20+p))
-	if n.obs != nil { // the state moves between processes: log every transaction
+	if n.backups != nil { // the state moves between processes: log every transaction
 		ec.Log, ec.Owner, ec.Valid = true, pt.lease.Token(), pt.lease.Valid
 	}
 	st, err := event.New(ec, n.js, n.db, n.log, n.EventStats)
@@ -91,8 +101,8 @@ func (n *Node) startStage(ctx context.Context, pt *part) error {
 	return nil
 }
 
-// backups stores a backup of each partition owned here every BackupEvery.
-func (n *Node) backups(ctx context.Context) error {
+// backupLoop stores a backup of each partition owned here every BackupEvery.
+func (n *Node) backupLoop(ctx context.Context) error {
 	return cluster.Every(ctx, n.cfg.BackupEvery, func() error {
 		start := time.Now()
 		var bytes uint64
@@ -119,14 +129,14 @@ func (n *Node) backups(ctx context.Context) error {
 func (n *Node) backupPart(ctx context.Context, pt *part) (uint64, error) {
 	pt.backup.Lock()
 	defer pt.backup.Unlock()
-	size, limits, err := n.store(ctx, n.counterPiece(pt.p), pt.lease)
+	size, limits, err := n.backups.Store(ctx, n.counterPiece(pt.p), pt.lease)
 	if err != nil {
 		return 0, err
 	}
 	for i, w := range pt.workers {
 		w.SetPurgeLimit(limits[i])
 	}
-	esize, logs, err := n.store(ctx, n.eventPiece(pt.p), pt.lease)
+	esize, logs, err := n.backups.Store(ctx, n.eventPiece(pt.p), pt.lease)
 	if err != nil {
 		return size, err
 	}

@@ -4,7 +4,6 @@
 // hands over to and takes from the other processes of the prefix as they join and leave
 // (parts.go, with the leases, membership and assignment of stages/cluster); on a clean
 // stop it stops taking queries, lets every partition flush, hands its partitions over
-// and closes storage and NATS in that order. A partition's state moves as backups that
-// become current only through a pointer written under the owner's lease (pointer.go,
-// backup.go).
+// and closes storage and NATS in that order. A partition's state moves as two backups
+// (backup.go: its counters and its event stage) through stages/cluster's Backups.
 package node

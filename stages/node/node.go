@@ -66,8 +66,8 @@ type Node struct {
 	CounterStats counter.Stats
 	budget       *counter.Budget
 	owners       *cluster.Owners
-	takeover     atomic.Value          // where the last event stage taken over came from
-	obs          jetstream.ObjectStore // state backups; nil without BackupEvery
+	takeover     atomic.Value     // where the last event stage taken over came from
+	backups      *cluster.Backups // state backups; nil without BackupEvery
 	mu           sync.RWMutex
 	parts        map[int]*part // partitions owned here
 	// Backups and BackupErrs count rounds of state backups stored in NATS and failed
@@ -145,8 +145,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	if n.owners, err = cluster.Open(ctx, js, sc.Subjects.OwnersBucket(), sc.Replicas, cfg.DataDir, cfg.LeaseTTL); err != nil {
 		return nil, err
 	}
+	var obs jetstream.ObjectStore
 	if cfg.BackupEvery > 0 {
-		n.obs, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: sc.Subjects.StateBucket(), Replicas: sc.Replicas,
+		obs, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: sc.Subjects.StateBucket(), Replicas: sc.Replicas,
 			Description: "Tally state backups: what a new owner of a partition starts from"})
 		if err != nil {
 			return nil, fmt.Errorf("cannot set up the state bucket %s: %w", sc.Subjects.StateBucket(), err)
@@ -154,6 +155,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	}
 	if n.db, err = cold.Open(cold.Options{Dir: filepath.Join(cfg.DataDir, "state"), SyncWrites: cfg.SyncWrites, Logger: log}); err != nil {
 		return nil, err
+	}
+	if obs != nil {
+		n.backups = &cluster.Backups{JS: js, Obs: obs, DB: n.db, Subjects: sc.Subjects, Log: log, TmpDir: cfg.DataDir}
 	}
 	partOf := func(id uint64) int { return pipeline.PartitionOf(pipeline.ID(id), cfg.Partitions) }
 	if moved, err := cold.Migrate(n.db, cfg.Partitions, partOf); err != nil {
@@ -189,8 +193,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	}
 	n.goRun(runCtx, n.own)
 	n.goRun(runCtx, n.sampleAudits)
-	if n.obs != nil {
-		n.goRun(runCtx, n.backups)
+	if n.backups != nil {
+		n.goRun(runCtx, n.backupLoop)
 	}
 	if cfg.Metrics != "" {
 		if err := n.serveHTTP(cfg.Metrics); err != nil {

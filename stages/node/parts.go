@@ -171,11 +171,11 @@ func (n *Node) startPart(ctx context.Context, p int) error {
 	}
 	pt := &part{p: p, lease: l}
 	from, evFrom := "local", "local"
-	if n.obs != nil {
+	if n.backups != nil {
 		// The two pieces are restored side by side: their keys and pointers are apart.
 		var cerr, eerr error
 		var wg sync.WaitGroup
-		wg.Go(func() { from, cerr = n.claim(ctx, n.counterPiece(p), l) })
+		wg.Go(func() { from, cerr = n.backups.Claim(ctx, n.counterPiece(p), l) })
 		wg.Go(func() { evFrom, eerr = n.claimEvents(ctx, p, l) })
 		wg.Wait()
 		if err := errors.Join(cerr, eerr); err != nil {
@@ -248,7 +248,7 @@ func (n *Node) stopPart(p int, handover bool) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if n.obs != nil {
+	if n.backups != nil {
 		if _, err := n.backupPart(ctx, pt); err != nil {
 			// The next owner restores an older backup and replays more deltas and log.
 			n.log.Warn("cannot back a partition up before handing it over", "partition", p, "err", err)

@@ -1,4 +1,4 @@
-package node
+package cluster
 
 import (
 	"bytes"
@@ -13,7 +13,6 @@ import (
 
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/natstest"
-	"github.com/tally-dev/tally/stages/cluster"
 	"github.com/tally-dev/tally/store/cold"
 )
 
@@ -45,29 +44,47 @@ func newBackupRig(t *testing.T) *backupRig {
 	return &backupRig{t: t, js: js, obs: obs, sj: sc.Subjects}
 }
 
-func (r *backupRig) process() *Node {
+// proc is one process of the rig: its node id (in its own data directory), its
+// database and its view of the backups.
+type proc struct {
+	owners *Owners
+	b      *Backups
+	db     *cold.DB
+}
+
+// family is the family whose partition 0 the rig's processes back up.
+var family = pipeline.DefaultFamilies()[0]
+
+func (r *backupRig) process() *proc {
 	t := r.t
 	t.Helper()
-	cfg := DefaultConfig()
-	cfg.DataDir, cfg.Partitions = t.TempDir(), 2
+	dir := t.TempDir()
 	log := slog.New(slog.DiscardHandler)
-	o, err := cluster.Open(t.Context(), r.js, r.sj.OwnersBucket(), 1, cfg.DataDir, time.Minute)
+	o, err := Open(t.Context(), r.js, r.sj.OwnersBucket(), 1, dir, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := cold.Open(cold.Options{Dir: filepath.Join(cfg.DataDir, "state"), Logger: log})
+	db, err := cold.Open(cold.Options{Dir: filepath.Join(dir, "state"), Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	return &Node{cfg: cfg, subjects: r.sj, log: log, js: r.js, obs: r.obs, db: db, owners: o}
+	return &proc{owners: o, db: db, b: &Backups{JS: r.js, Obs: r.obs, DB: db, Subjects: r.sj, Log: log, TmpDir: dir}}
+}
+
+// piece is counter partition 0 of family, as a process backs it up.
+func (n *proc) piece() Piece {
+	return Piece{Name: "counters.0", Part: cold.CounterPart([]string{family.Name}, 0), Pos: func() ([]uint64, error) {
+		cp, err := cold.LoadCheckpoint(n.db, family.Name, 0)
+		return []uint64{cp.Pos}, err
+	}}
 }
 
 // take takes partition 0's lease for n, as a new owner does once the last one's expired.
-func (r *backupRig) take(n *Node) *cluster.Lease {
+func (r *backupRig) take(n *proc) *Lease {
 	r.t.Helper()
-	_ = r.kv().Delete(r.t.Context(), counterKey(0)) // the last owner's lease expired
-	l, err := n.owners.Take(r.t.Context(), counterKey(0))
+	_ = r.kv().Delete(r.t.Context(), "counters.0") // the last owner's lease expired
+	l, err := n.owners.Take(r.t.Context(), "counters.0")
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -84,19 +101,19 @@ func (r *backupRig) kv() jetstream.KeyValue {
 	return kv
 }
 
-func (r *backupRig) claim(n *Node, l *cluster.Lease) (string, error) {
-	return n.claim(r.t.Context(), n.counterPiece(0), l)
+func (r *backupRig) claim(n *proc, l *Lease) (string, error) {
+	return n.b.Claim(r.t.Context(), n.piece(), l)
 }
 
-func (r *backupRig) backup(n *Node, l *cluster.Lease) error {
-	_, _, err := n.store(r.t.Context(), n.counterPiece(0), l)
+func (r *backupRig) backup(n *proc, l *Lease) error {
+	_, _, err := n.b.Store(r.t.Context(), n.piece(), l)
 	return err
 }
 
 // checkpoint stores partition 0 of the first family as applied up to pos.
-func (r *backupRig) checkpoint(n *Node, pos uint64) {
+func (r *backupRig) checkpoint(n *proc, pos uint64) {
 	r.t.Helper()
-	fam := n.cfg.Families[0]
+	fam := family
 	counts := make([]uint64, len(fam.Fields))
 	counts[0] = pos
 	cp := &cold.Checkpoint{Pos: pos, Marks: map[uint32]*cold.Mark{}}
@@ -105,9 +122,9 @@ func (r *backupRig) checkpoint(n *Node, pos uint64) {
 	}
 }
 
-func (r *backupRig) pos(n *Node) uint64 {
+func (r *backupRig) pos(n *proc) uint64 {
 	r.t.Helper()
-	cp, err := cold.LoadCheckpoint(n.db, n.cfg.Families[0].Name, 0)
+	cp, err := cold.LoadCheckpoint(n.db, family.Name, 0)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -158,23 +175,23 @@ func TestBackupFenced(t *testing.T) {
 	if !la.Valid() {
 		t.Fatal("the old owner's lease must still look held to it")
 	}
-	if err := r.backup(a, la); !errors.Is(err, errSuperseded) {
-		t.Fatalf("the old owner's backup after the new owner's claim: %v, want errSuperseded", err)
+	if err := r.backup(a, la); !errors.Is(err, ErrSuperseded) {
+		t.Fatalf("the old owner's backup after the new owner's claim: %v, want ErrSuperseded", err)
 	}
 	r.checkpoint(b, 20)
 	if err := r.backup(b, lb); err != nil {
 		t.Fatal(err)
 	}
 	r.checkpoint(a, 25)
-	if err := r.backup(a, la); !errors.Is(err, errSuperseded) {
-		t.Fatalf("the old owner's backup after the new owner's: %v, want errSuperseded", err)
+	if err := r.backup(a, la); !errors.Is(err, ErrSuperseded) {
+		t.Fatalf("the old owner's backup after the new owner's: %v, want ErrSuperseded", err)
 	}
-	if p, _ := r.pointer(counterObject(0)); p.Owner != b.owners.ID() || p.Lease != lb.Acquired() || p.Taken != lb.Token() {
+	if p, _ := r.pointer("counters.0"); p.Owner != b.owners.ID() || p.Lease != lb.Acquired() || p.Taken != lb.Token() {
 		t.Fatalf("pointer %+v, want b's backup (lease %s)", p, lb.Token())
 	}
 
 	// a is killed between storing a backup and writing the pointer: the next claim sweeps it.
-	if _, err := r.obs.PutString(t.Context(), counterObject(0)+"."+la.Token()+".killed", "x"); err != nil {
+	if _, err := r.obs.PutString(t.Context(), "counters.0"+"."+la.Token()+".killed", "x"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -191,7 +208,7 @@ func TestBackupFenced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p, _ := r.pointer(counterObject(0)); len(objs) != 1 || objs[0].Name != p.Object {
+	if p, _ := r.pointer("counters.0"); len(objs) != 1 || objs[0].Name != p.Object {
 		var names []string
 		for _, o := range objs {
 			names = append(names, o.Name)
@@ -213,7 +230,7 @@ func TestRestoreRefusesStale(t *testing.T) {
 	if err := r.backup(a, la); err != nil {
 		t.Fatal(err)
 	}
-	good, _ := r.pointer(counterObject(0))
+	good, _ := r.pointer("counters.0")
 	for _, tc := range []struct {
 		what string
 		edit func(p *pointer)
@@ -222,13 +239,13 @@ func TestRestoreRefusesStale(t *testing.T) {
 		{"taken under another lease", func(p *pointer) { p.Taken = "other.1" }},
 		{"gone", func(p *pointer) { p.Object += ".gone" }},
 	} {
-		p, seq := r.pointer(counterObject(0))
+		p, seq := r.pointer("counters.0")
 		bad := good
 		bad.Pos = append([]uint64(nil), good.Pos...)
 		bad.Owner, bad.Lease = a.owners.ID(), p.Lease
 		tc.edit(&bad)
 		data, _ := json.Marshal(bad)
-		if _, err := r.js.Publish(t.Context(), r.sj.BackupPointer(counterObject(0)), data, jetstream.WithExpectLastSequencePerSubject(seq)); err != nil {
+		if _, err := r.js.Publish(t.Context(), r.sj.BackupPointer("counters.0"), data, jetstream.WithExpectLastSequencePerSubject(seq)); err != nil {
 			t.Fatal(err)
 		}
 		lb := r.take(b)
@@ -237,10 +254,10 @@ func TestRestoreRefusesStale(t *testing.T) {
 		}
 	}
 	// The pointer kept a as the last owner: with a good pointer, b restores.
-	p, seq := r.pointer(counterObject(0))
+	p, seq := r.pointer("counters.0")
 	good.Lease = p.Lease
 	data, _ := json.Marshal(good)
-	if _, err := r.js.Publish(t.Context(), r.sj.BackupPointer(counterObject(0)), data, jetstream.WithExpectLastSequencePerSubject(seq)); err != nil {
+	if _, err := r.js.Publish(t.Context(), r.sj.BackupPointer("counters.0"), data, jetstream.WithExpectLastSequencePerSubject(seq)); err != nil {
 		t.Fatal(err)
 	}
 	lb := r.take(b)
@@ -279,37 +296,8 @@ func TestBackupPointerBucketRemade(t *testing.T) {
 	if from, err := r.claim(b, lb); err != nil || from != "backup" || r.pos(b) != 10 {
 		t.Fatalf("claim in a new bucket: %q %v at %d", from, err, r.pos(b))
 	}
-	if err := r.backup(a, la); !errors.Is(err, errSuperseded) {
-		t.Fatalf("backup under the old bucket's lease: %v, want errSuperseded", err)
-	}
-}
-
-// A backup purges the stage's log below the record it covers and keeps that record: the
-// next append expects it to be the subject's last.
-func TestPurgeLogsKeepsLast(t *testing.T) {
-	r := newBackupRig(t)
-	n := r.process()
-	var seqs []uint64
-	for i := range 3 {
-		ack, err := r.js.Publish(t.Context(), r.sj.Log(0), []byte{byte(i)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		seqs = append(seqs, ack.Sequence)
-	}
-	if err := n.purgeLog(t.Context(), 0, seqs[2]); err != nil {
-		t.Fatal(err)
-	}
-	st, err := r.js.Stream(t.Context(), r.sj.LogStream())
-	if err != nil {
-		t.Fatal(err)
-	}
-	last, err := st.GetLastMsgForSubject(t.Context(), r.sj.Log(0))
-	if err != nil || last.Sequence != seqs[2] {
-		t.Fatalf("last record after the purge: %v %v, want %d", last, err, seqs[2])
-	}
-	if _, err := st.GetMsg(t.Context(), seqs[1]); !errors.Is(err, jetstream.ErrMsgNotFound) {
-		t.Fatalf("a covered record is still there: %v", err)
+	if err := r.backup(a, la); !errors.Is(err, ErrSuperseded) {
+		t.Fatalf("backup under the old bucket's lease: %v, want ErrSuperseded", err)
 	}
 }
 
@@ -321,55 +309,30 @@ func TestClaimLegacyBackup(t *testing.T) {
 	a, b := r.process(), r.process()
 	r.checkpoint(a, 10)
 	var buf bytes.Buffer
-	if err := a.db.Backup(&buf, a.counterPiece(0).part); err != nil {
+	if err := a.db.Backup(&buf, a.piece().Part); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.obs.PutBytes(t.Context(), counterObject(0), buf.Bytes()); err != nil {
+	if _, err := r.obs.PutBytes(t.Context(), "counters.0", buf.Bytes()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.obs.PutString(t.Context(), legacyOwner(counterObject(0)), a.owners.ID()); err != nil {
+	if _, err := r.obs.PutString(t.Context(), legacyOwner("counters.0"), a.owners.ID()); err != nil {
 		t.Fatal(err)
 	}
 	lb := r.take(b)
 	if from, err := r.claim(b, lb); err != nil || from != "backup" || r.pos(b) != 10 {
 		t.Fatalf("claim of a legacy backup: %q %v at %d", from, err, r.pos(b))
 	}
-	if p, _ := r.pointer(counterObject(0)); p.Owner != b.owners.ID() || p.Object != counterObject(0) {
+	if p, _ := r.pointer("counters.0"); p.Owner != b.owners.ID() || p.Object != "counters.0" {
 		t.Fatalf("pointer after a legacy claim: %+v", p)
 	}
-	if _, err := r.obs.GetInfo(t.Context(), legacyOwner(counterObject(0))); !errors.Is(err, jetstream.ErrObjectNotFound) {
+	if _, err := r.obs.GetInfo(t.Context(), legacyOwner("counters.0")); !errors.Is(err, jetstream.ErrObjectNotFound) {
 		t.Fatalf("the legacy owner record is left: %v", err)
 	}
 	r.checkpoint(b, 20)
 	if err := r.backup(b, lb); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.obs.GetInfo(t.Context(), counterObject(0)); !errors.Is(err, jetstream.ErrObjectNotFound) {
+	if _, err := r.obs.GetInfo(t.Context(), "counters.0"); !errors.Is(err, jetstream.ErrObjectNotFound) {
 		t.Fatalf("the legacy backup is left once another is current: %v", err)
-	}
-}
-
-// After an upgrade from one backup of every event stage ("events"), a partition's stage
-// is claimed only by the process that backup names as its last owner, whose database
-// holds the state: another refuses with ErrLegacyState rather than start from nothing.
-func TestClaimEventsAfterUpgrade(t *testing.T) {
-	r := newBackupRig(t)
-	a, b := r.process(), r.process()
-	if err := a.setPointer(t.Context(), legacyEvents, func(pointer) (pointer, error) {
-		return pointer{Object: "events.old", Owner: a.owners.ID(), Lease: 1}, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	lb := r.take(b)
-	if _, err := b.claimEvents(t.Context(), 0, lb); !errors.Is(err, ErrLegacyState) {
-		t.Fatalf("another process claimed a partition of the old backup: %v, want ErrLegacyState", err)
-	}
-	lb.Release(t.Context())
-	la := r.take(a)
-	if from, err := a.claimEvents(t.Context(), 0, la); err != nil || from != "local" {
-		t.Fatalf("the old backup's owner claimed partition 0: %q %v, want local", from, err)
-	}
-	if p, _ := r.pointer(eventObject(0)); p.Owner != a.owners.ID() {
-		t.Fatalf("pointer after the claim: %+v", p)
 	}
 }

@@ -1,4 +1,4 @@
-package node
+package cluster
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -13,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
-	"github.com/tally-dev/tally/stages/cluster"
+	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/stages/flow"
 	"github.com/tally-dev/tally/store/cold"
 )
@@ -23,9 +24,9 @@ import (
 // after the backup the pointer records.
 var ErrStaleBackup = errors.New("the state backup is missing or older than its pointer says")
 
-// errSuperseded is a backup that cannot become current: another owner, under a newer
+// ErrSuperseded is a backup that cannot become current: another owner, under a newer
 // lease, has claimed the partition since this one's lease was checked.
-var errSuperseded = errors.New("another owner has claimed the partition")
+var ErrSuperseded = errors.New("another owner has claimed the partition")
 
 // A state backup is an object of its own, under a name no other write uses, and becomes
 // current only through its pointer: a record in the log stream (Subjects.BackupPointer),
@@ -37,12 +38,12 @@ var errSuperseded = errors.New("another owner has claimed the partition")
 // owner that was paused after its lease check, and writes a backup after the new owner
 // claimed the partition, neither makes it current nor purges anything.
 
-// pointer names the current state backup of a piece and its last owner.
+// pointer names the current state backup of a Piece and its last owner.
 type pointer struct {
 	Object string   `json:"object,omitempty"` // the backup's object ("" none yet)
 	Taken  string   `json:"taken,omitempty"`  // the lease token it was taken under
-	Pos    []uint64 `json:"pos,omitempty"`    // positions its state reflects (see piece.pos)
-	// Owner is the node id of the last process whose state is the piece's; Lease the
+	Pos    []uint64 `json:"pos,omitempty"`    // positions its state reflects (see Piece.pos)
+	// Owner is the node id of the last process whose state is the Piece's; Lease the
 	// revision of the newest lease that claimed it (a claim restoring a backup writes it
 	// before Owner), in the ownership bucket made at Epoch (see lease.epoch).
 	Owner string `json:"owner"`
@@ -51,98 +52,106 @@ type pointer struct {
 }
 
 // heldBy reports whether the pointer holds lease l: only then may l's owner write it.
-func (p pointer) heldBy(l *cluster.Lease) bool {
+func (p pointer) heldBy(l *Lease) bool {
 	return p.Lease == l.Acquired() && p.Epoch == l.Epoch()
 }
 
-// piece is state that moves between processes as one: one partition's event stage's
+// Piece is state that moves between processes as one: one partition's event stage's
 // or its counters' (every family of them).
-type piece struct {
-	name string // of its pointer and, with a unique suffix, of its backups
-	part cold.Part
+type Piece struct {
+	Name string // of its pointer and, with a unique suffix, of its backups
+	Part cold.Part
 	// pos reads the positions its stored state reflects: the event stage's last log
 	// record, or each family's last delta applied. Read before a backup, they are covered by it.
-	pos func() ([]uint64, error)
+	Pos func() ([]uint64, error)
 }
 
-func (n *Node) counterPiece(p int) piece {
-	return piece{counterObject(p), cold.CounterPart(n.families(), p), func() ([]uint64, error) {
-		pos := make([]uint64, len(n.cfg.Families))
-		for i, f := range n.cfg.Families {
-			cp, err := cold.LoadCheckpoint(n.db, f.Name, p)
-			if err != nil {
-				return nil, err
-			}
-			pos[i] = cp.Pos
-		}
-		return pos, nil
-	}}
+// Backups stores pieces of state in a NATS object store and restores them: a backup
+// becomes current only through its pointer, written under the owner's lease.
+type Backups struct {
+	JS       jetstream.JetStream
+	Obs      jetstream.ObjectStore
+	DB       *cold.DB
+	Subjects pipeline.Subjects
+	Log      *slog.Logger
+	TmpDir   string // where a restore stages the object before it checks it
 }
 
-// store writes a backup of pc while l is held and makes it current. It returns the
+// LastOwner is the node id of the last process whose state name's pointer records ("" when
+// nobody's yet).
+func (b *Backups) LastOwner(ctx context.Context, name string) (string, error) {
+	st, err := b.JS.Stream(ctx, b.Subjects.LogStream())
+	if err != nil {
+		return "", err
+	}
+	cur, _, err := b.readPointer(ctx, st, name)
+	return cur.Owner, err
+}
+
+// Store writes a backup of pc while l is held and makes it current. It returns the
 // backup's size and the positions it covers, which may be purged now.
-func (n *Node) store(ctx context.Context, pc piece, l *cluster.Lease) (uint64, []uint64, error) {
+func (b *Backups) Store(ctx context.Context, pc Piece, l *Lease) (uint64, []uint64, error) {
 	if !l.Valid() {
 		return 0, nil, fmt.Errorf("the lease %s is not certainly held", l.Key())
 	}
-	pos, err := pc.pos()
+	pos, err := pc.Pos()
 	if err != nil {
 		return 0, nil, err
 	}
-	obj := fmt.Sprintf("%s.%s.%s", pc.name, l.Token(), nuid.Next())
+	obj := fmt.Sprintf("%s.%s.%s", pc.Name, l.Token(), nuid.Next())
 	pr, pw := io.Pipe()
 	read := make(chan struct{})
 	go func() {
 		defer close(read)
-		pw.CloseWithError(n.db.Backup(pw, pc.part))
+		pw.CloseWithError(b.DB.Backup(pw, pc.Part))
 	}()
-	info, err := n.obs.Put(ctx, jetstream.ObjectMeta{Name: obj, Metadata: map[string]string{"owner": l.ID(), "lease": l.Token(), "pos": formatPos(pos)}}, pr)
+	info, err := b.Obs.Put(ctx, jetstream.ObjectMeta{Name: obj, Metadata: map[string]string{"owner": l.ID(), "lease": l.Token(), "pos": formatPos(pos)}}, pr)
 	pr.CloseWithError(err) // a Put that stopped reading ends the backup's writes
 	<-read                 // never reading the database after the caller (Close) closes it
 	if err != nil {
 		return 0, nil, err
 	}
 	var seen pointer
-	err = n.setPointer(ctx, pc.name, func(cur pointer) (pointer, error) {
+	err = b.setPointer(ctx, pc.Name, func(cur pointer) (pointer, error) {
 		seen = cur
 		if !cur.heldBy(l) {
-			return cur, fmt.Errorf("%w: %s's pointer holds %s's lease revision %d, this backup was taken under %s", errSuperseded, pc.name, cur.Owner, cur.Lease, l.Token())
+			return cur, fmt.Errorf("%w: %s's pointer holds %s's lease revision %d, this backup was taken under %s", ErrSuperseded, pc.Name, cur.Owner, cur.Lease, l.Token())
 		}
 		return pointer{Object: obj, Taken: l.Token(), Pos: pos, Owner: l.ID(), Lease: l.Acquired(), Epoch: l.Epoch()}, nil
 	})
 	if err != nil {
 		// A backup never current is dropped; one whose pointer write went unanswered
 		// may be current and is left (the next backup deletes it if so).
-		if errors.Is(err, errSuperseded) && seen.Object != obj {
-			_ = n.obs.Delete(ctx, obj)
+		if errors.Is(err, ErrSuperseded) && seen.Object != obj {
+			_ = b.Obs.Delete(ctx, obj)
 		}
 		return 0, nil, err
 	}
 	if seen.Object != "" && seen.Object != obj { // nobody restores it any more: see claim
-		if err := n.obs.Delete(ctx, seen.Object); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
-			n.log.Warn("cannot delete a state backup no longer current", "object", seen.Object, "err", err)
+		if err := b.Obs.Delete(ctx, seen.Object); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+			b.Log.Warn("cannot delete a state backup no longer current", "object", seen.Object, "err", err)
 		}
 	}
 	return info.Size, pos, nil
 }
 
-// claim makes this process the owner recorded in pc's pointer (l is held) and reports
+// Claim makes this process the owner recorded in pc's pointer (l is held) and reports
 // where its state comes from: "local" when this process was its last owner (or nobody
 // was), else "backup" restored from the backup the pointer names, or "empty" when none
 // was ever stored (the streams are then replayed from their start). It refuses a backup
 // that is gone or older than the pointer says (ErrStaleBackup).
-func (n *Node) claim(ctx context.Context, pc piece, l *cluster.Lease) (string, error) {
+func (b *Backups) Claim(ctx context.Context, pc Piece, l *Lease) (string, error) {
 	var last pointer
 	legacy := false
 	// First the lease goes in, which fences the last owner's backups; the owner only
 	// once the state is here, so that a restore that failed is done again.
-	err := n.setPointer(ctx, pc.name, func(cur pointer) (pointer, error) {
+	err := b.setPointer(ctx, pc.Name, func(cur pointer) (pointer, error) {
 		if cur.Epoch == l.Epoch() && cur.Lease > l.Acquired() {
-			return cur, fmt.Errorf("%w: %s was claimed by %s under a newer lease (%d > %d)", ErrOwned, pc.name, cur.Owner, cur.Lease, l.Acquired())
+			return cur, fmt.Errorf("%w: %s was claimed by %s under a newer lease (%d > %d)", ErrOwned, pc.Name, cur.Owner, cur.Lease, l.Acquired())
 		}
 		if cur.Owner == "" {
 			var err error
-			if cur, legacy, err = n.legacyPointer(ctx, pc.name); err != nil {
+			if cur, legacy, err = b.legacyPointer(ctx, pc.Name); err != nil {
 				return cur, err
 			}
 		}
@@ -154,42 +163,42 @@ func (n *Node) claim(ctx context.Context, pc piece, l *cluster.Lease) (string, e
 		return cur, nil
 	})
 	if err != nil {
-		return "", fmt.Errorf("cannot claim %s: %w", pc.name, err)
+		return "", fmt.Errorf("cannot claim %s: %w", pc.Name, err)
 	}
 	from := "local"
 	if last.Owner != "" && last.Owner != l.ID() {
 		start := time.Now()
 		if from = "backup"; last.Object == "" {
 			from = "empty"
-			err = n.db.Clear(pc.part)
+			err = b.DB.Clear(pc.Part)
 		} else {
-			err = n.restore(ctx, pc, last)
+			err = b.restore(ctx, pc, last)
 		}
 		if err != nil {
-			return "", fmt.Errorf("cannot restore %s: %w", pc.name, err)
+			return "", fmt.Errorf("cannot restore %s: %w", pc.Name, err)
 		}
-		err = n.setPointer(ctx, pc.name, func(cur pointer) (pointer, error) {
+		err = b.setPointer(ctx, pc.Name, func(cur pointer) (pointer, error) {
 			if !cur.heldBy(l) {
-				return cur, fmt.Errorf("%w: %s's pointer holds %s's lease revision %d, not %d", errSuperseded, pc.name, cur.Owner, cur.Lease, l.Acquired())
+				return cur, fmt.Errorf("%w: %s's pointer holds %s's lease revision %d, not %d", ErrSuperseded, pc.Name, cur.Owner, cur.Lease, l.Acquired())
 			}
 			cur.Owner = l.ID()
 			return cur, nil
 		})
 		if err != nil {
-			return "", fmt.Errorf("cannot claim %s: %w", pc.name, err)
+			return "", fmt.Errorf("cannot claim %s: %w", pc.Name, err)
 		}
-		n.log.Info("took state over", "what", pc.name, "from", from, "object", last.Object, "last owner", last.Owner, "took", time.Since(start))
+		b.Log.Info("took state over", "what", pc.Name, "from", from, "object", last.Object, "last owner", last.Owner, "took", time.Since(start))
 	}
 	if legacy {
-		_ = n.obs.Delete(ctx, legacyOwner(pc.name))
+		_ = b.Obs.Delete(ctx, legacyOwner(pc.Name))
 	}
-	n.sweep(ctx, pc.name, l)
+	b.sweep(ctx, pc.Name, l)
 	// Claiming and restoring took part of the lease's TTL, and nothing renews it before
 	// the partition runs (and checks it at its first write): renew it now.
-	if err := l.Renew(ctx); errors.Is(err, cluster.ErrLost) {
-		return "", fmt.Errorf("lost %s while claiming it: %w", pc.name, err)
+	if err := l.Renew(ctx); errors.Is(err, ErrLost) {
+		return "", fmt.Errorf("lost %s while claiming it: %w", pc.Name, err)
 	} else if err != nil {
-		n.log.Warn("cannot renew the lease yet", "key", l.Key(), "err", err)
+		b.Log.Warn("cannot renew the lease yet", "key", l.Key(), "err", err)
 	}
 	return from, nil
 }
@@ -198,19 +207,19 @@ func (n *Node) claim(ctx context.Context, pc piece, l *cluster.Lease) (string, e
 // does not name: once l has claimed the pointer none of them can become current (a
 // process killed between storing a backup and writing the pointer leaves one). Those of
 // newer leases are left to their owners.
-func (n *Node) sweep(ctx context.Context, name string, l *cluster.Lease) {
-	st, err := n.js.Stream(ctx, n.subjects.LogStream())
+func (b *Backups) sweep(ctx context.Context, name string, l *Lease) {
+	st, err := b.JS.Stream(ctx, b.Subjects.LogStream())
 	if err != nil {
 		return
 	}
-	cur, _, err := n.readPointer(ctx, st, name)
+	cur, _, err := b.readPointer(ctx, st, name)
 	if err != nil || !cur.heldBy(l) { // revisions compare only within one bucket
 		return
 	}
-	objs, err := n.obs.List(ctx)
+	objs, err := b.Obs.List(ctx)
 	if err != nil {
 		if !errors.Is(err, jetstream.ErrNoObjectsFound) {
-			n.log.Warn("cannot list the state backups", "err", err)
+			b.Log.Warn("cannot list the state backups", "err", err)
 		}
 		return
 	}
@@ -221,15 +230,15 @@ func (n *Node) sweep(ctx context.Context, name string, l *cluster.Lease) {
 		} else if rev, err := strconv.ParseUint(parts[1], 10, 64); err != nil || rev >= l.Acquired() {
 			continue
 		}
-		if err := n.obs.Delete(ctx, o.Name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
-			n.log.Warn("cannot delete a state backup never current", "object", o.Name, "err", err)
+		if err := b.Obs.Delete(ctx, o.Name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+			b.Log.Warn("cannot delete a state backup never current", "object", o.Name, "err", err)
 		}
 	}
 }
 
 // restore loads the backup ptr names, checking that it is the one the pointer records.
-func (n *Node) restore(ctx context.Context, pc piece, ptr pointer) error {
-	obj, err := n.obs.Get(ctx, ptr.Object)
+func (b *Backups) restore(ctx context.Context, pc Piece, ptr pointer) error {
+	obj, err := b.Obs.Get(ctx, ptr.Object)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return fmt.Errorf("%w: backup %s is gone", ErrStaleBackup, ptr.Object)
 	}
@@ -240,10 +249,10 @@ func (n *Node) restore(ctx context.Context, pc piece, ptr pointer) error {
 	if info, _ := obj.Info(); info != nil && ptr.Taken != "" && info.Metadata["lease"] != ptr.Taken {
 		return fmt.Errorf("%w: backup %s was taken under %q, the pointer says %q", ErrStaleBackup, ptr.Object, info.Metadata["lease"], ptr.Taken)
 	}
-	if err := n.db.Restore(obj, pc.part, n.cfg.DataDir); err != nil {
+	if err := b.DB.Restore(obj, pc.Part, b.TmpDir); err != nil {
 		return err
 	}
-	pos, err := pc.pos()
+	pos, err := pc.Pos()
 	if err != nil {
 		return err
 	}
@@ -259,14 +268,14 @@ func (n *Node) restore(ctx context.Context, pc piece, ptr pointer) error {
 // when there is none) and returns the one to write, or an error to give up with. A write
 // that lost the race is tried again on what won it; an unanswered one is an error (it may
 // have gone through: the caller's next write sees).
-func (n *Node) setPointer(ctx context.Context, name string, next func(cur pointer) (pointer, error)) error {
-	subj := n.subjects.BackupPointer(name)
-	st, err := n.js.Stream(ctx, n.subjects.LogStream())
+func (b *Backups) setPointer(ctx context.Context, name string, next func(cur pointer) (pointer, error)) error {
+	subj := b.Subjects.BackupPointer(name)
+	st, err := b.JS.Stream(ctx, b.Subjects.LogStream())
 	if err != nil {
 		return err
 	}
 	for attempt := 1; ; attempt++ {
-		cur, seq, err := n.readPointer(ctx, st, name)
+		cur, seq, err := b.readPointer(ctx, st, name)
 		if err != nil {
 			return err
 		}
@@ -278,11 +287,11 @@ func (n *Node) setPointer(ctx context.Context, name string, next func(cur pointe
 		if err != nil {
 			return err
 		}
-		ack, err := n.js.Publish(ctx, subj, data, jetstream.WithExpectLastSequencePerSubject(seq))
+		ack, err := b.JS.Publish(ctx, subj, data, jetstream.WithExpectLastSequencePerSubject(seq))
 		if err == nil {
 			// Only the last record of the subject matters.
 			if err := st.Purge(ctx, jetstream.WithPurgeSubject(subj), jetstream.WithPurgeSequence(ack.Sequence)); err != nil {
-				n.log.Warn("cannot purge older pointer records", "subject", subj, "err", err)
+				b.Log.Warn("cannot purge older pointer records", "subject", subj, "err", err)
 			}
 			return nil
 		}
@@ -293,9 +302,9 @@ func (n *Node) setPointer(ctx context.Context, name string, next func(cur pointe
 }
 
 // readPointer reads name's pointer and its sequence (zero and 0 when there is none).
-func (n *Node) readPointer(ctx context.Context, st jetstream.Stream, name string) (pointer, uint64, error) {
+func (b *Backups) readPointer(ctx context.Context, st jetstream.Stream, name string) (pointer, uint64, error) {
 	var cur pointer
-	subj := n.subjects.BackupPointer(name)
+	subj := b.Subjects.BackupPointer(name)
 	m, err := st.GetLastMsgForSubject(ctx, subj)
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
@@ -311,8 +320,8 @@ func (n *Node) readPointer(ctx context.Context, st jetstream.Stream, name string
 
 // legacyPointer is what a prefix backed up before pointers existed holds: the last owner
 // in object owner.<name>, the backup under name itself.
-func (n *Node) legacyPointer(ctx context.Context, name string) (pointer, bool, error) {
-	last, err := n.obs.GetString(ctx, legacyOwner(name))
+func (b *Backups) legacyPointer(ctx context.Context, name string) (pointer, bool, error) {
+	last, err := b.Obs.GetString(ctx, legacyOwner(name))
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return pointer{}, false, nil
 	}
@@ -320,7 +329,7 @@ func (n *Node) legacyPointer(ctx context.Context, name string) (pointer, bool, e
 		return pointer{}, false, fmt.Errorf("cannot read the last owner: %w", err)
 	}
 	p := pointer{Owner: last}
-	_, err = n.obs.GetInfo(ctx, name)
+	_, err = b.Obs.GetInfo(ctx, name)
 	switch {
 	case err == nil:
 		p.Object = name

@@ -1,0 +1,142 @@
+package node
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/pipeline/natstest"
+	"github.com/tally-dev/tally/stages/cluster"
+	"github.com/tally-dev/tally/store/cold"
+)
+
+// partRig is a NATS server with the streams and state bucket, and processes that own
+// partition 0 in turn, each with its own node id and Badger.
+type partRig struct {
+	t   *testing.T
+	js  jetstream.JetStream
+	obs jetstream.ObjectStore
+	sj  pipeline.Subjects
+}
+
+func newPartRig(t *testing.T) *partRig {
+	t.Helper()
+	s := natstest.Start(t)
+	js, err := jetstream.New(natstest.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := pipeline.DefaultStreamConfig()
+	sc.Partitions = 2
+	if err := pipeline.Setup(t.Context(), js, sc); err != nil {
+		t.Fatal(err)
+	}
+	obs, err := js.CreateObjectStore(t.Context(), jetstream.ObjectStoreConfig{Bucket: sc.Subjects.StateBucket()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &partRig{t: t, js: js, obs: obs, sj: sc.Subjects}
+}
+
+func (r *partRig) process() *Node {
+	t := r.t
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.DataDir, cfg.Partitions = t.TempDir(), 2
+	log := slog.New(slog.DiscardHandler)
+	o, err := cluster.Open(t.Context(), r.js, r.sj.OwnersBucket(), 1, cfg.DataDir, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := cold.Open(cold.Options{Dir: filepath.Join(cfg.DataDir, "state"), Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	b := &cluster.Backups{JS: r.js, Obs: r.obs, DB: db, Subjects: r.sj, Log: log, TmpDir: cfg.DataDir}
+	return &Node{cfg: cfg, subjects: r.sj, log: log, js: r.js, backups: b, db: db, owners: o}
+}
+
+// take takes partition 0's lease for n, as a new owner does once the last one's expired.
+func (r *partRig) take(n *Node) *cluster.Lease {
+	r.t.Helper()
+	kv, err := r.js.KeyValue(r.t.Context(), r.sj.OwnersBucket())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	_ = kv.Delete(r.t.Context(), counterKey(0))
+	l, err := n.owners.Take(r.t.Context(), counterKey(0))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return l
+}
+
+// owner is the last owner name's pointer records.
+func (r *partRig) owner(name string) string {
+	r.t.Helper()
+	o, err := r.process().backups.LastOwner(r.t.Context(), name)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return o
+}
+
+// A backup purges the stage's log below the record it covers and keeps that record: the
+// next append expects it to be the subject's last.
+func TestPurgeLogsKeepsLast(t *testing.T) {
+	r := newPartRig(t)
+	n := r.process()
+	var seqs []uint64
+	for i := range 3 {
+		ack, err := r.js.Publish(t.Context(), r.sj.Log(0), []byte{byte(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, ack.Sequence)
+	}
+	if err := n.purgeLog(t.Context(), 0, seqs[2]); err != nil {
+		t.Fatal(err)
+	}
+	st, err := r.js.Stream(t.Context(), r.sj.LogStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, err := st.GetLastMsgForSubject(t.Context(), r.sj.Log(0))
+	if err != nil || last.Sequence != seqs[2] {
+		t.Fatalf("last record after the purge: %v %v, want %d", last, err, seqs[2])
+	}
+	if _, err := st.GetMsg(t.Context(), seqs[1]); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Fatalf("a covered record is still there: %v", err)
+	}
+}
+
+// After an upgrade from one backup of every event stage ("events"), a partition's stage
+// is claimed only by the process that backup names as its last owner, whose database
+// holds the state: another refuses with ErrLegacyState rather than start from nothing.
+func TestClaimEventsAfterUpgrade(t *testing.T) {
+	r := newPartRig(t)
+	a, b := r.process(), r.process()
+	old, _ := json.Marshal(map[string]any{"object": "events.old", "owner": a.owners.ID(), "lease": 1}) // as the old version wrote it
+	if _, err := r.js.Publish(t.Context(), r.sj.BackupPointer(legacyEvents), old); err != nil {
+		t.Fatal(err)
+	}
+	lb := r.take(b)
+	if _, err := b.claimEvents(t.Context(), 0, lb); !errors.Is(err, ErrLegacyState) {
+		t.Fatalf("another process claimed a partition of the old backup: %v, want ErrLegacyState", err)
+	}
+	lb.Release(t.Context())
+	la := r.take(a)
+	if from, err := a.claimEvents(t.Context(), 0, la); err != nil || from != "local" {
+		t.Fatalf("the old backup's owner claimed partition 0: %q %v, want local", from, err)
+	}
+	if got := r.owner(eventObject(0)); got != a.owners.ID() {
+		t.Fatalf("partition 0's event state owned by %q after the claim, want %q", got, a.owners.ID())
+	}
+}
