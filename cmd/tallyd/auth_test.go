@@ -78,10 +78,14 @@ func TestEmbeddedUsers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	m, err := nc.Request("tally.health", []byte("{}"), 5*time.Second)
-	if err != nil || !strings.Contains(string(m.Data), `"ok":true`) {
-		t.Errorf("health as alice: %s %v", m.Data, err)
-	}
+	// Healthy once every partition has loaded (a moment after "tally running").
+	natstest.Eventually(t, time.Minute, "healthy as alice", func() (bool, string) {
+		m, err := nc.Request("tally.health", []byte("{}"), 5*time.Second)
+		if err != nil {
+			return false, err.Error()
+		}
+		return strings.Contains(string(m.Data), `"ok":true`), string(m.Data)
+	})
 	cancel()
 	if code := <-done; code != 0 {
 		t.Errorf("exit %d: %s", code, out.String())

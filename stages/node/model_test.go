@@ -2,10 +2,12 @@ package node_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -326,6 +328,25 @@ func waitCaughtUp(t testing.TB, c *client.Client) {
 	})
 }
 
+// retryUnavailable calls ask until it answers something else than unavailable, as a
+// client must: a partition may be handed over at any time (a lease lost while NATS elects
+// a leader, on a machine slowed by the race detector), and answers unavailable until its
+// new owner has it.
+func retryUnavailable(t *testing.T, what string, ask func() error) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := ask()
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, client.ErrUnavailable) || time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // compare checks every count and relation of the reference against Tally.
 func compare(t *testing.T, c *client.Client, ref *model, g *gen) {
 	t.Helper()
@@ -334,13 +355,13 @@ func compare(t *testing.T, c *client.Client, ref *model, g *gen) {
 		t.Helper()
 		for len(ids) > 0 {
 			k := min(len(ids), 1000)
-			r, err := c.Get(ctx, family, ids[:k]...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(r.Unavailable) > 0 {
-				t.Fatalf("%s: %d ids unavailable with every partition caught up, e.g. %d", family, len(r.Unavailable), r.Unavailable[0])
-			}
+			var r *pipeline.GetReply
+			retryUnavailable(t, "get "+family, func() (err error) {
+				if r, err = c.Get(ctx, family, ids[:k]...); err == nil && len(r.Unavailable) > 0 {
+					err = fmt.Errorf("%w: %d ids, e.g. %d", client.ErrUnavailable, len(r.Unavailable), r.Unavailable[0])
+				}
+				return err
+			})
 			for i, id := range ids[:k] {
 				// want may be a prefix: feed unread is checked by TestUnreadModel, where
 				// follows and posts do not race.
@@ -384,10 +405,8 @@ func compare(t *testing.T, c *client.Client, ref *model, g *gen) {
 		likedBy[k[0]] = append(likedBy[k[0]], k[1])
 	}
 	for u, ps := range likedBy {
-		liked, err := c.Liked(ctx, u, ps...)
-		if err != nil {
-			t.Fatal(err)
-		}
+		var liked []bool
+		retryUnavailable(t, "liked", func() (err error) { liked, err = c.Liked(ctx, u, ps...); return err })
 		for i, p := range ps {
 			if !liked[i] {
 				t.Fatalf("liked(%d, %d) = false, reference true", u, p)
@@ -396,10 +415,8 @@ func compare(t *testing.T, c *client.Client, ref *model, g *gen) {
 	}
 	for i := 0; i < len(users); i += 97 {
 		u := users[i]
-		liked, err := c.Liked(ctx, u, posts...)
-		if err != nil {
-			t.Fatal(err)
-		}
+		var liked []bool
+		retryUnavailable(t, "liked", func() (err error) { liked, err = c.Liked(ctx, u, posts...); return err })
 		for i, p := range posts {
 			if liked[i] != ref.likes[[2]uint64{u, p}] {
 				t.Fatalf("liked(%d, %d) = %v, reference %v", u, p, liked[i], !liked[i])
@@ -437,10 +454,8 @@ func listAll(t *testing.T, c *client.Client, list string, id uint64) []uint64 {
 	var lastTS int64 = 1 << 62
 	cursor := ""
 	for {
-		p, err := c.List(context.Background(), list, id, 7, cursor)
-		if err != nil {
-			t.Fatal(err)
-		}
+		var p *client.Page
+		retryUnavailable(t, list, func() (err error) { p, err = c.List(context.Background(), list, id, 7, cursor); return err })
 		for i, ts := range p.TS {
 			if ts > lastTS {
 				t.Fatalf("%s of %d not newest first", list, id)
