@@ -11,11 +11,12 @@ import (
 // can the partitions where holders (the live holder of each partition, "" when none)
 // says they are: every member gets ⌊P/n⌋ or ⌈P/n⌉ partitions and keeps
 // what it holds up to its room, giving up first those it ranks lowest; the rest go, each
-// to the member with room that ranks it highest (rendezvous hashing). So a member joining
+// to its last owner (last, "" when unknown) when that one is live and has room, else to
+// the member with room that ranks it highest (rendezvous hashing). So a member joining
 // moves its own share only, and a member leaving moves only what it held
 // (TestAssign). Members compute it from what they read of the holders; while a
 // hand-over is under way two may want the same partition, and its lease decides.
-func Assign(members, holders []string, partitions int) []string {
+func Assign(members, holders, last []string, partitions int) []string {
 	n := len(members)
 	held := map[string][]int{}
 	for p, h := range holders {
@@ -44,6 +45,12 @@ func Assign(members, holders []string, partitions int) []string {
 		ps := held[m]
 		slices.SortFunc(ps, func(a, b int) int { return cmp.Compare(score(m, b), score(m, a)) }) // best first
 		for _, p := range ps[:min(len(ps), room[m])] {
+			out[p] = m
+			room[m]--
+		}
+	}
+	for p, m := range last { // free partitions back to their last owners, while they have room
+		if p < partitions && out[p] == "" && room[m] > 0 {
 			out[p] = m
 			room[m]--
 		}

@@ -42,8 +42,8 @@ func TestAssign(t *testing.T) {
 			joiner := fmt.Sprintf("node%02d", 17*n%23)
 			members = append(members, joiner)
 			slices.Sort(members)
-			got := Assign(members, held, parts)
-			if again := Assign(slices.Clone(members), slices.Clone(held), parts); !slices.Equal(got, again) {
+			got := Assign(members, held, nil, parts)
+			if again := Assign(slices.Clone(members), slices.Clone(held), nil, parts); !slices.Equal(got, again) {
 				t.Fatalf("%d partitions, %d members: two answers %v and %v", parts, n, got, again)
 			}
 			even(got, members, parts)
@@ -51,6 +51,15 @@ func TestAssign(t *testing.T) {
 				t.Fatalf("%d partitions: member %d took %d, but %d moved (%v → %v)", parts, n, load(got)[joiner], moved(held, got), held, got)
 			}
 			held = got
+		}
+		// Every lease lapses at once (the bucket had no leader for longer than the TTL):
+		// the partitions go back to their last owners, but for the ⌈P/n⌉ rooms, which now
+		// go by name; without the last owners they would be dealt afresh.
+		lapsed := make([]string, parts)
+		back := Assign(members, lapsed, held, parts)
+		even(back, members, parts)
+		if m := moved(held, back); m > len(members) {
+			t.Fatalf("%d partitions: %d moved when every lease lapsed (%v → %v)", parts, m, held, back)
 		}
 		for len(members) > 1 { // members leave, last joined first
 			leaver := members[len(members)/2]
@@ -61,7 +70,7 @@ func TestAssign(t *testing.T) {
 					live[p] = "" // its lease expired
 				}
 			}
-			got := Assign(members, live, parts)
+			got := Assign(members, live, nil, parts)
 			even(got, members, parts)
 			if m := moved(held, got); m != load(held)[leaver] {
 				t.Fatalf("%d partitions: %s left holding %d, but %d moved (%v → %v)", parts, leaver, load(held)[leaver], m, held, got)

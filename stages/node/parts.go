@@ -46,12 +46,19 @@ func (n *Node) rebalance(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	holders := make([]string, n.cfg.Partitions)
+	holders, last := make([]string, n.cfg.Partitions), make([]string, n.cfg.Partitions)
 	for p := range holders {
 		holders[p] = held[counterKey(p)]
+		if holders[p] == "" && n.backups != nil {
+			// A free partition goes back to its last owner when that one is live and has
+			// room: its state is current there (no restore). Every lease lapses at once
+			// when the ownership bucket has no leader for longer than the TTL (a NATS
+			// server crash), and this keeps every partition where it was.
+			last[p], _ = n.backups.LastOwner(ctx, counterObject(p))
+		}
 	}
 	id := n.owners.ID()
-	want := cluster.Assign(members, holders, n.cfg.Partitions)
+	want := cluster.Assign(members, holders, last, n.cfg.Partitions)
 	for _, pt := range n.heldParts() {
 		if want[pt.p] != id {
 			n.log.Info("handing a counter partition over", "partition", pt.p, "to", want[pt.p])
