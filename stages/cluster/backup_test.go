@@ -27,21 +27,8 @@ type backupRig struct {
 
 func newBackupRig(t *testing.T) *backupRig {
 	t.Helper()
-	s := natstest.Start(t)
-	js, err := jetstream.New(natstest.Connect(t, s))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc := pipeline.DefaultStreamConfig()
-	sc.Partitions = 2
-	if err := pipeline.Setup(t.Context(), js, sc); err != nil {
-		t.Fatal(err)
-	}
-	obs, err := js.CreateObjectStore(t.Context(), jetstream.ObjectStoreConfig{Bucket: sc.Subjects.StateBucket()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &backupRig{t: t, js: js, obs: obs, sj: sc.Subjects}
+	js, obs, sj := natstest.State(t, 2)
+	return &backupRig{t: t, js: js, obs: obs, sj: sj}
 }
 
 // proc is one process of the rig: its node id (in its own data directory), its
@@ -99,6 +86,20 @@ func (r *backupRig) kv() jetstream.KeyValue {
 		r.t.Fatal(err)
 	}
 	return kv
+}
+
+// own takes partition 0 for n, claims it, applies it up to pos and backs it up.
+func (r *backupRig) own(n *proc, pos uint64) *Lease {
+	r.t.Helper()
+	l := r.take(n)
+	if _, err := r.claim(n, l); err != nil {
+		r.t.Fatal(err)
+	}
+	r.checkpoint(n, pos)
+	if err := r.backup(n, l); err != nil {
+		r.t.Fatal(err)
+	}
+	return l
 }
 
 func (r *backupRig) claim(n *proc, l *Lease) (string, error) {
@@ -222,14 +223,7 @@ func TestBackupFenced(t *testing.T) {
 func TestRestoreRefusesStale(t *testing.T) {
 	r := newBackupRig(t)
 	a, b := r.process(), r.process()
-	la := r.take(a)
-	if _, err := r.claim(a, la); err != nil {
-		t.Fatal(err)
-	}
-	r.checkpoint(a, 10)
-	if err := r.backup(a, la); err != nil {
-		t.Fatal(err)
-	}
+	r.own(a, 10)
 	good, _ := r.pointer("counters.0")
 	for _, tc := range []struct {
 		what string
@@ -277,14 +271,7 @@ func TestBackupPointerBucketRemade(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	la := r.take(a)
-	if _, err := r.claim(a, la); err != nil {
-		t.Fatal(err)
-	}
-	r.checkpoint(a, 10)
-	if err := r.backup(a, la); err != nil {
-		t.Fatal(err)
-	}
+	la := r.own(a, 10)
 	if err := r.js.DeleteKeyValue(t.Context(), r.sj.OwnersBucket()); err != nil {
 		t.Fatal(err)
 	}

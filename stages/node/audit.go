@@ -2,9 +2,9 @@ package node
 
 import (
 	"context"
-	"time"
 
 	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/stages/cluster"
 )
 
 // sampleAudits audits a random sample of posts and users every cfg.AuditEvery while
@@ -18,28 +18,22 @@ func (n *Node) sampleAudits(ctx context.Context) error {
 	if n.cfg.AuditEvery <= 0 {
 		return nil
 	}
-	tick := time.NewTicker(n.cfg.AuditEvery)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		}
+	return cluster.Every(ctx, n.cfg.AuditEvery, func() error {
 		if !n.holds(0) {
-			continue // the owner of partition 0 samples
+			return nil // the owner of partition 0 samples
 		}
 		r, err := n.query.Audit(ctx, pipeline.AuditRequest{Sample: n.cfg.AuditSample})
 		if err != nil { // an audit is a check, never a reason to stop counting
 			if ctx.Err() == nil {
 				n.log.Warn("audit sample failed", "err", err)
 			}
-			continue
+			return nil
 		}
 		for _, d := range r.Drift {
 			n.log.Warn("audit found drift: a counter differs from its relations", "family", d.Family, "id", d.ID, "field", d.Field,
 				"counter", d.Counter, "relations", d.Relations, "repair", "tally audit --repair "+d.Family+" "+d.ID.String())
 		}
 		n.log.Debug("audit sample", "posts", len(r.Posts), "users", len(r.Users), "checked", r.Checked, "drift", len(r.Drift), "skipped", len(r.Skipped))
-	}
+		return nil
+	})
 }

@@ -27,21 +27,8 @@ type partRig struct {
 
 func newPartRig(t *testing.T) *partRig {
 	t.Helper()
-	s := natstest.Start(t)
-	js, err := jetstream.New(natstest.Connect(t, s))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc := pipeline.DefaultStreamConfig()
-	sc.Partitions = 2
-	if err := pipeline.Setup(t.Context(), js, sc); err != nil {
-		t.Fatal(err)
-	}
-	obs, err := js.CreateObjectStore(t.Context(), jetstream.ObjectStoreConfig{Bucket: sc.Subjects.StateBucket()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &partRig{t: t, js: js, obs: obs, sj: sc.Subjects}
+	js, obs, sj := natstest.State(t, 2)
+	return &partRig{t: t, js: js, obs: obs, sj: sj}
 }
 
 func (r *partRig) process() *Node {
