@@ -67,12 +67,12 @@ type Config struct {
 	SnapshotMin int
 	// LeaseTTL is how long the ownership lease outlives its owner (DefaultLeaseTTL).
 	LeaseTTL time.Duration
-	// Join shares the counter partitions with the other tallyd of the prefix instead of
-	// refusing to start when another owns the event stages, and takes those over when
-	// their owner stops or dies.
+	// Join shares the partitions (event stages and counters) with the other tallyd of the
+	// prefix instead of refusing to start while another is live, and takes a share of
+	// theirs over when one stops or dies.
 	Join bool
-	// BackupEvery, when positive, stores a backup of the event stages' state and of each
-	// counter partition in the NATS object store <PREFIX>_STATE this often, logs every
+	// BackupEvery, when positive, stores backups of each partition owned here (its event
+	// stage's state and its counters) in the NATS object store <PREFIX>_STATE this often, logs every
 	// event-stage transaction, and purges deltas and log records only up to what the
 	// last backups cover: a new owner on another machine restores them and replays the
 	// streams.
@@ -81,7 +81,7 @@ type Config struct {
 	// /readyz and /healthz; empty disables it.
 	Metrics string
 	// AuditEvery, when positive, audits AuditSample posts and AuditSample users picked
-	// at random this often in the process owning the event stages: their like, comment,
+	// at random this often in the process owning partition 0: their like, comment,
 	// follower and following counts recounted from the relations (see tally audit). Off
 	// by default: a recount of comments reads every comment relation.
 	AuditEvery  time.Duration
