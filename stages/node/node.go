@@ -70,6 +70,7 @@ type Node struct {
 	backups      *cluster.Backups // state backups; nil without BackupEvery
 	mu           sync.RWMutex
 	parts        map[int]*part // partitions owned here
+	stopping     map[int]bool  // partitions whose stop is under way, under mu
 	// Backups and BackupErrs count rounds of state backups stored in NATS and failed
 	// backups; PartsRestored counts partitions taken over from another process.
 	Backups, BackupErrs, PartsRestored atomic.Int64

@@ -139,10 +139,11 @@ func (n *Node) heldParts() []*part {
 	return out
 }
 
+// holds reports whether partition p runs here, or is still stopping.
 func (n *Node) holds(p int) bool {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
-	return n.parts[p] != nil
+	return n.parts[p] != nil || n.stopping[p]
 }
 
 // Parts lists the partitions this process owns.
@@ -240,10 +241,23 @@ func (n *Node) stopPart(p int, handover bool) {
 	n.mu.Lock()
 	pt := n.parts[p]
 	delete(n.parts, p)
+	if pt != nil {
+		// Not started again here until this stop is over: two runs of one partition in
+		// one process would write the same keys.
+		if n.stopping == nil {
+			n.stopping = map[int]bool{}
+		}
+		n.stopping[p] = true
+	}
 	n.mu.Unlock()
 	if pt == nil {
 		return
 	}
+	defer func() {
+		n.mu.Lock()
+		delete(n.stopping, p)
+		n.mu.Unlock()
+	}()
 	for _, fam := range n.cfg.Families {
 		n.query.SetOwner(fam.Name, p, nil)
 	}
