@@ -18,6 +18,11 @@ import (
 // process owns the partition now.
 var ErrFenced = errors.New("the partition's log was written by another owner")
 
+// ErrGap stops a replay or a standby whose state the log or the events stream no
+// longer reaches back to (purged or aged out past it): it must start from a newer
+// backup.
+var ErrGap = errors.New("the log does not reach back to the state")
+
 // appendLog stores the record of a transaction before it commits and returns its
 // sequence in the log stream. The append expects the stage's last record to be the
 // subject's last message, so an owner that lost the partition — paused past its lease
@@ -95,7 +100,6 @@ func (s *Stage) replay(ctx context.Context, r *flow.Reader, c *coalescer) error 
 		return err
 	}
 	defer lr.Stop()
-	var msgs []jetstream.Msg
 	for s.st.Log < last {
 		var m jetstream.Msg
 		select {
@@ -103,58 +107,72 @@ func (s *Stage) replay(ctx context.Context, r *flow.Reader, c *coalescer) error 
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		md, err := m.Metadata()
+		applied, err := s.logRecord(ctx, m, r, c, records == 0, true)
 		if err != nil {
-			return fmt.Errorf("log message without metadata: %w", err)
-		}
-		rec, err := cold.DecodeLogRecord(m.Data())
-		if err != nil {
-			return fmt.Errorf("log record %d: %w", md.Sequence.Stream, err)
-		}
-		if rec.Prev != s.st.Pos && rec.State.Pos == s.st.Pos && records == 0 {
-			// The state's transaction committed naming the record before its own (see
-			// cold.StageState.Log): this record is the state's own.
-			s.st.Log = md.Sequence.Stream
-			continue
-		}
-		if rec.Prev != s.st.Pos {
-			return fmt.Errorf("log record %d continues position %d but the state is at %d: the log does not reach back to this state (purged or aged out); restore a newer backup",
-				md.Sequence.Stream, rec.Prev, s.st.Pos)
-		}
-		msgs = msgs[:0]
-		pos := s.st.Pos
-		for pos < rec.State.Pos {
-			select {
-			case em := <-r.C:
-				emd, err := em.Metadata()
-				if err != nil {
-					return fmt.Errorf("message without metadata: %w", err)
-				}
-				pos = emd.Sequence.Stream
-				msgs = append(msgs, em)
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		if pos != rec.State.Pos {
-			return fmt.Errorf("log record %d ends at event %d, which is no longer in the events stream", md.Sequence.Stream, rec.State.Pos)
-		}
-		if err := s.applyRecord(ctx, msgs, rec, md.Sequence.Stream, c); err != nil {
 			return err
 		}
-		records++
+		if applied {
+			records++
+		}
 	}
 	s.log.Debug("replayed the partition's log", "records", records, "position", s.st.Pos, "took", time.Since(start))
 	return nil
 }
 
+// logRecord applies log message m (a record) to the events it covers, read from r. The
+// first record read after loading a state may be the state's own, which it only takes
+// as its position (applied false). send sends the record's outbox too: a standby
+// (Follow) leaves that to the owner.
+func (s *Stage) logRecord(ctx context.Context, m jetstream.Msg, r *flow.Reader, c *coalescer, first, send bool) (applied bool, err error) {
+	md, err := m.Metadata()
+	if err != nil {
+		return false, fmt.Errorf("log message without metadata: %w", err)
+	}
+	rec, err := cold.DecodeLogRecord(m.Data())
+	if err != nil {
+		return false, fmt.Errorf("log record %d: %w", md.Sequence.Stream, err)
+	}
+	if rec.Prev != s.st.Pos && rec.State.Pos == s.st.Pos && first {
+		// The state's transaction committed naming the record before its own (see
+		// cold.StageState.Log): this record is the state's own.
+		s.st.Log = md.Sequence.Stream
+		return false, nil
+	}
+	if rec.Prev != s.st.Pos {
+		return false, fmt.Errorf("%w: log record %d continues position %d but the state is at %d; restore a newer backup",
+			ErrGap, md.Sequence.Stream, rec.Prev, s.st.Pos)
+	}
+	var msgs []jetstream.Msg
+	pos := s.st.Pos
+	for pos < rec.State.Pos {
+		select {
+		case em := <-r.C:
+			emd, err := em.Metadata()
+			if err != nil {
+				return false, fmt.Errorf("message without metadata: %w", err)
+			}
+			pos = emd.Sequence.Stream
+			msgs = append(msgs, em)
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
+	if pos != rec.State.Pos {
+		return false, fmt.Errorf("%w: log record %d ends at event %d, which is no longer in the events stream", ErrGap, md.Sequence.Stream, rec.State.Pos)
+	}
+	return true, s.applyRecord(ctx, msgs, rec, md.Sequence.Stream, c, send)
+}
+
 // applyRecord applies msgs in one transaction that commits rec's state and outbox, and
-// sends the outbox.
-func (s *Stage) applyRecord(ctx context.Context, msgs []jetstream.Msg, rec *cold.LogRecord, seq uint64, c *coalescer) error {
+// deletes the entries rec's owner deleted; send sends the outbox.
+func (s *Stage) applyRecord(ctx context.Context, msgs []jetstream.Msg, rec *cold.LogRecord, seq uint64, c *coalescer, send bool) error {
 	txn := s.db.Badger().NewTransaction(true)
 	defer txn.Discard()
 	w := s.newWork(c, rec.Dead)
 	if _, _, err := s.applyMsgs(txn, msgs, w); err != nil {
+		return err
+	}
+	if err := cold.DeleteOutbox(txn, s.cfg.Partition, rec.Acked); err != nil {
 		return err
 	}
 	st := rec.State
@@ -167,5 +185,8 @@ func (s *Stage) applyRecord(ctx context.Context, msgs []jetstream.Msg, rec *cold
 		return fmt.Errorf("cannot commit: %w", err)
 	}
 	s.committed(st, w)
+	if !send {
+		return nil
+	}
 	return s.out.Send(ctx, rec.Outbox)
 }

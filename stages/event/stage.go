@@ -156,18 +156,10 @@ func (s *Stage) Behind(ctx context.Context) (flow.Behind, error) {
 // still holds from before a crash, then resumes after the committed position.
 func (s *Stage) Run(ctx context.Context) error {
 	p := s.cfg.Partition
-	st, outbox, err := cold.LoadStage(s.db, p)
+	outbox, err := s.load()
 	if err != nil {
-		return fmt.Errorf("event partition %d: %w", p, err)
+		return err
 	}
-	// Follows made by code that kept no follow index are indexed once, before any event.
-	if n, err := cold.IndexFollows(s.db, p, 10_000); err != nil {
-		return fmt.Errorf("event partition %d: cannot index follows: %w", p, err)
-	} else if n > 0 {
-		s.log.Info("indexed the follows made before follows had places", "follows", n)
-	}
-	s.st = st
-	s.pos.Store(st.Pos)
 	s.countHeld()
 	defer s.stats.HopsHeld.Add(-s.held)
 	// What a crash left unacknowledged, under the same message ids.
@@ -212,6 +204,24 @@ func (s *Stage) Run(ctx context.Context) error {
 		s.out.Reap(ctx, false)
 	}
 	return s.finish()
+}
+
+// load takes the committed state and returns the outbox it left unsent.
+func (s *Stage) load() ([]cold.OutboxEntry, error) {
+	p := s.cfg.Partition
+	st, outbox, err := cold.LoadStage(s.db, p)
+	if err != nil {
+		return nil, fmt.Errorf("event partition %d: %w", p, err)
+	}
+	// Follows made by code that kept no follow index are indexed once, before any event.
+	if n, err := cold.IndexFollows(s.db, p, 10_000); err != nil {
+		return nil, fmt.Errorf("event partition %d: cannot index follows: %w", p, err)
+	} else if n > 0 {
+		s.log.Info("indexed the follows made before follows had places", "follows", n)
+	}
+	s.st = st
+	s.pos.Store(st.Pos)
+	return outbox, nil
 }
 
 // finish waits briefly for outstanding acks and deletes the acknowledged outbox entries
@@ -303,7 +313,7 @@ func (s *Stage) try(ctx context.Context, msgs []jetstream.Msg, c *coalescer, dea
 		return len(msgs), tooBig(err)
 	}
 	if s.cfg.Log {
-		rec := cold.LogRecord{Prev: s.st.Pos, State: st, Outbox: outbox, Dead: w.dead}
+		rec := cold.LogRecord{Prev: s.st.Pos, State: st, Outbox: outbox, Dead: w.dead, Acked: s.published[:w.deleted]}
 		data, err := cold.EncodeLogRecord(&rec)
 		if err != nil {
 			return len(msgs), err

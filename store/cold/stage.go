@@ -47,6 +47,10 @@ type LogRecord struct {
 	// Dead lists the stream sequences of messages dead-lettered whole because applying
 	// them would not fit in one transaction: a replay does not try them again.
 	Dead []uint64 `msgpack:"dead,omitempty"`
+	// Acked lists the outbox entries of earlier transactions this one deleted, their
+	// messages acknowledged: a standby that follows the log deletes them too, so that its
+	// outbox is the owner's and a takeover re-sends only what may be unsent.
+	Acked []uint64 `msgpack:"acked,omitempty"`
 }
 
 // EncodeLogRecord and DecodeLogRecord convert a record to and from its log message.
