@@ -3,6 +3,7 @@ package pipeline
 import (
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // Message ids. Exactly-once depends on every message Tally publishes itself carrying the
@@ -44,6 +45,20 @@ func LogMsgID(p int, pos uint64, owner string) string {
 // at one position are the same whoever computed them.
 func ChangeMsgID(family string, p int, pos uint64, part int) string {
 	return fmt.Sprintf("chg.%s.%d.%d.%d", family, p, pos, part)
+}
+
+// ChangePos is the deltas-stream position in a ChangeMsgID (false when id is not one).
+func ChangePos(id string) (uint64, bool) {
+	rest, ok := strings.CutPrefix(id, "chg.")
+	if !ok {
+		return 0, false
+	}
+	f := strings.Split(rest, ".")
+	if len(f) < 3 {
+		return 0, false
+	}
+	pos, err := strconv.ParseUint(f[len(f)-2], 10, 64)
+	return pos, err == nil
 }
 
 // BatchMsgID names part n of a client batch tx that the client split for partition p.

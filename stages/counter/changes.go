@@ -2,7 +2,12 @@ package counter
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"math"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/stages/hop"
@@ -144,4 +149,60 @@ func (w *Worker) drainChanges(ctx context.Context, wait time.Duration) error {
 	}
 	w.chg.published = nil
 	return nil
+}
+
+// trimStandby drops, while another process owns the partition (a standby's worker, or
+// one that lost its lease), the change events of its checkpoints that the owner has
+// stored already: the owner sends its checkpoints' events in order, so every id changed
+// at or below the position of its last stored event has been announced with a value at
+// least as new. What is left is sent if this process takes the partition over, and the
+// outbox stays as small as the owner's lead. It asks NATS at most once a second.
+func (w *Worker) trimStandby(ctx context.Context) {
+	if len(w.chg.pending) == 0 || time.Since(w.trimmed) < time.Second {
+		return
+	}
+	w.trimmed = time.Now()
+	upTo, err := w.announced(ctx)
+	if err != nil {
+		w.log.Debug("cannot read the owner's last change event", "err", err)
+		return
+	}
+	n := 0
+	for n < len(w.chg.pending) {
+		pos, ok := pipeline.ChangePos(w.chg.pending[n][0].MsgID)
+		if !ok || pos > upTo {
+			break
+		}
+		for _, e := range w.chg.pending[n] {
+			w.chg.published = append(w.chg.published, e.Seq) // deleted by the next checkpoint
+		}
+		n++
+	}
+	w.chg.pending = w.chg.pending[n:]
+}
+
+// announced is the position of the partition's last change event stored in the changes
+// stream (0 when none; everything when there is no such stream, which would refuse them).
+func (w *Worker) announced(ctx context.Context) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	st, err := w.js.Stream(ctx, w.cfg.Subjects.ChangesStream())
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return math.MaxUint64, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	m, err := st.GetLastMsgForSubject(ctx, w.cfg.Subjects.Change(w.cfg.Family.Name, w.cfg.Partition))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	pos, ok := pipeline.ChangePos(m.Header.Get(jetstream.MsgIDHeader))
+	if !ok {
+		return 0, fmt.Errorf("change event %d has no change message id", m.Sequence)
+	}
+	return pos, nil
 }

@@ -128,7 +128,8 @@ type Worker struct {
 	purging   atomic.Bool         // a purge is under way
 	purges    sync.WaitGroup
 	lastPurge time.Time
-	changed   int // deltas applied since the last flush: at least the dirty ids
+	trimmed   time.Time // when trimStandby last asked NATS
+	changed   int       // deltas applied since the last flush: at least the dirty ids
 	scratch   []uint64
 
 	// The cold tier, when the table is tiered.
@@ -433,6 +434,8 @@ func (w *Worker) flush(ctx context.Context) error {
 	w.changed = 0
 	if owned {
 		w.purge(ctx)
+	} else {
+		w.trimStandby(ctx)
 	}
 	if snaps {
 		if w.journaled += len(entries); w.snapDue || w.journaled > max(w.cfg.SnapshotMin, w.table.Len()/4) {
