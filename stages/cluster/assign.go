@@ -12,7 +12,8 @@ import (
 // says they are: every member gets ⌊P/n⌋ or ⌈P/n⌉ partitions and keeps
 // what it holds up to its room, giving up first those it ranks lowest; the rest go, each
 // to its last owner (last, "" when unknown) when that one is live and has room, else to
-// the member with room that ranks it highest (rendezvous hashing). So a member joining
+// the member keeping a warm copy of it (Standbys) when it has room, else to the member
+// with room that ranks it highest (rendezvous hashing). So a member joining
 // moves its own share only, and a member leaving moves only what it held
 // (TestAssign). Members compute it from what they read of the holders; while a
 // hand-over is under way two may want the same partition, and its lease decides.
@@ -55,6 +56,21 @@ func Assign(members, holders, last []string, partitions int) []string {
 			room[m]--
 		}
 	}
+	// The others to the member keeping a warm copy of them (see Standbys), while it has room.
+	owner := make([]string, partitions)
+	for p := range owner {
+		if p < len(holders) && slices.Contains(members, holders[p]) {
+			owner[p] = holders[p]
+		} else if p < len(last) {
+			owner[p] = last[p]
+		}
+	}
+	for p, m := range Standbys(members, owner) {
+		if out[p] == "" && m != "" && room[m] > 0 {
+			out[p] = m
+			room[m]--
+		}
+	}
 	for p := range out {
 		if out[p] != "" {
 			continue
@@ -67,6 +83,36 @@ func Assign(members, holders, last []string, partitions int) []string {
 		}
 		out[p] = best
 		room[best]--
+	}
+	return out
+}
+
+// Standbys names, for each partition, the member that keeps a warm copy of its state
+// (stages/node's standby.go) while owner[p] owns it ("" for none: owner unknown or
+// alone). Owner o's partitions, in order, go round the other members, the least loaded
+// first: so o's load is spread over every other member, and the choice depends only on
+// o, its partitions and the others — the same before o dies and after, when a
+// partition's owner is its last one (Assign then hands the partition to its standby,
+// which takes it over without a restore, while the standby has room).
+func Standbys(members, owner []string) []string {
+	load := map[string]int{}
+	for _, o := range owner {
+		load[o]++
+	}
+	out := make([]string, len(owner))
+	kth := map[string]int{}
+	for p, o := range owner {
+		if o == "" {
+			continue
+		}
+		others := slices.DeleteFunc(slices.Clone(members), func(m string) bool { return m == o })
+		// The least loaded first, then by name, as Assign gives out rooms: they have the
+		// most room when o's partitions come to them.
+		slices.SortFunc(others, func(a, b string) int { return cmp.Or(cmp.Compare(load[a], load[b]), cmp.Compare(a, b)) })
+		if len(others) > 0 {
+			out[p] = others[kth[o]%len(others)]
+		}
+		kth[o]++
 	}
 	return out
 }

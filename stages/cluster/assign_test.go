@@ -79,3 +79,68 @@ func TestAssign(t *testing.T) {
 		}
 	}
 }
+
+// Each owner's partitions are kept warm by the other members evenly, the choice is the
+// same after the owner dies (its partitions' last owner), and Assign then gives each of
+// the dead one's partitions to its standby: none is restored from a backup.
+func TestStandbys(t *testing.T) {
+	for _, n := range []int{2, 3, 4, 7} {
+		for _, parts := range []int{16, 64} {
+			var members []string
+			for i := range n {
+				members = append(members, fmt.Sprintf("m%02d", i))
+			}
+			holders := Assign(members, make([]string, parts), nil, parts)
+			sb := Standbys(members, holders)
+			per := map[string]map[string]int{} // owner → standby → partitions
+			for p, s := range sb {
+				if s == "" || s == holders[p] {
+					t.Fatalf("n=%d P=%d: partition %d of %s has standby %q", n, parts, p, holders[p], s)
+				}
+				if per[holders[p]] == nil {
+					per[holders[p]] = map[string]int{}
+				}
+				per[holders[p]][s]++
+			}
+			for o, by := range per {
+				lo, hi, owned := parts, 0, 0
+				for _, k := range by {
+					lo, hi, owned = min(lo, k), max(hi, k), owned+k
+				}
+				if len(by) != min(n-1, owned) || hi-lo > 1 {
+					t.Fatalf("n=%d P=%d: %s's partitions kept warm by %v, want spread evenly over the %d others", n, parts, o, by, n-1)
+				}
+			}
+			for _, dead := range members {
+				live := slices.DeleteFunc(slices.Clone(members), func(m string) bool { return m == dead })
+				held, last := slices.Clone(holders), make([]string, parts)
+				for p := range held {
+					if held[p] == dead {
+						held[p], last[p] = "", dead
+					}
+				}
+				lastSB := Standbys(live, holders) // the dead one's partitions by their last owner
+				got := Assign(live, held, last, parts)
+				cold := 0
+				for p := range holders {
+					if holders[p] != dead {
+						continue
+					}
+					if lastSB[p] != sb[p] {
+						t.Fatalf("n=%d P=%d: %s dead, partition %d's standby %q, was %q", n, parts, dead, p, lastSB[p], sb[p])
+					}
+					if got[p] != sb[p] {
+						cold++
+					}
+				}
+				// A standby's room may be full: Assign evens the load out first.
+				if cold > max(0, n-2) {
+					t.Fatalf("n=%d P=%d: %s dead, %d of its partitions assigned away from their standbys (%v, standbys %v)", n, parts, dead, cold, got, sb)
+				}
+			}
+		}
+	}
+	if got := Standbys([]string{"a"}, []string{"a", "a"}); got[0] != "" || got[1] != "" {
+		t.Fatalf("alone: standbys %q, want none", got)
+	}
+}

@@ -64,6 +64,72 @@ type Piece struct {
 	// pos reads the positions its stored state reflects: the event stage's last log
 	// record, or each family's last delta applied. Read before a backup, they are covered by it.
 	Pos func() ([]uint64, error)
+	// Warm says the local state is a standby's copy, kept up from the last owner's
+	// backup and streams (stages/node's standby.go): a claim takes it as it is when it
+	// reflects at least the positions of the backup it would restore.
+	Warm bool
+}
+
+// Current is what the pointer of a Piece records: its current backup and the positions
+// that backup reflects, and the piece's last owner.
+type Current struct {
+	Object string
+	Pos    []uint64
+	Owner  string
+}
+
+// Current reads the pointer of the piece called name.
+func (b *Backups) Current(ctx context.Context, name string) (Current, error) {
+	st, err := b.JS.Stream(ctx, b.Subjects.LogStream())
+	if err != nil {
+		return Current{}, err
+	}
+	cur, _, err := b.readPointer(ctx, st, name)
+	return Current{Object: cur.Object, Pos: cur.Pos, Owner: cur.Owner}, err
+}
+
+// Reflects reports whether the local state of pc reflects at least positions pos.
+func Reflects(pc Piece, pos []uint64) (bool, error) {
+	have, err := pc.Pos()
+	if err != nil {
+		return false, err
+	}
+	for i := range min(len(have), len(pos)) { // families may have been added since
+		if have[i] < pos[i] {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// Prime brings pc's state here for a standby, without claiming anything: from the
+// current backup unless the local state reflects its positions already ("local"), or
+// empty when no backup was ever stored ("empty": the streams then hold everything).
+// The state of the piece's last owner, self, stays as it is. It returns what it
+// started from and the pointer it read.
+func (b *Backups) Prime(ctx context.Context, pc Piece, self string) (string, Current, error) {
+	st, err := b.JS.Stream(ctx, b.Subjects.LogStream())
+	if err != nil {
+		return "", Current{}, err
+	}
+	ptr, _, err := b.readPointer(ctx, st, pc.Name)
+	if err != nil {
+		return "", Current{}, err
+	}
+	cur := Current{Object: ptr.Object, Pos: ptr.Pos, Owner: ptr.Owner}
+	if ptr.Owner == self {
+		return "local", cur, nil
+	}
+	if ok, err := Reflects(pc, ptr.Pos); err != nil || (ok && ptr.Object != "") {
+		return "local", cur, err
+	}
+	if ptr.Object == "" {
+		if ptr.Owner == "" { // nobody owned it yet: whatever is here is nobody's
+			return "local", cur, nil
+		}
+		return "empty", cur, b.DB.Clear(pc.Part)
+	}
+	return "backup", cur, b.restore(ctx, pc, ptr)
 }
 
 // Backups stores pieces of state in a NATS object store and restores them: a backup
@@ -137,8 +203,9 @@ func (b *Backups) Store(ctx context.Context, pc Piece, l *Lease) (uint64, []uint
 
 // Claim makes this process the owner recorded in pc's pointer (l is held) and reports
 // where its state comes from: "local" when this process was its last owner (or nobody
-// was), else "backup" restored from the backup the pointer names, or "empty" when none
-// was ever stored (the streams are then replayed from their start). It refuses a backup
+// was), else "standby" when pc is Warm and reflects the backup's positions, else
+// "backup" restored from the backup the pointer names, or "empty" when none was ever
+// stored (the streams are then replayed from their start). It refuses a backup
 // that is gone or older than the pointer says (ErrStaleBackup).
 func (b *Backups) Claim(ctx context.Context, pc Piece, l *Lease) (string, error) {
 	var last pointer
@@ -168,10 +235,20 @@ func (b *Backups) Claim(ctx context.Context, pc Piece, l *Lease) (string, error)
 	from := "local"
 	if last.Owner != "" && last.Owner != l.ID() {
 		start := time.Now()
-		if from = "backup"; last.Object == "" {
+		warm := false
+		if pc.Warm {
+			if warm, err = Reflects(pc, last.Pos); err != nil {
+				return "", err
+			}
+		}
+		switch {
+		case warm:
+			from = "standby"
+		case last.Object == "":
 			from = "empty"
 			err = b.DB.Clear(pc.Part)
-		} else {
+		default:
+			from = "backup"
 			err = b.restore(ctx, pc, last)
 		}
 		if err != nil {
@@ -252,14 +329,11 @@ func (b *Backups) restore(ctx context.Context, pc Piece, ptr pointer) error {
 	if err := b.DB.Restore(obj, pc.Part, b.TmpDir); err != nil {
 		return err
 	}
-	pos, err := pc.Pos()
-	if err != nil {
-		return err
-	}
-	for i := range min(len(pos), len(ptr.Pos)) { // families may have been added since
-		if pos[i] < ptr.Pos[i] {
-			return fmt.Errorf("%w: backup %s reflects positions %v, the pointer says %v", ErrStaleBackup, ptr.Object, pos, ptr.Pos)
+	if ok, err := Reflects(pc, ptr.Pos); err != nil || !ok {
+		if err == nil {
+			err = fmt.Errorf("%w: backup %s reflects less than the positions %v its pointer says", ErrStaleBackup, ptr.Object, ptr.Pos)
 		}
+		return err
 	}
 	return nil
 }
