@@ -49,6 +49,8 @@ type pointer struct {
 	Owner string `json:"owner"`
 	Lease uint64 `json:"lease"`
 	Epoch int64  `json:"epoch,omitempty"`
+	// Gen counts the backups made current: a standby tells by it that it missed one.
+	Gen uint64 `json:"gen,omitempty"`
 }
 
 // heldBy reports whether the pointer holds lease l: only then may l's owner write it.
@@ -76,6 +78,7 @@ type Current struct {
 	Object string
 	Pos    []uint64
 	Owner  string
+	Gen    uint64 // one more with every backup made current
 }
 
 // Current reads the pointer of the piece called name.
@@ -85,7 +88,7 @@ func (b *Backups) Current(ctx context.Context, name string) (Current, error) {
 		return Current{}, err
 	}
 	cur, _, err := b.readPointer(ctx, st, name)
-	return Current{Object: cur.Object, Pos: cur.Pos, Owner: cur.Owner}, err
+	return Current{Object: cur.Object, Pos: cur.Pos, Owner: cur.Owner, Gen: cur.Gen}, err
 }
 
 // Reflects reports whether the local state of pc reflects at least positions pos.
@@ -116,7 +119,7 @@ func (b *Backups) Prime(ctx context.Context, pc Piece, self string) (string, Cur
 	if err != nil {
 		return "", Current{}, err
 	}
-	cur := Current{Object: ptr.Object, Pos: ptr.Pos, Owner: ptr.Owner}
+	cur := Current{Object: ptr.Object, Pos: ptr.Pos, Owner: ptr.Owner, Gen: ptr.Gen}
 	if ptr.Owner == self {
 		return "local", cur, nil
 	}
@@ -183,7 +186,7 @@ func (b *Backups) Store(ctx context.Context, pc Piece, l *Lease) (uint64, []uint
 		if !cur.heldBy(l) {
 			return cur, fmt.Errorf("%w: %s's pointer holds %s's lease revision %d, this backup was taken under %s", ErrSuperseded, pc.Name, cur.Owner, cur.Lease, l.Token())
 		}
-		return pointer{Object: obj, Taken: l.Token(), Pos: pos, Owner: l.ID(), Lease: l.Acquired(), Epoch: l.Epoch()}, nil
+		return pointer{Object: obj, Taken: l.Token(), Pos: pos, Owner: l.ID(), Lease: l.Acquired(), Epoch: l.Epoch(), Gen: cur.Gen + 1}, nil
 	})
 	if err != nil {
 		// A backup never current is dropped; one whose pointer write went unanswered

@@ -28,9 +28,10 @@ type Source struct {
 	Hot func() map[string][2]int64
 	// Owned returns the counter partitions this process owns and whether it owns the
 	// event stages; Moves counts state backups stored, backups failed and partitions
-	// taken over from another process's state.
+	// taken over from another process's state: restored from a backup (or empty), and
+	// warm (from a standby kept here).
 	Owned func() (partitions int, events bool)
-	Moves func() (backups, backupErrs, restored int64)
+	Moves func() (backups, backupErrs, restored, warm int64)
 	// Version is the version tally_build_info shows; empty reads the module version
 	// the binary was built from.
 	Version string
@@ -123,14 +124,15 @@ func New(src Source) *Metrics {
 			if src.Moves == nil {
 				return 0
 			}
-			var v [3]int64
-			v[0], v[1], v[2] = src.Moves()
+			var v [4]int64
+			v[0], v[1], v[2], v[3] = src.Moves()
 			return v[i]
 		}
 	}
 	counterFn("tally_state_backups_total", "Rounds of state backups stored in the NATS object store.", moves(0))
 	counterFn("tally_state_backup_errors_total", "State backups that could not be stored (deltas and log records are kept).", moves(1))
-	counterFn("tally_partitions_taken_over_total", "Counter partitions this process took over from another's state (a backup, or empty).", moves(2))
+	counterFn("tally_partitions_taken_over_total", "Partitions this process took over from another's state by restoring it (a backup, or empty).", moves(2))
+	counterFn("tally_partitions_taken_over_warm_total", "Partitions this process took over from a standby it kept (no restore).", moves(3))
 	owned := func() (int, bool) {
 		if src.Owned == nil {
 			return 0, false

@@ -42,7 +42,7 @@ func (n *Node) eventPiece(p int) cluster.Piece {
 // claimEvents brings partition p's event state here under l (see claim). The first
 // claim after an upgrade finds no pointer of its own: the state is then in the local
 // database of the process that owned every stage, which alone may take it.
-func (n *Node) claimEvents(ctx context.Context, p int, l *cluster.Lease) (string, error) {
+func (n *Node) claimEvents(ctx context.Context, p int, l *cluster.Lease, warm bool) (string, error) {
 	cur, err := n.backups.LastOwner(ctx, eventObject(p))
 	if err != nil {
 		return "", err
@@ -56,7 +56,9 @@ func (n *Node) claimEvents(ctx context.Context, p int, l *cluster.Lease) (string
 			return "", fmt.Errorf("%w: partition %d: start the tallyd with node id %s (its data directory) alone first, then the others with --join", ErrLegacyState, p, old)
 		}
 	}
-	return n.backups.Claim(ctx, n.eventPiece(p), l)
+	pc := n.eventPiece(p)
+	pc.Warm = warm
+	return n.backups.Claim(ctx, pc, l)
 }
 
 func (n *Node) counterPiece(p int) cluster.Piece {
@@ -124,8 +126,11 @@ func (n *Node) backupLoop(ctx context.Context) error {
 }
 
 // backupPart stores partition p's state in the object store while its lease is held:
-// its counters, then lets its workers purge the deltas the backup covers; its event
-// stage, then purges the log records the backup covers.
+// its counters, then lets its workers purge the deltas the previous backup covers; its
+// event stage, then purges the log records the previous backup covers. The previous
+// one's, not this one's: a standby reaches a backup's positions a moment after it is
+// stored, and sees it while it is current; so nothing is purged that a standby
+// following the owner has not applied (see standby.go).
 func (n *Node) backupPart(ctx context.Context, pt *part) (uint64, error) {
 	pt.backup.Lock()
 	defer pt.backup.Unlock()
@@ -134,15 +139,19 @@ func (n *Node) backupPart(ctx context.Context, pt *part) (uint64, error) {
 		return 0, err
 	}
 	for i, w := range pt.workers {
-		w.SetPurgeLimit(limits[i])
+		if i < len(pt.kept.deltas) {
+			w.SetPurgeLimit(pt.kept.deltas[i])
+		}
 	}
+	pt.kept.deltas = limits
 	esize, logs, err := n.backups.Store(ctx, n.eventPiece(pt.p), pt.lease)
 	if err != nil {
 		return size, err
 	}
-	if err := n.purgeLog(ctx, pt.p, logs[0]); err != nil {
+	if err := n.purgeLog(ctx, pt.p, pt.kept.log); err != nil {
 		n.log.Warn("cannot purge the event-stage log records a backup covers", "partition", pt.p, "err", err)
 	}
+	pt.kept.log = logs[0]
 	return size + esize, nil
 }
 

@@ -115,12 +115,12 @@ func TestClaimEventsAfterUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	lb := r.take(b)
-	if _, err := b.claimEvents(t.Context(), 0, lb); !errors.Is(err, ErrLegacyState) {
+	if _, err := b.claimEvents(t.Context(), 0, lb, false); !errors.Is(err, ErrLegacyState) {
 		t.Fatalf("another process claimed a partition of the old backup: %v, want ErrLegacyState", err)
 	}
 	lb.Release(t.Context())
 	la := r.take(a)
-	if from, err := a.claimEvents(t.Context(), 0, la); err != nil || from != "local" {
+	if from, err := a.claimEvents(t.Context(), 0, la, false); err != nil || from != "local" {
 		t.Fatalf("the old backup's owner claimed partition 0: %q %v, want local", from, err)
 	}
 	if got := r.owner(eventObject(0)); got != a.owners.ID() {

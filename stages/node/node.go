@@ -69,14 +69,18 @@ type Node struct {
 	takeover     atomic.Value     // where the last event stage taken over came from
 	backups      *cluster.Backups // state backups; nil without BackupEvery
 	mu           sync.RWMutex
-	parts        map[int]*part // partitions owned here
-	stopping     map[int]bool  // partitions whose stop is under way, under mu
+	parts        map[int]*part    // partitions owned here
+	stopping     map[int]bool     // partitions whose stop is under way, under mu
+	standbys     map[int]*standby // warm copies of partitions owned elsewhere, under mu
+	// standbyEvents counts what the standbys' event stages apply.
+	standbyEvents *event.Stats
 	// Backups and BackupErrs count rounds of state backups stored in NATS and failed
-	// backups; PartsRestored counts partitions taken over from another process.
-	Backups, BackupErrs, PartsRestored atomic.Int64
-	metrics                            *metrics.Metrics
-	http                               *http.Server
-	metricsAddr                        string
+	// backups; PartsRestored counts partitions taken over from another process by
+	// restoring a backup, PartsWarm those taken over from a standby kept here.
+	Backups, BackupErrs, PartsRestored, PartsWarm atomic.Int64
+	metrics                                       *metrics.Metrics
+	http                                          *http.Server
+	metricsAddr                                   string
 }
 
 // Run runs a node until ctx ends or a partition fails.
@@ -99,7 +103,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: log, failed: make(chan struct{}), EventStats: event.NewStats(), budget: counter.NewBudget(cfg.HotMaxMem), parts: map[int]*part{}}
+	n := &Node{cfg: cfg, log: log, failed: make(chan struct{}), EventStats: event.NewStats(), budget: counter.NewBudget(cfg.HotMaxMem),
+		parts: map[int]*part{}, standbys: map[int]*standby{}, standbyEvents: event.NewStats()}
 	defer func() {
 		if err != nil {
 			n.Close()
@@ -175,7 +180,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	n.runCtx, n.cancel = runCtx, cancel
 	n.metrics = metrics.New(metrics.Source{Events: n.EventStats, Counters: &n.CounterStats, Hot: n.hot, Lags: n.lags,
 		Owned: func() (int, bool) { return len(n.heldParts()), n.Events() },
-		Moves: func() (int64, int64, int64) { return n.Backups.Load(), n.BackupErrs.Load(), n.PartsRestored.Load() }})
+		Moves: func() (int64, int64, int64, int64) {
+			return n.Backups.Load(), n.BackupErrs.Load(), n.PartsRestored.Load(), n.PartsWarm.Load()
+		}})
 	n.query = query.New(query.Config{Subjects: sc.Subjects, Families: cfg.Families, Partitions: cfg.Partitions, OnQuery: n.metrics.OnQuery, OnAudit: n.metrics.OnAudit, MaxLag: cfg.MaxLag},
 		n.nc, n.db, nil, log)
 	if err := n.query.Start(); err != nil {
@@ -437,6 +444,7 @@ func (n *Node) Close() error {
 	if n.owners != nil { // the others plan without this process from their next round
 		_ = n.owners.Leave(ctx)
 	}
+	n.stopStandbys()
 	for _, pt := range n.heldParts() {
 		n.stopPart(pt.p, n.err == nil)
 	}

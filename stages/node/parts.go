@@ -36,6 +36,12 @@ type part struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	backup  sync.Mutex // one backup of the partition at a time
+	// kept are the positions of the previous backup, under backup: what is purged (see
+	// backupPart).
+	kept struct {
+		deltas []uint64
+		log    uint64
+	}
 }
 
 // rebalance is one round of the ownership loop: hand over the partitions that are now
@@ -73,6 +79,9 @@ func (n *Node) rebalance(ctx context.Context) error {
 		}
 	}
 	wg.Wait()
+	if n.backups != nil {
+		n.keepStandbys(members, want)
+	}
 	for _, err := range errs {
 		if err != nil && !errors.Is(err, ErrOwned) {
 			return err
@@ -178,19 +187,25 @@ func (n *Node) startPart(ctx context.Context, p int) error {
 		return err
 	}
 	pt := &part{p: p, lease: l}
+	sb, evWarm := n.warmStandby(ctx, p)
 	from, evFrom := "local", "local"
 	if n.backups != nil {
 		// The two pieces are restored side by side: their keys and pointers are apart.
 		var cerr, eerr error
 		var wg sync.WaitGroup
-		wg.Go(func() { from, cerr = n.backups.Claim(ctx, n.counterPiece(p), l) })
-		wg.Go(func() { evFrom, eerr = n.claimEvents(ctx, p, l) })
+		cpc := n.counterPiece(p)
+		cpc.Warm = sb != nil
+		wg.Go(func() { from, cerr = n.backups.Claim(ctx, cpc, l) })
+		wg.Go(func() { evFrom, eerr = n.claimEvents(ctx, p, l, evWarm) })
 		wg.Wait()
 		if err := errors.Join(cerr, eerr); err != nil {
+			if sb != nil {
+				sb.stop()
+			}
 			l.Release(ctx)
 			return fmt.Errorf("partition %d: %w", p, err)
 		}
-		if from != "local" {
+		if from != "local" && from != "standby" {
 			for _, f := range n.cfg.Families { // this directory's own, not the restored state's
 				_ = os.Remove(counter.SnapshotPath(filepath.Join(n.cfg.DataDir, "snapshots"), f.Name, p))
 			}
@@ -198,21 +213,28 @@ func (n *Node) startPart(ctx context.Context, p int) error {
 	}
 	pctx, cancel := context.WithCancel(n.runCtx)
 	pt.cancel = cancel
-	cc := n.counterConfig()
-	cc.Valid = l.Valid
-	for i, fam := range n.cfg.Families {
-		cc.Family, cc.Partition = fam, p
-		cc.Publisher = n.cfg.faultyPublisher(n.js, uint64(1+p*len(n.cfg.Families)+i))
-		w := counter.New(cc, n.js, n.db, n.log, &n.CounterStats)
-		pt.workers = append(pt.workers, w)
-		pt.wg.Go(func() {
-			if err := w.Run(pctx); err != nil && pctx.Err() == nil {
-				n.fail(err)
-			}
-		})
+	if sb != nil { // its workers, which have applied what the last owner had, are ours now
+		sb.lease.Store(l)
+		pt.workers = sb.workers
+		pt.cancel = func() { cancel(); sb.workersCancel() }
+		pt.wg.Go(sb.workersWG.Wait)
+	} else {
+		cc := n.counterConfig()
+		cc.Valid = l.Valid
+		for i, fam := range n.cfg.Families {
+			cc.Family, cc.Partition = fam, p
+			cc.Publisher = n.cfg.faultyPublisher(n.js, uint64(1+p*len(n.cfg.Families)+i))
+			w := counter.New(cc, n.js, n.db, n.log, &n.CounterStats)
+			pt.workers = append(pt.workers, w)
+			pt.wg.Go(func() {
+				if err := w.Run(pctx); err != nil && pctx.Err() == nil {
+					n.fail(err)
+				}
+			})
+		}
 	}
 	if err := n.startStage(pctx, pt); err != nil {
-		cancel()
+		pt.cancel()
 		pt.wg.Wait()
 		l.Release(ctx)
 		return fmt.Errorf("partition %d: %w", p, err)
@@ -224,7 +246,11 @@ func (n *Node) startPart(ctx context.Context, p int) error {
 		n.query.SetOwner(fam.Name, p, pt.workers[i])
 	}
 	n.query.SetStage(p, pt.stage)
-	if from != "local" {
+	switch from {
+	case "local":
+	case "standby":
+		n.PartsWarm.Add(1)
+	default:
 		n.PartsRestored.Add(1)
 	}
 	if evFrom != "local" {

@@ -1,0 +1,277 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tally-dev/tally/stages/cluster"
+	"github.com/tally-dev/tally/stages/counter"
+	"github.com/tally-dev/tally/stages/event"
+)
+
+// A standby is a warm copy of a partition that another process owns, kept here so that
+// a takeover replays only a short tail instead of restoring the whole backup (Kafka
+// Streams' standby tasks). cluster.Standbys names each partition's standby, and Assign
+// hands a dead owner's partitions to their standbys. The standby starts from the
+// partition's current backup (or from what this process has already, when it reflects
+// that backup), then follows the owner:
+//   - an event stage applies each record of the partition's log as the owner appends it
+//     (event.Stage.Follow);
+//   - a counter worker per family applies the partition's deltas beside the owner's, and
+//     keeps only the change events the owner has not stored (its Valid is false until
+//     the takeover, so it answers nothing, sends nothing and purges nothing).
+//
+// An owner purges the deltas and log records up to its previous backup, not its last
+// one; a standby that has reached a backup's positions while it was current cannot have
+// missed anything purged, and one that did not starts again from the newest backup
+// (backupWatch).
+type standby struct {
+	p       int
+	workers []*counter.Worker
+	// lease is the partition's, once this process takes it over: its workers are the
+	// owner's from then on.
+	lease         atomic.Pointer[cluster.Lease]
+	cancel        context.CancelFunc // ends the following (the stage and the watch)
+	workersCancel context.CancelFunc
+	workersWG     sync.WaitGroup
+	done          chan struct{} // closed when the following has ended
+	ready         atomic.Bool   // primed and following
+	broken        atomic.Bool   // cannot follow any more: to start again from the newest backup
+	watch         [2]backupWatch
+}
+
+func (sb *standby) valid() bool {
+	l := sb.lease.Load()
+	return l != nil && l.Valid()
+}
+
+// backupWatch tells whether a standby reached each backup of a piece while the backup
+// was current: only then is nothing it needs purged (see standby).
+type backupWatch struct {
+	gen     uint64 // the current backup's generation (cluster.Current.Gen)
+	reached bool
+}
+
+// observe takes the current backup's generation and whether the standby's state
+// reflects it now; false means a backup before it was never seen reached (or never seen
+// at all) and may have been purged past.
+func (w *backupWatch) observe(gen uint64, reached bool) bool {
+	switch {
+	case gen == w.gen:
+		w.reached = w.reached || reached
+		return true
+	case gen == w.gen+1 && w.reached:
+		w.gen, w.reached = gen, reached
+		return true
+	}
+	return false
+}
+
+// keepStandbys starts the standbys this process should keep now and stops the others.
+func (n *Node) keepStandbys(members, want []string) {
+	id := n.owners.ID()
+	sbs := cluster.Standbys(members, want)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for p, sb := range n.standbys {
+		if sbs[p] != id || want[p] == id || sb.broken.Load() {
+			delete(n.standbys, p)
+			if want[p] == id && !sb.broken.Load() {
+				n.standbys[p] = sb // startPart takes it over
+				continue
+			}
+			n.wg.Go(func() { sb.stop() })
+		}
+	}
+	for p, s := range sbs {
+		if s == id && want[p] != id && n.parts[p] == nil && !n.stopping[p] && n.standbys[p] == nil {
+			n.standbys[p] = n.startStandby(p)
+		}
+	}
+}
+
+// stop ends a standby that is not taken over: its workers checkpoint what they hold.
+func (sb *standby) stop() {
+	sb.cancel()
+	<-sb.done
+	sb.workersCancel()
+	sb.workersWG.Wait()
+}
+
+// takeStandby removes partition p's standby from those kept here (nil when none).
+func (n *Node) takeStandby(p int) *standby {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	sb := n.standbys[p]
+	delete(n.standbys, p)
+	return sb
+}
+
+// startStandby starts following partition p; priming it may restore a backup, which
+// runs on its own rather than holding the ownership round up.
+func (n *Node) startStandby(p int) *standby {
+	ctx, cancel := context.WithCancel(n.runCtx)
+	wctx, wcancel := context.WithCancel(n.runCtx)
+	sb := &standby{p: p, cancel: cancel, workersCancel: wcancel, done: make(chan struct{})}
+	n.wg.Go(func() {
+		defer close(sb.done)
+		if err := n.follow(ctx, wctx, sb); err != nil && ctx.Err() == nil {
+			n.log.Warn("standby stopped; it starts again from the newest backup", "partition", p, "err", err)
+			sb.broken.Store(true)
+		}
+	})
+	return sb
+}
+
+// follow primes standby sb and follows its partition until ctx ends or it cannot.
+func (n *Node) follow(ctx, wctx context.Context, sb *standby) error {
+	p, id := sb.p, n.owners.ID()
+	start := time.Now()
+	pieces := [2]cluster.Piece{n.counterPiece(p), n.eventPiece(p)}
+	var from [2]string
+	for i, pc := range pieces {
+		var cur cluster.Current
+		var err error
+		if from[i], cur, err = n.backups.Prime(ctx, pc, id); err != nil {
+			return err
+		}
+		sb.watch[i] = backupWatch{gen: cur.Gen, reached: true}
+	}
+	if from[0] != "local" {
+		for _, f := range n.cfg.Families { // of an older state of this directory's
+			_ = os.Remove(counter.SnapshotPath(filepath.Join(n.cfg.DataDir, "snapshots"), f.Name, p))
+		}
+	}
+	cc := n.counterConfig()
+	cc.Valid = sb.valid
+	for i, fam := range n.cfg.Families {
+		cc.Family, cc.Partition = fam, p
+		cc.Publisher = n.cfg.faultyPublisher(n.js, uint64(1+p*len(n.cfg.Families)+i))
+		w := counter.New(cc, n.js, n.db, n.log, &n.CounterStats)
+		sb.workers = append(sb.workers, w)
+		sb.workersWG.Go(func() {
+			if err := w.Run(wctx); err != nil && wctx.Err() == nil {
+				if sb.lease.Load() != nil {
+					n.fail(err)
+					return
+				}
+				n.log.Warn("standby counter worker stopped", "partition", p, "err", err)
+				sb.broken.Store(true)
+				sb.cancel()
+			}
+		})
+	}
+	ec := event.Config{Partition: p, Partitions: n.cfg.Partitions, Subjects: n.subjects, Families: n.cfg.Families, FanoutLimit: n.cfg.FanoutLimit, Log: true}
+	st, err := event.New(ec, n.js, n.db, n.log, n.standbyEvents)
+	if err != nil {
+		return err
+	}
+	n.log.Debug("standby following", "partition", p, "counters", from[0], "events", from[1], "took", time.Since(start))
+	sb.ready.Store(true)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	errs := make(chan error, 2)
+	wg.Go(func() { errs <- st.Follow(ctx) })
+	wg.Go(func() {
+		errs <- cluster.Every(ctx, n.standbyCheck(), func() error { return n.checkStandby(ctx, sb, pieces) })
+	})
+	select {
+	case err := <-errs:
+		sb.cancel()
+		return err
+	case <-ctx.Done():
+		return nil
+	}
+}
+
+// errBehind stops a standby that did not reach a backup before it could be purged past.
+var errBehind = errors.New("the standby did not reach a backup while it was current")
+
+// checkStandby reads the pointers of sb's pieces and stops the standby when it missed a
+// backup (see backupWatch). NATS not answering is no reason to stop: the next check
+// asks again.
+func (n *Node) checkStandby(ctx context.Context, sb *standby, pieces [2]cluster.Piece) error {
+	for i, pc := range pieces {
+		cur, err := n.backups.Current(ctx, pc.Name)
+		if err != nil {
+			return nil
+		}
+		reached, err := cluster.Reflects(pc, cur.Pos)
+		if err != nil {
+			return err
+		}
+		if !sb.watch[i].observe(cur.Gen, reached) {
+			return errBehind
+		}
+	}
+	return nil
+}
+
+// standbyCheck is how often a standby looks at the backups: several times within one
+// backup period, so that it sees each backup while it is current.
+func (n *Node) standbyCheck() time.Duration {
+	return min(time.Second, n.cfg.BackupEvery/4)
+}
+
+// warmStandby ends the following of partition p's standby, which this process is
+// taking over, and returns it when its counter workers reflect the partition's current
+// backup (they go on as the owner's), and whether its event state may be taken as it is
+// (when it reflects the backup too: see cluster.Piece.Warm).
+func (n *Node) warmStandby(ctx context.Context, p int) (*standby, bool) {
+	sb := n.takeStandby(p)
+	if sb == nil {
+		return nil, false
+	}
+	warm := sb.ready.Load() && !sb.broken.Load()
+	if warm {
+		// A last owner that handed the partition over stored a backup as it left, a
+		// moment ahead of the standby: the standby gets there too before it stops.
+		deadline := time.Now().Add(n.cfg.LeaseTTL)
+		for !n.reflectsBackups(ctx, p) && time.Now().Before(deadline) && ctx.Err() == nil {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	sb.cancel()
+	<-sb.done
+	if warm = warm && !sb.broken.Load(); warm {
+		cur, err := n.backups.Current(ctx, counterObject(p))
+		ok, rerr := cluster.Reflects(n.counterPiece(p), cur.Pos)
+		if err == nil && rerr == nil && ok {
+			return sb, true
+		}
+	}
+	sb.workersCancel()
+	sb.workersWG.Wait()
+	return nil, warm
+}
+
+// reflectsBackups reports whether this process's state of partition p reflects both of
+// its current backups.
+func (n *Node) reflectsBackups(ctx context.Context, p int) bool {
+	for _, pc := range []cluster.Piece{n.counterPiece(p), n.eventPiece(p)} {
+		cur, err := n.backups.Current(ctx, pc.Name)
+		if err != nil {
+			return false
+		}
+		if ok, err := cluster.Reflects(pc, cur.Pos); err != nil || !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// stopStandbys stops every standby (on Close).
+func (n *Node) stopStandbys() {
+	n.mu.Lock()
+	sbs := n.standbys
+	n.standbys = map[int]*standby{}
+	n.mu.Unlock()
+	for _, sb := range sbs {
+		sb.stop()
+	}
+}
