@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -83,7 +84,7 @@ type Current struct {
 
 // Current reads the pointer of the piece called name.
 func (b *Backups) Current(ctx context.Context, name string) (Current, error) {
-	st, err := b.JS.Stream(ctx, b.Subjects.LogStream())
+	st, err := b.logStream(ctx)
 	if err != nil {
 		return Current{}, err
 	}
@@ -111,7 +112,7 @@ func Reflects(pc Piece, pos []uint64) (bool, error) {
 // The state of the piece's last owner, self, stays as it is. It returns what it
 // started from and the pointer it read.
 func (b *Backups) Prime(ctx context.Context, pc Piece, self string) (string, Current, error) {
-	st, err := b.JS.Stream(ctx, b.Subjects.LogStream())
+	st, err := b.logStream(ctx)
 	if err != nil {
 		return "", Current{}, err
 	}
@@ -144,12 +145,29 @@ type Backups struct {
 	Subjects pipeline.Subjects
 	Log      *slog.Logger
 	TmpDir   string // where a restore stages the object before it checks it
+
+	mu  sync.Mutex
+	log jetstream.Stream // the log stream, looked up once: pointers are read often
+}
+
+// logStream is the stream that holds the pointers.
+func (b *Backups) logStream(ctx context.Context) (jetstream.Stream, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.log == nil {
+		st, err := b.JS.Stream(ctx, b.Subjects.LogStream())
+		if err != nil {
+			return nil, err
+		}
+		b.log = st
+	}
+	return b.log, nil
 }
 
 // LastOwner is the node id of the last process whose state name's pointer records ("" when
 // nobody's yet).
 func (b *Backups) LastOwner(ctx context.Context, name string) (string, error) {
-	st, err := b.JS.Stream(ctx, b.Subjects.LogStream())
+	st, err := b.logStream(ctx)
 	if err != nil {
 		return "", err
 	}
@@ -288,7 +306,7 @@ func (b *Backups) Claim(ctx context.Context, pc Piece, l *Lease) (string, error)
 // process killed between storing a backup and writing the pointer leaves one). Those of
 // newer leases are left to their owners.
 func (b *Backups) sweep(ctx context.Context, name string, l *Lease) {
-	st, err := b.JS.Stream(ctx, b.Subjects.LogStream())
+	st, err := b.logStream(ctx)
 	if err != nil {
 		return
 	}
@@ -347,7 +365,7 @@ func (b *Backups) restore(ctx context.Context, pc Piece, ptr pointer) error {
 // have gone through: the caller's next write sees).
 func (b *Backups) setPointer(ctx context.Context, name string, next func(cur pointer) (pointer, error)) error {
 	subj := b.Subjects.BackupPointer(name)
-	st, err := b.JS.Stream(ctx, b.Subjects.LogStream())
+	st, err := b.logStream(ctx)
 	if err != nil {
 		return err
 	}

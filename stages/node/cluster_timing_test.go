@@ -25,6 +25,8 @@ const (
 	metricOwned   = "tally_owned_partitions"     // partitions it owns
 	metricEvents  = "tally_owns_event_stages"    // 1 when it owns every event stage (before issue 15)
 	metricBackups = "tally_state_backups_total"  // rounds of state backups it stored
+	metricStandby = "tally_standby_partitions"   // partitions it keeps a warm copy of
+	metricWarm    = "tally_partitions_taken_over_warm_total"
 )
 
 // benchPartitions is the partition count of the cluster benchmarks (as benchTally's).
@@ -231,6 +233,19 @@ func benchFailover(b *testing.B, bin string, ids int) {
 		}
 		return true, ""
 	})
+	// Every partition has a ready standby, as in a long-running cluster (a standby is
+	// primed from the backup, then follows).
+	natstest.Eventually(b, 10*time.Minute, "a standby of every partition", func() (bool, string) {
+		sum := 0.0
+		for i, p := range ps {
+			m, err := p.scrape(ctx)
+			if err != nil {
+				return false, fmt.Sprint("process ", i, ": ", err)
+			}
+			sum += m[metricStandby]
+		}
+		return sum >= benchPartitions, fmt.Sprint(sum, " standbys ready")
+	})
 	askGet, askLiked := probeAsks(c, probes)
 	for _, ask := range []func(context.Context) error{askGet, askLiked} {
 		if err := ask(ctx); err != nil {
@@ -270,6 +285,13 @@ func benchFailover(b *testing.B, bin string, ids int) {
 	} else {
 		b.ReportMetric(liked.Seconds(), "liked-s")
 	}
+	warm := 0.0
+	for i, p := range ps {
+		if i != victim {
+			warm += p.mustScrape(b)[metricWarm]
+		}
+	}
+	b.ReportMetric(warm, "warm-parts")
 	waitHealthy(b, c, 10*time.Minute)
 	checkViews(b, c, base, ids)
 }

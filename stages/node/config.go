@@ -95,6 +95,10 @@ type Config struct {
 	// see hop.ParseFaults): the chaos test's way to fail, delay and reorder internal
 	// publishes in a real process. Empty (always, in production) injects nothing.
 	PublishFaults string
+	// StandbyCheck, for tests only, is how often a standby looks at its partition's
+	// backups (0: a quarter of BackupEvery, at most a second). Longer than BackupEvery,
+	// standbys miss backups and start again from the newest, as a stalled one would.
+	StandbyCheck time.Duration
 }
 
 // DefaultMaxLagAge is ready while no partition has left a message unapplied for longer than

@@ -78,9 +78,12 @@ type Node struct {
 	// backups; PartsRestored counts partitions taken over from another process by
 	// restoring a backup, PartsWarm those taken over from a standby kept here.
 	Backups, BackupErrs, PartsRestored, PartsWarm atomic.Int64
-	metrics                                       *metrics.Metrics
-	http                                          *http.Server
-	metricsAddr                                   string
+	// StandbyRestarts counts standbys that could not follow (they fell behind the
+	// backups, or the log or events no longer reached back to them) and start again.
+	StandbyRestarts atomic.Int64
+	metrics         *metrics.Metrics
+	http            *http.Server
+	metricsAddr     string
 }
 
 // Run runs a node until ctx ends or a partition fails.
@@ -182,7 +185,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		Owned: func() (int, bool) { return len(n.heldParts()), n.Events() },
 		Moves: func() (int64, int64, int64, int64) {
 			return n.Backups.Load(), n.BackupErrs.Load(), n.PartsRestored.Load(), n.PartsWarm.Load()
-		}})
+		},
+		Standbys: func() int { return len(n.Standbys()) }})
 	n.query = query.New(query.Config{Subjects: sc.Subjects, Families: cfg.Families, Partitions: cfg.Partitions, OnQuery: n.metrics.OnQuery, OnAudit: n.metrics.OnAudit, MaxLag: cfg.MaxLag},
 		n.nc, n.db, nil, log)
 	if err := n.query.Start(); err != nil {

@@ -60,7 +60,10 @@ func (n *Node) rebalance(ctx context.Context) error {
 			// room: its state is current there (no restore). Every lease lapses at once
 			// when the ownership bucket has no leader for longer than the TTL (a NATS
 			// server crash), and this keeps every partition where it was.
-			last[p], _ = n.backups.LastOwner(ctx, counterObject(p))
+			// Not knowing it would deal the partition afresh: the round waits instead.
+			if last[p], err = n.backups.LastOwner(ctx, counterObject(p)); err != nil {
+				return fmt.Errorf("cannot read partition %d's last owner: %w", p, err)
+			}
 		}
 	}
 	id := n.owners.ID()

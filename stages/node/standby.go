@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -123,6 +124,7 @@ func (n *Node) startStandby(p int) *standby {
 		if err := n.follow(ctx, wctx, sb); err != nil && ctx.Err() == nil {
 			n.log.Warn("standby stopped; it starts again from the newest backup", "partition", p, "err", err)
 			sb.broken.Store(true)
+			n.StandbyRestarts.Add(1)
 		}
 	})
 	return sb
@@ -160,9 +162,9 @@ func (n *Node) follow(ctx, wctx context.Context, sb *standby) error {
 					n.fail(err)
 					return
 				}
-				n.log.Warn("standby counter worker stopped", "partition", p, "err", err)
+				n.log.Warn("standby counter worker stopped; it starts again from the newest backup", "partition", p, "err", err)
 				sb.broken.Store(true)
-				sb.cancel()
+				n.StandbyRestarts.Add(1)
 			}
 		})
 	}
@@ -175,14 +177,18 @@ func (n *Node) follow(ctx, wctx context.Context, sb *standby) error {
 	sb.ready.Store(true)
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	fctx, stop := context.WithCancel(ctx) // the stage and the watch end together
+	defer stop()                          // before the Wait
 	errs := make(chan error, 2)
-	wg.Go(func() { errs <- st.Follow(ctx) })
+	wg.Go(func() { errs <- st.Follow(fctx) })
 	wg.Go(func() {
-		errs <- cluster.Every(ctx, n.standbyCheck(), func() error { return n.checkStandby(ctx, sb, pieces) })
+		errs <- cluster.Every(fctx, n.standbyCheck(), func() error { return n.checkStandby(fctx, sb, pieces) })
 	})
 	select {
 	case err := <-errs:
-		sb.cancel()
+		if err == nil && ctx.Err() == nil {
+			err = errors.New("stopped following")
+		}
 		return err
 	case <-ctx.Done():
 		return nil
@@ -215,6 +221,9 @@ func (n *Node) checkStandby(ctx context.Context, sb *standby, pieces [2]cluster.
 // standbyCheck is how often a standby looks at the backups: several times within one
 // backup period, so that it sees each backup while it is current.
 func (n *Node) standbyCheck() time.Duration {
+	if n.cfg.StandbyCheck > 0 {
+		return n.cfg.StandbyCheck
+	}
 	return min(time.Second, n.cfg.BackupEvery/4)
 }
 
@@ -263,6 +272,20 @@ func (n *Node) reflectsBackups(ctx context.Context, p int) bool {
 		}
 	}
 	return true
+}
+
+// Standbys lists the partitions of which this process keeps a warm copy, ready.
+func (n *Node) Standbys() []int {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	var ps []int
+	for p, sb := range n.standbys {
+		if sb.ready.Load() && !sb.broken.Load() {
+			ps = append(ps, p)
+		}
+	}
+	slices.Sort(ps)
+	return ps
 }
 
 // stopStandbys stops every standby (on Close).

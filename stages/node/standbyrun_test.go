@@ -1,0 +1,89 @@
+package node_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/tally-dev/tally/client"
+	"github.com/tally-dev/tally/pipeline/natstest"
+	"github.com/tally-dev/tally/stages/node"
+)
+
+// TestStandbyTakeover: two tallyd share the partitions, each keeping warm copies of the
+// other's, while events stream in; the first leaves and the second takes its partitions
+// over from its standbys, restoring nothing. With backups (and purges) every few
+// milliseconds and standbys that look at them only every 50, the standbys miss backups
+// again and again and start over from the newest: counts and relations stay exact
+// either way.
+func TestStandbyTakeover(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		backup time.Duration
+	}{{"following", 300 * time.Millisecond}, {"falling behind", 5 * time.Millisecond}} {
+		t.Run(tc.name, func(t *testing.T) {
+			const partitions = 4
+			s := natstest.Start(t)
+			nc := natstest.Connect(t, s)
+			c, err := client.New(nc, client.WithTimeout(2*time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := func() *node.Node {
+				cfg := node.DefaultConfig()
+				cfg.DataDir, cfg.NATSURL, cfg.Partitions, cfg.FlushInterval = t.TempDir(), s.ClientURL(), partitions, 20*time.Millisecond
+				cfg.Join, cfg.BackupEvery, cfg.LeaseTTL = true, tc.backup, time.Second
+				cfg.PurgeEvery = 10 * time.Millisecond
+				if tc.backup < 100*time.Millisecond {
+					cfg.StandbyCheck = 50 * time.Millisecond
+				}
+				n, err := node.Start(context.Background(), cfg, testLogger())
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { n.Close() })
+				return n
+			}
+			a := start()
+			g := &gen{r: rand.New(rand.NewPCG(5, 6)), users: 200, posts: 200}
+			ref := newModel()
+			total := 8_000
+			var b *node.Node
+			var aParts []int
+			var restored int64
+			for chunk := 0; total > 0; chunk++ {
+				publishRetrying(t, c, "sb."+strconv.Itoa(chunk), g.chunk(ref, &total, 200, 200))
+				switch chunk {
+				case 3:
+					b = start()
+					eventually(t, "two tallyd share the partitions, each a standby of the other's", func() (bool, string) {
+						return len(a.Parts()) == 2 && len(b.Parts()) == 2 && slices.Equal(a.Standbys(), b.Parts()) && slices.Equal(b.Standbys(), a.Parts()),
+							fmt.Sprintf("a owns %v, keeps %v; b owns %v, keeps %v", a.Parts(), a.Standbys(), b.Parts(), b.Standbys())
+					})
+				case 20:
+					aParts, restored = a.Parts(), b.PartsRestored.Load()
+					if err := a.Close(); err != nil {
+						t.Fatal(err)
+					}
+					eventually(t, "the second owns every partition", func() (bool, string) {
+						return len(b.Parts()) == partitions, fmt.Sprint(b.Parts())
+					})
+				}
+			}
+			waitCaughtUp(t, c)
+			compare(t, c, ref, g)
+			t.Logf("the second took %d partitions over warm, restored %d (some when it joined); standbys started again %d and %d times",
+				b.PartsWarm.Load(), b.PartsRestored.Load(), a.StandbyRestarts.Load(), b.StandbyRestarts.Load())
+			if tc.backup >= 100*time.Millisecond && b.PartsRestored.Load() != restored {
+				t.Fatalf("the second restored %d of the first's partitions %v from backups, want all from its standbys", b.PartsRestored.Load()-restored, aParts)
+			}
+			if tc.backup < 100*time.Millisecond && a.StandbyRestarts.Load()+b.StandbyRestarts.Load() == 0 {
+				t.Fatal("no standby fell behind a backup: the test did not test that")
+			}
+		})
+	}
+}
