@@ -70,6 +70,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 	fs.BoolVar(&cfg.Join, "join", cfg.Join, "share the partitions (event stages and counters) with the other tallyd of the prefix and take a share of theirs over when one stops or dies, instead of refusing to start (needs --backup-every)")
 	fs.DurationVar(&cfg.BackupEvery, "backup-every", cfg.BackupEvery, "back the state up to the NATS object store <PREFIX>_STATE this often and log every event-stage transaction, so partitions can move to another machine; 0 never")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", cfg.LeaseTTL, "how long an ownership lease outlives a dead owner")
+	fs.BoolVar(&cfg.Standbys, "standbys", cfg.Standbys, "keep warm copies of partitions other tallyd own (about a share more RAM and CPU), so that taking one over restores nothing; with --backup-every")
 	fs.DurationVar(&cfg.AuditEvery, "audit-every", cfg.AuditEvery, "recount the like, comment, follower and following counts of --audit-sample random posts and users from the relations this often (tally_audit_*); 0 never")
 	fs.IntVar(&cfg.AuditSample, "audit-sample", cfg.AuditSample, "posts and users one background audit samples")
 	fs.Var(&cfg.MaxLag, "max-lag", "ready (/readyz, tally.health) while every partition is within this lag: a duration, the age of its oldest unapplied message (30s), or a number of messages (10000)")

@@ -35,9 +35,9 @@ const benchPartitions = 16
 // startTallyds starts n tallyd processes on the cluster: the first alone until it
 // answers healthy (it creates the streams), then the others, and waits until every
 // process owns its share of the partitions and every partition has caught up.
-func startTallyds(b *testing.B, bin string, cl *natstest.Cluster, n int) ([]*tallydProc, *client.Client) {
+func startTallyds(b *testing.B, bin string, cl *natstest.Cluster, n int, extra ...string) ([]*tallydProc, *client.Client) {
 	b.Helper()
-	ps := []*tallydProc{startTallyd(b, bin, cl.URLs())}
+	ps := []*tallydProc{startTallyd(b, bin, cl.URLs(), extra...)}
 	nc, err := nats.Connect(cl.URLs(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	if err != nil {
 		b.Fatal(err)
@@ -49,7 +49,7 @@ func startTallyds(b *testing.B, bin string, cl *natstest.Cluster, n int) ([]*tal
 	}
 	waitHealthy(b, c, time.Minute)
 	for range n - 1 {
-		ps = append(ps, startTallyd(b, bin, cl.URLs()))
+		ps = append(ps, startTallyd(b, bin, cl.URLs(), extra...))
 	}
 	natstest.Eventually(b, 2*time.Minute, "partitions spread over the processes", func() (bool, string) {
 		var owned []float64
@@ -106,10 +106,10 @@ func sampleProcs(b *testing.B, ps []*tallydProc) []procSample {
 // run, the largest share of the events one process applied (max-process-share: 1 when
 // one process applies everything, 1/procs when they are spread evenly) and the CPU
 // seconds each process spent per million events (cpu-s/Mev-p<i>, user and system).
-func benchProcs(b *testing.B, tallyd func(testing.TB) string, procs int) {
+func benchProcs(b *testing.B, tallyd func(testing.TB) string, procs int, extra ...string) {
 	bin := tallyd(b)
 	cl := natstest.StartCluster(b, 3)
-	ps, c := startTallyds(b, bin, cl, procs)
+	ps, c := startTallyds(b, bin, cl, procs, extra...)
 	evs, want := benchMix(b.N, 7)
 	before := sampleProcs(b, ps)
 	b.ResetTimer()

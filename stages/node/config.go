@@ -77,6 +77,11 @@ type Config struct {
 	// last backups cover: a new owner on another machine restores them and replays the
 	// streams.
 	BackupEvery time.Duration
+	// Standbys, with BackupEvery, keeps warm copies of some partitions other processes
+	// own (each partition's copy in one other process, see cluster.Standbys): a takeover
+	// then replays a short tail instead of restoring a backup, at the cost of a share
+	// more RAM and CPU in each process.
+	Standbys bool
 	// Metrics is the address of the HTTP server for /metrics (Prometheus), /livez,
 	// /readyz and /healthz; empty disables it.
 	Metrics string
@@ -130,6 +135,7 @@ func DefaultConfig() Config {
 		ColdCache:     1 << 18,
 		Snapshots:     true,
 		LeaseTTL:      DefaultLeaseTTL,
+		Standbys:      true,
 		AuditSample:   100,
 		MaxLag:        query.MaxLag{Age: DefaultMaxLagAge},
 	}

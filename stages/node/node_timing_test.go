@@ -83,6 +83,8 @@ func BenchmarkEndToEnd(b *testing.B) {
 	tallyd := tallydBuilder(b)
 	b.Run("tally-cluster-r3-1", func(b *testing.B) { benchProcs(b, tallyd, 1) })
 	b.Run("tally-cluster-r3-3", func(b *testing.B) { benchProcs(b, tallyd, 3) })
+	// The same three without warm standbys: what keeping them costs.
+	b.Run("tally-cluster-r3-3-nostandby", func(b *testing.B) { benchProcs(b, tallyd, 3, "--standbys=false") })
 	// The same single tallyd without backups: no event-stage log, the log's cost.
 	b.Run("tally-cluster-r3-1-nolog", func(b *testing.B) {
 		cl := natstest.StartCluster(b, 3)

@@ -82,7 +82,7 @@ func (n *Node) rebalance(ctx context.Context) error {
 		}
 	}
 	wg.Wait()
-	if n.backups != nil {
+	if n.backups != nil && n.cfg.Standbys {
 		n.keepStandbys(members, want)
 	}
 	for _, err := range errs {
