@@ -32,7 +32,8 @@ type Source struct {
 	// warm (from a standby kept here).
 	Owned func() (partitions int, events bool)
 	Moves func() (backups, backupErrs, restored, warm int64)
-	// Standbys returns the partitions of which this process keeps a warm copy, ready.
+	// Standbys returns the partitions of which this process keeps a warm copy that has
+	// reached their current backups.
 	Standbys func() int
 	// Version is the version tally_build_info shows; empty reads the module version
 	// the binary was built from.
@@ -150,7 +151,7 @@ func New(src Source) *Metrics {
 			}
 			return 0
 		}))
-	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tally_standby_partitions", Help: "Partitions owned by another process of which this one keeps a warm copy, ready to take over without a restore."},
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tally_standby_partitions", Help: "Partitions owned by another process of which this one keeps a warm copy that has reached their current backups: taken over without a restore, replaying only what came after."},
 		func() float64 {
 			if src.Standbys == nil {
 				return 0

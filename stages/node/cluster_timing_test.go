@@ -5,7 +5,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -260,6 +262,12 @@ func benchFailover(b *testing.B, bin string, ids int) {
 			victim, owned, best = i, m[metricOwned], score
 		}
 	}
+	warmBefore := 0.0
+	for i, p := range ps {
+		if i != victim {
+			warmBefore += p.mustScrape(b)[metricWarm]
+		}
+	}
 	b.ResetTimer()
 	ps[victim].kill()
 	killed := time.Now()
@@ -285,13 +293,24 @@ func benchFailover(b *testing.B, bin string, ids int) {
 	} else {
 		b.ReportMetric(liked.Seconds(), "liked-s")
 	}
-	warm := 0.0
+	warm := -warmBefore
 	for i, p := range ps {
 		if i != victim {
 			warm += p.mustScrape(b)[metricWarm]
 		}
 	}
-	b.ReportMetric(warm, "warm-parts")
+	b.ReportMetric(warm, "warm-parts") // of killed-parts, taken over from standbys
+	if os.Getenv("TALLY_BENCH_LOGS") != "" {
+		for i, p := range ps {
+			if i != victim {
+				for _, l := range strings.Split(p.logs.String(), "\n") {
+					if strings.Contains(l, "standby") || strings.Contains(l, "took state") {
+						b.Log(i, l)
+					}
+				}
+			}
+		}
+	}
 	waitHealthy(b, c, 10*time.Minute)
 	checkViews(b, c, base, ids)
 }

@@ -42,6 +42,7 @@ type standby struct {
 	workersWG     sync.WaitGroup
 	done          chan struct{} // closed when the following has ended
 	ready         atomic.Bool   // primed and following
+	current       atomic.Bool   // its state reflects both current backups (as last checked)
 	broken        atomic.Bool   // cannot follow any more: to start again from the newest backup
 	watch         [2]backupWatch
 }
@@ -202,6 +203,7 @@ var errBehind = errors.New("the standby did not reach a backup while it was curr
 // backup (see backupWatch). NATS not answering is no reason to stop: the next check
 // asks again.
 func (n *Node) checkStandby(ctx context.Context, sb *standby, pieces [2]cluster.Piece) error {
+	current := true
 	for i, pc := range pieces {
 		cur, err := n.backups.Current(ctx, pc.Name)
 		if err != nil {
@@ -214,7 +216,9 @@ func (n *Node) checkStandby(ctx context.Context, sb *standby, pieces [2]cluster.
 		if !sb.watch[i].observe(cur.Gen, reached) {
 			return errBehind
 		}
+		current = current && sb.watch[i].reached
 	}
+	sb.current.Store(current)
 	return nil
 }
 
@@ -274,13 +278,14 @@ func (n *Node) reflectsBackups(ctx context.Context, p int) bool {
 	return true
 }
 
-// Standbys lists the partitions of which this process keeps a warm copy, ready.
+// Standbys lists the partitions of which this process keeps a warm copy that has
+// reached the partition's current backups: a takeover now replays only what came after.
 func (n *Node) Standbys() []int {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	var ps []int
 	for p, sb := range n.standbys {
-		if sb.ready.Load() && !sb.broken.Load() {
+		if sb.ready.Load() && sb.current.Load() && !sb.broken.Load() {
 			ps = append(ps, p)
 		}
 	}
