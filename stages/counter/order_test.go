@@ -59,7 +59,12 @@ func (r *rig) config() counter.Config {
 
 // start runs a worker until the returned stop, which returns what Run returned.
 func (r *rig) start(cfg counter.Config) (*counter.Worker, func() error) {
-	w := counter.New(cfg, r.js, r.db, slog.New(slog.DiscardHandler), r.stats)
+	return r.startOn(r.db, cfg)
+}
+
+// startOn is start on database db (another process's).
+func (r *rig) startOn(db *cold.DB, cfg counter.Config) (*counter.Worker, func() error) {
+	w := counter.New(cfg, r.js, db, slog.New(slog.DiscardHandler), r.stats)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()

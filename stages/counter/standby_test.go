@@ -3,17 +3,14 @@ package counter_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/natstest"
-	"github.com/tally-dev/tally/stages/counter"
 	"github.com/tally-dev/tally/store/cold"
 )
 
@@ -21,59 +18,27 @@ import (
 // the change events the owner has not stored yet; taking over, it sends those, and the
 // changes stream's last value of every id is its true count.
 func TestStandbyWorkerTrimsAnnounced(t *testing.T) {
-	nc := natstest.Connect(t, natstest.Start(t))
-	js, err := jetstream.New(nc)
+	r := newRig(t)
+	_, stopOwner := r.start(r.config())
+	standby, err := cold.Open(cold.Options{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	sc := pipeline.DefaultStreamConfig()
-	sc.Partitions = 1
-	if err := pipeline.Setup(ctx, js, sc); err != nil {
-		t.Fatal(err)
-	}
-	fam, _ := pipeline.Families(pipeline.DefaultFamilies()).Lookup(pipeline.FamilyPost)
-	run := func(valid func() bool) (*cold.DB, func()) {
-		db, err := cold.Open(cold.Options{Dir: t.TempDir()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		w := counter.New(counter.Config{Family: fam, Partition: 0, Subjects: sc.Subjects, FlushInterval: 10 * time.Millisecond, Valid: valid},
-			js, db, slog.New(slog.DiscardHandler), &counter.Stats{})
-		wctx, stop := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- w.Run(wctx) }()
-		var once atomic.Bool
-		halt := func() {
-			if once.CompareAndSwap(false, true) {
-				stop()
-				if err := <-done; err != nil {
-					t.Error(err)
-				}
-				db.Close()
-			}
-		}
-		t.Cleanup(halt)
-		return db, halt
-	}
-	_, stopOwner := run(func() bool { return true })
+	t.Cleanup(func() { standby.Close() })
 	var promoted atomic.Bool
-	standby, _ := run(promoted.Load)
+	cfg := r.config()
+	cfg.Valid = promoted.Load
+	r.startOn(standby, cfg)
 
 	want := map[uint64]uint64{}
 	seq := uint64(0)
 	like := func(id uint64) {
 		seq++
 		want[id]++
-		b := pipeline.DeltaBatch{Source: 0, Seq: seq, Deltas: []pipeline.Delta{{ID: id, Field: 0, Op: pipeline.OpAdd, N: 1}}}
-		msg := &nats.Msg{Subject: sc.Subjects.Delta(fam.Name, 0), Data: pipeline.AppendDeltaBatch(nil, &b),
-			Header: nats.Header{jetstream.MsgIDHeader: []string{fmt.Sprint("d", seq)}}}
-		if _, err := js.PublishMsg(ctx, msg); err != nil {
-			t.Fatal(err)
-		}
+		r.publish(0, seq, id, 1)
 	}
 	outbox := func() int {
-		left, err := cold.LoadChanges(standby, fam.Name, 0)
+		left, err := cold.LoadChanges(standby, r.fam.Name, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,12 +57,14 @@ func TestStandbyWorkerTrimsAnnounced(t *testing.T) {
 	}
 
 	// The owner stops; the standby takes over and sends what it kept.
-	stopOwner()
+	if err := stopOwner(); err != nil {
+		t.Fatal(err)
+	}
 	like(7)
 	like(1)
 	promoted.Store(true)
 	natstest.Eventually(t, 10*time.Second, "the changes stream's last values are the counts", func() (bool, string) {
-		last := lastValues(t, js, sc.Subjects, fam.Name)
+		last := lastValues(t, r.js, r.sc.Subjects, r.fam.Name)
 		for id, n := range want {
 			if last[id] != n {
 				return false, fmt.Sprintf("id %d: last change %d, count %d", id, last[id], n)

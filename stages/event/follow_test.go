@@ -2,37 +2,16 @@ package event
 
 import (
 	"bytes"
-	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/store/cold"
 )
 
 // follow runs a standby of partition 0 on a new database.
-func (h *logHarness) follow() *runningStage {
-	t := h.t
-	db, err := cold.Open(cold.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	st, err := New(Config{Partition: 0, Partitions: 1, Subjects: h.sj, Families: pipeline.DefaultFamilies(), Log: true, Owner: "standby"},
-		h.js, db, slog.New(slog.NewTextHandler(io.Discard, nil)), NewStats())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &runningStage{Stage: st, db: db, cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- st.Follow(ctx) }()
-	t.Cleanup(func() { r.stop() })
-	return r
-}
+func (h *logHarness) follow() *runningStage { return h.run("standby", nil, (*Stage).Follow) }
 
 // backup is partition 0's event state in db, byte for byte.
 func (h *logHarness) backup(db *cold.DB) []byte {

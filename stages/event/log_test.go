@@ -74,6 +74,12 @@ type runningStage struct {
 
 // start runs a logging stage as owner on db (a new database when nil).
 func (h *logHarness) start(owner string, db *cold.DB) *runningStage {
+	return h.run(owner, db, (*Stage).Run)
+}
+
+// run runs a logging stage as owner on db (a new database when nil), its run being Run
+// or Follow.
+func (h *logHarness) run(owner string, db *cold.DB, run func(*Stage, context.Context) error) *runningStage {
 	t := h.t
 	if db == nil {
 		var err error
@@ -89,7 +95,7 @@ func (h *logHarness) start(owner string, db *cold.DB) *runningStage {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &runningStage{Stage: st, db: db, cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- st.Run(ctx) }()
+	go func() { r.done <- run(st, ctx) }()
 	t.Cleanup(func() { r.stop() })
 	return r
 }

@@ -209,9 +209,7 @@ func (n *Node) startPart(ctx context.Context, p int) error {
 			return fmt.Errorf("partition %d: %w", p, err)
 		}
 		if from != "local" && from != "standby" {
-			for _, f := range n.cfg.Families { // this directory's own, not the restored state's
-				_ = os.Remove(counter.SnapshotPath(filepath.Join(n.cfg.DataDir, "snapshots"), f.Name, p))
-			}
+			n.dropSnapshots(p)
 		}
 	}
 	pctx, cancel := context.WithCancel(n.runCtx)
@@ -222,19 +220,7 @@ func (n *Node) startPart(ctx context.Context, p int) error {
 		pt.cancel = func() { cancel(); sb.workersCancel() }
 		pt.wg.Go(sb.workersWG.Wait)
 	} else {
-		cc := n.counterConfig()
-		cc.Valid = l.Valid
-		for i, fam := range n.cfg.Families {
-			cc.Family, cc.Partition = fam, p
-			cc.Publisher = n.cfg.faultyPublisher(n.js, uint64(1+p*len(n.cfg.Families)+i))
-			w := counter.New(cc, n.js, n.db, n.log, &n.CounterStats)
-			pt.workers = append(pt.workers, w)
-			pt.wg.Go(func() {
-				if err := w.Run(pctx); err != nil && pctx.Err() == nil {
-					n.fail(err)
-				}
-			})
-		}
+		pt.workers = n.runWorkers(pctx, p, l.Valid, &pt.wg, n.fail)
 	}
 	if err := n.startStage(pctx, pt); err != nil {
 		pt.cancel()
@@ -261,6 +247,34 @@ func (n *Node) startPart(ctx context.Context, p int) error {
 	}
 	n.log.Debug("partition started", "partition", p, "counters", from, "events", evFrom)
 	return nil
+}
+
+// runWorkers starts a counter worker of partition p for each family on wg, which answer
+// for the partition while valid says so; a worker that fails is given to failed.
+func (n *Node) runWorkers(ctx context.Context, p int, valid func() bool, wg *sync.WaitGroup, failed func(error)) []*counter.Worker {
+	cc := n.counterConfig()
+	cc.Valid = valid
+	var ws []*counter.Worker
+	for i, fam := range n.cfg.Families {
+		cc.Family, cc.Partition = fam, p
+		cc.Publisher = n.cfg.faultyPublisher(n.js, uint64(1+p*len(n.cfg.Families)+i))
+		w := counter.New(cc, n.js, n.db, n.log, &n.CounterStats)
+		ws = append(ws, w)
+		wg.Go(func() {
+			if err := w.Run(ctx); err != nil && ctx.Err() == nil {
+				failed(err)
+			}
+		})
+	}
+	return ws
+}
+
+// dropSnapshots removes partition p's counter snapshots: they are of this directory's
+// older state, not of the state just brought here.
+func (n *Node) dropSnapshots(p int) {
+	for _, f := range n.cfg.Families {
+		_ = os.Remove(counter.SnapshotPath(filepath.Join(n.cfg.DataDir, "snapshots"), f.Name, p))
+	}
 }
 
 // stopPart stops partition p's event stage and workers (each checkpoints what it holds)

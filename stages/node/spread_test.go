@@ -31,16 +31,10 @@ func TestSpread(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := func() *node.Node {
-		cfg := node.DefaultConfig()
-		cfg.Metrics = "127.0.0.1:0"
-		cfg.DataDir, cfg.NATSURL, cfg.Partitions, cfg.FlushInterval = t.TempDir(), s.ClientURL(), partitions, 20*time.Millisecond
-		cfg.Join, cfg.BackupEvery, cfg.LeaseTTL = true, 200*time.Millisecond, time.Second
-		cfg.PurgeEvery = 100 * time.Millisecond // deltas a backup covers are gone: a new owner needs the backup
-		n, err := node.Start(context.Background(), cfg, testLogger())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
+		return startJoiner(t, s.ClientURL(), func(cfg *node.Config) {
+			cfg.Metrics, cfg.Partitions, cfg.BackupEvery, cfg.LeaseTTL = "127.0.0.1:0", partitions, 200*time.Millisecond, time.Second
+			cfg.PurgeEvery = 100 * time.Millisecond // deltas a backup covers are gone: a new owner needs the backup
+		})
 	}
 	// spread waits until live own every partition once, evenly.
 	spread := func(what string, live ...*node.Node) {

@@ -3,8 +3,6 @@ package node
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -81,13 +79,10 @@ func (n *Node) keepStandbys(members, want []string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for p, sb := range n.standbys {
-		if sbs[p] != id || want[p] == id || sb.broken.Load() {
+		// One this process is to own stays for startPart to take over (warmStandby).
+		if sb.broken.Load() || (sbs[p] != id && want[p] != id) {
 			delete(n.standbys, p)
-			if want[p] == id && !sb.broken.Load() {
-				n.standbys[p] = sb // startPart takes it over
-				continue
-			}
-			n.wg.Go(func() { sb.stop() })
+			n.wg.Go(sb.stop)
 		}
 	}
 	for p, s := range sbs {
@@ -146,29 +141,17 @@ func (n *Node) follow(ctx, wctx context.Context, sb *standby) error {
 		sb.watch[i] = backupWatch{gen: cur.Gen, reached: true}
 	}
 	if from[0] != "local" {
-		for _, f := range n.cfg.Families { // of an older state of this directory's
-			_ = os.Remove(counter.SnapshotPath(filepath.Join(n.cfg.DataDir, "snapshots"), f.Name, p))
+		n.dropSnapshots(p)
+	}
+	sb.workers = n.runWorkers(wctx, p, sb.valid, &sb.workersWG, func(err error) {
+		if sb.lease.Load() != nil { // taken over: the partition's own failure
+			n.fail(err)
+			return
 		}
-	}
-	cc := n.counterConfig()
-	cc.Valid = sb.valid
-	for i, fam := range n.cfg.Families {
-		cc.Family, cc.Partition = fam, p
-		cc.Publisher = n.cfg.faultyPublisher(n.js, uint64(1+p*len(n.cfg.Families)+i))
-		w := counter.New(cc, n.js, n.db, n.log, &n.CounterStats)
-		sb.workers = append(sb.workers, w)
-		sb.workersWG.Go(func() {
-			if err := w.Run(wctx); err != nil && wctx.Err() == nil {
-				if sb.lease.Load() != nil {
-					n.fail(err)
-					return
-				}
-				n.log.Warn("standby counter worker stopped; it starts again from the newest backup", "partition", p, "err", err)
-				sb.broken.Store(true)
-				n.StandbyRestarts.Add(1)
-			}
-		})
-	}
+		n.log.Warn("standby counter worker stopped; it starts again from the newest backup", "partition", p, "err", err)
+		sb.broken.Store(true)
+		n.StandbyRestarts.Add(1)
+	})
 	ec := event.Config{Partition: p, Partitions: n.cfg.Partitions, Subjects: n.subjects, Families: n.cfg.Families, FanoutLimit: n.cfg.FanoutLimit, Log: true}
 	st, err := event.New(ec, n.js, n.db, n.log, n.standbyEvents)
 	if err != nil {
