@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tally-dev/tally/client"
-	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/stages/node"
 )
 
@@ -24,14 +22,9 @@ import (
 // relation must be exact at the end, and at every step each partition has one owner.
 func TestSpread(t *testing.T) {
 	const partitions = 6
-	s := natstest.Start(t)
-	nc := natstest.Connect(t, s)
-	c, err := client.New(nc, client.WithTimeout(2*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
+	url, c := natsServer(t)
 	start := func() *node.Node {
-		return startJoiner(t, s.ClientURL(), func(cfg *node.Config) {
+		return startJoiner(t, url, func(cfg *node.Config) {
 			cfg.Metrics, cfg.Partitions, cfg.BackupEvery, cfg.LeaseTTL = "127.0.0.1:0", partitions, 200*time.Millisecond, time.Second
 			cfg.PurgeEvery = 100 * time.Millisecond // deltas a backup covers are gone: a new owner needs the backup
 		})

@@ -28,14 +28,9 @@ func TestStandbyTakeover(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			const partitions = 4
 			behind := tc.backup < 100*time.Millisecond
-			s := natstest.Start(t)
-			nc := natstest.Connect(t, s)
-			c, err := client.New(nc, client.WithTimeout(2*time.Second))
-			if err != nil {
-				t.Fatal(err)
-			}
+			url, c := natsServer(t)
 			start := func() *node.Node {
-				return startJoiner(t, s.ClientURL(), func(cfg *node.Config) {
+				return startJoiner(t, url, func(cfg *node.Config) {
 					cfg.Partitions, cfg.BackupEvery, cfg.LeaseTTL = partitions, tc.backup, time.Second
 					cfg.PurgeEvery = 10 * time.Millisecond
 					if behind {
@@ -104,4 +99,14 @@ func startJoiner(t *testing.T, url string, mod func(*node.Config)) *node.Node {
 	}
 	t.Cleanup(func() { n.Close() })
 	return n
+}
+
+// natsServer starts a NATS server for tallyd to join and returns its URL and a client of it.
+func natsServer(t *testing.T) (string, *client.Client) {
+	s := natstest.Start(t)
+	c, err := client.New(natstest.Connect(t, s), client.WithTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.ClientURL(), c
 }
