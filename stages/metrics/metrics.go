@@ -33,8 +33,10 @@ type Source struct {
 	Owned func() (partitions int, events bool)
 	Moves func() (backups, backupErrs, restored, warm int64)
 	// Standbys returns the partitions of which this process keeps a warm copy that has
-	// reached their current backups.
-	Standbys func() int
+	// reached their current backups; StandbyLag the stream messages those copies have
+	// not applied yet.
+	Standbys   func() int
+	StandbyLag func(ctx context.Context) (uint64, error)
 	// Version is the version tally_build_info shows; empty reads the module version
 	// the binary was built from.
 	Version string

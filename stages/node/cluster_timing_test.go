@@ -22,13 +22,14 @@ import (
 
 // The metrics of a tallyd process the cluster benchmarks read (stages/metrics).
 const (
-	metricApplied = "tally_events_applied_total" // events applied by this process's event stages
-	metricFlushed = "tally_flushed_ids_total"    // ids written by its counter checkpoints
-	metricOwned   = "tally_owned_partitions"     // partitions it owns
-	metricEvents  = "tally_owns_event_stages"    // 1 when it owns every event stage (before issue 15)
-	metricBackups = "tally_state_backups_total"  // rounds of state backups it stored
-	metricStandby = "tally_standby_partitions"   // partitions it keeps a warm copy of
-	metricWarm    = "tally_partitions_taken_over_warm_total"
+	metricApplied    = "tally_events_applied_total" // events applied by this process's event stages
+	metricFlushed    = "tally_flushed_ids_total"    // ids written by its counter checkpoints
+	metricOwned      = "tally_owned_partitions"     // partitions it owns
+	metricEvents     = "tally_owns_event_stages"    // 1 when it owns every event stage (before issue 15)
+	metricBackups    = "tally_state_backups_total"  // rounds of state backups it stored
+	metricStandby    = "tally_standby_partitions"   // partitions it keeps a warm copy of
+	metricStandbyLag = "tally_standby_lag"          // messages those copies have not applied
+	metricWarm       = "tally_partitions_taken_over_warm_total"
 )
 
 // benchPartitions is the partition count of the cluster benchmarks (as benchTally's).
@@ -237,16 +238,16 @@ func benchFailover(b *testing.B, bin string, ids int) {
 	})
 	// Every partition has a ready standby, as in a long-running cluster (a standby is
 	// primed from the backup, then follows).
-	natstest.Eventually(b, 10*time.Minute, "a standby of every partition", func() (bool, string) {
-		sum := 0.0
+	natstest.Eventually(b, 10*time.Minute, "a standby of every partition, caught up", func() (bool, string) {
+		sum, lag := 0.0, 0.0
 		for i, p := range ps {
 			m, err := p.scrape(ctx)
 			if err != nil {
 				return false, fmt.Sprint("process ", i, ": ", err)
 			}
-			sum += m[metricStandby]
+			sum, lag = sum+m[metricStandby], lag+m[metricStandbyLag]
 		}
-		return sum >= benchPartitions, fmt.Sprint(sum, " standbys ready")
+		return sum >= benchPartitions && lag == 0, fmt.Sprint(sum, " standbys ready, ", lag, " messages behind")
 	})
 	askGet, askLiked := probeAsks(c, probes)
 	for _, ask := range []func(context.Context) error{askGet, askLiked} {

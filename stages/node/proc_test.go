@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -60,6 +61,7 @@ type tallydProc struct {
 	metrics string     // address of its /metrics
 	logs    *logBuffer // its stderr
 	done    chan struct{}
+	killed  atomic.Bool // by the test
 }
 
 // startTallyd runs bin joined to the NATS servers at urls with the cluster benchmarks'
@@ -77,7 +79,10 @@ func startTallyd(tb testing.TB, bin, urls string, extra ...string) *tallydProc {
 		tb.Fatal(err)
 	}
 	go func() {
-		_ = p.cmd.Wait()
+		err := p.cmd.Wait()
+		if !p.killed.Load() { // it died on its own: say why, now
+			fmt.Fprintf(os.Stderr, "tallyd %d exited by itself (%v); stderr (last 40 lines):\n%s\n", p.cmd.Process.Pid, err, tail(p.logs.String(), 40))
+		}
 		close(p.done)
 	}()
 	tb.Cleanup(func() {
@@ -91,6 +96,7 @@ func startTallyd(tb testing.TB, bin, urls string, extra ...string) *tallydProc {
 
 // kill SIGKILLs the process and waits until it is gone.
 func (p *tallydProc) kill() {
+	p.killed.Store(true)
 	_ = p.cmd.Process.Signal(syscall.SIGKILL)
 	<-p.done
 }

@@ -31,7 +31,8 @@ import (
 // (backupWatch).
 type standby struct {
 	p       int
-	workers []*counter.Worker
+	workers []*counter.Worker // set before ready
+	stage   *event.Stage      // following, set before ready
 	// lease is the partition's, once this process takes it over: its workers are the
 	// owner's from then on.
 	lease         atomic.Pointer[cluster.Lease]
@@ -158,6 +159,7 @@ func (n *Node) follow(ctx, wctx context.Context, sb *standby) error {
 		return err
 	}
 	n.log.Debug("standby following", "partition", p, "counters", from[0], "events", from[1], "took", time.Since(start))
+	sb.stage = st
 	sb.ready.Store(true)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -274,6 +276,35 @@ func (n *Node) Standbys() []int {
 	}
 	slices.Sort(ps)
 	return ps
+}
+
+// StandbyLag is how many stream messages (events and deltas) this process's ready
+// standbys have not applied yet, summed: what taking their partitions over would replay
+// beyond the owners' own lag.
+func (n *Node) StandbyLag(ctx context.Context) (uint64, error) {
+	n.mu.RLock()
+	var sbs []*standby
+	for _, sb := range n.standbys {
+		if sb.ready.Load() {
+			sbs = append(sbs, sb)
+		}
+	}
+	n.mu.RUnlock()
+	var sum uint64
+	for _, sb := range sbs {
+		lag, err := sb.stage.Lag(ctx)
+		if err != nil {
+			return 0, err
+		}
+		sum += lag
+		for _, w := range sb.workers {
+			if lag, err = w.Lag(ctx); err != nil {
+				return 0, err
+			}
+			sum += lag
+		}
+	}
+	return sum, nil
 }
 
 // stopStandbys stops every standby (on Close).
