@@ -6,8 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -300,15 +300,11 @@ func benchFailover(b *testing.B, bin string, ids int) {
 			warm += p.mustScrape(b)[metricWarm]
 		}
 	}
-	b.ReportMetric(warm, "warm-parts") // of killed-parts, taken over from standbys
-	if os.Getenv("TALLY_BENCH_LOGS") != "" {
+	b.ReportMetric(warm, "warm-parts")                   // of killed-parts, taken over from standbys
+	if dir := os.Getenv("TALLY_BENCH_LOGS"); dir != "" { // each process's log, to read
 		for i, p := range ps {
-			if i != victim {
-				for _, l := range strings.Split(p.logs.String(), "\n") {
-					if strings.Contains(l, "standby") || strings.Contains(l, "took state") {
-						b.Log(i, l)
-					}
-				}
+			if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("tallyd-%d.log", i)), []byte(p.logs.String()), 0o644); err != nil {
+				b.Error(err)
 			}
 		}
 	}

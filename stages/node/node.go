@@ -69,9 +69,10 @@ type Node struct {
 	takeover     atomic.Value     // where the last event stage taken over came from
 	backups      *cluster.Backups // state backups; nil without BackupEvery
 	mu           sync.RWMutex
-	parts        map[int]*part    // partitions owned here
-	stopping     map[int]bool     // partitions whose stop is under way, under mu
-	standbys     map[int]*standby // warm copies of partitions owned elsewhere, under mu
+	parts        map[int]*part          // partitions owned here
+	stopping     map[int]bool           // partitions whose stop is under way, under mu
+	claiming     map[int]*cluster.Lease // leases of partitions being started, under mu
+	standbys     map[int]*standby       // warm copies of partitions owned elsewhere, under mu
 	// standbyEvents counts what the standbys' event stages apply.
 	standbyEvents *event.Stats
 	// Backups and BackupErrs count rounds of state backups stored in NATS and failed
@@ -107,7 +108,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		return nil, err
 	}
 	n := &Node{cfg: cfg, log: log, failed: make(chan struct{}), EventStats: event.NewStats(), budget: counter.NewBudget(cfg.HotMaxMem),
-		parts: map[int]*part{}, standbys: map[int]*standby{}, standbyEvents: event.NewStats()}
+		parts: map[int]*part{}, claiming: map[int]*cluster.Lease{}, standbys: map[int]*standby{}, standbyEvents: event.NewStats()}
 	defer func() {
 		if err != nil {
 			n.Close()

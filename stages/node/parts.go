@@ -99,6 +99,13 @@ func (n *Node) rebalance(ctx context.Context) error {
 // without a backup.
 func (n *Node) renew(ctx context.Context) error {
 	var wg sync.WaitGroup
+	for _, l := range n.claimingLeases() { // restoring a backup may take longer than the TTL
+		wg.Go(func() {
+			if err := l.Renew(ctx); err != nil && !errors.Is(err, cluster.ErrLost) {
+				n.log.Warn("cannot renew a partition lease yet", "key", l.Key(), "err", err)
+			}
+		})
+	}
 	for _, pt := range n.heldParts() {
 		wg.Go(func() {
 			err := pt.lease.Renew(ctx)
@@ -151,6 +158,17 @@ func (n *Node) heldParts() []*part {
 	return out
 }
 
+// claimingLeases are the leases of the partitions being started here.
+func (n *Node) claimingLeases() []*cluster.Lease {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	ls := make([]*cluster.Lease, 0, len(n.claiming))
+	for _, l := range n.claiming {
+		ls = append(ls, l)
+	}
+	return ls
+}
+
 // holds reports whether partition p runs here, or is still stopping.
 func (n *Node) holds(p int) bool {
 	n.mu.RLock()
@@ -189,7 +207,15 @@ func (n *Node) startPart(ctx context.Context, p int) error {
 	if err != nil {
 		return err
 	}
-	pt := &part{p: p, lease: l}
+	n.mu.Lock()
+	n.claiming[p] = l // renewed while the state comes here (see renew)
+	n.mu.Unlock()
+	defer func() {
+		n.mu.Lock()
+		delete(n.claiming, p)
+		n.mu.Unlock()
+	}()
+	pt, begun := &part{p: p, lease: l}, time.Now()
 	sb, evWarm := n.warmStandby(ctx, p)
 	from, evFrom := "local", "local"
 	if n.backups != nil {
@@ -245,7 +271,7 @@ func (n *Node) startPart(ctx context.Context, p int) error {
 	if evFrom != "local" {
 		n.takeover.Store(evFrom)
 	}
-	n.log.Debug("partition started", "partition", p, "counters", from, "events", evFrom)
+	n.log.Debug("partition started", "partition", p, "counters", from, "events", evFrom, "took", time.Since(begun))
 	return nil
 }
 

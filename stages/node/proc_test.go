@@ -73,6 +73,9 @@ func startTallyd(tb testing.TB, bin, urls string, extra ...string) *tallydProc {
 	p := &tallydProc{metrics: freeAddr(tb), logs: new(logBuffer), done: make(chan struct{})}
 	args := append([]string{"--nats", urls, "--join", "--partitions", "16", "--backup-every", "30s",
 		"--flush", "100ms", "--data", tb.TempDir(), "--metrics", p.metrics}, extra...)
+	if os.Getenv("TALLY_BENCH_LOGS") != "" { // what the failover benchmark prints of the survivors
+		args = append(args, "--log-level", "debug")
+	}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Stderr = p.logs
 	if err := p.cmd.Start(); err != nil {

@@ -226,6 +226,7 @@ func (n *Node) warmStandby(ctx context.Context, p int) (*standby, bool) {
 		return nil, false
 	}
 	warm := sb.ready.Load() && !sb.broken.Load()
+	start := time.Now()
 	if warm {
 		// A last owner that handed the partition over stored a backup as it left, a
 		// moment ahead of the standby: the standby gets there too before it stops.
@@ -236,6 +237,7 @@ func (n *Node) warmStandby(ctx context.Context, p int) (*standby, bool) {
 	}
 	sb.cancel()
 	<-sb.done
+	n.log.Debug("standby stopped following to take its partition over", "partition", p, "ready", warm, "took", time.Since(start))
 	if warm = warm && !sb.broken.Load(); warm {
 		cur, err := n.backups.Current(ctx, counterObject(p))
 		ok, rerr := cluster.Reflects(n.counterPiece(p), cur.Pos)
