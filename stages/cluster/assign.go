@@ -89,30 +89,40 @@ func Assign(members, holders, last []string, partitions int) []string {
 
 // Standbys names, for each partition, the member that keeps a warm copy of its state
 // (stages/node's standby.go) while owner[p] owns it ("" for none: owner unknown or
-// alone). Owner o's partitions, in order, go round the other members, the least loaded
-// first: so o's load is spread over every other member, and the choice depends only on
-// o, its partitions and the others — the same before o dies and after, when a
-// partition's owner is its last one (Assign then hands the partition to its standby,
-// which takes it over without a restore, while the standby has room).
+// alone). Owner o's partitions, in order, go to the other members so that each would
+// hold as many as any other if o died: the choice depends only on o, its partitions and
+// the others' loads — the same before o dies and after, when a partition's owner is its
+// last one — and Assign then hands every partition of a dead owner to its standby,
+// which takes it over without a restore.
 func Standbys(members, owner []string) []string {
 	load := map[string]int{}
 	for _, o := range owner {
 		load[o]++
 	}
 	out := make([]string, len(owner))
-	kth := map[string]int{}
+	extra := map[string]map[string]int{} // o's partitions given to each other member so far
 	for p, o := range owner {
 		if o == "" {
 			continue
 		}
-		others := slices.DeleteFunc(slices.Clone(members), func(m string) bool { return m == o })
-		// The least loaded first, then by name, as Assign gives out rooms: they have the
-		// most room when o's partitions come to them.
-		slices.SortFunc(others, func(a, b string) int { return cmp.Or(cmp.Compare(load[a], load[b]), cmp.Compare(a, b)) })
-		if len(others) > 0 {
-			out[p] = others[kth[o]%len(others)]
+		if extra[o] == nil {
+			extra[o] = map[string]int{}
 		}
-		kth[o]++
+		// The member that would hold the fewest once o's partitions are its (then by
+		// name, as Assign gives out the larger rooms): when o dies, every standby has room.
+		best := ""
+		for _, m := range members {
+			if m == o {
+				continue
+			}
+			if best == "" || load[m]+extra[o][m] < load[best]+extra[o][best] {
+				best = m
+			}
+		}
+		if best != "" {
+			out[p] = best
+			extra[o][best]++
+		}
 	}
 	return out
 }

@@ -368,11 +368,15 @@ func untilAnswers(start time.Time, ask func(context.Context) error) (time.Durati
 	var last error
 	for time.Since(start) < 3*time.Minute {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		last = ask(ctx)
+		err := ask(ctx)
 		cancel()
-		if last == nil {
+		if err == nil {
+			if last != nil && os.Getenv("TALLY_BENCH_LOGS") != "" {
+				fmt.Fprintf(os.Stderr, "answered after %v; the last wrong answer: %v\n", time.Since(start), last)
+			}
 			return time.Since(start), nil
 		}
+		last = err
 		<-tick.C
 	}
 	return 0, fmt.Errorf("%w in 3 minutes: %w", errNoAnswer, last)
