@@ -124,6 +124,12 @@ func TestFailover(t *testing.T) {
 					}
 					return true, ""
 				})
+				// The survivors keep warm copies of every partition of the first's.
+				natstest.Eventually(t, time.Minute, "standbys of the first's partitions", func() (bool, string) {
+					kept := len(others[0].Standbys()) + len(others[1].Standbys())
+					firsts := partitions - len(others[0].Parts()) - len(others[1].Parts())
+					return kept >= firsts, fmt.Sprint(kept, " standbys for ", firsts, " partitions")
+				})
 				backedUp, killAt = true, total-2_000
 			} else {
 				time.Sleep(time.Duration(g.r.IntN(30)) * time.Millisecond)

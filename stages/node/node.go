@@ -73,6 +73,8 @@ type Node struct {
 	stopping     map[int]bool           // partitions whose stop is under way, under mu
 	claiming     map[int]*cluster.Lease // leases of partitions being started, under mu
 	standbys     map[int]*standby       // warm copies of partitions owned elsewhere, under mu
+	priming      chan struct{}          // one standby restores its backups at a time
+	lastStart    atomic.Int64           // when a partition last started here (Unix ns)
 	// standbyEvents counts what the standbys' event stages apply.
 	standbyEvents *event.Stats
 	// Backups and BackupErrs count rounds of state backups stored in NATS and failed
@@ -108,7 +110,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		return nil, err
 	}
 	n := &Node{cfg: cfg, log: log, failed: make(chan struct{}), EventStats: event.NewStats(), budget: counter.NewBudget(cfg.HotMaxMem),
-		parts: map[int]*part{}, claiming: map[int]*cluster.Lease{}, standbys: map[int]*standby{}, standbyEvents: event.NewStats()}
+		parts: map[int]*part{}, claiming: map[int]*cluster.Lease{}, standbys: map[int]*standby{}, priming: make(chan struct{}, 1), standbyEvents: event.NewStats()}
 	defer func() {
 		if err != nil {
 			n.Close()

@@ -257,6 +257,7 @@ func (n *Node) startPart(ctx context.Context, p int) error {
 	n.mu.Lock()
 	n.parts[p] = pt
 	n.mu.Unlock()
+	n.lastStart.Store(time.Now().UnixNano())
 	for i, fam := range n.cfg.Families {
 		n.query.SetOwner(fam.Name, p, pt.workers[i])
 	}

@@ -86,6 +86,12 @@ func (n *Node) keepStandbys(members, want []string) {
 			n.wg.Go(sb.stop)
 		}
 	}
+	// New standbys wait until this process's own partitions have settled: right after a
+	// takeover, priming them (restoring backups) would take the CPU its queries and its
+	// new partitions need.
+	if time.Since(time.Unix(0, n.lastStart.Load())) < 2*n.cfg.LeaseTTL {
+		return
+	}
 	for p, s := range sbs {
 		if s == id && want[p] != id && n.parts[p] == nil && !n.stopping[p] && n.standbys[p] == nil {
 			n.standbys[p] = n.startStandby(p)
@@ -133,14 +139,21 @@ func (n *Node) follow(ctx, wctx context.Context, sb *standby) error {
 	start := time.Now()
 	pieces := [2]cluster.Piece{n.counterPiece(p), n.eventPiece(p)}
 	var from [2]string
+	select { // one prime at a time: a restore takes a core
+	case n.priming <- struct{}{}:
+	case <-ctx.Done():
+		return nil
+	}
 	for i, pc := range pieces {
 		var cur cluster.Current
 		var err error
 		if from[i], cur, err = n.backups.Prime(ctx, pc, id); err != nil {
+			<-n.priming
 			return err
 		}
 		sb.watch[i] = backupWatch{gen: cur.Gen, reached: true}
 	}
+	<-n.priming
 	if from[0] != "local" {
 		n.dropSnapshots(p)
 	}
