@@ -55,9 +55,10 @@ func (n *Node) rebalance(ctx context.Context) error {
 	holders, last := make([]string, n.cfg.Partitions), make([]string, n.cfg.Partitions)
 	for p := range holders {
 		holders[p] = held[counterKey(p)]
-		if holders[p] == "" && n.backups != nil {
-			// A free partition goes back to its last owner when that one is live and has
-			// room: its state is current there (no restore). Every lease lapses at once
+		if (holders[p] == "" || !slices.Contains(members, holders[p])) && n.backups != nil {
+			// A free partition (or one whose holder is gone: its lease outlives it) goes
+			// back to its last owner when that one is live and has room — its state is
+			// current there (no restore) — or else to its standby. Every lease lapses at once
 			// when the ownership bucket has no leader for longer than the TTL (a NATS
 			// server crash), and this keeps every partition where it was.
 			// Not knowing it would deal the partition afresh: the round waits instead.

@@ -82,6 +82,7 @@ func (n *Node) keepStandbys(members, want []string) {
 	for p, sb := range n.standbys {
 		// One this process is to own stays for startPart to take over (warmStandby).
 		if sb.broken.Load() || (sbs[p] != id && want[p] != id) {
+			n.log.Debug("standby stopped", "partition", p, "broken", sb.broken.Load(), "standby now", sbs[p], "owner now", want[p])
 			delete(n.standbys, p)
 			n.wg.Go(sb.stop)
 		}
