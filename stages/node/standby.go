@@ -280,13 +280,14 @@ func (n *Node) reflectsBackups(ctx context.Context, p int) bool {
 }
 
 // Standbys lists the partitions of which this process keeps a warm copy that has
-// reached the partition's current backups: a takeover now replays only what came after.
+// reached the partition's current backups, its counters loaded: a takeover now replays
+// only what came after.
 func (n *Node) Standbys() []int {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	var ps []int
 	for p, sb := range n.standbys {
-		if sb.ready.Load() && sb.current.Load() && !sb.broken.Load() {
+		if sb.ready.Load() && sb.current.Load() && !sb.broken.Load() && loaded(sb.workers) {
 			ps = append(ps, p)
 		}
 	}
@@ -321,6 +322,16 @@ func (n *Node) StandbyLag(ctx context.Context) (uint64, error) {
 		}
 	}
 	return sum, nil
+}
+
+// loaded reports whether every worker has loaded its table.
+func loaded(ws []*counter.Worker) bool {
+	for _, w := range ws {
+		if !w.Ready() {
+			return false
+		}
+	}
+	return true
 }
 
 // stopStandbys stops every standby (on Close).
