@@ -125,7 +125,8 @@ func servedMetrics(t *testing.T) map[string]string {
 		Lags: func(context.Context) []metrics.Lag {
 			return []metrics.Lag{{Stage: "event", Msgs: 1}}
 		},
-		Hot: func() map[string][2]int64 { return map[string][2]int64{"post": {1, 13}} },
+		Hot:        func() map[string][2]int64 { return map[string][2]int64{"post": {1, 13}} },
+		StandbyLag: func(context.Context) (uint64, error) { return 0, nil },
 	})
 	m.OnQuery("get", time.Millisecond, false)
 	m.OnFlush(1, time.Millisecond)
