@@ -26,9 +26,14 @@ func (s *Stage) apply(txn *badger.Txn, e *pipeline.Event, w *work) error {
 	relate := func(k cold.Kind, r cold.Rel, on bool) (bool, error) {
 		var changed bool
 		var err error
-		if on {
+		switch {
+		case k == cold.Like && on:
+			changed, at, err = w.likes.Like(txn, r.A, r.B, e.TS, e.Seq)
+		case k == cold.Like:
+			changed, since, err = w.likes.Unlike(txn, r.A, r.B)
+		case on:
 			changed, at, err = cold.RelateAt(txn, p, k, r, e.TS, e.Seq)
-		} else {
+		default:
 			changed, since, err = cold.Unrelate(txn, p, k, r)
 		}
 		if err == nil && !changed {

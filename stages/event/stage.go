@@ -59,6 +59,7 @@ type Stats struct {
 	Forwarded atomic.Int64 // events handed to another partition (relation events of a batch, notice copies)
 	Deltas    atomic.Int64 // deltas published after coalescing
 	Txns      atomic.Int64 // transactions committed
+	LikeKeys  atomic.Int64 // Badger keys the committed likes and unlikes set or deleted (cold.Likes)
 	Splits    atomic.Int64 // transactions cut short because the next messages did not fit
 	Retries   atomic.Int64 // outbox publish retries
 	Pushed    atomic.Int64 // feed counters a post was pushed to
@@ -349,10 +350,13 @@ func tooBig(err error) error {
 // backlog they are many, and a transaction must stay small enough for its messages.
 const maxDeletes = 4096
 
-// write deletes acknowledged outbox entries and writes the new ones and the state in
-// txn. The state names the log record before this transaction's (see StageState.Log).
+// write writes the transaction's likes, deletes acknowledged outbox entries and writes
+// the new ones and the state in txn. The state names the log record before this transaction's (see StageState.Log).
 func (s *Stage) write(txn *badger.Txn, st *cold.StageState, outbox []cold.OutboxEntry, w *work) error {
 	p := s.cfg.Partition
+	if err := w.likes.Flush(txn, st.Pos); err != nil {
+		return err
+	}
 	w.deleted = min(len(s.published), maxDeletes)
 	if err := cold.DeleteOutbox(txn, p, s.published[:w.deleted]); err != nil {
 		return err
@@ -369,6 +373,7 @@ func (s *Stage) write(txn *badger.Txn, st *cold.StageState, outbox []cold.Outbox
 func (s *Stage) committed(st cold.StageState, w *work) {
 	s.st, s.published = st, s.published[w.deleted:]
 	s.stats.Txns.Add(1)
+	s.stats.LikeKeys.Add(int64(w.likes.Writes()))
 	s.stats.HopDups.Add(w.dups)
 	s.stats.HopGaps.Add(w.in.Stats.GapsSkipped.Load())
 	s.stats.Forwarded.Add(w.forwarded)

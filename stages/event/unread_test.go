@@ -89,7 +89,7 @@ func (s *sim) step(p int) bool {
 				return err
 			}
 		}
-		return nil
+		return w.likes.Flush(txn, seq)
 	})
 	if err != nil {
 		s.t.Fatal(err)

@@ -31,6 +31,7 @@ type work struct {
 	in       hop.In                   // a copy of the state's hop marks
 	fwd      map[int][]pipeline.Event // events for other partitions
 	fwdOrder []int
+	likes    *cold.Likes // the transaction's likes, written at its end
 	dlq      []cold.OutboxEntry
 	deadSeqs []uint64 // messages to dead-letter whole
 	dead     []uint64 // those dead-lettered so far
@@ -46,7 +47,7 @@ func (s *Stage) newWork(c *coalescer, dead []uint64) *work {
 	for src, m := range s.st.Hops {
 		marks[src] = &cold.Mark{Through: m.Through, Held: slices.Clone(m.Held)}
 	}
-	return &work{s: s, c: c, in: hop.In{Marks: marks, Log: s.log, Stats: &hop.InStats{}}, fwd: map[int][]pipeline.Event{}, deadSeqs: dead}
+	return &work{s: s, c: c, in: hop.In{Marks: marks, Log: s.log, Stats: &hop.InStats{}}, fwd: map[int][]pipeline.Event{}, deadSeqs: dead, likes: cold.NewLikes(s.cfg.Partition)}
 }
 
 func (w *work) forward(q int, e *pipeline.Event) {

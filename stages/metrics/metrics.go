@@ -95,6 +95,7 @@ func New(src Source) *Metrics {
 	}
 	ev, ct := src.Events, src.Counters
 	counterFn("tally_event_messages_total", "Event messages consumed (a batch is one message).", ev.Messages.Load)
+	counterFn("tally_like_keys_written_total", "Badger keys that likes and unlikes set or deleted: like records, liker chunks, a heavy liker's relation keys.", ev.LikeKeys.Load)
 	counterFn("tally_events_unchanged_total", "Relation events that changed nothing: a second like, an unlike of nothing (deduplicated by state).", ev.Unchanged.Load)
 	counterFn("tally_events_dead_lettered_total", "Messages or batch events dead-lettered as malformed.", ev.Dead.Load)
 	counterFn("tally_events_forwarded_total", "Relation events forwarded to their own partition.", ev.Forwarded.Load)

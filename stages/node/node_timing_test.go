@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"context"
+	"expvar"
 	"math/rand"
 	"slices"
 	"strconv"
@@ -78,6 +79,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 	})
 	b.Run("tally", func(b *testing.B) { benchTally(b, 7, nil) })
 	b.Run("tally-views-only", func(b *testing.B) { benchTally(b, 0, nil) })
+	b.Run("tally-likes-only", func(b *testing.B) { benchTally(b, 10, nil) })
 	// One and three tallyd processes on the same three-server cluster: streams R3, state
 	// backed up, every event-stage transaction logged (benchProcs, cluster_timing_test.go).
 	tallyd := tallydBuilder(b)
@@ -103,6 +105,7 @@ func benchTally(b *testing.B, likes int, mod func(*node.Config)) {
 		}
 	})
 	evs, want := benchMix(b.N, likes)
+	puts := badgerPuts()
 	b.ResetTimer()
 	publishBench(b, c, evs)
 	published := b.Elapsed()
@@ -112,7 +115,27 @@ func benchTally(b *testing.B, likes int, mod func(*node.Config)) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	checkBench(b, c, want)
 	b.ReportMetric(float64(n.CounterStats.Flushed.Load())/float64(b.N), "writes/event")
+	b.ReportMetric(float64(badgerPuts()-puts)/float64(b.N), "badger-puts/event")
+	b.ReportMetric(float64(b.N)/float64(n.EventStats.Txns.Load()), "events/txn")
+	if nl := likesIn(evs); nl > 0 {
+		b.ReportMetric(float64(n.EventStats.LikeKeys.Load())/float64(nl), "like-keys/like")
+	}
 }
+
+// likesIn counts the likes of evs.
+func likesIn(evs []pipeline.Event) int {
+	n := 0
+	for _, e := range evs {
+		if e.Type == "like" {
+			n++
+		}
+	}
+	return n
+}
+
+// badgerPuts is how many entries Badger has written in this process (every key set or
+// deleted, and one mark per transaction committed): Badger's own expvar counter.
+func badgerPuts() int64 { return expvar.Get("badger_put_num_user").(*expvar.Int).Value() }
 
 // publishBench publishes evs as the Go client does, about benchBatch events a message
 // per partition.

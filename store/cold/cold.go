@@ -125,12 +125,12 @@ type Part struct {
 	prefixes []key
 }
 
-// EventPart is everything partition p's event stage keeps: relations, its position and
+// EventPart is everything partition p's event stage keeps: relations and likes, its position and
 // outbox, readers, posts, pushed and pulled posts and system notices. Every one of those
 // keys starts with its namespace and p.
 func EventPart(p int) Part {
 	var ps []key
-	for _, ns := range append([]byte{nsRelation, nsBySubject, nsByObject, nsStage, nsOutbox}, unreadNamespaces...) {
+	for _, ns := range append([]byte{nsRelation, nsBySubject, nsByObject, nsLikes, nsLikers, nsStage, nsOutbox}, unreadNamespaces...) {
 		ps = append(ps, newKey(ns, 3).u16(p))
 	}
 	return Part{ps}

@@ -1,7 +1,12 @@
 package cold
 
 import (
+	"bytes"
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"math"
+	"slices"
 
 	"github.com/dgraph-io/badger/v4"
 )
@@ -23,7 +28,8 @@ const (
 )
 
 // Migrate moves the keys of the old layout to the partitions that own them now, with
-// partitions partitions and partOf the partition of an id: a relation and its subject's
+// partitions partitions and partOf the partition of an id, then likes to their own shape
+// (migrateLikes): a relation and its subject's
 // list go to the subject's partition, a follow's follower list to the followed user's, a
 // reader's state and notifications to the reader's, a post to its author's. A pulled post
 // is recorded in every partition (see PutPulled). It returns how many keys it moved; a
@@ -40,7 +46,8 @@ func Migrate(db *DB, partitions int, partOf func(id uint64) int) (int, error) {
 			return moved, fmt.Errorf("cannot move the keys of namespace %q to their partitions: %w", ns, err)
 		}
 	}
-	return moved, nil
+	n, err := migrateLikes(db)
+	return moved + n, err
 }
 
 // moveKey writes through set the new keys of one old key (none for what nothing reads).
@@ -115,4 +122,209 @@ func (d *DB) migrate(ns byte, move func(k, v []byte, set func(key, []byte) error
 		return n, err
 	}
 	return n, wb.Flush()
+}
+
+// nsLayout marks the layout changes a database has been through: Y|name.
+const nsLayout = 'Y'
+
+// migrateLikes moves the likes of the layout before like records and liker chunks (a
+// relation key and two list keys per like, as a follow's) to theirs (likes.go): a
+// post's likers to one chunk per second of like time, under batch 0; the likes of a
+// user with at most maxLightLikes to a like record, those of the others staying where
+// they are behind a heavy record. It returns the keys it rewrote. Each post's second
+// and each user moves in one transaction, and the layout is marked once all have, so a
+// crash halfway moves the rest at the next call, and later calls read one key.
+func migrateLikes(db *DB) (int, error) {
+	done := newKey(nsLayout, 8).bytes([]byte("likes"))
+	if err := db.db.View(func(txn *badger.Txn) error { _, err := txn.Get(done); return err }); err == nil {
+		return 0, nil
+	} else if !errors.Is(err, badger.ErrKeyNotFound) {
+		return 0, err
+	}
+	w := &groupWriter{db: db.db}
+	defer w.discard()
+	// Likers: the O keys of one post and second, consecutive (newest first).
+	var at key
+	var group []liker
+	moveLikers := func() error {
+		if len(group) == 0 {
+			return nil
+		}
+		p, post, sec := int(binary.BigEndian.Uint16(at[1:])), u64at(at, relOff), int64(u64at(at, relOff+8))
+		return w.group(func(txn *badger.Txn) error {
+			for _, l := range group {
+				if err := txn.Delete(objectKey(p, Like, Rel{A: l.user, B: post}, l.ts)); err != nil {
+					return err
+				}
+			}
+			k := likersKey(p, post, sec, 0)
+			old, err := chunk(txn, k)
+			if err != nil {
+				return err
+			}
+			return txn.Set(k, encodeLikers(append(old, group...)))
+		}, len(group)+1)
+	}
+	n, err := eachLike(db.db, nsByObject, func(kb, _ []byte) error {
+		if len(kb) != indexLen {
+			return fmt.Errorf("%w: like list key of %d bytes", ErrCorrupt, len(kb))
+		}
+		ts := int64(math.MaxUint64 - u64at(kb, idxTS))
+		here := append(key(nil), kb[:relOff+8]...).u64(uint64(secondOf(ts)))
+		if !bytes.Equal(here, at) || len(group) == maxGroupOps/2 {
+			if err := moveLikers(); err != nil {
+				return err
+			}
+			at, group = here, group[:0]
+		}
+		group = append(group, liker{user: u64at(kb, idxOther), ts: ts})
+		return nil
+	})
+	if err == nil {
+		err = moveLikers()
+	}
+	if err != nil {
+		return n, fmt.Errorf("cannot move the likers of posts to chunks: %w", err)
+	}
+	// Likes: the R keys of one user, consecutive.
+	var user key
+	var list []like
+	moveLikes := func() error {
+		if user == nil {
+			return nil
+		}
+		p, u := int(binary.BigEndian.Uint16(user[1:])), u64at(user, relOff)
+		r := &likes{heavy: len(list) > maxLightLikes, list: list}
+		if r.heavy {
+			list = nil
+		}
+		return w.group(func(txn *badger.Txn) error {
+			if !r.heavy {
+				for _, e := range list {
+					rel := Rel{A: u, B: e.post}
+					if err := txn.Delete(relKey(p, Like, rel)); err != nil {
+						return err
+					}
+					if err := txn.Delete(subjectKey(p, Like, rel, e.ts)); err != nil {
+						return err
+					}
+				}
+				slices.SortFunc(list, func(a, b like) int {
+					if before(a.ts, a.post, b.ts, b.post) {
+						return -1
+					}
+					return 1
+				})
+			}
+			return txn.Set(likesKey(p, u), r.encode())
+		}, 2*len(list)+1)
+	}
+	m, err := eachLike(db.db, nsRelation, func(kb, v []byte) error {
+		if len(kb) != relLen || (len(v) != 8 && len(v) != 16) {
+			return fmt.Errorf("%w: like key of %d bytes, value of %d", ErrCorrupt, len(kb), len(v))
+		}
+		if !bytes.Equal(kb[:relOff+8], user) {
+			if err := moveLikes(); err != nil {
+				return err
+			}
+			user, list = append(key(nil), kb[:relOff+8]...), nil
+		}
+		e := like{post: u64at(kb, relOff+8), ts: int64(u64at(v, 0))}
+		if len(v) == 16 {
+			e.seq = u64at(v, 8)
+		}
+		if len(list) <= maxLightLikes { // past that, heavy: it is enough to know
+			list = append(list, e)
+		}
+		return nil
+	})
+	n += m
+	if err == nil {
+		err = moveLikes()
+	}
+	if err != nil {
+		return n, fmt.Errorf("cannot move the likes of users to like records: %w", err)
+	}
+	if err := w.group(func(txn *badger.Txn) error { return txn.Set(done, nil) }, 1); err != nil {
+		return n, err
+	}
+	return n, w.commit()
+}
+
+// eachLike calls fn for every key of namespace ns (of the partitioned layout) whose kind
+// is Like, with its value, in key order; it returns how many.
+func eachLike(db *badger.DB, ns byte, fn func(k, v []byte) error) (int, error) {
+	n := 0
+	err := db.View(func(txn *badger.Txn) error {
+		prefix := []byte{ns}
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: ns == nsRelation})
+		defer it.Close()
+		for it.Seek(prefix); it.ValidForPrefix(prefix); {
+			kb := it.Item().Key()
+			if len(kb) < relOff {
+				return fmt.Errorf("%w: key %x", ErrCorrupt, kb)
+			}
+			p := int(binary.BigEndian.Uint16(kb[1:]))
+			switch kind := kb[3]; {
+			case kind < byte(Like):
+				it.Seek(relPrefix(ns, p, Like))
+				continue
+			case kind > byte(Like):
+				if p == math.MaxUint16 {
+					return nil
+				}
+				it.Seek(newKey(ns, 3).u16(p + 1))
+				continue
+			}
+			v, err := it.Item().ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			if err := fn(it.Item().KeyCopy(nil), v); err != nil {
+				return err
+			}
+			n++
+			it.Next()
+		}
+		return nil
+	})
+	return n, err
+}
+
+// groupWriter writes groups of changes, each whole in one transaction, committing when
+// a transaction has taken about maxGroupOps.
+type groupWriter struct {
+	db  *badger.DB
+	txn *badger.Txn
+	ops int
+}
+
+const maxGroupOps = 10_000
+
+func (w *groupWriter) group(fn func(txn *badger.Txn) error, ops int) error {
+	if w.txn != nil && w.ops+ops > maxGroupOps {
+		if err := w.commit(); err != nil {
+			return err
+		}
+	}
+	if w.txn == nil {
+		w.txn, w.ops = w.db.NewTransaction(true), 0
+	}
+	w.ops += ops
+	return fn(w.txn)
+}
+
+func (w *groupWriter) commit() error {
+	if w.txn == nil {
+		return nil
+	}
+	err := w.txn.Commit()
+	w.txn = nil
+	return err
+}
+
+func (w *groupWriter) discard() {
+	if w.txn != nil {
+		w.txn.Discard()
+	}
 }

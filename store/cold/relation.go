@@ -31,6 +31,8 @@ func (k Kind) indexed() bool { return k == Like || k == Follow }
 // likes (who liked a post: gathered from every partition when asked); a follow's object
 // list (who follows a user) is in the followed user's partition, which the follower's
 // partition tells (AddFollower), so that a post's fan-out reads only its own partition.
+// Likes have a shape of their own, cheaper to write (likes.go); the functions here take
+// every kind.
 
 // Rel is subject A related to object B (third part C for comments).
 type Rel struct{ A, B, C uint64 }
@@ -71,9 +73,6 @@ func Relate(txn *badger.Txn, p int, k Kind, r Rel, ts int64) (bool, error) {
 	return changed, err
 }
 
-// localObject reports whether k's object list is kept with the relation (see above).
-func (k Kind) localObject() bool { return k == Like }
-
 // AddFollower adds r's follower to the object list of the followed user (r.B) in their
 // partition p, with the time the follow was made; DeleteFollower removes it.
 func AddFollower(txn *badger.Txn, p int, r Rel, ts int64) error {
@@ -90,7 +89,23 @@ func DeleteFollower(txn *badger.Txn, p int, r Rel, ts int64) error {
 // place it keeps (0 for a relation made without one); an event placed before that
 // place takes it over, so that a relation stored twice is placed by its first copy in
 // the stream whichever copy was applied first.
+//
+// A like made here is a batch of its own (see Likes): the event stage batches them.
 func RelateAt(txn *badger.Txn, p int, k Kind, r Rel, ts int64, seq uint64) (changed bool, at uint64, err error) {
+	if k != Like {
+		return relateAt(txn, p, k, r, ts, seq)
+	}
+	l := NewLikes(p)
+	l.merged = true
+	if changed, at, err = l.Like(txn, r.A, r.B, ts, seq); err != nil {
+		return false, 0, err
+	}
+	return changed, at, l.Flush(txn, seq)
+}
+
+// relateAt is RelateAt in relation keys: a relation key, and the subject's list key of
+// kinds with lists.
+func relateAt(txn *badger.Txn, p int, k Kind, r Rel, ts int64, seq uint64) (changed bool, at uint64, err error) {
 	if ts < 0 {
 		ts = 0
 	}
@@ -126,17 +141,24 @@ func RelateAt(txn *badger.Txn, p int, k Kind, r Rel, ts int64, seq uint64) (chan
 			return false, 0, err
 		}
 	}
-	if k.localObject() {
-		if err := txn.Set(objectKey(p, k, r, ts), nil); err != nil {
-			return false, 0, err
-		}
-	}
 	return true, seq, nil
 }
 
 // Unrelate removes r from partition p if it exists; it reports whether anything changed
 // and, if so, the time the relation was made.
 func Unrelate(txn *badger.Txn, p int, k Kind, r Rel) (changed bool, since int64, err error) {
+	if k == Like {
+		l := NewLikes(p)
+		if changed, since, err = l.Unlike(txn, r.A, r.B); err != nil {
+			return false, 0, err
+		}
+		return changed, since, l.Flush(txn, 0)
+	}
+	return unrelate(txn, p, k, r)
+}
+
+// unrelate is Unrelate in relation keys (see relateAt).
+func unrelate(txn *badger.Txn, p int, k Kind, r Rel) (changed bool, since int64, err error) {
 	rk := relKey(p, k, r)
 	item, err := txn.Get(rk)
 	if errors.Is(err, badger.ErrKeyNotFound) {
@@ -157,11 +179,6 @@ func Unrelate(txn *badger.Txn, p int, k Kind, r Rel) (changed bool, since int64,
 	}
 	if k.indexed() {
 		if err := txn.Delete(subjectKey(p, k, r, ts)); err != nil {
-			return false, 0, err
-		}
-	}
-	if k.localObject() {
-		if err := txn.Delete(objectKey(p, k, r, ts)); err != nil {
 			return false, 0, err
 		}
 	}
@@ -198,6 +215,9 @@ func scan(txn *badger.Txn, ns byte, p int, k Kind, id uint64, fn func(other uint
 func Related(db *DB, p int, k Kind, a uint64, bs []uint64) ([]bool, error) {
 	out := make([]bool, len(bs))
 	err := db.db.View(func(txn *badger.Txn) error {
+		if k == Like {
+			return relatedLikes(txn, p, a, bs, out)
+		}
 		for i, b := range bs {
 			_, err := txn.Get(relKey(p, k, Rel{A: a, B: b}))
 			switch {
@@ -238,15 +258,26 @@ func List(db *DB, p int, k Kind, bySubject bool, id uint64, limit int, before st
 	}
 	prefix := relPrefix(ns, p, k).u64(id)
 	start := prefix
+	var from []byte
 	if before != "" {
 		c, err := hex.DecodeString(before)
 		if err != nil || len(c) != 24 {
 			return nil, "", fmt.Errorf("before %q is not a cursor this server returned", before)
 		}
 		// Seek just past the cursor: append a byte so the cursor key itself is skipped.
-		start = append(append(append(key{}, prefix...), c...), 0)
+		start, from = append(append(append(key{}, prefix...), c...), 0), c
 	}
 	err = db.db.View(func(txn *badger.Txn) error {
+		if k == Like && !bySubject {
+			items, next, err = likersPage(txn, p, id, limit, from)
+			return err
+		}
+		if k == Like {
+			var ok bool
+			if items, next, ok, err = likedPage(txn, p, id, limit, from); ok || err != nil {
+				return err
+			}
+		}
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 		defer it.Close()
 		var last []byte
@@ -290,7 +321,11 @@ func CountRelations(db *DB, parts []int, posts, users []uint64) (Recount, error)
 		}
 		for _, p := range parts {
 			for i, post := range posts {
-				rc.Likes[i] += countPrefix(txn, relPrefix(nsByObject, p, Like).u64(post))
+				n, err := countLikers(txn, p, post)
+				if err != nil {
+					return err
+				}
+				rc.Likes[i] += n
 			}
 			for i, u := range users {
 				rc.Followers[i] += countPrefix(txn, relPrefix(nsByObject, p, Follow).u64(u))
@@ -344,13 +379,19 @@ func countPrefix(txn *badger.Txn, prefix []byte) uint64 {
 // uniform one. rand returns random 64-bit numbers.
 //
 // The ids are of partition p's lists: a follow's object list is in the followed user's
-// partition, the others in the subject's (see RelateAt).
+// partition, the others in the subject's (see RelateAt). A heavy liker whose likes were
+// all undone is still picked (see Likes).
 func SampleRelated(db *DB, p int, k Kind, bySubject bool, n int, rand func() uint64) ([]uint64, error) {
 	if !k.indexed() {
 		return nil, fmt.Errorf("relation kind %c has no index to sample", k)
 	}
-	ns := byte(nsByObject)
-	if bySubject {
+	ns, keyLen := byte(nsByObject), indexLen
+	switch {
+	case k == Like && bySubject:
+		ns, keyLen = nsLikes, relOff+8
+	case k == Like:
+		ns, keyLen = nsLikers, chunkLen
+	case bySubject:
 		ns = nsBySubject
 	}
 	prefix := relPrefix(ns, p, k)
@@ -378,8 +419,8 @@ func SampleRelated(db *DB, p int, k Kind, bySubject bool, n int, rand func() uin
 				it.Seek(prefix)
 			}
 			kb := it.Item().Key()
-			if len(kb) != indexLen {
-				return 0, fmt.Errorf("%w: index key of %d bytes", ErrCorrupt, len(kb))
+			if len(kb) != keyLen {
+				return 0, fmt.Errorf("%w: list key of %d bytes", ErrCorrupt, len(kb))
 			}
 			return u64at(kb, idxID), nil
 		}

@@ -1,0 +1,361 @@
+package cold
+
+import (
+	"cmp"
+	"encoding/binary"
+	"expvar"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+func openDB(t *testing.T) *DB {
+	t.Helper()
+	db, err := Open(Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// likeModel is what the likes of one partition should answer: each user's likes, post
+// to the time of the like.
+type likeModel struct {
+	likes map[uint64]map[uint64]int64
+	heavy map[uint64]bool // users who had more than maxLightLikes likes at once
+}
+
+func newLikeModel() *likeModel {
+	return &likeModel{likes: map[uint64]map[uint64]int64{}, heavy: map[uint64]bool{}}
+}
+
+func (m *likeModel) like(u, post uint64, ts int64) bool {
+	if m.likes[u] == nil {
+		m.likes[u] = map[uint64]int64{}
+	}
+	if _, ok := m.likes[u][post]; ok {
+		return false
+	}
+	m.likes[u][post] = ts
+	if len(m.likes[u]) > maxLightLikes {
+		m.heavy[u] = true
+	}
+	return true
+}
+
+func (m *likeModel) unlike(u, post uint64) (int64, bool) {
+	ts, ok := m.likes[u][post]
+	delete(m.likes[u], post)
+	return ts, ok
+}
+
+// list is a list newest first, then by id.
+func modelList(m map[uint64]int64) []Item {
+	var out []Item
+	for id, ts := range m {
+		out = append(out, Item{ID: id, TS: ts})
+	}
+	slices.SortFunc(out, func(a, b Item) int {
+		return cmp.Or(cmp.Compare(b.TS, a.TS), cmp.Compare(a.ID, b.ID))
+	})
+	return out
+}
+
+func badgerPuts() int64 { return expvar.Get("badger_put_num_user").(*expvar.Int).Value() }
+
+func sameItem(a, b Item) bool { return a.ID == b.ID && a.TS == b.TS }
+
+// checkLikes compares every answer about the likes of partition p with the model's:
+// liked, both lists read in pages of random sizes, the likers counted, and both samples.
+func checkLikes(t *testing.T, db *DB, p int, m *likeModel, users, posts uint64, r *rand.Rand) {
+	t.Helper()
+	likers := map[uint64]map[uint64]int64{}
+	for u, ls := range m.likes {
+		for post, ts := range ls {
+			if likers[post] == nil {
+				likers[post] = map[uint64]int64{}
+			}
+			likers[post][u] = ts
+		}
+	}
+	all := make([]uint64, posts)
+	for i := range all {
+		all[i] = uint64(i + 1)
+	}
+	page := func(bySubject bool, id uint64) []Item {
+		var got []Item
+		for cur := ""; ; {
+			items, next, err := List(db, p, Like, bySubject, id, 1+r.IntN(7), cur)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, it := range items {
+				got = append(got, Item{ID: it.ID, TS: it.TS})
+			}
+			if next == "" {
+				return got
+			}
+			cur = next
+		}
+	}
+	for u := uint64(1); u <= users; u++ {
+		liked, err := Related(db, p, Like, u, all)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, post := range all {
+			if _, want := m.likes[u][post]; liked[i] != want {
+				t.Fatalf("user %d liked %d: %v, want %v", u, post, liked[i], want)
+			}
+		}
+		if got, want := page(true, u), modelList(m.likes[u]); !slices.EqualFunc(got, want, sameItem) {
+			t.Fatalf("likes of user %d:\n got %v\nwant %v", u, got, want)
+		}
+	}
+	rc, err := CountRelations(db, []int{p}, all, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var likedPosts, likingUsers []uint64
+	for i, post := range all {
+		if got, want := page(false, post), modelList(likers[post]); !slices.EqualFunc(got, want, sameItem) {
+			t.Fatalf("likers of post %d:\n got %v\nwant %v", post, got, want)
+		}
+		if rc.Likes[i] != uint64(len(likers[post])) {
+			t.Fatalf("post %d counted %d likers, want %d", post, rc.Likes[i], len(likers[post]))
+		}
+		if len(likers[post]) > 0 {
+			likedPosts = append(likedPosts, post)
+		}
+	}
+	for u := uint64(1); u <= users; u++ {
+		if len(m.likes[u]) > 0 || m.heavy[u] {
+			likingUsers = append(likingUsers, u)
+		}
+	}
+	for _, c := range []struct {
+		bySubject bool
+		want      []uint64
+	}{{false, likedPosts}, {true, likingUsers}} {
+		got, err := SampleRelated(db, p, Like, c.bySubject, 1000, r.Uint64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Sort(got); !slices.Equal(got, c.want) {
+			t.Fatalf("sample (by subject %v) %v, want %v", c.bySubject, got, c.want)
+		}
+	}
+}
+
+// TestLikesMatchModel likes and unlikes at random, in batches of random sizes (and one
+// at a time through RelateAt and Unrelate), with times that tie and share seconds and
+// users that turn heavy, and checks every answer against the model after each round.
+func TestLikesMatchModel(t *testing.T) {
+	const p, users, posts = 5, 8, 60
+	for seed := range uint64(4) {
+		r := rand.New(rand.NewPCG(seed, 1))
+		db, m := openDB(t), newLikeModel()
+		batch := uint64(0)
+		for round := range 12 {
+			for range 1 + r.IntN(12) {
+				batch++
+				one := r.IntN(4) == 0 // a batch of one, through RelateAt and Unrelate
+				l := NewLikes(p)
+				puts := badgerPuts()
+				err := db.db.Update(func(txn *badger.Txn) error {
+					for range 1 + r.IntN(25) {
+						// users 1 and 2 like much more: they turn heavy
+						u := uint64(1 + r.IntN(users))
+						if r.IntN(2) == 0 {
+							u = uint64(1 + r.IntN(2))
+						}
+						post, ts := uint64(1+r.IntN(posts)), int64(r.IntN(4000))
+						var changed, want bool
+						var err error
+						if r.IntN(5) == 0 {
+							var since, wantSince int64
+							wantSince, want = m.unlike(u, post)
+							if one {
+								changed, since, err = Unrelate(txn, p, Like, Rel{A: u, B: post})
+							} else {
+								changed, since, err = l.Unlike(txn, u, post)
+							}
+							if err == nil && changed && since != wantSince {
+								t.Fatalf("unlike of %d by %d made at %d, want %d", post, u, since, wantSince)
+							}
+						} else {
+							want = m.like(u, post, ts)
+							if one {
+								changed, _, err = RelateAt(txn, p, Like, Rel{A: u, B: post}, ts, batch)
+							} else {
+								changed, _, err = l.Like(txn, u, post, ts, batch)
+							}
+						}
+						if err != nil {
+							return err
+						}
+						if changed != want {
+							t.Fatalf("seed %d: user %d post %d changed %v, want %v", seed, u, post, changed, want)
+						}
+						if one {
+							break
+						}
+					}
+					return l.Flush(txn, batch)
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				// Badger's count: every key, and a mark for a commit that wrote any
+				if got := badgerPuts() - puts; !one && got != int64(l.Writes()+min(l.Writes(), 1)) {
+					t.Fatalf("the batch counted %d writes; Badger wrote %d entries", l.Writes(), got)
+				}
+			}
+			checkLikes(t, db, p, m, users, posts, r)
+			for u := range uint64(users + 1) {
+				var rec *likes
+				err := db.db.View(func(txn *badger.Txn) (err error) { rec, err = NewLikes(p).record(txn, u); return err })
+				if err != nil || rec.heavy != m.heavy[u] {
+					t.Fatalf("seed %d: user %d heavy %v, want %v (%v)", seed, u, rec.heavy, m.heavy[u], err)
+				}
+			}
+			if round == 11 && (!m.heavy[1] || !m.heavy[2]) {
+				t.Fatalf("seed %d: users 1 and 2 never turned heavy: the test misses that shape", seed)
+			}
+		}
+	}
+}
+
+// TestLikesPlace keeps the first copy's place of a like stored twice, as RelateAt does.
+func TestLikesPlace(t *testing.T) {
+	db := openDB(t)
+	for _, heavyUser := range []bool{false, true} {
+		u := uint64(1)
+		if heavyUser {
+			u = 2
+		}
+		var places []uint64
+		err := db.db.Update(func(txn *badger.Txn) error {
+			l := NewLikes(0)
+			if heavyUser {
+				for post := range uint64(maxLightLikes + 1) {
+					if _, _, err := l.Like(txn, u, 1000+post, 1, 1); err != nil {
+						return err
+					}
+				}
+			}
+			for _, seq := range []uint64{50, 70, 30, 40} {
+				_, at, err := l.Like(txn, u, 9, 5, seq)
+				if err != nil {
+					return err
+				}
+				places = append(places, at)
+			}
+			return l.Flush(txn, 1)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []uint64{50, 50, 50, 30}; !slices.Equal(places, want) {
+			t.Fatalf("heavy %v: places %v, want %v", heavyUser, places, want)
+		}
+	}
+}
+
+// TestMigrateLikes writes likes in the layout before like records (a relation key and
+// two list keys per like) and checks that after Migrate every answer is the same, that
+// no key of the old shape is left but a heavy user's, and that likes go on in the new.
+func TestMigrateLikes(t *testing.T) {
+	const p, users, posts = 2, 6, 50
+	r := rand.New(rand.NewPCG(3, 3))
+	db, m := openDB(t), newLikeModel()
+	u64 := func(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
+	err := db.db.Update(func(txn *badger.Txn) error {
+		for range 400 {
+			u, post, ts := uint64(1+r.IntN(users)), uint64(1+r.IntN(posts)), int64(r.IntN(3000))
+			if u > 3 && len(m.likes[u]) >= 10 { // users 1 to 3 heavy, the others light
+				continue
+			}
+			if !m.like(u, post, ts) {
+				continue
+			}
+			rel := Rel{A: u, B: post}
+			for k, v := range map[string][]byte{
+				string(relKey(p, Like, rel)):         append(u64(uint64(ts)), u64(7)...),
+				string(subjectKey(p, Like, rel, ts)): nil,
+				string(objectKey(p, Like, rel, ts)):  nil,
+			} {
+				if err := txn.Set([]byte(k), v); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a follow in the same namespaces stays as it is
+	if err := db.db.Update(func(txn *badger.Txn) error {
+		_, err := Relate(txn, p, Follow, Rel{A: 1, B: 2}, 5)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	moved, err := Migrate(db, 4, func(id uint64) int { return int(id % 4) })
+	if err != nil || moved == 0 {
+		t.Fatalf("Migrate moved %d, %v", moved, err)
+	}
+	checkLikes(t, db, p, m, users, posts, r)
+	err = db.db.View(func(txn *badger.Txn) error {
+		for _, ns := range []byte{nsRelation, nsBySubject, nsByObject} {
+			n, err := eachLike(db.db, ns, func(k, _ []byte) error {
+				if u := u64at(k, relOff); ns == nsByObject || u > 3 {
+					t.Errorf("a like key of the old shape is left: %x", k)
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			if ns != nsByObject && n == 0 {
+				t.Errorf("the heavy users' keys in namespace %c are gone", ns)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if items, _, err := List(db, p, Follow, true, 1, 10, ""); err != nil || len(items) != 1 {
+		t.Fatalf("follow after the migration: %v, %v", items, err)
+	}
+	if moved, err := Migrate(db, 4, func(id uint64) int { return int(id % 4) }); moved != 0 || err != nil {
+		t.Fatalf("second Migrate moved %d, %v", moved, err)
+	}
+	// Likes and unlikes go on, on both shapes.
+	err = db.db.Update(func(txn *badger.Txn) error {
+		l := NewLikes(p)
+		for range 100 {
+			u, post := uint64(1+r.IntN(users)), uint64(1+r.IntN(posts))
+			if r.IntN(3) == 0 {
+				m.unlike(u, post)
+				if _, _, err := l.Unlike(txn, u, post); err != nil {
+					return err
+				}
+			} else if m.like(u, post, 2500) {
+				if _, _, err := l.Like(txn, u, post, 2500, 1); err != nil {
+					return err
+				}
+			}
+		}
+		return l.Flush(txn, 99)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkLikes(t, db, p, m, users, posts, r)
+}
