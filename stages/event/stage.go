@@ -91,6 +91,7 @@ type Stage struct {
 	keys   []pipeline.ID // an id routing to each partition, for hops
 	out    *hop.Outbox
 	pulled *cold.Pulled // authors whose posts this partition's readers pull
+	heavy  *cold.HeavyLikers
 
 	pos       atomic.Uint64 // last stream sequence committed
 	busy      atomic.Bool   // from taking messages until their outbox is acknowledged
@@ -220,7 +221,7 @@ func (s *Stage) load() ([]cold.OutboxEntry, error) {
 	} else if n > 0 {
 		s.log.Info("indexed the follows made before follows had places", "follows", n)
 	}
-	s.st = st
+	s.st, s.heavy = st, cold.NewHeavyLikers() // the state read afresh: what it knew may be gone
 	s.pos.Store(st.Pos)
 	return outbox, nil
 }

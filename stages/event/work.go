@@ -47,7 +47,7 @@ func (s *Stage) newWork(c *coalescer, dead []uint64) *work {
 	for src, m := range s.st.Hops {
 		marks[src] = &cold.Mark{Through: m.Through, Held: slices.Clone(m.Held)}
 	}
-	return &work{s: s, c: c, in: hop.In{Marks: marks, Log: s.log, Stats: &hop.InStats{}}, fwd: map[int][]pipeline.Event{}, deadSeqs: dead, likes: cold.NewLikes(s.cfg.Partition)}
+	return &work{s: s, c: c, in: hop.In{Marks: marks, Log: s.log, Stats: &hop.InStats{}}, fwd: map[int][]pipeline.Event{}, deadSeqs: dead, likes: cold.NewLikes(s.cfg.Partition, s.heavy)}
 }
 
 func (w *work) forward(q int, e *pipeline.Event) {

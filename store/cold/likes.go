@@ -148,6 +148,7 @@ type chunkAt struct {
 // keeps the like records it reads and the likers it adds until Flush writes them, once
 // each. A Likes is not safe for concurrent use.
 type Likes struct {
+	heavy   *HeavyLikers
 	p       int
 	users   map[uint64]*likes
 	added   map[chunkAt][]liker
@@ -169,10 +170,23 @@ func (l *Likes) touch(keys ...key) {
 	}
 }
 
-// NewLikes starts a batch of partition p.
-func NewLikes(p int) *Likes {
-	return &Likes{p: p, users: map[uint64]*likes{}, added: map[chunkAt][]liker{}}
+// NewLikes starts a batch of partition p. heavy, when not nil, is the partition's
+// HeavyLikers, which the batch reads and adds to.
+func NewLikes(p int, heavy *HeavyLikers) *Likes {
+	return &Likes{p: p, heavy: heavy, users: map[uint64]*likes{}, added: map[chunkAt][]liker{}}
 }
+
+// HeavyLikers remembers users of one partition whose stored like record says heavy, so
+// that their likes skip reading it: a user never stops being heavy, so what it holds
+// stays true as long as the partition's state only moves forward (a restore from a
+// backup needs a new one). It holds at most maxHeavyLikers users, forgetting them all
+// when full. It is not safe for concurrent use.
+type HeavyLikers struct{ users map[uint64]struct{} }
+
+const maxHeavyLikers = 1 << 16
+
+// NewHeavyLikers returns an empty HeavyLikers.
+func NewHeavyLikers() *HeavyLikers { return &HeavyLikers{users: map[uint64]struct{}{}} }
 
 // record is user u's like record: the batch's copy, or the stored one.
 func (l *Likes) record(txn *badger.Txn, u uint64) (*likes, error) {
@@ -180,6 +194,11 @@ func (l *Likes) record(txn *badger.Txn, u uint64) (*likes, error) {
 		return r, nil
 	}
 	r := &likes{}
+	if l.heavy.has(u) {
+		r.heavy = true
+		l.users[u] = r
+		return r, nil
+	}
 	item, err := txn.Get(likesKey(l.p, u))
 	switch {
 	case err == nil:
@@ -189,8 +208,29 @@ func (l *Likes) record(txn *badger.Txn, u uint64) (*likes, error) {
 	case !errors.Is(err, badger.ErrKeyNotFound):
 		return nil, err
 	}
+	if r.heavy {
+		l.heavy.add(u) // read as committed (records are written at Flush): true for good
+	}
 	l.users[u] = r
 	return r, nil
+}
+
+func (h *HeavyLikers) has(u uint64) bool {
+	if h == nil {
+		return false
+	}
+	_, ok := h.users[u]
+	return ok
+}
+
+func (h *HeavyLikers) add(u uint64) {
+	if h == nil {
+		return
+	}
+	if len(h.users) >= maxHeavyLikers {
+		clear(h.users)
+	}
+	h.users[u] = struct{}{}
 }
 
 // Like makes user u like post at time ts (milliseconds), placed at seq in the events
@@ -374,7 +414,7 @@ func chunk(txn *badger.Txn, k key) ([]liker, error) {
 
 // relatedLikes is Related for likes: whether user a likes each of bs.
 func relatedLikes(txn *badger.Txn, p int, a uint64, bs []uint64, out []bool) error {
-	r, err := NewLikes(p).record(txn, a)
+	r, err := NewLikes(p, nil).record(txn, a)
 	if err != nil || !r.heavy {
 		for i, b := range bs {
 			out[i] = err == nil && r.find(b) >= 0
@@ -407,7 +447,7 @@ func after(ts int64, id uint64, c []byte) bool {
 // likedPage is List for a user's likes: from the like record, or the list keys of a
 // heavy user (ok false).
 func likedPage(txn *badger.Txn, p int, u uint64, limit int, from []byte) (items []Item, next string, ok bool, err error) {
-	r, err := NewLikes(p).record(txn, u)
+	r, err := NewLikes(p, nil).record(txn, u)
 	if err != nil || r.heavy {
 		return nil, "", false, err
 	}

@@ -158,12 +158,13 @@ func TestLikesMatchModel(t *testing.T) {
 	for seed := range uint64(4) {
 		r := rand.New(rand.NewPCG(seed, 1))
 		db, m := openDB(t), newLikeModel()
+		heavy := NewHeavyLikers() // as the event stage keeps it
 		batch := uint64(0)
 		for round := range 12 {
 			for range 1 + r.IntN(12) {
 				batch++
 				one := r.IntN(4) == 0 // a batch of one, through RelateAt and Unrelate
-				l := NewLikes(p)
+				l := NewLikes(p, heavy)
 				puts := badgerPuts()
 				err := db.db.Update(func(txn *badger.Txn) error {
 					for range 1 + r.IntN(25) {
@@ -217,7 +218,7 @@ func TestLikesMatchModel(t *testing.T) {
 			checkLikes(t, db, p, m, users, posts, r)
 			for u := range uint64(users + 1) {
 				var rec *likes
-				err := db.db.View(func(txn *badger.Txn) (err error) { rec, err = NewLikes(p).record(txn, u); return err })
+				err := db.db.View(func(txn *badger.Txn) (err error) { rec, err = NewLikes(p, nil).record(txn, u); return err })
 				if err != nil || rec.heavy != m.heavy[u] {
 					t.Fatalf("seed %d: user %d heavy %v, want %v (%v)", seed, u, rec.heavy, m.heavy[u], err)
 				}
@@ -239,7 +240,7 @@ func TestLikesPlace(t *testing.T) {
 		}
 		var places []uint64
 		err := db.db.Update(func(txn *badger.Txn) error {
-			l := NewLikes(0)
+			l := NewLikes(0, nil)
 			if heavyUser {
 				for post := range uint64(maxLightLikes + 1) {
 					if _, _, err := l.Like(txn, u, 1000+post, 1, 1); err != nil {
@@ -338,7 +339,7 @@ func TestMigrateLikes(t *testing.T) {
 	}
 	// Likes and unlikes go on, on both shapes.
 	err = db.db.Update(func(txn *badger.Txn) error {
-		l := NewLikes(p)
+		l := NewLikes(p, nil)
 		for range 100 {
 			u, post := uint64(1+r.IntN(users)), uint64(1+r.IntN(posts))
 			if r.IntN(3) == 0 {

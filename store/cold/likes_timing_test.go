@@ -2,6 +2,7 @@ package cold
 
 import (
 	"encoding/binary"
+	"expvar"
 	"math/rand/v2"
 	"testing"
 
@@ -33,11 +34,12 @@ func BenchmarkLikes(b *testing.B) {
 				if w.users > 0 {
 					users = rand.NewZipf(rand.New(rand.NewPCG(3, 3)), 1.05, 1, uint64(w.users-1))
 				}
-				puts, made := badgerPuts(), 0
+				puts, made, bytes0 := badgerPuts(), 0, badgerBytes()
+				heavy := NewHeavyLikers()
 				b.ResetTimer()
 				for i := 0; i < b.N; i += 1000 {
 					err := db.db.Update(func(txn *badger.Txn) error {
-						l := NewLikes(0)
+						l := NewLikes(0, heavy)
 						for j := i; j < min(i+1000, b.N); j++ {
 							u := uint64(j + 1)
 							if users != nil {
@@ -67,6 +69,7 @@ func BenchmarkLikes(b *testing.B) {
 				b.StopTimer()
 				b.ReportMetric(float64(badgerPuts()-puts)/float64(made), "badger-puts/like")
 				b.ReportMetric(float64(made)/float64(b.N), "new/like-event")
+				b.ReportMetric(float64(badgerBytes()-bytes0)/float64(made), "badger-B/like")
 			})
 		}
 	}
@@ -88,3 +91,5 @@ func likeKeyPerList(txn *badger.Txn, u, post uint64, ts int64, seq uint64) (bool
 	}
 	return true, txn.Set(objectKey(0, Like, rel, ts), nil)
 }
+
+func badgerBytes() int64 { return expvar.Get("badger_write_bytes_user").(*expvar.Int).Value() }

@@ -95,7 +95,7 @@ func RelateAt(txn *badger.Txn, p int, k Kind, r Rel, ts int64, seq uint64) (chan
 	if k != Like {
 		return relateAt(txn, p, k, r, ts, seq)
 	}
-	l := NewLikes(p)
+	l := NewLikes(p, nil)
 	l.merged = true
 	if changed, at, err = l.Like(txn, r.A, r.B, ts, seq); err != nil {
 		return false, 0, err
@@ -148,7 +148,7 @@ func relateAt(txn *badger.Txn, p int, k Kind, r Rel, ts int64, seq uint64) (chan
 // and, if so, the time the relation was made.
 func Unrelate(txn *badger.Txn, p int, k Kind, r Rel) (changed bool, since int64, err error) {
 	if k == Like {
-		l := NewLikes(p)
+		l := NewLikes(p, nil)
 		if changed, since, err = l.Unlike(txn, r.A, r.B); err != nil {
 			return false, 0, err
 		}
