@@ -421,16 +421,7 @@ func relatedLikes(txn *badger.Txn, p int, a uint64, bs []uint64, out []bool) err
 		}
 		return err
 	}
-	for i, b := range bs {
-		_, err := txn.Get(relKey(p, Like, Rel{A: a, B: b}))
-		switch {
-		case err == nil:
-			out[i] = true
-		case !errors.Is(err, badger.ErrKeyNotFound):
-			return err
-		}
-	}
-	return nil
+	return relatedKeys(txn, p, Like, a, bs, out)
 }
 
 // cursor is a list entry's place: ^time, other side, third part (0 for likes).

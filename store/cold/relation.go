@@ -218,18 +218,23 @@ func Related(db *DB, p int, k Kind, a uint64, bs []uint64) ([]bool, error) {
 		if k == Like {
 			return relatedLikes(txn, p, a, bs, out)
 		}
-		for i, b := range bs {
-			_, err := txn.Get(relKey(p, k, Rel{A: a, B: b}))
-			switch {
-			case err == nil:
-				out[i] = true
-			case !errors.Is(err, badger.ErrKeyNotFound):
-				return err
-			}
-		}
-		return nil
+		return relatedKeys(txn, p, k, a, bs, out)
 	})
 	return out, err
+}
+
+// relatedKeys sets out[i] when the relation key (a, bs[i]) exists.
+func relatedKeys(txn *badger.Txn, p int, k Kind, a uint64, bs []uint64, out []bool) error {
+	for i, b := range bs {
+		_, err := txn.Get(relKey(p, k, Rel{A: a, B: b}))
+		switch {
+		case err == nil:
+			out[i] = true
+		case !errors.Is(err, badger.ErrKeyNotFound):
+			return err
+		}
+	}
+	return nil
 }
 
 // Item is one entry of a relation list: the other side's id and the time of the relation.
