@@ -268,7 +268,7 @@ func chaosCompare(t *testing.T, c *client.Client, js jetstream.JetStream, ref *c
 }
 
 // chaosRelations checks likes (every like of the model is there; for a sample of users
-// no other is) and lists (likes of a user, followers of a user, paged).
+// no other is) and lists (likes of a user, followers of a user, likers of a post, paged).
 func chaosRelations(t *testing.T, c *client.Client, ref *chaosModel, users, posts []uint64, r *chaosReport) {
 	t.Helper()
 	ctx := context.Background()
@@ -333,5 +333,15 @@ func chaosRelations(t *testing.T, c *client.Client, ref *chaosModel, users, post
 			}
 		}
 	}
-	r.done("relations.lists", lists, "likes of a user and followers of a user, paged, for every 3rd user")
+	likers := map[uint64][]uint64{}
+	for k := range ref.likes {
+		likers[k[1]] = append(likers[k[1]], k[0])
+	}
+	for i := 0; i < len(posts); i += 3 {
+		lists++
+		if got := listAll(t, c, client.LikesOfPost, posts[i]); !sameSet(got, likers[posts[i]]) {
+			r.fail("relations.lists", "%s of %d: tally %d ids, model %d", client.LikesOfPost, posts[i], len(got), len(likers[posts[i]]))
+		}
+	}
+	r.done("relations.lists", lists, "likes of a user and followers of a user for every 3rd user, likers of every 3rd post, paged")
 }

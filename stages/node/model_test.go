@@ -446,6 +446,17 @@ func compare(t *testing.T, c *client.Client, ref *model, g *gen) {
 			t.Fatalf("followers of %d: tally %v, reference %v", u, got, want)
 		}
 	}
+	// A sample of posts' likers (liker chunks, merged per second), paged, newest first,
+	// each liker once.
+	likers := map[uint64][]uint64{}
+	for k := range ref.likes {
+		likers[k[1]] = append(likers[k[1]], k[0])
+	}
+	for i := 0; i < len(posts); i += 5 {
+		if got := listAll(t, c, client.LikesOfPost, posts[i]); !sameSet(got, likers[posts[i]]) {
+			t.Fatalf("likers of post %d: tally %v, reference %v", posts[i], got, likers[posts[i]])
+		}
+	}
 }
 
 func listAll(t *testing.T, c *client.Client, list string, id uint64) []uint64 {
