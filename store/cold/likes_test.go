@@ -3,6 +3,7 @@ package cold
 import (
 	"cmp"
 	"encoding/binary"
+	"errors"
 	"expvar"
 	"math/rand/v2"
 	"slices"
@@ -273,32 +274,7 @@ func TestMigrateLikes(t *testing.T) {
 	const p, users, posts = 2, 6, 50
 	r := rand.New(rand.NewPCG(3, 3))
 	db, m := openDB(t), newLikeModel()
-	u64 := func(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
-	err := db.db.Update(func(txn *badger.Txn) error {
-		for range 400 {
-			u, post, ts := uint64(1+r.IntN(users)), uint64(1+r.IntN(posts)), int64(r.IntN(3000))
-			if u > 3 && len(m.likes[u]) >= 10 { // users 1 to 3 heavy, the others light
-				continue
-			}
-			if !m.like(u, post, ts) {
-				continue
-			}
-			rel := Rel{A: u, B: post}
-			for k, v := range map[string][]byte{
-				string(relKey(p, Like, rel)):         append(u64(uint64(ts)), u64(7)...),
-				string(subjectKey(p, Like, rel, ts)): nil,
-				string(objectKey(p, Like, rel, ts)):  nil,
-			} {
-				if err := txn.Set([]byte(k), v); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	writeOldLikes(t, db, p, m, r, users, posts, 400, 3, 10)
 	// a follow in the same namespaces stays as it is
 	if err := db.db.Update(func(txn *badger.Txn) error {
 		_, err := Relate(txn, p, Follow, Rel{A: 1, B: 2}, 5)
@@ -359,4 +335,80 @@ func TestMigrateLikes(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkLikes(t, db, p, m, users, posts, r)
+}
+
+// writeOldLikes writes up to n random likes in the layout before like records (a
+// relation key and two list keys per like) and into m: users 1 to heavy are heavy, the
+// others stay light with at most light likes each.
+func writeOldLikes(t *testing.T, db *DB, p int, m *likeModel, r *rand.Rand, users, posts, n int, heavy uint64, light int) {
+	t.Helper()
+	u64 := func(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
+	err := db.db.Update(func(txn *badger.Txn) error {
+		for range n {
+			u, post, ts := uint64(1+r.IntN(users)), uint64(1+r.IntN(posts)), int64(r.IntN(3000))
+			if u > heavy && len(m.likes[u]) >= light {
+				continue
+			}
+			if !m.like(u, post, ts) {
+				continue
+			}
+			rel := Rel{A: u, B: post}
+			for k, v := range map[string][]byte{
+				string(relKey(p, Like, rel)):         append(u64(uint64(ts)), u64(7)...),
+				string(subjectKey(p, Like, rel, ts)): nil,
+				string(objectKey(p, Like, rel, ts)):  nil,
+			} {
+				if err := txn.Set([]byte(k), v); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMigrateLikesResumes fails the migration's first, second, ... commit, as a crash
+// would stop it there, and checks that the next Migrate finishes it with every answer
+// the same: the groups already committed are not moved twice, the others not lost.
+func TestMigrateLikesResumes(t *testing.T) {
+	const p, users, posts = 2, 12, 80
+	defer func(n int) { maxGroupOps, commitFault = n, nil }(maxGroupOps)
+	maxGroupOps = 40
+	partOf := func(id uint64) int { return int(id % 4) }
+	faults := 0
+	for fail := 1; ; fail++ {
+		r := rand.New(rand.NewPCG(5, 5))
+		db, m := openDB(t), newLikeModel()
+		writeOldLikes(t, db, p, m, r, users, posts, 800, 4, 20)
+		if len(m.likes[1]) <= maxLightLikes {
+			t.Fatalf("user 1 has %d likes: not heavy", len(m.likes[1]))
+		}
+		commits := 0
+		commitFault = func() error {
+			if commits++; commits == fail {
+				return errors.New("injected: the process died here")
+			}
+			return nil
+		}
+		_, err := Migrate(db, 4, partOf)
+		commitFault = nil
+		if err == nil {
+			if faults < 5 {
+				t.Fatalf("the migration committed %d times; the test wants more groups", commits)
+			}
+			t.Logf("%d commits, each failed once and resumed", faults)
+			return
+		}
+		faults++
+		if _, err := Migrate(db, 4, partOf); err != nil {
+			t.Fatalf("Migrate after a failed commit %d: %v", fail, err)
+		}
+		checkLikes(t, db, p, m, users, posts, r)
+		if t.Failed() {
+			t.Fatalf("answers differ after commit %d failed and Migrate ran again", fail)
+		}
+	}
 }

@@ -299,7 +299,12 @@ type groupWriter struct {
 	ops int
 }
 
-const maxGroupOps = 10_000
+// maxGroupOps is a variable and commitFault exists for tests only: a small group and a
+// failed commit stand for a large database and a crash halfway through a migration.
+var (
+	maxGroupOps = 10_000
+	commitFault func() error
+)
 
 func (w *groupWriter) group(fn func(txn *badger.Txn) error, ops int) error {
 	if w.txn != nil && w.ops+ops > maxGroupOps {
@@ -317,6 +322,13 @@ func (w *groupWriter) group(fn func(txn *badger.Txn) error, ops int) error {
 func (w *groupWriter) commit() error {
 	if w.txn == nil {
 		return nil
+	}
+	if commitFault != nil {
+		if err := commitFault(); err != nil {
+			w.discard()
+			w.txn = nil
+			return err
+		}
 	}
 	err := w.txn.Commit()
 	w.txn = nil
