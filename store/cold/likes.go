@@ -2,6 +2,7 @@ package cold
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -71,8 +72,16 @@ func likersSecond(p int, post uint64, second int64) key {
 
 func secondOf(ts int64) int64 { return ts / 1000 }
 
+// newestFirst orders likes and likers as lists are: newest first (like time ts), then
+// by the other side's id.
+func newestFirst(ts int64, id uint64, t int64, o uint64) int {
+	return cmp.Or(cmp.Compare(t, ts), cmp.Compare(id, o))
+}
+
 // before reports whether like time ts and other side id order before (newer than) t, o.
-func before(ts int64, id uint64, t int64, o uint64) bool { return ts > t || ts == t && id < o }
+func before(ts int64, id uint64, t int64, o uint64) bool { return newestFirst(ts, id, t, o) < 0 }
+
+func likersNewestFirst(a, b liker) int { return newestFirst(a.ts, a.user, b.ts, b.user) }
 
 func decodeLikes(v []byte) (*likes, error) {
 	if len(v) == 1 && v[0] == heavy {
@@ -124,12 +133,7 @@ func decodeLikers(v []byte) ([]liker, error) {
 }
 
 func encodeLikers(ls []liker) []byte {
-	slices.SortFunc(ls, func(a, b liker) int {
-		if before(a.ts, a.user, b.ts, b.user) {
-			return -1
-		}
-		return 1
-	})
+	slices.SortFunc(ls, likersNewestFirst)
 	v := make([]byte, 0, len(ls)*likerSize)
 	for _, e := range ls {
 		v = binary.BigEndian.AppendUint64(v, e.user)
@@ -415,13 +419,16 @@ func chunk(txn *badger.Txn, k key) ([]liker, error) {
 // relatedLikes is Related for likes: whether user a likes each of bs.
 func relatedLikes(txn *badger.Txn, p int, a uint64, bs []uint64, out []bool) error {
 	r, err := NewLikes(p, nil).record(txn, a)
-	if err != nil || !r.heavy {
-		for i, b := range bs {
-			out[i] = err == nil && r.find(b) >= 0
-		}
+	switch {
+	case err != nil:
 		return err
+	case r.heavy:
+		return relatedKeys(txn, p, Like, a, bs, out)
 	}
-	return relatedKeys(txn, p, Like, a, bs, out)
+	for i, b := range bs {
+		out[i] = r.find(b) >= 0
+	}
+	return nil
 }
 
 // cursor is a list entry's place: ^time, other side, third part (0 for likes).
@@ -466,12 +473,7 @@ func likersPage(txn *badger.Txn, p int, post uint64, limit int, from []byte) (it
 	defer it.Close()
 	var second []liker // the likers of the second being read
 	flush := func() bool {
-		slices.SortFunc(second, func(a, b liker) int {
-			if before(a.ts, a.user, b.ts, b.user) {
-				return -1
-			}
-			return 1
-		})
+		slices.SortFunc(second, likersNewestFirst)
 		for _, e := range second {
 			if !after(e.ts, e.user, from) {
 				continue

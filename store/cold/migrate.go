@@ -209,12 +209,7 @@ func migrateLikes(db *DB) (int, error) {
 						return err
 					}
 				}
-				slices.SortFunc(list, func(a, b like) int {
-					if before(a.ts, a.post, b.ts, b.post) {
-						return -1
-					}
-					return 1
-				})
+				slices.SortFunc(list, func(a, b like) int { return newestFirst(a.ts, a.post, b.ts, b.post) })
 			}
 			return txn.Set(likesKey(p, u), r.encode())
 		}, 2*len(list)+1)
