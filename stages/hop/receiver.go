@@ -11,8 +11,9 @@ import (
 
 // Defaults of In.
 const (
-	// DefaultMaxHeld is the most batches held above a gap per source.
-	DefaultMaxHeld = 4096
+	// DefaultMaxHeld is the most batches held above a gap per source: a sender keeps
+	// within Window of its oldest unstored entry, so more is never a gap that can fill.
+	DefaultMaxHeld = Window
 	// DefaultMaxHeldBytes bounds the payloads held by one In over all its sources. They
 	// are rewritten with the destination's state at every commit while a gap lasts, and
 	// held in RAM. (A state value past Badger's value threshold, 1 MiB, goes to its value
