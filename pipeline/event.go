@@ -25,7 +25,8 @@ const (
 	// TypeNotify, TypePush and TypeFollower are internal: only event partitions send them
 	// to each other, in hop batches; Validate refuses them from producers. A notify adds
 	// one to Target's unread Field at Target's partition (for the event of place Seq),
-	// moving there the notification placed at ID when ID is not 0; a push announces the
+	// moving there the notification placed at ID when ID is not 0; with N -1 it only takes
+	// back the notification placed at Seq (its like or comment was undone); a push announces the
 	// post Post of author UID (place Seq) to every partition, pushed to the followers'
 	// feed counters, or left for them to pull when Field is PushPulled; a follower adds
 	// (N 1) or removes (N -1) follower UID, followed at time TS, to Target's list of
@@ -132,8 +133,8 @@ func (e *Event) Relational() bool {
 func (e *Event) ValidateInternal(fams Families) error {
 	switch e.Type {
 	case TypeNotify:
-		if e.Target == 0 || e.Seq == 0 || !slices.Contains(unreadKinds[:4], e.Field) {
-			return fmt.Errorf("%w: notify event needs target, seq and a notification kind", ErrBadEvent)
+		if e.Target == 0 || e.Seq == 0 || !slices.Contains(unreadKinds[:4], e.Field) || (e.N != 0 && e.N != -1) {
+			return fmt.Errorf("%w: notify event needs target, seq, a notification kind and n 0 or -1", ErrBadEvent)
 		}
 		return nil
 	case TypePush:

@@ -5,87 +5,39 @@ import (
 
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/rel"
 )
 
 // apply makes the relation change of one event in txn and adds the deltas it causes.
-// A relation that does not change (a second like, an unlike of nothing) adds nothing.
+// A relation's events are applied by their place in the events stream, whatever the
+// order they arrive in (see store/rel): what changes is derived from the relation's
+// state before and after the event, so an event that changes nothing adds nothing.
 func (s *Stage) apply(txn *badger.Txn, e *pipeline.Event, w *work) error {
 	f, c, p := s.fields, w.c, s.cfg.Partition
 	add := func(r fieldRef, id pipeline.ID, n int64) { c.add(r, id, pipeline.OpAdd, n) }
-	// notify notifies the owner of a post of the relation this event made, placed at
-	// e.Seq; when moved is not 0 the relation was made already by a copy placed later
-	// (at moved), applied first, and its notification moves to this place.
-	notify := func(kind string, owner, actor pipeline.ID, moved uint64) error {
-		if owner != 0 && owner != actor {
-			return s.notify(txn, w, kind, owner, e.Seq, moved)
-		}
-		return nil
-	}
-	var at uint64   // the place an existing relation keeps
-	var since int64 // the time a removed relation was made
-	relate := func(k cold.Kind, r cold.Rel, on bool) (bool, error) {
-		var changed bool
-		var err error
-		switch {
-		case k == cold.Like && on:
-			changed, at, err = w.likes.Like(txn, r.A, r.B, e.TS, e.Seq)
-		case k == cold.Like:
-			changed, since, err = w.likes.Unlike(txn, r.A, r.B)
-		case on:
-			changed, at, err = cold.RelateAt(txn, p, k, r, e.TS, e.Seq)
-		default:
-			changed, since, err = cold.Unrelate(txn, p, k, r)
-		}
-		if err == nil && !changed {
-			s.stats.Unchanged.Add(1)
-		}
-		return changed, err
-	}
-	// toggle makes or undoes a user's relation to a post and counts it on the post; making
-	// it notifies the post's owner.
-	toggle := func(k cold.Kind, r cold.Rel, on bool, count fieldRef, note string) error {
-		changed, err := relate(k, r, on)
-		if err == nil && on && !changed && at > e.Seq {
-			return notify(note, e.Owner, e.UID, at)
-		}
-		if err != nil || !changed {
-			return err
-		}
-		if !on {
-			add(count, e.Post, -1)
-			return nil
-		}
-		add(count, e.Post, 1)
-		return notify(note, e.Owner, e.UID, 0)
-	}
+	ev := rel.Event{Place: e.Seq, TS: e.TS, Owner: uint64(e.Owner)}
 	switch e.Type {
 	case pipeline.TypeLike, pipeline.TypeUnlike:
-		return toggle(cold.Like, cold.Rel{A: uint64(e.UID), B: uint64(e.Post)}, e.Type == pipeline.TypeLike, f.like, "like")
+		before, after, forgot, err := w.likes.Toggle(txn, uint64(e.UID), uint64(e.Post), e.Type == pipeline.TypeLike, ev)
+		if err != nil {
+			return err
+		}
+		return s.related(txn, w, e, "like", f.like, before, after, forgot)
 	case pipeline.TypeComment, pipeline.TypeUncomment:
-		return toggle(cold.Comment, cold.Rel{A: uint64(e.UID), B: uint64(e.Post), C: uint64(e.Comment)},
-			e.Type == pipeline.TypeComment, f.comment, "comment")
+		r := cold.Rel{A: uint64(e.UID), B: uint64(e.Post), C: uint64(e.Comment)}
+		before, after, forgot, err := cold.Toggle(txn, p, cold.Comment, r, e.Type == pipeline.TypeComment, ev)
+		if err != nil {
+			return err
+		}
+		return s.related(txn, w, e, "comment", f.comment, before, after, forgot)
 	case pipeline.TypeFollow, pipeline.TypeUnfollow:
-		on := e.Type == pipeline.TypeFollow
-		changed, err := relate(cold.Follow, cold.Rel{A: uint64(e.UID), B: uint64(e.Target)}, on)
-		if err == nil && on && !changed && at > e.Seq {
-			return s.refollow(txn, e, w)
-		}
-		if err != nil || !changed {
+		ev.Owner = 0 // a follow notifies nobody
+		r := cold.Rel{A: uint64(e.UID), B: uint64(e.Target)}
+		before, after, forgot, err := cold.Toggle(txn, p, cold.Follow, r, e.Type == pipeline.TypeFollow, ev)
+		if err != nil {
 			return err
 		}
-		n, ts := int64(1), e.TS
-		if !on {
-			n, ts = -1, since
-		}
-		add(f.following, e.UID, n)
-		add(f.follower, e.Target, n)
-		if err := s.follower(txn, w, &pipeline.Event{Type: pipeline.TypeFollower, UID: e.UID, Target: e.Target, TS: ts, N: n, Seq: e.Seq}); err != nil {
-			return err
-		}
-		if !on {
-			return s.unfollow(txn, e, w)
-		}
-		return s.follow(txn, e, w)
+		return s.followed(txn, w, e.UID, e.Target, before, after, forgot)
 	case pipeline.TypeRepost:
 		add(f.repost, e.Post, 1)
 		add(f.posts, e.UID, 1)
@@ -94,15 +46,18 @@ func (s *Stage) apply(txn *badger.Txn, e *pipeline.Event, w *work) error {
 		return s.post(txn, e, w)
 	case pipeline.TypeView:
 		add(f.view, e.Post, max(e.N, 1))
-	case pipeline.TypeMention:
-		return notify("mention", e.Target, e.UID, 0)
-	case pipeline.TypeDM:
-		return notify("dm", e.Target, e.UID, 0)
+	case pipeline.TypeMention, pipeline.TypeDM:
+		if e.Target != e.UID {
+			return s.notify(txn, w, e.Type, e.Target, e.Seq, 0)
+		}
 	case pipeline.TypeRead:
 		return s.read(txn, e, w)
 	case pipeline.TypeSystem:
 		return cold.PutNotice(txn, p, e.Seq)
 	case pipeline.TypeNotify: // from another partition, for one of this one's users
+		if e.N < 0 { // taken back: its relation was undone or moved
+			return s.notify(txn, w, e.Field, e.Target, 0, e.Seq)
+		}
 		return s.notify(txn, w, e.Field, e.Target, e.Seq, uint64(e.ID))
 	case pipeline.TypePush:
 		return s.arrive(txn, w, e)
@@ -114,4 +69,91 @@ func (s *Stage) apply(txn *badger.Txn, e *pipeline.Event, w *work) error {
 		add(fieldRef{family: e.Family, field: uint8(i)}, e.ID, e.N)
 	}
 	return nil
+}
+
+// related derives what a like or a comment changed, from its relation's state before
+// and after the event: the post's count, and the owner's notification, which is placed
+// where the relation was made and taken back when it is undone (moved when the place
+// moves).
+func (s *Stage) related(txn *badger.Txn, w *work, e *pipeline.Event, kind string, count fieldRef, before, after rel.State, forgot bool) error {
+	if forgot {
+		s.stats.Forgotten.Add(1)
+	}
+	if before.On == after.On && before.Made == after.Made {
+		s.stats.Unchanged.Add(1)
+		return nil
+	}
+	switch {
+	case after.On && !before.On:
+		w.c.add(count, e.Post, pipeline.OpAdd, 1)
+	case before.On && !after.On:
+		w.c.add(count, e.Post, pipeline.OpAdd, -1)
+	}
+	var was, now rel.Event // the notifications before and after (Place 0: none)
+	if before.On && notifies(before.Made.Owner, e.UID) {
+		was = before.Made
+	}
+	if after.On && notifies(after.Made.Owner, e.UID) {
+		now = after.Made
+	}
+	switch {
+	case was.Place == now.Place && was.Owner == now.Owner:
+		return nil
+	case was.Place != 0 && now.Place != 0 && was.Owner == now.Owner:
+		return s.notify(txn, w, kind, pipeline.ID(now.Owner), now.Place, was.Place)
+	}
+	if was.Place != 0 {
+		if err := s.notify(txn, w, kind, pipeline.ID(was.Owner), 0, was.Place); err != nil {
+			return err
+		}
+	}
+	if now.Place != 0 {
+		return s.notify(txn, w, kind, pipeline.ID(now.Owner), now.Place, 0)
+	}
+	return nil
+}
+
+// notifies reports whether a relation of actor's with a post of owner notifies them.
+func notifies(owner uint64, actor pipeline.ID) bool { return owner != 0 && owner != uint64(actor) }
+
+// followed derives what a follow or an unfollow changed, from its relation's state
+// before and after the event: both users' counts, the followed user's list of
+// followers (kept in their partition), and the follower's feed, each undone where the
+// relation was made before and done where it is made now.
+func (s *Stage) followed(txn *badger.Txn, w *work, uid, target pipeline.ID, before, after rel.State, forgot bool) error {
+	if forgot {
+		s.stats.Forgotten.Add(1)
+	}
+	if before.On == after.On && before.Made == after.Made {
+		s.stats.Unchanged.Add(1)
+		return nil
+	}
+	if n := boolInt(after.On) - boolInt(before.On); n != 0 {
+		w.c.add(s.fields.following, uid, pipeline.OpAdd, n)
+		w.c.add(s.fields.follower, target, pipeline.OpAdd, n)
+	}
+	if before.On {
+		e := pipeline.Event{Type: pipeline.TypeFollower, UID: uid, Target: target, TS: before.Made.TS, N: -1, Seq: before.Made.Place}
+		if err := s.follower(txn, w, &e); err != nil {
+			return err
+		}
+		if err := s.unfollow(txn, uint64(uid), uint64(target), w); err != nil {
+			return err
+		}
+	}
+	if !after.On {
+		return nil
+	}
+	e := pipeline.Event{Type: pipeline.TypeFollower, UID: uid, Target: target, TS: after.Made.TS, N: 1, Seq: after.Made.Place}
+	if err := s.follower(txn, w, &e); err != nil {
+		return err
+	}
+	return s.follow(txn, uint64(uid), uint64(target), after.Made.Place, w)
+}
+
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -55,6 +55,7 @@ type Stats struct {
 	Messages  atomic.Int64 // messages consumed
 	Events    atomic.Int64 // events applied
 	Unchanged atomic.Int64 // relation events that changed nothing (a second like, an unlike of nothing)
+	Forgotten atomic.Int64 // relation events past rel.MaxLater that made a relation forget an older "on"
 	Dead      atomic.Int64 // messages (or events of a batch) dead-lettered
 	Forwarded atomic.Int64 // events handed to another partition (relation events of a batch, notice copies)
 	Deltas    atomic.Int64 // deltas published after coalescing

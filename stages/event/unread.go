@@ -38,13 +38,17 @@ import (
 // never counted again (they are at or before the read) and go with later reads.
 const maxDrops = 256
 
-// notify counts a notification of kind for owner caused by an event at place seq: here
-// when owner is this partition's, else handed to owner's partition. moved, when not 0,
-// is the place of a notification of the same relation counted before, which this one
-// replaces: it comes through the same channel after it.
+// notify counts a notification of kind for owner caused by an event at place seq (0:
+// none), and takes back the one placed at moved (0: none) — the same relation's, made
+// elsewhere or undone: here when owner is this partition's, else handed to owner's
+// partition, through the same channel after the notification it takes back.
 func (s *Stage) notify(txn *badger.Txn, w *work, kind string, owner pipeline.ID, seq, moved uint64) error {
 	if q := pipeline.PartitionOf(owner, s.cfg.Partitions); q != s.cfg.Partition {
-		w.forward(q, &pipeline.Event{Type: pipeline.TypeNotify, Target: owner, Field: kind, Seq: seq, ID: pipeline.ID(moved)})
+		n := pipeline.Event{Type: pipeline.TypeNotify, Target: owner, Field: kind, Seq: seq, ID: pipeline.ID(moved)}
+		if seq == 0 { // only taken back
+			n.Seq, n.ID, n.N = moved, 0, -1
+		}
+		w.forward(q, &n)
 		return nil
 	}
 	p := s.cfg.Partition
@@ -60,7 +64,7 @@ func (s *Stage) notify(txn *badger.Txn, w *work, kind string, owner pipeline.ID,
 		}
 	}
 	if seq <= read {
-		return nil // a read placed after it came first
+		return nil // none, or a read placed after it came first
 	}
 	w.c.add(s.fields.unread[kind], owner, pipeline.OpAdd, 1)
 	if err := cold.AddNotified(txn, p, uint64(owner), kind, seq); err != nil {
@@ -165,12 +169,13 @@ func (s *Stage) arrive(txn *badger.Txn, w *work, e *pipeline.Event) error {
 	return err
 }
 
-// follow indexes a follow of the partition's reader (made at e.Seq) and adds the pushed
-// posts of the author that reached the partition before it but are placed after it and
-// after the reader's last feed read: they were not pushed to the reader on arrival.
-func (s *Stage) follow(txn *badger.Txn, e *pipeline.Event, w *work) error {
-	p, uid, author := s.cfg.Partition, uint64(e.UID), uint64(e.Target)
-	if err := cold.PutFollowed(txn, p, author, uid, e.Seq); err != nil {
+// follow indexes a follow by the partition's reader uid of author, made at place, and
+// adds the pushed posts of the author that reached the partition before it but are
+// placed after it and after the reader's last feed read: they were not pushed to the
+// reader on arrival.
+func (s *Stage) follow(txn *badger.Txn, uid, author, place uint64, w *work) error {
+	p := s.cfg.Partition
+	if err := cold.PutFollowed(txn, p, author, uid, place); err != nil {
 		return err
 	}
 	a, err := cold.GetAuthor(txn, p, author)
@@ -181,41 +186,15 @@ func (s *Stage) follow(txn *badger.Txn, e *pipeline.Event, w *work) error {
 	if err := cold.PutAuthor(txn, p, author, a); err != nil {
 		return err
 	}
-	if a.Arrived <= e.Seq {
+	if a.Arrived <= place {
 		return nil // nothing after the follow reached the partition yet
 	}
 	rs, err := cold.GetReader(txn, p, uid)
 	if err != nil {
 		return err
 	}
-	if n := cold.CountArrived(txn, p, author, max(e.Seq, rs.Feed)); n > 0 {
-		w.c.add(s.fields.unFeed, e.UID, pipeline.OpAdd, int64(n))
-	}
-	return nil
-}
-
-// refollow places a follow that exists already at e.Seq, before the copy applied first:
-// the recorded pushed posts between the two places, after the last feed read, count.
-func (s *Stage) refollow(txn *badger.Txn, e *pipeline.Event, w *work) error {
-	p, uid, author := s.cfg.Partition, uint64(e.UID), uint64(e.Target)
-	followed, ok, err := cold.GetFollowed(txn, p, author, uid)
-	if err != nil || !ok || followed <= e.Seq {
-		return err
-	}
-	if err := cold.PutFollowed(txn, p, author, uid, e.Seq); err != nil {
-		return err
-	}
-	a, err := cold.GetAuthor(txn, p, author)
-	if err != nil || a.Arrived <= e.Seq {
-		return err
-	}
-	rs, err := cold.GetReader(txn, p, uid)
-	if err != nil {
-		return err
-	}
-	n := cold.CountArrived(txn, p, author, max(e.Seq, rs.Feed)) - cold.CountArrived(txn, p, author, max(followed, rs.Feed))
-	if n > 0 {
-		w.c.add(s.fields.unFeed, e.UID, pipeline.OpAdd, int64(n))
+	if n := cold.CountArrived(txn, p, author, max(place, rs.Feed)); n > 0 {
+		w.c.add(s.fields.unFeed, pipeline.ID(uid), pipeline.OpAdd, int64(n))
 	}
 	return nil
 }
@@ -223,9 +202,10 @@ func (s *Stage) refollow(txn *badger.Txn, e *pipeline.Event, w *work) error {
 // unfollow takes back what the reader's feed counter holds of the author: the pushed
 // posts that reached the partition, placed after both the follow and the last feed read.
 // Posts still on their way are not pushed to the reader any more; pulled posts stop
-// counting by themselves.
-func (s *Stage) unfollow(txn *badger.Txn, e *pipeline.Event, w *work) error {
-	p, uid, author := s.cfg.Partition, uint64(e.UID), uint64(e.Target)
+// counting by themselves. A follow whose place moves is unfollowed at the old place and
+// followed at the new.
+func (s *Stage) unfollow(txn *badger.Txn, uid, author uint64, w *work) error {
+	p := s.cfg.Partition
 	followed, ok, err := cold.GetFollowed(txn, p, author, uid)
 	if err != nil {
 		return err
@@ -251,7 +231,7 @@ func (s *Stage) unfollow(txn *badger.Txn, e *pipeline.Event, w *work) error {
 		return err
 	}
 	if n := cold.CountArrived(txn, p, author, max(followed, rs.Feed)); n > 0 {
-		w.c.add(s.fields.unFeed, e.UID, pipeline.OpAdd, -int64(n))
+		w.c.add(s.fields.unFeed, pipeline.ID(uid), pipeline.OpAdd, -int64(n))
 	}
 	return nil
 }

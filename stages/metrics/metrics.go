@@ -97,6 +97,7 @@ func New(src Source) *Metrics {
 	counterFn("tally_event_messages_total", "Event messages consumed (a batch is one message).", ev.Messages.Load)
 	counterFn("tally_like_keys_written_total", "Badger keys that likes and unlikes set or deleted: like records, liker chunks, a heavy liker's relation keys.", ev.LikeKeys.Load)
 	counterFn("tally_events_unchanged_total", "Relation events that changed nothing: a second like, an unlike of nothing (deduplicated by state).", ev.Unchanged.Load)
+	counterFn("tally_relation_places_forgotten_total", "Relations made again more than 16 times after they were made, of which the oldest place was forgotten: an unlike placed among them and arriving after them would move the relation to a later like than the stream's order.", ev.Forgotten.Load)
 	counterFn("tally_events_dead_lettered_total", "Messages or batch events dead-lettered as malformed.", ev.Dead.Load)
 	counterFn("tally_events_forwarded_total", "Relation events forwarded to their own partition.", ev.Forwarded.Load)
 	counterFn("tally_stage_transactions_total", "Event-stage Badger transactions committed.", ev.Txns.Load)

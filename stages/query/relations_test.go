@@ -67,7 +67,7 @@ func newWorld(t *testing.T, n int, dbs []*cold.DB, owner func(p int) int) *world
 		for _, post := range likes {
 			ts++
 			update(pu, func(txn *badger.Txn) error {
-				_, _, err := cold.RelateAt(txn, pu, cold.Like, cold.Rel{A: u, B: post}, ts, 0)
+				_, err := cold.Relate(txn, pu, cold.Like, cold.Rel{A: u, B: post}, ts)
 				return err
 			})
 			w.liked[u] = slices.Insert(w.liked[u], 0, post)

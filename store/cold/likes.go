@@ -10,56 +10,64 @@ import (
 	"slices"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/tally-dev/tally/store/rel"
 )
 
 // Likes are kept so that most cost one write, where a follow costs three (its relation
 // and a list key on each side):
 //
-//   - A user's likes, in the user's partition p, are one like record L|p|l|u. While the
-//     user has at most maxLightLikes likes it holds them, newest first: post, time and
-//     place, 24 bytes each. A like rewrites it: one write, whose Get also answers liked
-//     and likes.user. Past that the user is heavy: the record is one byte, and each like
-//     is a relation key R|p|l|u|post (time, place) and a list key S|p|l|u|^time|post|0,
-//     as a follow's subject side is. Heavy users stay heavy.
+//   - A user's likes, in the user's partition p, are one like record L|p|r|u: the state
+//     (rel.State: made or undone, by place) of each post the user liked or unliked, while
+//     there are at most maxLightLikes; those made are kept newest first, then the undone
+//     ones (tombstones: a like placed before its unlike, handed over late, must find it).
+//     A like rewrites it: one write, whose Get also answers liked and likes.user. Past
+//     that the user is heavy: the record says so, and each post's state is a relation key
+//     R|p|l|u|post, with a list key S|p|l|u|^time|post|0 while the like is made, as a
+//     follow's subject side is. Heavy users stay heavy.
 //   - A post's likers, in the likers' partition p, are liker chunks
 //     K|p|l|post|^second|batch: the likers of one post in one second of like time that
 //     one batch (an event-stage transaction) added, newest first, user and time, 16
 //     bytes each. A batch writes one chunk per post and second it liked, however many
 //     likes that post had in it: a popular post costs a fraction of a write per like.
-//     An unlike rewrites the chunk that holds it.
+//     An unlike, or a like whose place moves, rewrites the chunk that holds it.
 //
 // Lists order as every relation list does: newest first, then by the other side's id;
 // a cursor is the same 24 bytes (^time, other side, 0) in every partition and shape.
 const (
-	nsLikes  = 'L' // L|partition|'l'|user → like record
+	nsLikes  = 'L' // L|partition|'r'|user → like record
 	nsLikers = 'K' // K|partition|'l'|post|^second|batch → liker chunk
 )
 
-// maxLightLikes is the most likes a like record holds before its user turns heavy.
+// recordKind is the kind byte of a like record's key. Records of the layout before
+// states (L|p|'l'|u: post, time and place per like) are moved by migrateLikeStates.
+const recordKind = 'r'
+
+// maxLightLikes is the most posts a like record holds before its user turns heavy.
 const maxLightLikes = 32
 
 const (
-	likeSize  = 24 // post, time, place
-	likerSize = 16 // user, time
-	heavy     = 0xff
+	likerSize = 16          // user, time
 	chunkLen  = relOff + 24 // post, ^second, batch
+	// recordVersion starts a like record; recordHeavy is its flag for a heavy user.
+	recordVersion = 2
+	recordHeavy   = 1
 )
 
-// like is one like of a like record.
+// like is one post's state in a like record.
 type like struct {
 	post uint64
-	ts   int64
-	seq  uint64
+	rel.State
 }
 
-// likes is one user's like record: the likes of a light user, newest first.
+// likes is one user's like record: a light user's like states.
 type likes struct {
 	heavy bool
-	list  []like
-	dirty bool // changed by the batch: written at Flush
+	list  []like // made ones newest first, then undone ones
+	dirty bool   // changed by the batch: written at Flush
 }
 
-func likesKey(p int, u uint64) key { return relPrefix(nsLikes, p, Like).u64(u) }
+func likesKey(p int, u uint64) key { return newKey(nsLikes, relOff+8).u16(p).u8(recordKind).u64(u) }
 
 // likersKey is a chunk's key; second is the like time's second (time in milliseconds).
 func likersKey(p int, post uint64, second int64, batch uint64) key {
@@ -78,35 +86,51 @@ func newestFirst(ts int64, id uint64, t int64, o uint64) int {
 	return cmp.Or(cmp.Compare(t, ts), cmp.Compare(id, o))
 }
 
-// before reports whether like time ts and other side id order before (newer than) t, o.
-func before(ts int64, id uint64, t int64, o uint64) bool { return newestFirst(ts, id, t, o) < 0 }
-
 func likersNewestFirst(a, b liker) int { return newestFirst(a.ts, a.user, b.ts, b.user) }
 
+// recordOrder orders a like record: made likes newest first, then undone ones by post.
+func recordOrder(a, b like) int {
+	switch {
+	case a.On && b.On:
+		return newestFirst(a.Made.TS, a.post, b.Made.TS, b.post)
+	case a.On != b.On:
+		if a.On {
+			return -1
+		}
+		return 1
+	}
+	return cmp.Compare(a.post, b.post)
+}
+
 func decodeLikes(v []byte) (*likes, error) {
-	if len(v) == 1 && v[0] == heavy {
-		return &likes{heavy: true}, nil
+	if len(v) < 2 || v[0] != recordVersion || v[1]&^recordHeavy != 0 {
+		return nil, fmt.Errorf("%w: like record %x", ErrCorrupt, v[:min(len(v), 2)])
 	}
-	if len(v)%likeSize != 0 {
-		return nil, fmt.Errorf("%w: like record of %d bytes", ErrCorrupt, len(v))
-	}
-	l := &likes{list: make([]like, len(v)/likeSize)}
-	for i := range l.list {
-		b := v[i*likeSize:]
-		l.list[i] = like{post: u64at(b, 0), ts: int64(u64at(b, 8)), seq: u64at(b, 16)}
+	l := &likes{heavy: v[1]&recordHeavy != 0}
+	for b := v[2:]; len(b) > 0; {
+		if len(b) < 8 || len(l.list) == maxLightLikes {
+			return nil, fmt.Errorf("%w: like record of %d bytes", ErrCorrupt, len(v))
+		}
+		st, n, err := rel.Decode(b[8:])
+		if err != nil {
+			return nil, fmt.Errorf("%w: like record: %w", ErrCorrupt, err)
+		}
+		l.list = append(l.list, like{post: u64at(b, 0), State: st})
+		b = b[8+n:]
 	}
 	return l, nil
 }
 
 func (l *likes) encode() []byte {
+	v := make([]byte, 2, 2+len(l.list)*24)
+	v[0] = recordVersion
 	if l.heavy {
-		return []byte{heavy}
+		v[1] = recordHeavy
+		return v
 	}
-	v := make([]byte, 0, len(l.list)*likeSize)
-	for _, e := range l.list {
-		v = binary.BigEndian.AppendUint64(v, e.post)
-		v = binary.BigEndian.AppendUint64(v, uint64(e.ts))
-		v = binary.BigEndian.AppendUint64(v, e.seq)
+	for i := range l.list {
+		v = binary.BigEndian.AppendUint64(v, l.list[i].post)
+		v = l.list[i].Append(v)
 	}
 	return v
 }
@@ -237,87 +261,90 @@ func (h *HeavyLikers) add(u uint64) {
 	h.users[u] = struct{}{}
 }
 
-// Like makes user u like post at time ts (milliseconds), placed at seq in the events
-// stream, if u does not like it yet; it reports whether anything changed, and when not
-// the place the like keeps (see RelateAt, whose rules it follows).
-func (l *Likes) Like(txn *badger.Txn, u, post uint64, ts int64, seq uint64) (changed bool, at uint64, err error) {
-	ts = max(ts, 0)
+// Toggle applies a like (on) or an unlike of post by user u, placed at e.Place, and
+// returns the like's state before and after it (see rel.State.Apply): a like placed
+// before an unlike already applied is undone by it, however late it comes, and a like
+// made twice is made by the copy placed first. forgot is rel's: an older like was
+// forgotten.
+func (l *Likes) Toggle(txn *badger.Txn, u, post uint64, on bool, e rel.Event) (before, after rel.State, forgot bool, err error) {
+	e.TS = max(e.TS, 0)
 	r, err := l.record(txn, u)
 	if err != nil {
-		return false, 0, err
-	}
-	rel := Rel{A: u, B: post}
-	switch i := r.find(post); {
-	case r.heavy:
-		if changed, at, err = l.relate(txn, rel, ts, seq); err != nil || !changed {
-			return false, at, err
-		}
-	case i >= 0:
-		e := &r.list[i]
-		if seq != 0 && seq < e.seq {
-			at, e.seq, r.dirty = e.seq, seq, true
-			return false, at, nil
-		}
-		return false, e.seq, nil
-	case len(r.list) == maxLightLikes: // turns heavy: its likes become relation keys
-		for _, e := range r.list {
-			if _, _, err := l.relate(txn, Rel{A: u, B: e.post}, e.ts, e.seq); err != nil {
-				return false, 0, err
-			}
-		}
-		if _, _, err := l.relate(txn, rel, ts, seq); err != nil {
-			return false, 0, err
-		}
-		*r = likes{heavy: true, dirty: true}
-	default:
-		i := 0
-		for i < len(r.list) && before(r.list[i].ts, r.list[i].post, ts, post) {
-			i++
-		}
-		r.list, r.dirty = slices.Insert(r.list, i, like{post: post, ts: ts, seq: seq}), true
-	}
-	c := chunkAt{post: post, second: secondOf(ts)}
-	if _, ok := l.added[c]; !ok {
-		l.posts = append(l.posts, c)
-	}
-	l.added[c] = append(l.added[c], liker{user: u, ts: ts})
-	return true, seq, nil
-}
-
-// relate is relateAt for a heavy user's like, counting its writes.
-func (l *Likes) relate(txn *badger.Txn, r Rel, ts int64, seq uint64) (changed bool, at uint64, err error) {
-	changed, at, err = relateAt(txn, l.p, Like, r, ts, seq)
-	switch {
-	case changed:
-		l.touch(relKey(l.p, Like, r), subjectKey(l.p, Like, r, max(ts, 0)))
-	case seq != 0 && seq < at:
-		l.touch(relKey(l.p, Like, r)) // the relation takes the earlier place
-	}
-	return changed, at, err
-}
-
-// Unlike undoes user u's like of post if there is one; it reports whether anything
-// changed and, if so, the time the like was made.
-func (l *Likes) Unlike(txn *badger.Txn, u, post uint64) (changed bool, since int64, err error) {
-	r, err := l.record(txn, u)
-	if err != nil {
-		return false, 0, err
+		return before, after, false, err
 	}
 	if r.heavy {
-		rel := Rel{A: u, B: post}
-		if changed, since, err = unrelate(txn, l.p, Like, rel); err != nil || !changed {
-			return false, 0, err
-		}
-		l.touch(relKey(l.p, Like, rel), subjectKey(l.p, Like, rel, since))
-	} else {
-		i := r.find(post)
-		if i < 0 {
-			return false, 0, nil
-		}
-		since = r.list[i].ts
-		r.list, r.dirty = slices.Delete(r.list, i, i+1), true
+		return l.toggleKey(txn, u, post, on, e)
 	}
-	return true, since, l.dropLiker(txn, u, post, since)
+	i := r.find(post)
+	if i < 0 && len(r.list) == maxLightLikes { // turns heavy: its states become relation keys
+		for _, x := range r.list {
+			if err := l.putKey(txn, Rel{A: u, B: x.post}, rel.State{}, x.State); err != nil {
+				return before, after, false, err
+			}
+		}
+		*r = likes{heavy: true, dirty: true}
+		return l.toggleKey(txn, u, post, on, e)
+	}
+	var st rel.State
+	if i >= 0 {
+		before = clone(r.list[i].State)
+		st = clone(before)
+	}
+	_, forgot = st.Apply(on, e)
+	if same(before, st) {
+		return before, st, forgot, nil
+	}
+	if i < 0 {
+		r.list = append(r.list, like{post: post})
+		i = len(r.list) - 1
+	}
+	r.list[i].State, r.dirty = st, true
+	slices.SortStableFunc(r.list, recordOrder)
+	return before, st, forgot, l.moveLiker(txn, u, post, before, st)
+}
+
+// toggleKey is Toggle for a heavy user: the post's state is a relation key.
+func (l *Likes) toggleKey(txn *badger.Txn, u, post uint64, on bool, e rel.Event) (before, after rel.State, forgot bool, err error) {
+	r := Rel{A: u, B: post}
+	if before, err = getState(txn, relKey(l.p, Like, r)); err != nil {
+		return before, after, false, err
+	}
+	after = clone(before)
+	_, forgot = after.Apply(on, e)
+	if same(before, after) {
+		return before, after, forgot, nil
+	}
+	if err := l.putKey(txn, r, before, after); err != nil {
+		return before, after, forgot, err
+	}
+	return before, after, forgot, l.moveLiker(txn, u, post, before, after)
+}
+
+// putKey writes a heavy user's like state, moving its list key with its time.
+func (l *Likes) putKey(txn *badger.Txn, r Rel, before, after rel.State) error {
+	keys, err := putState(txn, l.p, Like, r, before, after)
+	l.touch(keys...)
+	return err
+}
+
+// moveLiker moves user u in post's likers from where before had it to where after has.
+func (l *Likes) moveLiker(txn *badger.Txn, u, post uint64, before, after rel.State) error {
+	if before.On == after.On && before.Made.TS == after.Made.TS {
+		return nil
+	}
+	if before.On {
+		if err := l.dropLiker(txn, u, post, before.Made.TS); err != nil {
+			return err
+		}
+	}
+	if after.On {
+		c := chunkAt{post: post, second: secondOf(after.Made.TS)}
+		if _, ok := l.added[c]; !ok {
+			l.posts = append(l.posts, c)
+		}
+		l.added[c] = append(l.added[c], liker{user: u, ts: after.Made.TS})
+	}
+	return nil
 }
 
 // dropLiker takes user u out of post's likers, from the batch's chunk or a stored one.
@@ -367,14 +394,7 @@ func (l *Likes) Flush(txn *badger.Txn, batch uint64) error {
 		if !r.dirty {
 			continue
 		}
-		k := likesKey(l.p, u)
-		var err error
-		if !r.heavy && len(r.list) == 0 {
-			err = txn.Delete(k)
-		} else {
-			err = txn.Set(k, r.encode())
-		}
-		if err != nil {
+		if err := txn.Set(likesKey(l.p, u), r.encode()); err != nil {
 			return err
 		}
 		r.dirty = false
@@ -426,7 +446,8 @@ func relatedLikes(txn *badger.Txn, p int, a uint64, bs []uint64, out []bool) err
 		return relatedKeys(txn, p, Like, a, bs, out)
 	}
 	for i, b := range bs {
-		out[i] = r.find(b) >= 0
+		j := r.find(b)
+		out[i] = j >= 0 && r.list[j].On
 	}
 	return nil
 }
@@ -450,13 +471,16 @@ func likedPage(txn *badger.Txn, p int, u uint64, limit int, from []byte) (items 
 		return nil, "", false, err
 	}
 	for _, e := range r.list {
-		if !after(e.ts, e.post, from) {
+		if !e.On {
+			break // the undone ones come last
+		}
+		if !after(e.Made.TS, e.post, from) {
 			continue
 		}
 		if len(items) == limit {
 			return items, items[limit-1].Cursor(), true, nil
 		}
-		items = append(items, Item{ID: e.post, TS: e.ts, cursor: cursor(e.ts, e.post)})
+		items = append(items, Item{ID: e.post, TS: e.Made.TS, cursor: cursor(e.Made.TS, e.post)})
 	}
 	return items, "", true, nil
 }

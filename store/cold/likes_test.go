@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/tally-dev/tally/store/rel"
 )
 
 func openDB(t *testing.T) *DB {
@@ -25,15 +27,27 @@ func openDB(t *testing.T) *DB {
 // likeModel is what the likes of one partition should answer: each user's likes, post
 // to the time of the like.
 type likeModel struct {
-	likes map[uint64]map[uint64]int64
-	heavy map[uint64]bool // users who had more than maxLightLikes likes at once
+	likes   map[uint64]map[uint64]int64
+	touched map[uint64]map[uint64]bool // the posts each user liked or unliked
+	heavy   map[uint64]bool            // users who touched more than maxLightLikes posts
 }
 
 func newLikeModel() *likeModel {
-	return &likeModel{likes: map[uint64]map[uint64]int64{}, heavy: map[uint64]bool{}}
+	return &likeModel{likes: map[uint64]map[uint64]int64{}, touched: map[uint64]map[uint64]bool{}, heavy: map[uint64]bool{}}
+}
+
+func (m *likeModel) touch(u, post uint64) {
+	if m.touched[u] == nil {
+		m.touched[u] = map[uint64]bool{}
+	}
+	m.touched[u][post] = true
+	if len(m.touched[u]) > maxLightLikes {
+		m.heavy[u] = true
+	}
 }
 
 func (m *likeModel) like(u, post uint64, ts int64) bool {
+	m.touch(u, post)
 	if m.likes[u] == nil {
 		m.likes[u] = map[uint64]int64{}
 	}
@@ -41,16 +55,26 @@ func (m *likeModel) like(u, post uint64, ts int64) bool {
 		return false
 	}
 	m.likes[u][post] = ts
-	if len(m.likes[u]) > maxLightLikes {
-		m.heavy[u] = true
-	}
 	return true
 }
 
 func (m *likeModel) unlike(u, post uint64) (int64, bool) {
+	m.touch(u, post)
 	ts, ok := m.likes[u][post]
 	delete(m.likes[u], post)
 	return ts, ok
+}
+
+// like and unlike toggle through a batch at place, as the event stage does, and say
+// what changed.
+func (l *Likes) like(txn *badger.Txn, u, post uint64, ts int64, place uint64) (changed bool, err error) {
+	before, after, _, err := l.Toggle(txn, u, post, true, rel.Event{Place: place, TS: ts})
+	return after.On && !before.On, err
+}
+
+func (l *Likes) unlike(txn *badger.Txn, u, post uint64, place uint64) (changed bool, since int64, err error) {
+	before, after, _, err := l.Toggle(txn, u, post, false, rel.Event{Place: place})
+	return before.On && !after.On, before.Made.TS, err
 }
 
 // list is a list newest first, then by id.
@@ -133,7 +157,7 @@ func checkLikes(t *testing.T, db *DB, p int, m *likeModel, users, posts uint64, 
 		}
 	}
 	for u := uint64(1); u <= users; u++ {
-		if len(m.likes[u]) > 0 || m.heavy[u] {
+		if len(m.touched[u]) > 0 { // a like record (or heavy keys), tombstones too
 			likingUsers = append(likingUsers, u)
 		}
 	}
@@ -152,7 +176,7 @@ func checkLikes(t *testing.T, db *DB, p int, m *likeModel, users, posts uint64, 
 }
 
 // TestLikesMatchModel likes and unlikes at random, in batches of random sizes (and one
-// at a time through RelateAt and Unrelate), with times that tie and share seconds and
+// at a time through Relate and Unrelate), with times that tie and share seconds and
 // users that turn heavy, and checks every answer against the model after each round.
 func TestLikesMatchModel(t *testing.T) {
 	const p, users, posts = 5, 8, 60
@@ -160,11 +184,11 @@ func TestLikesMatchModel(t *testing.T) {
 		r := rand.New(rand.NewPCG(seed, 1))
 		db, m := openDB(t), newLikeModel()
 		heavy := NewHeavyLikers() // as the event stage keeps it
-		batch := uint64(0)
+		batch, place := uint64(0), uint64(0)
 		for round := range 12 {
 			for range 1 + r.IntN(12) {
 				batch++
-				one := r.IntN(4) == 0 // a batch of one, through RelateAt and Unrelate
+				one := r.IntN(4) == 0 // a batch of one, through Relate and Unrelate
 				l := NewLikes(p, heavy)
 				puts := badgerPuts()
 				err := db.db.Update(func(txn *badger.Txn) error {
@@ -183,7 +207,8 @@ func TestLikesMatchModel(t *testing.T) {
 							if one {
 								changed, since, err = Unrelate(txn, p, Like, Rel{A: u, B: post})
 							} else {
-								changed, since, err = l.Unlike(txn, u, post)
+								place++
+								changed, since, err = l.unlike(txn, u, post, place)
 							}
 							if err == nil && changed && since != wantSince {
 								t.Fatalf("unlike of %d by %d made at %d, want %d", post, u, since, wantSince)
@@ -191,9 +216,10 @@ func TestLikesMatchModel(t *testing.T) {
 						} else {
 							want = m.like(u, post, ts)
 							if one {
-								changed, _, err = RelateAt(txn, p, Like, Rel{A: u, B: post}, ts, batch)
+								changed, err = Relate(txn, p, Like, Rel{A: u, B: post}, ts)
 							} else {
-								changed, _, err = l.Like(txn, u, post, ts, batch)
+								place++
+								changed, err = l.like(txn, u, post, ts, place)
 							}
 						}
 						if err != nil {
@@ -231,38 +257,70 @@ func TestLikesMatchModel(t *testing.T) {
 	}
 }
 
-// TestLikesPlace keeps the first copy's place of a like stored twice, as RelateAt does.
+// TestLikesPlace: a like made twice is made by the copy placed first, whichever
+// arrives first, and an unlike placed after a like undoes it however late the like
+// arrives; for light and heavy users alike, with the liker listed at the time of the like
+// that made it.
 func TestLikesPlace(t *testing.T) {
 	db := openDB(t)
+	type step struct {
+		on        bool
+		place     uint64
+		ts        int64
+		wantOn    bool
+		wantPlace uint64
+	}
 	for _, heavyUser := range []bool{false, true} {
-		u := uint64(1)
+		u, post0 := uint64(1), uint64(0)
 		if heavyUser {
-			u = 2
+			u, post0 = 2, 100
 		}
-		var places []uint64
-		err := db.db.Update(func(txn *badger.Txn) error {
-			l := NewLikes(0, nil)
-			if heavyUser {
-				for post := range uint64(maxLightLikes + 1) {
-					if _, _, err := l.Like(txn, u, 1000+post, 1, 1); err != nil {
+		for _, c := range []struct {
+			name  string
+			post  uint64
+			steps []step
+		}{
+			{"twice", 9, []step{{true, 50, 5000, true, 50}, {true, 70, 7000, true, 50}, {true, 30, 3000, true, 30}, {true, 40, 4000, true, 30}}},
+			{"unlike before its like", 10, []step{{false, 60, 0, false, 0}, {true, 20, 2000, false, 0}, {true, 80, 8000, true, 80}}},
+			{"an unlike among likes", 11, []step{{true, 10, 1000, true, 10}, {true, 30, 3000, true, 10}, {false, 20, 0, true, 30}, {false, 40, 0, false, 0}}},
+		} {
+			for i, st := range c.steps {
+				var after rel.State
+				err := db.db.Update(func(txn *badger.Txn) error {
+					l := NewLikes(0, nil)
+					if heavyUser && i == 0 {
+						for post := range uint64(maxLightLikes + 1) {
+							if _, err := l.like(txn, u, 1000+post, 1, 1); err != nil {
+								return err
+							}
+						}
+					}
+					var err error
+					_, after, _, err = l.Toggle(txn, u, post0+c.post, st.on, rel.Event{Place: st.place, TS: st.ts})
+					if err != nil {
 						return err
 					}
-				}
-			}
-			for _, seq := range []uint64{50, 70, 30, 40} {
-				_, at, err := l.Like(txn, u, 9, 5, seq)
+					return l.Flush(txn, st.place)
+				})
 				if err != nil {
-					return err
+					t.Fatal(err)
 				}
-				places = append(places, at)
+				if after.On != st.wantOn || (st.wantOn && after.Made.Place != st.wantPlace) {
+					t.Fatalf("heavy %v, %s, step %d: on %v made at %d, want on %v at %d", heavyUser, c.name, i, after.On, after.Made.Place, st.wantOn, st.wantPlace)
+				}
+				liked, err := Related(db, 0, Like, u, []uint64{post0 + c.post})
+				if err != nil || liked[0] != st.wantOn {
+					t.Fatalf("heavy %v, %s, step %d: liked %v (%v)", heavyUser, c.name, i, liked, err)
+				}
+				items, _, err := List(db, 0, Like, false, post0+c.post, 10, "")
+				var want []Item
+				if st.wantOn {
+					want = []Item{{ID: u, TS: int64(st.wantPlace) * 100}}
+				}
+				if err != nil || !slices.EqualFunc(items, want, sameItem) {
+					t.Fatalf("heavy %v, %s, step %d: likers %v, want %v (%v)", heavyUser, c.name, i, items, want, err)
+				}
 			}
-			return l.Flush(txn, 1)
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if want := []uint64{50, 50, 50, 30}; !slices.Equal(places, want) {
-			t.Fatalf("heavy %v: places %v, want %v", heavyUser, places, want)
 		}
 	}
 }
@@ -316,15 +374,15 @@ func TestMigrateLikes(t *testing.T) {
 	// Likes and unlikes go on, on both shapes.
 	err = db.db.Update(func(txn *badger.Txn) error {
 		l := NewLikes(p, nil)
-		for range 100 {
+		for i := range 100 {
 			u, post := uint64(1+r.IntN(users)), uint64(1+r.IntN(posts))
 			if r.IntN(3) == 0 {
 				m.unlike(u, post)
-				if _, _, err := l.Unlike(txn, u, post); err != nil {
+				if _, _, err := l.unlike(txn, u, post, uint64(1000+i)); err != nil {
 					return err
 				}
 			} else if m.like(u, post, 2500) {
-				if _, _, err := l.Like(txn, u, post, 2500, 1); err != nil {
+				if _, err := l.like(txn, u, post, 2500, uint64(1000+i)); err != nil {
 					return err
 				}
 			}
@@ -411,4 +469,121 @@ func TestMigrateLikesResumes(t *testing.T) {
 			t.Fatalf("answers differ after commit %d failed and Migrate ran again", fail)
 		}
 	}
+}
+
+// TestMigrateLikeStates writes like records of the layout before relation states (post,
+// time and place per like; 0xff for a heavy user, whose likes are relation keys of 16
+// bytes) and checks that after Migrate every answer is the same, no record of the old
+// kind is left, and likes and unlikes go on.
+func TestMigrateLikeStates(t *testing.T) {
+	const p, users, posts = 3, 8, 60
+	r := rand.New(rand.NewPCG(9, 9))
+	db, m := openDB(t), newLikeModel()
+	u64 := func(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
+	err := db.db.Update(func(txn *badger.Txn) error {
+		// A database of that layout had moved its likes to like records already.
+		if err := txn.Set(newKey(nsLayout, 8).bytes([]byte("likes")), nil); err != nil {
+			return err
+		}
+		for u := uint64(1); u <= users; u++ {
+			var rec []byte
+			n := 1 + r.IntN(maxLightLikes)
+			if u == 1 {
+				n = maxLightLikes + 5
+			}
+			for range n {
+				post, ts := uint64(1+r.IntN(posts)), int64(r.IntN(3000))
+				if !m.like(u, post, ts) {
+					continue
+				}
+				rl := Rel{A: u, B: post}
+				if u == 1 { // heavy: its likes are keys, as written then
+					if err := txn.Set(relKey(p, Like, rl), append(u64(uint64(ts)), u64(7)...)); err != nil {
+						return err
+					}
+					if err := txn.Set(subjectKey(p, Like, rl, ts), nil); err != nil {
+						return err
+					}
+				} else {
+					rec = append(append(append(rec, u64(post)...), u64(uint64(ts))...), u64(uint64(ts)+1)...)
+				}
+				if err := txn.Set(likersKey(p, post, secondOf(ts), 1), encodeLikers([]liker{{user: u, ts: ts}})); err != nil {
+					return err
+				}
+			}
+			if u == 1 {
+				rec = []byte{0xff}
+			}
+			if err := txn.Set(newKey(nsLikes, relOff+8).u16(p).u8(legacyRecordKind).u64(u), rec); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Likers of one post and second written by several users in one chunk each: the test
+	// wrote a chunk per like under batch 1, which collide; rewrite them merged.
+	err = db.db.Update(func(txn *badger.Txn) error {
+		for post := uint64(1); post <= posts; post++ {
+			byKey := map[string][]liker{}
+			for u, ls := range m.likes {
+				if ts, ok := ls[post]; ok {
+					k := string(likersKey(p, post, secondOf(ts), 1))
+					byKey[k] = append(byKey[k], liker{user: u, ts: ts})
+				}
+			}
+			for k, ls := range byKey {
+				if err := txn.Set([]byte(k), encodeLikers(ls)); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved, err := Migrate(db, 4, func(id uint64) int { return int(id % 4) })
+	if err != nil || moved != users {
+		t.Fatalf("Migrate moved %d records, want %d (%v)", moved, users, err)
+	}
+	checkLikes(t, db, p, m, users, posts, r)
+	if moved, err := Migrate(db, 4, func(id uint64) int { return int(id % 4) }); moved != 0 || err != nil {
+		t.Fatalf("second Migrate moved %d, %v", moved, err)
+	}
+	err = db.db.View(func(txn *badger.Txn) error {
+		prefix := newKey(nsLikes, 4).u16(p).u8(legacyRecordKind)
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		defer it.Close()
+		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
+			t.Errorf("a like record of the old kind is left: %x", it.Item().Key())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.db.Update(func(txn *badger.Txn) error {
+		l := NewLikes(p, nil)
+		for i := range 200 {
+			u, post := uint64(1+r.IntN(users)), uint64(1+r.IntN(posts))
+			if r.IntN(3) == 0 {
+				m.unlike(u, post)
+				if _, _, err := l.unlike(txn, u, post, uint64(10_000+i)); err != nil {
+					return err
+				}
+			} else if m.like(u, post, 2500) {
+				if _, err := l.like(txn, u, post, 2500, uint64(10_000+i)); err != nil {
+					return err
+				}
+			}
+		}
+		return l.Flush(txn, 99)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkLikes(t, db, p, m, users, posts, r)
 }

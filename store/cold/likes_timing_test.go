@@ -51,7 +51,7 @@ func BenchmarkLikes(b *testing.B) {
 							if layout == "key-per-list" {
 								changed, err = likeKeyPerList(txn, u, post, ts, uint64(j+1))
 							} else {
-								changed, _, err = l.Like(txn, u, post, ts, uint64(j+1))
+								changed, err = l.like(txn, u, post, ts, uint64(j+1))
 							}
 							if err != nil {
 								return err

@@ -9,6 +9,8 @@ import (
 	"slices"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/tally-dev/tally/store/rel"
 )
 
 // The layout before every event-stage key carried its partition: relations, readers,
@@ -47,6 +49,11 @@ func Migrate(db *DB, partitions int, partOf func(id uint64) int) (int, error) {
 		}
 	}
 	n, err := migrateLikes(db)
+	moved += n
+	if err != nil {
+		return moved, err
+	}
+	n, err = migrateLikeStates(db)
 	return moved + n, err
 }
 
@@ -205,11 +212,11 @@ func migrateLikes(db *DB) (int, error) {
 					if err := txn.Delete(relKey(p, Like, rel)); err != nil {
 						return err
 					}
-					if err := txn.Delete(subjectKey(p, Like, rel, e.ts)); err != nil {
+					if err := txn.Delete(subjectKey(p, Like, rel, e.Made.TS)); err != nil {
 						return err
 					}
 				}
-				slices.SortFunc(list, func(a, b like) int { return newestFirst(a.ts, a.post, b.ts, b.post) })
+				slices.SortFunc(list, recordOrder)
 			}
 			return txn.Set(likesKey(p, u), r.encode())
 		}, 2*len(list)+1)
@@ -224,10 +231,11 @@ func migrateLikes(db *DB) (int, error) {
 			}
 			user, list = append(key(nil), kb[:relOff+8]...), nil
 		}
-		e := like{post: u64at(kb, relOff+8), ts: int64(u64at(v, 0))}
-		if len(v) == 16 {
-			e.seq = u64at(v, 8)
+		st, err := rel.Unmarshal(v)
+		if err != nil {
+			return fmt.Errorf("%w: like key %x: %w", ErrCorrupt, kb, err)
 		}
+		e := like{post: u64at(kb, relOff+8), State: st}
 		if len(list) <= maxLightLikes { // past that, heavy: it is enough to know
 			list = append(list, e)
 		}
@@ -334,4 +342,81 @@ func (w *groupWriter) discard() {
 	if w.txn != nil {
 		w.txn.Discard()
 	}
+}
+
+// legacyRecordKind is the kind byte of the like records written before relation
+// states: L|p|'l'|u → post, time and place (24 bytes) per like, newest first, or one
+// byte 0xff for a heavy user.
+const legacyRecordKind = byte(Like)
+
+// migrateLikeStates moves the like records of the layout before relation states to
+// theirs (likes.go): each like becomes a state made at its place, and a heavy user's
+// record says heavy. The relation keys of heavy users need nothing: rel.Unmarshal reads
+// their old values. It returns the records moved; like migrateLikes it resumes after a
+// crash and marks the layout at the end.
+func migrateLikeStates(db *DB) (int, error) {
+	done := newKey(nsLayout, 16).bytes([]byte("like-states"))
+	if err := db.db.View(func(txn *badger.Txn) error { _, err := txn.Get(done); return err }); err == nil {
+		return 0, nil
+	} else if !errors.Is(err, badger.ErrKeyNotFound) {
+		return 0, err
+	}
+	w := &groupWriter{db: db.db}
+	defer w.discard()
+	n := 0
+	err := db.db.View(func(txn *badger.Txn) error {
+		prefix := []byte{nsLikes}
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
+		defer it.Close()
+		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
+			kb := it.Item().KeyCopy(nil)
+			if len(kb) != relOff+8 || kb[relOff-1] != legacyRecordKind {
+				continue
+			}
+			v, err := it.Item().ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			r, err := decodeLegacyLikes(v)
+			if err != nil {
+				return fmt.Errorf("%w: like record %x: %w", ErrCorrupt, kb, err)
+			}
+			p, u := int(binary.BigEndian.Uint16(kb[1:])), u64at(kb, relOff)
+			err = w.group(func(txn *badger.Txn) error {
+				if err := txn.Delete(kb); err != nil {
+					return err
+				}
+				return txn.Set(likesKey(p, u), r.encode())
+			}, 2)
+			if err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	if err == nil {
+		err = w.group(func(txn *badger.Txn) error { return txn.Set(done, nil) }, 1)
+	}
+	if err != nil {
+		return n, fmt.Errorf("cannot move like records to relation states: %w", err)
+	}
+	return n, w.commit()
+}
+
+// decodeLegacyLikes reads a like record of the layout before relation states.
+func decodeLegacyLikes(v []byte) (*likes, error) {
+	const size = 24 // post, time, place
+	if len(v) == 1 && v[0] == 0xff {
+		return &likes{heavy: true}, nil
+	}
+	if len(v)%size != 0 || len(v)/size > maxLightLikes {
+		return nil, fmt.Errorf("legacy like record of %d bytes", len(v))
+	}
+	l := &likes{}
+	for b := v; len(b) > 0; b = b[size:] {
+		l.list = append(l.list, like{post: u64at(b, 0), State: rel.State{On: true, Made: rel.Event{TS: int64(u64at(b, 8)), Place: u64at(b, 16)}}})
+	}
+	slices.SortFunc(l.list, recordOrder)
+	return l, nil
 }

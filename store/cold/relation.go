@@ -2,13 +2,15 @@ package cold
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/tally-dev/tally/store/rel"
 )
 
 // Kind is a kind of relation.
@@ -66,11 +68,134 @@ const (
 	relLen   = relOff + 24
 )
 
-// Relate makes r in partition p if it does not exist; it reports whether anything
-// changed.
+// Toggle applies an event of relation r of kind k (comments and follows; likes are
+// made through Likes) placed at e.Place: on makes it, !on undoes it. It returns the
+// relation's state before and after (see rel.State.Apply), so that a relation's events
+// end as in the stream's order whatever the order they arrive in: an undoing placed after
+// a making that comes late keeps it undone (the state is kept as a tombstone), and a
+// relation made twice is made by its copy placed first. Its subject's list key follows
+// the time of the event that made it.
+func Toggle(txn *badger.Txn, p int, k Kind, r Rel, on bool, e rel.Event) (before, after rel.State, forgot bool, err error) {
+	if k == Like {
+		l := NewLikes(p, nil)
+		l.merged = true
+		if before, after, forgot, err = l.Toggle(txn, r.A, r.B, on, e); err != nil {
+			return before, after, forgot, err
+		}
+		return before, after, forgot, l.Flush(txn, e.Place)
+	}
+	e.TS = max(e.TS, 0)
+	if before, err = getState(txn, relKey(p, k, r)); err != nil {
+		return before, after, false, err
+	}
+	after = clone(before)
+	_, forgot = after.Apply(on, e)
+	if same(before, after) {
+		return before, after, forgot, nil
+	}
+	_, err = putState(txn, p, k, r, before, after)
+	return before, after, forgot, err
+}
+
+// getState reads the relation state at rk (the zero state when there is none).
+func getState(txn *badger.Txn, rk key) (rel.State, error) {
+	item, err := txn.Get(rk)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return rel.State{}, nil
+	} else if err != nil {
+		return rel.State{}, err
+	}
+	var st rel.State
+	err = item.Value(func(v []byte) (err error) { st, err = rel.Unmarshal(v); return err })
+	if err != nil {
+		return st, fmt.Errorf("%w: relation %x: %w", ErrCorrupt, rk, err)
+	}
+	return st, nil
+}
+
+// putState writes relation r's state after, and moves its subject's list key (kinds
+// with lists) from before's time to after's. It returns the keys it wrote.
+func putState(txn *badger.Txn, p int, k Kind, r Rel, before, after rel.State) ([]key, error) {
+	rk := relKey(p, k, r)
+	keys := []key{rk}
+	if err := txn.Set(rk, after.Marshal()); err != nil {
+		return keys, err
+	}
+	if !k.indexed() || (before.On == after.On && before.Made.TS == after.Made.TS) {
+		return keys, nil
+	}
+	if before.On {
+		sk := subjectKey(p, k, r, before.Made.TS)
+		if err := txn.Delete(sk); err != nil {
+			return keys, err
+		}
+		keys = append(keys, sk)
+	}
+	if after.On {
+		sk := subjectKey(p, k, r, after.Made.TS)
+		if err := txn.Set(sk, nil); err != nil {
+			return keys, err
+		}
+		keys = append(keys, sk)
+	}
+	return keys, nil
+}
+
+// clone copies a state, so that applying an event to the copy leaves s as it was.
+func clone(s rel.State) rel.State {
+	s.Later = slices.Clone(s.Later)
+	return s
+}
+
+// same reports whether two states are the same, down to the events they keep.
+func same(a, b rel.State) bool {
+	return a.On == b.On && a.Made == b.Made && a.Off == b.Off && slices.Equal(a.Later, b.Later)
+}
+
+// Relate makes r at time ts in partition p, placed after every event it has seen; it
+// reports whether anything changed. Unrelate undoes it the same way and reports the
+// time the relation was made. They are for tests and tools, which have no places.
 func Relate(txn *badger.Txn, p int, k Kind, r Rel, ts int64) (bool, error) {
-	changed, _, err := RelateAt(txn, p, k, r, ts, 0)
-	return changed, err
+	before, after, err := toggleLast(txn, p, k, r, true, ts)
+	return after.On && !before.On, err
+}
+
+// Unrelate is Relate's undoing (see Relate).
+func Unrelate(txn *badger.Txn, p int, k Kind, r Rel) (changed bool, since int64, err error) {
+	before, after, err := toggleLast(txn, p, k, r, false, 0)
+	return before.On && !after.On, before.Made.TS, err
+}
+
+// toggleLast toggles r at a place after every event its state keeps.
+func toggleLast(txn *badger.Txn, p int, k Kind, r Rel, on bool, ts int64) (before, after rel.State, err error) {
+	var st rel.State
+	if k == Like {
+		var heavy bool
+		l := NewLikes(p, nil)
+		rec, err := l.record(txn, r.A)
+		if err != nil {
+			return st, st, err
+		}
+		if heavy = rec.heavy; !heavy {
+			if i := rec.find(r.B); i >= 0 {
+				st = rec.list[i].State
+			}
+		}
+		if heavy {
+			st, err = getState(txn, relKey(p, k, r))
+		}
+		if err != nil {
+			return st, st, err
+		}
+	} else if st, err = getState(txn, relKey(p, k, r)); err != nil {
+		return st, st, err
+	}
+	last := max(st.Made.Place, st.Off)
+	for _, e := range st.Later {
+		last = max(last, e.Place)
+	}
+	before, after, _, err = Toggle(txn, p, k, r, on, rel.Event{Place: last + 1, TS: ts})
+	return before, after, err
 }
 
 // AddFollower adds r's follower to the object list of the followed user (r.B) in their
@@ -82,107 +207,6 @@ func AddFollower(txn *badger.Txn, p int, r Rel, ts int64) error {
 // DeleteFollower removes r's follower from the followed user's list (see AddFollower).
 func DeleteFollower(txn *badger.Txn, p int, r Rel, ts int64) error {
 	return txn.Delete(objectKey(p, Follow, r, max(ts, 0)))
-}
-
-// RelateAt is Relate for an event placed at seq in the events stream (see
-// pipeline.Event.Seq), which the relation keeps. When r exists already it reports the
-// place it keeps (0 for a relation made without one); an event placed before that
-// place takes it over, so that a relation stored twice is placed by its first copy in
-// the stream whichever copy was applied first.
-//
-// A like made here is a batch of its own (see Likes): the event stage batches them.
-func RelateAt(txn *badger.Txn, p int, k Kind, r Rel, ts int64, seq uint64) (changed bool, at uint64, err error) {
-	if k != Like {
-		return relateAt(txn, p, k, r, ts, seq)
-	}
-	l := NewLikes(p, nil)
-	l.merged = true
-	if changed, at, err = l.Like(txn, r.A, r.B, ts, seq); err != nil {
-		return false, 0, err
-	}
-	return changed, at, l.Flush(txn, seq)
-}
-
-// relateAt is RelateAt in relation keys: a relation key, and the subject's list key of
-// kinds with lists.
-func relateAt(txn *badger.Txn, p int, k Kind, r Rel, ts int64, seq uint64) (changed bool, at uint64, err error) {
-	if ts < 0 {
-		ts = 0
-	}
-	rk := relKey(p, k, r)
-	item, err := txn.Get(rk)
-	switch {
-	case err == nil:
-		v, err := item.ValueCopy(nil)
-		if err != nil {
-			return false, 0, err
-		}
-		if len(v) != 16 {
-			return false, 0, nil
-		}
-		at = binary.BigEndian.Uint64(v[8:])
-		if seq != 0 && seq < at {
-			binary.BigEndian.PutUint64(v[8:], seq)
-			err = txn.Set(rk, v)
-		}
-		return false, at, err
-	case !errors.Is(err, badger.ErrKeyNotFound):
-		return false, 0, err
-	}
-	v := binary.BigEndian.AppendUint64(nil, uint64(ts))
-	if seq != 0 {
-		v = binary.BigEndian.AppendUint64(v, seq)
-	}
-	if err := txn.Set(rk, v); err != nil {
-		return false, 0, err
-	}
-	if k.indexed() {
-		if err := txn.Set(subjectKey(p, k, r, ts), nil); err != nil {
-			return false, 0, err
-		}
-	}
-	return true, seq, nil
-}
-
-// Unrelate removes r from partition p if it exists; it reports whether anything changed
-// and, if so, the time the relation was made.
-func Unrelate(txn *badger.Txn, p int, k Kind, r Rel) (changed bool, since int64, err error) {
-	if k == Like {
-		l := NewLikes(p, nil)
-		if changed, since, err = l.Unlike(txn, r.A, r.B); err != nil {
-			return false, 0, err
-		}
-		return changed, since, l.Flush(txn, 0)
-	}
-	return unrelate(txn, p, k, r)
-}
-
-// unrelate is Unrelate in relation keys (see relateAt).
-func unrelate(txn *badger.Txn, p int, k Kind, r Rel) (changed bool, since int64, err error) {
-	rk := relKey(p, k, r)
-	item, err := txn.Get(rk)
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return false, 0, nil
-	} else if err != nil {
-		return false, 0, err
-	}
-	v, err := item.ValueCopy(nil)
-	if err != nil {
-		return false, 0, err
-	}
-	if len(v) != 8 && len(v) != 16 { // time, and place when made with one
-		return false, 0, fmt.Errorf("%w: relation value of %d bytes", ErrCorrupt, len(v))
-	}
-	ts := int64(binary.BigEndian.Uint64(v))
-	if err := txn.Delete(rk); err != nil {
-		return false, 0, err
-	}
-	if k.indexed() {
-		if err := txn.Delete(subjectKey(p, k, r, ts)); err != nil {
-			return false, 0, err
-		}
-	}
-	return true, ts, nil
 }
 
 // Objects calls fn for the objects of subject a, of partition p (whom a follows, what a
@@ -226,13 +250,11 @@ func Related(db *DB, p int, k Kind, a uint64, bs []uint64) ([]bool, error) {
 // relatedKeys sets out[i] when the relation key (a, bs[i]) exists.
 func relatedKeys(txn *badger.Txn, p int, k Kind, a uint64, bs []uint64, out []bool) error {
 	for i, b := range bs {
-		_, err := txn.Get(relKey(p, k, Rel{A: a, B: b}))
-		switch {
-		case err == nil:
-			out[i] = true
-		case !errors.Is(err, badger.ErrKeyNotFound):
+		st, err := getState(txn, relKey(p, k, Rel{A: a, B: b}))
+		if err != nil {
 			return err
 		}
+		out[i] = st.On
 	}
 	return nil
 }
@@ -351,15 +373,26 @@ func CountRelations(db *DB, parts []int, posts, users []uint64) (Recount, error)
 // countComments adds partition p's comments of the posts at lists the places of.
 func countComments(txn *badger.Txn, p int, at map[uint64][]int, comments []uint64) error {
 	prefix := relPrefix(nsRelation, p, Comment)
-	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
 	defer it.Close()
 	for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
 		kb := it.Item().Key()
 		if len(kb) != relLen {
 			return fmt.Errorf("%w: comment relation key of %d bytes", ErrCorrupt, len(kb))
 		}
-		for _, i := range at[u64at(kb, relOff+8)] {
-			comments[i]++
+		is := at[u64at(kb, relOff+8)]
+		if len(is) == 0 {
+			continue
+		}
+		var st rel.State
+		err := it.Item().Value(func(v []byte) (err error) { st, err = rel.Unmarshal(v); return err })
+		if err != nil {
+			return fmt.Errorf("%w: comment relation %x: %w", ErrCorrupt, kb, err)
+		}
+		for _, i := range is {
+			if st.On {
+				comments[i]++
+			}
 		}
 	}
 	return nil
@@ -390,16 +423,16 @@ func SampleRelated(db *DB, p int, k Kind, bySubject bool, n int, rand func() uin
 	if !k.indexed() {
 		return nil, fmt.Errorf("relation kind %c has no index to sample", k)
 	}
-	ns, keyLen := byte(nsByObject), indexLen
+	ns, keyLen, kind := byte(nsByObject), indexLen, k
 	switch {
 	case k == Like && bySubject:
-		ns, keyLen = nsLikes, relOff+8
+		ns, keyLen, kind = nsLikes, relOff+8, recordKind
 	case k == Like:
 		ns, keyLen = nsLikers, chunkLen
 	case bySubject:
 		ns = nsBySubject
 	}
-	prefix := relPrefix(ns, p, k)
+	prefix := relPrefix(ns, p, kind)
 	seen := map[uint64]bool{}
 	var out []uint64
 	err := db.db.View(func(txn *badger.Txn) error {

@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/tally-dev/tally/store/rel"
 )
 
 // Unread state that is not a counter. Everything is keyed by the events' places in the
@@ -340,12 +342,19 @@ func IndexFollows(db *DB, p int, batch int) (int, error) {
 		return err
 	}
 	err := db.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: false})
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
 		defer it.Close()
 		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
 			k := it.Item().Key()
 			if len(k) != relLen {
 				continue
+			}
+			var st rel.State
+			if err := it.Item().Value(func(v []byte) (err error) { st, err = rel.Unmarshal(v); return err }); err != nil {
+				return fmt.Errorf("%w: follow %x: %w", ErrCorrupt, k, err)
+			}
+			if !st.On {
+				continue // undone: a tombstone
 			}
 			pending = append(pending, [2]uint64{u64at(k, relOff), u64at(k, relOff+8)})
 			if len(pending) == batch {
