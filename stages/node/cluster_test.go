@@ -59,10 +59,9 @@ func TestNATSClusterServerLoss(t *testing.T) {
 		t.Fatalf("events stream on a 3-server cluster: %v replicas, %v", st.CachedInfo().Config.Replicas, err)
 	}
 	g := &gen{r: rand.New(rand.NewPCG(31, 32)), users: 600, posts: 500}
-	ref := newModel()
 	stopAt := total * 2 / 3 // events left when a server stops
 	for chunk, stopped := 0, false; total > 0; chunk++ {
-		evs := g.chunk(ref, &total, 300, 300)
+		evs := g.chunk(&total, 300, 300)
 		if !stopped && total <= stopAt {
 			stopped = true
 			t.Logf("stopping server %s at chunk %d", cl.Servers[0].Name(), chunk)
@@ -80,7 +79,7 @@ func TestNATSClusterServerLoss(t *testing.T) {
 		}
 		return h.OK, fmt.Sprint(h.Lagging)
 	})
-	compare(t, c, ref, g)
+	compare(t, c, g)
 }
 
 // publishRetrying publishes a batch until it is acknowledged, with the same tx each

@@ -140,7 +140,6 @@ func TestCrashKill9(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := &gen{r: rand.New(rand.NewPCG(21, 22)), users: 800, posts: 600}
-	ref := newModel()
 	// Kills are placed among the chunks, each a few milliseconds after a publish, so
 	// they land while the process is consuming, committing, checkpointing, publishing.
 	chunks := total / 600
@@ -152,7 +151,7 @@ func TestCrashKill9(t *testing.T) {
 	killed := 0
 	ctx := context.Background()
 	for chunk := 0; total > 0; chunk++ {
-		evs := g.chunk(ref, &total, 400, 400)
+		evs := g.chunk(&total, 400, 400)
 		if killAt[chunk] {
 			killer.Wait()
 			killed++
@@ -181,7 +180,7 @@ func TestCrashKill9(t *testing.T) {
 		}
 		return h.OK, fmt.Sprint(h.Lagging)
 	})
-	compare(t, c, ref, g)
+	compare(t, c, g)
 	// Restarts loaded RAM from snapshots and journals, and no snapshot was ever unusable.
 	logs := ch.stderr.String()
 	if n := strings.Count(logs, "source=snapshot"); n == 0 || strings.Contains(logs, "snapshot not used") {

@@ -103,7 +103,6 @@ func TestFailover(t *testing.T) {
 	}
 
 	g := &gen{r: rand.New(rand.NewPCG(41, 42)), users: 500, posts: 400}
-	ref := newModel()
 	killAt, killed, backedUp := total/2, time.Time{}, false
 	js, _ := jetstream.New(nc)
 	logs, err := js.Stream(ctx, "TALLY_LOG")
@@ -111,7 +110,7 @@ func TestFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	for chunk := 0; total > 0; chunk++ {
-		evs := g.chunk(ref, &total, 300, 300)
+		evs := g.chunk(&total, 300, 300)
 		if killed.IsZero() && total <= killAt {
 			if !backedUp {
 				// The first has stored a backup; a few more chunks go after it, then the kill.
@@ -158,7 +157,7 @@ func TestFailover(t *testing.T) {
 		t.Fatalf("no partition taken over warm (last takeovers from %q and %q), want from standbys", others[0].Takeover(), others[1].Takeover())
 	}
 	waitCaughtUp(t, c)
-	compare(t, c, ref, g)
+	compare(t, c, g)
 	a, b := others[0].Parts(), others[1].Parts()
 	if len(a)+len(b) != partitions || len(a) < partitions/2 || len(b) < partitions/2 {
 		t.Fatalf("the survivors own partitions %v and %v, want all %d spread evenly", a, b, partitions)

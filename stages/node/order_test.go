@@ -3,131 +3,13 @@ package node_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/stages/node"
 )
-
-// orderModel is unread by the events stream's order: each event takes effect at its
-// place in the stream (stream sequence, then index in a batch), whichever partition
-// applies it and whenever.
-type orderModel struct {
-	streamUnread
-	pos   int
-	likes map[[2]uint64]bool
-	notif map[uint64]*[4]uint64 // comment, mention, like, dm
-}
-
-func newOrderModel() *orderModel {
-	return &orderModel{likes: map[[2]uint64]bool{}, notif: map[uint64]*[4]uint64{}, streamUnread: newStreamUnread()}
-}
-
-func (m *orderModel) apply(e pipeline.Event) {
-	m.pos++
-	uid, target := uint64(e.UID), uint64(e.Target)
-	bump := func(who uint64, k int) {
-		if m.notif[who] == nil {
-			m.notif[who] = new([4]uint64)
-		}
-		m.notif[who][k]++
-	}
-	switch e.Type {
-	case "like":
-		if !m.likes[[2]uint64{uid, uint64(e.Post)}] {
-			m.likes[[2]uint64{uid, uint64(e.Post)}] = true
-			if e.Owner != 0 && e.Owner != e.UID {
-				bump(uint64(e.Owner), 2)
-			}
-		}
-	case "comment":
-		if e.Owner != 0 && e.Owner != e.UID {
-			bump(uint64(e.Owner), 0)
-		}
-	case "mention", "dm":
-		if uid != target {
-			bump(target, map[string]int{"mention": 1, "dm": 3}[e.Type])
-		}
-	case "system":
-		m.system++
-	case "follow":
-		if _, ok := m.followed[[2]uint64{uid, target}]; !ok {
-			m.followed[[2]uint64{uid, target}] = m.pos
-		}
-	case "unfollow":
-		delete(m.followed, [2]uint64{uid, target})
-	case "post":
-		m.posted[uid] = append(m.posted[uid], m.pos)
-	case "read":
-		kinds := e.Kinds
-		if len(kinds) == 0 {
-			kinds = pipeline.UnreadKinds()
-		}
-		for _, k := range kinds {
-			switch k {
-			case "feed":
-				m.feedRead[uid] = m.pos
-			case "system":
-				m.sysSeen[uid] = m.system
-			default:
-				if m.notif[uid] != nil {
-					m.notif[uid][map[string]int{"comment": 0, "mention": 1, "like": 2, "dm": 3}[k]] = 0
-				}
-			}
-		}
-	}
-}
-
-func (m *orderModel) want(u uint64) pipeline.Unread { return m.counts(u, m.notif[u]) }
-
-// replayStored applies to m, in the stream's order, every event stored by a producer
-// message whose id starts with prefix (what Tally hands between partitions is skipped).
-func replayStored(t *testing.T, js jetstream.JetStream, sj pipeline.Subjects, prefix string, m *orderModel) {
-	t.Helper()
-	ctx := context.Background()
-	st, err := js.Stream(ctx, sj.EventsStream())
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cons, err := js.OrderedConsumer(ctx, sj.EventsStream(), jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for seq := uint64(0); seq < info.State.LastSeq; {
-		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for msg := range batch.Messages() {
-			n++
-			md, _ := msg.Metadata()
-			seq = md.Sequence.Stream
-			if !strings.HasPrefix(msg.Headers().Get(jetstream.MsgIDHeader), prefix) {
-				continue
-			}
-			parts := strings.Split(msg.Subject(), ".")
-			evs, _, err := pipeline.DecodeEvents(parts[len(parts)-2], msg.Data(), msg.Headers(), pipeline.DefaultFamilies())
-			if err != nil {
-				t.Fatalf("stored event at %d: %v", seq, err)
-			}
-			for _, e := range evs {
-				m.apply(e)
-			}
-		}
-		if n == 0 {
-			t.Fatalf("events stream read up to %d of %d", seq, info.State.LastSeq)
-		}
-	}
-}
 
 // TestUnreadByStreamOrder holds one partition back (a backlog published into it first)
 // so that events stored before others are applied after them, across partitions: a
@@ -224,14 +106,13 @@ func TestUnreadByStreamOrder(t *testing.T) {
 			single(pipeline.Event{Type: "unfollow", UID: pipeline.ID(fans[0]), Target: pipeline.ID(author)})
 		}
 		waitCaughtUp(t, c)
-		m := newOrderModel()
-		replayStored(t, js, c.Subjects(), "ord.", m)
+		m := storedModel(t, c)
 		got, err := c.UnreadMany(ctx, users...)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i, u := range users {
-			if w := m.want(u); got[i] != w {
+			if w := m.Unread(u); got[i] != w {
 				t.Errorf("round %d: unread of %d = %+v, stream order %+v", round, u, got[i], w)
 			}
 		}

@@ -108,7 +108,6 @@ func TestNATSRestart(t *testing.T) {
 	}
 	seed := uint64(envInt("TALLY_OUTAGE_SEED", 31))
 	g := &gen{r: rand.New(rand.NewPCG(seed, 32)), users: 600, posts: 500}
-	ref := newModel()
 	chunks := total / 500
 	outageAt := map[int]bool{}
 	for len(outageAt) < outages { // spread out, so each outage ends before the next
@@ -118,7 +117,7 @@ func TestNATSRestart(t *testing.T) {
 	ctx := context.Background()
 	retries, done := 0, 0
 	for chunk := 0; total > 0; chunk++ {
-		evs := g.chunk(ref, &total, 300, 400)
+		evs := g.chunk(&total, 300, 400)
 		if outageAt[chunk] {
 			outage.Wait()
 			done++
@@ -183,7 +182,7 @@ func TestNATSRestart(t *testing.T) {
 		}
 		return h.OK, fmt.Sprint(h.Lagging)
 	})
-	compare(t, c, ref, g)
+	compare(t, c, g)
 	select {
 	case <-n.Failed():
 		t.Fatal("the node stopped a partition")

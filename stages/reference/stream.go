@@ -1,0 +1,100 @@
+package reference
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tally-dev/tally/pipeline"
+)
+
+// Stored reads the whole events stream of sj in order and applies to m every event a
+// producer stored whose message id starts with prefix ("" for all), as the event stage
+// reads it: a message's events are placed at its stream sequence and their index
+// (pipeline.SeqOf), timed by their ts or else the time the stream stored them; invalid
+// ones are counted in m.Invalid. Tally's own messages on the events subjects (hop
+// batches) are skipped. each, when not nil, is told of every producer message read,
+// with how many of its events are valid and invalid. It returns the number of producer
+// messages read.
+func (m *Model) Stored(ctx context.Context, js jetstream.JetStream, sj pipeline.Subjects, prefix string, each func(msg jetstream.Msg, valid, invalid int)) (int, error) {
+	st, err := js.Stream(ctx, sj.EventsStream())
+	if err != nil {
+		return 0, err
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	last := info.State.LastSeq
+	cons, err := js.OrderedConsumer(ctx, sj.EventsStream(), jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return 0, err
+	}
+	msgs := 0
+	for seq := uint64(0); seq < last; {
+		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return msgs, err
+		}
+		n := 0
+		for msg := range batch.Messages() {
+			n++
+			md, err := msg.Metadata()
+			if err != nil {
+				return msgs, err
+			}
+			seq = md.Sequence.Stream
+			parts := strings.Split(msg.Subject(), ".") // <prefix>.ep.<p>.<type>.<key>
+			typ := parts[len(parts)-2]
+			id := msg.Headers().Get(jetstream.MsgIDHeader)
+			if typ == pipeline.TypeHop || !strings.HasPrefix(id, prefix) {
+				continue
+			}
+			msgs++
+			valid, invalid, err := m.storedMsg(typ, msg, seq, md.Timestamp)
+			if err != nil {
+				return msgs, fmt.Errorf("stored message %d: %w", seq, err)
+			}
+			if each != nil {
+				each(msg, valid, invalid)
+			}
+		}
+		if batch.Error() != nil {
+			return msgs, batch.Error()
+		}
+		if n == 0 {
+			return msgs, fmt.Errorf("events stream read up to %d of %d", seq, last)
+		}
+	}
+	return msgs, nil
+}
+
+// storedMsg applies one producer message stored at seq, as the event stage decodes it,
+// and returns how many of its events were valid and invalid.
+func (m *Model) storedMsg(typ string, msg jetstream.Msg, seq uint64, stored time.Time) (valid, invalid int, err error) {
+	batch := typ == pipeline.TypeBatch || typ == pipeline.TypeAdminBatch
+	noID := msg.Headers().Get(jetstream.MsgIDHeader) == ""
+	evs, bad, err := pipeline.DecodeEvents(typ, msg.Data(), msg.Headers(), m.fams)
+	if err == nil && noID && (batch || evs[0].Tx == "") {
+		err = fmt.Errorf("no transaction id")
+	}
+	if err != nil {
+		m.Invalid++
+		return 0, 1, nil
+	}
+	m.Invalid += len(bad)
+	for i := range evs {
+		e := evs[i]
+		e.Seq, e.Local = pipeline.SeqOf(seq, i), false
+		if e.TS == 0 {
+			e.TS = stored.UnixMilli()
+		}
+		if err := m.Apply(e); err != nil {
+			return 0, 0, err
+		}
+	}
+	return len(evs), len(bad), nil
+}
