@@ -228,3 +228,114 @@ func TestAuditUnderLoad(t *testing.T) {
 	}
 	t.Logf("%d batches of 50 likes published during the audit", during)
 }
+
+// TestAuditFollowInFlight: a follow and an unfollow whose hops to the followed users'
+// partition are stored but not applied there (the partition held back, as a backlog
+// holds it) are counts in flight, not drift: a repairing audit skips both followed
+// users and repairs nothing, and once the hops land each follower counter equals its
+// list — a repair of the follow in flight would have left the counter at 0 against a
+// list of 1, and the unfollow's at 1 against 0. A like handed to the held partition in
+// an unsplit batch has changed neither its count nor its likers yet: its post is
+// checked, not skipped.
+func TestAuditFollowInFlight(t *testing.T) {
+	const parts = 4 // startNode's
+	target := uint64(1)
+	q := pipeline.PartitionOf(pipeline.ID(target), parts)
+	// from is the first id from from that is in partition q, or not.
+	from := func(id uint64, inQ bool) uint64 {
+		for (pipeline.PartitionOf(pipeline.ID(id), parts) == q) != inQ {
+			id++
+		}
+		return id
+	}
+	target2, follower, follower2 := from(target+1, true), from(100, false), from(200, false)
+	liker, post := from(300, true), from(1000, false)
+	var gate atomic.Pointer[chan struct{}] // closed to let partition q go on
+	n, c := startNode(t, func(cfg *node.Config) {
+		cfg.HoldEvents = func(p int) {
+			if g := gate.Load(); g != nil && p == q {
+				<-*g
+			}
+		}
+	})
+	release := func() {
+		if g := gate.Swap(nil); g != nil {
+			close(*g)
+		}
+	}
+	t.Cleanup(release) // before the node closes
+	ctx := context.Background()
+	nc, err := nats.Connect(n.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	followers := func(uid uint64) ([]uint64, uint64) {
+		t.Helper()
+		page, err := c.List(ctx, client.Followers, uid, 10, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := c.Get(ctx, "user", uid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return page.IDs, r.Counts[0][0]
+	}
+	settled := func(what string, uid uint64, list []uint64, counter uint64) {
+		t.Helper()
+		eventually(t, what, func() (bool, string) {
+			l, n := followers(uid)
+			return slices.Equal(l, list) && n == counter, fmt.Sprintf("followers of %d: list %v, counter %d", uid, l, n)
+		})
+	}
+	if err := c.Publish(ctx, pipeline.Event{Type: "follow", UID: pipeline.ID(follower2), Target: pipeline.ID(target2), Tx: "f2"}); err != nil {
+		t.Fatal(err)
+	}
+	settled("the first follow", target2, []uint64{follower2}, 1)
+
+	ch := make(chan struct{})
+	gate.Store(&ch)
+	if err := c.Publish(ctx, pipeline.Event{Type: "follow", UID: pipeline.ID(follower), Target: pipeline.ID(target), Tx: "f1"},
+		pipeline.Event{Type: "unfollow", UID: pipeline.ID(follower2), Target: pipeline.ID(target2), Tx: "u2"}); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := pipeline.Marshal(&pipeline.Batch{Events: []pipeline.Event{{Type: "like", UID: pipeline.ID(liker), Post: pipeline.ID(post)}}}, false)
+	if _, err := js.Publish(ctx, c.Subjects().Event(pipeline.TypeBatch, pipeline.ID(follower)), data, jetstream.WithMsgID("l1")); err != nil {
+		t.Fatal(err) // an unsplit batch: applied in follower's partition, which hands the like to q
+	}
+	// The counters moved in the followers' partitions; the lists wait in partition q.
+	settled("the follow's counter", target, nil, 1)
+	settled("the unfollow's counter", target2, []uint64{follower2}, 0)
+
+	req := fmt.Sprintf(`{"posts":[%d],"users":[%d,%d,%d,%d],"repair":true}`, post, follower, target, follower2, target2)
+	r := auditReq(t, nc, req)
+	var skipped []uint64
+	for _, s := range r.Skipped {
+		if strings.Contains(s.Reason, "in flight") {
+			skipped = append(skipped, uint64(s.ID))
+		}
+	}
+	if r.Error != "" || len(r.Drift) != 0 || !slices.Equal(skipped, []uint64{target, target2}) || len(r.Skipped) != 2 || r.Checked != 6 {
+		t.Errorf("audit while the hops to partition %d are in flight = %+v\nwant users %d and %d skipped in flight, the post's and the followers' 6 counters checked, no drift",
+			q, r, target, target2)
+	}
+
+	release()
+	waitCaughtUp(t, c)
+	checkCounts(t, c, "user", []uint64{target, target2}, [][]uint64{{1, 0, 0}, {0, 0, 0}})
+	checkCounts(t, c, "post", []uint64{post}, [][]uint64{{1, 0, 0, 0}})
+	if l, _ := followers(target); !slices.Equal(l, []uint64{follower}) {
+		t.Errorf("followers of %d = %v, want [%d]", target, l, follower)
+	}
+	if l, _ := followers(target2); len(l) != 0 {
+		t.Errorf("followers of %d = %v, want none", target2, l)
+	}
+	if r := auditReq(t, nc, strings.Replace(req, `,"repair":true`, "", 1)); r.Error != "" || len(r.Drift) != 0 || len(r.Skipped) != 0 || r.Checked != 10 {
+		t.Errorf("audit once the hops landed = %+v, want no drift, nothing skipped", r)
+	}
+}

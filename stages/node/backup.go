@@ -83,7 +83,7 @@ func (n *Node) startStage(ctx context.Context, pt *part) error {
 	if n.backups != nil { // the state moves between processes: log every transaction
 		ec.Log, ec.Owner, ec.Valid = true, pt.lease.Token(), pt.lease.Valid
 	}
-	st, err := event.New(ec, n.js, n.db, n.log, n.EventStats)
+	st, err := event.New(ec, n.stageJS(p), n.db, n.log, n.EventStats)
 	if err != nil {
 		return err
 	}

@@ -100,6 +100,11 @@ type Config struct {
 	// see hop.ParseFaults): the chaos test's way to fail, delay and reorder internal
 	// publishes in a real process. Empty (always, in production) injects nothing.
 	PublishFaults string
+	// HoldEvents, for tests only, is called with the partition before an event stage
+	// takes each message from the events stream, which it holds back while it blocks: a
+	// partition seconds behind without the backlog. Nil (always, in production) holds
+	// nothing.
+	HoldEvents func(p int)
 	// StandbyCheck, for tests only, is how often a standby looks at its partition's
 	// backups (0: a quarter of BackupEvery, at most a second). Longer than BackupEvery,
 	// standbys miss backups and start again from the newest, as a stalled one would.

@@ -24,15 +24,19 @@ import (
 // read by a normal get.
 //
 // A count in flight is not drift: a like committed by a stage reaches its counter a
-// moment later. So each attempt reads the relations (R1), waits until every event stage
-// has published what it had committed and the ids' counter partitions have applied
-// those deltas (then the counters include everything R1 saw; see settle, which needs no
-// idle moment, so that an audit works under load), reads the counters (C)
-// and the relations again (R2). An id whose R1 and R2 differ is moving; one whose
-// counters equal R is exact; one that differs is drift only when the next attempt finds
-// the very same pair of values — a like and its unlike between R1 and R2 could make one
+// moment later, and a follow reaches the followed user's follower list only when the hop
+// carrying it is applied in that user's partition, which may lag by seconds. So each
+// attempt reads the relations (R1), waits until every event stage has published what it
+// had committed, the ids' counter partitions have applied those deltas, and the users'
+// partitions have applied the hops sent to them by then (then the counters and the
+// relations both include everything R1 saw; see settle, which needs no idle moment, so
+// that an audit works under load), reads the counters (C) and the relations again (R2).
+// An id whose partitions did not get there is read again in the next attempt; one whose
+// R1 and R2 differ is moving; one whose counters equal R is exact; one that differs is
+// drift only when the next attempt finds the very same pair of values — a like and its
+// unlike between R1 and R2, or a follow committed after the settle began, could make one
 // attempt look wrong, not two in a row. What stays unsettled after the last attempt is
-// skipped, with the reason, never reported as drift.
+// skipped, with the reason, never reported as drift, never repaired.
 
 // Audit tuning: bounds, not estimates — an audit that cannot settle skips rather than
 // waiting longer.
@@ -52,6 +56,7 @@ const (
 	skipMoving      = "its relations changed while it was read (a count in flight)"
 	skipUnconfirmed = "its counter differed once but not the same way twice (a count in flight)"
 	skipLagging     = "its partitions did not catch up"
+	skipInFlight    = "a follow or unfollow of it is in flight: its partition has not applied every hop sent to it yet (a count in flight)"
 	skipUnavailable = "its counter partition is unavailable (hand-over?)"
 )
 
@@ -267,31 +272,42 @@ func (s *Server) compare(ctx context.Context, groups []*audited, reply *pipeline
 		if err != nil {
 			return err
 		}
-		if ok, err := s.settle(ctx, subs); err != nil {
+		why, err := s.settle(ctx, subs)
+		if err != nil {
 			return err
-		} else if !ok {
-			for _, b := range batches {
-				for _, u := range b.units {
-					u.why = skipLagging
+		}
+		if ctx.Err() != nil { // no time left to read: an id not settled says why
+			for k, b := range batches {
+				for j, u := range b.units {
+					if why[k][j] != "" {
+						u.why = why[k][j]
+					}
 				}
 			}
-			continue
+			break
 		}
 		var next []*batch
 		for k, b := range batches {
 			g := subs[k]
-			counts, _, err := s.counts(ctx, g.fam, g.ids)
-			if errors.Is(err, errUnavailable) {
-				counts = make([][]uint64, len(g.ids)) // no partition answered: every id unavailable
-			} else if err != nil {
-				return err
-			}
-			r2, err := s.recount(ctx, []*audited{g})
-			if err != nil {
-				return err
+			var counts [][]uint64
+			var r2 [][][]uint64
+			if slices.Contains(why[k], "") { // some ids settled: read them
+				if counts, _, err = s.counts(ctx, g.fam, g.ids); errors.Is(err, errUnavailable) {
+					counts = make([][]uint64, len(g.ids)) // no partition answered: every id unavailable
+				} else if err != nil {
+					return err
+				}
+				if r2, err = s.recount(ctx, []*audited{g}); err != nil {
+					return err
+				}
 			}
 			left := &batch{g: b.g}
 			for j, u := range b.units {
+				if why[k][j] != "" { // read again, what it saw forgotten: "in a row" is of settled attempts
+					u.why, u.seen = why[k][j], nil
+					left.units = append(left.units, u)
+					continue
+				}
 				if counts[j] == nil {
 					u.why, u.seen = skipUnavailable, nil
 					left.units = append(left.units, u)

@@ -110,6 +110,7 @@ const (
 	evRecount = "recount" // p's share of the relations of posts IDs and users Users
 	evSample  = "sample"  // up to Limit ids of each kind with relations in p, for an audit
 	evSettle  = "settle"  // has p's stage published what it had committed (see settle.go)?
+	evHops    = "hops"    // the hop batches p has sent to each partition and applied of each (settle.go)
 )
 
 // evRequest is a query of one event partition; each kind reads the fields it names.
@@ -153,6 +154,10 @@ type evReply struct {
 	Done      bool     `json:"done,omitempty"`
 	Error     string   `json:"error,omitempty"`
 	Code      string   `json:"code,omitempty"`
+	// Hops: the last hop batch sent to each partition, and applied, with every one
+	// before it, of each (cold.StageHops).
+	Sent    map[uint32]uint64 `json:"sent,omitempty"`
+	Applied map[uint32]uint64 `json:"applied,omitempty"`
 }
 
 // ev answers a query of event partition p: from this process's Badger when p is
@@ -301,6 +306,12 @@ func (s *Server) evLocal(ctx context.Context, p int, st Stage, kind string, req 
 		return s.sample(p, req.Limit)
 	case evSettle:
 		return s.stageSettled(ctx, p, st, req)
+	case evHops:
+		sent, applied, err := cold.StageHops(s.db, p)
+		if err != nil {
+			return nil, fmt.Errorf("cannot read the hop marks of event partition %d: %w", p, err)
+		}
+		return &evReply{Sent: sent, Applied: applied}, nil
 	}
 	return nil, fmt.Errorf("%w: unknown query %q of an event partition", pipeline.ErrBadRequest, kind)
 }

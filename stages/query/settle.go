@@ -18,17 +18,30 @@ import (
 // it has applied (a counter.Worker in this process).
 type positioned interface{ Position() uint64 }
 
-// settle waits, up to settleWait, until everything the event stages had committed when
-// it was called is applied by the counter partitions of the groups' ids; it reports
-// whether it is. It needs no instant at which the partitions are idle, which a steady
-// load would rarely offer. First every event partition, here or asked of its owner on
-// its part.ev subject (see stageSettled): done once every outbox entry its stage had
-// written when settle began is acknowledged (the entries are deleted from Badger in its
-// next transaction), or once it is seen caught up (idle, nothing unacknowledged) — then
-// what it had committed is in the streams. A partition owned by no process is not done.
-// Then each counter partition: done once it has applied its deltas stream up to the last
-// sequence stored by then, or, owned by another process, once it is seen caught up.
-func (s *Server) settle(ctx context.Context, groups []*audited) (bool, error) {
+// settle waits, up to settleWait, until the counters and the relations of the groups'
+// ids both hold everything the event stages had committed when it was called, and says,
+// per group and id, why one is not settled ("" once it is). It needs no instant at which
+// the partitions are idle, which a steady load would rarely offer. It waits for three
+// things, each asked of the partition here or of its owner on its part.ev subject:
+//
+//   - every event stage has published what it had committed (see stageSettled): done
+//     once every outbox entry it had written when settle began is acknowledged (the
+//     entries are deleted from Badger in its next transaction), or once it is seen caught
+//     up (idle, nothing unacknowledged). Until all are, no id is settled: any stage may
+//     hold a delta of any id. A partition owned by no process is not done.
+//   - then each id's counter partition: done once it has applied its deltas stream up to
+//     the last sequence stored by then, or, owned by another process, once it is seen
+//     caught up.
+//   - for a user, every hop batch that each other partition had sent, when settle began,
+//     to the user's partition is applied there (hopsApplied). A follow changes the
+//     follower's following list and both counters in the follower's partition, but the
+//     followed user's follower list only where the hop carrying it is applied: acknowledged
+//     is not applied, and a partition behind on its stream leaves it in flight for as long
+//     as it lags. Posts need no such wait: a like or a comment changes its relation and
+//     makes its delta in one transaction of the user's partition (one that came in another
+//     partition's batch is handed there first, and until then neither has changed); the
+//     owner's notification it hands on is not audited.
+func (s *Server) settle(ctx context.Context, groups []*audited) ([][]string, error) {
 	deadline := time.Now().Add(settleWait)
 	// Each poll's asks end by the deadline: an owner that does not answer is waited for
 	// no longer than a lagging one.
@@ -44,14 +57,23 @@ func (s *Server) settle(ctx context.Context, groups []*audited) (bool, error) {
 		target uint64 // deltas stream sequence to reach; 0 until the stages are done
 	}
 	var parts []*partWait
+	hops := &hopWait{} // the event partitions of the users, whose follower lists hops change
 	for _, g := range groups {
 		for _, id := range g.ids {
 			pt := &partWait{family: g.fam.Name, p: pipeline.PartitionOf(id, s.cfg.Partitions)}
 			if !slices.ContainsFunc(parts, func(o *partWait) bool { return *o == *pt }) {
 				parts = append(parts, pt)
 			}
+			if g.fam.Name == pipeline.FamilyUser && !slices.Contains(hops.left, pt.p) {
+				hops.left = append(hops.left, pt.p)
+			}
 		}
 	}
+	if len(hops.left) > 0 {
+		hops.sent = make([]map[uint32]uint64, s.cfg.Partitions)
+		hops.known = make([]bool, s.cfg.Partitions)
+	}
+	stagesDone := false
 	for {
 		var wg sync.WaitGroup
 		for p, req := range stages {
@@ -69,10 +91,12 @@ func (s *Server) settle(ctx context.Context, groups []*audited) (bool, error) {
 				}
 			})
 		}
+		s.askHops(askCtx, hops, &wg)
 		wg.Wait()
+		s.hopsApplied(askCtx, hops)
 		// The counters only once every stage is done: then what the stages had
 		// committed is in the deltas stream.
-		if !slices.ContainsFunc(stages, func(r *evRequest) bool { return r != nil }) {
+		if stagesDone = !slices.ContainsFunc(stages, func(r *evRequest) bool { return r != nil }); stagesDone {
 			var err error
 			parts = slices.DeleteFunc(parts, func(pt *partWait) bool {
 				if err != nil {
@@ -83,21 +107,87 @@ func (s *Server) settle(ctx context.Context, groups []*audited) (bool, error) {
 				return done
 			})
 			if err != nil {
-				return false, err
-			}
-			if len(parts) == 0 {
-				return true, nil
+				return nil, err
 			}
 		}
-		if time.Now().After(deadline) {
-			return false, nil
-		}
-		select {
-		case <-ctx.Done():
-			return false, nil
-		case <-time.After(settlePoll):
+		if stagesDone && len(parts) == 0 && len(hops.left) == 0 || time.Now().After(deadline) || !pause(ctx, settlePoll) {
+			break
 		}
 	}
+	why := make([][]string, len(groups))
+	for k, g := range groups {
+		why[k] = make([]string, len(g.ids))
+		for j, id := range g.ids {
+			p := pipeline.PartitionOf(id, s.cfg.Partitions)
+			switch {
+			case !stagesDone || slices.ContainsFunc(parts, func(pt *partWait) bool { return pt.family == g.fam.Name && pt.p == p }):
+				why[k][j] = skipLagging
+			case g.fam.Name == pipeline.FamilyUser && slices.Contains(hops.left, p):
+				why[k][j] = skipInFlight
+			}
+		}
+	}
+	return why, nil
+}
+
+// hopWait is what a settle waits for of the hop batches: that each event partition in
+// left has applied what every other had sent to it when the settle began (sent[p], read
+// once, known[p] once it is).
+type hopWait struct {
+	left  []int
+	sent  []map[uint32]uint64
+	known []bool
+}
+
+// askHops asks on wg, while hops are waited for, each partition whose sent is not known
+// yet what it has sent to the others (an owner that does not answer, or does not know
+// the question, is asked again at the next poll).
+func (s *Server) askHops(ctx context.Context, hops *hopWait, wg *sync.WaitGroup) {
+	if len(hops.left) == 0 {
+		return
+	}
+	for p, known := range hops.known {
+		if known {
+			continue
+		}
+		wg.Go(func() {
+			if r, err := s.ev(ctx, p, evHops, &evRequest{}); err == nil {
+				hops.sent[p], hops.known[p] = r.Sent, true
+			}
+		})
+	}
+}
+
+// hopsApplied removes from hops.left each partition that has applied every hop batch
+// the others had sent to it, once what they had sent is known.
+func (s *Server) hopsApplied(ctx context.Context, hops *hopWait) {
+	if len(hops.left) == 0 || slices.Contains(hops.known, false) {
+		return
+	}
+	done := make([]bool, len(hops.left))
+	var wg sync.WaitGroup
+	for i, q := range hops.left {
+		wg.Go(func() {
+			r, err := s.ev(ctx, q, evHops, &evRequest{})
+			if err != nil {
+				return
+			}
+			for src, sent := range hops.sent {
+				if src != q && sent[uint32(q)] > r.Applied[uint32(src)] {
+					return
+				}
+			}
+			done[i] = true
+		})
+	}
+	wg.Wait()
+	left := hops.left[:0]
+	for i, q := range hops.left {
+		if !done[i] {
+			left = append(left, q)
+		}
+	}
+	hops.left = left
 }
 
 // counterSettled reports whether counter partition family/p has applied its deltas
@@ -160,4 +250,14 @@ func (s *Server) stageSettled(ctx context.Context, p int, st Stage, req *evReque
 		done = err == nil && b.Msgs == 0
 	}
 	return &evReply{Last: last, Done: done}, nil
+}
+
+// pause waits d, or until ctx ends; it reports whether ctx is still live.
+func pause(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
 }

@@ -30,3 +30,30 @@ func StageOutbox(db *DB, p int) (last, oldest uint64, err error) {
 	})
 	return last, oldest, err
 }
+
+// StageHops tells where event-stage partition p stands with the hop batches between
+// partitions, for an audit that must know when what one partition handed to another is
+// applied there: sent is the last hop batch sequence it sent to each other partition
+// (StageState.HopSeqs), applied the last one it has applied, with every one before, of
+// each other partition (StageState.Hops' Through; a batch held above a gap is not). It
+// decodes neither the held batches' payloads nor the rest of the state.
+func StageHops(db *DB, p int) (sent, applied map[uint32]uint64, err error) {
+	var st struct { // StageState's hop fields, by the same names
+		HopSeqs map[uint32]uint64 `msgpack:"hop_seqs"`
+		Hops    map[uint32]struct {
+			Through uint64 `msgpack:"t"`
+		} `msgpack:"hops"`
+	}
+	err = db.db.View(func(txn *badger.Txn) error {
+		_, err := getValue(txn, stageKey(p), &st, fmt.Sprintf("stage %d state", p))
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	applied = make(map[uint32]uint64, len(st.Hops))
+	for src, m := range st.Hops {
+		applied[src] = m.Through
+	}
+	return st.HopSeqs, applied, nil
+}

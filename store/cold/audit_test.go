@@ -1,6 +1,7 @@
 package cold_test
 
 import (
+	"maps"
 	"math/rand/v2"
 	"testing"
 
@@ -126,4 +127,24 @@ func TestStageOutboxBounds(t *testing.T) {
 	check(3, 3)
 	update(func(txn *badger.Txn) error { return cold.DeleteOutbox(txn, 3, []uint64{3}) })
 	check(3, 0)
+}
+
+// TestStageHops: the hop batches a stage state says it sent and applied, read from the
+// state PutStage writes (so a change of StageState's layout shows here), held batches
+// above a gap not counted as applied.
+func TestStageHops(t *testing.T) {
+	db := open(t)
+	sent, applied, err := cold.StageHops(db, 2)
+	if err != nil || len(sent) != 0 || len(applied) != 0 {
+		t.Fatalf("StageHops of no state = %v, %v, %v; want nothing", sent, applied, err)
+	}
+	st := &cold.StageState{Pos: 9, Seqs: map[string]uint64{"post.1": 2}, HopSeqs: map[uint32]uint64{0: 4, 3: 7},
+		Hops: map[uint32]*cold.Mark{0: {Through: 5, Held: []cold.Held{{Seq: 7, Data: make([]byte, 1<<10)}}}, 1: {Through: 2}}}
+	if err := db.Badger().Update(func(txn *badger.Txn) error { return cold.PutStage(txn, 2, st) }); err != nil {
+		t.Fatal(err)
+	}
+	sent, applied, err = cold.StageHops(db, 2)
+	if err != nil || !maps.Equal(sent, st.HopSeqs) || !maps.Equal(applied, map[uint32]uint64{0: 5, 1: 2}) {
+		t.Fatalf("StageHops = %v, %v, %v; want sent %v, applied 0:5 1:2", sent, applied, err, st.HopSeqs)
+	}
 }
