@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"expvar"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -289,7 +290,7 @@ func TestMigrateLikes(t *testing.T) {
 	checkLikes(t, db, p, m, users, posts, r)
 	err = db.db.View(func(txn *badger.Txn) error {
 		for _, ns := range []byte{nsRelation, nsBySubject, nsByObject} {
-			n, err := eachLike(db.db, ns, func(k, _ []byte) error {
+			n, err := eachLike(db.db, ns, 0, math.MaxUint16, func(k, _ []byte) error {
 				if u := u64at(k, relOff); ns == nsByObject || u > 3 {
 					t.Errorf("a like key of the old shape is left: %x", k)
 				}
