@@ -321,15 +321,12 @@ func (d *DB) Restore(r io.Reader, part Part, tmpDir string) error {
 	if err := d.Clear(part); err != nil {
 		return fmt.Errorf("cannot clear the part to restore: %w", err)
 	}
-	load := func(marks bool) error {
+	// The marks are held back (a few small keys) and written once the rest is in.
+	var marks [][2][]byte
+	load := func(fn func(set func(k, v []byte) error) error) error {
 		wb := d.db.NewWriteBatch()
 		defer wb.Cancel()
-		if err := scan(func(k, v []byte) error {
-			if part.mark(k) != marks {
-				return nil
-			}
-			return wb.Set(k, v)
-		}); err != nil {
+		if err := fn(func(k, v []byte) error { return wb.Set(k, v) }); err != nil {
 			return fmt.Errorf("cannot restore the backup: %w", err)
 		}
 		if err := wb.Flush(); err != nil {
@@ -337,7 +334,16 @@ func (d *DB) Restore(r io.Reader, part Part, tmpDir string) error {
 		}
 		return nil
 	}
-	if err := load(false); err != nil {
+	err = load(func(set func(k, v []byte) error) error {
+		return scan(func(k, v []byte) error {
+			if part.mark(k) {
+				marks = append(marks, [2][]byte{k, v})
+				return nil
+			}
+			return set(k, v)
+		})
+	})
+	if err != nil {
 		return err
 	}
 	if layout < Layout && len(part.events) > 0 {
@@ -348,7 +354,14 @@ func (d *DB) Restore(r io.Reader, part Part, tmpDir string) error {
 		}
 		d.log.Info("restored a backup of an older layout and moved it to this one", "from", layout, "to", Layout, "keys", moved, "took", time.Since(start))
 	}
-	return load(true)
+	return load(func(set func(k, v []byte) error) error {
+		for _, m := range marks {
+			if err := set(m[0], m[1]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // Clear deletes every key of part: deletes rather than Badger's DropPrefix, which

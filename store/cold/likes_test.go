@@ -13,7 +13,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 )
 
-func openDB(t *testing.T) *DB {
+func openDB(t testing.TB) *DB {
 	t.Helper()
 	db, err := Open(Options{Dir: t.TempDir()})
 	if err != nil {
@@ -341,7 +341,7 @@ func TestMigrateLikes(t *testing.T) {
 // writeOldLikes writes up to n random likes in the layout before like records (a
 // relation key and two list keys per like) and into m: users 1 to heavy are heavy, the
 // others stay light with at most light likes each.
-func writeOldLikes(t *testing.T, db *DB, p int, m *likeModel, r *rand.Rand, users, posts, n int, heavy uint64, light int) {
+func writeOldLikes(t testing.TB, db *DB, p int, m *likeModel, r *rand.Rand, users, posts, n int, heavy uint64, light int) {
 	t.Helper()
 	u64 := func(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
 	err := db.db.Update(func(txn *badger.Txn) error {

@@ -14,7 +14,7 @@ import (
 
 // backupAs is a backup of part of db in format magic: backupMagicV2 as versions before
 // layouts were recorded wrote it (no layout), or backupMagic saying layout.
-func backupAs(t *testing.T, db *DB, part Part, magic string, layout uint64) []byte {
+func backupAs(t testing.TB, db *DB, part Part, magic string, layout uint64) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	if err := db.Backup(&buf, part); err != nil {
