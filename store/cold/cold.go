@@ -321,7 +321,8 @@ func (d *DB) Restore(r io.Reader, part Part, tmpDir string) error {
 	if err := d.Clear(part); err != nil {
 		return fmt.Errorf("cannot clear the part to restore: %w", err)
 	}
-	// The marks are held back (a few small keys) and written once the rest is in.
+	// The marks are held back (a key per stage or family, holding what it keeps above a
+	// gap) and written once the rest is in.
 	var marks [][2][]byte
 	load := func(fn func(set func(k, v []byte) error) error) error {
 		wb := d.db.NewWriteBatch()
