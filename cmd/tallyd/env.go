@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"strings"
+
+	"github.com/tally-dev/tally/store/cold"
 )
 
 // setFromEnv sets every flag of fs whose environment variable is set: TALLY_ and the
@@ -48,7 +50,7 @@ func envName(flagName string) string {
 var errVersion = errors.New("version asked")
 
 // version is the module version and the VCS revision the binary was built from, as Go
-// records them in the binary.
+// records them in the binary, and the layout of the state it keeps.
 func version() string {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
@@ -75,7 +77,9 @@ func version() string {
 	if at != "" {
 		s += " of " + at
 	}
-	return s + " " + bi.GoVersion
+	// The state layout says which versions can share a cluster (see deploy/README.md,
+	// Upgrading): a tallyd takes partitions over from layouts up to its own.
+	return s + fmt.Sprintf(" state layout %d ", cold.Layout) + bi.GoVersion
 }
 
 // logConfig is how tallyd logs: --log-level and --log-format.

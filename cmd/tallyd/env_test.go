@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tally-dev/tally/pipeline/natstest"
+	"github.com/tally-dev/tally/store/cold"
 )
 
 func envOf(kv ...string) func(string) string {
@@ -63,7 +65,8 @@ func TestFlagsFromEnv(t *testing.T) {
 
 func TestVersionAndJSONLogs(t *testing.T) {
 	var out bytes.Buffer
-	if code := run(context.Background(), []string{"--version"}, noEnv, &out); code != 0 || !strings.HasPrefix(out.String(), "tallyd ") || !strings.Contains(out.String(), "go1.") {
+	if code := run(context.Background(), []string{"--version"}, noEnv, &out); code != 0 || !strings.HasPrefix(out.String(), "tallyd ") || !strings.Contains(out.String(), "go1.") ||
+		!strings.Contains(out.String(), fmt.Sprintf("state layout %d", cold.Layout)) {
 		t.Errorf("--version: exit %d, %q", code, out.String())
 	}
 	out.Reset()

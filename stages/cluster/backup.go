@@ -192,7 +192,10 @@ func (b *Backups) Store(ctx context.Context, pc Piece, l *Lease) (uint64, []uint
 		defer close(read)
 		pw.CloseWithError(b.DB.Backup(pw, pc.Part))
 	}()
-	info, err := b.Obs.Put(ctx, jetstream.ObjectMeta{Name: obj, Metadata: map[string]string{"owner": l.ID(), "lease": l.Token(), "pos": formatPos(pos)}}, pr)
+	// The layout is in the backup's header too, which a restore goes by; here it lets a
+	// restore refuse a newer one before it reads it, and an operator see it.
+	meta := map[string]string{"owner": l.ID(), "lease": l.Token(), "pos": formatPos(pos), "layout": strconv.Itoa(cold.Layout)}
+	info, err := b.Obs.Put(ctx, jetstream.ObjectMeta{Name: obj, Metadata: meta}, pr)
 	pr.CloseWithError(err) // a Put that stopped reading ends the backup's writes
 	<-read                 // never reading the database after the caller (Close) closes it
 	if err != nil {
@@ -334,7 +337,10 @@ func (b *Backups) sweep(ctx context.Context, name string, l *Lease) {
 	}
 }
 
-// restore loads the backup ptr names, checking that it is the one the pointer records.
+// restore loads the backup ptr names, checking that it is the one the pointer records
+// and of a layout this process knows (cold.ErrNewerLayout: a process of an older version
+// cannot take a partition over from a newer one). An older layout's keys are moved to
+// this one as they are loaded (cold.DB.Restore).
 func (b *Backups) restore(ctx context.Context, pc Piece, ptr pointer) error {
 	obj, err := b.Obs.Get(ctx, ptr.Object)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
@@ -344,11 +350,16 @@ func (b *Backups) restore(ctx context.Context, pc Piece, ptr pointer) error {
 		return err
 	}
 	defer obj.Close()
-	if info, _ := obj.Info(); info != nil && ptr.Taken != "" && info.Metadata["lease"] != ptr.Taken {
-		return fmt.Errorf("%w: backup %s was taken under %q, the pointer says %q", ErrStaleBackup, ptr.Object, info.Metadata["lease"], ptr.Taken)
+	if info, _ := obj.Info(); info != nil {
+		if ptr.Taken != "" && info.Metadata["lease"] != ptr.Taken {
+			return fmt.Errorf("%w: backup %s was taken under %q, the pointer says %q", ErrStaleBackup, ptr.Object, info.Metadata["lease"], ptr.Taken)
+		}
+		if l, err := strconv.Atoi(info.Metadata["layout"]); err == nil && l > cold.Layout {
+			return fmt.Errorf("%w: backup %s is of layout %d, this tallyd knows layouts up to %d: a tallyd of a newer version must take %s", cold.ErrNewerLayout, ptr.Object, l, cold.Layout, pc.Name)
+		}
 	}
 	if err := b.DB.Restore(obj, pc.Part, b.TmpDir); err != nil {
-		return err
+		return fmt.Errorf("backup %s: %w", ptr.Object, err)
 	}
 	if ok, err := Reflects(pc, ptr.Pos); err != nil || !ok {
 		if err == nil {

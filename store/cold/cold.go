@@ -12,12 +12,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 )
-
-// ErrCorrupt wraps a stored value that cannot be decoded.
-var ErrCorrupt = errors.New("corrupt stored value")
 
 // Key namespaces, the first byte of every key.
 const (
@@ -45,7 +43,8 @@ type Options struct {
 
 // DB is Tally's Badger database.
 type DB struct {
-	db *badger.DB
+	db  *badger.DB
+	log *slog.Logger
 }
 
 // Open opens or creates the database in o.Dir.
@@ -80,7 +79,10 @@ func Open(o Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot open Badger in %s: %w", o.Dir, err)
 	}
-	return &DB{db: db}, nil
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &DB{db: db, log: o.Logger}, nil
 }
 
 // Badger returns the underlying database for transactions.
@@ -108,14 +110,20 @@ func (b badgerLogger) Warningf(f string, a ...any) {
 func (badgerLogger) Infof(string, ...any)  {}
 func (badgerLogger) Debugf(string, ...any) {}
 
-// backupMagic starts a backup: then every key and value, each a uvarint length and the
-// bytes, then the length of all that (8 bytes) and its CRC-32C (4 bytes), big-endian.
-// A backup is checked whole before anything is loaded, and the loader checks every
-// length, so a damaged one is an error, never a half-loaded database.
+// backupMagic starts a backup: then the layout its keys are in (a uvarint), every key and
+// value, each a uvarint length and the bytes, then the length of all that after the magic
+// (8 bytes) and its CRC-32C (4 bytes), big-endian. A backup is checked whole before
+// anything is loaded, and the loader checks every length, so a damaged one is an error,
+// never a half-loaded database. Backups of backupMagicV2 have no layout: they were
+// written before layouts were recorded (layoutPartitioned or layoutLikes), and versions
+// that wrote them refuse backupMagic ones as without Tally's header.
 // Badger's own Backup is not used: without managed transactions it reads key ranges in
 // separate transactions, at different moments — counters from one and the checkpoint
 // saying what they reflect from another — which is not a state to restart from.
-const backupMagic = "TLYB2"
+const (
+	backupMagic   = "TLYB3"
+	backupMagicV2 = "TLYB2"
+)
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -123,6 +131,13 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // (PartitionPart), its event stage's (EventPart) or its counters' (CounterPart).
 type Part struct {
 	prefixes []key
+	// marks are the keys that say what the part reflects (a stage's position, a
+	// family's checkpoint): a restore writes them last and a clear deletes them first,
+	// so a part that has them is whole, whenever a process stopped restoring it.
+	marks []key
+	// events are the event-stage partitions of the part: what a restore of an older
+	// layout moves (see upgrade).
+	events []int
 }
 
 // EventPart is everything partition p's event stage keeps: relations and likes, its position and
@@ -133,27 +148,39 @@ func EventPart(p int) Part {
 	for _, ns := range append([]byte{nsRelation, nsBySubject, nsByObject, nsLikes, nsLikers, nsStage, nsOutbox}, unreadNamespaces...) {
 		ps = append(ps, newKey(ns, 3).u16(p))
 	}
-	return Part{ps}
+	return Part{prefixes: ps, marks: []key{stageKey(p)}, events: []int{p}}
 }
 
 // CounterPart is partition p of each family: its counters, checkpoint and journal.
 func CounterPart(families []string, p int) Part {
-	var ps []key
+	var ps, marks []key
 	for _, f := range families {
 		ps = append(ps, counterPrefix(f, p), metaKey(f, p), journalPrefix(f, p))
+		marks = append(marks, metaKey(f, p))
 	}
-	return Part{ps}
+	return Part{prefixes: ps, marks: marks}
 }
 
 // PartitionPart is partition p whole: its event stage and its counters of every family,
 // which one process owns together.
 func PartitionPart(families []string, p int) Part {
-	return Part{append(EventPart(p).prefixes, CounterPart(families, p).prefixes...)}
+	e, c := EventPart(p), CounterPart(families, p)
+	return Part{prefixes: append(e.prefixes, c.prefixes...), marks: append(e.marks, c.marks...), events: e.events}
 }
 
 func (pt Part) has(k []byte) bool {
 	for _, p := range pt.prefixes {
 		if bytes.HasPrefix(k, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// mark reports whether k is one of the part's marks.
+func (pt Part) mark(k []byte) bool {
+	for _, m := range pt.marks {
+		if bytes.Equal(k, m) {
 			return true
 		}
 	}
@@ -167,6 +194,9 @@ func (d *DB) Backup(w io.Writer, part Part) error {
 	}
 	cw := &crcWriter{w: w, crc: crc32.New(castagnoli)}
 	bw := bufio.NewWriterSize(cw, 1<<20)
+	if _, err := bw.Write(binary.AppendUvarint(nil, Layout)); err != nil {
+		return err
+	}
 	err := d.db.View(func(txn *badger.Txn) error {
 		var buf []byte
 		for _, prefix := range part.prefixes {
@@ -211,9 +241,13 @@ func (c *crcWriter) Write(p []byte) (int, error) {
 }
 
 // Restore replaces part of the database with a backup of it read from r. The backup is
-// first copied to a file in tmpDir and checked (length, checksum, every key in part);
-// only then is what the database holds of part deleted and the backup loaded. Keys
-// outside part are not touched, and may be written meanwhile (another partition's).
+// first copied to a file in tmpDir and checked (length, checksum, layout, every key in
+// part); only then is what the database holds of part deleted and the backup loaded.
+// Keys outside part are not touched, and may be written meanwhile (another partition's).
+// A backup of an older layout is moved to this one before the part's marks are written,
+// in transactions that fit; one of a newer layout is refused (ErrNewerLayout). A restore
+// stopped halfway (a crash) leaves the part without its marks: what it reflects reads as
+// nothing, and the part is restored again.
 func (d *DB) Restore(r io.Reader, part Part, tmpDir string) error {
 	tmp, err := os.CreateTemp(tmpDir, "restore-*")
 	if err != nil {
@@ -231,9 +265,10 @@ func (d *DB) Restore(r io.Reader, part Part, tmpDir string) error {
 		return bad("too short")
 	}
 	buf := make([]byte, head)
-	if _, err := tmp.ReadAt(buf, 0); err != nil || string(buf) != backupMagic {
+	if _, err := tmp.ReadAt(buf, 0); err != nil || (string(buf) != backupMagic && string(buf) != backupMagicV2) {
 		return bad("without Tally's header")
 	}
+	magic := string(buf)
 	trailer := make([]byte, tail)
 	if _, err := tmp.ReadAt(trailer, n-tail); err != nil {
 		return err
@@ -249,8 +284,33 @@ func (d *DB) Restore(r io.Reader, part Part, tmpDir string) error {
 	if crc.Sum32() != binary.BigEndian.Uint32(trailer[8:]) {
 		return bad("checksum mismatch")
 	}
-	section := func() *bufio.Reader { return bufio.NewReaderSize(io.NewSectionReader(tmp, head, int64(size)), 1<<20) }
-	if err := scanBackup(section(), func(k, _ []byte) error {
+	// body reads the keys and values, after the layout; layout is the backup's.
+	layout := uint64(layoutPartitioned)
+	body := func() (*bufio.Reader, error) {
+		br := bufio.NewReaderSize(io.NewSectionReader(tmp, head, int64(size)), 1<<20)
+		if magic == backupMagicV2 {
+			return br, nil
+		}
+		var err error
+		if layout, err = binary.ReadUvarint(br); err != nil {
+			return nil, bad("without its layout")
+		}
+		return br, nil
+	}
+	scan := func(fn func(k, v []byte) error) error {
+		br, err := body()
+		if err != nil {
+			return err
+		}
+		return scanBackup(br, fn)
+	}
+	if _, err := body(); err != nil {
+		return err
+	}
+	if layout > Layout {
+		return fmt.Errorf("%w: the backup is of layout %d, this tallyd knows layouts up to %d: a tallyd of layout %d or newer must take it", ErrNewerLayout, layout, Layout, layout)
+	}
+	if err := scan(func(k, _ []byte) error {
 		if !part.has(k) {
 			return bad("with a key of another part")
 		}
@@ -261,20 +321,64 @@ func (d *DB) Restore(r io.Reader, part Part, tmpDir string) error {
 	if err := d.Clear(part); err != nil {
 		return fmt.Errorf("cannot clear the part to restore: %w", err)
 	}
-	wb := d.db.NewWriteBatch()
-	defer wb.Cancel()
-	if err := scanBackup(section(), func(k, v []byte) error { return wb.Set(k, v) }); err != nil {
-		return fmt.Errorf("cannot restore the backup: %w", err)
+	// The marks are held back (a key per stage or family, holding what it keeps above a
+	// gap) and written once the rest is in.
+	var marks [][2][]byte
+	load := func(fn func(set func(k, v []byte) error) error) error {
+		wb := d.db.NewWriteBatch()
+		defer wb.Cancel()
+		if err := fn(func(k, v []byte) error { return wb.Set(k, v) }); err != nil {
+			return fmt.Errorf("cannot restore the backup: %w", err)
+		}
+		if err := wb.Flush(); err != nil {
+			return fmt.Errorf("cannot restore the backup: %w", err)
+		}
+		return nil
 	}
-	if err := wb.Flush(); err != nil {
-		return fmt.Errorf("cannot restore the backup: %w", err)
+	err = load(func(set func(k, v []byte) error) error {
+		return scan(func(k, v []byte) error {
+			if part.mark(k) {
+				marks = append(marks, [2][]byte{k, v})
+				return nil
+			}
+			return set(k, v)
+		})
+	})
+	if err != nil {
+		return err
 	}
-	return nil
+	if layout < Layout && len(part.events) > 0 {
+		start := time.Now()
+		moved, err := d.upgrade(part, int(layout))
+		if err != nil {
+			return fmt.Errorf("cannot move a backup of layout %d to layout %d: %w", layout, Layout, err)
+		}
+		d.log.Info("restored a backup of an older layout and moved it to this one", "from", layout, "to", Layout, "keys", moved, "took", time.Since(start))
+	}
+	return load(func(set func(k, v []byte) error) error {
+		for _, m := range marks {
+			if err := set(m[0], m[1]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // Clear deletes every key of part: deletes rather than Badger's DropPrefix, which
 // blocks every other writer of the database (the partitions still running) meanwhile.
+// The part's marks go first, so a part cleared halfway reflects nothing.
 func (d *DB) Clear(part Part) error {
+	if err := d.db.Update(func(txn *badger.Txn) error {
+		for _, m := range part.marks {
+			if err := txn.Delete(m); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
 	wb := d.db.NewWriteBatch()
 	defer wb.Cancel()
 	err := d.db.View(func(txn *badger.Txn) error {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"expvar"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -14,7 +15,7 @@ import (
 	"github.com/tally-dev/tally/store/rel"
 )
 
-func openDB(t *testing.T) *DB {
+func openDB(t testing.TB) *DB {
 	t.Helper()
 	db, err := Open(Options{Dir: t.TempDir()})
 	if err != nil {
@@ -347,7 +348,7 @@ func TestMigrateLikes(t *testing.T) {
 	checkLikes(t, db, p, m, users, posts, r)
 	err = db.db.View(func(txn *badger.Txn) error {
 		for _, ns := range []byte{nsRelation, nsBySubject, nsByObject} {
-			n, err := eachLike(db.db, ns, func(k, _ []byte) error {
+			n, err := eachLike(db.db, ns, 0, math.MaxUint16, func(k, _ []byte) error {
 				if u := u64at(k, relOff); ns == nsByObject || u > 3 {
 					t.Errorf("a like key of the old shape is left: %x", k)
 				}
@@ -398,7 +399,7 @@ func TestMigrateLikes(t *testing.T) {
 // writeOldLikes writes up to n random likes in the layout before like records (a
 // relation key and two list keys per like) and into m: users 1 to heavy are heavy, the
 // others stay light with at most light likes each.
-func writeOldLikes(t *testing.T, db *DB, p int, m *likeModel, r *rand.Rand, users, posts, n int, heavy uint64, light int) {
+func writeOldLikes(t testing.TB, db *DB, p int, m *likeModel, r *rand.Rand, users, posts, n int, heavy uint64, light int) {
 	t.Helper()
 	u64 := func(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
 	err := db.db.Update(func(txn *badger.Txn) error {
@@ -471,17 +472,14 @@ func TestMigrateLikesResumes(t *testing.T) {
 	}
 }
 
-// TestMigrateLikeStates writes like records of the layout before relation states (post,
-// time and place per like; 0xff for a heavy user, whose likes are relation keys of 16
-// bytes) and checks that after Migrate every answer is the same, no record of the old
-// kind is left, and likes and unlikes go on.
-func TestMigrateLikeStates(t *testing.T) {
-	const p, users, posts = 3, 8, 60
-	r := rand.New(rand.NewPCG(9, 9))
-	db, m := openDB(t), newLikeModel()
+// writeLegacyRecords writes likes of partition p in the like records of layout 2, before
+// relation states (post, time and place per like; 0xff for a heavy user, user 1, whose
+// likes are relation keys of 16 bytes), with their liker chunks, and into m; the layout
+// mark of likes says they were moved from layout 1 already.
+func writeLegacyRecords(t *testing.T, db *DB, p int, m *likeModel, r *rand.Rand, users, posts uint64) {
+	t.Helper()
 	u64 := func(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
 	err := db.db.Update(func(txn *badger.Txn) error {
-		// A database of that layout had moved its likes to like records already.
 		if err := txn.Set(newKey(nsLayout, 8).bytes([]byte("likes")), nil); err != nil {
 			return err
 		}
@@ -492,7 +490,7 @@ func TestMigrateLikeStates(t *testing.T) {
 				n = maxLightLikes + 5
 			}
 			for range n {
-				post, ts := uint64(1+r.IntN(posts)), int64(r.IntN(3000))
+				post, ts := uint64(1+r.IntN(int(posts))), int64(r.IntN(3000))
 				if !m.like(u, post, ts) {
 					continue
 				}
@@ -507,9 +505,6 @@ func TestMigrateLikeStates(t *testing.T) {
 				} else {
 					rec = append(append(append(rec, u64(post)...), u64(uint64(ts))...), u64(uint64(ts)+1)...)
 				}
-				if err := txn.Set(likersKey(p, post, secondOf(ts), 1), encodeLikers([]liker{{user: u, ts: ts}})); err != nil {
-					return err
-				}
 			}
 			if u == 1 {
 				rec = []byte{0xff}
@@ -518,14 +513,7 @@ func TestMigrateLikeStates(t *testing.T) {
 				return err
 			}
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Likers of one post and second written by several users in one chunk each: the test
-	// wrote a chunk per like under batch 1, which collide; rewrite them merged.
-	err = db.db.Update(func(txn *badger.Txn) error {
+		// The likers of each post and second, one chunk each.
 		for post := uint64(1); post <= posts; post++ {
 			byKey := map[string][]liker{}
 			for u, ls := range m.likes {
@@ -545,6 +533,16 @@ func TestMigrateLikeStates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestMigrateLikeStates writes like records of the layout before relation states and
+// checks that after Migrate every answer is the same, no record of the old kind is left,
+// and likes and unlikes go on.
+func TestMigrateLikeStates(t *testing.T) {
+	const p, users, posts = 3, 8, 60
+	r := rand.New(rand.NewPCG(9, 9))
+	db, m := openDB(t), newLikeModel()
+	writeLegacyRecords(t, db, p, m, r, users, posts)
 	moved, err := Migrate(db, 4, func(id uint64) int { return int(id % 4) })
 	if err != nil || moved != users {
 		t.Fatalf("Migrate moved %d records, want %d (%v)", moved, users, err)
@@ -553,7 +551,15 @@ func TestMigrateLikeStates(t *testing.T) {
 	if moved, err := Migrate(db, 4, func(id uint64) int { return int(id % 4) }); moved != 0 || err != nil {
 		t.Fatalf("second Migrate moved %d, %v", moved, err)
 	}
-	err = db.db.View(func(txn *badger.Txn) error {
+	noLegacyRecords(t, db, p)
+	likeAndUnlike(t, db, p, m, r, users, posts)
+	checkLikes(t, db, p, m, users, posts, r)
+}
+
+// noLegacyRecords fails if partition p holds a like record of layout 2.
+func noLegacyRecords(t *testing.T, db *DB, p int) {
+	t.Helper()
+	err := db.db.View(func(txn *badger.Txn) error {
 		prefix := newKey(nsLikes, 4).u16(p).u8(legacyRecordKind)
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 		defer it.Close()
@@ -565,25 +571,30 @@ func TestMigrateLikeStates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = db.db.Update(func(txn *badger.Txn) error {
+}
+
+// likeAndUnlike likes and unlikes at random in partition p, placed after every event
+// the tests place before (checkRelikes: 2^40 on).
+func likeAndUnlike(t *testing.T, db *DB, p int, m *likeModel, r *rand.Rand, users, posts uint64) {
+	t.Helper()
+	err := db.db.Update(func(txn *badger.Txn) error {
 		l := NewLikes(p, nil)
 		for i := range 200 {
-			u, post := uint64(1+r.IntN(users)), uint64(1+r.IntN(posts))
+			u, post := uint64(1+r.IntN(int(users))), uint64(1+r.IntN(int(posts)))
 			if r.IntN(3) == 0 {
 				m.unlike(u, post)
-				if _, _, err := l.unlike(txn, u, post, uint64(10_000+i)); err != nil {
+				if _, _, err := l.unlike(txn, u, post, uint64(1<<42+i)); err != nil {
 					return err
 				}
 			} else if m.like(u, post, 2500) {
-				if _, err := l.like(txn, u, post, 2500, uint64(10_000+i)); err != nil {
+				if _, err := l.like(txn, u, post, 2500, uint64(1<<42+i)); err != nil {
 					return err
 				}
 			}
 		}
-		return l.Flush(txn, 99)
+		return l.Flush(txn, 1<<43)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkLikes(t, db, p, m, users, posts, r)
 }

@@ -36,8 +36,15 @@ const (
 // reader's state and notifications to the reader's, a post to its author's. A pulled post
 // is recorded in every partition (see PutPulled). It returns how many keys it moved; a
 // database in the new layout moves none, after one look per old namespace. It is
-// idempotent: a crash halfway leaves old keys that the next call moves again.
+// idempotent: a crash halfway leaves old keys that the next call moves again. Once all
+// is moved it records the database's layout; it refuses a database that records a
+// newer one than this code knows (ErrNewerLayout), before changing anything.
 func Migrate(db *DB, partitions int, partOf func(id uint64) int) (int, error) {
+	if l, err := db.layout(); err != nil {
+		return 0, err
+	} else if l > Layout {
+		return 0, fmt.Errorf("%w: the database is of layout %d, this tallyd knows layouts up to %d: run a tallyd of layout %d or newer on it", ErrNewerLayout, l, Layout, l)
+	}
 	moved := 0
 	for _, ns := range []byte{nsRelationV0, nsBySubjectV0, nsByObjectV0, nsReadSeqV0, nsNotifiedV0, nsPostsV0, nsPulledV0, nsReaderV1, nsPostV1, nsSystemV1} {
 		n, err := db.migrate(ns, func(k, v []byte, set func(key, []byte) error) error {
@@ -49,12 +56,14 @@ func Migrate(db *DB, partitions int, partOf func(id uint64) int) (int, error) {
 		}
 	}
 	n, err := migrateLikes(db)
-	moved += n
-	if err != nil {
+	if moved += n; err != nil {
 		return moved, err
 	}
 	n, err = migrateLikeStates(db)
-	return moved + n, err
+	if moved += n; err != nil {
+		return moved, err
+	}
+	return moved, db.setLayout()
 }
 
 // moveKey writes through set the new keys of one old key (none for what nothing reads).
@@ -134,13 +143,9 @@ func (d *DB) migrate(ns byte, move func(k, v []byte, set func(key, []byte) error
 // nsLayout marks the layout changes a database has been through: Y|name.
 const nsLayout = 'Y'
 
-// migrateLikes moves the likes of the layout before like records and liker chunks (a
-// relation key and two list keys per like, as a follow's) to theirs (likes.go): a
-// post's likers to one chunk per second of like time, under batch 0; the likes of a
-// user with at most maxLightLikes to a like record, those of the others staying where
-// they are behind a heavy record. It returns the keys it rewrote. Each post's second
-// and each user moves in one transaction, and the layout is marked once all have, so a
-// crash halfway moves the rest at the next call, and later calls read one key.
+// migrateLikes moves the likes of every partition to like records and liker chunks
+// (moveLikes) once: the layout is marked once all have moved, in the last transaction,
+// so a crash halfway moves the rest at the next call, and later calls read one key.
 func migrateLikes(db *DB) (int, error) {
 	done := newKey(nsLayout, 8).bytes([]byte("likes"))
 	if err := db.db.View(func(txn *badger.Txn) error { _, err := txn.Get(done); return err }); err == nil {
@@ -150,6 +155,26 @@ func migrateLikes(db *DB) (int, error) {
 	}
 	w := &groupWriter{db: db.db}
 	defer w.discard()
+	n, err := moveLikes(db, w, 0, math.MaxUint16)
+	if err != nil {
+		return n, err
+	}
+	if err := w.group(func(txn *badger.Txn) error { return txn.Set(done, nil) }, 1); err != nil {
+		return n, err
+	}
+	return n, w.commit()
+}
+
+// moveLikes moves the likes of partitions from to to (both included) from the layout
+// before like records and liker chunks (a relation key and two list keys per like, as a
+// follow's) to theirs (likes.go): a post's likers to one chunk per second of like time,
+// under batch 0; the likes of a user with at most maxLightLikes to a like record, those
+// of the others staying where they are behind a heavy record. It returns the keys it
+// rewrote. Each post's second and each user moves whole in one of w's transactions, which
+// the caller commits last. Keys already in the new shape are left as they are, and a
+// heavy user's are taken as a user of the old one's (a heavy user with few likes left
+// turns light): moving a partition again, or one of the new layout, changes no answer.
+func moveLikes(db *DB, w *groupWriter, from, to int) (int, error) {
 	// Likers: the O keys of one post and second, consecutive (newest first).
 	var at key
 	var group []liker
@@ -172,7 +197,7 @@ func migrateLikes(db *DB) (int, error) {
 			return txn.Set(k, encodeLikers(append(old, group...)))
 		}, len(group)+1)
 	}
-	n, err := eachLike(db.db, nsByObject, func(kb, _ []byte) error {
+	n, err := eachLike(db.db, nsByObject, from, to, func(kb, _ []byte) error {
 		if len(kb) != indexLen {
 			return fmt.Errorf("%w: like list key of %d bytes", ErrCorrupt, len(kb))
 		}
@@ -196,7 +221,7 @@ func migrateLikes(db *DB) (int, error) {
 	// Likes: the R keys of one user, consecutive.
 	var user key
 	var list []like
-	moveLikes := func() error {
+	moveUser := func() error {
 		if user == nil {
 			return nil
 		}
@@ -221,12 +246,12 @@ func migrateLikes(db *DB) (int, error) {
 			return txn.Set(likesKey(p, u), r.encode())
 		}, 2*len(list)+1)
 	}
-	m, err := eachLike(db.db, nsRelation, func(kb, v []byte) error {
-		if len(kb) != relLen || (len(v) != 8 && len(v) != 16) {
-			return fmt.Errorf("%w: like key of %d bytes, value of %d", ErrCorrupt, len(kb), len(v))
+	m, err := eachLike(db.db, nsRelation, from, to, func(kb, v []byte) error {
+		if len(kb) != relLen {
+			return fmt.Errorf("%w: like key of %d bytes", ErrCorrupt, len(kb))
 		}
 		if !bytes.Equal(kb[:relOff+8], user) {
-			if err := moveLikes(); err != nil {
+			if err := moveUser(); err != nil {
 				return err
 			}
 			user, list = append(key(nil), kb[:relOff+8]...), nil
@@ -243,32 +268,32 @@ func migrateLikes(db *DB) (int, error) {
 	})
 	n += m
 	if err == nil {
-		err = moveLikes()
+		err = moveUser()
 	}
 	if err != nil {
 		return n, fmt.Errorf("cannot move the likes of users to like records: %w", err)
 	}
-	if err := w.group(func(txn *badger.Txn) error { return txn.Set(done, nil) }, 1); err != nil {
-		return n, err
-	}
-	return n, w.commit()
+	return n, nil
 }
 
 // eachLike calls fn for every key of namespace ns (of the partitioned layout) whose kind
-// is Like, with its value, in key order; it returns how many.
-func eachLike(db *badger.DB, ns byte, fn func(k, v []byte) error) (int, error) {
+// is Like in partitions from to to (both included), with its value, in key order; it
+// returns how many.
+func eachLike(db *badger.DB, ns byte, from, to int, fn func(k, v []byte) error) (int, error) {
 	n := 0
 	err := db.View(func(txn *badger.Txn) error {
 		prefix := []byte{ns}
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: ns == nsRelation})
 		defer it.Close()
-		for it.Seek(prefix); it.ValidForPrefix(prefix); {
+		for it.Seek(newKey(ns, 3).u16(from)); it.ValidForPrefix(prefix); {
 			kb := it.Item().Key()
 			if len(kb) < relOff {
 				return fmt.Errorf("%w: key %x", ErrCorrupt, kb)
 			}
 			p := int(binary.BigEndian.Uint16(kb[1:]))
 			switch kind := kb[3]; {
+			case p > to:
+				return nil
 			case kind < byte(Like):
 				it.Seek(relPrefix(ns, p, Like))
 				continue
@@ -350,10 +375,8 @@ func (w *groupWriter) discard() {
 const legacyRecordKind = byte(Like)
 
 // migrateLikeStates moves the like records of the layout before relation states to
-// theirs (likes.go): each like becomes a state made at its place, and a heavy user's
-// record says heavy. The relation keys of heavy users need nothing: rel.Unmarshal reads
-// their old values. It returns the records moved; like migrateLikes it resumes after a
-// crash and marks the layout at the end.
+// theirs (moveLikeStates), in every partition, and marks it done: like migrateLikes it
+// resumes after a crash, and later calls read one key.
 func migrateLikeStates(db *DB) (int, error) {
 	done := newKey(nsLayout, 16).bytes([]byte("like-states"))
 	if err := db.db.View(func(txn *badger.Txn) error { _, err := txn.Get(done); return err }); err == nil {
@@ -363,13 +386,37 @@ func migrateLikeStates(db *DB) (int, error) {
 	}
 	w := &groupWriter{db: db.db}
 	defer w.discard()
+	n, err := moveLikeStates(db, w, 0, math.MaxUint16)
+	if err == nil {
+		err = w.group(func(txn *badger.Txn) error { return txn.Set(done, nil) }, 1)
+	}
+	if err != nil {
+		return n, err
+	}
+	return n, w.commit()
+}
+
+// moveLikeStates moves the like records of partitions from to to (both included) of the
+// layout before relation states (L|p|'l'|u: post, time and place per like, or 0xff for a
+// heavy user) to theirs (likes.go): each like a state made at its place. The relation
+// keys of heavy users need nothing: rel.Unmarshal reads their old values. Each record
+// moves whole in one of w's transactions, which the caller commits last. It returns the
+// records moved.
+func moveLikeStates(db *DB, w *groupWriter, from, to int) (int, error) {
 	n := 0
 	err := db.db.View(func(txn *badger.Txn) error {
 		prefix := []byte{nsLikes}
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
 		defer it.Close()
-		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
+		for it.Seek(newKey(nsLikes, 3).u16(from)); it.ValidForPrefix(prefix); it.Next() {
 			kb := it.Item().KeyCopy(nil)
+			if len(kb) < 3 {
+				return fmt.Errorf("%w: key %x", ErrCorrupt, kb)
+			}
+			p := int(binary.BigEndian.Uint16(kb[1:]))
+			if p > to {
+				return nil
+			}
 			if len(kb) != relOff+8 || kb[relOff-1] != legacyRecordKind {
 				continue
 			}
@@ -381,7 +428,7 @@ func migrateLikeStates(db *DB) (int, error) {
 			if err != nil {
 				return fmt.Errorf("%w: like record %x: %w", ErrCorrupt, kb, err)
 			}
-			p, u := int(binary.BigEndian.Uint16(kb[1:])), u64at(kb, relOff)
+			u := u64at(kb, relOff)
 			err = w.group(func(txn *badger.Txn) error {
 				if err := txn.Delete(kb); err != nil {
 					return err
@@ -395,13 +442,10 @@ func migrateLikeStates(db *DB) (int, error) {
 		}
 		return nil
 	})
-	if err == nil {
-		err = w.group(func(txn *badger.Txn) error { return txn.Set(done, nil) }, 1)
-	}
 	if err != nil {
 		return n, fmt.Errorf("cannot move like records to relation states: %w", err)
 	}
-	return n, w.commit()
+	return n, nil
 }
 
 // decodeLegacyLikes reads a like record of the layout before relation states.

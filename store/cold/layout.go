@@ -1,0 +1,95 @@
+package cold
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// The key layout has a version. A database records the one it is in (after Migrate),
+// and every backup says the one it was written in (in its checksummed header), so that
+// state of an older layout is moved to this one wherever it comes from — Migrate for a
+// local database at start, Restore for a partition moving here from a process of an
+// older version — and state of a newer one is refused (ErrNewerLayout), never half read.
+// A change of layout adds a version below and its step to Migrate and to upgrade.
+const (
+	// layoutPartitioned: every event-stage key carries its partition (Migrate moves the
+	// keys of layout 0, by id alone, which only local databases hold: partition backups
+	// began with this layout). A like is a relation key and two list keys, as a follow.
+	// A backup of format TLYB2, which says no layout, is of this layout or the next.
+	layoutPartitioned = 1
+	// layoutLikes: a user's likes in a like record, a post's likers in liker chunks
+	// (likes.go).
+	layoutLikes = 2
+	// layoutStates: a relation keeps its state by the places of its events (store/rel):
+	// like records of states, tombstones included (L|p|'r'|u, where layout 2 had
+	// L|p|'l'|u), and relation keys whose values are states (those of layout 2 are read
+	// as they are).
+	layoutStates = 3
+	// Layout is the layout this code writes, and the newest it reads.
+	Layout = layoutStates
+)
+
+// layoutKey holds the layout a database is in (none before Migrate first recorded it).
+func layoutKey() key { return newKey(nsLayout, 7).bytes([]byte("layout")) }
+
+// layout is the layout the database records, 0 when it records none.
+func (d *DB) layout() (int, error) {
+	var l uint64
+	err := d.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(layoutKey())
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		return item.Value(func(v []byte) error {
+			var n int
+			if l, n = binary.Uvarint(v); n <= 0 {
+				return fmt.Errorf("%w: layout record %x", ErrCorrupt, v)
+			}
+			return nil
+		})
+	})
+	return int(l), err
+}
+
+func (d *DB) setLayout() error {
+	return d.db.Update(func(txn *badger.Txn) error {
+		return txn.Set(layoutKey(), binary.AppendUvarint(nil, Layout))
+	})
+}
+
+// upgrade moves the keys of part, just restored from a backup of layout from, to this
+// layout: the steps of Migrate after from, for each event partition of part, in
+// transactions of at most maxGroupOps changes. It returns how many keys it moved.
+func (d *DB) upgrade(part Part, from int) (int, error) {
+	moved := 0
+	for _, p := range part.events {
+		for _, step := range []struct {
+			below int
+			what  string
+			move  func(db *DB, w *groupWriter, from, to int) (int, error)
+		}{
+			{layoutLikes, "likes to like records", moveLikes},
+			{layoutStates, "like records to relation states", moveLikeStates},
+		} {
+			if from >= step.below {
+				continue
+			}
+			w := &groupWriter{db: d.db}
+			n, err := step.move(d, w, p, p)
+			if err == nil {
+				err = w.commit()
+			}
+			w.discard()
+			moved += n
+			if err != nil {
+				return moved, fmt.Errorf("cannot move partition %d's %s: %w", p, step.what, err)
+			}
+		}
+	}
+	return moved, nil
+}
