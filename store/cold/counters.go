@@ -21,10 +21,13 @@ type Mark struct {
 	Held []Held `msgpack:"h,omitempty"`
 }
 
-// Held is a batch received above a gap: its payload, kept until the gap fills.
+// Held is a batch received above a gap, kept until the gap fills. Its payload is stored
+// under its own key (hop.HeldStore): Data is only decoded from marks of older versions,
+// which kept it here, and moved out when they are loaded.
 type Held struct {
 	Seq  uint64 `msgpack:"s"`
-	Data []byte `msgpack:"d"`
+	Size uint32 `msgpack:"n,omitempty"` // the payload's bytes; 0: none (a number filled empty)
+	Data []byte `msgpack:"d,omitempty"`
 }
 
 // Checkpoint is the position a counter partition's stored counters reflect.
