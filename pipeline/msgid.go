@@ -18,6 +18,28 @@ func DeltaMsgID(src int, dest string, seq uint64) string {
 	return "d." + strconv.Itoa(src) + "." + dest + "." + strconv.FormatUint(seq, 10)
 }
 
+// ParseDeltaMsgID reads a DeltaMsgID back (ok false when id is not one): a counter
+// partition that cannot decode a batch still knows, from its id, which number it fills.
+func ParseDeltaMsgID(id string) (src int, dest string, seq uint64, ok bool) {
+	rest, ok := strings.CutPrefix(id, "d.")
+	if !ok {
+		return 0, "", 0, false
+	}
+	s, rest, ok := strings.Cut(rest, ".")
+	i := strings.LastIndexByte(rest, '.')
+	if !ok || i <= 0 {
+		return 0, "", 0, false
+	}
+	n, err := strconv.ParseUint(s, 10, 31)
+	if err != nil {
+		return 0, "", 0, false
+	}
+	if seq, err = strconv.ParseUint(rest[i+1:], 10, 64); err != nil || seq == 0 {
+		return 0, "", 0, false
+	}
+	return int(n), rest[:i], seq, true
+}
+
 // HopMsgID names batch seq of events from event partition src to event partition dest:
 // relation events of a batch that belong to dest, and copies of system notices.
 func HopMsgID(src, dest int, seq uint64) string {

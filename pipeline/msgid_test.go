@@ -19,3 +19,23 @@ func TestMsgIDs(t *testing.T) {
 		}
 	}
 }
+
+func TestParseDeltaMsgID(t *testing.T) {
+	f := func(id string, src int, dest string, seq uint64, ok bool) {
+		t.Helper()
+		s, d, q, k := ParseDeltaMsgID(id)
+		if s != src || d != dest || q != seq || k != ok {
+			t.Errorf("%q: %d %q %d %v, want %d %q %d %v", id, s, d, q, k, src, dest, seq, ok)
+		}
+	}
+	f(DeltaMsgID(3, "post.7", 42), 3, "post.7", 42, true)
+	f(DeltaMsgID(0, "un.read.12", 1), 0, "un.read.12", 1, true)
+	f("d.3.post.7.0", 0, "", 0, false)
+	f("d.3.post7", 0, "", 0, false)
+	f("d.x.post.7.4", 0, "", 0, false)
+	f("d.-1.post.7.4", 0, "", 0, false)
+	f("d.3..4", 0, "", 0, false)
+	f("hop.3.7.42", 0, "", 0, false)
+	f("d3", 0, "", 0, false)
+	f("", 0, "", 0, false)
+}

@@ -378,9 +378,28 @@ func (w *Worker) apply(ctx context.Context, m jetstream.Msg, b *pipeline.DeltaBa
 	w.pos.Store(w.cp.Pos)
 	if err := pipeline.DecodeDeltaBatch(m.Data(), b); err != nil {
 		w.deadLetter(m, md.Sequence.Stream, err)
-		return nil
+		return w.fill(ctx, m)
 	}
 	return w.accept(ctx, m.Data(), b)
+}
+
+// fill takes the number of an undecodable delta batch, read from its message id, as
+// applied with nothing in it: otherwise its source's later batches would wait above the
+// gap until it is given up, and be lost with it. A message with another id is not a
+// batch of a source's sequence, and fills nothing.
+func (w *Worker) fill(ctx context.Context, m jetstream.Msg) error {
+	src, dest, seq, ok := pipeline.ParseDeltaMsgID(m.Headers().Get(jetstream.MsgIDHeader))
+	if !ok || dest != fmt.Sprintf("%s.%d", w.cfg.Family.Name, w.cfg.Partition) {
+		return nil
+	}
+	v, err := w.in.Skip(uint32(src), seq)
+	if err != nil {
+		return fmt.Errorf("counter %s/%d: %w", w.cfg.Family.Name, w.cfg.Partition, err)
+	}
+	if v == hop.Dup {
+		return nil
+	}
+	return w.release(ctx)
 }
 
 func (w *Worker) deadLetter(m jetstream.Msg, seq uint64, reason error) {
