@@ -233,5 +233,12 @@ func TestHeldBacklogReleasedInPieces(t *testing.T) {
 	if r.stats.Hop.GapsSkipped.Load() != 0 || r.stats.Hop.HeldBytes.Load() != 0 {
 		t.Fatalf("%d gaps given up, %d bytes held", r.stats.Hop.GapsSkipped.Load(), r.stats.Hop.HeldBytes.Load())
 	}
+	// Every checkpoint of the release is at the filler's position: their change events
+	// still have ids of their own, and the mirror ends equal to the counts.
+	want0 := make(map[uint64]uint64, len(bl.want))
+	for id, c := range bl.want {
+		want0[id] = c[0]
+	}
+	r.mirrorEquals(want0)
 	t.Logf("%d checkpoints, the largest %d ids", checkpoints.Load(), largest.Load())
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -125,6 +126,8 @@ type Worker struct {
 	store     heldStore           // the payloads the hop holds
 	held      pipeline.DeltaBatch // a held batch being applied
 	chg       changes             // the outbox of change events
+	owner     uint32              // this run's number in the ids of its change events
+	lastPos   uint64              // the position of the last checkpoint committed
 	purgedTo  atomic.Uint64       // deltas below this sequence are purged
 	purging   atomic.Bool         // a purge is under way
 	purges    sync.WaitGroup
@@ -175,6 +178,7 @@ func New(cfg Config, js jetstream.JetStream, db *cold.DB, log *slog.Logger, stat
 	}
 	return &Worker{
 		cfg: cfg, js: js, db: db, stats: stats, queries: make(chan *query), snapDone: make(chan snapResult, 1),
+		owner: rand.Uint32(),
 		cache: coldCache{size: cfg.ColdCache},
 		log:   log.With("stage", "counter", "family", cfg.Family.Name, "partition", cfg.Partition),
 	}
@@ -293,7 +297,7 @@ func (w *Worker) load() error {
 	if err != nil {
 		return err
 	}
-	w.cp = cp
+	w.cp, w.lastPos = cp, cp.Pos
 	if err := w.loadChanges(); err != nil {
 		return err
 	}
@@ -435,6 +439,7 @@ func (w *Worker) flush(ctx context.Context) error {
 		return err
 	}
 	w.chg.published, w.store.released = nil, nil
+	w.lastPos = w.cp.Pos
 	if len(chg) > 0 {
 		w.chg.pending = append(w.chg.pending, chg)
 	}
