@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/stages/hop"
 	"github.com/tally-dev/tally/store/cold"
@@ -105,6 +108,35 @@ func (w *Worker) release(ctx context.Context) error {
 		if err := w.applyDeltas(&w.held); err != nil {
 			return err
 		}
+	}
+}
+
+// fill takes the number of an undecodable delta batch, read from its message id, as
+// applied with nothing in it: otherwise its source's later batches would wait above the
+// gap until it is given up, and be lost with it. A message with another id is not a
+// batch of a source's sequence, and fills nothing.
+func (w *Worker) fill(ctx context.Context, m jetstream.Msg) error {
+	src, dest, seq, ok := pipeline.ParseDeltaMsgID(m.Headers().Get(jetstream.MsgIDHeader))
+	if !ok || dest != fmt.Sprintf("%s.%d", w.cfg.Family.Name, w.cfg.Partition) {
+		return nil
+	}
+	v, err := w.in.Skip(uint32(src), seq)
+	if err != nil {
+		return fmt.Errorf("counter %s/%d: %w", w.cfg.Family.Name, w.cfg.Partition, err)
+	}
+	if v == hop.Dup {
+		return nil
+	}
+	return w.release(ctx)
+}
+
+func (w *Worker) deadLetter(m jetstream.Msg, seq uint64, reason error) {
+	w.stats.Bad.Add(1)
+	w.log.Error("undecodable delta batch dead-lettered", "seq", seq, "err", reason)
+	msg := &nats.Msg{Subject: w.cfg.Subjects.DLQ("counter."+w.cfg.Family.Name, w.cfg.Partition), Data: m.Data(),
+		Header: nats.Header{jetstream.MsgIDHeader: []string{pipeline.DeadLetterMsgID("counter."+w.cfg.Family.Name, w.cfg.Partition, seq, -1)}, "Tally-Error": []string{reason.Error()}}}
+	if _, err := w.js.PublishMsgAsync(msg); err != nil {
+		w.log.Error("cannot dead-letter delta batch", "seq", seq, "err", err)
 	}
 }
 

@@ -350,3 +350,30 @@ func TestUndecodableBatchFillsItsNumber(t *testing.T) {
 		t.Fatalf("likes of %d: %d, %d held, %d gaps given up; want 5, 0, 0", x, got, r.stats.Hop.Held.Load(), r.stats.Hop.GapsSkipped.Load())
 	}
 }
+
+// A checkpoint of an older version keeps its held batches' payloads in its marks: the
+// worker moves them under keys of their own and applies them once the gap fills.
+func TestOldCheckpointHeldPayloadsMoved(t *testing.T) {
+	r := newRig(t)
+	const x = 5
+	held := pipeline.DeltaBatch{Source: 1, Seq: 3, Deltas: []pipeline.Delta{{ID: x, Field: 0, Op: pipeline.OpAdd, N: 4}}}
+	cp := &cold.Checkpoint{Marks: map[uint32]*cold.Mark{1: {Through: 1, Held: []cold.Held{{Seq: 3, Data: pipeline.AppendDeltaBatch(nil, &held)}}}}}
+	if err := cold.SaveCounters(r.db, r.fam.Name, 0, []cold.Entry{{ID: x, Counts: []uint64{1, 0, 0, 0}}}, cp, cold.Journal{}); err != nil {
+		t.Fatal(err)
+	}
+	w, _ := r.start(r.config())
+	natstest.Eventually(t, 5*time.Second, "the held batch counted", func() (bool, string) {
+		return w.Ready() && r.stats.Hop.Held.Load() == 1, fmt.Sprint(r.stats.Hop.Held.Load(), " held")
+	})
+	r.publish(1, 2, x, -1)
+	if got := r.likes(w, x); got != 4 {
+		t.Fatalf("likes of %d: %d, want 1 - 1 + 4", x, got)
+	}
+	natstest.Eventually(t, 5*time.Second, "a checkpoint holding nothing, no payload left", func() (bool, string) {
+		cp, err := cold.LoadCheckpoint(r.db, r.fam.Name, 0)
+		refs, err2 := cold.HeldRefs(r.db, r.fam.Name, 0)
+		m := cp.Marks[1]
+		return err == nil && err2 == nil && m != nil && m.Through == 3 && len(m.Held) == 0 && len(refs) == 0,
+			fmt.Sprintf("mark %+v, %d payloads, %v %v", m, len(refs), err, err2)
+	})
+}

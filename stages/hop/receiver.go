@@ -170,8 +170,9 @@ func (in *In) Next() (src uint32, seq uint64, data []byte, ok bool, err error) {
 // released, all at once (dup for a batch applied or held already). The slices are valid
 // until the next call.
 //
-// Deprecated: what one call releases is unbounded (up to MaxHeld batches); use Offer and
-// Next. Only for an In without Store, whose payloads stay in Marks: it panics otherwise.
+// What one call releases is unbounded (up to MaxHeld batches): new callers use Offer and
+// Next. Only for an In without Store, whose payloads stay in Marks (it panics otherwise),
+// kept for the event stage until it moves to Offer and Next.
 func (in *In) Accept(src uint32, seq uint64, data []byte) (ready [][]byte, dup bool) {
 	if in.Store != nil {
 		panic("hop: Accept on an In with a HeldStore: use Offer and Next")
