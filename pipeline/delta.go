@@ -25,22 +25,25 @@ type Delta struct {
 	N     int64
 }
 
-// Then returns the single delta equivalent to d followed by next on the same counter:
-// +1 then +2 is +3; anything then set v is set v; set v then +n is set v+n.
-func (d Delta) Then(next Delta) Delta {
+// Then returns the single delta equivalent to d followed by next on the same counter
+// whatever the counter holds before them, and whether there is one. Counters never go
+// below zero (an add saturates at 0), so that exists only where merging is exact for
+// every starting value: adds of the same sign (+1 then +2 is +3, -1 then -2 is -3), set v
+// then add n (set max(v+n, 0)), anything then set v (set v). An add after an add of the
+// other sign is not: -5 then +5 leaves 5 on a counter at 2 but 7 on one at 7, where +0
+// would leave 2 and 7; such deltas stay apart, applied in order.
+func (d Delta) Then(next Delta) (Delta, bool) {
 	switch {
 	case next.Op == OpSet:
-		return next
+		return next, true
 	case d.Op == OpSet:
-		v := int64(0)
-		if s := d.N + next.N; s > 0 {
-			v = s
-		}
-		d.N = v
-		return d
-	default:
+		d.N = max(max(d.N, 0)+next.N, 0) // a set below zero sets 0
+		return d, true
+	case d.N == 0 || next.N == 0 || (d.N < 0) == (next.N < 0):
 		d.N += next.N
-		return d
+		return d, true
+	default:
+		return d, false
 	}
 }
 

@@ -18,6 +18,28 @@ func DeltaMsgID(src int, dest string, seq uint64) string {
 	return "d." + strconv.Itoa(src) + "." + dest + "." + strconv.FormatUint(seq, 10)
 }
 
+// ParseDeltaMsgID reads a DeltaMsgID back (ok false when id is not one): a counter
+// partition that cannot decode a batch still knows, from its id, which number it fills.
+func ParseDeltaMsgID(id string) (src int, dest string, seq uint64, ok bool) {
+	rest, ok := strings.CutPrefix(id, "d.")
+	if !ok {
+		return 0, "", 0, false
+	}
+	s, rest, ok := strings.Cut(rest, ".")
+	i := strings.LastIndexByte(rest, '.')
+	if !ok || i <= 0 {
+		return 0, "", 0, false
+	}
+	n, err := strconv.ParseUint(s, 10, 31)
+	if err != nil {
+		return 0, "", 0, false
+	}
+	if seq, err = strconv.ParseUint(rest[i+1:], 10, 64); err != nil || seq == 0 {
+		return 0, "", 0, false
+	}
+	return int(n), rest[:i], seq, true
+}
+
 // HopMsgID names batch seq of events from event partition src to event partition dest:
 // relation events of a batch that belong to dest, and copies of system notices.
 func HopMsgID(src, dest int, seq uint64) string {
@@ -37,19 +59,36 @@ func LogMsgID(p int, pos uint64, owner string) string {
 	return fmt.Sprintf("log.%d.%d.%s", p, pos, owner)
 }
 
-// ChangeMsgID names part of the change events of counter partition family/p's
-// checkpoint at deltas-stream position pos. The position, not the checkpoint's number:
-// an owner that restored an older backup numbers its next checkpoints as the last owner
-// did, at other positions and with other ids in them, and a message dropped as a
-// duplicate of one with other content would hide a change from every mirror; the values
-// at one position are the same whoever computed them.
-func ChangeMsgID(family string, p int, pos uint64, part int) string {
-	return fmt.Sprintf("chg.%s.%d.%d.%d", family, p, pos, part)
+// ChangeMsgID names part of the change events of checkpoint n of counter partition
+// family/p, taken at deltas-stream position pos; prev is the position of the checkpoint
+// before it. owner is drawn by each run of a worker: two owners never share an id, since
+// their checkpoints at one position may hold other ids in each part (one restored from
+// an older backup covers more, a table's order differs) and a part dropped as a duplicate
+// of another owner's would hide its ids from every mirror. A part sent again (after a
+// crash, by whoever restores the outbox) keeps its id, stored with it.
+//
+// A worker sends a checkpoint's parts only once every part of its earlier checkpoints is
+// stored, so once any part is stored, its owner has announced every id changed in the
+// stream before prev (see ChangePrev).
+func ChangeMsgID(family string, p int, pos, prev uint64, owner uint32, n uint64, part int) string {
+	return fmt.Sprintf("chg2.%s.%d.%d.%d.%08x.%d.%d", family, p, pos, prev, owner, n, part)
 }
 
-// ChangePos is the deltas-stream position in a ChangeMsgID (false when id is not one).
+// changeV1 is the prefix of the change ids of older versions: chg.<family>.<p>.<pos>.<part>.
+const changeV1, changeV2 = "chg.", "chg2."
+
+// ChangePos is the deltas-stream position in a change message id, of this version or an
+// older one (false when id is neither).
 func ChangePos(id string) (uint64, bool) {
-	rest, ok := strings.CutPrefix(id, "chg.")
+	if rest, ok := strings.CutPrefix(id, changeV2); ok {
+		f := strings.Split(rest, ".")
+		if len(f) < 7 {
+			return 0, false
+		}
+		pos, err := strconv.ParseUint(f[len(f)-5], 10, 64)
+		return pos, err == nil
+	}
+	rest, ok := strings.CutPrefix(id, changeV1)
 	if !ok {
 		return 0, false
 	}
@@ -59,6 +98,22 @@ func ChangePos(id string) (uint64, bool) {
 	}
 	pos, err := strconv.ParseUint(f[len(f)-2], 10, 64)
 	return pos, err == nil
+}
+
+// ChangePrev is the position of the checkpoint before the one a ChangeMsgID names: every
+// checkpoint its owner took before it is announced whole once that id is stored. False
+// for ids of older versions, whose parts say nothing of the parts around them.
+func ChangePrev(id string) (uint64, bool) {
+	rest, ok := strings.CutPrefix(id, changeV2)
+	if !ok {
+		return 0, false
+	}
+	f := strings.Split(rest, ".")
+	if len(f) < 7 {
+		return 0, false
+	}
+	prev, err := strconv.ParseUint(f[len(f)-4], 10, 64)
+	return prev, err == nil
 }
 
 // BatchMsgID names part n of a client batch tx that the client split for partition p.

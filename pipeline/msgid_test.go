@@ -10,7 +10,7 @@ func TestMsgIDs(t *testing.T) {
 		{HopMsgID(3, 7, 42), "hop.3.7.42"},
 		{DeadLetterMsgID("event", 3, 42, -1), "dlq.event.3.42.-1"},
 		{LogMsgID(3, 42, "n1.9"), "log.3.42.n1.9"},
-		{ChangeMsgID("post", 3, 42, 1), "chg.post.3.42.1"},
+		{ChangeMsgID("post", 3, 42, 40, 0xbeef, 9, 1), "chg2.post.3.42.40.0000beef.9.1"},
 		{BatchMsgID("tx", 3, 1), "tx.3.1"},
 		{AdminBatchMsgID("tx", 3, 1), "tx.admin.3.1"},
 	} {
@@ -18,4 +18,43 @@ func TestMsgIDs(t *testing.T) {
 			t.Errorf("got %q, want %q", c.got, c.want)
 		}
 	}
+}
+
+func TestParseDeltaMsgID(t *testing.T) {
+	f := func(id string, src int, dest string, seq uint64, ok bool) {
+		t.Helper()
+		s, d, q, k := ParseDeltaMsgID(id)
+		if s != src || d != dest || q != seq || k != ok {
+			t.Errorf("%q: %d %q %d %v, want %d %q %d %v", id, s, d, q, k, src, dest, seq, ok)
+		}
+	}
+	f(DeltaMsgID(3, "post.7", 42), 3, "post.7", 42, true)
+	f(DeltaMsgID(0, "un.read.12", 1), 0, "un.read.12", 1, true)
+	f("d.3.post.7.0", 0, "", 0, false)
+	f("d.3.post7", 0, "", 0, false)
+	f("d.x.post.7.4", 0, "", 0, false)
+	f("d.-1.post.7.4", 0, "", 0, false)
+	f("d.3..4", 0, "", 0, false)
+	f("hop.3.7.42", 0, "", 0, false)
+	f("d3", 0, "", 0, false)
+	f("", 0, "", 0, false)
+}
+
+// Change ids of this version and of older ones give their position; only this version's
+// give the previous checkpoint's.
+func TestChangePos(t *testing.T) {
+	f := func(id string, pos uint64, posOK bool, prev uint64, prevOK bool) {
+		t.Helper()
+		p, ok := ChangePos(id)
+		q, ok2 := ChangePrev(id)
+		if p != pos || ok != posOK || q != prev || ok2 != prevOK {
+			t.Errorf("%q: pos %d %v, prev %d %v; want %d %v, %d %v", id, p, ok, q, ok2, pos, posOK, prev, prevOK)
+		}
+	}
+	f(ChangeMsgID("post", 3, 42, 40, 7, 9, 1), 42, true, 40, true)
+	f(ChangeMsgID("un.read", 0, 1, 0, 0xffffffff, 1, 0), 1, true, 0, true)
+	f("chg.post.3.42.1", 42, true, 0, false) // an older version's
+	f("chg.post.3.x.1", 0, false, 0, false)
+	f("chg2.post.3.42.1", 0, false, 0, false)
+	f("d.3.post.7.42", 0, false, 0, false)
 }

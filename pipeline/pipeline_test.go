@@ -142,16 +142,25 @@ func TestDeltaBatchRoundTrip(t *testing.T) {
 func TestDeltaThen(t *testing.T) {
 	add := func(n int64) pipeline.Delta { return pipeline.Delta{Op: pipeline.OpAdd, N: n} }
 	set := func(n int64) pipeline.Delta { return pipeline.Delta{Op: pipeline.OpSet, N: n} }
-	f := func(a, b, want pipeline.Delta) {
+	f := func(a, b, want pipeline.Delta, wantOK bool) {
 		t.Helper()
-		if got := a.Then(b); got != want {
-			t.Fatalf("%+v then %+v = %+v, want %+v", a, b, got, want)
+		if got, ok := a.Then(b); ok != wantOK || (ok && got != want) {
+			t.Fatalf("%+v then %+v = %+v %v, want %+v %v", a, b, got, ok, want, wantOK)
 		}
 	}
-	f(add(1), add(2), add(3))
-	f(add(5), set(0), set(0))
-	f(set(0), add(2), set(2))
-	f(set(1), add(-3), set(0))
+	f(add(1), add(2), add(3), true)
+	f(add(-1), add(-2), add(-3), true)
+	f(add(0), add(-2), add(-2), true)
+	f(add(4), add(0), add(4), true)
+	f(add(5), set(0), set(0), true)
+	f(add(-5), set(3), set(3), true)
+	f(set(0), add(2), set(2), true)
+	f(set(1), add(-3), set(0), true)
+	f(set(-4), add(3), set(3), true)
+	// Item 7: -5 then +5 on a counter at 2 is 5 applied one by one; no single delta is
+	// that for every starting value.
+	f(add(-5), add(5), pipeline.Delta{}, false)
+	f(add(1), add(-1), pipeline.Delta{}, false)
 }
 
 func TestWaitForStreams(t *testing.T) {

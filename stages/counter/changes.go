@@ -15,15 +15,18 @@ import (
 )
 
 // Change events go through an outbox: a checkpoint writes them to Badger in its own
-// transaction and they are published after the commit, under ids fixed by the
-// checkpoint's position (pipeline.ChangeMsgID), so a crash in between leaves them to be sent at the
-// next start — by this process or by whichever restores the partition's backup —
-// instead of never announcing those ids.
+// transaction and they are published after the commit, under ids fixed when it is
+// written (pipeline.ChangeMsgID: the checkpoint's position, the previous checkpoint's,
+// this run's owner number and the checkpoint's), so a crash in between leaves them to be
+// sent at the next start — by this process or by whichever restores the partition's
+// backup — instead of never announcing those ids; and no other owner's checkpoint, at
+// the same position or not, shares an id with them.
 //
 // A mirror takes the last value per id, so the stream must get each id's values in
 // checkpoint order. The ids of one checkpoint are disjoint across its parts, which may
 // be stored in any order; a checkpoint's events are sent only once every earlier one is
-// stored, so a publish that fails and is retried can never land after a newer value.
+// stored, so a publish that fails and is retried can never land after a newer value,
+// and a stored part says its owner's checkpoints before it are announced whole.
 
 // changeSeq is the outbox Seq of part of checkpoint cp's change events: ordered by
 // checkpoint, and the checkpoint is the Seq's top 48 bits.
@@ -96,7 +99,7 @@ func (w *Worker) changeEntries(cp uint64, entries []cold.Entry) ([]cold.OutboxEn
 		out = append(out, cold.OutboxEntry{
 			Seq:     changeSeq(cp, part),
 			Subject: w.cfg.Subjects.Change(w.cfg.Family.Name, w.cfg.Partition),
-			MsgID:   pipeline.ChangeMsgID(w.cfg.Family.Name, w.cfg.Partition, w.cp.Pos, part),
+			MsgID:   pipeline.ChangeMsgID(w.cfg.Family.Name, w.cfg.Partition, w.cp.Pos, w.lastPos, w.owner, cp, part),
 			Data:    data,
 		})
 	}
@@ -153,9 +156,12 @@ func (w *Worker) drainChanges(ctx context.Context, wait time.Duration) error {
 
 // trimStandby drops, while another process owns the partition (a standby's worker, or
 // one that lost its lease), the change events of its checkpoints that the owner has
-// stored already: the owner sends its checkpoints' events in order, so every id changed
-// at or below the position of its last stored event has been announced with a value at
-// least as new. What is left is sent if this process takes the partition over, and the
+// announced already: the owner sends its checkpoints' events in order, so once a part of
+// one is stored, every checkpoint it took before is stored whole, and every id changed
+// in the stream before that one's position has been announced with a value at least as
+// new. (Not the stored part's own checkpoint: the owner may have died before its other
+// parts were stored, and a checkpoint in the middle of a release shares its position
+// with the next.) What is left is sent if this process takes the partition over, and the
 // outbox stays as small as the owner's lead. It asks NATS at most once a second.
 func (w *Worker) trimStandby(ctx context.Context) {
 	if len(w.chg.pending) == 0 || time.Since(w.trimmed) < time.Second {
@@ -170,7 +176,7 @@ func (w *Worker) trimStandby(ctx context.Context) {
 	n := 0
 	for n < len(w.chg.pending) {
 		pos, ok := pipeline.ChangePos(w.chg.pending[n][0].MsgID)
-		if !ok || pos > upTo {
+		if !ok || pos >= upTo {
 			break
 		}
 		for _, e := range w.chg.pending[n] {
@@ -181,8 +187,10 @@ func (w *Worker) trimStandby(ctx context.Context) {
 	w.chg.pending = w.chg.pending[n:]
 }
 
-// announced is the position of the partition's last change event stored in the changes
-// stream (0 when none; everything when there is no such stream, which would refuse them).
+// announced is a position below which the partition's owner has announced every change:
+// that of the checkpoint before the one of the last change event stored in the changes
+// stream (0 when there is none, or it was sent by an older version, which does not say;
+// everything when there is no such stream, which would refuse them).
 func (w *Worker) announced(ctx context.Context) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
@@ -200,9 +208,10 @@ func (w *Worker) announced(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	pos, ok := pipeline.ChangePos(m.Header.Get(jetstream.MsgIDHeader))
-	if !ok {
+	id := m.Header.Get(jetstream.MsgIDHeader)
+	if _, ok := pipeline.ChangePos(id); !ok {
 		return 0, fmt.Errorf("change event %d has no change message id", m.Sequence)
 	}
-	return pos, nil
+	prev, _ := pipeline.ChangePrev(id)
+	return prev, nil
 }

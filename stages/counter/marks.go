@@ -1,35 +1,143 @@
 package counter
 
 import (
+	"context"
 	"fmt"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/stages/hop"
+	"github.com/tally-dev/tally/store/cold"
 )
 
+// heldStore keeps the payloads of the delta batches the worker holds above a gap in the
+// partition's Badger keys (cold.PutHeld): each written in a transaction of its own when
+// held, deleted by the checkpoint whose marks no longer hold it.
+type heldStore struct {
+	db     *cold.DB
+	family string
+	p      int
+	// released are the batches handed out since the last checkpoint: the next one
+	// deletes their payloads.
+	released []cold.HeldRef
+}
+
+func (s *heldStore) Put(src uint32, seq uint64, data []byte) error {
+	return cold.PutHeld(s.db, s.family, s.p, cold.HeldRef{Src: src, Seq: seq}, data)
+}
+
+func (s *heldStore) Get(src uint32, seq uint64) ([]byte, error) {
+	return cold.GetHeld(s.db, s.family, s.p, cold.HeldRef{Src: src, Seq: seq})
+}
+
+func (s *heldStore) Delete(src uint32, seq uint64) error {
+	s.released = append(s.released, cold.HeldRef{Src: src, Seq: seq})
+	return nil
+}
+
+// dropOrphans deletes the payloads of batches the loaded marks do not hold: written
+// after the last checkpoint by a run that crashed, or released by it. What the stream
+// holds after the checkpoint is received again, and held again if it must be.
+func (w *Worker) dropOrphans() error {
+	refs, err := cold.HeldRefs(w.db, w.cfg.Family.Name, w.cfg.Partition)
+	if err != nil || len(refs) == 0 {
+		return err
+	}
+	held := map[cold.HeldRef]bool{}
+	for src, m := range w.cp.Marks {
+		for _, h := range m.Held {
+			held[cold.HeldRef{Src: src, Seq: h.Seq}] = true
+		}
+	}
+	var orphans []cold.HeldRef
+	for _, r := range refs {
+		if !held[r] {
+			orphans = append(orphans, r)
+		}
+	}
+	return cold.DeleteHeld(w.db, w.cfg.Family.Name, w.cfg.Partition, orphans)
+}
+
 // accept hands the decoded batch b (whose encoding is data) to the deltas' hop and
-// applies what it releases, strictly in each source's order: adds saturate at 0 and
-// reads set 0, so a -1 applied before the +1 sent ahead of it would leave 1 for ever. A
-// batch above a gap is held — in the checkpoint, with the marks — until the gap fills.
-func (w *Worker) accept(data []byte, b *pipeline.DeltaBatch) error {
-	ready, dup := w.in.Accept(b.Source, b.Seq, data)
-	if dup {
+// applies it if it is next, then what it releases, strictly in each source's order:
+// adds saturate at 0 and reads set 0, so a -1 applied before the +1 sent ahead of it
+// would leave 1 for ever. A batch above a gap is held — its payload in Badger, its
+// number in the checkpoint's marks — until the gap fills.
+func (w *Worker) accept(ctx context.Context, data []byte, b *pipeline.DeltaBatch) error {
+	v, err := w.in.Offer(b.Source, b.Seq, data)
+	if err != nil {
+		return fmt.Errorf("counter %s/%d: %w", w.cfg.Family.Name, w.cfg.Partition, err)
+	}
+	switch v {
+	case hop.Dup:
 		w.stats.Duplicates.Add(1)
 		return nil
-	}
-	for _, p := range ready {
-		batch := b
-		if !same(p, data) {
-			// A held batch it unblocks: it decoded when it arrived.
-			batch = &w.held
-			if err := pipeline.DecodeDeltaBatch(p, batch); err != nil {
-				return fmt.Errorf("counter %s/%d: held delta batch: %w", w.cfg.Family.Name, w.cfg.Partition, err)
-			}
-		}
-		if err := w.applyDeltas(batch); err != nil {
+	case hop.Apply:
+		if err := w.applyDeltas(b); err != nil {
 			return err
 		}
 	}
-	return nil
+	return w.release(ctx)
+}
+
+// release applies the held batches that are next, one at a time, checkpointing whenever
+// MaxDirty deltas are applied: a checkpoint holds at most MaxDirty ids and a batch more,
+// whatever a gap releases, and what is not applied yet stays held in its marks.
+func (w *Worker) release(ctx context.Context) error {
+	for {
+		if w.changed >= w.cfg.MaxDirty {
+			if err := w.flush(ctx); err != nil {
+				return err
+			}
+		}
+		_, _, data, ok, err := w.in.Next()
+		if err != nil {
+			return fmt.Errorf("counter %s/%d: %w", w.cfg.Family.Name, w.cfg.Partition, err)
+		}
+		if !ok {
+			return nil
+		}
+		if len(data) == 0 {
+			continue // a number filled by a dead-lettered batch
+		}
+		if err := pipeline.DecodeDeltaBatch(data, &w.held); err != nil {
+			return fmt.Errorf("counter %s/%d: held delta batch: %w", w.cfg.Family.Name, w.cfg.Partition, err)
+		}
+		if err := w.applyDeltas(&w.held); err != nil {
+			return err
+		}
+	}
+}
+
+// fill takes the number of an undecodable delta batch, read from its message id, as
+// applied with nothing in it: otherwise its source's later batches would wait above the
+// gap until it is given up, and be lost with it. A message with another id is not a
+// batch of a source's sequence, and fills nothing.
+func (w *Worker) fill(ctx context.Context, m jetstream.Msg) error {
+	src, dest, seq, ok := pipeline.ParseDeltaMsgID(m.Headers().Get(jetstream.MsgIDHeader))
+	if !ok || dest != fmt.Sprintf("%s.%d", w.cfg.Family.Name, w.cfg.Partition) {
+		return nil
+	}
+	v, err := w.in.Skip(uint32(src), seq)
+	if err != nil {
+		return fmt.Errorf("counter %s/%d: %w", w.cfg.Family.Name, w.cfg.Partition, err)
+	}
+	if v == hop.Dup {
+		return nil
+	}
+	return w.release(ctx)
+}
+
+func (w *Worker) deadLetter(m jetstream.Msg, seq uint64, reason error) {
+	w.stats.Bad.Add(1)
+	w.log.Error("undecodable delta batch dead-lettered", "seq", seq, "err", reason)
+	msg := &nats.Msg{Subject: w.cfg.Subjects.DLQ("counter."+w.cfg.Family.Name, w.cfg.Partition), Data: m.Data(),
+		Header: nats.Header{jetstream.MsgIDHeader: []string{pipeline.DeadLetterMsgID("counter."+w.cfg.Family.Name, w.cfg.Partition, seq, -1)}, "Tally-Error": []string{reason.Error()}}}
+	if _, err := w.js.PublishMsgAsync(msg); err != nil {
+		w.log.Error("cannot dead-letter delta batch", "seq", seq, "err", err)
+	}
 }
 
 // applyDeltas applies one batch the hop released.
@@ -63,10 +171,4 @@ func (w *Worker) applyDeltas(b *pipeline.DeltaBatch) error {
 	w.stats.Batches.Add(1)
 	w.stats.Deltas.Add(int64(len(b.Deltas)))
 	return nil
-}
-
-// same reports whether p is data itself (not a copy): the hop returns the batch it was
-// given first when that batch was next, which is then applied as already decoded.
-func same(p, data []byte) bool {
-	return len(p) == len(data) && (len(p) == 0 || &p[0] == &data[0])
 }

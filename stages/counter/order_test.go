@@ -305,3 +305,75 @@ func TestChangeEventsInOrderUnderFaults(t *testing.T) {
 	t.Logf("%d change publishes: %d failed (%d stored, ack lost), %d delayed, %d reordered", faulty.Stats.Publishes.Load(),
 		faulty.Stats.Failed.Load(), faulty.Stats.AckLost.Load(), faulty.Stats.Delayed.Load(), faulty.Stats.Reordered.Load())
 }
+
+// publishRaw sends data as batch seq of source src, whatever it holds.
+func (r *rig) publishRaw(src uint32, seq uint64, data []byte) {
+	r.t.Helper()
+	msg := &nats.Msg{Subject: r.sc.Subjects.Delta(r.fam.Name, 0), Data: data,
+		Header: nats.Header{jetstream.MsgIDHeader: []string{pipeline.DeltaMsgID(int(src), r.fam.Name+".0", seq)}}}
+	ack, err := r.js.PublishMsg(context.Background(), msg)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.last = ack.Sequence
+}
+
+// Item 3: an undecodable delta batch is dead-lettered, and its number, read from its
+// message id, counts as applied with nothing in it: the batches after it are applied
+// at once, not held until the gap is given up (and lost with it). Above a gap, the
+// empty number waits like any held batch.
+func TestUndecodableBatchFillsItsNumber(t *testing.T) {
+	r := newRig(t)
+	w, _ := r.start(r.config())
+	const x = 11
+	r.publish(5, 1, x, 1)
+	r.publishRaw(5, 2, []byte("not a delta batch"))
+	r.publish(5, 3, x, 1)
+	if got := r.likes(w, x); got != 2 {
+		t.Fatalf("likes of %d: %d, want 2 (batch 3 applied after the undecodable batch 2)", x, got)
+	}
+	if n := r.stats.Hop.Held.Load(); n != 0 || r.stats.Bad.Load() != 1 {
+		t.Fatalf("%d batches held, %d bad; want 0 held, 1 bad", n, r.stats.Bad.Load())
+	}
+	r.publishRaw(5, 5, []byte{0xc1}) // above a gap
+	r.publish(5, 6, x, 1)
+	if got := r.likes(w, x); got != 2 || r.stats.Hop.Held.Load() != 2 {
+		t.Fatalf("likes of %d: %d with %d held, want 2 with batches 5 and 6 held", x, got, r.stats.Hop.Held.Load())
+	}
+	r.publish(5, 4, x, 1)
+	if got := r.likes(w, x); got != 4 {
+		t.Fatalf("likes of %d: %d, want 4", x, got)
+	}
+	r.publishRaw(5, 2, []byte("not a delta batch")) // sent again: nothing to fill
+	r.publish(5, 7, x, 1)
+	if got := r.likes(w, x); got != 5 || r.stats.Hop.Held.Load() != 0 || r.stats.Hop.GapsSkipped.Load() != 0 {
+		t.Fatalf("likes of %d: %d, %d held, %d gaps given up; want 5, 0, 0", x, got, r.stats.Hop.Held.Load(), r.stats.Hop.GapsSkipped.Load())
+	}
+}
+
+// A checkpoint of an older version keeps its held batches' payloads in its marks: the
+// worker moves them under keys of their own and applies them once the gap fills.
+func TestOldCheckpointHeldPayloadsMoved(t *testing.T) {
+	r := newRig(t)
+	const x = 5
+	held := pipeline.DeltaBatch{Source: 1, Seq: 3, Deltas: []pipeline.Delta{{ID: x, Field: 0, Op: pipeline.OpAdd, N: 4}}}
+	cp := &cold.Checkpoint{Marks: map[uint32]*cold.Mark{1: {Through: 1, Held: []cold.Held{{Seq: 3, Data: pipeline.AppendDeltaBatch(nil, &held)}}}}}
+	if err := cold.SaveCounters(r.db, r.fam.Name, 0, []cold.Entry{{ID: x, Counts: []uint64{1, 0, 0, 0}}}, cp, cold.Journal{}); err != nil {
+		t.Fatal(err)
+	}
+	w, _ := r.start(r.config())
+	natstest.Eventually(t, 5*time.Second, "the held batch counted", func() (bool, string) {
+		return w.Ready() && r.stats.Hop.Held.Load() == 1, fmt.Sprint(r.stats.Hop.Held.Load(), " held")
+	})
+	r.publish(1, 2, x, -1)
+	if got := r.likes(w, x); got != 4 {
+		t.Fatalf("likes of %d: %d, want 1 - 1 + 4", x, got)
+	}
+	natstest.Eventually(t, 5*time.Second, "a checkpoint holding nothing, no payload left", func() (bool, string) {
+		cp, err := cold.LoadCheckpoint(r.db, r.fam.Name, 0)
+		refs, err2 := cold.HeldRefs(r.db, r.fam.Name, 0)
+		m := cp.Marks[1]
+		return err == nil && err2 == nil && m != nil && m.Through == 3 && len(m.Held) == 0 && len(refs) == 0,
+			fmt.Sprintf("mark %+v, %d payloads, %v %v", m, len(refs), err, err2)
+	})
+}

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tally-dev/tally/pipeline"
@@ -122,8 +122,11 @@ type Worker struct {
 	table     store.Table
 	cp        cold.Checkpoint
 	in        hop.In              // the deltas' hop; its Marks are cp.Marks
+	store     heldStore           // the payloads the hop holds
 	held      pipeline.DeltaBatch // a held batch being applied
 	chg       changes             // the outbox of change events
+	owner     uint32              // this run's number in the ids of its change events
+	lastPos   uint64              // the position of the last checkpoint committed
 	purgedTo  atomic.Uint64       // deltas below this sequence are purged
 	purging   atomic.Bool         // a purge is under way
 	purges    sync.WaitGroup
@@ -174,6 +177,7 @@ func New(cfg Config, js jetstream.JetStream, db *cold.DB, log *slog.Logger, stat
 	}
 	return &Worker{
 		cfg: cfg, js: js, db: db, stats: stats, queries: make(chan *query), snapDone: make(chan snapResult, 1),
+		owner: rand.Uint32(),
 		cache: coldCache{size: cfg.ColdCache},
 		log:   log.With("stage", "counter", "family", cfg.Family.Name, "partition", cfg.Partition),
 	}
@@ -240,6 +244,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer w.unaccount()
 	defer w.purges.Wait()
 	defer w.waitSnapshot()
+	// A release cut by a checkpoint and a stop: what its marks hold that is next.
+	if err := w.release(ctx); err != nil {
+		return err
+	}
 	tick := time.NewTicker(w.cfg.FlushInterval)
 	defer tick.Stop()
 	batch := make([]jetstream.Msg, 0, 1024)
@@ -261,7 +269,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		case m := <-r.C:
 			batch = r.Drain(append(batch[:0], m), cap(batch))
 			for _, m := range batch {
-				if err := w.apply(m, &b); err != nil {
+				if err := w.apply(ctx, m, &b); err != nil {
 					return err
 				}
 				if w.changed >= w.cfg.MaxDirty {
@@ -288,13 +296,17 @@ func (w *Worker) load() error {
 	if err != nil {
 		return err
 	}
-	w.cp = cp
+	w.cp, w.lastPos = cp, cp.Pos
 	if err := w.loadChanges(); err != nil {
 		return err
 	}
-	w.in = hop.In{Marks: cp.Marks, Stats: &w.stats.Hop, Log: w.log}
-	if n, _ := w.in.Held(); n > 0 { // which also counts them in Stats.Hop.Held
-		w.log.Info("delta batches held above a gap", "batches", n)
+	w.store = heldStore{db: w.db, family: w.cfg.Family.Name, p: w.cfg.Partition}
+	if err := w.dropOrphans(); err != nil {
+		return err
+	}
+	w.in = hop.In{Marks: cp.Marks, Store: &w.store, Stats: &w.stats.Hop, Log: w.log}
+	if n, b := w.in.Held(); n > 0 { // which also counts them in Stats.Hop
+		w.log.Info("delta batches held above a gap", "batches", n, "bytes", b)
 	}
 	w.pos.Store(cp.Pos)
 	start, source := time.Now(), "snapshot"
@@ -360,7 +372,7 @@ func (w *Worker) answer(q *query) {
 	close(q.done)
 }
 
-func (w *Worker) apply(m jetstream.Msg, b *pipeline.DeltaBatch) error {
+func (w *Worker) apply(ctx context.Context, m jetstream.Msg, b *pipeline.DeltaBatch) error {
 	md, err := m.Metadata()
 	if err != nil {
 		return fmt.Errorf("delta without metadata: %w", err)
@@ -369,19 +381,9 @@ func (w *Worker) apply(m jetstream.Msg, b *pipeline.DeltaBatch) error {
 	w.pos.Store(w.cp.Pos)
 	if err := pipeline.DecodeDeltaBatch(m.Data(), b); err != nil {
 		w.deadLetter(m, md.Sequence.Stream, err)
-		return nil
+		return w.fill(ctx, m)
 	}
-	return w.accept(m.Data(), b)
-}
-
-func (w *Worker) deadLetter(m jetstream.Msg, seq uint64, reason error) {
-	w.stats.Bad.Add(1)
-	w.log.Error("undecodable delta batch dead-lettered", "seq", seq, "err", reason)
-	msg := &nats.Msg{Subject: w.cfg.Subjects.DLQ("counter."+w.cfg.Family.Name, w.cfg.Partition), Data: m.Data(),
-		Header: nats.Header{jetstream.MsgIDHeader: []string{pipeline.DeadLetterMsgID("counter."+w.cfg.Family.Name, w.cfg.Partition, seq, -1)}, "Tally-Error": []string{reason.Error()}}}
-	if _, err := w.js.PublishMsgAsync(msg); err != nil {
-		w.log.Error("cannot dead-letter delta batch", "seq", seq, "err", err)
-	}
+	return w.accept(ctx, m.Data(), b)
 }
 
 // flush writes every changed id with the position and watermarks in one transaction,
@@ -403,10 +405,11 @@ func (w *Worker) flush(ctx context.Context) error {
 		return fmt.Errorf("change event of %s/%d: %w", w.cfg.Family.Name, w.cfg.Partition, err)
 	}
 	w.chg.published = append(w.chg.published, w.chg.out.Published()...)
-	if err := cold.SaveCheckpoint(w.db, w.cfg.Family.Name, w.cfg.Partition, entries, &w.cp, j, cold.Changes{Put: chg, Published: w.chg.published}); err != nil {
+	if err := cold.SaveCheckpoint(w.db, w.cfg.Family.Name, w.cfg.Partition, entries, &w.cp, j, cold.Changes{Put: chg, Published: w.chg.published, Released: w.store.released}); err != nil {
 		return err
 	}
-	w.chg.published = nil
+	w.chg.published, w.store.released = nil, nil
+	w.lastPos = w.cp.Pos
 	if len(chg) > 0 {
 		w.chg.pending = append(w.chg.pending, chg)
 	}

@@ -66,8 +66,9 @@ type counterKey struct {
 	field uint8
 }
 
-// coalescer merges the deltas of one transaction per counter (+1 +1 +1 → +3) and groups
-// them by destination partition.
+// coalescer merges the deltas of one transaction per counter (+1 +1 +1 → +3) where that
+// is exact whatever the counter holds (pipeline.Delta.Then), keeps the others apart in
+// their order (+3 then -1), and groups them by destination partition.
 type coalescer struct {
 	partitions int
 	byDest     map[dest]*destDeltas
@@ -75,7 +76,7 @@ type coalescer struct {
 }
 
 type destDeltas struct {
-	index  map[counterKey]int
+	index  map[counterKey]int // the last delta of each counter
 	deltas []pipeline.Delta
 }
 
@@ -94,8 +95,10 @@ func (c *coalescer) add(f fieldRef, id pipeline.ID, op pipeline.Op, n int64) {
 	x := pipeline.Delta{ID: uint64(id), Field: f.field, Op: op, N: n}
 	k := counterKey{uint64(id), f.field}
 	if i, ok := dd.index[k]; ok {
-		dd.deltas[i] = dd.deltas[i].Then(x)
-		return
+		if m, ok := dd.deltas[i].Then(x); ok {
+			dd.deltas[i] = m
+			return
+		}
 	}
 	dd.index[k] = len(dd.deltas)
 	dd.deltas = append(dd.deltas, x)

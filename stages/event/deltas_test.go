@@ -1,9 +1,13 @@
 package event
 
 import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/store"
 )
 
 func TestCoalescer(t *testing.T) {
@@ -14,24 +18,85 @@ func TestCoalescer(t *testing.T) {
 		c.add(like, 42, pipeline.OpAdd, 1)
 	}
 	c.add(like, 42, pipeline.OpAdd, -1)
+	c.add(like, 42, pipeline.OpAdd, -2)
 	c.add(unread, 7, pipeline.OpAdd, 1)
 	c.add(unread, 7, pipeline.OpSet, 0)
 	c.add(unread, 7, pipeline.OpAdd, 1)
-	got := map[string]pipeline.Delta{}
+	got := map[string][]string{}
 	for _, d := range c.order {
 		for _, x := range c.byDest[d].deltas {
-			got[d.family] = x
+			got[d.family] = append(got[d.family], fmt.Sprint(x.Op, x.N))
 		}
 		if d.partition != pipeline.PartitionOf(pipeline.ID(c.byDest[d].deltas[0].ID), 4) {
 			t.Fatalf("delta for %d routed to partition %d", c.byDest[d].deltas[0].ID, d.partition)
 		}
 	}
-	if len(got) != 2 || got["post"].N != 2 || got["post"].Op != pipeline.OpAdd ||
-		got["unread"].Op != pipeline.OpSet || got["unread"].N != 1 {
-		t.Fatalf("coalesced to %+v", got)
+	// +1 +1 +1 is +3; -1 -2 is -3, kept after it (+3 -3 is not +0 on a counter at 1);
+	// +1, set 0, +1 is set 1.
+	if len(got) != 2 || !slices.Equal(got["post"], []string{"0 3", "0 -3"}) || !slices.Equal(got["unread"], []string{"1 1"}) {
+		t.Fatalf("coalesced to %v", got)
 	}
 	c.reset()
 	if len(c.order) != 0 || len(c.byDest) != 0 {
 		t.Fatal("reset left deltas")
+	}
+}
+
+// applyDeltas applies deltas in order as a counter worker does: an add saturates at 0, a
+// set below zero sets 0.
+func applyDeltas(t store.Table, deltas []pipeline.Delta) {
+	for _, d := range deltas {
+		switch d.Op {
+		case pipeline.OpAdd:
+			t.Add(d.ID, int(d.Field), d.N)
+		case pipeline.OpSet:
+			t.Set(d.ID, int(d.Field), uint64(max(d.N, 0)))
+		}
+	}
+}
+
+// Item 7: a counter's value never depends on how its deltas were merged. For random
+// sequences of adds of both signs and sets on a few counters, from random starting
+// values, applying the coalesced batch equals applying every delta one by one.
+func TestCoalescedEqualsOneByOne(t *testing.T) {
+	const fields = 2
+	for seed := range uint64(2000) {
+		r := rand.New(rand.NewPCG(seed, 7))
+		c := newCoalescer(1)
+		var one []pipeline.Delta
+		for range 1 + r.IntN(20) {
+			f := fieldRef{family: "post", field: uint8(r.IntN(fields))}
+			id := uint64(1 + r.IntN(3))
+			op, n := pipeline.OpAdd, int64(r.IntN(13)-6)
+			if r.IntN(6) == 0 {
+				op, n = pipeline.OpSet, int64(r.IntN(8)-1)
+			}
+			c.add(f, pipeline.ID(id), op, n)
+			one = append(one, pipeline.Delta{ID: id, Field: f.field, Op: op, N: n})
+		}
+		merged, single := store.NewMap(fields), store.NewMap(fields)
+		start := map[uint64][]uint64{}
+		for id := uint64(1); id <= 3; id++ {
+			start[id] = []uint64{uint64(r.IntN(8)), uint64(r.IntN(8))}
+			merged.Put(id, start[id])
+			single.Put(id, start[id])
+		}
+		applyDeltas(single, one)
+		var batch []pipeline.Delta
+		for _, d := range c.order {
+			batch = append(batch, c.byDest[d].deltas...)
+		}
+		applyDeltas(merged, batch)
+		a, b := make([]uint64, fields), make([]uint64, fields)
+		for id := uint64(1); id <= 3; id++ {
+			merged.Get(id, a)
+			single.Get(id, b)
+			if !slices.Equal(a, b) {
+				t.Fatalf("seed %d: id %d from %v: coalesced %v gives %v, one by one %v gives %v", seed, id, start[id], batch, a, one, b)
+			}
+		}
+		if len(batch) > len(one) {
+			t.Fatalf("seed %d: %d deltas coalesced into %d", seed, len(one), len(batch))
+		}
 	}
 }

@@ -7,10 +7,12 @@
 // the last number with its own state; it writes each message in its outbox in the same
 // transaction as the state change that caused it, and an Outbox publishes it after the
 // commit, again and again until it is stored (under the same message id). A receiver (In)
-// keeps, with its own state, the highest number applied from each source and the
-// messages that arrived above a gap, and applies them strictly in order: a message sent
-// again is skipped however late it comes. Nothing here depends on JetStream's duplicate
-// window, which only deduplicates producers' retries.
+// keeps, with its own state, the highest number applied from each source and the numbers
+// of the messages that arrived above a gap (their payloads in a HeldStore the
+// destination supplies), and applies them strictly in order, handing held ones out one
+// at a time so the destination's transactions stay bounded: a message sent again is
+// skipped however late it comes. Nothing here depends on JetStream's duplicate window,
+// which only deduplicates producers' retries.
 //
 // The package needs no NATS server: a Publisher is the one method of a JetStream
 // context it uses, so its tests run against fakes that fail, delay and reorder.

@@ -2,6 +2,7 @@ package hop
 
 import (
 	"cmp"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync/atomic"
@@ -9,18 +10,37 @@ import (
 	"github.com/tally-dev/tally/store/cold"
 )
 
-// Defaults of In.
+// DefaultMaxHeld is the most batches held above a gap per source: a sender keeps within
+// Window of its oldest unstored entry, so more is never a gap that can fill.
+const DefaultMaxHeld = Window
+
+// HeldStore keeps the payloads of the batches an In holds above a gap, each under its own
+// key, so that neither RAM nor the marks (rewritten with the destination's state at every
+// commit) carry them. In writes a payload once, when it holds the batch, reads it once
+// and deletes it when it hands the batch out (Next).
+//
+// In assumes nothing of a write's durability: a store may keep its writes in the
+// caller's transaction and lose them with it, as long as the marks are persisted (or
+// lost) with them. A store whose writes are durable at once (its own transactions) must
+// delete a payload only with, or after, the commit of the marks that no longer hold it,
+// and may find a payload written again that it has already (a batch held again after a
+// crash, a re-sent message): a Put of the same (src, seq) twice must be harmless.
+type HeldStore interface {
+	Put(src uint32, seq uint64, data []byte) error
+	Get(src uint32, seq uint64) ([]byte, error)
+	Delete(src uint32, seq uint64) error
+}
+
+// Verdict is what Offer did with a batch.
+type Verdict uint8
+
 const (
-	// DefaultMaxHeld is the most batches held above a gap per source: a sender keeps
-	// within Window of its oldest unstored entry, so more is never a gap that can fill.
-	DefaultMaxHeld = Window
-	// DefaultMaxHeldBytes bounds the payloads held by one In over all its sources. They
-	// are rewritten with the destination's state at every commit while a gap lasts, and
-	// held in RAM. (A state value past Badger's value threshold, 1 MiB, goes to its value
-	// log and counts as a pointer towards the transaction's size limit, so the bound is
-	// one of cost, not of what a transaction accepts.) A sender has at most its outbox's
-	// MaxInflight messages above a publish being retried: a gap that fills is far below it.
-	DefaultMaxHeldBytes = 32 << 20
+	// Dup: the batch was applied (or is held) already; there is nothing to do.
+	Dup Verdict = iota
+	// Apply: the batch is next; the marks count it as applied, the caller applies it now.
+	Apply
+	// Hold: the batch is above a gap; it is stored and Next hands it out once in order.
+	Hold
 )
 
 // InStats counts what a receiver did; safe to read from any goroutine and shareable by
@@ -28,6 +48,7 @@ const (
 type InStats struct {
 	Dups        atomic.Int64 // batches skipped as applied (or held) already
 	Held        atomic.Int64 // batches held above a gap now
+	HeldBytes   atomic.Int64 // their payloads' bytes
 	GapsSkipped atomic.Int64 // gaps given up because too much was held above them
 }
 
@@ -35,68 +56,147 @@ type InStats struct {
 // source's batches strictly in its gap-free order, exactly once: a batch above a gap is
 // held until the gap fills, a batch at or below the mark is a duplicate however late it
 // comes. Only the destination's goroutine may call it.
+//
+// Releasing is incremental: Offer applies only the batch it is given (when that is
+// next), and Next hands out the held batches that are now in order, one a call, each
+// counted as applied only once handed out. The caller takes as many as fit in its
+// transaction; what it does not take stays held, in the marks it persists.
 type In struct {
-	// Marks is what has been applied and held, by source. The caller persists it with
-	// the state the applied batches changed, in one transaction, so a crash neither loses
-	// a held batch nor applies one twice.
+	// Marks is what has been applied and held, by source: sequences only, the payloads
+	// are in Store. The caller persists it with the state the applied batches changed, in
+	// one transaction, so a crash neither loses a held batch nor applies one twice.
+	// Marks of older versions whose held batches carry their payload are moved into
+	// Store by the first call.
 	Marks map[uint32]*cold.Mark
-	// MaxHeld is the most batches held per source (DefaultMaxHeld when 0).
+	// Store keeps the held payloads. Nil keeps them in Marks, as older versions did
+	// (only for Accept's callers).
+	Store HeldStore
+	// MaxHeld is the most batches held per source above a gap (DefaultMaxHeld when 0).
 	MaxHeld int
-	// MaxHeldBytes bounds the payloads held over all sources (DefaultMaxHeldBytes when 0).
-	MaxHeldBytes int
-	Stats        *InStats // nil: not counted
-	Log          *slog.Logger
+	Stats   *InStats // nil: not counted
+	Log     *slog.Logger
 
-	ready   [][]byte // what Accept returns, reused: a batch per call is the common case
-	counted bool     // the held batches of Marks are in bytes, held and Stats.Held
-	bytes   int      // payload bytes held over all sources
+	ready   []uint32 // sources whose oldest held batch may be next
+	loaded  bool     // Marks were counted (and moved to Store)
+	counted bool     // held and bytes are in Stats
 	held    int      // batches held over all sources
+	bytes   int      // their payload bytes
+	out     [][]byte // what Accept returns, reused
 }
 
-// Accept takes batch seq of src. It returns the payloads to apply now, in order (data
-// itself when seq is next, followed by any held batches it unblocks; none when seq is
-// above a gap: data is copied and held), or dup=true for a batch applied (or held)
-// already. A source whose held batches pass MaxHeld (or all held payloads MaxHeldBytes)
-// gives up its oldest gap: logged at error with the missing range, counted in
-// GapsSkipped, and the held batches are released in order.
+// Offer takes batch seq of src with its payload data (copied when held). A batch with
+// no data fills its number with nothing — a batch that was dead-lettered — so the ones
+// after it need not wait for it: Apply then means there is nothing to apply, and Next
+// hands it out with no data. A source holding more than MaxHeld batches above a gap
+// below them all gives the gap up: logged at error with the missing range, counted in
+// GapsSkipped, and the held batches are handed out by Next.
 //
-// The returned slices are valid until the next call; the marks already count them as
-// applied, so the caller applies all of them or none (and then stops without persisting
-// the marks).
-func (in *In) Accept(src uint32, seq uint64, data []byte) (ready [][]byte, dup bool) {
-	in.count()
-	if in.Marks == nil {
-		in.Marks = map[uint32]*cold.Mark{}
+// On an error (the store's) the caller must stop without persisting the marks.
+func (in *In) Offer(src uint32, seq uint64, data []byte) (Verdict, error) {
+	if err := in.load(); err != nil {
+		return Dup, err
 	}
 	m := in.Marks[src]
 	if m == nil {
 		m = &cold.Mark{}
 		in.Marks[src] = m
 	}
-	if seq <= m.Through || slices.Contains(m.Above, seq) || heldAt(m, seq) >= 0 {
+	i, found := slices.BinarySearchFunc(m.Held, seq, bySeq)
+	if seq <= m.Through || found || slices.Contains(m.Above, seq) {
 		if in.Stats != nil {
 			in.Stats.Dups.Add(1)
 		}
-		return nil, true
+		return Dup, nil
 	}
 	if seq == m.Through+1 {
 		m.Through = seq
-		clear(in.ready)
-		in.ready = in.release(m, append(in.ready[:0], data))
-		return in.ready, false
-	}
-	i, _ := slices.BinarySearchFunc(m.Held, seq, bySeq)
-	m.Held = slices.Insert(m.Held, i, cold.Held{Seq: seq, Data: slices.Clone(data)})
-	in.hold(1, len(data))
-	for len(m.Held) > 0 && (len(m.Held) > in.maxHeld() || in.bytes > in.maxHeldBytes()) {
-		if ready == nil {
-			clear(in.ready)
-			ready = in.ready[:0]
+		if passAbove(m) {
+			in.ready = append(in.ready, src)
 		}
-		ready = in.skipGap(src, m, ready)
-		in.ready = ready
+		return Apply, nil
 	}
-	return ready, false
+	h := cold.Held{Seq: seq, Size: uint32(len(data))}
+	switch {
+	case len(data) == 0:
+	case in.Store == nil:
+		h.Data = slices.Clone(data)
+	default:
+		if err := in.Store.Put(src, seq, data); err != nil {
+			return Dup, fmt.Errorf("cannot hold batch %d of source %d: %w", seq, src, err)
+		}
+	}
+	m.Held = slices.Insert(m.Held, i, h)
+	in.hold(1, len(data))
+	for len(m.Held) > in.maxHeld() && m.Held[0].Seq > m.Through+1 {
+		in.skipGap(src, m)
+	}
+	return Hold, nil
+}
+
+// Skip fills number seq of src with nothing: Offer with no data.
+func (in *In) Skip(src uint32, seq uint64) (Verdict, error) { return in.Offer(src, seq, nil) }
+
+// Next hands out a held batch that is now next in its source's order, and counts it as
+// applied: ok is false when there is none. data is nil for a number filled by Skip. On
+// an error the marks are as they were, and the caller must stop without persisting them.
+func (in *In) Next() (src uint32, seq uint64, data []byte, ok bool, err error) {
+	if err := in.load(); err != nil {
+		return 0, 0, nil, false, err
+	}
+	for len(in.ready) > 0 {
+		src = in.ready[len(in.ready)-1]
+		m := in.Marks[src]
+		if m == nil || len(m.Held) == 0 || m.Held[0].Seq != m.Through+1 {
+			in.ready = in.ready[:len(in.ready)-1]
+			continue
+		}
+		h := m.Held[0]
+		if data, err = in.take(src, h); err != nil {
+			return 0, 0, nil, false, err
+		}
+		m.Held = slices.Delete(m.Held, 0, 1)
+		if len(m.Held) == 0 {
+			m.Held = nil
+		}
+		m.Through = h.Seq
+		passAbove(m)
+		in.hold(-1, -int(h.Size))
+		return src, h.Seq, data, true, nil
+	}
+	return 0, 0, nil, false, nil
+}
+
+// Accept is Offer followed by every Next: data when it is next, then every held batch
+// released, all at once (dup for a batch applied or held already). The slices are valid
+// until the next call.
+//
+// What one call releases is unbounded (up to MaxHeld batches): new callers use Offer and
+// Next. Only for an In without Store, whose payloads stay in Marks (it panics otherwise),
+// kept for the event stage until it moves to Offer and Next.
+func (in *In) Accept(src uint32, seq uint64, data []byte) (ready [][]byte, dup bool) {
+	if in.Store != nil {
+		panic("hop: Accept on an In with a HeldStore: use Offer and Next")
+	}
+	clear(in.out)
+	in.out = in.out[:0]
+	v, _ := in.Offer(src, seq, data) // no store: no error
+	switch v {
+	case Dup:
+		return nil, true
+	case Apply:
+		in.out = append(in.out, data)
+	}
+	for {
+		_, _, p, ok, _ := in.Next()
+		if !ok {
+			break
+		}
+		in.out = append(in.out, p)
+	}
+	if len(in.out) == 0 {
+		return nil, false
+	}
+	return in.out, false
 }
 
 // Held returns the batches and payload bytes held now over all sources.
@@ -105,84 +205,126 @@ func (in *In) Held() (batches, bytes int) {
 	return in.held, in.bytes
 }
 
-// Close takes the batches this In holds out of Stats.Held: the destination stops (its
-// marks stay persisted and are counted again by whoever loads them).
+// Close takes the batches this In holds out of Stats: the destination stops (its marks
+// stay persisted and are counted again by whoever loads them).
 func (in *In) Close() {
 	if in.counted && in.Stats != nil {
 		in.Stats.Held.Add(-int64(in.held))
+		in.Stats.HeldBytes.Add(-int64(in.bytes))
 	}
-	in.counted, in.held, in.bytes = false, 0, 0
+	in.counted, in.loaded, in.held, in.bytes, in.ready = false, false, 0, 0, nil
 }
 
-// count accounts, once, for the batches held in Marks as loaded from a checkpoint.
+// load counts the batches held in Marks as loaded, moves payloads that older versions
+// kept in the marks into Store, and finds the sources whose held batches are next (a
+// release that was cut between two commits, a gap given up).
+func (in *In) load() error {
+	if in.loaded {
+		return nil
+	}
+	if in.Marks == nil {
+		in.Marks = map[uint32]*cold.Mark{}
+	}
+	for src, m := range in.Marks {
+		for i := range m.Held {
+			h := &m.Held[i]
+			if h.Data != nil {
+				h.Size = uint32(len(h.Data))
+				if in.Store != nil {
+					if err := in.Store.Put(src, h.Seq, h.Data); err != nil {
+						return fmt.Errorf("cannot move held batch %d of source %d to its store: %w", h.Seq, src, err)
+					}
+					h.Data = nil
+				}
+			}
+		}
+		if passAbove(m) {
+			in.ready = append(in.ready, src)
+		}
+	}
+	in.count()
+	in.loaded = true
+	return nil
+}
+
+// count accounts, once, for the batches held in Marks.
 func (in *In) count() {
 	if in.counted {
 		return
 	}
 	in.counted = true
+	in.held, in.bytes = 0, 0
+	n, b := 0, 0
 	for _, m := range in.Marks {
 		for _, h := range m.Held {
-			in.hold(1, len(h.Data))
+			n++
+			b += max(int(h.Size), len(h.Data))
 		}
 	}
+	in.hold(n, b)
 }
 
 func (in *In) hold(batches, bytes int) {
 	in.held += batches
 	in.bytes += bytes
-	if in.Stats != nil {
+	if in.Stats != nil && in.counted {
 		in.Stats.Held.Add(int64(batches))
+		in.Stats.HeldBytes.Add(int64(bytes))
 	}
 }
 
-// release moves Through over every batch that is next, appending held payloads to ready
-// in order. Legacy Above entries were applied by older code: they are passed over.
-func (in *In) release(m *cold.Mark, ready [][]byte) [][]byte {
-	n := 0
-	for {
-		if n < len(m.Held) && m.Held[n].Seq == m.Through+1 {
-			ready = append(ready, m.Held[n].Data)
-			in.hold(-1, -len(m.Held[n].Data))
-			m.Through++
-			n++
-			continue
-		}
-		if i := slices.Index(m.Above, m.Through+1); i >= 0 {
-			m.Above = slices.Delete(m.Above, i, i+1)
-			m.Through++
-			continue
-		}
-		break
+// take reads and deletes the payload of held batch h of src.
+func (in *In) take(src uint32, h cold.Held) ([]byte, error) {
+	switch {
+	case in.Store == nil || (h.Size == 0 && h.Data == nil):
+		return h.Data, nil
 	}
-	// Trimmed in place: the released payloads stay reachable through ready only.
-	m.Held = slices.Delete(m.Held, 0, n)
-	if len(m.Held) == 0 {
-		m.Held = nil
+	data, err := in.Store.Get(src, h.Seq)
+	if err == nil {
+		err = in.Store.Delete(src, h.Seq)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cannot release held batch %d of source %d: %w", h.Seq, src, err)
+	}
+	return data, nil
+}
+
+// passAbove moves Through over the legacy Above entries that are next (batches older
+// versions applied above a gap), and reports whether m's oldest held batch is next.
+func passAbove(m *cold.Mark) bool {
+	for len(m.Above) > 0 {
+		i := slices.Index(m.Above, m.Through+1)
+		if i < 0 {
+			break
+		}
+		m.Above = slices.Delete(m.Above, i, i+1)
+		m.Through++
 	}
 	if len(m.Above) == 0 {
 		m.Above = nil
 	}
-	return ready
+	return len(m.Held) > 0 && m.Held[0].Seq == m.Through+1
 }
 
 // skipGap gives up the gap below the oldest held batch of m: whatever was missing there
-// is taken as lost (its sender's outbox gave up on it), so the batches above it can be
-// applied rather than held for ever.
-func (in *In) skipGap(src uint32, m *cold.Mark, ready [][]byte) [][]byte {
+// is taken as lost (its sender cannot have it in flight: see Window), so the batches
+// above it can be applied rather than held for ever.
+func (in *In) skipGap(src uint32, m *cold.Mark) {
 	first := m.Held[0].Seq
 	for _, a := range m.Above {
 		first = min(first, a)
 	}
 	if in.Log != nil {
 		in.Log.Error("gave up a gap in a hop: batches missing, the ones above it are applied",
-			"source", src, "missing_from", m.Through+1, "missing_to", first-1,
-			"held", len(m.Held), "held_bytes", in.bytes)
+			"source", src, "missing_from", m.Through+1, "missing_to", first-1, "held", len(m.Held))
 	}
 	if in.Stats != nil {
 		in.Stats.GapsSkipped.Add(1)
 	}
 	m.Through = first - 1
-	return in.release(m, ready)
+	if passAbove(m) {
+		in.ready = append(in.ready, src)
+	}
 }
 
 func (in *In) maxHeld() int {
@@ -190,21 +332,6 @@ func (in *In) maxHeld() int {
 		return in.MaxHeld
 	}
 	return DefaultMaxHeld
-}
-
-func (in *In) maxHeldBytes() int {
-	if in.MaxHeldBytes > 0 {
-		return in.MaxHeldBytes
-	}
-	return DefaultMaxHeldBytes
-}
-
-func heldAt(m *cold.Mark, seq uint64) int {
-	i, ok := slices.BinarySearchFunc(m.Held, seq, bySeq)
-	if !ok {
-		return -1
-	}
-	return i
 }
 
 func bySeq(h cold.Held, seq uint64) int { return cmp.Compare(h.Seq, seq) }

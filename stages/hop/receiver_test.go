@@ -1,10 +1,9 @@
 package hop
 
 import (
+	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
-	"strconv"
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -26,32 +25,140 @@ func seqOf(t *testing.T, p []byte) (uint32, uint64) {
 	return src, seq
 }
 
+type heldKey struct {
+	src uint32
+	seq uint64
+}
+
+var errMissing = errors.New("no such held batch")
+
+// fakeStore is a HeldStore over a map with a transaction's semantics: writes are
+// pending until commit and lost by discard, as the event stage's store is. With
+// putNow, Puts are committed at once and only Deletes wait, as the counter's are.
+type fakeStore struct {
+	putNow    bool
+	committed map[heldKey][]byte
+	pending   map[heldKey][]byte // nil value: a delete
+	puts      int
+}
+
+func newFakeStore(putNow bool) *fakeStore {
+	return &fakeStore{putNow: putNow, committed: map[heldKey][]byte{}, pending: map[heldKey][]byte{}}
+}
+
+func (f *fakeStore) Put(src uint32, seq uint64, data []byte) error {
+	f.puts++
+	if f.putNow {
+		f.committed[heldKey{src, seq}] = slices.Clone(data)
+		return nil
+	}
+	f.pending[heldKey{src, seq}] = slices.Clone(data)
+	return nil
+}
+
+func (f *fakeStore) Get(src uint32, seq uint64) ([]byte, error) {
+	k := heldKey{src, seq}
+	if v, ok := f.pending[k]; ok {
+		if v == nil {
+			return nil, fmt.Errorf("%w: %d/%d deleted", errMissing, src, seq)
+		}
+		return v, nil
+	}
+	if v, ok := f.committed[k]; ok {
+		return v, nil
+	}
+	return nil, fmt.Errorf("%w: %d/%d", errMissing, src, seq)
+}
+
+func (f *fakeStore) Delete(src uint32, seq uint64) error {
+	f.pending[heldKey{src, seq}] = nil
+	return nil
+}
+
+func (f *fakeStore) commit() {
+	for k, v := range f.pending {
+		if v == nil {
+			delete(f.committed, k)
+		} else {
+			f.committed[k] = v
+		}
+	}
+	clear(f.pending)
+}
+
+func (f *fakeStore) discard() { clear(f.pending) }
+
+// feed offers batch seq of src and takes every batch then in order: the sequences
+// applied (decoded from their payloads), and the verdict.
+func feed(t *testing.T, in *In, src uint32, seq uint64, data []byte) ([]uint64, Verdict) {
+	t.Helper()
+	v, err := in.Offer(src, seq, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []uint64
+	if v == Apply {
+		got = append(got, seq)
+	}
+	return append(got, takeAll(t, in, -1)...), v
+}
+
+// takeAll takes up to n batches from Next (all when n < 0), checking each payload.
+func takeAll(t *testing.T, in *In, n int) []uint64 {
+	t.Helper()
+	var got []uint64
+	for ; n != 0; n-- {
+		src, seq, data, ok, err := in.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		if data != nil {
+			if s, q := seqOf(t, data); s != src || q != seq {
+				t.Fatalf("Next returned %d/%d with the payload of %d/%d", src, seq, s, q)
+			}
+		}
+		got = append(got, seq)
+	}
+	return got
+}
+
+func heldSeqs(m *cold.Mark) []uint64 {
+	var h []uint64
+	if m == nil {
+		return nil
+	}
+	for _, x := range m.Held {
+		if x.Data != nil {
+			return []uint64{0} // a payload left in the marks
+		}
+		h = append(h, x.Seq)
+	}
+	return h
+}
+
 // One source: what is applied, in order, for arrivals; held is what stays held.
 func TestInOneSource(t *testing.T) {
 	f := func(t *testing.T, maxHeld int, arrivals, want, held []uint64, skipped int64) {
 		t.Helper()
 		st := &InStats{}
-		in := &In{MaxHeld: maxHeld, Stats: st}
+		store := newFakeStore(false)
+		in := &In{MaxHeld: maxHeld, Stats: st, Store: store}
 		var got []uint64
 		buf := make([]byte, 0, 32)
 		for _, s := range arrivals {
 			// One buffer for every message, as a consumer reuses it: held data is copied.
 			buf = append(buf[:0], payload(1, s)...)
-			ready, _ := in.Accept(1, s, buf)
-			for _, p := range ready {
-				_, seq := seqOf(t, p)
-				got = append(got, seq)
-			}
+			applied, _ := feed(t, in, 1, s, buf)
+			got = append(got, applied...)
 			clear(buf)
 		}
 		if !slices.Equal(got, want) {
 			t.Fatalf("arrivals %v: applied %v, want %v", arrivals, got, want)
 		}
-		var h []uint64
-		for _, x := range in.Marks[1].Held {
-			h = append(h, x.Seq)
-		}
-		if !slices.Equal(h, held) {
+		if h := heldSeqs(in.Marks[1]); !slices.Equal(h, held) {
 			t.Fatalf("arrivals %v: held %v, want %v", arrivals, h, held)
 		}
 		if n, _ := in.Held(); st.Held.Load() != int64(len(held)) || n != len(held) {
@@ -59,6 +166,10 @@ func TestInOneSource(t *testing.T) {
 		}
 		if st.GapsSkipped.Load() != skipped {
 			t.Fatalf("arrivals %v: %d gaps skipped, want %d", arrivals, st.GapsSkipped.Load(), skipped)
+		}
+		store.commit()
+		if len(store.committed) != len(held) {
+			t.Fatalf("arrivals %v: %d payloads stored, want the %d held", arrivals, len(store.committed), len(held))
 		}
 	}
 	f(t, 10, []uint64{1, 2, 3}, []uint64{1, 2, 3}, nil, 0)
@@ -75,20 +186,185 @@ func TestInOneSource(t *testing.T) {
 	f(t, 1, []uint64{3, 5}, []uint64{3}, []uint64{5}, 1)
 }
 
+// A batch applied is a duplicate for ever, and so is a held one sent again: it is stored
+// once.
+func TestInDupForever(t *testing.T) {
+	store := newFakeStore(false)
+	st := &InStats{}
+	in := &In{Store: store, Stats: st}
+	for s := uint64(1); s <= 2000; s++ {
+		if _, v := feed(t, in, 4, s, payload(4, s)); v != Apply {
+			t.Fatalf("batch %d: verdict %d, want Apply", s, v)
+		}
+	}
+	for _, s := range []uint64{1, 1000, 2000} {
+		if _, v := feed(t, in, 4, s, payload(4, s)); v != Dup {
+			t.Fatalf("batch %d again: verdict %d, want Dup", s, v)
+		}
+	}
+	for range 3 {
+		if _, v := feed(t, in, 4, 2002, payload(4, 2002)); v == Apply {
+			t.Fatal("batch 2002 applied above a gap")
+		}
+	}
+	if store.puts != 1 || st.Dups.Load() != 5 {
+		t.Fatalf("%d puts, %d dups; want the held batch stored once, 5 dups", store.puts, st.Dups.Load())
+	}
+}
+
+// Next hands out one batch a call and counts only those as applied: the caller commits
+// between them, and a crash after a commit resumes the release where it was cut, from
+// the persisted marks and the store's committed payloads.
+func TestInIncrementalNext(t *testing.T) {
+	for _, putNow := range []bool{false, true} {
+		store := newFakeStore(putNow)
+		st := &InStats{}
+		in := &In{Store: store, Stats: st}
+		for s := uint64(2); s <= 7; s++ {
+			if _, v := feed(t, in, 1, s, payload(1, s)); v != Hold {
+				t.Fatalf("batch %d: verdict %d, want Hold", s, v)
+			}
+		}
+		store.commit()
+		if n, b := in.Held(); n != 6 || b != 18 || st.HeldBytes.Load() != 18 {
+			t.Fatalf("held %d batches of %d bytes (gauge %d), want 6 of 18", n, b, st.HeldBytes.Load())
+		}
+		if v, err := in.Offer(1, 1, payload(1, 1)); v != Apply || err != nil {
+			t.Fatalf("the filler: %d %v, want Apply", v, err)
+		}
+		if m := in.Marks[1]; m.Through != 1 || len(m.Held) != 6 {
+			t.Fatalf("the filler released held batches: %+v", m)
+		}
+		if got := takeAll(t, in, 2); !slices.Equal(got, []uint64{2, 3}) {
+			t.Fatalf("took %v, want 2 3", got)
+		}
+		// A commit here, then 4 taken and a crash before the next commit.
+		saved, err := msgpack.Marshal(in.Marks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		store.commit()
+		takeAll(t, in, 1)
+		store.discard()
+		in.Close()
+		if st.Held.Load() != 0 || st.HeldBytes.Load() != 0 {
+			t.Fatalf("gauges %d, %d after Close", st.Held.Load(), st.HeldBytes.Load())
+		}
+		marks := map[uint32]*cold.Mark{}
+		if err := msgpack.Unmarshal(saved, &marks); err != nil {
+			t.Fatal(err)
+		}
+		in = &In{Store: store, Stats: st, Marks: marks}
+		if n, _ := in.Held(); n != 4 {
+			t.Fatalf("%d held after the reload, want 4", n)
+		}
+		if v, err := in.Offer(1, 3, payload(1, 3)); v != Dup || err != nil {
+			t.Fatalf("3 again after the reload: %d %v, want Dup", v, err)
+		}
+		got := takeAll(t, in, -1)
+		if !slices.Equal(got, []uint64{4, 5, 6, 7}) {
+			t.Fatalf("after the reload took %v, want 4 5 6 7", got)
+		}
+		store.commit()
+		if len(store.committed) != 0 || st.Held.Load() != 0 || st.HeldBytes.Load() != 0 {
+			t.Fatalf("left %d payloads stored, gauges %d, %d", len(store.committed), st.Held.Load(), st.HeldBytes.Load())
+		}
+	}
+}
+
+// A sender has fewer than Window batches above a gap: that many held is no reason to give
+// the gap up, one more is (a broken sender).
+func TestInGivesUpOnlyPastTheBound(t *testing.T) {
+	st := &InStats{}
+	in := &In{Store: newFakeStore(false), Stats: st}
+	for s := uint64(2); s <= Window+1; s++ {
+		if _, v := feed(t, in, 9, s, payload(9, s)); v != Hold {
+			t.Fatalf("batch %d: verdict %d, want Hold", s, v)
+		}
+	}
+	if st.GapsSkipped.Load() != 0 {
+		t.Fatalf("gave up a gap with %d held", Window)
+	}
+	got, _ := feed(t, in, 9, Window+2, payload(9, Window+2))
+	if st.GapsSkipped.Load() != 1 || len(got) != Window+1 || got[0] != 2 || !slices.IsSorted(got) {
+		t.Fatalf("past the bound: %d gaps skipped, released %d from %v; want 1 and 2..%d", st.GapsSkipped.Load(), len(got), got[:1], Window+2)
+	}
+	if _, v := feed(t, in, 9, 1, payload(9, 1)); v != Dup {
+		t.Fatal("the batch of a given-up gap was applied late")
+	}
+}
+
+// A number filled with nothing (a dead-lettered batch) lets the batches after it go.
+func TestInSkip(t *testing.T) {
+	store := newFakeStore(false)
+	in := &In{Store: store}
+	feed(t, in, 2, 1, payload(2, 1))
+	feed(t, in, 2, 3, payload(2, 3))
+	feed(t, in, 2, 4, payload(2, 4))
+	if v, err := in.Skip(2, 6); v != Hold || err != nil {
+		t.Fatalf("skip above a gap: %d %v", v, err)
+	}
+	if v, err := in.Skip(2, 2); v != Apply || err != nil {
+		t.Fatalf("skip of the next one: %d %v", v, err)
+	}
+	if got := takeAll(t, in, -1); !slices.Equal(got, []uint64{3, 4}) {
+		t.Fatalf("released %v, want 3 4", got)
+	}
+	if v, _ := in.Skip(2, 4); v != Dup {
+		t.Fatal("a skip of an applied batch is not a duplicate")
+	}
+	got, _ := feed(t, in, 2, 5, payload(2, 5))
+	if !slices.Equal(got, []uint64{5, 6}) || in.Marks[2].Through != 6 || store.puts != 2 {
+		t.Fatalf("released %v (through %d, %d puts), want 5 6, 6 and 2", got, in.Marks[2].Through, store.puts)
+	}
+}
+
+// Marks of older versions hold their payloads: the first call moves them into the store,
+// and they are released from there.
+func TestInMovesOldPayloads(t *testing.T) {
+	type oldHeld struct {
+		Seq  uint64 `msgpack:"s"`
+		Data []byte `msgpack:"d"`
+	}
+	type oldMark struct {
+		Through uint64    `msgpack:"t"`
+		Above   []uint64  `msgpack:"a,omitempty"`
+		Held    []oldHeld `msgpack:"h,omitempty"`
+	}
+	b, err := msgpack.Marshal(map[uint32]*oldMark{5: {Through: 1, Held: []oldHeld{{3, payload(5, 3)}, {4, payload(5, 4)}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	marks := map[uint32]*cold.Mark{}
+	if err := msgpack.Unmarshal(b, &marks); err != nil {
+		t.Fatal(err)
+	}
+	store := newFakeStore(false)
+	st := &InStats{}
+	in := &In{Store: store, Marks: marks, Stats: st}
+	if _, v := feed(t, in, 5, 4, payload(5, 4)); v != Dup {
+		t.Fatal("a held batch of the old marks was not known")
+	}
+	if h := heldSeqs(in.Marks[5]); !slices.Equal(h, []uint64{3, 4}) || store.puts != 2 {
+		t.Fatalf("held %v after the first call (%d puts), want 3 4 moved out of the marks", h, store.puts)
+	}
+	if _, by := in.Held(); by != 6 || st.HeldBytes.Load() != 6 {
+		t.Fatalf("%d bytes held (gauge %d), want 6", by, st.HeldBytes.Load())
+	}
+	if got, _ := feed(t, in, 5, 2, payload(5, 2)); !slices.Equal(got, []uint64{2, 3, 4}) {
+		t.Fatalf("released %v, want 2 3 4", got)
+	}
+}
+
 // Checkpoints of older versions listed batches applied above a gap in Above: they stay
 // applied, and Through passes over them.
 func TestInLegacyAbove(t *testing.T) {
-	in := &In{Marks: map[uint32]*cold.Mark{7: {Through: 2, Above: []uint64{4, 6}}}}
+	in := &In{Store: newFakeStore(false), Marks: map[uint32]*cold.Mark{7: {Through: 2, Above: []uint64{4, 6}}}}
 	step := func(seq uint64, want []uint64, wantDup bool) {
 		t.Helper()
-		ready, dup := in.Accept(7, seq, payload(7, seq))
-		var got []uint64
-		for _, p := range ready {
-			_, s := seqOf(t, p)
-			got = append(got, s)
-		}
-		if dup != wantDup || !slices.Equal(got, want) {
-			t.Fatalf("seq %d: ready %v dup %v, want %v %v", seq, got, dup, want, wantDup)
+		got, v := feed(t, in, 7, seq, payload(7, seq))
+		if (v == Dup) != wantDup || !slices.Equal(got, want) {
+			t.Fatalf("seq %d: applied %v verdict %d, want %v dup %v", seq, got, v, want, wantDup)
 		}
 	}
 	step(4, nil, true)
@@ -100,7 +376,7 @@ func TestInLegacyAbove(t *testing.T) {
 		t.Fatalf("mark %+v, want through 7", m)
 	}
 	// A gap given up below an Above entry stops at it.
-	in = &In{MaxHeld: 1, Marks: map[uint32]*cold.Mark{7: {Through: 1, Above: []uint64{3}}}}
+	in = &In{Store: newFakeStore(false), MaxHeld: 1, Marks: map[uint32]*cold.Mark{7: {Through: 1, Above: []uint64{3}}}}
 	step(5, nil, false)
 	step(6, []uint64{5, 6}, false)
 	if m := in.Marks[7]; m.Through != 6 || m.Above != nil || m.Held != nil {
@@ -108,195 +384,28 @@ func TestInLegacyAbove(t *testing.T) {
 	}
 }
 
-// The payloads held over all sources are bounded: past MaxHeldBytes, the source adding
-// to them gives up its oldest gap.
-func TestInMaxHeldBytes(t *testing.T) {
-	st := &InStats{}
-	in := &In{MaxHeldBytes: 10, Stats: st}
-	if r, _ := in.Accept(1, 2, make([]byte, 6)); r != nil {
-		t.Fatalf("released %d", len(r))
-	}
-	if r, _ := in.Accept(2, 2, make([]byte, 4)); r != nil {
-		t.Fatalf("released %d", len(r))
-	}
-	if _, b := in.Held(); b != 10 {
-		t.Fatalf("held %d bytes, want 10", b)
-	}
-	r, _ := in.Accept(2, 3, make([]byte, 1))
-	if len(r) != 2 || st.GapsSkipped.Load() != 1 {
-		t.Fatalf("released %d, skipped %d; want 2, 1", len(r), st.GapsSkipped.Load())
-	}
-	if n, b := in.Held(); n != 1 || b != 6 || st.Held.Load() != 1 {
-		t.Fatalf("held %d (%d bytes, gauge %d), want 1 of 6 bytes", n, b, st.Held.Load())
-	}
-	in.Close()
-	if st.Held.Load() != 0 {
-		t.Fatalf("gauge %d after Close", st.Held.Load())
-	}
-}
-
-// A random model test in the style of goka's tester: several sources send gap-free
-// sequences; the channel duplicates, reorders and delays them (some gaps fill late),
-// and the destination crashes at random, falling back to its last checkpoint (marks
-// persisted with what they applied) and receiving again everything after it. Applied
-// per source must be exactly the sent sequence, in order, once.
-func TestInRandomExactlyOnce(t *testing.T) {
-	for seed := range uint64(300) {
-		r := rand.New(rand.NewPCG(seed, 13))
-		sources := 1 + r.IntN(4)
-		type arrival struct {
-			src uint32
-			seq uint64
+// Accept, for callers not moved to Offer and Next yet, keeps payloads in the marks and
+// releases everything at once.
+func TestInAccept(t *testing.T) {
+	in := &In{}
+	step := func(seq uint64, want []uint64, wantDup bool) {
+		t.Helper()
+		ready, dup := in.Accept(3, seq, payload(3, seq))
+		var got []uint64
+		for _, p := range ready {
+			_, s := seqOf(t, p)
+			got = append(got, s)
 		}
-		var arrivals []arrival
-		sent := make([]uint64, sources)
-		for range 50 + r.IntN(400) {
-			src := uint32(r.IntN(sources))
-			sent[src]++
-			for range 1 + r.IntN(3) { // re-sent up to twice
-				arrivals = append(arrivals, arrival{src, sent[src]})
-			}
-		}
-		// Reordering, mostly local, sometimes far (a publish retried much later).
-		for i := range arrivals {
-			d := r.IntN(6)
-			if r.IntN(20) == 0 {
-				d = r.IntN(100)
-			}
-			j := min(len(arrivals)-1, i+d)
-			arrivals[i], arrivals[j] = arrivals[j], arrivals[i]
-		}
-		st := &InStats{}
-		in := &In{Stats: st}
-		applied := map[uint32][]uint64{}
-		// The last checkpoint: encoded marks, how much each source had applied, and
-		// where in the arrivals the stream position was.
-		var cpMarks []byte
-		cpApplied := map[uint32]int{}
-		cpAt := 0
-		checkpoint := func(at int) {
-			b, err := msgpack.Marshal(in.Marks)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cpMarks, cpAt = b, at
-			for s, a := range applied {
-				cpApplied[s] = len(a)
-			}
-		}
-		crashes := 0
-		for i := 0; i < len(arrivals); i++ {
-			a := arrivals[i]
-			ready, _ := in.Accept(a.src, a.seq, payload(a.src, a.seq))
-			for _, p := range ready {
-				src, seq := seqOf(t, p)
-				if src != a.src {
-					t.Fatalf("seed %d: source %d released a batch of %d", seed, a.src, src)
-				}
-				applied[src] = append(applied[src], seq)
-			}
-			switch r.IntN(40) {
-			case 0:
-				checkpoint(i + 1)
-			case 1:
-				if crashes > 5 {
-					break
-				}
-				crashes++
-				in.Close()
-				marks := map[uint32]*cold.Mark{}
-				if cpMarks != nil {
-					if err := msgpack.Unmarshal(cpMarks, &marks); err != nil {
-						t.Fatal(err)
-					}
-				}
-				in = &In{Marks: marks, Stats: st}
-				for s := range applied {
-					applied[s] = applied[s][:cpApplied[s]]
-				}
-				i = cpAt - 1
-			}
-		}
-		for s := range uint32(sources) {
-			want := make([]uint64, sent[s])
-			for k := range want {
-				want[k] = uint64(k + 1)
-			}
-			if !slices.Equal(applied[s], want) {
-				t.Fatalf("seed %d: source %d applied %v, want 1..%d", seed, s, applied[s], sent[s])
-			}
-		}
-		if n, b := in.Held(); n != 0 || b != 0 || st.Held.Load() != 0 || st.GapsSkipped.Load() != 0 {
-			t.Fatalf("seed %d: %d held (%d bytes, gauge %d), %d gaps skipped at the end", seed, n, b, st.Held.Load(), st.GapsSkipped.Load())
+		if dup != wantDup || !slices.Equal(got, want) {
+			t.Fatalf("seq %d: ready %v dup %v, want %v %v", seq, got, dup, want, wantDup)
 		}
 	}
-}
-
-// Gaps that never fill: some batches are lost for good and MaxHeld is small. Applied is
-// still in order and once; every batch that arrived is applied or still held, unless it
-// came after its gap was given up (a small MaxHeld takes a late batch for a lost one).
-func TestInRandomLostBatches(t *testing.T) {
-	for seed := range uint64(300) {
-		r := rand.New(rand.NewPCG(seed, 29))
-		maxHeld := 1 + r.IntN(8)
-		st := &InStats{}
-		in := &In{MaxHeld: maxHeld, Stats: st}
-		n := uint64(20 + r.IntN(300))
-		lost := map[uint64]bool{}
-		var arrivals []uint64
-		for s := uint64(1); s <= n; s++ {
-			if r.IntN(15) == 0 {
-				lost[s] = true
-				continue
-			}
-			for range 1 + r.IntN(2) {
-				arrivals = append(arrivals, s)
-			}
-		}
-		for i := range arrivals {
-			j := min(len(arrivals)-1, i+r.IntN(4))
-			arrivals[i], arrivals[j] = arrivals[j], arrivals[i]
-		}
-		var applied []uint64
-		tooLate := map[uint64]bool{} // arrived first after its gap was given up
-		for _, s := range arrivals {
-			if m := in.Marks[0]; m != nil && s <= m.Through && !slices.Contains(applied, s) {
-				tooLate[s] = true
-			}
-			ready, _ := in.Accept(0, s, []byte(strconv.FormatUint(s, 10)))
-			for _, p := range ready {
-				v, _ := strconv.ParseUint(string(p), 10, 64)
-				applied = append(applied, v)
-			}
-			if held := len(in.Marks[0].Held); held > maxHeld {
-				t.Fatalf("seed %d: %d held, at most %d", seed, held, maxHeld)
-			}
-		}
-		if !slices.IsSorted(applied) || len(slices.Compact(slices.Clone(applied))) != len(applied) {
-			t.Fatalf("seed %d: applied out of order or twice: %v", seed, applied)
-		}
-		got := map[uint64]bool{}
-		for _, s := range applied {
-			got[s] = true
-		}
-		for _, h := range in.Marks[0].Held {
-			got[h.Seq] = true
-		}
-		last := uint64(0)
-		if len(applied) > 0 {
-			last = applied[len(applied)-1]
-		}
-		for s := uint64(1); s <= n; s++ {
-			switch {
-			case !lost[s] && !got[s] && !slices.Contains(arrivals, s):
-				// never sent
-			case !lost[s] && !got[s] && !tooLate[s]:
-				t.Fatalf("seed %d: batch %d arrived but was neither applied nor held", seed, s)
-			case lost[s] && got[s]:
-				t.Fatalf("seed %d: lost batch %d applied", seed, s)
-			case lost[s] && s < last && st.GapsSkipped.Load() == 0:
-				t.Fatalf("seed %d: applied past lost batch %d without giving up a gap", seed, s)
-			}
-		}
+	step(1, []uint64{1}, false)
+	step(3, nil, false)
+	step(4, nil, false)
+	if m := in.Marks[3]; len(m.Held) != 2 || m.Held[0].Data == nil {
+		t.Fatalf("mark %+v: want 3 and 4 held with their payloads", m)
 	}
+	step(3, nil, true)
+	step(2, []uint64{2, 3, 4}, false)
 }

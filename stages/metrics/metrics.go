@@ -115,6 +115,8 @@ func New(src Source) *Metrics {
 	counterFn("tally_hop_gaps_skipped_total", "Gaps in a source's delta batches given up because too much was held above them: batches lost, logged at error.", ct.Hop.GapsSkipped.Load)
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tally_hop_held", Help: "Delta batches held above a gap, waiting for an earlier batch of their source."},
 		func() float64 { return float64(ct.Hop.Held.Load()) }))
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tally_hop_held_bytes", Help: "Payload bytes of the delta batches held above a gap (stored in Badger under their own keys)."},
+		func() float64 { return float64(ct.Hop.HeldBytes.Load()) }))
 	counterFn("tally_deltas_applied_total", "Deltas applied to counters.", ct.Deltas.Load)
 	counterFn("tally_flushed_ids_total", "Ids written by checkpoints; deltas_applied / flushed_ids is the coalescing ratio.", ct.Flushed.Load)
 	counterFn("tally_delta_batches_bad_total", "Undecodable delta batches dead-lettered.", ct.Bad.Load)

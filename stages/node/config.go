@@ -105,6 +105,11 @@ type Config struct {
 	// partition seconds behind without the backlog. Nil (always, in production) holds
 	// nothing.
 	HoldEvents func(p int)
+	// ChangePublisher, for tests only, wraps what the counter workers of family's
+	// partition p publish their change events through: a test's way to stop a process
+	// between the parts of a checkpoint's change events. Nil (always, in production)
+	// publishes through NATS.
+	ChangePublisher func(family string, p int, pub hop.Publisher) hop.Publisher
 	// StandbyCheck, for tests only, is how often a standby looks at its partition's
 	// backups (0: a quarter of BackupEvery, at most a second). Longer than BackupEvery,
 	// standbys miss backups and start again from the newest, as a stalled one would.

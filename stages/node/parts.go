@@ -14,6 +14,7 @@ import (
 	"github.com/tally-dev/tally/stages/cluster"
 	"github.com/tally-dev/tally/stages/counter"
 	"github.com/tally-dev/tally/stages/event"
+	"github.com/tally-dev/tally/stages/hop"
 )
 
 // Partitions are spread over the live processes of a prefix: each one's event stage and
@@ -286,6 +287,13 @@ func (n *Node) runWorkers(ctx context.Context, p int, valid func() bool, wg *syn
 	for i, fam := range n.cfg.Families {
 		cc.Family, cc.Partition = fam, p
 		cc.Publisher = n.cfg.faultyPublisher(n.js, uint64(1+p*len(n.cfg.Families)+i))
+		if n.cfg.ChangePublisher != nil {
+			var pub hop.Publisher = n.js
+			if cc.Publisher != nil {
+				pub = cc.Publisher
+			}
+			cc.Publisher = n.cfg.ChangePublisher(fam.Name, p, pub)
+		}
 		w := counter.New(cc, n.js, n.db, n.log, &n.CounterStats)
 		ws = append(ws, w)
 		wg.Go(func() {

@@ -74,9 +74,9 @@ func TestChangeOutbox(t *testing.T) {
 	}
 }
 
-// Batches held above a gap live in the checkpoint's marks: a checkpoint holding many
-// megabytes of them, with a full flush of counters, still commits (the value goes to
-// Badger's value log and counts as a pointer towards the transaction's limit).
+// Marks of older versions kept the payloads of held batches (hop.In moves them out at
+// load): a checkpoint holding many megabytes of them, with a full flush of counters,
+// still commits and loads (the value goes to Badger's value log).
 func TestCheckpointHoldsLargeHeld(t *testing.T) {
 	db := open(t)
 	held := make([]cold.Held, 1000)

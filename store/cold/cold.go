@@ -151,7 +151,8 @@ func EventPart(p int) Part {
 	return Part{prefixes: ps, marks: []key{stageKey(p)}, events: []int{p}}
 }
 
-// CounterPart is partition p of each family: its counters, checkpoint and journal.
+// CounterPart is partition p of each family: its counters, checkpoint and journal; under
+// the checkpoint's key, its change outbox and the payloads of the delta batches it holds.
 func CounterPart(families []string, p int) Part {
 	var ps, marks []key
 	for _, f := range families {

@@ -21,10 +21,13 @@ type Mark struct {
 	Held []Held `msgpack:"h,omitempty"`
 }
 
-// Held is a batch received above a gap: its payload, kept until the gap fills.
+// Held is a batch received above a gap, kept until the gap fills. Its payload is stored
+// under its own key (hop.HeldStore): Data is only decoded from marks of older versions,
+// which kept it here, and moved out when they are loaded.
 type Held struct {
 	Seq  uint64 `msgpack:"s"`
-	Data []byte `msgpack:"d"`
+	Size uint32 `msgpack:"n,omitempty"` // the payload's bytes; 0: none (a number filled empty)
+	Data []byte `msgpack:"d,omitempty"`
 }
 
 // Checkpoint is the position a counter partition's stored counters reflect.
@@ -56,14 +59,17 @@ type Entry struct {
 	Counts []uint64
 }
 
-// Changes is what a checkpoint writes to, and deletes from, the outbox of the change
-// events of its partition.
+// Changes is what a checkpoint writes to, and deletes from, its partition besides the
+// counters: the outbox of its change events, the payloads of held delta batches.
 type Changes struct {
 	// Put are the change events announcing the checkpoint's entries; each Seq must be
 	// unique in the partition's outbox and order the entries as they are to be sent.
 	Put []OutboxEntry
 	// Published are the Seqs of entries stored in the changes stream since.
 	Published []uint64
+	// Released are held delta batches applied since the last checkpoint: the marks of
+	// this one no longer hold them, so their payloads are deleted with it.
+	Released []HeldRef
 }
 
 func counterPrefix(family string, p int) key {
@@ -96,6 +102,9 @@ func SaveCheckpoint(db *DB, family string, p int, entries []Entry, cp *Checkpoin
 	txn := db.db.NewTransaction(true)
 	defer txn.Discard()
 	if err := deleteChanges(txn, family, p, ch.Published); err != nil {
+		return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
+	}
+	if err := deleteHeld(txn, family, p, ch.Released); err != nil {
 		return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
 	}
 	for i := range ch.Put {

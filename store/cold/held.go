@@ -1,0 +1,104 @@
+package cold
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// Delta batches a counter partition holds above a gap (stages/hop) keep their payload
+// under a key of their own, w|family|p|'h'|src|seq: under the partition's meta key, so
+// that CounterPart — a backup, a restore, a clear — carries them with the checkpoint
+// whose marks hold them. A payload is written in a transaction of its own when the batch
+// is held (before any checkpoint can name it) and deleted by the checkpoint whose marks
+// no longer hold it (Changes.Released), so every checkpoint finds the payloads it holds.
+
+const nsHeld = 'h'
+
+// HeldRef names a held batch: its source partition and its sequence from that source.
+type HeldRef struct {
+	Src uint32
+	Seq uint64
+}
+
+func heldPrefix(family string, p int) key { return metaKey(family, p).u8(nsHeld) }
+func heldKey(family string, p int, r HeldRef) key {
+	return heldPrefix(family, p).u32(r.Src).u64(r.Seq)
+}
+
+// PutHeld stores the payload of held batch r of (family, p) at once. Writing it again is
+// harmless: a batch is held with the same payload whoever receives it again.
+func PutHeld(db *DB, family string, p int, r HeldRef, data []byte) error {
+	err := db.db.Update(func(txn *badger.Txn) error { return txn.Set(heldKey(family, p, r), data) })
+	if err != nil {
+		return fmt.Errorf("held batch %d/%d of %s/%d: %w", r.Src, r.Seq, family, p, err)
+	}
+	return nil
+}
+
+// GetHeld returns the payload of held batch r of (family, p); a missing one is
+// ErrCorrupt: the checkpoint that holds it was written after it.
+func GetHeld(db *DB, family string, p int, r HeldRef) ([]byte, error) {
+	var data []byte
+	err := db.db.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(heldKey(family, p, r))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return fmt.Errorf("%w: no payload stored", ErrCorrupt)
+		}
+		if err != nil {
+			return err
+		}
+		data, err = item.ValueCopy(nil)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("held batch %d/%d of %s/%d: %w", r.Src, r.Seq, family, p, err)
+	}
+	return data, nil
+}
+
+// HeldRefs lists the held batches whose payloads (family, p) stores.
+func HeldRefs(db *DB, family string, p int) ([]HeldRef, error) {
+	var out []HeldRef
+	err := db.db.View(func(txn *badger.Txn) error {
+		prefix := heldPrefix(family, p)
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		defer it.Close()
+		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
+			k := it.Item().Key()
+			if len(k) != len(prefix)+12 {
+				return fmt.Errorf("%w: held batch key of %d bytes", ErrCorrupt, len(k))
+			}
+			out = append(out, HeldRef{Src: u32at(k, len(prefix)), Seq: u64at(k, len(prefix)+4)})
+		}
+		return nil
+	})
+	return out, err
+}
+
+// DeleteHeld deletes the payloads of held batches of (family, p) that no checkpoint
+// holds (written just before a crash, and not held again). Not atomically: each is
+// garbage, whatever is deleted of the others.
+func DeleteHeld(db *DB, family string, p int, refs []HeldRef) error {
+	wb := db.db.NewWriteBatch()
+	defer wb.Cancel()
+	for _, r := range refs {
+		if err := wb.Delete(heldKey(family, p, r)); err != nil {
+			return fmt.Errorf("held batches of %s/%d: %w", family, p, err)
+		}
+	}
+	if err := wb.Flush(); err != nil {
+		return fmt.Errorf("held batches of %s/%d: %w", family, p, err)
+	}
+	return nil
+}
+
+func deleteHeld(txn *badger.Txn, family string, p int, refs []HeldRef) error {
+	for _, r := range refs {
+		if err := txn.Delete(heldKey(family, p, r)); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,79 @@
+package cold_test
+
+import (
+	"bytes"
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/tally-dev/tally/store/cold"
+)
+
+// The payloads of held delta batches live under the partition's checkpoint: written at
+// once, written again harmlessly, deleted by the checkpoint that releases them, carried
+// by the partition's backup and kept apart from other partitions, its counters and its
+// change outbox.
+func TestHeldPayloads(t *testing.T) {
+	a, b := open(t), open(t)
+	put := func(db *cold.DB, p int, src uint32, seq uint64) {
+		t.Helper()
+		if err := cold.PutHeld(db, "post", p, cold.HeldRef{Src: src, Seq: seq}, []byte{byte(src), byte(seq)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refs := func(db *cold.DB, p int) []cold.HeldRef {
+		t.Helper()
+		r, err := cold.HeldRefs(db, "post", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	put(a, 3, 1, 5)
+	put(a, 3, 1, 5)
+	put(a, 3, 2, 9)
+	put(a, 3, 1, 7)
+	put(a, 4, 1, 5)
+	if got, want := refs(a, 3), []cold.HeldRef{{1, 5}, {1, 7}, {2, 9}}; !slices.Equal(got, want) {
+		t.Fatalf("held of partition 3: %v, want %v", got, want)
+	}
+	cp := &cold.Checkpoint{Marks: map[uint32]*cold.Mark{1: {Through: 5, Held: []cold.Held{{Seq: 7, Size: 2}}}}}
+	err := cold.SaveCheckpoint(a, "post", 3, []cold.Entry{{ID: 1, Counts: []uint64{1, 0, 0, 0}}}, cp, cold.Journal{},
+		cold.Changes{Put: []cold.OutboxEntry{{Seq: 1 << 16, Subject: "s", MsgID: "m"}}, Released: []cold.HeldRef{{1, 5}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := refs(a, 3), []cold.HeldRef{{1, 7}, {2, 9}}; !slices.Equal(got, want) {
+		t.Fatalf("held of partition 3 after the checkpoint: %v, want %v", got, want)
+	}
+	if ch, err := cold.LoadChanges(a, "post", 3); err != nil || len(ch) != 1 {
+		t.Fatalf("change outbox: %v, %v", ch, err)
+	}
+
+	var buf bytes.Buffer
+	if err := a.Backup(&buf, cold.CounterPart([]string{"post"}, 3)); err != nil {
+		t.Fatal(err)
+	}
+	put(b, 3, 9, 9) // what the restore replaces
+	if err := b.Restore(&buf, cold.CounterPart([]string{"post"}, 3), t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := refs(b, 3), []cold.HeldRef{{1, 7}, {2, 9}}; !slices.Equal(got, want) {
+		t.Fatalf("held restored: %v, want %v", got, want)
+	}
+	if data, err := cold.GetHeld(b, "post", 3, cold.HeldRef{Src: 1, Seq: 7}); err != nil || !bytes.Equal(data, []byte{1, 7}) {
+		t.Fatalf("payload restored: %v, %v", data, err)
+	}
+	if _, err := cold.GetHeld(b, "post", 3, cold.HeldRef{Src: 1, Seq: 5}); !errors.Is(err, cold.ErrCorrupt) {
+		t.Fatalf("a released payload: %v, want ErrCorrupt", err)
+	}
+	if err := cold.DeleteHeld(b, "post", 3, refs(b, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if got := refs(b, 3); len(got) != 0 {
+		t.Fatalf("held after DeleteHeld: %v", got)
+	}
+	if got := refs(a, 4); len(got) != 1 {
+		t.Fatalf("held of partition 4: %v", got)
+	}
+}
