@@ -46,17 +46,35 @@ func HopMsgID(src, dest int, seq uint64) string {
 	return fmt.Sprintf("hop.%d.%d.%d", src, dest, seq)
 }
 
+// ParseHopMsgID reads a HopMsgID back (ok false when id is not one): an event partition
+// that dead-letters a hop batch still knows, from its id, which number it fills.
+func ParseHopMsgID(id string) (src, dest int, seq uint64, ok bool) {
+	f := strings.Split(id, ".")
+	if len(f) != 4 || f[0] != "hop" {
+		return 0, 0, 0, false
+	}
+	s, err1 := strconv.ParseUint(f[1], 10, 31)
+	d, err2 := strconv.ParseUint(f[2], 10, 31)
+	seq, err3 := strconv.ParseUint(f[3], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || seq == 0 {
+		return 0, 0, 0, false
+	}
+	return int(s), int(d), seq, true
+}
+
 // DeadLetterMsgID names the dead letter of the message at stream sequence seq of a
 // stage's partition p (index -1: the whole message; otherwise one event of a batch).
 func DeadLetterMsgID(stage string, p int, seq uint64, index int) string {
 	return fmt.Sprintf("dlq.%s.%d.%d.%d", stage, p, seq, index)
 }
 
-// LogMsgID names the log record of event partition p's transaction ending at stream
-// position pos, written by owner (the node and its lease), so that a record of another
-// owner is never taken for a re-sent one of ours.
-func LogMsgID(p int, pos uint64, owner string) string {
-	return fmt.Sprintf("log.%d.%d.%s", p, pos, owner)
+// LogMsgID names the log record of event partition p's transaction number n (see
+// cold.StageState.N), ending at stream position pos, written by owner (the node and its
+// lease), so that a record of another owner is never taken for a re-sent one of ours,
+// nor a transaction that consumed no message (it released held hop batches) for the one
+// before it at the same position.
+func LogMsgID(p int, pos, n uint64, owner string) string {
+	return fmt.Sprintf("log.%d.%d.%d.%s", p, pos, n, owner)
 }
 
 // ChangeMsgID names part of the change events of checkpoint n of counter partition

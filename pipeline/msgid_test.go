@@ -9,7 +9,7 @@ func TestMsgIDs(t *testing.T) {
 		{DeltaMsgID(3, "post.7", 42), "d.3.post.7.42"},
 		{HopMsgID(3, 7, 42), "hop.3.7.42"},
 		{DeadLetterMsgID("event", 3, 42, -1), "dlq.event.3.42.-1"},
-		{LogMsgID(3, 42, "n1.9"), "log.3.42.n1.9"},
+		{LogMsgID(3, 42, 5, "n1.9"), "log.3.42.5.n1.9"},
 		{ChangeMsgID("post", 3, 42, 40, 0xbeef, 9, 1), "chg2.post.3.42.40.0000beef.9.1"},
 		{BatchMsgID("tx", 3, 1), "tx.3.1"},
 		{AdminBatchMsgID("tx", 3, 1), "tx.admin.3.1"},
@@ -57,4 +57,19 @@ func TestChangePos(t *testing.T) {
 	f("chg.post.3.x.1", 0, false, 0, false)
 	f("chg2.post.3.42.1", 0, false, 0, false)
 	f("d.3.post.7.42", 0, false, 0, false)
+}
+
+func TestParseHopMsgID(t *testing.T) {
+	f := func(t *testing.T, id string, src, dest int, seq uint64, ok bool) {
+		t.Helper()
+		s, d, q, k := ParseHopMsgID(id)
+		if s != src || d != dest || q != seq || k != ok {
+			t.Fatalf("%q: %d %d %d %v, want %d %d %d %v", id, s, d, q, k, src, dest, seq, ok)
+		}
+	}
+	t.Run("made", func(t *testing.T) { f(t, HopMsgID(3, 7, 42), 3, 7, 42, true) })
+	t.Run("delta", func(t *testing.T) { f(t, DeltaMsgID(3, "post.7", 42), 0, 0, 0, false) })
+	t.Run("zero", func(t *testing.T) { f(t, "hop.1.2.0", 0, 0, 0, false) })
+	t.Run("short", func(t *testing.T) { f(t, "hop.1.2", 0, 0, 0, false) })
+	t.Run("junk", func(t *testing.T) { f(t, "hop.x.2.3", 0, 0, 0, false) })
 }

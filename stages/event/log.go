@@ -30,10 +30,10 @@ var ErrGap = errors.New("the log does not reach back to the state")
 // anything or publishes a delta. A failed append is retried under the same message id
 // (a duplicate answers with the first one's sequence), so a lost acknowledgement neither
 // stores a record twice nor is taken for fencing.
-func (s *Stage) appendLog(ctx context.Context, data []byte, pos uint64) (uint64, error) {
+func (s *Stage) appendLog(ctx context.Context, data []byte, pos, n uint64) (uint64, error) {
 	p := s.cfg.Partition
 	msg := &nats.Msg{Subject: s.cfg.Subjects.Log(p), Data: data,
-		Header: nats.Header{jetstream.MsgIDHeader: []string{pipeline.LogMsgID(p, pos, s.cfg.Owner)}}}
+		Header: nats.Header{jetstream.MsgIDHeader: []string{pipeline.LogMsgID(p, pos, n, s.cfg.Owner)}}}
 	backoff := 50 * time.Millisecond
 	expect := s.st.Log
 	for {
@@ -132,9 +132,11 @@ func (s *Stage) logRecord(ctx context.Context, m jetstream.Msg, r *flow.Reader, 
 	if err != nil {
 		return false, fmt.Errorf("log record %d: %w", md.Sequence.Stream, err)
 	}
-	if rec.Prev != s.st.Pos && rec.State.Pos == s.st.Pos && first {
+	own := rec.Prev != s.st.Pos || (rec.State.N != 0 && rec.State.N == s.st.N)
+	if first && own && rec.State.Pos == s.st.Pos {
 		// The state's transaction committed naming the record before its own (see
-		// cold.StageState.Log): this record is the state's own.
+		// cold.StageState.Log): this record is the state's own. (A transaction that
+		// consumed no message ends where the one before did: N tells them apart.)
 		s.st.Log = md.Sequence.Stream
 		return false, nil
 	}
@@ -168,8 +170,17 @@ func (s *Stage) logRecord(ctx context.Context, m jetstream.Msg, r *flow.Reader, 
 func (s *Stage) applyRecord(ctx context.Context, msgs []jetstream.Msg, rec *cold.LogRecord, seq uint64, c *coalescer, send bool) error {
 	txn := s.db.Badger().NewTransaction(true)
 	defer txn.Discard()
-	w := s.newWork(c, rec.Dead)
-	if _, _, err := s.applyMsgs(txn, msgs, w); err != nil {
+	w := s.newWork(txn, c, rec.Dead)
+	_, pos, err := s.applyMsgs(txn, msgs, w)
+	if err != nil {
+		return err
+	}
+	if len(msgs) == 0 {
+		pos = s.st.Pos
+	}
+	// The held hop batches the record's transaction released, and those it
+	// dead-lettered, as its state says.
+	if err := s.release(txn, w, pos, rec.State.Hops, rec.DeadHops); err != nil {
 		return err
 	}
 	if err := cold.DeleteOutbox(txn, s.cfg.Partition, rec.Acked); err != nil {

@@ -17,27 +17,31 @@ import (
 	"github.com/tally-dev/tally/store/cold"
 )
 
-// logHarness runs event stages of partition 0 (of 1) on one real NATS server, each with
-// its own Badger, as different owners would.
+// logHarness runs event stages of partition 0 (of parts) on one real NATS server, each
+// with its own Badger, as different owners would.
 type logHarness struct {
-	t  *testing.T
-	js jetstream.JetStream
-	sj pipeline.Subjects
-	tx int
+	t     *testing.T
+	js    jetstream.JetStream
+	sj    pipeline.Subjects
+	parts int
+	tx    int
+	opts  cold.Options // for the databases run opens (Dir is set there)
 }
 
-func newLogHarness(t *testing.T) *logHarness {
+func newLogHarness(t *testing.T) *logHarness { return newHarness(t, 1) }
+
+func newHarness(t *testing.T, parts int) *logHarness {
 	nc := natstest.Connect(t, natstest.Start(t))
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	sc := pipeline.DefaultStreamConfig()
-	sc.Partitions = 1
+	sc.Partitions = parts
 	if err := pipeline.Setup(context.Background(), js, sc); err != nil {
 		t.Fatal(err)
 	}
-	return &logHarness{t: t, js: js, sj: sc.Subjects}
+	return &logHarness{t: t, js: js, sj: sc.Subjects, parts: parts}
 }
 
 // likes publishes n likes of post by users from uid on.
@@ -82,13 +86,15 @@ func (h *logHarness) start(owner string, db *cold.DB) *runningStage {
 func (h *logHarness) run(owner string, db *cold.DB, run func(*Stage, context.Context) error) *runningStage {
 	t := h.t
 	if db == nil {
+		opts := h.opts
+		opts.Dir = t.TempDir()
 		var err error
-		if db, err = cold.Open(cold.Options{Dir: t.TempDir()}); err != nil {
+		if db, err = cold.Open(opts); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { db.Close() })
 	}
-	st, err := New(Config{Partition: 0, Partitions: 1, Subjects: h.sj, Families: pipeline.DefaultFamilies(), Log: true, Owner: owner},
+	st, err := New(Config{Partition: 0, Partitions: h.parts, Subjects: h.sj, Families: pipeline.DefaultFamilies(), Log: true, Owner: owner},
 		h.js, db, slog.New(slog.NewTextHandler(io.Discard, nil)), NewStats())
 	if err != nil {
 		t.Fatal(err)

@@ -99,6 +99,7 @@ type Stage struct {
 	st        cold.StageState
 	held      int64     // hop batches st holds above a gap, as counted in stats
 	published []uint64  // outbox entries acknowledged, deleted in the next transaction
+	budget    int       // held hop batches the next transaction may release: halved when too many did not fit
 	warned    time.Time // when a failed log append was last logged
 }
 
@@ -125,7 +126,7 @@ func New(cfg Config, js jetstream.JetStream, db *cold.DB, log *slog.Logger, stat
 	if err != nil {
 		return nil, err
 	}
-	s := &Stage{cfg: cfg, js: js, db: db, log: log.With("stage", "event", "partition", cfg.Partition), stats: stats, fields: f, keys: partitionKeys(cfg.Partitions), pulled: pulled}
+	s := &Stage{cfg: cfg, js: js, db: db, log: log.With("stage", "event", "partition", cfg.Partition), stats: stats, fields: f, keys: partitionKeys(cfg.Partitions), pulled: pulled, budget: maxRelease}
 	s.out = hop.NewOutbox(cfg.Publisher, hop.OutboxOptions{Permanent: s.unpublishable, Retries: &stats.Retries, Log: s.log})
 	return s, nil
 }
@@ -247,7 +248,8 @@ func (s *Stage) finish() error {
 	return nil
 }
 
-// process commits msgs in as few transactions as fit, then publishes each one's outbox.
+// process commits msgs in as few transactions as fit, then publishes each one's outbox;
+// then the hop batches a filled gap released, in transactions of their own.
 func (s *Stage) process(ctx context.Context, msgs []jetstream.Msg, c *coalescer) error {
 	for len(msgs) > 0 {
 		n, err := s.commit(ctx, msgs, c)
@@ -256,7 +258,23 @@ func (s *Stage) process(ctx context.Context, msgs []jetstream.Msg, c *coalescer)
 		}
 		msgs = msgs[n:]
 	}
+	for s.releasable() && ctx.Err() == nil {
+		if _, err := s.commit(ctx, nil, c); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// releasable reports whether the state holds a hop batch that is next in its source's
+// order: a gap filled, and more released than one transaction took.
+func (s *Stage) releasable() bool {
+	for _, m := range s.st.Hops {
+		if len(m.Held) > 0 && (m.Held[0].Seq == m.Through+1 || slices.Contains(m.Above, m.Through+1)) {
+			return true
+		}
+	}
+	return false
 }
 
 // errTooBig is a transaction that cannot take all of its messages: Badger refused a
@@ -264,29 +282,40 @@ func (s *Stage) process(ctx context.Context, msgs []jetstream.Msg, c *coalescer)
 // larger than NATS accepts.
 var errTooBig = errors.New("transaction too large")
 
-// commit applies the longest prefix of msgs that fits in one transaction and returns its
-// length. Nothing is estimated: a transaction that does not fit is discarded and tried
-// again with the messages that did (or half of them, when what overflowed came after
-// the last message); a message that does not fit alone is dead-lettered whole.
+// commit applies the longest prefix of msgs that fits in one transaction, with as many
+// held hop batches as fit after them (up to maxRelease), and returns the prefix's length;
+// with no msgs it only releases. Nothing is estimated: a transaction that does not fit is
+// discarded and tried again releasing half as many, then with the messages that did fit
+// (or half of them, when what overflowed came after the last message); a message, or a
+// held batch, that does not fit alone is dead-lettered whole — a hop batch still filling
+// its number.
 func (s *Stage) commit(ctx context.Context, msgs []jetstream.Msg, c *coalescer) (int, error) {
-	n := len(msgs)
+	n, budget := len(msgs), s.budget
 	for {
-		fit, err := s.try(ctx, msgs[:n], c, nil)
+		fit, released, err := s.try(ctx, msgs[:n], c, nil, budget)
 		if !errors.Is(err, errTooBig) {
 			if err != nil {
 				return 0, err
+			}
+			if released == budget { // it fitted: the next may release more
+				s.budget = min(2*max(budget, 1), maxRelease)
 			}
 			return n, nil
 		}
 		s.stats.Splits.Add(1)
 		switch {
+		case released > 1 || (released == 1 && n > 0):
+			budget = released / 2
+			s.budget = max(budget, 1)
+		case n == 0:
+			budget = -1 // the one held batch released does not fit alone
 		case n == 1:
 			seq, err := streamSeq(msgs[0])
 			if err != nil {
 				return 0, err
 			}
 			s.log.Warn("a message does not fit in one transaction: dead-lettered", "seq", seq)
-			_, err = s.try(ctx, msgs[:1], c, []uint64{seq})
+			_, _, err = s.try(ctx, msgs[:1], c, []uint64{seq}, 0)
 			return 1, err
 		case fit < n:
 			n = max(fit, 1)
@@ -296,48 +325,56 @@ func (s *Stage) commit(ctx context.Context, msgs []jetstream.Msg, c *coalescer) 
 	}
 }
 
-// try applies msgs in one transaction, logs it when the stage logs, commits it and sends
-// its outbox. dead lists messages to dead-letter whole instead of applying. On errTooBig
-// nothing is committed, and fit says how many messages were applied before it.
-func (s *Stage) try(ctx context.Context, msgs []jetstream.Msg, c *coalescer, dead []uint64) (fit int, err error) {
+// try applies msgs and releases up to budget held hop batches in one transaction, logs
+// it when the stage logs, commits it and sends its outbox. dead lists messages to
+// dead-letter whole instead of applying. On errTooBig nothing is committed, fit says how
+// many messages were applied before it and released how many held batches.
+func (s *Stage) try(ctx context.Context, msgs []jetstream.Msg, c *coalescer, dead []uint64, budget int) (fit, released int, err error) {
 	txn := s.db.Badger().NewTransaction(true)
 	defer txn.Discard()
-	w := s.newWork(c, dead)
+	w := s.newWork(txn, c, dead)
+	w.budget = budget
 	fit, pos, err := s.applyMsgs(txn, msgs, w)
 	if err != nil {
-		return fit, tooBig(err)
+		return fit, 0, tooBig(err)
+	}
+	if len(msgs) == 0 {
+		pos = s.st.Pos
+	}
+	if err := s.release(txn, w, pos, nil, nil); err != nil {
+		return len(msgs), w.released, tooBig(err)
 	}
 	st, outbox, err := s.next(pos, w)
 	if err != nil {
-		return len(msgs), err
+		return len(msgs), w.released, err
 	}
 	s.published = append(s.published, s.out.Published()...)
 	if err := s.write(txn, &st, outbox, w); err != nil {
-		return len(msgs), tooBig(err)
+		return len(msgs), w.released, tooBig(err)
 	}
 	if s.cfg.Log {
-		rec := cold.LogRecord{Prev: s.st.Pos, State: st, Outbox: outbox, Dead: w.dead, Acked: s.published[:w.deleted]}
+		rec := cold.LogRecord{Prev: s.st.Pos, State: st, Outbox: outbox, Dead: w.dead, DeadHops: w.deadHops, Acked: s.published[:w.deleted]}
 		data, err := cold.EncodeLogRecord(&rec)
 		if err != nil {
-			return len(msgs), err
+			return len(msgs), w.released, err
 		}
 		if len(data) > s.cfg.MaxPayload-1024 {
-			return len(msgs), errTooBig
+			return len(msgs), w.released, errTooBig
 		}
-		if st.Log, err = s.appendLog(ctx, data, st.Pos); err != nil {
-			return len(msgs), err
+		if st.Log, err = s.appendLog(ctx, data, st.Pos, st.N); err != nil {
+			return len(msgs), w.released, err
 		}
 		// The state names its own record when there is room for one more write; if
 		// not, it names the one before, and a reload takes this one as its own.
 		if err := cold.PutStage(txn, s.cfg.Partition, &st); err != nil && !errors.Is(err, badger.ErrTxnTooBig) {
-			return len(msgs), err
+			return len(msgs), w.released, err
 		}
 	}
 	if err := txn.Commit(); err != nil {
-		return len(msgs), fmt.Errorf("cannot commit: %w", err)
+		return len(msgs), w.released, fmt.Errorf("cannot commit: %w", err)
 	}
 	s.committed(st, w)
-	return len(msgs), s.out.Send(ctx, outbox)
+	return len(msgs), w.released, s.out.Send(ctx, outbox)
 }
 
 // tooBig turns Badger's refusal of a write into errTooBig.
@@ -414,12 +451,15 @@ func (s *Stage) applyMsgs(txn *badger.Txn, msgs []jetstream.Msg, w *work) (n int
 // applyMsg applies one message: a producer's event or batch, or a hop batch of another
 // partition. What cannot be applied because of its content is dead-lettered.
 func (s *Stage) applyMsg(txn *badger.Txn, m jetstream.Msg, seq uint64, w *work) error {
+	typ, err := s.parseSubject(m.Subject())
 	if slices.Contains(w.deadSeqs, seq) {
 		w.deadLetter(m, seq, -1, m.Data(), fmt.Errorf("%w: applying it would not fit in one transaction", pipeline.ErrBadEvent))
 		w.dead = append(w.dead, seq)
+		if err == nil && typ == pipeline.TypeHop {
+			return s.fillHop(m, w)
+		}
 		return nil
 	}
-	typ, err := s.parseSubject(m.Subject())
 	if err == nil && typ == pipeline.TypeHop {
 		return s.applyHop(txn, m, seq, w)
 	}

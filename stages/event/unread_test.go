@@ -77,8 +77,9 @@ func (s *sim) step(p int) bool {
 	s.next[p]++
 	st := s.stages[p]
 	c := newCoalescer(len(s.stages))
-	w := st.newWork(c, nil)
+	var w *work
 	err := st.db.Badger().Update(func(txn *badger.Txn) error {
+		w = st.newWork(txn, c, nil)
 		w.hop = m.hop
 		for i := range m.evs {
 			e := m.evs[i]

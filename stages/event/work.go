@@ -22,13 +22,18 @@ const maxDeltas = 8192
 // maxHopEvents is the most events in one hop batch (before halving by size).
 const maxHopEvents = 2000
 
+// maxRelease is the most held hop batches one transaction releases (before halving,
+// when what they make does not fit): a gap that fills may free up to hop.Window batches
+// of each source, and the rest go in the transactions after it.
+const maxRelease = 64
+
 // work is what one transaction attempt makes besides its Badger writes; it is thrown
 // away with the transaction when that does not fit, so nothing of the stage's state is
 // touched before the commit.
 type work struct {
 	s        *Stage
 	c        *coalescer
-	in       hop.In                   // a copy of the state's hop marks
+	in       hop.In                   // a copy of the state's hop marks; payloads in the txn
 	fwd      map[int][]pipeline.Event // events for other partitions
 	fwdOrder []int
 	likes    *cold.Likes // the transaction's likes, written at its end
@@ -36,18 +41,46 @@ type work struct {
 	deadSeqs []uint64 // messages to dead-letter whole
 	dead     []uint64 // those dead-lettered so far
 
+	// budget is the most held hop batches the transaction releases; -1 releases one and
+	// dead-letters it (it does not fit in a transaction alone). released counts them,
+	// deadHops those dead-lettered.
+	budget   int
+	released int
+	deadHops []cold.HeldRef
+
 	hop                     bool  // applying events of a hop batch: handed over from another partition
 	dups, forwarded, deltas int64 // counted once the transaction commits
 	deleted                 int   // acknowledged outbox entries the transaction deletes
 }
 
-func (s *Stage) newWork(c *coalescer, dead []uint64) *work {
+func (s *Stage) newWork(txn *badger.Txn, c *coalescer, dead []uint64) *work {
 	c.reset()
 	marks := make(map[uint32]*cold.Mark, len(s.st.Hops))
 	for src, m := range s.st.Hops {
-		marks[src] = &cold.Mark{Through: m.Through, Held: slices.Clone(m.Held)}
+		marks[src] = &cold.Mark{Through: m.Through, Above: slices.Clone(m.Above), Held: slices.Clone(m.Held)}
 	}
-	return &work{s: s, c: c, in: hop.In{Marks: marks, Log: s.log, Stats: &hop.InStats{}}, fwd: map[int][]pipeline.Event{}, deadSeqs: dead, likes: cold.NewLikes(s.cfg.Partition, s.heavy)}
+	in := hop.In{Marks: marks, Store: stageHeld{txn: txn, p: s.cfg.Partition}, Log: s.log, Stats: &hop.InStats{}}
+	return &work{s: s, c: c, in: in, fwd: map[int][]pipeline.Event{}, deadSeqs: dead, likes: cold.NewLikes(s.cfg.Partition, s.heavy)}
+}
+
+// stageHeld keeps the payloads of the hop batches a partition holds above a gap in its
+// transaction (cold.PutStageHeld): written with the marks that hold them, deleted with
+// the marks that no longer do, never in the state or its log record.
+type stageHeld struct {
+	txn *badger.Txn
+	p   int
+}
+
+func (h stageHeld) Put(src uint32, seq uint64, data []byte) error {
+	return cold.PutStageHeld(h.txn, h.p, src, seq, data)
+}
+
+func (h stageHeld) Get(src uint32, seq uint64) ([]byte, error) {
+	return cold.GetStageHeld(h.txn, h.p, src, seq)
+}
+
+func (h stageHeld) Delete(src uint32, seq uint64) error {
+	return cold.DeleteStageHeld(h.txn, h.p, src, seq)
 }
 
 func (w *work) forward(q int, e *pipeline.Event) {
@@ -64,7 +97,7 @@ func (w *work) forward(q int, e *pipeline.Event) {
 func (s *Stage) next(pos uint64, w *work) (cold.StageState, []cold.OutboxEntry, error) {
 	p := s.cfg.Partition
 	st := s.st // maps are copied below, never written in place
-	st.Pos = pos
+	st.Pos, st.N = pos, s.st.N+1
 	st.Seqs = maps.Clone(s.st.Seqs)
 	if st.Seqs == nil {
 		st.Seqs = map[string]uint64{}
@@ -137,7 +170,8 @@ func (s *Stage) hopEntries(outbox []cold.OutboxEntry, st *cold.StageState, q int
 }
 
 // applyHop applies a hop batch of another partition: in its source's order, exactly
-// once, held when it comes above a gap.
+// once, held when it comes above a gap. One that must be dead-lettered still fills its
+// number, or its source's later batches would wait behind it.
 func (s *Stage) applyHop(txn *badger.Txn, m jetstream.Msg, seq uint64, w *work) error {
 	b, err := pipeline.DecodeHopBatch(m.Data(), s.cfg.Families)
 	if err == nil && (int(b.Source) >= s.cfg.Partitions || int(b.Source) == s.cfg.Partition) {
@@ -145,31 +179,117 @@ func (s *Stage) applyHop(txn *badger.Txn, m jetstream.Msg, seq uint64, w *work) 
 	}
 	if err != nil {
 		w.deadLetter(m, seq, -1, m.Data(), err)
-		return nil
+		return s.fillHop(m, w)
 	}
-	ready, dup := w.in.Accept(b.Source, b.Seq, m.Data())
-	if dup {
+	v, err := w.in.Offer(b.Source, b.Seq, m.Data())
+	switch {
+	case err != nil:
+		return err
+	case v == hop.Dup:
 		w.dups++
-		return nil
-	}
-	for _, data := range ready {
-		if b, err = pipeline.DecodeHopBatch(data, s.cfg.Families); err != nil {
-			return err // it decoded when it was held
-		}
-		w.hop = true
-		for i := range b.Events {
-			if e := &b.Events[i]; e.Seq == 0 {
-				// Sent by code that did not place events: placed where it is applied.
-				e.Seq = pipeline.SeqOf(seq, i)
-			}
-			if err := s.applyEvent(txn, &b.Events[i], true, w); err != nil {
-				w.hop = false
-				return fmt.Errorf("cannot apply %s event of hop batch %d.%d: %w", b.Events[i].Type, b.Source, b.Seq, err)
-			}
-		}
-		w.hop = false
+	case v == hop.Apply:
+		return s.applyHopEvents(txn, b, seq, w)
 	}
 	return nil
+}
+
+// fillHop fills the number of hop message m, read from its message id, with nothing: it
+// was dead-lettered.
+func (s *Stage) fillHop(m jetstream.Msg, w *work) error {
+	src, dest, seq, ok := pipeline.ParseHopMsgID(m.Headers().Get(jetstream.MsgIDHeader))
+	if !ok || dest != s.cfg.Partition || src >= s.cfg.Partitions || src == s.cfg.Partition {
+		return nil // not one of Tally's numbered hop batches to this partition
+	}
+	_, err := w.in.Skip(uint32(src), seq)
+	return err
+}
+
+// applyHopEvents applies the events of hop batch b, stored in the events stream at or
+// before place.
+func (s *Stage) applyHopEvents(txn *badger.Txn, b *pipeline.HopBatch, place uint64, w *work) error {
+	w.hop = true
+	defer func() { w.hop = false }()
+	for i := range b.Events {
+		e := &b.Events[i]
+		if e.Seq == 0 {
+			// Sent by code that did not place events: placed where it is applied.
+			e.Seq = pipeline.SeqOf(place, i)
+		}
+		if err := s.applyEvent(txn, e, true, w); err != nil {
+			return fmt.Errorf("cannot apply %s event of hop batch %d.%d: %w", e.Type, b.Source, b.Seq, err)
+		}
+	}
+	return nil
+}
+
+// release applies held hop batches that are now in order: up to w.budget of them, or,
+// replaying a log record, each source's up to the marks of the record's state (until)
+// and dead-lettering those the record dead-lettered (deadHops). place is where events
+// sent without one are placed.
+func (s *Stage) release(txn *badger.Txn, w *work, place uint64, until map[uint32]*cold.Mark, deadHops []cold.HeldRef) error {
+	apply := func(src uint32, seq uint64, data []byte) error {
+		w.released++
+		switch {
+		case len(data) == 0:
+			return nil // a number filled by a dead-lettered batch
+		case w.budget < 0 || slices.Contains(deadHops, cold.HeldRef{Src: src, Seq: seq}):
+			w.deadHop(src, seq, data)
+			return nil
+		}
+		b, err := pipeline.DecodeHopBatch(data, s.cfg.Families)
+		if err != nil {
+			return err // it decoded when it was held
+		}
+		return s.applyHopEvents(txn, b, place, w)
+	}
+	if until != nil {
+		for _, src := range slices.Sorted(maps.Keys(until)) {
+			for m := w.in.Marks[src]; m != nil && m.Through < until[src].Through; {
+				seq, data, ok, err := w.in.NextFrom(src)
+				if err == nil && !ok {
+					err = fmt.Errorf("%w: the log record releases hop batches of partition %d up to %d, which the state does not hold", ErrGap, src, until[src].Through)
+				}
+				if err == nil {
+					err = apply(src, seq, data)
+				}
+				if err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	limit := w.budget
+	if limit < 0 {
+		limit = 1 // to dead-letter
+	}
+	for w.released < limit {
+		src, seq, data, ok, err := w.in.Next()
+		if err != nil || !ok {
+			return err
+		}
+		if err := apply(src, seq, data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// deadHop dead-letters held hop batch seq of src, which does not fit in a transaction
+// alone.
+func (w *work) deadHop(src uint32, seq uint64, data []byte) {
+	s := w.s
+	s.stats.Dead.Add(1)
+	s.log.Warn("a held hop batch does not fit in one transaction: dead-lettered", "source", src, "seq", seq)
+	w.deadHops = append(w.deadHops, cold.HeldRef{Src: src, Seq: seq})
+	w.dlq = append(w.dlq, cold.OutboxEntry{
+		Subject: s.cfg.Subjects.DLQ("event", s.cfg.Partition),
+		MsgID:   pipeline.DeadLetterMsgID("held", s.cfg.Partition, seq, int(src)),
+		Data: s.deadLetterData(DeadLetter{
+			Error:   fmt.Sprintf("%v: hop batch %d of partition %d does not fit in one transaction", pipeline.ErrBadEvent, seq, src),
+			Subject: s.cfg.Subjects.Event(pipeline.TypeHop, s.keys[s.cfg.Partition]), Index: -1,
+		}, data),
+	})
 }
 
 // DeadLetter is the JSON payload of a dead-letter entry: a whole message (Index -1) or

@@ -69,7 +69,7 @@ type In struct {
 	// Store by the first call.
 	Marks map[uint32]*cold.Mark
 	// Store keeps the held payloads. Nil keeps them in Marks, as older versions did
-	// (only for Accept's callers).
+	// (tests only: the marks are then as large as what they hold).
 	Store HeldStore
 	// MaxHeld is the most batches held per source above a gap (DefaultMaxHeld when 0).
 	MaxHeld int
@@ -81,7 +81,6 @@ type In struct {
 	counted bool     // held and bytes are in Stats
 	held    int      // batches held over all sources
 	bytes   int      // their payload bytes
-	out     [][]byte // what Accept returns, reused
 }
 
 // Offer takes batch seq of src with its payload data (copied when held). A batch with
@@ -145,58 +144,49 @@ func (in *In) Next() (src uint32, seq uint64, data []byte, ok bool, err error) {
 	}
 	for len(in.ready) > 0 {
 		src = in.ready[len(in.ready)-1]
-		m := in.Marks[src]
-		if m == nil || len(m.Held) == 0 || m.Held[0].Seq != m.Through+1 {
-			in.ready = in.ready[:len(in.ready)-1]
-			continue
+		if seq, data, ok, err = in.NextFrom(src); err != nil || ok {
+			return src, seq, data, ok, err
 		}
-		h := m.Held[0]
-		if data, err = in.take(src, h); err != nil {
-			return 0, 0, nil, false, err
-		}
-		m.Held = slices.Delete(m.Held, 0, 1)
-		if len(m.Held) == 0 {
-			m.Held = nil
-		}
-		m.Through = h.Seq
-		passAbove(m)
-		in.hold(-1, -int(h.Size))
-		return src, h.Seq, data, true, nil
+		in.ready = in.ready[:len(in.ready)-1]
 	}
 	return 0, 0, nil, false, nil
 }
 
-// Accept is Offer followed by every Next: data when it is next, then every held batch
-// released, all at once (dup for a batch applied or held already). The slices are valid
-// until the next call.
-//
-// What one call releases is unbounded (up to MaxHeld batches): new callers use Offer and
-// Next. Only for an In without Store, whose payloads stay in Marks (it panics otherwise),
-// kept for the event stage until it moves to Offer and Next.
-func (in *In) Accept(src uint32, seq uint64, data []byte) (ready [][]byte, dup bool) {
-	if in.Store != nil {
-		panic("hop: Accept on an In with a HeldStore: use Offer and Next")
+// NextFrom is Next for source src only: a replay releases each source as far as the
+// state it replays says, whatever order Next would take.
+func (in *In) NextFrom(src uint32) (seq uint64, data []byte, ok bool, err error) {
+	if err := in.load(); err != nil {
+		return 0, nil, false, err
 	}
-	clear(in.out)
-	in.out = in.out[:0]
-	v, _ := in.Offer(src, seq, data) // no store: no error
-	switch v {
-	case Dup:
-		return nil, true
-	case Apply:
-		in.out = append(in.out, data)
+	m := in.Marks[src]
+	if m == nil || len(m.Held) == 0 || m.Held[0].Seq != m.Through+1 {
+		return 0, nil, false, nil
 	}
-	for {
-		_, _, p, ok, _ := in.Next()
-		if !ok {
-			break
+	h := m.Held[0]
+	if data, err = in.take(src, h); err != nil {
+		return 0, nil, false, err
+	}
+	m.Held = slices.Delete(m.Held, 0, 1)
+	if len(m.Held) == 0 {
+		m.Held = nil
+	}
+	m.Through = h.Seq
+	passAbove(m)
+	in.hold(-1, -int(h.Size))
+	return h.Seq, data, true, nil
+}
+
+// Ready reports whether Next has a batch to hand out, without handing it out.
+func (in *In) Ready() (bool, error) {
+	if err := in.load(); err != nil {
+		return false, err
+	}
+	for _, src := range in.ready {
+		if m := in.Marks[src]; m != nil && len(m.Held) > 0 && m.Held[0].Seq == m.Through+1 {
+			return true, nil
 		}
-		in.out = append(in.out, p)
 	}
-	if len(in.out) == 0 {
-		return nil, false
-	}
-	return in.out, false
+	return false, nil
 }
 
 // Held returns the batches and payload bytes held now over all sources.

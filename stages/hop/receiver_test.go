@@ -383,29 +383,3 @@ func TestInLegacyAbove(t *testing.T) {
 		t.Fatalf("mark %+v, want through 6", m)
 	}
 }
-
-// Accept, for callers not moved to Offer and Next yet, keeps payloads in the marks and
-// releases everything at once.
-func TestInAccept(t *testing.T) {
-	in := &In{}
-	step := func(seq uint64, want []uint64, wantDup bool) {
-		t.Helper()
-		ready, dup := in.Accept(3, seq, payload(3, seq))
-		var got []uint64
-		for _, p := range ready {
-			_, s := seqOf(t, p)
-			got = append(got, s)
-		}
-		if dup != wantDup || !slices.Equal(got, want) {
-			t.Fatalf("seq %d: ready %v dup %v, want %v %v", seq, got, dup, want, wantDup)
-		}
-	}
-	step(1, []uint64{1}, false)
-	step(3, nil, false)
-	step(4, nil, false)
-	if m := in.Marks[3]; len(m.Held) != 2 || m.Held[0].Data == nil {
-		t.Fatalf("mark %+v: want 3 and 4 held with their payloads", m)
-	}
-	step(3, nil, true)
-	step(2, []uint64{2, 3, 4}, false)
-}

@@ -1,7 +1,9 @@
 package cold
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/vmihailenco/msgpack/v5"
@@ -21,6 +23,10 @@ type StageState struct {
 	// whoever loads the state takes the next record as its own when that record ends at
 	// Pos (see stages/event's replay).
 	Log uint64 `msgpack:"log,omitempty"`
+	// N counts the partition's transactions: a transaction that only releases held hop
+	// batches (it consumes no message) ends at the position of the one before, and N
+	// tells their log records apart.
+	N uint64 `msgpack:"n,omitempty"`
 	// HopSeqs is the last sequence of the hop batches sent to each other event partition.
 	HopSeqs map[uint32]uint64 `msgpack:"hop_seqs,omitempty"`
 	// Hops is what the partition has applied of each other partition's hop batches, and
@@ -47,6 +53,9 @@ type LogRecord struct {
 	// Dead lists the stream sequences of messages dead-lettered whole because applying
 	// them would not fit in one transaction: a replay does not try them again.
 	Dead []uint64 `msgpack:"dead,omitempty"`
+	// DeadHops lists the held hop batches the transaction released and dead-lettered
+	// (one that does not fit in a transaction alone): a replay does not apply them.
+	DeadHops []HeldRef `msgpack:"dead_hops,omitempty"`
 	// Acked lists the outbox entries of earlier transactions this one deleted, their
 	// messages acknowledged: a standby that follows the log deletes them too, so that its
 	// outbox is the owner's and a takeover re-sends only what may be unsent.
@@ -119,4 +128,34 @@ func DeleteOutbox(txn *badger.Txn, p int, seqs []uint64) error {
 		}
 	}
 	return nil
+}
+
+// Hop batches an event partition holds above a gap (stages/hop) keep their payloads
+// under the partition's stage key, p|partition|'h'|src|seq, so that EventPart — a backup,
+// a restore, a clear — carries them with the state whose marks hold them. They are
+// written and deleted in the stage's own transactions, with the marks.
+func stageHeldKey(p int, src uint32, seq uint64) key {
+	return stageKey(p).u8(nsHeld).u32(src).u64(seq)
+}
+
+// PutStageHeld stores the payload of hop batch seq of src that partition p holds.
+func PutStageHeld(txn *badger.Txn, p int, src uint32, seq uint64, data []byte) error {
+	return txn.Set(stageHeldKey(p, src, seq), slices.Clone(data))
+}
+
+// GetStageHeld reads it back; a missing one is ErrCorrupt: the marks that hold it were
+// written with it.
+func GetStageHeld(txn *badger.Txn, p int, src uint32, seq uint64) ([]byte, error) {
+	item, err := txn.Get(stageHeldKey(p, src, seq))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, fmt.Errorf("%w: hop batch %d of partition %d held by partition %d has no payload", ErrCorrupt, seq, src, p)
+	} else if err != nil {
+		return nil, err
+	}
+	return item.ValueCopy(nil)
+}
+
+// DeleteStageHeld deletes it once the batch is applied.
+func DeleteStageHeld(txn *badger.Txn, p int, src uint32, seq uint64) error {
+	return txn.Delete(stageHeldKey(p, src, seq))
 }

@@ -1,0 +1,209 @@
+package event
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/pipeline/natstest"
+	"github.com/tally-dev/tally/store/cold"
+)
+
+// hop publishes hop batch seq of partition src to partition 0, carrying evs.
+func (h *logHarness) hop(src int, seq uint64, evs []pipeline.Event) {
+	h.t.Helper()
+	data, err := pipeline.Marshal(&pipeline.HopBatch{Source: uint32(src), Seq: seq, Events: evs}, false)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	msg := &nats.Msg{Subject: h.sj.Event(pipeline.TypeHop, partitionKeys(h.parts)[0]), Data: data,
+		Header: nats.Header{jetstream.MsgIDHeader: []string{pipeline.HopMsgID(src, 0, seq)}}}
+	if _, err := h.js.PublishMsg(context.Background(), msg); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// heldLikes is hop batch seq's likes: per users of their own, of post 1<<41+seq, placed
+// where their batch was (pad, when set, makes each event that much larger).
+func heldLikes(seq uint64, per int, pad string) []pipeline.Event {
+	evs := make([]pipeline.Event, per)
+	for i := range evs {
+		evs[i] = pipeline.Event{Type: pipeline.TypeLike, UID: pipeline.ID(seq*uint64(per) + uint64(i) + 1),
+			Post: pipeline.ID(1<<41 + seq), Seq: pipeline.SeqOf(1000+seq, i), TS: 1_700_000_000_000, Tx: pad}
+	}
+	return evs
+}
+
+// logRecords returns the size of every record in partition 0's log.
+func (h *logHarness) logRecords() []int {
+	h.t.Helper()
+	ctx := context.Background()
+	cons, err := h.js.OrderedConsumer(ctx, h.sj.LogStream(), jetstream.OrderedConsumerConfig{FilterSubjects: []string{h.sj.Log(0)}})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var sizes []int
+	for n := h.msgs(h.sj.LogStream()); uint64(len(sizes)) < n; {
+		batch, err := cons.Fetch(100, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		got := 0
+		for m := range batch.Messages() {
+			sizes = append(sizes, len(m.Data()))
+			got++
+		}
+		if got == 0 {
+			break
+		}
+	}
+	return sizes
+}
+
+// releaseBacklog holds batches 2..n of source 1 above a gap at a logging stage with a
+// standby following its log, then fills the gap, and checks that everything is applied
+// exactly once, nothing dead-lettered, no gap given up, every log record small (no held
+// payload in it), and the standby's state the owner's, byte for byte. It returns the
+// owner.
+func releaseBacklog(t *testing.T, h *logHarness, n uint64, per int, pad string, cut bool) *runningStage {
+	a := h.start("a.1", nil)
+	f := h.follow()
+	for seq := uint64(2); seq <= n; seq++ {
+		h.hop(1, seq, heldLikes(seq, per, pad))
+	}
+	h.caughtUp(a)
+	if st := h.state(a.db); st.Hops[1] == nil || len(st.Hops[1].Held) != int(n-1) {
+		t.Fatalf("held %+v, want %d batches above the gap", st.Hops[1], n-1)
+	}
+	txns := a.stats.Txns.Load()
+	h.hop(1, 1, heldLikes(1, per, pad))
+	natstest.Eventually(t, 2*time.Minute, "the backlog released", func() (bool, string) {
+		st := h.state(a.db)
+		m := st.Hops[1]
+		return m != nil && m.Through == n && len(m.Held) == 0 && !a.busy.Load(), fmt.Sprintf("%+v", m)
+	})
+	if d, g := a.stats.Dead.Load(), a.stats.HopGaps.Load(); d != 0 || g != 0 {
+		t.Fatalf("%d dead letters, %d gaps given up: the filler and its backlog must all apply", d, g)
+	}
+	if got := a.stats.Txns.Load() - txns; cut && got < 2 {
+		t.Fatalf("the release took %d transaction(s): the test does not reach the bound", got)
+	}
+	rc, err := cold.CountRelations(a.db, []int{0}, []uint64{1<<41 + 1, 1<<41 + n/2, 1<<41 + n}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, got := range rc.Likes {
+		if got != uint64(per) {
+			t.Fatalf("post %d of the backlog has %d likers, want %d", i, got, per)
+		}
+	}
+	if sum, want := sumDeltas(t, h.js, h.sj), int64(n)*int64(per); sum != want {
+		t.Fatalf("deltas add up to %d likes, want %d", sum, want)
+	}
+	for _, size := range h.logRecords() {
+		if size > 64<<10 {
+			t.Fatalf("a log record of %d bytes: a held payload went into it", size)
+		}
+	}
+	natstest.Eventually(t, 30*time.Second, "standby's state is the owner's", func() (bool, string) { return sameKeys(h, f.db, a.db) })
+	t.Logf("released %d held batches (%d events) in %d transactions, %d cut short", n, int(n)*per, a.stats.Txns.Load()-txns, a.stats.Splits.Load())
+	return a
+}
+
+// sameKeys reports whether two databases hold the same keys and values, but for the
+// stage's state, whose maps encode in any order: it must decode the same.
+func sameKeys(h *logHarness, a, b *cold.DB) (bool, string) {
+	read := func(db *cold.DB) map[string][]byte {
+		out := map[string][]byte{}
+		err := db.Badger().View(func(txn *badger.Txn) error {
+			it := txn.NewIterator(badger.DefaultIteratorOptions)
+			defer it.Close()
+			for it.Rewind(); it.Valid(); it.Next() {
+				v, err := it.Item().ValueCopy(nil)
+				if err != nil {
+					return err
+				}
+				out[string(it.Item().KeyCopy(nil))] = v
+			}
+			return nil
+		})
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		return out
+	}
+	ka, kb := read(a), read(b)
+	stage := string(h.stageKey())
+	for k, v := range ka {
+		if w, ok := kb[k]; k != stage && (!ok || !bytes.Equal(v, w)) {
+			return false, fmt.Sprintf("key %x: %x / %x", k, v, w)
+		}
+	}
+	if len(ka) != len(kb) {
+		return false, fmt.Sprintf("%d keys, %d keys", len(ka), len(kb))
+	}
+	if sa, sb := h.state(a), h.state(b); !reflect.DeepEqual(sa, sb) {
+		return false, fmt.Sprintf("states %+v / %+v", sa, sb)
+	}
+	return true, ""
+}
+
+// stageKey is partition 0's state key, found as the only key LoadStage reads that
+// PutStage writes.
+func (h *logHarness) stageKey() []byte {
+	db, err := cold.Open(cold.Options{Dir: h.t.TempDir()})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Badger().Update(func(txn *badger.Txn) error { return cold.PutStage(txn, 0, &cold.StageState{}) }); err != nil {
+		h.t.Fatal(err)
+	}
+	var k []byte
+	err = db.Badger().View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.DefaultIteratorOptions)
+		defer it.Close()
+		it.Rewind()
+		k = it.Item().KeyCopy(nil)
+		return nil
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return k
+}
+
+// TestHeldReleaseFits: a gap that fills releases a backlog of 100 000 likes of distinct
+// users held above it in transactions that fit (the database takes ~600 KB a
+// transaction), where one transaction of the filler and everything behind it failed,
+// the filler was dead-lettered and every later batch of its source was held for ever.
+func TestHeldReleaseFits(t *testing.T) {
+	n, per := uint64(50), 2000
+	if testing.Short() {
+		n = 20
+	}
+	h := newHarness(t, 2)
+	h.opts = cold.Options{MemTableSize: 4 << 20}
+	releaseBacklog(t, h, n, per, "", true)
+}
+
+// TestHeldPayloadsStayOutOfTheLog: 50 MB held above a gap at a stage that logs its
+// transactions (--backup-every): the log records stay small, where every record carried
+// the held payloads and, past the payload limit, none could be appended.
+func TestHeldPayloadsStayOutOfTheLog(t *testing.T) {
+	n, per := uint64(125), 20
+	if testing.Short() {
+		n = 30
+	}
+	h := newHarness(t, 2)
+	releaseBacklog(t, h, n, per, strings.Repeat("x", 20_000), false) // 400 KB a batch
+}
