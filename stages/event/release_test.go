@@ -207,3 +207,29 @@ func TestHeldPayloadsStayOutOfTheLog(t *testing.T) {
 	h := newHarness(t, 2)
 	releaseBacklog(t, h, n, per, strings.Repeat("x", 20_000), false) // 400 KB a batch
 }
+
+// TestDeadLetteredHopFillsItsNumber: a hop batch that does not decode is dead-lettered
+// and its number, read from its message id, is filled, so the batch after it is applied
+// at once instead of being held until the gap is given up (and then the ones after it).
+func TestDeadLetteredHopFillsItsNumber(t *testing.T) {
+	h := newHarness(t, 2)
+	a := h.start("a.1", nil)
+	h.hop(1, 1, heldLikes(1, 3, ""))
+	msg := &nats.Msg{Subject: h.sj.Event(pipeline.TypeHop, partitionKeys(h.parts)[0]), Data: []byte("not a hop batch"),
+		Header: nats.Header{jetstream.MsgIDHeader: []string{pipeline.HopMsgID(1, 0, 2)}}}
+	if _, err := h.js.PublishMsg(context.Background(), msg); err != nil {
+		t.Fatal(err)
+	}
+	h.hop(1, 3, heldLikes(3, 3, ""))
+	h.caughtUp(a)
+	m := h.state(a.db).Hops[1]
+	if m == nil || m.Through != 3 || len(m.Held) != 0 {
+		t.Fatalf("marks of partition 1: %+v, want every batch through 3 applied", m)
+	}
+	if liked, err := cold.Related(a.db, 0, cold.Like, 3*3+1, []uint64{1<<41 + 3}); err != nil || !liked[0] {
+		t.Fatalf("a like of batch 3: %v, %v", liked, err)
+	}
+	if got := a.stats.Dead.Load(); got != 1 {
+		t.Fatalf("%d dead letters, want the undecodable batch", got)
+	}
+}
