@@ -53,7 +53,7 @@ func (h *logHarness) logRecords() []int {
 	}
 	var sizes []int
 	for n := h.msgs(h.sj.LogStream()); uint64(len(sizes)) < n; {
-		batch, err := cons.Fetch(100, jetstream.FetchMaxWait(time.Second))
+		batch, err := cons.Fetch(int(min(100, n-uint64(len(sizes)))), jetstream.FetchMaxWait(time.Second))
 		if err != nil {
 			h.t.Fatal(err)
 		}

@@ -26,7 +26,8 @@ func chaosReadStream(ctx context.Context, js jetstream.JetStream, stream string,
 		return err
 	}
 	for seq := uint64(0); seq < last; {
-		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(5*time.Second))
+		// No more than is left: a fetch of more waits its whole MaxWait for them.
+		batch, err := cons.Fetch(int(min(1000, last-seq)), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
 			return err
 		}
