@@ -52,11 +52,19 @@ type OutboxOptions struct {
 
 // Outbox publishes committed outbox entries until each is stored. It is not safe for
 // concurrent use: one goroutine owns it, as it owns the state the entries came from.
+//
+// Each subject is a destination with a window (see Window): an entry is published only
+// while fewer than Window entries to its subject were published since, and including,
+// the oldest one to that subject not yet known to be stored. Re-sends keep their place.
+// A receiver therefore never sees an entry Window or more places after one that is
+// still to come, however long a lost publish takes to be noticed and sent again.
 type Outbox struct {
 	pub  Publisher
 	opts OutboxOptions
 
 	inflight  []inflight
+	windows   map[string]*window // by subject, while it has entries in flight
+	pass      uint64             // counts collect passes, to find each window's oldest
 	published []uint64
 	// failed publishes not yet logged, and when one last was
 	failures int
@@ -65,8 +73,20 @@ type Outbox struct {
 
 type inflight struct {
 	entry cold.OutboxEntry
+	dest  string                 // the subject of the entry as sent: its window
+	place uint64                 // its place in dest's window
 	fut   jetstream.PubAckFuture // nil: to be sent (again)
 	sent  time.Time
+}
+
+// window is what one destination has in flight. Places count the entries sent to it in
+// the order Send took them; a destination with nothing in flight has no window, and
+// counts afresh from 0.
+type window struct {
+	next   uint64 // the place of the next entry
+	oldest uint64 // the place of the oldest entry not yet known to be stored
+	n      int    // entries in flight
+	pass   uint64 // the collect pass that last found oldest
 }
 
 // errAckTimeout fails a publish not acknowledged within AckTimeout.
@@ -89,7 +109,7 @@ func NewOutbox(p Publisher, opts OutboxOptions) *Outbox {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Outbox{pub: p, opts: opts}
+	return &Outbox{pub: p, opts: opts, windows: map[string]*window{}}
 }
 
 // Len is the number of entries not yet known to be stored.
@@ -103,18 +123,22 @@ func (o *Outbox) Published() []uint64 {
 	return p
 }
 
-// Send publishes entries without waiting for their acknowledgements, except that it
-// waits while MaxInflight are outstanding. It returns early only when ctx ends; whatever
-// is not stored then stays in the caller's outbox and is sent again at its next start.
+// Send publishes entries in order without waiting for their acknowledgements, except
+// that it waits while MaxInflight are outstanding, or while the next entry's
+// destination has Window entries out from its oldest one not yet stored. It returns
+// early only when ctx ends; whatever is not stored then stays in the caller's outbox
+// and is sent again at its next start.
 func (o *Outbox) Send(ctx context.Context, entries []cold.OutboxEntry) error {
 	for _, e := range entries {
-		for len(o.inflight) >= o.opts.MaxInflight {
-			if err := o.reap(ctx, o.opts.MaxInflight-1); err != nil {
+		for len(o.inflight) >= o.opts.MaxInflight || !o.room(e.Subject) {
+			if err := o.reap(ctx, o.opts.MaxInflight-1, e.Subject); err != nil {
 				return err
 			}
 		}
-		o.inflight = append(o.inflight, inflight{entry: e})
-		o.publish(ctx, &o.inflight[len(o.inflight)-1])
+		o.inflight = append(o.inflight, o.enter(e))
+		if !o.publish(ctx, &o.inflight[len(o.inflight)-1]) {
+			o.inflight = o.inflight[:len(o.inflight)-1]
+		}
 	}
 	return nil
 }
@@ -123,21 +147,57 @@ func (o *Outbox) Send(ctx context.Context, entries []cold.OutboxEntry) error {
 // re-sending failures with backoff, or when ctx ends.
 func (o *Outbox) Reap(ctx context.Context, wait bool) error {
 	if !wait {
-		o.collect(ctx, -1)
+		o.collect(ctx, -1, "")
 		o.resend(ctx)
 		return nil
 	}
-	return o.reap(ctx, 0)
+	return o.reap(ctx, 0, "")
 }
 
-// reap waits until at most left entries are outstanding.
-func (o *Outbox) reap(ctx context.Context, left int) error {
+// room reports whether an entry to dest may be published now.
+func (o *Outbox) room(dest string) bool {
+	w := o.windows[dest]
+	return w == nil || w.next-w.oldest < Window
+}
+
+// enter gives e its place in its destination's window.
+func (o *Outbox) enter(e cold.OutboxEntry) inflight {
+	w := o.windows[e.Subject]
+	if w == nil {
+		w = &window{}
+		o.windows[e.Subject] = w
+	}
+	f := inflight{entry: e, dest: e.Subject, place: w.next}
+	w.next++
+	w.n++
+	return f
+}
+
+// leave takes f out of its destination's window. The window's oldest place is found
+// again at the end of the collect pass (or stays put: f was not the oldest, or its
+// window is gone).
+func (o *Outbox) leave(f *inflight) {
+	w := o.windows[f.dest]
+	if w.n--; w.n == 0 {
+		delete(o.windows, f.dest)
+	}
+}
+
+// reap waits until at most left entries are outstanding and, unless dest is empty, an
+// entry to dest may be published.
+func (o *Outbox) reap(ctx context.Context, left int, dest string) error {
 	backoff := o.opts.Backoff
+	ready := func() bool { return len(o.inflight) <= left && (dest == "" || o.room(dest)) }
 	for {
-		if err := o.collect(ctx, left); err != nil {
+		// What is settled already first: an entry acknowledged behind one still in
+		// flight may be all that has to leave.
+		if o.collect(ctx, -1, ""); ready() {
+			return nil
+		}
+		if err := o.collect(ctx, left, dest); err != nil {
 			return err
 		}
-		if len(o.inflight) <= left {
+		if ready() {
 			return nil
 		}
 		// Only failures are left to send again: after a pause.
@@ -154,26 +214,34 @@ func (o *Outbox) reap(ctx context.Context, left int) error {
 // collect settles the entries in flight: stored ones are reported by Published, failed
 // ones are marked to be sent again (or replaced, when the failure is permanent). It
 // blocks on each entry in turn, oldest first, while more than left (≥ 0) are unsettled,
-// so publishing goes on while the oldest acknowledgements come in.
-func (o *Outbox) collect(ctx context.Context, left int) error {
+// and on the oldest entry to dest (unless empty), so publishing goes on while the
+// oldest acknowledgements come in. It then finds each window's oldest entry.
+func (o *Outbox) collect(ctx context.Context, left int, dest string) error {
 	keep := o.inflight[:0]
 	for i := range o.inflight {
 		f := o.inflight[i]
+		oldest := dest != "" && f.dest == dest
+		if oldest {
+			dest = "" // the later entries to dest need not be waited for
+		}
 		if f.fut != nil {
-			wait := left >= 0 && len(keep)+len(o.inflight)-i > left
+			wait := oldest || (left >= 0 && len(keep)+len(o.inflight)-i > left)
 			stored, failure, err := o.settle(ctx, f, wait)
 			if err != nil {
 				keep = append(keep, o.inflight[i:]...)
 				o.inflight = keep
+				o.findOldest()
 				return err
 			}
 			switch {
 			case stored:
 				o.published = append(o.published, f.entry.Seq)
+				o.leave(&f)
 				continue
 			case failure != nil:
 				f.fut = nil
 				if !o.replace(ctx, &f, failure) {
+					o.leave(&f)
 					continue
 				}
 				o.failed(failure)
@@ -183,21 +251,40 @@ func (o *Outbox) collect(ctx context.Context, left int) error {
 	}
 	clear(o.inflight[len(keep):])
 	o.inflight = keep
+	o.findOldest()
 	return nil
 }
 
-// resend publishes again every entry marked as failed.
-func (o *Outbox) resend(ctx context.Context) {
+// findOldest sets each window's oldest place to that of its first entry in flight:
+// entries are in flight in the order of their places.
+func (o *Outbox) findOldest() {
+	o.pass++
 	for i := range o.inflight {
-		if o.inflight[i].fut == nil {
-			o.publish(ctx, &o.inflight[i])
+		if w := o.windows[o.inflight[i].dest]; w.pass != o.pass {
+			w.oldest, w.pass = o.inflight[i].place, o.pass
 		}
 	}
 }
 
+// resend publishes again every entry marked as failed.
+func (o *Outbox) resend(ctx context.Context) {
+	keep := o.inflight[:0]
+	for i := range o.inflight {
+		f := &o.inflight[i]
+		if f.fut == nil && !o.publish(ctx, f) {
+			continue
+		}
+		keep = append(keep, *f)
+	}
+	clear(o.inflight[len(keep):])
+	o.inflight = keep
+	o.findOldest()
+}
+
 // publish sends f once; a failure marks it to be sent again. A client whose buffer of
-// pending publishes is full makes it wait, which is not a failure.
-func (o *Outbox) publish(ctx context.Context, f *inflight) {
+// pending publishes is full makes it wait, which is not a failure. It reports whether f
+// stays in flight: false when f was dropped (it has left its window then).
+func (o *Outbox) publish(ctx context.Context, f *inflight) bool {
 	for {
 		msg := &nats.Msg{Subject: f.entry.Subject, Data: f.entry.Data, Header: nats.Header{jetstream.MsgIDHeader: []string{f.entry.MsgID}}}
 		fut, err := o.pub.PublishMsgAsync(msg)
@@ -205,15 +292,17 @@ func (o *Outbox) publish(ctx context.Context, f *inflight) {
 		switch {
 		case err == nil:
 			f.fut = fut
-			return
+			return true
 		case errors.Is(err, jetstream.ErrTooManyStalledMsgs) && ctx.Err() == nil:
 			continue // the client waited for room already
 		}
 		f.fut = nil
-		if o.replace(ctx, f, err) {
-			o.failed(err)
-			return
+		if !o.replace(ctx, f, err) {
+			o.leave(f)
+			return false
 		}
+		o.failed(err)
+		return true
 	}
 }
 

@@ -198,3 +198,29 @@ func TestOutboxPermanentErrors(t *testing.T) {
 		t.Fatalf("published %s", got)
 	}
 }
+
+// An entry that fails at once for good and that Permanent drops is reported published
+// once and not sent again (it was sent again and again, and reported each time).
+func TestOutboxDropsAtOnce(t *testing.T) {
+	calls := 0
+	p := &fakePub{}
+	p.decide = func(m *nats.Msg) (error, error, bool) {
+		if calls++; calls > 10 {
+			t.Fatalf("%d publishes of 2 entries", calls)
+		}
+		if m.Subject == "big" {
+			return nats.ErrMaxPayload, nil, false
+		}
+		return nil, nil, false
+	}
+	o := NewOutbox(p, OutboxOptions{Permanent: func(cold.OutboxEntry, error) *cold.OutboxEntry { return nil }})
+	if err := o.Send(t.Context(), append(entries(1, 1, "big"), entries(2, 1, "ok")...)); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Reap(t.Context(), true); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(o.Published()); got != "[1 2]" || calls != 2 || o.Len() != 0 {
+		t.Fatalf("published %s after %d publishes, %d left; want [1 2] after 2", got, calls, o.Len())
+	}
+}
