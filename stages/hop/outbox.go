@@ -32,9 +32,12 @@ type OutboxOptions struct {
 	// without overrunning the client's buffer of pending publishes.
 	MaxInflight int
 	// AckTimeout is how long a publish may go unacknowledged before it is sent again
-	// under the same message id (default 10 s). The client fails pending publishes when
-	// the connection drops, but a publish lost in a server restart without a disconnect
-	// being seen (or an ack lost on the way) would otherwise hold the sender for ever.
+	// under the same message id. The client fails pending publishes when the connection
+	// drops, but a publish lost in a server restart without a disconnect being seen (or
+	// an ack lost on the way) would otherwise hold the sender for ever; with the window,
+	// it holds the entries to its destination for up to AckTimeout. When 0: what the
+	// Publisher's AckTimeout method says, if it has one and it is positive (a test's
+	// FaultyPublisher that loses publishes), else DefaultAckTimeout.
 	AckTimeout time.Duration
 	// Backoff and MaxBackoff space the re-sends of failed publishes while Send or Reap
 	// waits (defaults 50 ms, doubling up to 2 s), so an absent server is not hammered.
@@ -89,6 +92,16 @@ type window struct {
 	pass   uint64 // the collect pass that last found oldest
 }
 
+// DefaultAckTimeout is the AckTimeout of an Outbox. A JetStream ack takes milliseconds;
+// one that takes seconds comes from a server that is slow or electing a leader, and
+// sending again then only adds load where it hurts. Lost publishes are rare (a server
+// restart the client did not see), and thanks to the window one costs a pause of the
+// entries to its destination, never an entry.
+const DefaultAckTimeout = 10 * time.Second
+
+// ackTimer is a Publisher that says how long its publishes may go unacknowledged.
+type ackTimer interface{ AckTimeout() time.Duration }
+
 // errAckTimeout fails a publish not acknowledged within AckTimeout.
 var errAckTimeout = errors.New("no acknowledgement in time")
 
@@ -97,8 +110,11 @@ func NewOutbox(p Publisher, opts OutboxOptions) *Outbox {
 	if opts.MaxInflight <= 0 {
 		opts.MaxInflight = 1024
 	}
+	if at, ok := p.(ackTimer); ok && opts.AckTimeout <= 0 {
+		opts.AckTimeout = at.AckTimeout()
+	}
 	if opts.AckTimeout <= 0 {
-		opts.AckTimeout = 10 * time.Second
+		opts.AckTimeout = DefaultAckTimeout
 	}
 	if opts.Backoff <= 0 {
 		opts.Backoff = 50 * time.Millisecond
