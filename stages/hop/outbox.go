@@ -56,11 +56,13 @@ type OutboxOptions struct {
 // Outbox publishes committed outbox entries until each is stored. It is not safe for
 // concurrent use: one goroutine owns it, as it owns the state the entries came from.
 //
-// Each subject is a destination with a window (see Window): an entry is published only
-// while fewer than Window entries to its subject were published since, and including,
-// the oldest one to that subject not yet known to be stored. Re-sends keep their place.
-// A receiver therefore never sees an entry Window or more places after one that is
-// still to come, however long a lost publish takes to be noticed and sent again.
+// Each subject is a destination with a window (see Window and WindowBytes): an entry is
+// published only while fewer than Window entries, and with it at most WindowBytes of
+// payload, to its subject were published since, and including, the oldest one to that
+// subject not yet known to be stored (an entry larger than WindowBytes goes alone).
+// Re-sends keep their place. A receiver therefore never sees an entry Window or more
+// places, or more than WindowBytes, after one that is still to come, however long a
+// lost publish takes to be noticed and sent again.
 type Outbox struct {
 	pub  Publisher
 	opts OutboxOptions
@@ -78,6 +80,7 @@ type inflight struct {
 	entry cold.OutboxEntry
 	dest  string                 // the subject of the entry as sent: its window
 	place uint64                 // its place in dest's window
+	at    uint64                 // the payload bytes sent to dest before it, in that window
 	fut   jetstream.PubAckFuture // nil: to be sent (again)
 	sent  time.Time
 }
@@ -86,10 +89,10 @@ type inflight struct {
 // the order Send took them; a destination with nothing in flight has no window, and
 // counts afresh from 0.
 type window struct {
-	next   uint64 // the place of the next entry
-	oldest uint64 // the place of the oldest entry not yet known to be stored
-	n      int    // entries in flight
-	pass   uint64 // the collect pass that last found oldest
+	next, nextAt     uint64 // the place of the next entry, and the bytes before it
+	oldest, oldestAt uint64 // those of the oldest entry not yet known to be stored
+	n                int    // entries in flight
+	pass             uint64 // the collect pass that last found oldest
 }
 
 // DefaultAckTimeout is the AckTimeout of an Outbox. A JetStream ack takes milliseconds;
@@ -141,13 +144,14 @@ func (o *Outbox) Published() []uint64 {
 
 // Send publishes entries in order without waiting for their acknowledgements, except
 // that it waits while MaxInflight are outstanding, or while the next entry's
-// destination has Window entries out from its oldest one not yet stored. It returns
+// destination has its window full (Window entries or WindowBytes out from its oldest
+// one not yet stored). It returns
 // early only when ctx ends; whatever is not stored then stays in the caller's outbox
 // and is sent again at its next start.
 func (o *Outbox) Send(ctx context.Context, entries []cold.OutboxEntry) error {
 	for _, e := range entries {
-		for len(o.inflight) >= o.opts.MaxInflight || !o.room(e.Subject) {
-			if err := o.reap(ctx, o.opts.MaxInflight-1, e.Subject); err != nil {
+		for len(o.inflight) >= o.opts.MaxInflight || !o.room(&e) {
+			if err := o.reap(ctx, o.opts.MaxInflight-1, &e); err != nil {
 				return err
 			}
 		}
@@ -167,13 +171,13 @@ func (o *Outbox) Reap(ctx context.Context, wait bool) error {
 		o.resend(ctx)
 		return nil
 	}
-	return o.reap(ctx, 0, "")
+	return o.reap(ctx, 0, nil)
 }
 
-// room reports whether an entry to dest may be published now.
-func (o *Outbox) room(dest string) bool {
-	w := o.windows[dest]
-	return w == nil || w.next-w.oldest < Window
+// room reports whether e may be published now: its window is empty, or has room for it.
+func (o *Outbox) room(e *cold.OutboxEntry) bool {
+	w := o.windows[e.Subject]
+	return w == nil || w.next-w.oldest < Window && w.nextAt+uint64(len(e.Data))-w.oldestAt <= WindowBytes
 }
 
 // enter gives e its place in its destination's window.
@@ -183,8 +187,9 @@ func (o *Outbox) enter(e cold.OutboxEntry) inflight {
 		w = &window{}
 		o.windows[e.Subject] = w
 	}
-	f := inflight{entry: e, dest: e.Subject, place: w.next}
+	f := inflight{entry: e, dest: e.Subject, place: w.next, at: w.nextAt}
 	w.next++
+	w.nextAt += uint64(len(e.Data))
 	w.n++
 	return f
 }
@@ -199,11 +204,15 @@ func (o *Outbox) leave(f *inflight) {
 	}
 }
 
-// reap waits until at most left entries are outstanding and, unless dest is empty, an
-// entry to dest may be published.
-func (o *Outbox) reap(ctx context.Context, left int, dest string) error {
+// reap waits until at most left entries are outstanding and, unless next is nil, next
+// may be published.
+func (o *Outbox) reap(ctx context.Context, left int, next *cold.OutboxEntry) error {
 	backoff := o.opts.Backoff
-	ready := func() bool { return len(o.inflight) <= left && (dest == "" || o.room(dest)) }
+	ready := func() bool { return len(o.inflight) <= left && (next == nil || o.room(next)) }
+	dest := ""
+	if next != nil {
+		dest = next.Subject
+	}
 	for {
 		// What is settled already first: an entry acknowledged behind one still in
 		// flight may be all that has to leave.
@@ -277,7 +286,7 @@ func (o *Outbox) findOldest() {
 	o.pass++
 	for i := range o.inflight {
 		if w := o.windows[o.inflight[i].dest]; w.pass != o.pass {
-			w.oldest, w.pass = o.inflight[i].place, o.pass
+			w.oldest, w.oldestAt, w.pass = o.inflight[i].place, o.inflight[i].at, o.pass
 		}
 	}
 }

@@ -23,15 +23,16 @@ type lossyPub struct {
 	lose func(subject string, n uint64, attempt int) bool
 
 	mu       sync.Mutex
-	attempts map[string]int             // publishes by message id
-	stored   map[string]map[uint64]bool // numbers stored, by subject
-	through  map[string]uint64          // every number below it is stored, by subject
-	above    map[string]int             // the most stored above a missing number, by subject
-	order    []string                   // message ids in storing order (first store of each)
+	attempts map[string]int            // publishes by message id
+	stored   map[string]map[uint64]int // numbers stored, with their sizes, by subject
+	through  map[string]uint64         // every number below it is stored, by subject
+	above    map[string]int            // the most stored above a missing number, by subject
+	bytes    map[string]int            // the most bytes stored above a missing number, by subject
+	order    []string                  // message ids in storing order (first store of each)
 }
 
 func newLossyPub(lose func(string, uint64, int) bool) *lossyPub {
-	return &lossyPub{lose: lose, attempts: map[string]int{}, stored: map[string]map[uint64]bool{}, through: map[string]uint64{}, above: map[string]int{}}
+	return &lossyPub{lose: lose, attempts: map[string]int{}, stored: map[string]map[uint64]int{}, through: map[string]uint64{}, above: map[string]int{}, bytes: map[string]int{}}
 }
 
 // numbered makes n entries to subject, numbered from..from+n-1 (message id subject.number).
@@ -59,18 +60,30 @@ func (p *lossyPub) PublishMsgAsync(msg *nats.Msg, _ ...jetstream.PublishOpt) (je
 	}
 	st := p.stored[msg.Subject]
 	if st == nil {
-		st = map[uint64]bool{}
+		st = map[uint64]int{}
 		p.stored[msg.Subject] = st
 	}
-	if !st[n] {
-		st[n] = true
+	if _, ok := st[n]; !ok {
+		st[n] = len(msg.Data)
 		p.order = append(p.order, id)
-		for st[p.through[msg.Subject]] {
+		for {
+			if _, ok := st[p.through[msg.Subject]]; !ok {
+				break
+			}
 			p.through[msg.Subject]++
 		}
 		// Stored above the lowest missing number: what a receiver holds above its gap.
 		if a := int(n) - int(p.through[msg.Subject]); a > p.above[msg.Subject] {
 			p.above[msg.Subject] = a
+		}
+		if n > p.through[msg.Subject] {
+			b := 0
+			for k, size := range st {
+				if k > p.through[msg.Subject] {
+					b += size
+				}
+			}
+			p.bytes[msg.Subject] = max(p.bytes[msg.Subject], b)
 		}
 	}
 	fut.ok <- &jetstream.PubAck{}
@@ -81,6 +94,12 @@ func (p *lossyPub) snapshot() (order []string, above map[string]int, through map
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return slices.Clone(p.order), maps(p.above), maps(p.through)
+}
+
+func (p *lossyPub) mostBytes(subject string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.bytes[subject]
 }
 
 func maps[V any](m map[string]V) map[string]V {
@@ -129,6 +148,38 @@ func TestOutboxWindowBoundsALostPublish(t *testing.T) {
 			t.Fatalf("%d reported published, want 10 000 once each", len(published))
 		}
 	})
+}
+
+// Large entries fill the window by their bytes: no more than WindowBytes are out from a
+// lost publish on, itself included, and an entry larger than WindowBytes goes alone.
+func TestOutboxWindowBytes(t *testing.T) {
+	f := func(t *testing.T, size, lost int, wantAbove int) {
+		t.Helper()
+		synctest.Test(t, func(t *testing.T) {
+			p := newLossyPub(func(_ string, n uint64, attempt int) bool { return n == uint64(lost) && attempt == 1 })
+			o := NewOutbox(p, OutboxOptions{})
+			var seq uint64
+			es := numbered(&seq, "d", 0, 100)
+			for i := range es {
+				es[i].Data = make([]byte, size)
+			}
+			if err := o.Send(t.Context(), es); err != nil {
+				t.Fatal(err)
+			}
+			if err := o.Reap(t.Context(), true); err != nil {
+				t.Fatal(err)
+			}
+			_, above, through := p.snapshot()
+			if through["d"] != 100 || above["d"] != wantAbove || p.mostBytes("d") > max(WindowBytes-size, 0) {
+				t.Fatalf("entries of %d bytes: stored through %d, %d entries and %d bytes above the lost one; want all, %d entries, at most %d bytes",
+					size, through["d"], above["d"], p.mostBytes("d"), wantAbove, WindowBytes-size)
+			}
+		})
+	}
+	f(t, 100<<10, 10, WindowBytes/(100<<10)-1) // 20 of 100 KiB fill the window: 19 above the lost one
+	f(t, 1<<20, 10, 1)
+	f(t, 3<<20, 10, 0) // alone
+	f(t, 3<<20, 0, 0)
 }
 
 // The window is per destination: while one destination waits for a lost publish, the
