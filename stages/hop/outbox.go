@@ -44,9 +44,13 @@ type OutboxOptions struct {
 	Backoff, MaxBackoff time.Duration
 	// Permanent is told of an entry that can never be stored as it is — no stream
 	// captures its subject, it is larger than the server or the stream accepts — and
-	// returns what to publish in its place (a dead letter saying why), or nil to drop
-	// it. Without it such an entry is retried like any other failure.
-	Permanent func(e cold.OutboxEntry, err error) *cold.OutboxEntry
+	// returns what to publish in its place, in order: a dead letter saying why and, for
+	// a numbered batch, an empty batch under its number, so that its channel does not
+	// stall at the gap it would leave. Nothing drops the entry. The entry is retired
+	// (reported by Published) once the last of them is stored; one of them that can
+	// never be stored either is dropped, never replaced in turn. Without Permanent such
+	// an entry is retried like any other failure.
+	Permanent func(e cold.OutboxEntry, err error) []cold.OutboxEntry
 	// Retries, when set, counts failed publishes that are sent again.
 	Retries *atomic.Int64
 	// Log receives at most one line a second about failed publishes.
@@ -78,11 +82,15 @@ type Outbox struct {
 
 type inflight struct {
 	entry cold.OutboxEntry
-	dest  string                 // the subject of the entry as sent: its window
-	place uint64                 // its place in dest's window
-	at    uint64                 // the payload bytes sent to dest before it, in that window
-	fut   jetstream.PubAckFuture // nil: to be sent (again)
-	sent  time.Time
+	rest  []cold.OutboxEntry // replacements to publish once entry is stored
+	// entry is a replacement (or the last of them): it is dropped, not replaced again,
+	// when it cannot be stored either
+	replaced bool
+	dest     string                 // the subject of the entry as sent: its window
+	place    uint64                 // its place in dest's window
+	at       uint64                 // the payload bytes sent to dest before it, in that window
+	fut      jetstream.PubAckFuture // nil: to be sent (again)
+	sent     time.Time
 }
 
 // window is what one destination has in flight. Places count the entries sent to it in
@@ -260,16 +268,22 @@ func (o *Outbox) collect(ctx context.Context, left int, dest string) error {
 			}
 			switch {
 			case stored:
-				o.published = append(o.published, f.entry.Seq)
-				o.leave(&f)
-				continue
-			case failure != nil:
-				f.fut = nil
-				if !o.replace(ctx, &f, failure) {
+				if !o.advance(&f, f.rest) {
 					o.leave(&f)
 					continue
 				}
-				o.failed(failure)
+				if !o.publish(ctx, &f) {
+					continue
+				}
+			case failure != nil:
+				f.fut = nil
+				switch keep, replaced := o.replace(ctx, &f, failure); {
+				case !keep:
+					o.leave(&f)
+					continue
+				case !replaced:
+					o.failed(failure)
+				}
 			}
 		}
 		keep = append(keep, f)
@@ -322,29 +336,47 @@ func (o *Outbox) publish(ctx context.Context, f *inflight) bool {
 			continue // the client waited for room already
 		}
 		f.fut = nil
-		if !o.replace(ctx, f, err) {
+		switch keep, replaced := o.replace(ctx, f, err); {
+		case !keep:
 			o.leave(f)
 			return false
+		case replaced:
+			continue // what replaces it goes at once
 		}
 		o.failed(err)
 		return true
 	}
 }
 
-// replace swaps an entry that can never be stored for what Permanent makes of it (under
-// the original's Seq, so that storing the replacement retires the original) and reports
-// whether the entry is still to be sent; false means it was dropped.
-func (o *Outbox) replace(ctx context.Context, f *inflight, err error) bool {
+// replace swaps an entry that failed for good for what Permanent makes of it. It
+// reports whether f is still to be sent (false: dropped and retired) and whether it was
+// replaced (true: sent for the first time, not again). A replacement that fails for
+// good is dropped, and the next one goes in its place.
+func (o *Outbox) replace(ctx context.Context, f *inflight, err error) (keep, replaced bool) {
 	if o.opts.Permanent == nil || !o.permanent(ctx, f.entry.Subject, err) {
-		return true
+		return true, false
 	}
-	r := o.opts.Permanent(f.entry, err)
-	if r == nil {
+	next := f.rest
+	if f.replaced {
+		o.opts.Log.Error("what replaced an outbox entry cannot be stored either: dropped", "subject", f.entry.Subject, "id", f.entry.MsgID, "err", err)
+	} else {
+		next = o.opts.Permanent(f.entry, err)
+	}
+	keep = o.advance(f, next)
+	return keep, keep
+}
+
+// advance makes f the first of next, the replacements of its entry still to be sent
+// (under the entry's Seq, so that storing the last one retires the entry), and reports
+// whether there was one; with none left, the entry is retired: reported by Published.
+func (o *Outbox) advance(f *inflight, next []cold.OutboxEntry) bool {
+	if len(next) == 0 {
 		o.published = append(o.published, f.entry.Seq)
 		return false
 	}
-	r.Seq = f.entry.Seq
-	f.entry = *r
+	seq := f.entry.Seq
+	f.entry, f.rest, f.replaced, f.fut = next[0], next[1:], true, nil
+	f.entry.Seq = seq
 	return true
 }
 
