@@ -15,17 +15,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// ErrInjected is the failure a FaultyPublisher makes up; it is transient, like a
-// publish lost to a NATS restart, so an Outbox sends the entry again.
-var ErrInjected = errors.New("injected publish fault")
-
-// ErrBadFaults is returned by ParseFaults for a specification it cannot read.
-var ErrBadFaults = errors.New("bad fault specification")
-
-// errNoFinder answers StreamNameBySubject when the wrapped Publisher cannot: an Outbox
-// then treats the failure as transient, as it would without a StreamFinder.
-var errNoFinder = errors.New("the wrapped publisher does not look streams up")
-
 // Faults says which faults a FaultyPublisher injects: each rate is the probability that
 // one publish gets that fault (at most one fault per publish).
 type Faults struct {

@@ -113,9 +113,6 @@ const DefaultAckTimeout = 10 * time.Second
 // ackTimer is a Publisher that says how long its publishes may go unacknowledged.
 type ackTimer interface{ AckTimeout() time.Duration }
 
-// errAckTimeout fails a publish not acknowledged within AckTimeout.
-var errAckTimeout = errors.New("no acknowledgement in time")
-
 // NewOutbox returns an outbox publishing through p.
 func NewOutbox(p Publisher, opts OutboxOptions) *Outbox {
 	if opts.MaxInflight <= 0 {
