@@ -64,9 +64,12 @@ type OutboxOptions struct {
 // published only while fewer than Window entries, and with it at most WindowBytes of
 // payload, to its subject were published since, and including, the oldest one to that
 // subject not yet known to be stored (an entry larger than WindowBytes goes alone).
-// Re-sends keep their place. A receiver therefore never sees an entry Window or more
-// places, or more than WindowBytes, after one that is still to come, however long a
-// lost publish takes to be noticed and sent again.
+// Re-sends keep their place. Entries the caller's outbox no longer holds (a gap in
+// OutboxEntry.Seq: stored and deleted before this Outbox started, to a destination and
+// of a size it cannot know) fill the window: what comes after such a gap waits until
+// every entry before it to its destination is stored. A receiver therefore never sees an
+// entry Window or more places, or more than WindowBytes, after one that is still to
+// come, however long a lost publish takes to be noticed and sent again, across restarts.
 type Outbox struct {
 	pub  Publisher
 	opts OutboxOptions
@@ -74,6 +77,8 @@ type Outbox struct {
 	inflight  []inflight
 	windows   map[string]*window // by subject, while it has entries in flight
 	pass      uint64             // counts collect passes, to find each window's oldest
+	lastSeq   uint64             // the Seq of the last entry Send took
+	holes     uint64             // the gaps in Seq between the entries Send took
 	published []uint64
 	// failed publishes not yet logged, and when one last was
 	failures int
@@ -89,6 +94,7 @@ type inflight struct {
 	dest     string                 // the subject of the entry as sent: its window
 	place    uint64                 // its place in dest's window
 	at       uint64                 // the payload bytes sent to dest before it, in that window
+	holes    uint64                 // the gaps in Seq before it
 	fut      jetstream.PubAckFuture // nil: to be sent (again)
 	sent     time.Time
 }
@@ -97,10 +103,10 @@ type inflight struct {
 // the order Send took them; a destination with nothing in flight has no window, and
 // counts afresh from 0.
 type window struct {
-	next, nextAt     uint64 // the place of the next entry, and the bytes before it
-	oldest, oldestAt uint64 // those of the oldest entry not yet known to be stored
-	n                int    // entries in flight
-	pass             uint64 // the collect pass that last found oldest
+	next, nextAt                  uint64 // the place of the next entry, and the bytes before it
+	oldest, oldestAt, oldestHoles uint64 // those of the oldest entry not yet known to be stored
+	n                             int    // entries in flight
+	pass                          uint64 // the collect pass that last found oldest
 }
 
 // DefaultAckTimeout is the AckTimeout of an Outbox. A JetStream ack takes milliseconds;
@@ -182,17 +188,29 @@ func (o *Outbox) Reap(ctx context.Context, wait bool) error {
 // room reports whether e may be published now: its window is empty, or has room for it.
 func (o *Outbox) room(e *cold.OutboxEntry) bool {
 	w := o.windows[e.Subject]
-	return w == nil || w.next-w.oldest < Window && w.nextAt+uint64(len(e.Data))-w.oldestAt <= WindowBytes
+	return w == nil || w.next-w.oldest < Window && w.nextAt+uint64(len(e.Data))-w.oldestAt <= WindowBytes &&
+		o.holesAt(e) == w.oldestHoles
+}
+
+// holesAt is the number of gaps in Seq before e, were Send to take it next. Before the
+// first entry there is none: whatever was deleted below it was stored.
+func (o *Outbox) holesAt(e *cold.OutboxEntry) uint64 {
+	if o.lastSeq != 0 && e.Seq > o.lastSeq+1 {
+		return o.holes + 1
+	}
+	return o.holes
 }
 
 // enter gives e its place in its destination's window.
 func (o *Outbox) enter(e cold.OutboxEntry) inflight {
+	o.holes = o.holesAt(&e)
+	o.lastSeq = max(o.lastSeq, e.Seq)
 	w := o.windows[e.Subject]
 	if w == nil {
-		w = &window{}
+		w = &window{oldestHoles: o.holes}
 		o.windows[e.Subject] = w
 	}
-	f := inflight{entry: e, dest: e.Subject, place: w.next, at: w.nextAt}
+	f := inflight{entry: e, dest: e.Subject, place: w.next, at: w.nextAt, holes: o.holes}
 	w.next++
 	w.nextAt += uint64(len(e.Data))
 	w.n++
@@ -297,7 +315,8 @@ func (o *Outbox) findOldest() {
 	o.pass++
 	for i := range o.inflight {
 		if w := o.windows[o.inflight[i].dest]; w.pass != o.pass {
-			w.oldest, w.oldestAt, w.pass = o.inflight[i].place, o.inflight[i].at, o.pass
+			f := &o.inflight[i]
+			w.oldest, w.oldestAt, w.oldestHoles, w.pass = f.place, f.at, f.holes, o.pass
 		}
 	}
 }

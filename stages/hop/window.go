@@ -5,7 +5,8 @@ package hop
 // with it at most WindowBytes of payload, were published to that destination since,
 // and including, the oldest one not yet known to be stored there (entries sent again
 // keep their place; an entry larger than WindowBytes goes alone, when nothing else to
-// its destination is out). A receiver therefore never holds more than Window-1 batches,
+// its destination is out; entries stored before a restart that the Outbox cannot count
+// fill the window, see Outbox). A receiver therefore never holds more than Window-1 batches,
 // nor more than WindowBytes of payload, from one source above a gap while the gap can
 // still fill, and its limits (DefaultMaxHeld, DefaultMaxHeldBytes) follow from these
 // bounds, never from a guess of how long a retry takes.

@@ -1,6 +1,8 @@
 package hop
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -146,6 +148,51 @@ func TestOutboxWindowBoundsALostPublish(t *testing.T) {
 		slices.Sort(published)
 		if len(published) != 10_000 || len(slices.Compact(published)) != 10_000 {
 			t.Fatalf("%d reported published, want 10 000 once each", len(published))
+		}
+	})
+}
+
+// A publish lost before a crash and again after it: the entries stored above it before
+// the crash were deleted from the caller's outbox, and the next Outbox, which cannot
+// count them, sends nothing after the gap they left in Seq until the entry below the gap
+// is stored. (Counting only what it sent, it let another Window-1 out above the lost
+// entry: twice the bound.)
+func TestOutboxWindowAcrossRestart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const lost = 5
+		p := newLossyPub(func(_ string, n uint64, attempt int) bool { return n == lost && attempt <= 2 })
+		var seq uint64
+		all := numbered(&seq, "d", 0, 3000)
+		ctx, crash := context.WithCancel(t.Context())
+		o := NewOutbox(p, OutboxOptions{})
+		sent := make(chan error)
+		go func() { sent <- o.Send(ctx, all) }()
+		synctest.Wait() // Send waits for the lost entry, its window full
+		crash()
+		if err := <-sent; !errors.Is(err, context.Canceled) {
+			t.Fatalf("Send: %v, want to wait until the crash", err)
+		}
+		// The caller deleted what was reported stored; the rest it sends at its next start.
+		stored := map[uint64]bool{}
+		for _, s := range o.Published() {
+			stored[s] = true
+		}
+		var left []cold.OutboxEntry
+		for _, e := range all {
+			if !stored[e.Seq] {
+				left = append(left, e)
+			}
+		}
+		o = NewOutbox(p, OutboxOptions{})
+		if err := o.Send(t.Context(), left); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.Reap(t.Context(), true); err != nil {
+			t.Fatal(err)
+		}
+		_, above, through := p.snapshot()
+		if through["d"] != 3000 || above["d"] > Window-1 {
+			t.Fatalf("stored through %d, %d entries above the lost one at most; want all, at most %d", through["d"], above["d"], Window-1)
 		}
 	})
 }
