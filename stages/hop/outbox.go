@@ -155,10 +155,10 @@ func (o *Outbox) Published() []uint64 {
 
 // Send publishes entries in order without waiting for their acknowledgements, except
 // that it waits while MaxInflight are outstanding, or while the next entry's
-// destination has its window full (Window entries or WindowBytes out from its oldest
-// one not yet stored). It returns
-// early only when ctx ends; whatever is not stored then stays in the caller's outbox
-// and is sent again at its next start.
+// destination has its window full: later entries, to any destination, wait behind it.
+// Entries come in the order of their Seq. It returns early only when ctx ends;
+// whatever is not stored then stays in the caller's outbox and is sent again at its
+// next start.
 func (o *Outbox) Send(ctx context.Context, entries []cold.OutboxEntry) error {
 	for _, e := range entries {
 		for len(o.inflight) >= o.opts.MaxInflight || !o.room(&e) {
@@ -292,8 +292,8 @@ func (o *Outbox) collect(ctx context.Context, left int, dest string) error {
 				}
 			case failure != nil:
 				f.fut = nil
-				switch keep, replaced := o.replace(ctx, &f, failure); {
-				case !keep:
+				switch kept, replaced := o.replace(ctx, &f, failure); {
+				case !kept:
 					o.leave(&f)
 					continue
 				case !replaced:
@@ -352,8 +352,8 @@ func (o *Outbox) publish(ctx context.Context, f *inflight) bool {
 			continue // the client waited for room already
 		}
 		f.fut = nil
-		switch keep, replaced := o.replace(ctx, f, err); {
-		case !keep:
+		switch kept, replaced := o.replace(ctx, f, err); {
+		case !kept:
 			o.leave(f)
 			return false
 		case replaced:
