@@ -75,7 +75,7 @@ type Outbox struct {
 	opts OutboxOptions
 
 	inflight  []inflight
-	windows   map[string]*window // by subject, while it has entries in flight
+	windows   map[string]*window // by subject (a few: partitions and families)
 	pass      uint64             // counts collect passes, to find each window's oldest
 	lastSeq   uint64             // the Seq of the last entry Send took
 	holes     uint64             // the gaps in Seq between the entries Send took
@@ -92,6 +92,7 @@ type inflight struct {
 	// when it cannot be stored either
 	replaced bool
 	dest     string                 // the subject of the entry as sent: its window
+	w        *window                // the window of dest
 	place    uint64                 // its place in dest's window
 	at       uint64                 // the payload bytes sent to dest before it, in that window
 	holes    uint64                 // the gaps in Seq before it
@@ -100,8 +101,8 @@ type inflight struct {
 }
 
 // window is what one destination has in flight. Places count the entries sent to it in
-// the order Send took them; a destination with nothing in flight has no window, and
-// counts afresh from 0.
+// the order Send took them; a window with nothing in flight is empty, and counts afresh
+// from 0.
 type window struct {
 	next, nextAt                  uint64 // the place of the next entry, and the bytes before it
 	oldest, oldestAt, oldestHoles uint64 // those of the oldest entry not yet known to be stored
@@ -188,7 +189,7 @@ func (o *Outbox) Reap(ctx context.Context, wait bool) error {
 // room reports whether e may be published now: its window is empty, or has room for it.
 func (o *Outbox) room(e *cold.OutboxEntry) bool {
 	w := o.windows[e.Subject]
-	return w == nil || w.next-w.oldest < Window && w.nextAt+uint64(len(e.Data))-w.oldestAt <= WindowBytes &&
+	return w == nil || w.n == 0 || w.next-w.oldest < Window && w.nextAt+uint64(len(e.Data))-w.oldestAt <= WindowBytes &&
 		o.holesAt(e) == w.oldestHoles
 }
 
@@ -207,10 +208,13 @@ func (o *Outbox) enter(e cold.OutboxEntry) inflight {
 	o.lastSeq = max(o.lastSeq, e.Seq)
 	w := o.windows[e.Subject]
 	if w == nil {
-		w = &window{oldestHoles: o.holes}
+		w = &window{}
 		o.windows[e.Subject] = w
 	}
-	f := inflight{entry: e, dest: e.Subject, place: w.next, at: w.nextAt, holes: o.holes}
+	if w.n == 0 {
+		*w = window{oldestHoles: o.holes}
+	}
+	f := inflight{entry: e, dest: e.Subject, w: w, place: w.next, at: w.nextAt, holes: o.holes}
 	w.next++
 	w.nextAt += uint64(len(e.Data))
 	w.n++
@@ -218,14 +222,9 @@ func (o *Outbox) enter(e cold.OutboxEntry) inflight {
 }
 
 // leave takes f out of its destination's window. The window's oldest place is found
-// again at the end of the collect pass (or stays put: f was not the oldest, or its
-// window is gone).
-func (o *Outbox) leave(f *inflight) {
-	w := o.windows[f.dest]
-	if w.n--; w.n == 0 {
-		delete(o.windows, f.dest)
-	}
-}
+// again at the end of the collect pass (or stays put: f was not the oldest, or the
+// window is empty now).
+func (o *Outbox) leave(f *inflight) { f.w.n-- }
 
 // reap waits until at most left entries are outstanding and, unless next is nil, next
 // may be published.
@@ -314,9 +313,8 @@ func (o *Outbox) collect(ctx context.Context, left int, dest string) error {
 func (o *Outbox) findOldest() {
 	o.pass++
 	for i := range o.inflight {
-		if w := o.windows[o.inflight[i].dest]; w.pass != o.pass {
-			f := &o.inflight[i]
-			w.oldest, w.oldestAt, w.oldestHoles, w.pass = f.place, f.at, f.holes, o.pass
+		if f := &o.inflight[i]; f.w.pass != o.pass {
+			f.w.oldest, f.w.oldestAt, f.w.oldestHoles, f.w.pass = f.place, f.at, f.holes, o.pass
 		}
 	}
 }
