@@ -140,3 +140,20 @@ func BatchMsgID(tx string, p, n int) string { return fmt.Sprintf("%s.%d.%d", tx,
 // AdminBatchMsgID names part n of the privileged events (system, incr) of client batch
 // tx that the client split for partition p.
 func AdminBatchMsgID(tx string, p, n int) string { return fmt.Sprintf("%s.admin.%d.%d", tx, p, n) }
+
+// EmptyBatch returns the payload of an empty batch with the source and number of the
+// delta batch or hop batch that id names (a DeltaMsgID or a HopMsgID); false for any
+// other id. Published under id in place of a batch that can never be stored (larger
+// than its stream takes), it fills that number at the destination, whose channel would
+// otherwise wait at the gap and, past the receiver's limit, give it up.
+func EmptyBatch(id string) ([]byte, bool) {
+	if src, _, seq, ok := ParseDeltaMsgID(id); ok {
+		return AppendDeltaBatch(nil, &DeltaBatch{Source: uint32(src), Seq: seq}), true
+	}
+	src, _, seq, ok := ParseHopMsgID(id)
+	if !ok {
+		return nil, false
+	}
+	data, err := Marshal(&HopBatch{Source: uint32(src), Seq: seq}, false)
+	return data, err == nil
+}

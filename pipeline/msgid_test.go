@@ -73,3 +73,24 @@ func TestParseHopMsgID(t *testing.T) {
 	t.Run("short", func(t *testing.T) { f(t, "hop.1.2", 0, 0, 0, false) })
 	t.Run("junk", func(t *testing.T) { f(t, "hop.x.2.3", 0, 0, 0, false) })
 }
+
+// The empty batch that fills a delta or hop batch's number decodes to that source and
+// number, with nothing in it; other ids have none.
+func TestEmptyBatch(t *testing.T) {
+	data, ok := EmptyBatch(DeltaMsgID(3, "post.7", 42))
+	var d DeltaBatch
+	if err := DecodeDeltaBatch(data, &d); !ok || err != nil || d.Source != 3 || d.Seq != 42 || len(d.Deltas) != 0 {
+		t.Fatalf("delta: %v %v %+v", ok, err, d)
+	}
+	data, ok = EmptyBatch(HopMsgID(3, 7, 42))
+	h, err := DecodeHopBatch(data, DefaultFamilies())
+	if !ok || err != nil || h.Source != 3 || h.Seq != 42 || len(h.Events) != 0 {
+		t.Fatalf("hop: %v %v %+v", ok, err, h)
+	}
+	for _, id := range []string{DeadLetterMsgID("event", 3, 42, -1), LogMsgID(3, 42, 1, "n1.9"), ChangeMsgID("post", 3, 42, 40, 7, 9, 1),
+		BatchMsgID("tx", 3, 1), "d.x.post.7.42", "hop.3.7.0", "hop.3.7.42.1", "d.3.post.7.x", ""} {
+		if _, ok := EmptyBatch(id); ok {
+			t.Errorf("EmptyBatch(%q) made a batch", id)
+		}
+	}
+}

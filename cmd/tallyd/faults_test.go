@@ -12,8 +12,8 @@ import (
 // show, while every other flag is still listed.
 func TestHiddenPublishFaults(t *testing.T) {
 	var out bytes.Buffer
-	cfg, _, err := parse([]string{"--test-publish-faults", "fail=0.1,seed=3"}, noEnv, &out)
-	if err != nil || cfg.PublishFaults != "fail=0.1,seed=3" {
+	cfg, _, err := parse([]string{"--test-publish-faults", "fail=0.1,lose=0.01,acktimeout=500ms,seed=3"}, noEnv, &out)
+	if err != nil || cfg.PublishFaults != "fail=0.1,lose=0.01,acktimeout=500ms,seed=3" {
 		t.Fatalf("flag: %q %v", cfg.PublishFaults, err)
 	}
 	env := func(k string) string { return map[string]string{"TALLY_TEST_PUBLISH_FAULTS": "reorder=0.2"}[k] }

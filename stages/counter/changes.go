@@ -54,7 +54,7 @@ func (w *Worker) loadChanges() error {
 		MaxInflight: 64,
 		Retries:     &w.stats.ChangeErrs,
 		Log:         w.log,
-		Permanent: func(e cold.OutboxEntry, err error) *cold.OutboxEntry {
+		Permanent: func(e cold.OutboxEntry, err error) []cold.OutboxEntry {
 			// No stream for tally.chg.>, or larger than the server takes: sending it
 			// again cannot help, and holding it would hold every later change.
 			w.stats.ChangeErrs.Add(1)

@@ -339,13 +339,19 @@ func (s *Stage) deadLetterData(dl DeadLetter, data []byte) []byte {
 }
 
 // unpublishable makes a dead letter of an outbox entry that can never be stored (no
-// stream for its subject, too large): it says why, and the partition goes on.
-func (s *Stage) unpublishable(e cold.OutboxEntry, err error) *cold.OutboxEntry {
+// stream for its subject, too large): it says why, and the partition goes on. A delta or
+// hop batch is also replaced by an empty batch under its number, or its destination
+// would wait at the gap and then give it up, and what follows with it.
+func (s *Stage) unpublishable(e cold.OutboxEntry, err error) []cold.OutboxEntry {
 	s.stats.Dead.Add(1)
 	s.log.Error("an outbox message cannot be published: dead-lettered", "subject", e.Subject, "id", e.MsgID, "err", err)
-	return &cold.OutboxEntry{
+	out := []cold.OutboxEntry{{
 		Subject: s.cfg.Subjects.DLQ("event", s.cfg.Partition),
 		MsgID:   pipeline.DeadLetterMsgID("outbox", s.cfg.Partition, e.Seq, -1),
 		Data:    s.deadLetterData(DeadLetter{Error: fmt.Sprintf("cannot publish %s: %v", e.MsgID, err), Subject: e.Subject, Index: -1}, e.Data),
+	}}
+	if data, ok := pipeline.EmptyBatch(e.MsgID); ok {
+		out = append(out, cold.OutboxEntry{Subject: e.Subject, MsgID: e.MsgID, Data: data})
 	}
+	return out
 }

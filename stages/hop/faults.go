@@ -15,17 +15,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// ErrInjected is the failure a FaultyPublisher makes up; it is transient, like a
-// publish lost to a NATS restart, so an Outbox sends the entry again.
-var ErrInjected = errors.New("injected publish fault")
-
-// ErrBadFaults is returned by ParseFaults for a specification it cannot read.
-var ErrBadFaults = errors.New("bad fault specification")
-
-// errNoFinder answers StreamNameBySubject when the wrapped Publisher cannot: an Outbox
-// then treats the failure as transient, as it would without a StreamFinder.
-var errNoFinder = errors.New("the wrapped publisher does not look streams up")
-
 // Faults says which faults a FaultyPublisher injects: each rate is the probability that
 // one publish gets that fault (at most one fault per publish).
 type Faults struct {
@@ -38,14 +27,29 @@ type Faults struct {
 	// Reorder: the message is held and sent after the next one, or after MaxDelay when
 	// none comes.
 	Reorder float64
+	// Lose: the message is dropped silently — never sent, its future never settles (no
+	// error, no ack) — as a publish lost in a server restart the client did not see.
+	// Only the sender's AckTimeout finds it.
+	Lose float64
 	// Seed makes the faults repeatable for the same sequence of publishes.
 	Seed uint64
 	// MaxDelay bounds a delay and how long a message is held (200 ms when 0).
 	MaxDelay time.Duration
+	// AckTimeout is how long an Outbox publishing through the FaultyPublisher waits for
+	// an acknowledgement before it sends again (see FaultyPublisher.AckTimeout): short,
+	// so that a test finds lost publishes in time. 0: DefaultLostAckTimeout when Lose is
+	// set, else the Outbox's own default.
+	AckTimeout time.Duration
 }
 
-// ParseFaults reads a specification such as "fail=0.05,delay=0.05,reorder=0.05,seed=7"
-// (and optionally maxdelay=200ms). Every key is optional; an empty string injects nothing.
+// DefaultLostAckTimeout is the AckTimeout of an Outbox publishing through a
+// FaultyPublisher that loses publishes, unless Faults.AckTimeout says otherwise: well
+// above the delays it injects (MaxDelay), well below the 10 s a production Outbox waits.
+const DefaultLostAckTimeout = time.Second
+
+// ParseFaults reads a specification such as
+// "fail=0.05,delay=0.05,reorder=0.05,lose=0.01,seed=7" (and optionally maxdelay=200ms,
+// acktimeout=1s). Every key is optional; an empty string injects nothing.
 func ParseFaults(s string) (Faults, error) {
 	var f Faults
 	for kv := range strings.SplitSeq(s, ",") {
@@ -65,24 +69,33 @@ func ParseFaults(s string) (Faults, error) {
 			f.Delay, err = parseRate(v)
 		case "reorder":
 			f.Reorder, err = parseRate(v)
+		case "lose":
+			f.Lose, err = parseRate(v)
 		case "seed":
 			f.Seed, err = strconv.ParseUint(v, 10, 64)
 		case "maxdelay":
-			f.MaxDelay, err = time.ParseDuration(v)
-			if err == nil && f.MaxDelay < 0 {
-				err = errors.New("negative")
-			}
+			f.MaxDelay, err = parseDuration(v)
+		case "acktimeout":
+			f.AckTimeout, err = parseDuration(v)
 		default:
-			return f, fmt.Errorf("%w: unknown key %q (fail, delay, reorder, seed, maxdelay)", ErrBadFaults, k)
+			return f, fmt.Errorf("%w: unknown key %q (fail, delay, reorder, lose, seed, maxdelay, acktimeout)", ErrBadFaults, k)
 		}
 		if err != nil {
 			return f, fmt.Errorf("%w: %s=%q: %w", ErrBadFaults, k, v, err)
 		}
 	}
-	if f.Fail+f.Delay+f.Reorder > 1 {
+	if f.Fail+f.Delay+f.Reorder+f.Lose > 1 {
 		return f, fmt.Errorf("%w: rates add up to more than 1", ErrBadFaults)
 	}
 	return f, nil
+}
+
+func parseDuration(v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err == nil && d < 0 {
+		err = errors.New("negative")
+	}
+	return d, err
 }
 
 func parseRate(v string) (float64, error) {
@@ -96,8 +109,14 @@ func parseRate(v string) (float64, error) {
 // String is the specification ParseFaults reads back.
 func (f Faults) String() string {
 	s := fmt.Sprintf("fail=%g,delay=%g,reorder=%g,seed=%d", f.Fail, f.Delay, f.Reorder, f.Seed)
+	if f.Lose > 0 {
+		s += fmt.Sprintf(",lose=%g", f.Lose)
+	}
 	if f.MaxDelay > 0 {
 		s += ",maxdelay=" + f.MaxDelay.String()
+	}
+	if f.AckTimeout > 0 {
+		s += ",acktimeout=" + f.AckTimeout.String()
 	}
 	return s
 }
@@ -109,11 +128,12 @@ type FaultStats struct {
 	AckLost   atomic.Int64 // of those, stored but reported failed
 	Delayed   atomic.Int64 // acks delivered late
 	Reordered atomic.Int64 // messages held and sent after later ones
+	Lost      atomic.Int64 // messages dropped silently, their futures never settled
 }
 
 // FaultyPublisher wraps a Publisher and, from a seeded random source, fails publishes,
-// delays acks and reorders messages: what a flaky network, a NATS restart or a lost ack
-// does to a sender, on demand. It is for tests and the chaos run (tallyd's hidden
+// delays acks, reorders messages and loses them silently: what a flaky network, a NATS
+// restart or a lost ack does to a sender, on demand. It is for tests and the chaos run (tallyd's hidden
 // --test-publish-faults); it is safe for concurrent use.
 type FaultyPublisher struct {
 	inner Publisher
@@ -191,6 +211,10 @@ func (f *FaultyPublisher) PublishMsgAsync(msg *nats.Msg, opts ...jetstream.Publi
 		fut := newFuture(msg)
 		go f.forward(real, fut, delay, false)
 		return fut, nil
+	case roll < f.f.Fail+f.f.Reorder+f.f.Delay+f.f.Lose:
+		f.Stats.Lost.Add(1)
+		f.mu.Unlock()
+		return newFuture(msg), nil
 	}
 	real, err := f.sendLocked(msg, opts)
 	f.mu.Unlock()
@@ -256,6 +280,16 @@ func (f *FaultyPublisher) forward(real jetstream.PubAckFuture, fut *future, dela
 	default:
 		fut.ok <- ack
 	}
+}
+
+// AckTimeout is how long an Outbox publishing through f waits for an acknowledgement
+// before it sends again, unless its options say otherwise: Faults.AckTimeout, or
+// DefaultLostAckTimeout when f loses publishes (0: the Outbox's own default).
+func (f *FaultyPublisher) AckTimeout() time.Duration {
+	if f.f.AckTimeout == 0 && f.f.Lose > 0 {
+		return DefaultLostAckTimeout
+	}
+	return f.f.AckTimeout
 }
 
 // StreamNameBySubject asks the wrapped Publisher when it is a StreamFinder, so that an

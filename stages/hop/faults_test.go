@@ -36,6 +36,8 @@ func TestParseFaults(t *testing.T) {
 	f(t, "fail=0.05,delay=0.05,reorder=0.05,seed=7", Faults{Fail: 0.05, Delay: 0.05, Reorder: 0.05, Seed: 7}, false)
 	f(t, " seed=3 , reorder=1 ", Faults{Reorder: 1, Seed: 3}, false)
 	f(t, "delay=0.5,maxdelay=1s", Faults{Delay: 0.5, MaxDelay: time.Second}, false)
+	f(t, "lose=0.01,acktimeout=300ms,seed=2", Faults{Lose: 0.01, AckTimeout: 300 * time.Millisecond, Seed: 2}, false)
+	f(t, "fail=0.25,delay=0.25,reorder=0.25,lose=0.25", Faults{Fail: 0.25, Delay: 0.25, Reorder: 0.25, Lose: 0.25}, false)
 	f(t, "fail", Faults{}, true)
 	f(t, "fail=2", Faults{}, true)
 	f(t, "fail=-0.1", Faults{}, true)
@@ -44,6 +46,10 @@ func TestParseFaults(t *testing.T) {
 	f(t, "seed=-1", Faults{}, true)
 	f(t, "maxdelay=-1s", Faults{}, true)
 	f(t, "fail=0.6,reorder=0.6", Faults{}, true)
+	f(t, "fail=0.5,lose=0.6", Faults{}, true)
+	f(t, "lose=1.5", Faults{}, true)
+	f(t, "acktimeout=-1s", Faults{}, true)
+	f(t, "acktimeout=soon", Faults{}, true)
 }
 
 // fakeJS stores every message it is given, in order, and acknowledges it at once
@@ -263,12 +269,81 @@ func TestFaultyPublisherPassesErrorsOn(t *testing.T) {
 	}
 }
 
+// Lost publishes are never sent and their futures never settle, not even on Close; the
+// others go through.
+func TestFaultyPublisherLose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		js := &fakeJS{}
+		p := NewFaultyPublisher(js, Faults{Lose: 0.3, Seed: 8})
+		var lost []jetstream.PubAckFuture
+		for i := range 200 {
+			fut, err := p.PublishMsgAsync(msgN(i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-fut.Ok():
+			default:
+				lost = append(lost, fut)
+			}
+		}
+		p.Close()
+		synctest.Wait()
+		for _, fut := range lost {
+			select {
+			case <-fut.Ok():
+				t.Fatal("a lost publish was acknowledged")
+			case err := <-fut.Err():
+				t.Fatalf("a lost publish failed: %v", err)
+			default:
+			}
+		}
+		n := int(p.Stats.Lost.Load())
+		if len(lost) != n || n < 30 || n > 90 || len(js.ids()) != 200-n {
+			t.Fatalf("%d futures unsettled, %d lost, %d stored: want about 60 lost and the rest stored", len(lost), n, len(js.ids()))
+		}
+		if got := p.AckTimeout(); got != DefaultLostAckTimeout {
+			t.Fatalf("AckTimeout %v, want DefaultLostAckTimeout when losing without acktimeout", got)
+		}
+	})
+}
+
+// An Outbox takes its AckTimeout from a FaultyPublisher that sets one, and finds a lost
+// publish after it.
+func TestOutboxAckTimeoutOfPublisher(t *testing.T) {
+	f := func(t *testing.T, faults Faults, opts OutboxOptions, want time.Duration) {
+		t.Helper()
+		synctest.Test(t, func(t *testing.T) {
+			js := &fakeJS{}
+			p := NewFaultyPublisher(js, faults)
+			defer p.Close()
+			o := NewOutbox(p, opts)
+			start := time.Now()
+			if err := o.Send(t.Context(), []cold.OutboxEntry{{Seq: 1, Subject: "s", MsgID: "1"}}); err != nil {
+				t.Fatal(err)
+			}
+			p.f.Lose = 0 // the publish sent again goes through
+			if err := o.Reap(t.Context(), true); err != nil {
+				t.Fatal(err)
+			}
+			// A lost publish is sent again after AckTimeout and the backoff (50 ms).
+			if got := time.Since(start); got != want+50*time.Millisecond || len(js.ids()) != 1 {
+				t.Fatalf("stored %v after %v, want once after %v", js.ids(), got, want+50*time.Millisecond)
+			}
+		})
+	}
+	f(t, Faults{Lose: 1, AckTimeout: 300 * time.Millisecond}, OutboxOptions{}, 300*time.Millisecond)
+	f(t, Faults{Lose: 1}, OutboxOptions{}, DefaultLostAckTimeout)
+	f(t, Faults{Lose: 1, AckTimeout: 300 * time.Millisecond}, OutboxOptions{AckTimeout: 2 * time.Second}, 2*time.Second)
+}
+
 // An Outbox through a FaultyPublisher with every fault stores every entry — some twice,
-// under the same message id, where an ack was lost — and reports each published once.
+// under the same message id, where an ack was lost — and reports each published once;
+// lost publishes are found by the AckTimeout the FaultyPublisher gives it.
 func TestOutboxThroughFaults(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		js := &fakeJS{}
-		p := NewFaultyPublisher(js, Faults{Fail: 0.2, Delay: 0.2, Reorder: 0.2, Seed: 11})
+		p := NewFaultyPublisher(js, Faults{Fail: 0.2, Delay: 0.2, Reorder: 0.2, Lose: 0.1, Seed: 11})
 		defer p.Close()
 		o := NewOutbox(p, OutboxOptions{MaxInflight: 16})
 		var entries []cold.OutboxEntry
@@ -293,9 +368,9 @@ func TestOutboxThroughFaults(t *testing.T) {
 			t.Fatalf("%d distinct entries stored, want 500", distinct)
 		}
 		st := &p.Stats
-		if st.Failed.Load() < 50 || st.Delayed.Load() < 50 || st.Reordered.Load() < 50 || len(stored) == 500 {
-			t.Fatalf("faults: %d failed (%d acks lost), %d delayed, %d reordered; %d stored: want each fault, some stored twice",
-				st.Failed.Load(), st.AckLost.Load(), st.Delayed.Load(), st.Reordered.Load(), len(stored))
+		if st.Failed.Load() < 50 || st.Delayed.Load() < 50 || st.Reordered.Load() < 50 || st.Lost.Load() < 25 || len(stored) == 500 {
+			t.Fatalf("faults: %d failed (%d acks lost), %d delayed, %d reordered, %d lost; %d stored: want each fault, some stored twice",
+				st.Failed.Load(), st.AckLost.Load(), st.Delayed.Load(), st.Reordered.Load(), st.Lost.Load(), len(stored))
 		}
 	})
 }

@@ -32,18 +32,25 @@ type OutboxOptions struct {
 	// without overrunning the client's buffer of pending publishes.
 	MaxInflight int
 	// AckTimeout is how long a publish may go unacknowledged before it is sent again
-	// under the same message id (default 10 s). The client fails pending publishes when
-	// the connection drops, but a publish lost in a server restart without a disconnect
-	// being seen (or an ack lost on the way) would otherwise hold the sender for ever.
+	// under the same message id. The client fails pending publishes when the connection
+	// drops, but a publish lost in a server restart without a disconnect being seen (or
+	// an ack lost on the way) would otherwise hold the sender for ever; with the window,
+	// it holds the entries to its destination for up to AckTimeout. When 0: what the
+	// Publisher's AckTimeout method says, if it has one and it is positive (a test's
+	// FaultyPublisher that loses publishes), else DefaultAckTimeout.
 	AckTimeout time.Duration
 	// Backoff and MaxBackoff space the re-sends of failed publishes while Send or Reap
 	// waits (defaults 50 ms, doubling up to 2 s), so an absent server is not hammered.
 	Backoff, MaxBackoff time.Duration
 	// Permanent is told of an entry that can never be stored as it is — no stream
 	// captures its subject, it is larger than the server or the stream accepts — and
-	// returns what to publish in its place (a dead letter saying why), or nil to drop
-	// it. Without it such an entry is retried like any other failure.
-	Permanent func(e cold.OutboxEntry, err error) *cold.OutboxEntry
+	// returns what to publish in its place, in order: a dead letter saying why and, for
+	// a numbered batch, an empty batch under its number, so that its channel does not
+	// stall at the gap it would leave. Nothing drops the entry. The entry is retired
+	// (reported by Published) once the last of them is stored; one of them that can
+	// never be stored either is dropped, never replaced in turn. Without Permanent such
+	// an entry is retried like any other failure.
+	Permanent func(e cold.OutboxEntry, err error) []cold.OutboxEntry
 	// Retries, when set, counts failed publishes that are sent again.
 	Retries *atomic.Int64
 	// Log receives at most one line a second about failed publishes.
@@ -52,11 +59,26 @@ type OutboxOptions struct {
 
 // Outbox publishes committed outbox entries until each is stored. It is not safe for
 // concurrent use: one goroutine owns it, as it owns the state the entries came from.
+//
+// Each subject is a destination with a window (see Window and WindowBytes): an entry is
+// published only while fewer than Window entries, and with it at most WindowBytes of
+// payload, to its subject were published since, and including, the oldest one to that
+// subject not yet known to be stored (an entry larger than WindowBytes goes alone).
+// Re-sends keep their place. Entries the caller's outbox no longer holds (a gap in
+// OutboxEntry.Seq: stored and deleted before this Outbox started, to a destination and
+// of a size it cannot know) fill the window: what comes after such a gap waits until
+// every entry before it to its destination is stored. A receiver therefore never sees an
+// entry Window or more places, or more than WindowBytes, after one that is still to
+// come, however long a lost publish takes to be noticed and sent again, across restarts.
 type Outbox struct {
 	pub  Publisher
 	opts OutboxOptions
 
 	inflight  []inflight
+	windows   map[string]*window // by subject (a few: partitions and families)
+	pass      uint64             // counts collect passes, to find each window's oldest
+	lastSeq   uint64             // the Seq of the last entry Send took
+	holes     uint64             // the gaps in Seq between the entries Send took
 	published []uint64
 	// failed publishes not yet logged, and when one last was
 	failures int
@@ -65,20 +87,49 @@ type Outbox struct {
 
 type inflight struct {
 	entry cold.OutboxEntry
-	fut   jetstream.PubAckFuture // nil: to be sent (again)
-	sent  time.Time
+	rest  []cold.OutboxEntry // replacements to publish once entry is stored
+	// entry is a replacement (or the last of them): it is dropped, not replaced again,
+	// when it cannot be stored either
+	replaced bool
+	dest     string                 // the subject of the entry as sent: its window
+	w        *window                // the window of dest
+	place    uint64                 // its place in dest's window
+	at       uint64                 // the payload bytes sent to dest before it, in that window
+	holes    uint64                 // the gaps in Seq before it
+	fut      jetstream.PubAckFuture // nil: to be sent (again)
+	sent     time.Time
 }
 
-// errAckTimeout fails a publish not acknowledged within AckTimeout.
-var errAckTimeout = errors.New("no acknowledgement in time")
+// window is what one destination has in flight. Places count the entries sent to it in
+// the order Send took them; a window with nothing in flight is empty, and counts afresh
+// from 0.
+type window struct {
+	next, nextAt                  uint64 // the place of the next entry, and the bytes before it
+	oldest, oldestAt, oldestHoles uint64 // those of the oldest entry not yet known to be stored
+	n                             int    // entries in flight
+	pass                          uint64 // the collect pass that last found oldest
+}
+
+// DefaultAckTimeout is the AckTimeout of an Outbox. A JetStream ack takes milliseconds;
+// one that takes seconds comes from a server that is slow or electing a leader, and
+// sending again then only adds load where it hurts. Lost publishes are rare (a server
+// restart the client did not see), and thanks to the window one costs a pause of the
+// entries to its destination, never an entry.
+const DefaultAckTimeout = 10 * time.Second
+
+// ackTimer is a Publisher that says how long its publishes may go unacknowledged.
+type ackTimer interface{ AckTimeout() time.Duration }
 
 // NewOutbox returns an outbox publishing through p.
 func NewOutbox(p Publisher, opts OutboxOptions) *Outbox {
 	if opts.MaxInflight <= 0 {
 		opts.MaxInflight = 1024
 	}
+	if at, ok := p.(ackTimer); ok && opts.AckTimeout <= 0 {
+		opts.AckTimeout = at.AckTimeout()
+	}
 	if opts.AckTimeout <= 0 {
-		opts.AckTimeout = 10 * time.Second
+		opts.AckTimeout = DefaultAckTimeout
 	}
 	if opts.Backoff <= 0 {
 		opts.Backoff = 50 * time.Millisecond
@@ -89,7 +140,7 @@ func NewOutbox(p Publisher, opts OutboxOptions) *Outbox {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Outbox{pub: p, opts: opts}
+	return &Outbox{pub: p, opts: opts, windows: map[string]*window{}}
 }
 
 // Len is the number of entries not yet known to be stored.
@@ -103,18 +154,23 @@ func (o *Outbox) Published() []uint64 {
 	return p
 }
 
-// Send publishes entries without waiting for their acknowledgements, except that it
-// waits while MaxInflight are outstanding. It returns early only when ctx ends; whatever
-// is not stored then stays in the caller's outbox and is sent again at its next start.
+// Send publishes entries in order without waiting for their acknowledgements, except
+// that it waits while MaxInflight are outstanding, or while the next entry's
+// destination has its window full: later entries, to any destination, wait behind it.
+// Entries come in the order of their Seq. It returns early only when ctx ends;
+// whatever is not stored then stays in the caller's outbox and is sent again at its
+// next start.
 func (o *Outbox) Send(ctx context.Context, entries []cold.OutboxEntry) error {
 	for _, e := range entries {
-		for len(o.inflight) >= o.opts.MaxInflight {
-			if err := o.reap(ctx, o.opts.MaxInflight-1); err != nil {
+		for len(o.inflight) >= o.opts.MaxInflight || !o.room(&e) {
+			if err := o.reap(ctx, o.opts.MaxInflight-1, &e); err != nil {
 				return err
 			}
 		}
-		o.inflight = append(o.inflight, inflight{entry: e})
-		o.publish(ctx, &o.inflight[len(o.inflight)-1])
+		o.inflight = append(o.inflight, o.enter(e))
+		if !o.publish(ctx, &o.inflight[len(o.inflight)-1]) {
+			o.inflight = o.inflight[:len(o.inflight)-1]
+		}
 	}
 	return nil
 }
@@ -123,21 +179,72 @@ func (o *Outbox) Send(ctx context.Context, entries []cold.OutboxEntry) error {
 // re-sending failures with backoff, or when ctx ends.
 func (o *Outbox) Reap(ctx context.Context, wait bool) error {
 	if !wait {
-		o.collect(ctx, -1)
+		o.collect(ctx, -1, "")
 		o.resend(ctx)
 		return nil
 	}
-	return o.reap(ctx, 0)
+	return o.reap(ctx, 0, nil)
 }
 
-// reap waits until at most left entries are outstanding.
-func (o *Outbox) reap(ctx context.Context, left int) error {
+// room reports whether e may be published now: its window is empty, or has room for it.
+func (o *Outbox) room(e *cold.OutboxEntry) bool {
+	w := o.windows[e.Subject]
+	return w == nil || w.n == 0 || w.next-w.oldest < Window && w.nextAt+uint64(len(e.Data))-w.oldestAt <= WindowBytes &&
+		o.holesAt(e) == w.oldestHoles
+}
+
+// holesAt is the number of gaps in Seq before e, were Send to take it next. Before the
+// first entry there is none: whatever was deleted below it was stored.
+func (o *Outbox) holesAt(e *cold.OutboxEntry) uint64 {
+	if o.lastSeq != 0 && e.Seq > o.lastSeq+1 {
+		return o.holes + 1
+	}
+	return o.holes
+}
+
+// enter gives e its place in its destination's window.
+func (o *Outbox) enter(e cold.OutboxEntry) inflight {
+	o.holes = o.holesAt(&e)
+	o.lastSeq = max(o.lastSeq, e.Seq)
+	w := o.windows[e.Subject]
+	if w == nil {
+		w = &window{}
+		o.windows[e.Subject] = w
+	}
+	if w.n == 0 {
+		*w = window{oldestHoles: o.holes}
+	}
+	f := inflight{entry: e, dest: e.Subject, w: w, place: w.next, at: w.nextAt, holes: o.holes}
+	w.next++
+	w.nextAt += uint64(len(e.Data))
+	w.n++
+	return f
+}
+
+// leave takes f out of its destination's window. The window's oldest place is found
+// again at the end of the collect pass (or stays put: f was not the oldest, or the
+// window is empty now).
+func (o *Outbox) leave(f *inflight) { f.w.n-- }
+
+// reap waits until at most left entries are outstanding and, unless next is nil, next
+// may be published.
+func (o *Outbox) reap(ctx context.Context, left int, next *cold.OutboxEntry) error {
 	backoff := o.opts.Backoff
+	ready := func() bool { return len(o.inflight) <= left && (next == nil || o.room(next)) }
+	dest := ""
+	if next != nil {
+		dest = next.Subject
+	}
 	for {
-		if err := o.collect(ctx, left); err != nil {
+		// What is settled already first: an entry acknowledged behind one still in
+		// flight may be all that has to leave.
+		if o.collect(ctx, -1, ""); ready() {
+			return nil
+		}
+		if err := o.collect(ctx, left, dest); err != nil {
 			return err
 		}
-		if len(o.inflight) <= left {
+		if ready() {
 			return nil
 		}
 		// Only failures are left to send again: after a pause.
@@ -154,50 +261,83 @@ func (o *Outbox) reap(ctx context.Context, left int) error {
 // collect settles the entries in flight: stored ones are reported by Published, failed
 // ones are marked to be sent again (or replaced, when the failure is permanent). It
 // blocks on each entry in turn, oldest first, while more than left (≥ 0) are unsettled,
-// so publishing goes on while the oldest acknowledgements come in.
-func (o *Outbox) collect(ctx context.Context, left int) error {
+// and on the oldest entry to dest (unless empty), so publishing goes on while the
+// oldest acknowledgements come in. It then finds each window's oldest entry.
+func (o *Outbox) collect(ctx context.Context, left int, dest string) error {
 	keep := o.inflight[:0]
 	for i := range o.inflight {
 		f := o.inflight[i]
+		oldest := dest != "" && f.dest == dest
+		if oldest {
+			dest = "" // the later entries to dest need not be waited for
+		}
 		if f.fut != nil {
-			wait := left >= 0 && len(keep)+len(o.inflight)-i > left
+			wait := oldest || (left >= 0 && len(keep)+len(o.inflight)-i > left)
 			stored, failure, err := o.settle(ctx, f, wait)
 			if err != nil {
 				keep = append(keep, o.inflight[i:]...)
 				o.inflight = keep
+				o.findOldest()
 				return err
 			}
 			switch {
 			case stored:
-				o.published = append(o.published, f.entry.Seq)
-				continue
-			case failure != nil:
-				f.fut = nil
-				if !o.replace(ctx, &f, failure) {
+				if !o.advance(&f, f.rest) {
+					o.leave(&f)
 					continue
 				}
-				o.failed(failure)
+				if !o.publish(ctx, &f) {
+					continue
+				}
+			case failure != nil:
+				f.fut = nil
+				switch kept, replaced := o.replace(ctx, &f, failure); {
+				case !kept:
+					o.leave(&f)
+					continue
+				case !replaced:
+					o.failed(failure)
+				}
 			}
 		}
 		keep = append(keep, f)
 	}
 	clear(o.inflight[len(keep):])
 	o.inflight = keep
+	o.findOldest()
 	return nil
 }
 
-// resend publishes again every entry marked as failed.
-func (o *Outbox) resend(ctx context.Context) {
+// findOldest sets each window's oldest place to that of its first entry in flight:
+// entries are in flight in the order of their places.
+func (o *Outbox) findOldest() {
+	o.pass++
 	for i := range o.inflight {
-		if o.inflight[i].fut == nil {
-			o.publish(ctx, &o.inflight[i])
+		if f := &o.inflight[i]; f.w.pass != o.pass {
+			f.w.oldest, f.w.oldestAt, f.w.oldestHoles, f.w.pass = f.place, f.at, f.holes, o.pass
 		}
 	}
 }
 
+// resend publishes again every entry marked as failed.
+func (o *Outbox) resend(ctx context.Context) {
+	keep := o.inflight[:0]
+	for i := range o.inflight {
+		f := &o.inflight[i]
+		if f.fut == nil && !o.publish(ctx, f) {
+			continue
+		}
+		keep = append(keep, *f)
+	}
+	clear(o.inflight[len(keep):])
+	o.inflight = keep
+	o.findOldest()
+}
+
 // publish sends f once; a failure marks it to be sent again. A client whose buffer of
-// pending publishes is full makes it wait, which is not a failure.
-func (o *Outbox) publish(ctx context.Context, f *inflight) {
+// pending publishes is full makes it wait, which is not a failure. It reports whether f
+// stays in flight: false when f was dropped (it has left its window then).
+func (o *Outbox) publish(ctx context.Context, f *inflight) bool {
 	for {
 		msg := &nats.Msg{Subject: f.entry.Subject, Data: f.entry.Data, Header: nats.Header{jetstream.MsgIDHeader: []string{f.entry.MsgID}}}
 		fut, err := o.pub.PublishMsgAsync(msg)
@@ -205,32 +345,52 @@ func (o *Outbox) publish(ctx context.Context, f *inflight) {
 		switch {
 		case err == nil:
 			f.fut = fut
-			return
+			return true
 		case errors.Is(err, jetstream.ErrTooManyStalledMsgs) && ctx.Err() == nil:
 			continue // the client waited for room already
 		}
 		f.fut = nil
-		if o.replace(ctx, f, err) {
-			o.failed(err)
-			return
+		switch kept, replaced := o.replace(ctx, f, err); {
+		case !kept:
+			o.leave(f)
+			return false
+		case replaced:
+			continue // what replaces it goes at once
 		}
+		o.failed(err)
+		return true
 	}
 }
 
-// replace swaps an entry that can never be stored for what Permanent makes of it (under
-// the original's Seq, so that storing the replacement retires the original) and reports
-// whether the entry is still to be sent; false means it was dropped.
-func (o *Outbox) replace(ctx context.Context, f *inflight, err error) bool {
+// replace swaps an entry that failed for good for what Permanent makes of it. It
+// reports whether f is still to be sent (false: dropped and retired) and whether it was
+// replaced (true: sent for the first time, not again). A replacement that fails for
+// good is dropped, and the next one goes in its place.
+func (o *Outbox) replace(ctx context.Context, f *inflight, err error) (keep, replaced bool) {
 	if o.opts.Permanent == nil || !o.permanent(ctx, f.entry.Subject, err) {
-		return true
+		return true, false
 	}
-	r := o.opts.Permanent(f.entry, err)
-	if r == nil {
+	next := f.rest
+	if f.replaced {
+		o.opts.Log.Error("what replaced an outbox entry cannot be stored either: dropped", "subject", f.entry.Subject, "id", f.entry.MsgID, "err", err)
+	} else {
+		next = o.opts.Permanent(f.entry, err)
+	}
+	keep = o.advance(f, next)
+	return keep, keep
+}
+
+// advance makes f the first of next, the replacements of its entry still to be sent
+// (under the entry's Seq, so that storing the last one retires the entry), and reports
+// whether there was one; with none left, the entry is retired: reported by Published.
+func (o *Outbox) advance(f *inflight, next []cold.OutboxEntry) bool {
+	if len(next) == 0 {
 		o.published = append(o.published, f.entry.Seq)
 		return false
 	}
-	r.Seq = f.entry.Seq
-	f.entry = *r
+	seq := f.entry.Seq
+	f.entry, f.rest, f.replaced, f.fut = next[0], next[1:], true, nil
+	f.entry.Seq = seq
 	return true
 }
 

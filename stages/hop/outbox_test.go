@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -176,9 +177,9 @@ func TestOutboxPermanentErrors(t *testing.T) {
 		return nil, nil, false
 	}
 	var reasons []error
-	o := NewOutbox(p, OutboxOptions{Permanent: func(e cold.OutboxEntry, err error) *cold.OutboxEntry {
+	o := NewOutbox(p, OutboxOptions{Permanent: func(e cold.OutboxEntry, err error) []cold.OutboxEntry {
 		reasons = append(reasons, err)
-		return &cold.OutboxEntry{Subject: "dlq", MsgID: "dlq." + e.MsgID}
+		return []cold.OutboxEntry{{Subject: "dlq", MsgID: "dlq." + e.MsgID}}
 	}})
 	es := append(append(entries(0, 1, "big"), entries(1, 1, "nostream")...), entries(2, 1, "ok")...)
 	if err := o.Send(t.Context(), es); err != nil {
@@ -196,5 +197,80 @@ func TestOutboxPermanentErrors(t *testing.T) {
 	}
 	if got := fmt.Sprint(o.Published()); got != "[0 1 2]" {
 		t.Fatalf("published %s", got)
+	}
+}
+
+// An entry that fails at once for good and that Permanent drops is reported published
+// once and not sent again (it was sent again and again, and reported each time).
+func TestOutboxDropsAtOnce(t *testing.T) {
+	calls := 0
+	p := &fakePub{}
+	p.decide = func(m *nats.Msg) (error, error, bool) {
+		if calls++; calls > 10 {
+			t.Fatalf("%d publishes of 2 entries", calls)
+		}
+		if m.Subject == "big" {
+			return nats.ErrMaxPayload, nil, false
+		}
+		return nil, nil, false
+	}
+	o := NewOutbox(p, OutboxOptions{Permanent: func(cold.OutboxEntry, error) []cold.OutboxEntry { return nil }})
+	if err := o.Send(t.Context(), append(entries(1, 1, "big"), entries(2, 1, "ok")...)); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Reap(t.Context(), true); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(o.Published()); got != "[1 2]" || calls != 2 || o.Len() != 0 {
+		t.Fatalf("published %s after %d publishes, %d left; want [1 2] after 2", got, calls, o.Len())
+	}
+}
+
+// An entry that can never be stored is replaced by several entries — a dead letter and
+// an empty batch under its number — sent in order; the entry is retired once the last is
+// stored. A replacement that can never be stored either is dropped, not replaced again.
+func TestOutboxReplacements(t *testing.T) {
+	p := &fakePub{streams: map[string]bool{"d": true, "dlq": true}}
+	p.decide = func(m *nats.Msg) (error, error, bool) {
+		switch {
+		case m.Subject == "d" && len(m.Data) > 1 && m.Header.Get(jetstream.MsgIDHeader) == "m1":
+			return nats.ErrMaxPayload, nil, false // too large for the client
+		case m.Subject == "d" && len(m.Data) > 1:
+			return nil, &jetstream.APIError{ErrorCode: jetstream.JSErrCodeStreamMessageExceedsMaximum}, false // for the stream
+		case m.Subject == "nostream":
+			return nil, jetstream.ErrNoStreamResponse, false
+		}
+		return nil, nil, false
+	}
+	calls := 0
+	o := NewOutbox(p, OutboxOptions{Permanent: func(e cold.OutboxEntry, err error) []cold.OutboxEntry {
+		calls++
+		dlq := "dlq"
+		if e.MsgID == "m3" {
+			dlq = "nostream"
+		}
+		return []cold.OutboxEntry{
+			{Subject: dlq, MsgID: "dlq." + e.MsgID},
+			{Subject: e.Subject, MsgID: e.MsgID, Data: []byte{0}}, // fills the number
+		}
+	}})
+	es := entries(0, 4, "d")
+	for i := 1; i < 4; i++ {
+		es[i].Data = []byte("too large")
+	}
+	if err := o.Send(t.Context(), es); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Reap(t.Context(), true); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"m0", "dlq.m1", "m1", "dlq.m2", "m2", "m3"}
+	if fmt.Sprint(p.stored) != fmt.Sprint(want) || calls != 3 {
+		t.Fatalf("stored %v with %d calls of Permanent, want %v with 3", p.stored, calls, want)
+	}
+	published := o.Published()
+	slices.Sort(published)
+	if got := fmt.Sprint(published); got != "[0 1 2 3]" || o.Len() != 0 {
+		t.Fatalf("published %s, %d left; want each entry once", got, o.Len())
 	}
 }

@@ -153,8 +153,8 @@ type chaosSize struct {
 // event type — batches mixing partitions (relation events forwarded), raw batches under
 // one key, single events, system notices, reads of every kind, follows, posts, likes in
 // the same millisecond, relations made and undone through every road — published by a retrying producer that also re-sends on
-// purpose, into a tallyd child process whose internal publishes fail, are delayed and
-// reordered (hop.FaultyPublisher), which is SIGKILLed at random moments and restarted,
+// purpose, into a tallyd child process whose internal publishes fail, are delayed,
+// reordered and lost silently (hop.FaultyPublisher), which is SIGKILLed at random moments and restarted,
 // against a NATS server that is restarted too; the events stream's duplicate window is
 // 1 s, so internal re-sends come after it. At the end every count, relation, unread
 // value and a mirror built from the change events must equal a model fed the stored
@@ -174,7 +174,8 @@ func TestChaos(t *testing.T) {
 	ns.port, _ = strconv.Atoi(port)
 	ns.start()
 	t.Cleanup(ns.stop)
-	faults := "fail=0.05,delay=0.05,reorder=0.05,seed=%d"
+	// Lost publishes are found after 1 s (hop.DefaultLostAckTimeout) and sent again.
+	faults := "fail=0.05,delay=0.05,reorder=0.05,lose=0.01,seed=%d"
 	ch := &chaosChild{t: t, dir: t.TempDir(), url: ns.url(), parts: size.partitions, faults: faults, stderr: &logBuffer{}}
 	ch.start()
 	t.Cleanup(func() {

@@ -95,10 +95,11 @@ type Config struct {
 	// ready (/readyz, and tally.health's ready for the whole prefix): a number of
 	// messages, or the age of the oldest message not applied yet (DefaultMaxLagAge).
 	MaxLag query.MaxLag
-	// PublishFaults, for tests only, makes the event stages' outboxes publish through a
-	// hop.FaultyPublisher with these faults ("fail=0.05,delay=0.05,reorder=0.05,seed=7",
-	// see hop.ParseFaults): the chaos test's way to fail, delay and reorder internal
-	// publishes in a real process. Empty (always, in production) injects nothing.
+	// PublishFaults, for tests only, makes the event stages' and counter workers'
+	// outboxes publish through a hop.FaultyPublisher with these faults
+	// ("fail=0.05,delay=0.05,reorder=0.05,lose=0.01,seed=7", see hop.ParseFaults): the
+	// chaos test's way to fail, delay, reorder and lose internal publishes in a real
+	// process (lost ones are sent again after the spec's acktimeout, 1 s by default). Empty (always, in production) injects nothing.
 	PublishFaults string
 	// HoldEvents, for tests only, is called with the partition before an event stage
 	// takes each message from the events stream, which it holds back while it blocks: a

@@ -152,7 +152,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		return nil, err
 	}
 	if cfg.PublishFaults != "" {
-		log.Warn("internal publishes fail, are delayed and reordered on purpose (a test setting)", "faults", cfg.PublishFaults)
+		log.Warn("internal publishes fail, are delayed, reordered and lost on purpose (a test setting)", "faults", cfg.PublishFaults)
 	}
 	if n.owners, err = cluster.Open(ctx, js, sc.Subjects.OwnersBucket(), sc.Replicas, cfg.DataDir, cfg.LeaseTTL); err != nil {
 		return nil, err
