@@ -162,8 +162,8 @@ func TestCLIAgainstTallyd(t *testing.T) {
 	check("42\ttrue\n43\tfalse\n", "liked", "8", "42", "43")
 	check("8\t", "likes", "post", "42")
 	check("42\t", "likes", "user", "7", "--limit", "5")
-	// The owner was notified of three likes (9's unlike takes no notification back).
-	check("3    1        0        3     0   0       0", "unread", "3")
+	// The owner was notified of three likes, and 9's unlike took its notification back.
+	check("3    1        0        2     0   0       0", "unread", "3")
 	check(`{"ok":true,`, "health")
 
 	// Errors: a malformed line names its number; a bad id and an unknown command are usage errors.
