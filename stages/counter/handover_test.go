@@ -93,6 +93,16 @@ func (r *rig) mirrorEquals(want map[uint64]uint64) {
 	})
 }
 
+// startGated starts an owner whose change events go through a gate, open for now.
+func (r *rig) startGated() (*partGate, func() error) {
+	gate := &partGate{js: r.js}
+	gate.block.Store(1 << 62)
+	cfg := r.config()
+	cfg.Publisher = gate
+	_, stop := r.start(cfg)
+	return gate, stop
+}
+
 // Item 4: the owner dies after part 0 of a checkpoint of more than MaxChange ids is
 // stored and before its other parts are. A standby must not take that part as the
 // announcement of the whole checkpoint: it keeps its own checkpoints from that position
@@ -100,11 +110,7 @@ func (r *rig) mirrorEquals(want map[uint64]uint64) {
 // (Before, it trimmed them up to that position and never announced the other parts' ids.)
 func TestStandbyKeepsACheckpointAnnouncedInPart(t *testing.T) {
 	r := newRig(t)
-	gate := &partGate{js: r.js}
-	gate.block.Store(1 << 62)
-	cfg := r.config()
-	cfg.Publisher = gate
-	_, stopOwner := r.start(cfg)
+	gate, stopOwner := r.startGated()
 	standby, err := cold.Open(cold.Options{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -167,11 +173,7 @@ func TestStandbyKeepsACheckpointAnnouncedInPart(t *testing.T) {
 // the ids were the position and the part number only.)
 func TestRestoredOwnerChangeIDsDoNotCollide(t *testing.T) {
 	r := newRig(t)
-	gate := &partGate{js: r.js}
-	gate.block.Store(1 << 62)
-	cfg := r.config()
-	cfg.Publisher = gate
-	_, stopOwner := r.start(cfg)
+	gate, stopOwner := r.startGated()
 	want := map[uint64]uint64{}
 	pos := r.bigBatch(1, 1, 1, want)
 	r.checkpointedAt(r.db, pos)

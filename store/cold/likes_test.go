@@ -372,27 +372,7 @@ func TestMigrateLikes(t *testing.T) {
 	if moved, err := Migrate(db, 4, func(id uint64) int { return int(id % 4) }); moved != 0 || err != nil {
 		t.Fatalf("second Migrate moved %d, %v", moved, err)
 	}
-	// Likes and unlikes go on, on both shapes.
-	err = db.db.Update(func(txn *badger.Txn) error {
-		l := NewLikes(p, nil)
-		for i := range 100 {
-			u, post := uint64(1+r.IntN(users)), uint64(1+r.IntN(posts))
-			if r.IntN(3) == 0 {
-				m.unlike(u, post)
-				if _, _, err := l.unlike(txn, u, post, uint64(1000+i)); err != nil {
-					return err
-				}
-			} else if m.like(u, post, 2500) {
-				if _, err := l.like(txn, u, post, 2500, uint64(1000+i)); err != nil {
-					return err
-				}
-			}
-		}
-		return l.Flush(txn, 99)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	likeAndUnlike(t, db, p, m, r, users, posts) // on both shapes
 	checkLikes(t, db, p, m, users, posts, r)
 }
 

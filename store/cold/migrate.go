@@ -144,10 +144,14 @@ func (d *DB) migrate(ns byte, move func(k, v []byte, set func(key, []byte) error
 const nsLayout = 'Y'
 
 // migrateLikes moves the likes of every partition to like records and liker chunks
-// (moveLikes) once: the layout is marked once all have moved, in the last transaction,
-// so a crash halfway moves the rest at the next call, and later calls read one key.
-func migrateLikes(db *DB) (int, error) {
-	done := newKey(nsLayout, 8).bytes([]byte("likes"))
+// (moveLikes) once.
+func migrateLikes(db *DB) (int, error) { return migrateOnce(db, "likes", moveLikes) }
+
+// migrateOnce runs move over every partition unless the layout mark name says it ran:
+// the mark is set once all has moved, in the last transaction, so a crash halfway moves
+// the rest at the next call, and later calls read one key.
+func migrateOnce(db *DB, name string, move func(db *DB, w *groupWriter, from, to int) (int, error)) (int, error) {
+	done := newKey(nsLayout, 1+len(name)).bytes([]byte(name))
 	if err := db.db.View(func(txn *badger.Txn) error { _, err := txn.Get(done); return err }); err == nil {
 		return 0, nil
 	} else if !errors.Is(err, badger.ErrKeyNotFound) {
@@ -155,11 +159,11 @@ func migrateLikes(db *DB) (int, error) {
 	}
 	w := &groupWriter{db: db.db}
 	defer w.discard()
-	n, err := moveLikes(db, w, 0, math.MaxUint16)
-	if err != nil {
-		return n, err
+	n, err := move(db, w, 0, math.MaxUint16)
+	if err == nil {
+		err = w.group(func(txn *badger.Txn) error { return txn.Set(done, nil) }, 1)
 	}
-	if err := w.group(func(txn *badger.Txn) error { return txn.Set(done, nil) }, 1); err != nil {
+	if err != nil {
 		return n, err
 	}
 	return n, w.commit()
@@ -375,26 +379,8 @@ func (w *groupWriter) discard() {
 const legacyRecordKind = byte(Like)
 
 // migrateLikeStates moves the like records of the layout before relation states to
-// theirs (moveLikeStates), in every partition, and marks it done: like migrateLikes it
-// resumes after a crash, and later calls read one key.
-func migrateLikeStates(db *DB) (int, error) {
-	done := newKey(nsLayout, 16).bytes([]byte("like-states"))
-	if err := db.db.View(func(txn *badger.Txn) error { _, err := txn.Get(done); return err }); err == nil {
-		return 0, nil
-	} else if !errors.Is(err, badger.ErrKeyNotFound) {
-		return 0, err
-	}
-	w := &groupWriter{db: db.db}
-	defer w.discard()
-	n, err := moveLikeStates(db, w, 0, math.MaxUint16)
-	if err == nil {
-		err = w.group(func(txn *badger.Txn) error { return txn.Set(done, nil) }, 1)
-	}
-	if err != nil {
-		return n, err
-	}
-	return n, w.commit()
-}
+// theirs (moveLikeStates), in every partition, once.
+func migrateLikeStates(db *DB) (int, error) { return migrateOnce(db, "like-states", moveLikeStates) }
 
 // moveLikeStates moves the like records of partitions from to to (both included) of the
 // layout before relation states (L|p|'l'|u: post, time and place per like, or 0xff for a
