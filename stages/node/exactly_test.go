@@ -48,7 +48,6 @@ func TestBacklogOfUnsplitBatchesDrains(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	likes := map[uint64]uint64{}
 	views := map[uint64]uint64{}
-	var futs []jetstream.PubAckFuture
 	for b := range batches {
 		evs := make([]pipeline.Event, per)
 		for i := range evs {
@@ -65,11 +64,7 @@ func TestBacklogOfUnsplitBatchesDrains(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f, err := js.PublishAsync(fmt.Sprintf("tally.ev.batch.%d", b), data, jetstream.WithMsgID(fmt.Sprint("batch-", b)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		futs = append(futs, f)
+		publishRetried(t, js, fmt.Sprintf("tally.ev.batch.%d", b), data, fmt.Sprint("batch-", b))
 	}
 	// A batch of system notices (an admin batch: a producer's may not carry them): each
 	// is copied to every other partition.
@@ -82,18 +77,7 @@ func TestBacklogOfUnsplitBatchesDrains(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := js.PublishAsync("tally.ev.adminbatch.1", data, jetstream.WithMsgID("notices"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	futs = append(futs, f)
-	for _, f := range futs {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			t.Fatal(err)
-		}
-	}
+	publishRetried(t, js, "tally.ev.adminbatch.1", data, "notices")
 	n, c := startNode(t, func(c *node.Config) { c.NATSURL = s.ClientURL(); c.Partitions = sc.Partitions })
 	ids := make([]uint64, posts)
 	for i := range ids {
@@ -130,6 +114,24 @@ func TestBacklogOfUnsplitBatchesDrains(t *testing.T) {
 		batches*per, batches, time.Since(start).Round(time.Millisecond), n.EventStats.Splits.Load(), n.EventStats.Forwarded.Load())
 }
 
+// publishRetried publishes until the stream stores it (under the same id): a backlog of
+// 100 MB published at once may lose the connection on the way, which reconnects.
+func publishRetried(t *testing.T, js jetstream.JetStream, subject string, data []byte, id string) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := js.Publish(ctx, subject, data, jetstream.WithMsgID(id))
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond) // a retry, not a wait for a condition
+	}
+}
+
 // getAll asks for the counts of ids in requests of at most 10 000.
 func getAll(ctx context.Context, c *client.Client, ids []uint64) (*pipeline.GetReply, error) {
 	all := &pipeline.GetReply{}
@@ -138,6 +140,9 @@ func getAll(ctx context.Context, c *client.Client, ids []uint64) (*pipeline.GetR
 		r, err := c.Get(ctx, "post", ids[:k]...)
 		if err != nil {
 			return nil, err
+		}
+		if len(r.Unavailable) > 0 { // a partition still starting: its rows are empty
+			return nil, fmt.Errorf("%d ids unavailable", len(r.Unavailable))
 		}
 		all.Counts = append(all.Counts, r.Counts...)
 		ids = ids[k:]
