@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,6 +78,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	})
+	b.Run("jetstream-consume", func(b *testing.B) { benchConsume(b, 7) })
 	b.Run("tally", func(b *testing.B) { benchTally(b, 7, nil) })
 	b.Run("tally-views-only", func(b *testing.B) { benchTally(b, 0, nil) })
 	b.Run("tally-likes-only", func(b *testing.B) { benchTally(b, 10, nil) })
@@ -92,6 +94,75 @@ func BenchmarkEndToEnd(b *testing.B) {
 		cl := natstest.StartCluster(b, 3)
 		benchTally(b, 7, func(c *node.Config) { c.NATSURL = cl.URLs() })
 	})
+}
+
+// benchConsume is the physical limit of a consumer here: the same batches published the
+// same way into the same stream (Tally's streams on a server with no tallyd), read by one
+// ordered consumer that decodes them with the project's codec and counts them into a Go
+// map, with no durability and no exactly-once — the baseline the tally sub-benchmarks
+// are a ratio of.
+func benchConsume(b *testing.B, likes int) {
+	s := natstest.Start(b)
+	nc := natstest.Connect(b, s)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	sc := pipeline.DefaultStreamConfig()
+	sc.Partitions = 16
+	if err := pipeline.Setup(ctx, js, sc); err != nil {
+		b.Fatal(err)
+	}
+	c, err := client.New(nc, client.WithPartitions(16))
+	if err != nil {
+		b.Fatal(err)
+	}
+	evs, want := benchMix(b.N, likes)
+	got := make(map[uint64][2]uint64, len(want))
+	counted := 0
+	done := make(chan struct{})
+	fams := pipeline.Families(pipeline.DefaultFamilies())
+	b.ResetTimer()
+	cons, err := js.OrderedConsumer(ctx, sc.Subjects.EventsStream(), jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		parts := strings.Split(m.Subject(), ".")
+		batch, _, err := pipeline.DecodeEvents(parts[len(parts)-2], m.Data(), m.Headers(), fams)
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		for _, e := range batch {
+			w := got[uint64(e.Post)]
+			if e.Type == "like" {
+				w[0]++
+			} else {
+				w[1] += uint64(e.N)
+			}
+			got[uint64(e.Post)] = w
+		}
+		if counted += len(batch); counted == b.N {
+			close(done)
+		}
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cc.Stop()
+	publishBench(b, c, evs)
+	published := b.Elapsed()
+	<-done
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/published.Seconds(), "published/s")
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	for id, w := range want {
+		if got[id] != w {
+			b.Fatalf("post %d: counted %v, want %v", id, got[id], w)
+		}
+	}
 }
 
 // benchTally publishes b.N events (likes tenths of them likes) in batches to one tallyd
