@@ -258,23 +258,12 @@ func (s *Stage) process(ctx context.Context, msgs []jetstream.Msg, c *coalescer)
 		}
 		msgs = msgs[n:]
 	}
-	for s.releasable() && ctx.Err() == nil {
+	for hop.Releasable(s.st.Hops) && ctx.Err() == nil {
 		if _, err := s.commit(ctx, nil, c); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// releasable reports whether the state holds a hop batch that is next in its source's
-// order: a gap filled, and more released than one transaction took.
-func (s *Stage) releasable() bool {
-	for _, m := range s.st.Hops {
-		if len(m.Held) > 0 && (m.Held[0].Seq == m.Through+1 || slices.Contains(m.Above, m.Through+1)) {
-			return true
-		}
-	}
-	return false
 }
 
 // errTooBig is a transaction that cannot take all of its messages: Badger refused a

@@ -176,17 +176,20 @@ func (in *In) NextFrom(src uint32) (seq uint64, data []byte, ok bool, err error)
 	return h.Seq, data, true, nil
 }
 
-// Ready reports whether Next has a batch to hand out, without handing it out.
-func (in *In) Ready() (bool, error) {
-	if err := in.load(); err != nil {
-		return false, err
-	}
-	for _, src := range in.ready {
-		if m := in.Marks[src]; m != nil && len(m.Held) > 0 && m.Held[0].Seq == m.Through+1 {
-			return true, nil
+// Releasable reports whether marks hold a batch that is next in its source's order —
+// what Next of an In over them would hand out — without changing them: a caller that
+// makes a new In for each transaction asks whether another is due.
+func Releasable(marks map[uint32]*cold.Mark) bool {
+	for _, m := range marks {
+		through := m.Through
+		for slices.Contains(m.Above, through+1) {
+			through++
+		}
+		if len(m.Held) > 0 && m.Held[0].Seq == through+1 {
+			return true
 		}
 	}
-	return false, nil
+	return false
 }
 
 // Held returns the batches and payload bytes held now over all sources.

@@ -383,3 +383,20 @@ func TestInLegacyAbove(t *testing.T) {
 		t.Fatalf("mark %+v, want through 6", m)
 	}
 }
+
+func TestReleasable(t *testing.T) {
+	f := func(t *testing.T, m cold.Mark, want bool) {
+		t.Helper()
+		marks := map[uint32]*cold.Mark{1: &m}
+		if got := Releasable(marks); got != want {
+			t.Fatalf("%+v: releasable %v, want %v", m, got, want)
+		}
+		if m.Through != marks[1].Through {
+			t.Fatalf("Releasable changed the marks")
+		}
+	}
+	t.Run("next held", func(t *testing.T) { f(t, cold.Mark{Through: 2, Held: []cold.Held{{Seq: 3}}}, true) })
+	t.Run("above a gap", func(t *testing.T) { f(t, cold.Mark{Through: 2, Held: []cold.Held{{Seq: 4}}}, false) })
+	t.Run("none held", func(t *testing.T) { f(t, cold.Mark{Through: 2}, false) })
+	t.Run("after legacy above", func(t *testing.T) { f(t, cold.Mark{Through: 2, Above: []uint64{3}, Held: []cold.Held{{Seq: 4}}}, true) })
+}
