@@ -233,3 +233,37 @@ func TestDeadLetteredHopFillsItsNumber(t *testing.T) {
 		t.Fatalf("%d dead letters, want the undecodable batch", got)
 	}
 }
+
+// TestHeldReleaseOnePost: a held backlog of likes of one post in one second, released
+// over many transactions — some consuming no message, at the position of the one
+// before — keeps every liker: each transaction's liker chunk has a key of its own.
+func TestHeldReleaseOnePost(t *testing.T) {
+	const n, per = 30, 1000
+	h := newHarness(t, 2)
+	h.opts = cold.Options{MemTableSize: 2 << 20}
+	a := h.start("a.1", nil)
+	for seq := uint64(2); seq <= n; seq++ {
+		evs := heldLikes(seq, per, "")
+		for i := range evs {
+			evs[i].Post = 1 << 41
+		}
+		h.hop(1, seq, evs)
+	}
+	h.caughtUp(a)
+	evs := heldLikes(1, per, "")
+	for i := range evs {
+		evs[i].Post = 1 << 41
+	}
+	h.hop(1, 1, evs)
+	natstest.Eventually(t, 2*time.Minute, "the backlog released", func() (bool, string) {
+		m := h.state(a.db).Hops[1]
+		return m != nil && m.Through == n && !a.busy.Load(), fmt.Sprintf("%+v", m)
+	})
+	rc, err := cold.CountRelations(a.db, []int{0}, []uint64{1 << 41}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc.Likes[0] != n*per {
+		t.Fatalf("post has %d likers, want %d (%d transactions, %d cut short)", rc.Likes[0], n*per, a.stats.Txns.Load(), a.stats.Splits.Load())
+	}
+}

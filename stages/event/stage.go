@@ -382,7 +382,7 @@ const maxDeletes = 4096
 // the new ones and the state in txn. The state names the log record before this transaction's (see StageState.Log).
 func (s *Stage) write(txn *badger.Txn, st *cold.StageState, outbox []cold.OutboxEntry, w *work) error {
 	p := s.cfg.Partition
-	if err := w.likes.Flush(txn, st.Pos); err != nil {
+	if err := w.likes.Flush(txn, likesBatch(st)); err != nil {
 		return err
 	}
 	w.deleted = min(len(s.published), maxDeletes)
@@ -395,6 +395,14 @@ func (s *Stage) write(txn *badger.Txn, st *cold.StageState, outbox []cold.Outbox
 		}
 	}
 	return cold.PutStage(txn, p, st)
+}
+
+// likesBatch names the liker chunks of the transaction that ends in state st: unique in
+// the partition, though a transaction that consumed no message ends at the position of
+// the one before (its number tells them apart), and above every position, which named
+// them before transactions were numbered.
+func likesBatch(st *cold.StageState) uint64 {
+	return pipeline.SeqOf(st.Pos, int(st.N%pipeline.SeqSpan))
 }
 
 // committed makes st the stage's state once its transaction has committed.
