@@ -76,11 +76,7 @@ func (s *Stage) apply(txn *badger.Txn, e *pipeline.Event, w *work) error {
 // where the relation was made and taken back when it is undone (moved when the place
 // moves).
 func (s *Stage) related(txn *badger.Txn, w *work, e *pipeline.Event, kind string, count fieldRef, before, after rel.State, forgot bool) error {
-	if forgot {
-		s.stats.Forgotten.Add(1)
-	}
-	if before.On == after.On && before.Made == after.Made {
-		s.stats.Unchanged.Add(1)
+	if s.unchanged(before, after, forgot) {
 		return nil
 	}
 	switch {
@@ -113,6 +109,19 @@ func (s *Stage) related(txn *badger.Txn, w *work, e *pipeline.Event, kind string
 	return nil
 }
 
+// unchanged reports whether a relation event changed nothing anyone asks about, and
+// counts it; and counts a relation that forgot an older "on" (rel.MaxLater).
+func (s *Stage) unchanged(before, after rel.State, forgot bool) bool {
+	if forgot {
+		s.stats.Forgotten.Add(1)
+	}
+	if before.SameView(after) {
+		s.stats.Unchanged.Add(1)
+		return true
+	}
+	return false
+}
+
 // notifies reports whether a relation of actor's with a post of owner notifies them.
 func notifies(owner uint64, actor pipeline.ID) bool { return owner != 0 && owner != uint64(actor) }
 
@@ -121,11 +130,7 @@ func notifies(owner uint64, actor pipeline.ID) bool { return owner != 0 && owner
 // followers (kept in their partition), and the follower's feed, each undone where the
 // relation was made before and done where it is made now.
 func (s *Stage) followed(txn *badger.Txn, w *work, uid, target pipeline.ID, before, after rel.State, forgot bool) error {
-	if forgot {
-		s.stats.Forgotten.Add(1)
-	}
-	if before.On == after.On && before.Made == after.Made {
-		s.stats.Unchanged.Add(1)
+	if s.unchanged(before, after, forgot) {
 		return nil
 	}
 	if n := boolInt(after.On) - boolInt(before.On); n != 0 {

@@ -287,11 +287,11 @@ func (l *Likes) Toggle(txn *badger.Txn, u, post uint64, on bool, e rel.Event) (b
 	}
 	var st rel.State
 	if i >= 0 {
-		before = clone(r.list[i].State)
-		st = clone(before)
+		before = r.list[i].Clone()
+		st = before.Clone()
 	}
 	_, forgot = st.Apply(on, e)
-	if same(before, st) {
+	if st.Equal(before) {
 		return before, st, forgot, nil
 	}
 	if i < 0 {
@@ -305,16 +305,9 @@ func (l *Likes) Toggle(txn *badger.Txn, u, post uint64, on bool, e rel.Event) (b
 
 // toggleKey is Toggle for a heavy user: the post's state is a relation key.
 func (l *Likes) toggleKey(txn *badger.Txn, u, post uint64, on bool, e rel.Event) (before, after rel.State, forgot bool, err error) {
-	r := Rel{A: u, B: post}
-	if before, err = getState(txn, relKey(l.p, Like, r)); err != nil {
-		return before, after, false, err
-	}
-	after = clone(before)
-	_, forgot = after.Apply(on, e)
-	if same(before, after) {
-		return before, after, forgot, nil
-	}
-	if err := l.putKey(txn, r, before, after); err != nil {
+	before, after, forgot, keys, err := toggleKey(txn, l.p, Like, Rel{A: u, B: post}, on, e)
+	l.touch(keys...)
+	if err != nil || len(keys) == 0 {
 		return before, after, forgot, err
 	}
 	return before, after, forgot, l.moveLiker(txn, u, post, before, after)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 
 	"github.com/dgraph-io/badger/v4"
 
@@ -85,16 +84,24 @@ func Toggle(txn *badger.Txn, p int, k Kind, r Rel, on bool, e rel.Event) (before
 		return before, after, forgot, l.Flush(txn, e.Place)
 	}
 	e.TS = max(e.TS, 0)
-	if before, err = getState(txn, relKey(p, k, r)); err != nil {
-		return before, after, false, err
-	}
-	after = clone(before)
-	_, forgot = after.Apply(on, e)
-	if same(before, after) {
-		return before, after, forgot, nil
-	}
-	_, err = putState(txn, p, k, r, before, after)
+	before, after, forgot, _, err = toggleKey(txn, p, k, r, on, e)
 	return before, after, forgot, err
+}
+
+// toggleKey applies an event to the state relation r keeps in its relation key and
+// writes it back, with its subject's list key (putState); keys are what it wrote, none
+// when the state did not change.
+func toggleKey(txn *badger.Txn, p int, k Kind, r Rel, on bool, e rel.Event) (before, after rel.State, forgot bool, keys []key, err error) {
+	if before, err = getState(txn, relKey(p, k, r)); err != nil {
+		return before, after, false, nil, err
+	}
+	after = before.Clone()
+	_, forgot = after.Apply(on, e)
+	if after.Equal(before) {
+		return before, after, forgot, nil, nil
+	}
+	keys, err = putState(txn, p, k, r, before, after)
+	return before, after, forgot, keys, err
 }
 
 // getState reads the relation state at rk (the zero state when there is none).
@@ -139,17 +146,6 @@ func putState(txn *badger.Txn, p int, k Kind, r Rel, before, after rel.State) ([
 		keys = append(keys, sk)
 	}
 	return keys, nil
-}
-
-// clone copies a state, so that applying an event to the copy leaves s as it was.
-func clone(s rel.State) rel.State {
-	s.Later = slices.Clone(s.Later)
-	return s
-}
-
-// same reports whether two states are the same, down to the events they keep.
-func same(a, b rel.State) bool {
-	return a.On == b.On && a.Made == b.Made && a.Off == b.Off && slices.Equal(a.Later, b.Later)
 }
 
 // Relate makes r at time ts in partition p, placed after every event it has seen; it

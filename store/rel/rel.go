@@ -107,3 +107,18 @@ func cmpPlace(a, b uint64) int {
 // Tombstone reports whether the state is an undone relation that must be kept: an "on"
 // placed before Off must find it.
 func (s *State) Tombstone() bool { return !s.On && s.Off != 0 }
+
+// Clone copies s, so that applying an event to the copy leaves s as it was.
+func (s State) Clone() State {
+	s.Later = slices.Clone(s.Later)
+	return s
+}
+
+// Equal reports whether s and o are the same state, down to the events they keep.
+func (s State) Equal(o State) bool {
+	return s.On == o.On && s.Made == o.Made && s.Off == o.Off && slices.Equal(s.Later, o.Later)
+}
+
+// SameView reports whether s and o answer alike: both undone, or both made by the same
+// event. What they keep to order late events by may differ.
+func (s State) SameView(o State) bool { return s.On == o.On && s.Made == o.Made }
