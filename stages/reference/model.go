@@ -270,12 +270,6 @@ func (m *Model) Likers(post uint64) []Item { return list(m.likes.byObject, post)
 func (m *Model) Following(u uint64) []Item { return list(m.follows.bySubject, u) }
 func (m *Model) Followers(u uint64) []Item { return list(m.follows.byObject, u) }
 
-// Made returns where user u's like of post was made (ok false: not liked).
-func (m *Model) Made(u, post uint64) (Made, bool) { return m.likes.get([2]uint64{u, post}) }
-
-// Comments returns the number of comments made and not undone in all.
-func (m *Model) Comments() int { return len(m.comments) }
-
 // Unread returns user u's unread counts.
 func (m *Model) Unread(u uint64) pipeline.Unread {
 	count := func(kind string) uint64 {
@@ -301,37 +295,6 @@ func (m *Model) Unread(u uint64) pipeline.Unread {
 		}
 	}
 	return w
-}
-
-// Users returns every user the model knows of (as actor, target, owner or notified),
-// and Posts every post, each sorted.
-func (m *Model) Users() []uint64 {
-	set := map[uint64]bool{}
-	for u := range m.likes.bySubject {
-		set[u] = true
-	}
-	for u := range m.follows.bySubject {
-		set[u] = true
-	}
-	for u := range m.follows.byObject {
-		set[u] = true
-	}
-	for u := range m.counts["user"] {
-		set[u] = true
-	}
-	for u := range m.notes {
-		set[u] = true
-	}
-	return sortedKeys(set)
-}
-
-// Posts returns every post counted, sorted.
-func (m *Model) Posts() []uint64 {
-	set := map[uint64]bool{}
-	for p := range m.counts["post"] {
-		set[p] = true
-	}
-	return sortedKeys(set)
 }
 
 func sortedKeys[V any](set map[uint64]V) []uint64 {
