@@ -13,7 +13,7 @@ import (
 // state of an older layout is moved to this one wherever it comes from — Migrate for a
 // local database at start, Restore for a partition moving here from a process of an
 // older version — and state of a newer one is refused (ErrNewerLayout), never half read.
-// A change of layout adds a version below and its step to Migrate and to upgrade.
+// A change of layout adds a version below and its step to layoutSteps.
 const (
 	// layoutPartitioned: every event-stage key carries its partition (Migrate moves the
 	// keys of layout 0, by id alone, which only local databases hold: partition backups
@@ -62,21 +62,32 @@ func (d *DB) setLayout() error {
 	})
 }
 
+// layoutStep is how the keys of one partition move to a layout from the one before it,
+// once the keys are under their partitions (layoutPartitioned): Migrate runs it over
+// every partition of a database once (marked done by mark), upgrade over a restored
+// part.
+type layoutStep struct {
+	to   int // the layout it moves to; a part of a layout below takes it
+	mark string
+	what string
+	move func(db *DB, w *groupWriter, from, to int) (int, error)
+}
+
+// layoutSteps are the steps from layoutPartitioned to Layout, in order: a change of
+// layout adds one here.
+var layoutSteps = []layoutStep{
+	{layoutLikes, "likes", "likes to like records", moveLikes},
+	{layoutStates, "like-states", "like records to relation states", moveLikeStates},
+}
+
 // upgrade moves the keys of part, just restored from a backup of layout from, to this
-// layout: the steps of Migrate after from, for each event partition of part, in
-// transactions of at most maxGroupOps changes. It returns how many keys it moved.
+// layout: the steps after from, for each event partition of part, in transactions of
+// at most maxGroupOps changes. It returns how many keys it moved.
 func (d *DB) upgrade(part Part, from int) (int, error) {
 	moved := 0
 	for _, p := range part.events {
-		for _, step := range []struct {
-			below int
-			what  string
-			move  func(db *DB, w *groupWriter, from, to int) (int, error)
-		}{
-			{layoutLikes, "likes to like records", moveLikes},
-			{layoutStates, "like records to relation states", moveLikeStates},
-		} {
-			if from >= step.below {
+		for _, step := range layoutSteps {
+			if from >= step.to {
 				continue
 			}
 			w := &groupWriter{db: d.db}

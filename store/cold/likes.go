@@ -40,7 +40,7 @@ const (
 )
 
 // recordKind is the kind byte of a like record's key. Records of the layout before
-// states (L|p|'l'|u: post, time and place per like) are moved by migrateLikeStates.
+// states (L|p|'l'|u: post, time and place per like) are moved by moveLikeStates.
 const recordKind = 'r'
 
 // maxLightLikes is the most posts a like record holds before its user turns heavy.

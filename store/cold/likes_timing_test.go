@@ -76,7 +76,7 @@ func BenchmarkLikes(b *testing.B) {
 }
 
 // likeKeyPerList is a like in the layout before like records: relation, the user's
-// list and the post's list, each a key (what migrateLikes moves).
+// list and the post's list, each a key (what moveLikes moves).
 func likeKeyPerList(txn *badger.Txn, u, post uint64, ts int64, seq uint64) (bool, error) {
 	rel := Rel{A: u, B: post}
 	if _, err := txn.Get(relKey(0, Like, rel)); err == nil {

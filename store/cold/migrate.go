@@ -30,8 +30,8 @@ const (
 )
 
 // Migrate moves the keys of the old layout to the partitions that own them now, with
-// partitions partitions and partOf the partition of an id, then likes to their own shape
-// (migrateLikes): a relation and its subject's
+// partitions partitions and partOf the partition of an id, then through every later
+// layout (layoutSteps): a relation and its subject's
 // list go to the subject's partition, a follow's follower list to the followed user's, a
 // reader's state and notifications to the reader's, a post to its author's. A pulled post
 // is recorded in every partition (see PutPulled). It returns how many keys it moved; a
@@ -55,12 +55,13 @@ func Migrate(db *DB, partitions int, partOf func(id uint64) int) (int, error) {
 			return moved, fmt.Errorf("cannot move the keys of namespace %q to their partitions: %w", ns, err)
 		}
 	}
-	n, err := migrateLikes(db)
-	if moved += n; err != nil {
-		return moved, err
+	for _, step := range layoutSteps {
+		n, err := migrateOnce(db, step.mark, step.move)
+		if moved += n; err != nil {
+			return moved, err
+		}
 	}
-	n, err = migrateLikeStates(db)
-	if moved += n; err != nil {
+	if l, err := db.layout(); err != nil || l == Layout {
 		return moved, err
 	}
 	return moved, db.setLayout()
@@ -142,10 +143,6 @@ func (d *DB) migrate(ns byte, move func(k, v []byte, set func(key, []byte) error
 
 // nsLayout marks the layout changes a database has been through: Y|name.
 const nsLayout = 'Y'
-
-// migrateLikes moves the likes of every partition to like records and liker chunks
-// (moveLikes) once.
-func migrateLikes(db *DB) (int, error) { return migrateOnce(db, "likes", moveLikes) }
 
 // migrateOnce runs move over every partition unless the layout mark name says it ran:
 // the mark is set once all has moved, in the last transaction, so a crash halfway moves
@@ -377,10 +374,6 @@ func (w *groupWriter) discard() {
 // states: L|p|'l'|u → post, time and place (24 bytes) per like, newest first, or one
 // byte 0xff for a heavy user.
 const legacyRecordKind = byte(Like)
-
-// migrateLikeStates moves the like records of the layout before relation states to
-// theirs (moveLikeStates), in every partition, once.
-func migrateLikeStates(db *DB) (int, error) { return migrateOnce(db, "like-states", moveLikeStates) }
 
 // moveLikeStates moves the like records of partitions from to to (both included) of the
 // layout before relation states (L|p|'l'|u: post, time and place per like, or 0xff for a
