@@ -285,28 +285,19 @@ func (d *DB) Restore(r io.Reader, part Part, tmpDir string) error {
 	if crc.Sum32() != binary.BigEndian.Uint32(trailer[8:]) {
 		return bad("checksum mismatch")
 	}
-	// body reads the keys and values, after the layout; layout is the backup's.
-	layout := uint64(layoutPartitioned)
-	body := func() (*bufio.Reader, error) {
-		br := bufio.NewReaderSize(io.NewSectionReader(tmp, head, int64(size)), 1<<20)
-		if magic == backupMagicV2 {
-			return br, nil
+	// The keys and values come after the layout, which a backup of format 2 has not.
+	layout, body := uint64(layoutPartitioned), head
+	if magic != backupMagicV2 {
+		var v [binary.MaxVarintLen64]byte
+		got, _ := tmp.ReadAt(v[:min(len(v), int(size))], head)
+		l, k := binary.Uvarint(v[:got])
+		if k <= 0 {
+			return bad("without its layout")
 		}
-		var err error
-		if layout, err = binary.ReadUvarint(br); err != nil {
-			return nil, bad("without its layout")
-		}
-		return br, nil
+		layout, body = l, head+int64(k)
 	}
 	scan := func(fn func(k, v []byte) error) error {
-		br, err := body()
-		if err != nil {
-			return err
-		}
-		return scanBackup(br, fn)
-	}
-	if _, err := body(); err != nil {
-		return err
+		return scanBackup(bufio.NewReaderSize(io.NewSectionReader(tmp, body, n-tail-body), 1<<20), fn)
 	}
 	if layout > Layout {
 		return fmt.Errorf("%w: the backup is of layout %d, this tallyd knows layouts up to %d: a tallyd of layout %d or newer must take it", ErrNewerLayout, layout, Layout, layout)
@@ -325,28 +316,20 @@ func (d *DB) Restore(r io.Reader, part Part, tmpDir string) error {
 	// The marks are held back (a key per stage or family, holding what it keeps above a
 	// gap) and written once the rest is in.
 	var marks [][2][]byte
-	load := func(fn func(set func(k, v []byte) error) error) error {
-		wb := d.db.NewWriteBatch()
-		defer wb.Cancel()
-		if err := fn(func(k, v []byte) error { return wb.Set(k, v) }); err != nil {
-			return fmt.Errorf("cannot restore the backup: %w", err)
+	wb := d.db.NewWriteBatch()
+	defer wb.Cancel()
+	err = scan(func(k, v []byte) error {
+		if part.mark(k) {
+			marks = append(marks, [2][]byte{k, v})
+			return nil
 		}
-		if err := wb.Flush(); err != nil {
-			return fmt.Errorf("cannot restore the backup: %w", err)
-		}
-		return nil
-	}
-	err = load(func(set func(k, v []byte) error) error {
-		return scan(func(k, v []byte) error {
-			if part.mark(k) {
-				marks = append(marks, [2][]byte{k, v})
-				return nil
-			}
-			return set(k, v)
-		})
+		return wb.Set(k, v)
 	})
+	if err == nil {
+		err = wb.Flush()
+	}
 	if err != nil {
-		return err
+		return fmt.Errorf("cannot restore the backup: %w", err)
 	}
 	if layout < Layout && len(part.events) > 0 {
 		start := time.Now()
@@ -356,14 +339,19 @@ func (d *DB) Restore(r io.Reader, part Part, tmpDir string) error {
 		}
 		d.log.Info("restored a backup of an older layout and moved it to this one", "from", layout, "to", Layout, "keys", moved, "took", time.Since(start))
 	}
-	return load(func(set func(k, v []byte) error) error {
+	// The marks in one transaction: a part that has any has them all.
+	err = d.db.Update(func(txn *badger.Txn) error {
 		for _, m := range marks {
-			if err := set(m[0], m[1]); err != nil {
+			if err := txn.Set(m[0], m[1]); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
+	if err != nil {
+		return fmt.Errorf("cannot restore the backup: %w", err)
+	}
+	return nil
 }
 
 // Clear deletes every key of part: deletes rather than Badger's DropPrefix, which
