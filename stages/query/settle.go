@@ -71,6 +71,7 @@ func (s *Server) settle(ctx context.Context, groups []*audited) ([][]string, err
 	}
 	if len(hops.left) > 0 {
 		hops.sent = make([]map[uint32]uint64, s.cfg.Partitions)
+		hops.applied = make([]map[uint32]uint64, s.cfg.Partitions)
 		hops.known = make([]bool, s.cfg.Partitions)
 	}
 	stagesDone := false
@@ -93,7 +94,7 @@ func (s *Server) settle(ctx context.Context, groups []*audited) ([][]string, err
 		}
 		s.askHops(askCtx, hops, &wg)
 		wg.Wait()
-		s.hopsApplied(askCtx, hops)
+		hops.settle()
 		// The counters only once every stage is done: then what the stages had
 		// committed is in the deltas stream.
 		if stagesDone = !slices.ContainsFunc(stages, func(r *evRequest) bool { return r != nil }); stagesDone {
@@ -132,62 +133,63 @@ func (s *Server) settle(ctx context.Context, groups []*audited) ([][]string, err
 
 // hopWait is what a settle waits for of the hop batches: that each event partition in
 // left has applied what every other had sent to it when the settle began (sent[p], read
-// once, known[p] once it is).
+// once, known[p] once it is; applied[p] is what p last said it had applied).
 type hopWait struct {
-	left  []int
-	sent  []map[uint32]uint64
-	known []bool
+	left    []int
+	sent    []map[uint32]uint64
+	applied []map[uint32]uint64
+	known   []bool
 }
 
-// askHops asks on wg, while hops are waited for, each partition whose sent is not known
-// yet what it has sent to the others (an owner that does not answer, or does not know
-// the question, is asked again at the next poll).
+// askHops asks on wg, while hops are waited for, each partition once: what it has sent
+// to the others, until that is known, and what it has applied of theirs, while it is
+// waited for (an owner that does not answer, or does not know the question, is asked
+// again at the next poll). Each asking writes only its own partition's entries.
 func (s *Server) askHops(ctx context.Context, hops *hopWait, wg *sync.WaitGroup) {
 	if len(hops.left) == 0 {
 		return
 	}
 	for p, known := range hops.known {
-		if known {
+		waited := slices.Contains(hops.left, p)
+		if known && !waited {
 			continue
 		}
 		wg.Go(func() {
-			if r, err := s.ev(ctx, p, evHops, &evRequest{}); err == nil {
+			r, err := s.ev(ctx, p, evHops, &evRequest{})
+			if err != nil {
+				return
+			}
+			if !known {
 				hops.sent[p], hops.known[p] = r.Sent, true
+			}
+			if waited {
+				hops.applied[p] = r.Applied
+				if r.Applied == nil { // nothing applied yet, but asked
+					hops.applied[p] = map[uint32]uint64{}
+				}
 			}
 		})
 	}
 }
 
-// hopsApplied removes from hops.left each partition that has applied every hop batch
-// the others had sent to it, once what they had sent is known.
-func (s *Server) hopsApplied(ctx context.Context, hops *hopWait) {
+// settle removes from left each partition that has applied every hop batch the others
+// had sent to it, once what they had sent is known. (What a partition applied may have
+// been read before what another sent: both only grow, so that is stricter, never laxer.)
+func (hops *hopWait) settle() {
 	if len(hops.left) == 0 || slices.Contains(hops.known, false) {
 		return
 	}
-	done := make([]bool, len(hops.left))
-	var wg sync.WaitGroup
-	for i, q := range hops.left {
-		wg.Go(func() {
-			r, err := s.ev(ctx, q, evHops, &evRequest{})
-			if err != nil {
-				return
-			}
-			for src, sent := range hops.sent {
-				if src != q && sent[uint32(q)] > r.Applied[uint32(src)] {
-					return
-				}
-			}
-			done[i] = true
-		})
-	}
-	wg.Wait()
-	left := hops.left[:0]
-	for i, q := range hops.left {
-		if !done[i] {
-			left = append(left, q)
+	hops.left = slices.DeleteFunc(hops.left, func(q int) bool {
+		if hops.applied[q] == nil {
+			return false // not asked yet
 		}
-	}
-	hops.left = left
+		for src, sent := range hops.sent {
+			if src != q && sent[uint32(q)] > hops.applied[q][uint32(src)] {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // counterSettled reports whether counter partition family/p has applied its deltas
