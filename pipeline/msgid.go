@@ -98,13 +98,8 @@ const changeV1, changeV2 = "chg.", "chg2."
 // ChangePos is the deltas-stream position in a change message id, of this version or an
 // older one (false when id is neither).
 func ChangePos(id string) (uint64, bool) {
-	if rest, ok := strings.CutPrefix(id, changeV2); ok {
-		f := strings.Split(rest, ".")
-		if len(f) < 7 {
-			return 0, false
-		}
-		pos, err := strconv.ParseUint(f[len(f)-5], 10, 64)
-		return pos, err == nil
+	if _, ok := strings.CutPrefix(id, changeV2); ok {
+		return changeField(id, 5)
 	}
 	rest, ok := strings.CutPrefix(id, changeV1)
 	if !ok {
@@ -121,7 +116,11 @@ func ChangePos(id string) (uint64, bool) {
 // ChangePrev is the position of the checkpoint before the one a ChangeMsgID names: every
 // checkpoint its owner took before it is announced whole once that id is stored. False
 // for ids of older versions, whose parts say nothing of the parts around them.
-func ChangePrev(id string) (uint64, bool) {
+func ChangePrev(id string) (uint64, bool) { return changeField(id, 4) }
+
+// changeField is the number fromEnd fields before the end of a ChangeMsgID (the family
+// may hold dots: fields are counted from the end).
+func changeField(id string, fromEnd int) (uint64, bool) {
 	rest, ok := strings.CutPrefix(id, changeV2)
 	if !ok {
 		return 0, false
@@ -130,8 +129,8 @@ func ChangePrev(id string) (uint64, bool) {
 	if len(f) < 7 {
 		return 0, false
 	}
-	prev, err := strconv.ParseUint(f[len(f)-4], 10, 64)
-	return prev, err == nil
+	v, err := strconv.ParseUint(f[len(f)-fromEnd], 10, 64)
+	return v, err == nil
 }
 
 // BatchMsgID names part n of a client batch tx that the client split for partition p.

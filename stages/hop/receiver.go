@@ -68,8 +68,7 @@ type In struct {
 	// Marks of older versions whose held batches carry their payload are moved into
 	// Store by the first call.
 	Marks map[uint32]*cold.Mark
-	// Store keeps the held payloads. Nil keeps them in Marks, as older versions did
-	// (tests only: the marks are then as large as what they hold).
+	// Store keeps the held payloads; it must be set.
 	Store HeldStore
 	// MaxHeld is the most batches held per source above a gap (DefaultMaxHeld when 0).
 	MaxHeld int
@@ -115,11 +114,7 @@ func (in *In) Offer(src uint32, seq uint64, data []byte) (Verdict, error) {
 		return Apply, nil
 	}
 	h := cold.Held{Seq: seq, Size: uint32(len(data))}
-	switch {
-	case len(data) == 0:
-	case in.Store == nil:
-		h.Data = slices.Clone(data)
-	default:
+	if len(data) > 0 {
 		if err := in.Store.Put(src, seq, data); err != nil {
 			return Dup, fmt.Errorf("cannot hold batch %d of source %d: %w", seq, src, err)
 		}
@@ -223,12 +218,10 @@ func (in *In) load() error {
 			h := &m.Held[i]
 			if h.Data != nil {
 				h.Size = uint32(len(h.Data))
-				if in.Store != nil {
-					if err := in.Store.Put(src, h.Seq, h.Data); err != nil {
-						return fmt.Errorf("cannot move held batch %d of source %d to its store: %w", h.Seq, src, err)
-					}
-					h.Data = nil
+				if err := in.Store.Put(src, h.Seq, h.Data); err != nil {
+					return fmt.Errorf("cannot move held batch %d of source %d to its store: %w", h.Seq, src, err)
 				}
+				h.Data = nil
 			}
 		}
 		if passAbove(m) {
@@ -268,9 +261,8 @@ func (in *In) hold(batches, bytes int) {
 
 // take reads and deletes the payload of held batch h of src.
 func (in *In) take(src uint32, h cold.Held) ([]byte, error) {
-	switch {
-	case in.Store == nil || (h.Size == 0 && h.Data == nil):
-		return h.Data, nil
+	if h.Size == 0 {
+		return nil, nil // a number filled with nothing
 	}
 	data, err := in.Store.Get(src, h.Seq)
 	if err == nil {

@@ -41,15 +41,8 @@ func PutHeld(db *DB, family string, p int, r HeldRef, data []byte) error {
 // ErrCorrupt: the checkpoint that holds it was written after it.
 func GetHeld(db *DB, family string, p int, r HeldRef) ([]byte, error) {
 	var data []byte
-	err := db.db.View(func(txn *badger.Txn) error {
-		item, err := txn.Get(heldKey(family, p, r))
-		if errors.Is(err, badger.ErrKeyNotFound) {
-			return fmt.Errorf("%w: no payload stored", ErrCorrupt)
-		}
-		if err != nil {
-			return err
-		}
-		data, err = item.ValueCopy(nil)
+	err := db.db.View(func(txn *badger.Txn) (err error) {
+		data, err = heldPayload(txn, heldKey(family, p, r))
 		return err
 	})
 	if err != nil {
@@ -81,6 +74,9 @@ func HeldRefs(db *DB, family string, p int) ([]HeldRef, error) {
 // holds (written just before a crash, and not held again). Not atomically: each is
 // garbage, whatever is deleted of the others.
 func DeleteHeld(db *DB, family string, p int, refs []HeldRef) error {
+	if len(refs) == 0 {
+		return nil
+	}
 	wb := db.db.NewWriteBatch()
 	defer wb.Cancel()
 	for _, r := range refs {
@@ -101,4 +97,17 @@ func deleteHeld(txn *badger.Txn, family string, p int, refs []HeldRef) error {
 		}
 	}
 	return nil
+}
+
+// heldPayload reads a held batch's payload at k, of a counter partition or an event
+// stage; a missing one is ErrCorrupt: the marks that hold it were written with or after
+// it.
+func heldPayload(txn *badger.Txn, k key) ([]byte, error) {
+	item, err := txn.Get(k)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, fmt.Errorf("%w: no payload stored", ErrCorrupt)
+	} else if err != nil {
+		return nil, err
+	}
+	return item.ValueCopy(nil)
 }

@@ -1,7 +1,6 @@
 package cold
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 
@@ -143,16 +142,13 @@ func PutStageHeld(txn *badger.Txn, p int, src uint32, seq uint64, data []byte) e
 	return txn.Set(stageHeldKey(p, src, seq), slices.Clone(data))
 }
 
-// GetStageHeld reads it back; a missing one is ErrCorrupt: the marks that hold it were
-// written with it.
+// GetStageHeld reads it back; a missing one is ErrCorrupt.
 func GetStageHeld(txn *badger.Txn, p int, src uint32, seq uint64) ([]byte, error) {
-	item, err := txn.Get(stageHeldKey(p, src, seq))
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return nil, fmt.Errorf("%w: hop batch %d of partition %d held by partition %d has no payload", ErrCorrupt, seq, src, p)
-	} else if err != nil {
-		return nil, err
+	data, err := heldPayload(txn, stageHeldKey(p, src, seq))
+	if err != nil {
+		return nil, fmt.Errorf("hop batch %d of partition %d held by partition %d: %w", seq, src, p, err)
 	}
-	return item.ValueCopy(nil)
+	return data, nil
 }
 
 // DeleteStageHeld deletes it once the batch is applied.
