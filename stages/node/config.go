@@ -197,10 +197,10 @@ func (c Config) streams() pipeline.StreamConfig {
 
 // faultyPublisher returns, when PublishFaults is set (by a test), a Publisher that
 // injects those faults into what is published through js, seeded apart by salt so that
-// each stage and worker gets faults of its own; otherwise nil: publish through js.
+// each stage and worker gets faults of its own; otherwise js itself.
 func (c Config) faultyPublisher(js hop.Publisher, salt uint64) hop.Publisher {
 	if c.PublishFaults == "" {
-		return nil
+		return js
 	}
 	f, _ := hop.ParseFaults(c.PublishFaults) // validate checked it
 	f.Seed = f.Seed*1_000_003 + salt

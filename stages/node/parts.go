@@ -14,7 +14,6 @@ import (
 	"github.com/tally-dev/tally/stages/cluster"
 	"github.com/tally-dev/tally/stages/counter"
 	"github.com/tally-dev/tally/stages/event"
-	"github.com/tally-dev/tally/stages/hop"
 )
 
 // Partitions are spread over the live processes of a prefix: each one's event stage and
@@ -288,11 +287,7 @@ func (n *Node) runWorkers(ctx context.Context, p int, valid func() bool, wg *syn
 		cc.Family, cc.Partition = fam, p
 		cc.Publisher = n.cfg.faultyPublisher(n.js, uint64(1+p*len(n.cfg.Families)+i))
 		if n.cfg.ChangePublisher != nil {
-			var pub hop.Publisher = n.js
-			if cc.Publisher != nil {
-				pub = cc.Publisher
-			}
-			cc.Publisher = n.cfg.ChangePublisher(fam.Name, p, pub)
+			cc.Publisher = n.cfg.ChangePublisher(fam.Name, p, cc.Publisher)
 		}
 		w := counter.New(cc, n.js, n.db, n.log, &n.CounterStats)
 		ws = append(ws, w)
