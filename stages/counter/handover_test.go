@@ -111,15 +111,7 @@ func (r *rig) startGated() (*partGate, func() error) {
 func TestStandbyKeepsACheckpointAnnouncedInPart(t *testing.T) {
 	r := newRig(t)
 	gate, stopOwner := r.startGated()
-	standby, err := cold.Open(cold.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { standby.Close() })
-	var promoted atomic.Bool
-	scfg := r.config()
-	scfg.Valid = promoted.Load
-	r.startOn(standby, scfg)
+	standby, promoted := r.startStandby()
 
 	want := map[uint64]uint64{}
 	seq := uint64(0)

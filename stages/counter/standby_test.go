@@ -17,18 +17,26 @@ import (
 // A standby's worker applies the partition's deltas beside its owner's and keeps only
 // the change events the owner has not stored yet; taking over, it sends those, and the
 // changes stream's last value of every id is its true count.
-func TestStandbyWorkerTrimsAnnounced(t *testing.T) {
-	r := newRig(t)
-	_, stopOwner := r.start(r.config())
-	standby, err := cold.Open(cold.Options{Dir: t.TempDir()})
+// startStandby starts a standby worker on a database of its own: it answers and
+// announces nothing until promoted is set.
+func (r *rig) startStandby() (*cold.DB, *atomic.Bool) {
+	r.t.Helper()
+	standby, err := cold.Open(cold.Options{Dir: r.t.TempDir()})
 	if err != nil {
-		t.Fatal(err)
+		r.t.Fatal(err)
 	}
-	t.Cleanup(func() { standby.Close() })
-	var promoted atomic.Bool
+	r.t.Cleanup(func() { standby.Close() })
+	promoted := new(atomic.Bool)
 	cfg := r.config()
 	cfg.Valid = promoted.Load
 	r.startOn(standby, cfg)
+	return standby, promoted
+}
+
+func TestStandbyWorkerTrimsAnnounced(t *testing.T) {
+	r := newRig(t)
+	_, stopOwner := r.start(r.config())
+	standby, promoted := r.startStandby()
 
 	want := map[uint64]uint64{}
 	seq := uint64(0)
