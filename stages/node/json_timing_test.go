@@ -1,0 +1,222 @@
+package node_test
+
+import (
+	"context"
+	"encoding/json"
+	"math/rand"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/pipeline/natstest"
+	"github.com/tally-dev/tally/stages/node"
+)
+
+// jsonEvents makes n events as a producer in another language sends them: 75% likes of
+// 20 000 posts by 100 000 users, each naming the post's owner (so a like of another
+// user's post notifies its owner, in the owner's partition), 25% views. It returns the
+// expected like and view count of every post.
+func jsonEvents(n int) ([]pipeline.Event, map[uint64][2]uint64) {
+	const posts, users = 20_000, 100_000
+	r := rand.New(rand.NewSource(2))
+	z := rand.NewZipf(r, 1.1, 1, posts-1)
+	evs := make([]pipeline.Event, n)
+	want := map[uint64][2]uint64{}
+	liked := map[[2]uint64]bool{}
+	for i := range evs {
+		post := 1<<41 + z.Uint64()
+		w := want[post]
+		if r.Intn(4) < 3 {
+			uid := 1 + uint64(r.Intn(users))
+			evs[i] = pipeline.Event{Type: "like", UID: pipeline.ID(uid), Post: pipeline.ID(post), Owner: pipeline.ID(1 + post%users)}
+			if !liked[[2]uint64{uid, post}] {
+				liked[[2]uint64{uid, post}] = true
+				w[0]++
+			}
+		} else {
+			evs[i] = pipeline.Event{Type: "view", Post: pipeline.ID(post), N: 1}
+			w[1]++
+		}
+		want[post] = w
+	}
+	return evs, want
+}
+
+// jsonMsg is one message a JSON producer publishes: its subject's type and key, its
+// payload and its message id.
+type jsonMsg struct {
+	typ, id string
+	key     pipeline.ID
+	data    []byte
+}
+
+// jsonMessages encodes evs as a JSON producer would: one event a message (batch 1), or
+// batches of batch events, split by partition (the partition function of the contract)
+// or as they come.
+func jsonMessages(b *testing.B, evs []pipeline.Event, batch int, split bool) []jsonMsg {
+	var msgs []jsonMsg
+	add := func(i int, g []pipeline.Event) {
+		data, err := json.Marshal(pipeline.Batch{Events: g})
+		if err != nil {
+			b.Fatal(err)
+		}
+		msgs = append(msgs, jsonMsg{typ: pipeline.TypeBatch, key: g[0].Key(), id: "j" + strconv.Itoa(i) + "." + strconv.Itoa(len(msgs)), data: data})
+	}
+	switch {
+	case batch == 1:
+		for i, e := range evs {
+			data, err := json.Marshal(e)
+			if err != nil {
+				b.Fatal(err)
+			}
+			msgs = append(msgs, jsonMsg{typ: e.Type, key: e.Key(), id: "j" + strconv.Itoa(i), data: data})
+		}
+	case split:
+		for i := 0; i < len(evs); i += batch * 16 {
+			groups := make([][]pipeline.Event, 16)
+			for _, e := range evs[i:min(i+batch*16, len(evs))] {
+				p := pipeline.PartitionOf(e.Key(), 16)
+				groups[p] = append(groups[p], e)
+			}
+			for _, g := range groups {
+				if len(g) > 0 {
+					add(i, g)
+				}
+			}
+		}
+	default:
+		for i := 0; i < len(evs); i += batch {
+			add(i, evs[i:min(i+batch, len(evs))])
+		}
+	}
+	return msgs
+}
+
+// publishJSON publishes msgs as a JSON producer does (Content-Type application/json,
+// Nats-Msg-Id), waiting for every acknowledgement.
+func publishJSON(b *testing.B, js jetstream.JetStream, subj pipeline.Subjects, msgs []jsonMsg) {
+	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
+	for _, m := range msgs {
+		msg := nats.NewMsg(subj.Event(m.typ, m.key))
+		msg.Data = m.data
+		msg.Header.Set("Content-Type", "application/json")
+		f, err := js.PublishMsgAsync(msg, jetstream.WithMsgID(m.id))
+		if err != nil {
+			b.Fatal(err)
+		}
+		futures = append(futures, f)
+	}
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkJSON is events applied per second when a producer in another language sends
+// JSON: batches of 1 000 split by partition, batches as they come, and one event a
+// message, each beside a trivial consumer of the same messages in the same stream.
+// Run: go test ./stages/node -run XXX -bench JSON -benchtime 200000x
+func BenchmarkJSON(b *testing.B) {
+	for _, c := range []struct {
+		name  string
+		batch int
+		split bool
+	}{{"split", 1000, true}, {"unsplit", 1000, false}, {"single", 1, false}} {
+		b.Run(c.name+"/consume", func(b *testing.B) { benchJSONConsume(b, c.batch, c.split) })
+		b.Run(c.name+"/tally", func(b *testing.B) { benchJSONTally(b, c.batch, c.split) })
+	}
+}
+
+// benchJSONConsume is the trivial consumer: the same JSON messages in Tally's streams on
+// a server with no tallyd, read by one ordered consumer that decodes them with the
+// project's codec and counts them into a Go map.
+func benchJSONConsume(b *testing.B, batch int, split bool) {
+	s := natstest.Start(b)
+	nc := natstest.Connect(b, s)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(8192))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	sc := pipeline.DefaultStreamConfig()
+	sc.Partitions = 16
+	if err := pipeline.Setup(ctx, js, sc); err != nil {
+		b.Fatal(err)
+	}
+	evs, want := jsonEvents(b.N)
+	msgs := jsonMessages(b, evs, batch, split)
+	got := make(map[uint64][2]uint64, len(want))
+	liked := map[[2]uint64]bool{}
+	var counted atomic.Int64
+	done := make(chan struct{})
+	fams := pipeline.Families(pipeline.DefaultFamilies())
+	b.ResetTimer()
+	cons, err := js.OrderedConsumer(ctx, sc.Subjects.EventsStream(), jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		parts := strings.Split(m.Subject(), ".")
+		evs, _, err := pipeline.DecodeEvents(parts[len(parts)-2], m.Data(), m.Headers(), fams)
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		for _, e := range evs {
+			w := got[uint64(e.Post)]
+			if e.Type == "like" {
+				if k := [2]uint64{uint64(e.UID), uint64(e.Post)}; !liked[k] {
+					liked[k] = true
+					w[0]++
+				}
+			} else {
+				w[1] += uint64(e.N)
+			}
+			got[uint64(e.Post)] = w
+		}
+		if counted.Add(int64(len(evs))) == int64(b.N) {
+			close(done)
+		}
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cc.Stop()
+	publishJSON(b, js, sc.Subjects, msgs)
+	<-done
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	for id, w := range want {
+		if got[id] != w {
+			b.Fatalf("post %d: counted %v, want %v", id, got[id], w)
+		}
+	}
+}
+
+// benchJSONTally is the same messages published to one tallyd in this process, timed
+// until every partition has applied them; then every count is checked.
+func benchJSONTally(b *testing.B, batch int, split bool) {
+	n, c := startNode(b, func(c *node.Config) { c.Partitions, c.FlushInterval = 16, 100*time.Millisecond })
+	js, err := jetstream.New(c.Conn(), jetstream.WithPublishAsyncMaxPending(8192))
+	if err != nil {
+		b.Fatal(err)
+	}
+	evs, want := jsonEvents(b.N)
+	msgs := jsonMessages(b, evs, batch, split)
+	b.ResetTimer()
+	publishJSON(b, js, c.Subjects(), msgs)
+	waitCaughtUp(b, c)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	b.ReportMetric(float64(b.N)/float64(n.EventStats.Txns.Load()), "events/txn")
+	checkBench(b, c, want)
+}
