@@ -52,7 +52,7 @@ func (s *Stage) notify(txn *badger.Txn, w *work, kind string, owner pipeline.ID,
 		return nil
 	}
 	p := s.cfg.Partition
-	rs, err := cold.GetReader(txn, p, uint64(owner))
+	rs, err := w.readers.Get(txn, uint64(owner))
 	if err != nil {
 		return err
 	}
@@ -72,7 +72,7 @@ func (s *Stage) notify(txn *badger.Txn, w *work, kind string, owner pipeline.ID,
 	}
 	if note := rs.Note(kind); seq > *note {
 		*note = seq
-		return cold.PutReader(txn, p, uint64(owner), rs)
+		w.readers.Put(uint64(owner), rs)
 	}
 	return nil
 }
@@ -189,7 +189,7 @@ func (s *Stage) follow(txn *badger.Txn, uid, author, place uint64, w *work) erro
 	if a.Arrived <= place {
 		return nil // nothing after the follow reached the partition yet
 	}
-	rs, err := cold.GetReader(txn, p, uid)
+	rs, err := w.readers.Get(txn, uid)
 	if err != nil {
 		return err
 	}
@@ -226,7 +226,7 @@ func (s *Stage) unfollow(txn *badger.Txn, uid, author uint64, w *work) error {
 	if a.Arrived <= followed {
 		return nil // nothing after the follow reached the partition
 	}
-	rs, err := cold.GetReader(txn, p, uid)
+	rs, err := w.readers.Get(txn, uid)
 	if err != nil {
 		return err
 	}
@@ -244,8 +244,8 @@ func (s *Stage) read(txn *badger.Txn, e *pipeline.Event, w *work) error {
 	if len(kinds) == 0 {
 		kinds = pipeline.UnreadKinds()
 	}
-	p, uid := s.cfg.Partition, uint64(e.UID)
-	rs, err := cold.GetReader(txn, p, uid)
+	uid := uint64(e.UID)
+	rs, err := w.readers.Get(txn, uid)
 	if err != nil {
 		return err
 	}
@@ -286,7 +286,8 @@ func (s *Stage) read(txn *badger.Txn, e *pipeline.Event, w *work) error {
 	if !changed {
 		return nil
 	}
-	return cold.PutReader(txn, s.cfg.Partition, uid, rs)
+	w.readers.Put(uid, rs)
+	return nil
 }
 
 // feedAfter counts, over the reader's followees, the pushed posts that reached the

@@ -36,7 +36,8 @@ type work struct {
 	in       hop.In                   // a copy of the state's hop marks; payloads in the txn
 	fwd      map[int][]pipeline.Event // events for other partitions
 	fwdOrder []int
-	likes    *cold.Likes // the transaction's likes, written at its end
+	likes    *cold.Likes   // the transaction's likes, written at its end
+	readers  *cold.Readers // the reader states it read and wrote
 	dlq      []cold.OutboxEntry
 	deadSeqs []uint64 // messages to dead-letter whole
 	dead     []uint64 // those dead-lettered so far
@@ -60,7 +61,8 @@ func (s *Stage) newWork(txn *badger.Txn, c *coalescer, dead []uint64) *work {
 		marks[src] = &cold.Mark{Through: m.Through, Above: slices.Clone(m.Above), Held: slices.Clone(m.Held)}
 	}
 	in := hop.In{Marks: marks, Store: stageHeld{txn: txn, p: s.cfg.Partition}, Log: s.log, Stats: &hop.InStats{}}
-	return &work{s: s, c: c, in: in, fwd: map[int][]pipeline.Event{}, deadSeqs: dead, likes: cold.NewLikes(s.cfg.Partition, s.heavy)}
+	return &work{s: s, c: c, in: in, fwd: map[int][]pipeline.Event{}, deadSeqs: dead,
+		likes: cold.NewLikes(s.cfg.Partition, s.res), readers: cold.NewReaders(s.cfg.Partition, s.res)}
 }
 
 // stageHeld keeps the payloads of the hop batches a partition holds above a gap in its
@@ -81,6 +83,15 @@ func (h stageHeld) Get(src uint32, seq uint64) ([]byte, error) {
 
 func (h stageHeld) Delete(src uint32, seq uint64) error {
 	return cold.DeleteStageHeld(h.txn, h.p, src, seq)
+}
+
+// flush writes what the transaction changed of likes (its liker chunks under batch) and
+// reader states, each once.
+func (w *work) flush(txn *badger.Txn, batch uint64) error {
+	if err := w.likes.Flush(txn, batch); err != nil {
+		return err
+	}
+	return w.readers.Flush(txn)
 }
 
 func (w *work) forward(q int, e *pipeline.Event) {
