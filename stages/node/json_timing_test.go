@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"math/rand"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -219,4 +221,95 @@ func benchJSONTally(b *testing.B, batch int, split bool) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	b.ReportMetric(float64(b.N)/float64(n.EventStats.Txns.Load()), "events/txn")
 	checkBench(b, c, want)
+}
+
+// BenchmarkGet20Loaded is the latency of a 20-id get while a JSON producer publishes
+// split batches at a steady rate (TALLY_LOAD_RATE events a second, 100 000), beside a bare NATS request-reply echo
+// of the same size answered by the same server: the two are asked in turn, so both see
+// the same load.
+// Run: go test ./stages/node -run XXX -bench Get20Loaded -benchtime 5000x
+func BenchmarkGet20Loaded(b *testing.B) {
+	n, c := startNode(b, func(c *node.Config) { c.Partitions, c.FlushInterval = 16, 100*time.Millisecond })
+	nc := c.Conn()
+	// The producer has a connection of its own, as it would in a process of its own:
+	// on the readers' one, their requests would wait behind its batches.
+	pc, err := nats.Connect(n.ClientURL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pc.Close()
+	if _, err := nc.Subscribe("echo", func(m *nats.Msg) { _ = m.Respond(make([]byte, 200)) }); err != nil {
+		b.Fatal(err)
+	}
+	js, err := jetstream.New(pc, jetstream.WithPublishAsyncMaxPending(256))
+	if err != nil {
+		b.Fatal(err)
+	}
+	evs, _ := jsonEvents(200_000)
+	msgs := jsonMessages(b, evs, 1000, true)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	loaded := make(chan struct{})
+	var published atomic.Int64
+	rate := 100_000 // events a second: what tallyd here applies with room to spare
+	if v, err := strconv.Atoi(os.Getenv("TALLY_LOAD_RATE")); err == nil && v > 0 {
+		rate = v
+	}
+	go func() { // the load: the same messages again and again, each time under new ids
+		defer close(loaded)
+		start, sent := time.Now(), 0
+		for round := 0; ctx.Err() == nil; round++ {
+			for _, m := range msgs {
+				if ctx.Err() != nil {
+					return
+				}
+				// paced: a message is sent when the rate says it is due
+				if due := start.Add(time.Duration(sent) * time.Second / time.Duration(rate)); time.Until(due) > 0 {
+					time.Sleep(time.Until(due))
+				}
+				msg := nats.NewMsg(c.Subjects().Event(m.typ, m.key))
+				msg.Data = m.data
+				msg.Header.Set("Content-Type", "application/json")
+				if _, err := js.PublishMsgAsync(msg, jetstream.WithMsgID(strconv.Itoa(round)+"."+m.id)); err != nil {
+					b.Error(err)
+					return
+				}
+				k := strings.Count(string(m.data), `"type"`)
+				sent += k
+				published.Add(int64(k))
+			}
+		}
+	}()
+	req, _ := pipeline.Marshal(pipeline.GetRequest{IDs: make([]pipeline.ID, 20)}, false)
+	r := rand.New(rand.NewSource(2))
+	ids := make([]uint64, 20)
+	echo := make([]time.Duration, 0, b.N)
+	get := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		if _, err := nc.Request("echo", req, 5*time.Second); err != nil {
+			b.Fatal(err)
+		}
+		echo = append(echo, time.Since(t0))
+		for i := range ids {
+			ids[i] = 1<<41 + uint64(r.Intn(20_000))
+		}
+		t0 = time.Now()
+		if _, err := c.Get(context.Background(), "post", ids...); err != nil {
+			b.Fatal(err)
+		}
+		get = append(get, time.Since(t0))
+	}
+	b.StopTimer()
+	cancel()
+	<-loaded
+	b.ReportMetric(float64(published.Load())/b.Elapsed().Seconds(), "load-events/s")
+	slices.Sort(echo)
+	slices.Sort(get)
+	b.ReportMetric(float64(echo[len(echo)*99/100].Microseconds()), "echo-p99-µs")
+	b.ReportMetric(float64(get[len(get)*99/100].Microseconds()), "get-p99-µs")
+	b.ReportMetric(float64(get[len(get)/2].Microseconds()), "get-p50-µs")
+	b.ReportMetric(float64(echo[len(echo)/2].Microseconds()), "echo-p50-µs")
+	b.ReportMetric(float64(get[len(get)*99/100])/float64(echo[len(echo)*99/100]), "p99-ratio")
 }
