@@ -51,20 +51,20 @@ type Node struct {
 	subjects pipeline.Subjects
 	log      *slog.Logger
 	ns       *server.Server // nil when joining existing NATS
-	nc       *nats.Conn // the stages' streams: what they consume and publish
+	nc       *nats.Conn     // the stages' streams: what they consume and publish
 	js       jetstream.JetStream
 	// ctl renews the ownership leases and qc answers the queries, each on a connection
 	// of its own: on nc, a renewal or a request would wait behind megabytes of events and
 	// batches under load (a lease lost, a get timed out).
 	ctl, qc *nats.Conn
-	db       *cold.DB
-	query    *query.Server
-	runCtx   context.Context // the partitions' context, ended by Close
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
-	errOnce  sync.Once
-	err      error
-	failed   chan struct{}
+	db      *cold.DB
+	query   *query.Server
+	runCtx  context.Context // the partitions' context, ended by Close
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	errOnce sync.Once
+	err     error
+	failed  chan struct{}
 
 	EventStats   *event.Stats
 	CounterStats counter.Stats
