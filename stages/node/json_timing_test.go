@@ -108,7 +108,7 @@ func publishJSON(b *testing.B, js jetstream.JetStream, subj pipeline.Subjects, m
 		msg := nats.NewMsg(subj.Event(m.typ, m.key))
 		msg.Data = m.data
 		msg.Header.Set("Content-Type", "application/json")
-		f, err := js.PublishMsgAsync(msg, jetstream.WithMsgID(m.id))
+		f, err := js.PublishMsgAsync(msg, jetstream.WithMsgID(m.id), jetstream.WithStallWait(time.Minute))
 		if err != nil {
 			b.Fatal(err)
 		}
