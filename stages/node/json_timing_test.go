@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"math/rand"
 	"os"
 	"slices"
@@ -21,7 +22,7 @@ import (
 )
 
 // jsonEvents makes n events as a producer in another language sends them: 75% likes of
-// 20 000 posts by 100 000 users, each naming the post's owner (so a like of another
+// 20 000 posts of the last hour by 100 000 users, each naming the post's owner (so a like of another
 // user's post notifies its owner, in the owner's partition), 25% views. It returns the
 // expected like and view count of every post.
 func jsonEvents(n int) ([]pipeline.Event, map[uint64][2]uint64) {
@@ -31,8 +32,12 @@ func jsonEvents(n int) ([]pipeline.Event, map[uint64][2]uint64) {
 	evs := make([]pipeline.Event, n)
 	want := map[uint64][2]uint64{}
 	liked := map[[2]uint64]bool{}
+	// Posts of the last hour, as snowflake ids (most likes and views go to recent posts;
+	// posts older than --cold-age live in the cold tier).
+	now := uint64(time.Now().UnixMilli() - node.SnowflakeEpoch)
 	for i := range evs {
-		post := 1<<41 + z.Uint64()
+		k := z.Uint64()
+		post := (now-k*180)<<22 | k
 		w := want[post]
 		if r.Intn(4) < 3 {
 			uid := 1 + uint64(r.Intn(users))
@@ -245,8 +250,9 @@ func BenchmarkGet20Loaded(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	evs, _ := jsonEvents(200_000)
+	evs, want := jsonEvents(200_000)
 	msgs := jsonMessages(b, evs, 1000, true)
+	posts := slices.Collect(maps.Keys(want))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	loaded := make(chan struct{})
@@ -293,7 +299,7 @@ func BenchmarkGet20Loaded(b *testing.B) {
 		}
 		echo = append(echo, time.Since(t0))
 		for i := range ids {
-			ids[i] = 1<<41 + uint64(r.Intn(20_000))
+			ids[i] = posts[r.Intn(len(posts))]
 		}
 		t0 = time.Now()
 		if _, err := c.Get(context.Background(), "post", ids...); err != nil {
