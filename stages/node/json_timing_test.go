@@ -166,6 +166,7 @@ func benchJSONConsume(b *testing.B, batch int, split bool) {
 	var counted atomic.Int64
 	done := make(chan struct{})
 	fams := pipeline.Families(pipeline.DefaultFamilies())
+	allocs := mallocs()
 	b.ResetTimer()
 	cons, err := js.OrderedConsumer(ctx, sc.Subjects.EventsStream(), jetstream.OrderedConsumerConfig{})
 	if err != nil {
@@ -201,6 +202,7 @@ func benchJSONConsume(b *testing.B, batch int, split bool) {
 	publishJSON(b, js, sc.Subjects, msgs)
 	<-done
 	b.StopTimer()
+	b.ReportMetric(float64(mallocs()-allocs)/float64(b.N), "allocs/event")
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	for id, w := range want {
 		if got[id] != w {
@@ -219,10 +221,12 @@ func benchJSONTally(b *testing.B, batch int, split bool) {
 	}
 	evs, want := jsonEvents(b.N)
 	msgs := jsonMessages(b, evs, batch, split)
+	allocs := mallocs()
 	b.ResetTimer()
 	publishJSON(b, js, c.Subjects(), msgs)
 	waitCaughtUp(b, c)
 	b.StopTimer()
+	b.ReportMetric(float64(mallocs()-allocs)/float64(b.N), "allocs/event")
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	b.ReportMetric(float64(b.N)/float64(n.EventStats.Txns.Load()), "events/txn")
 	checkBench(b, c, want)

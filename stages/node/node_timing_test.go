@@ -4,6 +4,7 @@ import (
 	"context"
 	"expvar"
 	"math/rand"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -123,6 +124,7 @@ func benchConsume(b *testing.B, likes int) {
 	counted := 0
 	done := make(chan struct{})
 	fams := pipeline.Families(pipeline.DefaultFamilies())
+	allocs := mallocs()
 	b.ResetTimer()
 	cons, err := js.OrderedConsumer(ctx, sc.Subjects.EventsStream(), jetstream.OrderedConsumerConfig{})
 	if err != nil {
@@ -156,6 +158,7 @@ func benchConsume(b *testing.B, likes int) {
 	published := b.Elapsed()
 	<-done
 	b.StopTimer()
+	b.ReportMetric(float64(mallocs()-allocs)/float64(b.N), "allocs/event")
 	b.ReportMetric(float64(b.N)/published.Seconds(), "published/s")
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	for id, w := range want {
@@ -176,12 +179,13 @@ func benchTally(b *testing.B, likes int, mod func(*node.Config)) {
 		}
 	})
 	evs, want := benchMix(b.N, likes)
-	puts := badgerPuts()
+	puts, allocs := badgerPuts(), mallocs()
 	b.ResetTimer()
 	publishBench(b, c, evs)
 	published := b.Elapsed()
 	waitCaughtUp(b, c)
 	b.StopTimer()
+	b.ReportMetric(float64(mallocs()-allocs)/float64(b.N), "allocs/event")
 	b.ReportMetric(float64(b.N)/published.Seconds(), "published/s")
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	checkBench(b, c, want)
@@ -191,6 +195,14 @@ func benchTally(b *testing.B, likes int, mod func(*node.Config)) {
 	if nl := likesIn(evs); nl > 0 {
 		b.ReportMetric(float64(n.EventStats.LikeKeys.Load())/float64(nl), "like-keys/like")
 	}
+}
+
+// mallocs is how many heap allocations this process has made: tallyd, the embedded NATS
+// server and the benchmark's producer together.
+func mallocs() uint64 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.Mallocs
 }
 
 // likesIn counts the likes of evs.
