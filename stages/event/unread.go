@@ -56,22 +56,22 @@ func (s *Stage) notify(txn *badger.Txn, w *work, kind string, owner pipeline.ID,
 	if err != nil {
 		return err
 	}
-	read := *rs.Read(kind)
+	read, changed := *rs.Read(kind), false
 	if moved > read { // counted and recorded, not covered by a read yet
 		w.c.add(s.fields.unread[kind], owner, pipeline.OpAdd, -1)
-		if err := cold.DeleteNotified(txn, p, uint64(owner), kind, moved); err != nil {
+		if err := cold.TakeNote(txn, p, uint64(owner), &rs, kind, moved); err != nil {
 			return err
 		}
+		changed = true
 	}
-	if seq <= read {
-		return nil // none, or a read placed after it came first
+	if seq > read { // else none, or a read placed after it came first
+		w.c.add(s.fields.unread[kind], owner, pipeline.OpAdd, 1)
+		if err := cold.AddNote(txn, p, uint64(owner), &rs, kind, seq); err != nil {
+			return err
+		}
+		changed = true
 	}
-	w.c.add(s.fields.unread[kind], owner, pipeline.OpAdd, 1)
-	if err := cold.AddNotified(txn, p, uint64(owner), kind, seq); err != nil {
-		return err
-	}
-	if note := rs.Note(kind); seq > *note {
-		*note = seq
+	if changed {
 		w.readers.Put(uint64(owner), rs)
 	}
 	return nil
@@ -272,10 +272,10 @@ func (s *Stage) read(txn *badger.Txn, e *pipeline.Event, w *work) error {
 			// Records exist only up to the last one noted.
 			noted := *rs.Note(k)
 			if w.hop && noted > e.Seq {
-				n = cold.CountNotified(txn, s.cfg.Partition, uid, k, e.Seq)
+				n = cold.CountNotes(txn, s.cfg.Partition, uid, &rs, k, e.Seq)
 			}
 			if noted > prev {
-				err = cold.DropNotified(txn, s.cfg.Partition, uid, k, e.Seq, maxDrops)
+				err = cold.DropNotes(txn, s.cfg.Partition, uid, &rs, k, prev, e.Seq, maxDrops)
 			}
 		}
 		if err != nil {

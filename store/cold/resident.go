@@ -45,6 +45,14 @@ func (r *Resident) Bytes() int {
 	return r.size
 }
 
+func readerBytes(st ReaderState) int {
+	n := readerCost
+	for _, p := range st.Pending {
+		n += 8 * len(p)
+	}
+	return n
+}
+
 func recordCost(l *likes) int {
 	n := likesCost + len(l.list)*likeCost
 	for i := range l.list {
@@ -92,10 +100,11 @@ func (r *Resident) Keep(readers *Readers, l *Likes) {
 	}
 	if readers != nil {
 		for uid, st := range readers.seen {
-			if _, ok := r.readers[uid]; !ok {
-				r.size += readerCost
+			if old, ok := r.readers[uid]; ok {
+				r.size -= readerBytes(old)
 			}
 			r.readers[uid] = st
+			r.size += readerBytes(st)
 		}
 	}
 	if l != nil {
@@ -117,12 +126,12 @@ func (r *Resident) shrink() {
 	if r.size <= r.max {
 		return
 	}
-	for uid := range r.readers {
+	for uid, st := range r.readers {
 		if r.size <= r.max*7/8 {
 			return
 		}
 		delete(r.readers, uid)
-		r.size -= readerCost
+		r.size -= readerBytes(st)
 	}
 	for u, l := range r.likes {
 		if r.size <= r.max*7/8 {

@@ -45,19 +45,31 @@ type ReaderState struct {
 	// Noted is the place of the last notification recorded, per kind (comment,
 	// mention, like, dm).
 	Noted [4]uint64 `msgpack:"n,omitempty"`
+	// Pending are the places of the notifications of each kind recorded in the state
+	// itself, ascending (see AddNote); Keyed is how far those recorded under keys of
+	// their own may go. Inline is false in a state written before them, whose
+	// notifications are all keys, up to Noted. Pending's slices are never written in
+	// place — a changed one is a copy — since a resident state shares them.
+	Pending [4][]uint64 `msgpack:"p,omitempty"`
+	Keyed   [4]uint64   `msgpack:"k,omitempty"`
+	Inline  bool        `msgpack:"i,omitempty"`
 }
 
 // Note returns where the place of the last recorded notification of kind is kept.
-func (r *ReaderState) Note(kind string) *uint64 {
+func (r *ReaderState) Note(kind string) *uint64 { return &r.Noted[noteIndex(kind)] }
+
+// noteIndex is a notification kind's index in Noted, Pending and Keyed: comment,
+// mention, like, dm.
+func noteIndex(kind string) int {
 	switch kind {
 	case "comment":
-		return &r.Noted[0]
+		return 0
 	case "mention":
-		return &r.Noted[1]
+		return 1
 	case "like":
-		return &r.Noted[2]
+		return 2
 	}
-	return &r.Noted[3]
+	return 3
 }
 
 // Read returns where the last read of kind is kept (nil for an unknown kind).
