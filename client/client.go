@@ -87,11 +87,7 @@ func (c *Client) Publish(ctx context.Context, events ...pipeline.Event) error {
 		if e.Tx == "" {
 			e.Tx = NewTx()
 		}
-		data, err := pipeline.Marshal(&e, false)
-		if err != nil {
-			return err
-		}
-		f, err := c.js.PublishAsync(c.subj.Event(e.Type, e.Key()), data, jetstream.WithMsgID(e.Tx))
+		f, err := c.js.PublishAsync(c.subj.Event(e.Type, e.Key()), pipeline.AppendEvent(nil, &e), jetstream.WithMsgID(e.Tx))
 		if err != nil {
 			return fmt.Errorf("cannot publish event %d: %w", i, err)
 		}
@@ -163,10 +159,7 @@ func (c *Client) PublishBatch(ctx context.Context, tx string, events []pipeline.
 		g := groups[k]
 		for part := 0; len(g) > 0; part++ {
 			k := min(len(g), pipeline.MaxBatch)
-			data, err := pipeline.Marshal(&pipeline.Batch{Events: g[:k]}, false)
-			if err != nil {
-				return err
-			}
+			data := pipeline.AppendBatch(make([]byte, 0, 64*k), &pipeline.Batch{Events: g[:k]})
 			typ, id := pipeline.TypeBatch, pipeline.BatchMsgID(tx, gr.p, part)
 			if gr.admin {
 				typ, id = pipeline.TypeAdminBatch, pipeline.AdminBatchMsgID(tx, gr.p, part)

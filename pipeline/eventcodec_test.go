@@ -13,7 +13,7 @@ import (
 // plainEvent is Event without its codec: what reflection makes of it.
 type plainEvent Event
 
-func reflectEncode(t *testing.T, v any, asArray bool) []byte {
+func reflectEncode(t testing.TB, v any, asArray bool) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	enc := msgpack.NewEncoder(&buf)

@@ -1,6 +1,10 @@
 package pipeline
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
 
 // TypeHop is the subject token of events one event partition hands to another
 // (<prefix>.ev.hop.<key>): relation events of a batch that belong to the other
@@ -22,7 +26,11 @@ type HopBatch struct {
 // whoever may publish on the events subjects could have sent it.
 func DecodeHopBatch(data []byte, fams Families) (*HopBatch, error) {
 	var b HopBatch
-	if err := Unmarshal(data, false, &b); err != nil {
+	err := fmt.Errorf("empty payload")
+	if len(data) > 0 {
+		err = decodeMsgpack(data, func(dec *msgpack.Decoder) error { return b.decodeMsgpack(dec, true) })
+	}
+	if err != nil {
 		return nil, fmt.Errorf("%w: cannot decode hop batch: %w", ErrBadEvent, err)
 	}
 	if b.Seq == 0 {

@@ -123,10 +123,7 @@ func (s *Stage) next(pos uint64, w *work) (cold.StageState, []cold.OutboxEntry, 
 	}
 	outbox := w.dlq
 	for _, q := range w.fwdOrder {
-		var err error
-		if outbox, err = s.hopEntries(outbox, &st, q, w.fwd[q]); err != nil {
-			return st, nil, err
-		}
+		outbox = s.hopEntries(outbox, &st, q, w.fwd[q])
 	}
 	for _, d := range w.c.order {
 		key := d.String()
@@ -152,32 +149,43 @@ func (s *Stage) next(pos uint64, w *work) (cold.StageState, []cold.OutboxEntry, 
 }
 
 // hopEntries appends the hop batches carrying evs to partition q, each numbered next
-// and small enough for NATS.
-func (s *Stage) hopEntries(outbox []cold.OutboxEntry, st *cold.StageState, q int, evs []pipeline.Event) ([]cold.OutboxEntry, error) {
+// and small enough for NATS: at most maxHopEvents events, halved while the batch is over
+// half of MaxPayload (down to one event). Each event is encoded once, and the halving
+// measures the running size of the encoded events, so a batch cut many times costs no
+// more than one; the bytes are those of the whole batch encoded at its final size.
+func (s *Stage) hopEntries(outbox []cold.OutboxEntry, st *cold.StageState, q int, evs []pipeline.Event) []cold.OutboxEntry {
 	p := s.cfg.Partition
-	for len(evs) > 0 {
-		k := min(len(evs), maxHopEvents)
-		for {
-			b := pipeline.HopBatch{Source: uint32(p), Seq: st.HopSeqs[uint32(q)] + 1, Events: evs[:k]}
-			data, err := pipeline.Marshal(&b, false)
-			if err != nil {
-				return nil, err
-			}
-			if len(data) > s.cfg.MaxPayload/2 && k > 1 {
-				k /= 2
-				continue
-			}
-			st.HopSeqs[uint32(q)] = b.Seq
-			outbox = append(outbox, cold.OutboxEntry{
-				Subject: s.cfg.Subjects.Event(pipeline.TypeHop, s.keys[q]),
-				MsgID:   pipeline.HopMsgID(p, q, b.Seq),
-				Data:    data,
-			})
-			break
-		}
-		evs = evs[k:]
+	enc := make([]byte, 0, 64*len(evs))
+	ends := make([]int, len(evs)) // event i is enc[ends[i-1]:ends[i]]
+	for i := range evs {
+		enc = pipeline.AppendEvent(enc, &evs[i])
+		ends[i] = len(enc)
 	}
-	return outbox, nil
+	var headBuf [48]byte // the longest head is 35 bytes
+	subject := s.cfg.Subjects.Event(pipeline.TypeHop, s.keys[q])
+	for i := 0; i < len(evs); {
+		seq := st.HopSeqs[uint32(q)] + 1
+		from := 0
+		if i > 0 {
+			from = ends[i-1]
+		}
+		k := min(len(evs)-i, maxHopEvents)
+		head := pipeline.AppendHopBatchHead(headBuf[:0], uint32(p), seq, k)
+		for len(head)+ends[i+k-1]-from > s.cfg.MaxPayload/2 && k > 1 {
+			k /= 2
+			head = pipeline.AppendHopBatchHead(headBuf[:0], uint32(p), seq, k)
+		}
+		data := make([]byte, 0, len(head)+ends[i+k-1]-from)
+		data = append(append(data, head...), enc[from:ends[i+k-1]]...)
+		st.HopSeqs[uint32(q)] = seq
+		outbox = append(outbox, cold.OutboxEntry{
+			Subject: subject,
+			MsgID:   pipeline.HopMsgID(p, q, seq),
+			Data:    data,
+		})
+		i += k
+	}
+	return outbox
 }
 
 // applyHop applies a hop batch of another partition: in its source's order, exactly
