@@ -95,14 +95,23 @@ func readerKey(p int, uid uint64) key { return newKey(nsReadSeq, 11).u16(p).u64(
 
 // GetReader returns the reader state of uid, of partition p (zero if none).
 func GetReader(txn *badger.Txn, p int, uid uint64) (ReaderState, error) {
+	item, err := txn.Get(readerKey(p, uid))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return ReaderState{}, nil
+	} else if err != nil {
+		return ReaderState{}, err
+	}
 	var st ReaderState
-	_, err := getValue(txn, readerKey(p, uid), &st, fmt.Sprintf("reader %d", uid))
-	return st, err
+	err = item.Value(func(v []byte) (err error) { st, err = decodeReader(v); return err })
+	if err != nil {
+		return ReaderState{}, fmt.Errorf("%w: reader %d: %w", ErrCorrupt, uid, err)
+	}
+	return st, nil
 }
 
 // PutReader stores the reader state of uid, of partition p.
 func PutReader(txn *badger.Txn, p int, uid uint64, st ReaderState) error {
-	return putValue(txn, readerKey(p, uid), &st)
+	return txn.Set(readerKey(p, uid), appendReader(make([]byte, 0, 32), &st))
 }
 
 // kindByte is a notification kind in keys: its first letter (comment, mention, like, dm).
