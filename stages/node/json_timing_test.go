@@ -17,7 +17,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tally-dev/tally/pipeline"
-	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/stages/node"
 )
 
@@ -143,67 +142,26 @@ func BenchmarkJSON(b *testing.B) {
 	}
 }
 
-// benchJSONConsume is the trivial consumer: the same JSON messages in Tally's streams on
-// a server with no tallyd, read by one ordered consumer that decodes them with the
-// project's codec and counts them into a Go map.
+// benchJSONConsume is the trivial consumer (consumeAll) of the same JSON messages.
 func benchJSONConsume(b *testing.B, batch int, split bool) {
-	s := natstest.Start(b)
-	nc := natstest.Connect(b, s)
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(8192))
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx := context.Background()
-	sc := pipeline.DefaultStreamConfig()
-	sc.Partitions = 16
-	if err := pipeline.Setup(ctx, js, sc); err != nil {
-		b.Fatal(err)
-	}
 	evs, want := jsonEvents(b.N)
 	msgs := jsonMessages(b, evs, batch, split)
 	got := make(map[uint64][2]uint64, len(want))
 	liked := map[[2]uint64]bool{}
-	var counted atomic.Int64
-	done := make(chan struct{})
-	fams := pipeline.Families(pipeline.DefaultFamilies())
-	allocs := mallocs()
-	b.ResetTimer()
-	cons, err := js.OrderedConsumer(ctx, sc.Subjects.EventsStream(), jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		parts := strings.Split(m.Subject(), ".")
-		evs, _, err := pipeline.DecodeEvents(parts[len(parts)-2], m.Data(), m.Headers(), fams)
-		if err != nil {
-			b.Error(err)
-			return
-		}
-		for _, e := range evs {
-			w := got[uint64(e.Post)]
-			if e.Type == "like" {
-				if k := [2]uint64{uint64(e.UID), uint64(e.Post)}; !liked[k] {
-					liked[k] = true
-					w[0]++
-				}
-			} else {
-				w[1] += uint64(e.N)
+	consumeAll(b, func(js jetstream.JetStream) {
+		publishJSON(b, js, pipeline.NewSubjects(""), msgs)
+	}, func(e *pipeline.Event) {
+		w := got[uint64(e.Post)]
+		if e.Type == "like" {
+			if k := [2]uint64{uint64(e.UID), uint64(e.Post)}; !liked[k] {
+				liked[k] = true
+				w[0]++
 			}
-			got[uint64(e.Post)] = w
+		} else {
+			w[1] += uint64(e.N)
 		}
-		if counted.Add(int64(len(evs))) == int64(b.N) {
-			close(done)
-		}
+		got[uint64(e.Post)] = w
 	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cc.Stop()
-	publishJSON(b, js, sc.Subjects, msgs)
-	<-done
-	b.StopTimer()
-	b.ReportMetric(float64(mallocs()-allocs)/float64(b.N), "allocs/event")
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	for id, w := range want {
 		if got[id] != w {
 			b.Fatalf("post %d: counted %v, want %v", id, got[id], w)
