@@ -156,6 +156,11 @@ func internType(b []byte) string {
 // id reads an id as decodeID does: any integer that is not negative, nil as 0, or a
 // decimal string.
 func (r *mpReader) id(id *ID) error {
+	if r.i < len(r.b) && r.b[r.i] <= msgpcode.PosFixedNumHigh { // a small id, without a call
+		*id = ID(r.b[r.i])
+		r.i++
+		return nil
+	}
 	c, err := r.code()
 	if err != nil {
 		return err

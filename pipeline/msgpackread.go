@@ -181,6 +181,18 @@ func (r *mpReader) strLen(c byte) (n int, ok bool, err error) {
 
 // str reads a str or bin in place as Decoder.DecodeBytesLen and a read do: nil for nil.
 func (r *mpReader) str() ([]byte, error) {
+	// A fixstr, as every field name and most values are, without a call.
+	if r.i < len(r.b) && msgpcode.IsFixedString(r.b[r.i]) {
+		if j := r.i + 1 + int(r.b[r.i]&msgpcode.FixedStrMask); j <= len(r.b) {
+			b := r.b[r.i+1 : j]
+			r.i = j
+			return b, nil
+		}
+	}
+	return r.strSlow()
+}
+
+func (r *mpReader) strSlow() ([]byte, error) {
 	c, err := r.code()
 	if err != nil {
 		return nil, err
