@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -216,18 +215,6 @@ func decodeEventList(dec *msgpack.Decoder, evs *[]Event, bounded bool, buf *[16]
 		}
 	}
 	return nil
-}
-
-// decodeMsgpack decodes one MessagePack payload (checked first: see checkMsgpack) with
-// read.
-func decodeMsgpack(data []byte, read func(dec *msgpack.Decoder) error) error {
-	if err := checkMsgpack(data); err != nil {
-		return err
-	}
-	dec := msgpack.GetDecoder()
-	defer msgpack.PutDecoder(dec)
-	dec.Reset(bytes.NewReader(data))
-	return read(dec)
 }
 
 func appendMapLen(dst []byte, n int) []byte {

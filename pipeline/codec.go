@@ -26,8 +26,8 @@ func IsJSON(data []byte, h nats.Header) bool {
 
 // Unmarshal decodes a JSON or MessagePack payload into v. Unknown fields are errors in
 // both forms, so a typo is reported instead of silently ignored. Events and batches
-// decode with their own codecs (jsoncodec.go, eventcodec.go, batchcodec.go), anything
-// else through encoding/json or msgpack by reflection, to the same rules.
+// decode with their own codecs (jsoncodec.go; msgpackevents.go, from the bytes),
+// anything else through encoding/json or msgpack by reflection, to the same rules.
 func Unmarshal(data []byte, asJSON bool, v any) error {
 	if len(data) == 0 {
 		return fmt.Errorf("empty payload")
@@ -57,15 +57,18 @@ func Unmarshal(data []byte, asJSON bool, v any) error {
 	switch v := v.(type) {
 	case *Event:
 		if v != nil {
-			return decodeMsgpack(data, v.DecodeMsgpack)
+			r := mpReader{b: data}
+			return r.done(r.readEvent(v))
 		}
 	case *Batch:
 		if v != nil {
-			return decodeMsgpack(data, v.DecodeMsgpack)
+			r := mpReader{b: data}
+			return r.done(r.readBatch(v, false))
 		}
 	case *HopBatch:
 		if v != nil {
-			return decodeMsgpack(data, v.DecodeMsgpack)
+			r := mpReader{b: data}
+			return r.done(r.readHopBatch(v, false))
 		}
 	}
 	if err := checkMsgpack(data); err != nil {
@@ -135,7 +138,8 @@ func DecodeEvents(typ string, data []byte, h nats.Header, fams Families) ([]Even
 		case asJSON:
 			err = decodeBatchJSON(data, &b, MaxBatch)
 		default:
-			err = decodeMsgpack(data, func(dec *msgpack.Decoder) error { return b.decodeMsgpack(dec, true) })
+			r := mpReader{b: data}
+			err = r.done(r.readBatch(&b, true))
 		}
 		switch {
 		case errors.Is(err, errBatchSize):

@@ -8,8 +8,9 @@ import (
 // BenchmarkBatchCodec decodes and encodes a batch of 1 000 likes, as the end-to-end
 // benchmarks send them, with the codecs, each beside its baseline on the same batch in
 // the same run: encoding/json (with DisallowUnknownFields, as before) for JSON, msgpack
-// by reflection for MessagePack. decode-events is DecodeEvents, the whole path of a
-// batch message: decoded, validated and the good events kept.
+// by reflection for MessagePack; msgpack-decode/decoder is the codec as it was before it
+// read the bytes itself, through a msgpack.Decoder. decode-events is DecodeEvents, the
+// whole path of a batch message: decoded, validated and the good events kept.
 // Run: go test ./pipeline -run XXX -bench BatchCodec -benchmem
 func BenchmarkBatchCodec(b *testing.B) {
 	fams := Families(DefaultFamilies())
@@ -27,6 +28,7 @@ func BenchmarkBatchCodec(b *testing.B) {
 		{"json-decode/codec", func() error { return Unmarshal(asJSON, true, &Batch{}) }},
 		{"json-decode/encoding-json", func() error { return jsonReference(asJSON, &Batch{}) }},
 		{"msgpack-decode/codec", func() error { return Unmarshal(asMsgpack, false, &Batch{}) }},
+		{"msgpack-decode/decoder", func() error { var b Batch; return decodeMsgpack(asMsgpack, b.DecodeMsgpack) }},
 		{"msgpack-decode/reflection", func() error { return msgpackReference(asMsgpack, &plainBatch{}) }},
 		{"msgpack-encode/codec", func() error { _, err := Marshal(&Batch{Events: evs}, false); return err }},
 		{"msgpack-encode/reflection", func() error { reflectEncode(b, plain, false); return nil }},

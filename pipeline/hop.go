@@ -1,10 +1,6 @@
 package pipeline
 
-import (
-	"fmt"
-
-	"github.com/vmihailenco/msgpack/v5"
-)
+import "fmt"
 
 // TypeHop is the subject token of events one event partition hands to another
 // (<prefix>.ev.hop.<key>): relation events of a batch that belong to the other
@@ -28,7 +24,8 @@ func DecodeHopBatch(data []byte, fams Families) (*HopBatch, error) {
 	var b HopBatch
 	err := fmt.Errorf("empty payload")
 	if len(data) > 0 {
-		err = decodeMsgpack(data, func(dec *msgpack.Decoder) error { return b.decodeMsgpack(dec, true) })
+		r := mpReader{b: data}
+		err = r.done(r.readHopBatch(&b, true))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: cannot decode hop batch: %w", ErrBadEvent, err)
