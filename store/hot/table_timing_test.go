@@ -3,14 +3,16 @@ package hot_test
 import (
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"testing"
 
 	"github.com/tally-dev/tally/store/hot"
 )
 
 // randomSizes are the table sizes of the random-access benchmarks: 1 M ids made over
-// 10 minutes (about 1 700 a second) and 10 M over an hour (about 2 800 a second), in time
-// order as posts are created. -short runs the first only.
+// 10 minutes (about 1 700 a second) and 10 M over an hour (about 2 800 a second), at
+// random times (see arrivals), inserted in time order as posts are created. -short runs
+// the first only.
 func randomSizes() []struct {
 	name   string
 	n      int
@@ -25,6 +27,25 @@ func randomSizes() []struct {
 		sizes = sizes[:1]
 	}
 	return sizes
+}
+
+// arrivals returns n distinct snowflake ids made at random times over spanMS
+// milliseconds, in time order: posts arrive independently of each other, so a second
+// holds a few more or fewer than the mean, and a key's place in its second deviates from
+// an even spread by about the square root of the ids before it — where snowflakes spaces
+// them evenly.
+func arrivals(n int, spanMS uint64) []uint64 {
+	const epoch = 1_700_000_000_000
+	r := rand.New(rand.NewPCG(7, 8))
+	ids := make([]uint64, 0, n)
+	for len(ids) < n {
+		for range n - len(ids) {
+			ids = append(ids, (epoch+r.Uint64N(spanMS))<<22|r.Uint64N(1<<22))
+		}
+		slices.Sort(ids)
+		ids = slices.Compact(ids)
+	}
+	return ids
 }
 
 // randomIDs returns 1<<20 ids drawn at random from ids, read in order by a benchmark so
@@ -60,7 +81,7 @@ func filledMap(ids []uint64) map[uint64][4]uint32 {
 // (as filled, in time order) before either runs, each reporting the heap it holds.
 func randomBench(b *testing.B, hotOp func(tb *hot.Table, q []uint64, n int), mapOp func(m map[uint64][4]uint32, q []uint64, n int)) {
 	for _, size := range randomSizes() {
-		ids := snowflakes(size.n, size.spanMS)
+		ids := arrivals(size.n, size.spanMS)
 		q := randomIDs(ids)
 		before := heapNow()
 		tb := filledHot(ids)
