@@ -1,6 +1,9 @@
 package hot
 
-import "slices"
+import (
+	"math/bits"
+	"slices"
+)
 
 // subBits is how many time buckets a group spans: 256 buckets of id >> 32, so a group is
 // id >> 40 (2^18 ms, about 4.4 minutes of snowflake ids).
@@ -22,13 +25,19 @@ type group struct {
 	// Runs of a group of fewer than 1<<16 entries, none longer than 255: cnt is each
 	// bucket's run length and base the start of every 16th run. Otherwise off32 holds
 	// all 257 starts; either way the other is nil.
-	cnt    []uint8
-	base   []uint16
-	off32  []uint32
+	cnt   []uint8
+	base  []uint16
+	off32 []uint32
+	// openSubs has a bit for each bucket of the group in its open (hash) form, so that a
+	// lookup in a sealed bucket asks the bucket map only when the bucket is open.
+	openSubs [4]uint64
+	// opened holds the open buckets by index once the group has openedFrom of them (the
+	// group being written has up to 256), so that a lookup finds its bucket without the
+	// table's map; a group with a few late ids keeps the map's cost, not 2 KiB.
+	opened *[1 << subBits]*bucket
 	stride int32
 	live   int32
 	dead   int32
-	open   int32    // buckets of this group in their open (hash) form
 	late   int32    // ids inserted into open buckets since the group was sealed
 	dirty  []uint64 // one bit per entry, nil while clean
 	ov     overflow // escaped counters by sub<<40 | suffix<<8 | field
@@ -46,6 +55,30 @@ func (g *group) size() int {
 	}
 	return len(g.words) / int(g.stride)
 }
+
+func (g *group) isOpen(sub uint8) bool { return g.openSubs[sub>>6]&(1<<(sub&63)) != 0 }
+
+func (g *group) setOpen(sub uint8, open bool) {
+	if open {
+		g.openSubs[sub>>6] |= 1 << (sub & 63)
+	} else {
+		g.openSubs[sub>>6] &^= 1 << (sub & 63)
+	}
+}
+
+// openedFrom is how many open buckets a group has before it indexes them in opened.
+const openedFrom = 16
+
+func (g *group) openCount() int {
+	n := 0
+	for _, w := range g.openSubs {
+		n += bits.OnesCount64(w)
+	}
+	return n
+}
+
+// hasOpen reports whether any bucket of the group is open.
+func (g *group) hasOpen() bool { return g.openSubs != [4]uint64{} }
 
 // bounds returns bucket sub's run of entries.
 func (g *group) bounds(sub uint8) (lo, hi int) {
@@ -149,8 +182,12 @@ func (g *group) isDirty(i int) bool {
 }
 
 func (g *group) bytes() int {
-	const header = 192 // struct, slice headers, the group index entry
-	return header + 4*cap(g.words) + cap(g.cnt) + 2*cap(g.base) + 4*cap(g.off32) + 8*cap(g.dirty) + g.ov.bytes()
+	const header = 256 // struct, slice headers, the group map entry
+	n := header + 4*cap(g.words) + cap(g.cnt) + 2*cap(g.base) + 4*cap(g.off32) + 8*cap(g.dirty) + g.ov.bytes()
+	if g.opened != nil {
+		n += 8 << subBits
+	}
+	return n
 }
 
 // merge seals group gk: its live sealed entries and the entries of its open buckets are
@@ -163,8 +200,8 @@ func (t *Table) merge(gk uint32) {
 	}
 	total := int(g.live)
 	for sub := range 1 << subBits {
-		if b := t.buckets[gk<<subBits|uint32(sub)]; b != nil {
-			total += b.used
+		if g.isOpen(uint8(sub)) {
+			total += t.buckets[gk<<subBits|uint32(sub)].used
 		}
 	}
 	st := strideOf(t.fields)
@@ -198,9 +235,10 @@ func (t *Table) merge(gk uint32) {
 		off[s] = uint32(n)
 		lo, hi := g.bounds(sub)
 		bk := gk<<subBits | uint32(s)
-		b := t.buckets[bk]
+		var b *bucket
 		scratch = scratch[:0]
-		if b != nil {
+		if g.isOpen(sub) {
+			b = t.buckets[bk]
 			for slot := range b.size() {
 				if !b.isZero(slot) {
 					scratch = append(scratch, uint64(b.key(slot))<<32|uint64(slot))
@@ -234,10 +272,7 @@ func (t *Table) merge(gk uint32) {
 	t.scratch = scratch
 	t.last = nil
 	if total == 0 {
-		delete(t.groups, gk)
-		if t.lastG == g {
-			t.lastG = nil
-		}
+		t.delGroup(gk)
 		return
 	}
 	ng.touched = g.touched

@@ -182,7 +182,7 @@ func (t *Table) load(cr *crcReader) error {
 		if err := g.check(); err != nil {
 			return err
 		}
-		t.groups[gk] = g
+		t.addGroup(gk, g)
 		t.n += int(n)
 		t.started, t.newest = true, gk<<subBits|g.lastSub()
 	}
