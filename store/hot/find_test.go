@@ -27,7 +27,8 @@ func sealedGroup(t *testing.T, ids []uint64, fields int) (*Table, *group, []uint
 	return tb, g, slices.Compact(ids)
 }
 
-// TestGroupFind checks find in every form a group takes — run lengths, a fence of one slice a bucket, finer fences — against the
+// TestGroupFind checks find, and Get (which has its own copy of the search), in every form
+// a group takes — run lengths, a fence of one slice a bucket, finer fences — against the
 // sorted ids, for ids spread evenly, at random times, in bursts (most of a group in one
 // bucket, or in one slice of its fence) and with empty buckets: every id is found at its
 // place, and ids next to them and random ones are not found.
@@ -80,7 +81,8 @@ func TestGroupFind(t *testing.T) {
 					ids[i] &^= 1 << 39
 				}
 			}
-			tb, g, sorted := sealedGroup(t, ids, 4)
+			fields := 3 + len(c.name)%2 // Get's fast path takes three counters or four
+			tb, g, sorted := sealedGroup(t, ids, fields)
 			switch {
 			case c.shift == 0 && g.cnt == nil:
 				t.Fatalf("a group of %d ids has a fence, want run lengths", len(sorted))
@@ -98,7 +100,14 @@ func testFind(t *testing.T, tb *Table, g *group, sorted []uint64, r *rand.Rand) 
 	if g.size() != len(sorted) {
 		t.Fatalf("group holds %d ids, want %d", g.size(), len(sorted))
 	}
-	find := func(k uint64) int { return g.find(uint8(k>>32), uint32(k)) }
+	dst := make([]uint64, tb.Fields())
+	find := func(k uint64) int {
+		i := g.find(uint8(k>>32), uint32(k))
+		if got := tb.Get(1<<40|k, dst); got != (i >= 0) || (got && (dst[1] == 0 || dst[0]+dst[len(dst)-1] != 0)) {
+			t.Fatalf("Get(%#x) = %v %v where find says %d", k, got, dst, i)
+		}
+		return i
+	}
 	for i, k := range sorted {
 		if got := find(k); got != i {
 			t.Fatalf("find(%#x) = %d, want %d", k, got, i)

@@ -148,6 +148,14 @@ func (t *Table) find(id uint64) (g *group, b *bucket, i int) {
 	return g, nil, g.find(sub, key)
 }
 
+// counters returns the counter words of the entry find returned.
+func counters(g *group, b *bucket, i int) []uint32 {
+	if b != nil {
+		return b.words[i*b.stride+1 : (i+1)*b.stride]
+	}
+	return g.counters(i)
+}
+
 // value reads counter f of the entry find returned.
 func (t *Table) value(g *group, b *bucket, i int, id uint64, f int) uint64 {
 	if b != nil {
@@ -227,22 +235,25 @@ func (t *Table) Fields() int { return t.fields }
 // Len is the number of ids stored.
 func (t *Table) Len() int { return t.n }
 
-// Get copies id's counters into dst and reports whether id is stored.
-func (t *Table) Get(id uint64, dst []uint64) bool {
-	g, b, i := t.find(id)
-	if i < 0 || (b == nil && g.isZero(i)) {
-		clear(dst)
-		return false
-	}
-	for f := range dst {
-		dst[f] = t.value(g, b, i, id, f)
-	}
-	return true
-}
-
 // Add adds n to counter f of id (never below zero) and returns the new value.
 func (t *Table) Add(id uint64, f int, n int64) uint64 {
 	g, b, i := t.find(id)
+	if i >= 0 && n != 0 && n > -escape && n < escape {
+		// The common case, in place: a live entry's counter that stays within 16 bits
+		// and above zero, so no overflow entry and no deletion.
+		w := counters(g, b, i)
+		if c := getCount(w, f); c != escape && (c != 0 || b != nil || !isZeroWords(w)) {
+			if v := int64(c) + n; v > 0 && v < escape {
+				putCount(w, f, uint16(v))
+				if b != nil {
+					b.markDirty(i)
+				} else {
+					g.markDirty(i)
+				}
+				return uint64(v)
+			}
+		}
+	}
 	var old uint64
 	if i >= 0 {
 		old = t.value(g, b, i, id, f)
