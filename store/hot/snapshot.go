@@ -155,6 +155,7 @@ func (t *Table) load(cr *crcReader) error {
 	}
 	st := strideOf(t.fields)
 	var scratch []byte
+	off := make([]uint32, 1<<subBits+1) // run starts, reused: setRuns keeps none of it
 	total := uint64(0)
 	for i := range ng {
 		gk, err := readU32(cr, &scratch)
@@ -175,8 +176,7 @@ func (t *Table) load(cr *crcReader) error {
 		if g.words, err = readWords(cr, int(n)*st, &scratch); err != nil {
 			return err
 		}
-		off, err := readRuns(cr, &scratch)
-		if err != nil {
+		if err := readRuns(cr, off, &scratch); err != nil {
 			return err
 		}
 		if err := g.readOverflow(cr, &scratch); err != nil {
@@ -201,34 +201,40 @@ func (t *Table) load(cr *crcReader) error {
 	return nil
 }
 
-// readRuns reads a group's run index, in either form, as the start of every bucket's
-// run and one past the end.
-func readRuns(cr *crcReader, scratch *[]byte) ([]uint32, error) {
+// readRuns reads a group's run index, in either form, into off (257 words): the start of
+// every bucket's run and one past the end.
+func readRuns(cr *crcReader, off []uint32, scratch *[]byte) error {
 	form, err := cr.ReadByte()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	switch form {
 	case 0:
 		b, err := readBytes(cr, 1<<subBits+2*(1<<subBits)/16, scratch)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		off := make([]uint32, 1<<subBits+1)
 		sum := uint32(0)
 		for s, c := range b[:1<<subBits] {
 			if s%16 == 0 && uint32(binary.LittleEndian.Uint16(b[1<<subBits+2*(s/16):])) != sum {
-				return nil, fmt.Errorf("%w: run index", ErrSnapshot)
+				return fmt.Errorf("%w: run index", ErrSnapshot)
 			}
 			off[s] = sum
 			sum += uint32(c)
 		}
 		off[1<<subBits] = sum
-		return off, nil
+		return nil
 	case 1:
-		return readWords(cr, 1<<subBits+1, scratch)
+		b, err := readBytes(cr, 4*len(off), scratch)
+		if err != nil {
+			return err
+		}
+		for s := range off {
+			off[s] = binary.LittleEndian.Uint32(b[4*s:])
+		}
+		return nil
 	}
-	return nil, fmt.Errorf("%w: unknown run form %d", ErrSnapshot, form)
+	return fmt.Errorf("%w: unknown run form %d", ErrSnapshot, form)
 }
 
 func (g *group) readOverflow(cr *crcReader, scratch *[]byte) error {
