@@ -1,6 +1,9 @@
 package hot
 
-import "slices"
+import (
+	"math/bits"
+	"slices"
+)
 
 // subBits is how many time buckets a group spans: 256 buckets of id >> 32, so a group is
 // id >> 40 (2^18 ms, about 4.4 minutes of snowflake ids).
@@ -14,26 +17,43 @@ const subBits = 8
 // a second) still cost about 12.5 bytes an id: a hash table per second would hold only a
 // handful of them next to its fixed overhead.
 //
+// A group of 64 ids a bucket or more on average (or whose runs do not fit bytes) keeps a
+// fence instead: the start of every slice of 2^shift keys of its 40-bit key space
+// (bucket << 32 | suffix), 32 to 64 ids a slice, 4 bytes each (0.125 bytes an id at
+// most). Ids arrive at random times, so a key's place in its second deviates from an even
+// spread by about the square root of the ids before it: interpolating over a whole
+// second of 3 000 ids lands some 25 entries away, after reading the run's first and last
+// keys, where interpolating inside a slice, whose two starts sit together, lands on the
+// entry or a neighbour a few entries off, in the same or the next cache line.
+//
 // An entry whose counters all become zero stays in place, dead, so the array stays sorted
 // and the id can come back without moving anything; dead entries are dropped when the
 // group is next merged.
 type group struct {
 	words []uint32 // entries, stride words each: suffix, then counters as in a bucket
-	// Runs of a group of fewer than 1<<16 entries, none longer than 255: cnt is each
-	// bucket's run length and base the start of every 16th run. Otherwise off32 holds
-	// all 257 starts; either way the other is nil.
-	cnt    []uint8
-	base   []uint16
-	off32  []uint32
+	// Runs of a group of fewer than 2*fenceFrom entries a bucket on average, none longer
+	// than 255: cnt is each bucket's run length and base the start of every 16th run.
+	// Otherwise fence holds the start of every slice of 2^shift keys and one past the
+	// end; either way the other is nil.
+	cnt   []uint8
+	base  []uint16
+	fence []uint32
+	// openSubs has a bit for each bucket of the group in its open (hash) form, so that a
+	// lookup in a sealed bucket asks the bucket map only when the bucket is open.
+	openSubs [4]uint64
+	// opened holds the open buckets by index once the group has openedFrom of them (the
+	// group being written has up to 256), so that a lookup finds its bucket without the
+	// table's map; a group with a few late ids keeps the map's cost, not 2 KiB.
+	opened *[1 << subBits]*bucket
 	stride int32
 	live   int32
 	dead   int32
-	open   int32    // buckets of this group in their open (hash) form
 	late   int32    // ids inserted into open buckets since the group was sealed
 	dirty  []uint64 // one bit per entry, nil while clean
 	ov     overflow // escaped counters by sub<<40 | suffix<<8 | field
 	// touched is the table's tick when an id of the group was last read or written.
 	touched uint32
+	shift   uint8 // of the fence: a slice is 2^shift keys
 }
 
 func gOvKey(sub uint8, suffix uint32, f int) uint64 {
@@ -47,6 +67,30 @@ func (g *group) size() int {
 	return len(g.words) / int(g.stride)
 }
 
+func (g *group) isOpen(sub uint8) bool { return g.openSubs[sub>>6]&(1<<(sub&63)) != 0 }
+
+func (g *group) setOpen(sub uint8, open bool) {
+	if open {
+		g.openSubs[sub>>6] |= 1 << (sub & 63)
+	} else {
+		g.openSubs[sub>>6] &^= 1 << (sub & 63)
+	}
+}
+
+// openedFrom is how many open buckets a group has before it indexes them in opened.
+const openedFrom = 16
+
+func (g *group) openCount() int {
+	n := 0
+	for _, w := range g.openSubs {
+		n += bits.OnesCount64(w)
+	}
+	return n
+}
+
+// hasOpen reports whether any bucket of the group is open.
+func (g *group) hasOpen() bool { return g.openSubs != [4]uint64{} }
+
 // bounds returns bucket sub's run of entries.
 func (g *group) bounds(sub uint8) (lo, hi int) {
 	switch {
@@ -57,10 +101,80 @@ func (g *group) bounds(sub uint8) (lo, hi int) {
 			lo += int(c)
 		}
 		return lo, lo + int(g.cnt[sub])
-	case g.off32 != nil:
-		return int(g.off32[sub]), int(g.off32[int(sub)+1])
+	case g.fence != nil:
+		per := 32 - uint(g.shift) // log2 of slices a bucket
+		return int(g.fence[int(sub)<<per]), int(g.fence[(int(sub)+1)<<per])
 	}
 	return 0, 0
+}
+
+// find returns the entry of key in bucket sub, live or dead, or -1. Keys are spread
+// evenly enough over a run (a bucket, or a fence slice) that interpolating with the
+// run's key range — known without reading a key — lands on the entry or a few entries
+// from it, and a short scan from there stays in the same or the next cache line (which
+// the CPU prefetches). Skewed keys that the scan does not reach fall back to bisection.
+func (g *group) find(sub uint8, key uint32) int {
+	const reach = 8
+	var lo, hi int
+	var rel uint64 // key's offset in the run's key range, of 2^bits
+	bits := uint(32)
+	if g.fence != nil {
+		k := uint64(sub)<<32 | uint64(key)
+		bits = uint(g.shift)
+		j := int(k >> bits)
+		fe := g.fence[j : j+2]
+		lo, hi, rel = int(fe[0]), int(fe[1]), k&(1<<bits-1)
+	} else {
+		lo, hi = g.bounds(sub)
+		rel = uint64(key)
+	}
+	if lo >= hi {
+		return -1
+	}
+	st := int(g.stride)
+	ws := g.words[lo*st : hi*st]
+	n := hi - lo
+	m := int(rel * uint64(n) >> bits) // < n
+	k := ws[m*st]
+	if k == key {
+		return lo + m
+	}
+	a, b := 0, n
+	if k < key {
+		a = m + 1
+		for j := a; j < n && j <= m+reach; j++ {
+			if k := ws[j*st]; k >= key {
+				if k == key {
+					return lo + j
+				}
+				return -1
+			}
+			a = j + 1
+		}
+	} else {
+		b = m
+		for j := m - 1; j >= 0 && j >= m-reach; j-- {
+			if k := ws[j*st]; k <= key {
+				if k == key {
+					return lo + j
+				}
+				return -1
+			}
+			b = j
+		}
+	}
+	for a < b {
+		h := int(uint(a+b) >> 1)
+		switch k := ws[h*st]; {
+		case k == key:
+			return lo + h
+		case k < key:
+			a = h + 1
+		default:
+			b = h
+		}
+	}
+	return -1
 }
 
 func (g *group) key(i int) uint32 { return g.words[i*int(g.stride)] }
@@ -73,68 +187,15 @@ func (g *group) counters(i int) []uint32 {
 	return g.words[i*st+1 : (i+1)*st]
 }
 
-func (g *group) isZero(i int) bool {
-	for _, w := range g.counters(i) {
+func (g *group) isZero(i int) bool { return isZeroWords(g.counters(i)) }
+
+func isZeroWords(ws []uint32) bool {
+	for _, w := range ws {
 		if w != 0 {
 			return false
 		}
 	}
 	return true
-}
-
-// find returns the entry of key in bucket sub, live or dead, or -1. Snowflake suffixes
-// are spread evenly over their second, so one interpolation lands a few entries from the
-// key, and a short scan from there reads neighbouring cache lines (which the CPU
-// prefetches) where bisection would miss the cache at every step. Skewed ids that the
-// scan does not reach fall back to bisection.
-func (g *group) find(sub uint8, key uint32) int {
-	const reach = 32
-	lo, hi := g.bounds(sub)
-	if hi-lo > 8 {
-		a, b := g.key(lo), g.key(hi-1)
-		if key < a || key > b {
-			return -1
-		}
-		m := lo + int(uint64(key-a)*uint64(hi-1-lo)/uint64(b-a))
-		switch k := g.key(m); {
-		case k == key:
-			return m
-		case k < key:
-			j := m + 1
-			for ; j < hi && j <= m+reach; j++ {
-				if k := g.key(j); k >= key {
-					if k == key {
-						return j
-					}
-					return -1
-				}
-			}
-			lo = j
-		default:
-			j := m - 1
-			for ; j >= lo && j >= m-reach; j-- {
-				if k := g.key(j); k <= key {
-					if k == key {
-						return j
-					}
-					return -1
-				}
-			}
-			hi = j + 1
-		}
-	}
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		switch k := g.key(m); {
-		case k == key:
-			return m
-		case k < key:
-			lo = m + 1
-		default:
-			hi = m
-		}
-	}
-	return -1
 }
 
 func (g *group) markDirty(i int) {
@@ -149,8 +210,12 @@ func (g *group) isDirty(i int) bool {
 }
 
 func (g *group) bytes() int {
-	const header = 192 // struct, slice headers, the group index entry
-	return header + 4*cap(g.words) + cap(g.cnt) + 2*cap(g.base) + 4*cap(g.off32) + 8*cap(g.dirty) + g.ov.bytes()
+	const header = 256 // struct, slice headers, the group map entry
+	n := header + 4*cap(g.words) + cap(g.cnt) + 2*cap(g.base) + 4*cap(g.fence) + 8*cap(g.dirty) + g.ov.bytes()
+	if g.opened != nil {
+		n += 8 << subBits
+	}
+	return n
 }
 
 // merge seals group gk: its live sealed entries and the entries of its open buckets are
@@ -163,8 +228,8 @@ func (t *Table) merge(gk uint32) {
 	}
 	total := int(g.live)
 	for sub := range 1 << subBits {
-		if b := t.buckets[gk<<subBits|uint32(sub)]; b != nil {
-			total += b.used
+		if g.isOpen(uint8(sub)) {
+			total += t.buckets[gk<<subBits|uint32(sub)].used
 		}
 	}
 	st := strideOf(t.fields)
@@ -198,9 +263,10 @@ func (t *Table) merge(gk uint32) {
 		off[s] = uint32(n)
 		lo, hi := g.bounds(sub)
 		bk := gk<<subBits | uint32(s)
-		b := t.buckets[bk]
+		var b *bucket
 		scratch = scratch[:0]
-		if b != nil {
+		if g.isOpen(sub) {
+			b = t.buckets[bk]
 			for slot := range b.size() {
 				if !b.isZero(slot) {
 					scratch = append(scratch, uint64(b.key(slot))<<32|uint64(slot))
@@ -234,24 +300,24 @@ func (t *Table) merge(gk uint32) {
 	t.scratch = scratch
 	t.last = nil
 	if total == 0 {
-		delete(t.groups, gk)
-		if t.lastG == g {
-			t.lastG = nil
-		}
+		t.delGroup(gk)
 		return
 	}
 	ng.touched = g.touched
 	*g = *ng // in place, so cached pointers stay valid
 }
 
-// setRuns stores the run starts off in the smaller form they fit.
+// setRuns indexes the entries by their buckets' run starts off (257 of them): with
+// counts in bytes when the group is small and sparse, else with a fence.
 func (g *group) setRuns(off []uint32) {
-	small := off[len(off)-1] < 1<<16
+	n := off[len(off)-1]
+	small := n < 1<<16 && n < 2*fenceFrom<<subBits // else a fence has 512 slices or more
 	for s := range len(off) - 1 {
 		small = small && off[s+1]-off[s] <= 255
 	}
+	g.cnt, g.base, g.fence, g.shift = nil, nil, nil, 0
 	if !small {
-		g.off32 = off
+		g.setFence(off)
 		return
 	}
 	g.cnt = make([]uint8, len(off)-1)
@@ -262,4 +328,44 @@ func (g *group) setRuns(off []uint32) {
 			g.base[s/16] = uint16(off[s])
 		}
 	}
+}
+
+// fenceFrom is the mean entries a fence slice holds at least: a lookup scans about the
+// deviation of a slice's keys from even spacing, within a cache line or two, and the
+// fence costs 4/fenceFrom bytes an id at most.
+const fenceFrom = 32
+
+// setFence builds the fence from the run starts off: slices of 2^shift keys, as many as
+// keep fenceFrom entries a slice on average and at least one a bucket (shift 32).
+func (g *group) setFence(off []uint32) {
+	n := uint64(off[len(off)-1])
+	shift := uint(32)
+	for shift > 8 && n>>(40-shift+1) >= fenceFrom {
+		shift--
+	}
+	slices := 1 << (40 - shift)
+	fence := make([]uint32, slices+1)
+	j := 0
+	for s := range len(off) - 1 {
+		for i := off[s]; i < off[s+1]; i++ {
+			for sj := int((uint64(s)<<32 | uint64(g.key(int(i)))) >> shift); j <= sj; j++ {
+				fence[j] = i
+			}
+		}
+	}
+	for ; j <= slices; j++ {
+		fence[j] = uint32(n)
+	}
+	g.fence, g.shift = fence, uint8(shift)
+}
+
+// runStarts returns the start of every bucket's run and one past the end.
+func (g *group) runStarts() []uint32 {
+	off := make([]uint32, 1<<subBits+1)
+	for s := range 1 << subBits {
+		lo, _ := g.bounds(uint8(s))
+		off[s] = uint32(lo)
+	}
+	off[1<<subBits] = uint32(g.size())
+	return off
 }

@@ -11,7 +11,7 @@ import (
 func (t *Table) Compact() {
 	gks := make([]uint32, 0, len(t.groups))
 	for gk, g := range t.groups {
-		if g.open > 0 || g.dead > 0 {
+		if g.hasOpen() || g.dead > 0 {
 			gks = append(gks, gk)
 		}
 	}
@@ -98,9 +98,7 @@ func (t *Table) DropBucket(bk uint32) {
 	}
 	if b := t.buckets[bk]; b != nil {
 		t.n -= b.used
-		delete(t.buckets, bk)
-		g.open--
-		t.last = nil
+		t.dropBucket(g, bk)
 	}
 	lo, hi := g.bounds(uint8(bk))
 	for i := lo; i < hi; i++ {
@@ -121,7 +119,7 @@ func (t *Table) DropBucket(bk uint32) {
 		t.n--
 	}
 	t.deleted = slices.DeleteFunc(t.deleted, func(id uint64) bool { return uint32(id>>32) == bk })
-	if g.dead > g.live/4+16 || (g.live == 0 && g.open == 0) {
+	if g.dead > g.live/4+16 || (g.live == 0 && !g.hasOpen()) {
 		t.merge(gk)
 	}
 }
@@ -192,7 +190,7 @@ func (t *Table) ClearDirty() {
 // MemBytes estimates the RAM the table holds: arrays, their headers and index entries,
 // overflow lists, dirty state.
 func (t *Table) MemBytes() int {
-	n := 8*cap(t.deleted) + 8*cap(t.scratch)
+	n := 8*cap(t.deleted) + 8*cap(t.scratch) + t.dir.bytes()
 	for _, b := range t.buckets {
 		n += b.bytes()
 	}
@@ -248,9 +246,9 @@ func (t *Table) DropGroup(gk uint32) {
 			delete(t.buckets, bk)
 		}
 	}
-	delete(t.groups, gk)
+	t.delGroup(gk)
 	t.deleted = slices.DeleteFunc(t.deleted, func(id uint64) bool { return uint32(id>>40) == gk })
-	t.last, t.lastG = nil, nil
+	t.last = nil
 	if t.due && t.dueGK == gk {
 		t.due = false
 	}

@@ -113,6 +113,12 @@ func TestModel(t *testing.T) {
 		}
 	}
 	storetest.Equal(t, tb, ref)
+	// The run went through every form of the index: it checked them all.
+	tb.Compact()
+	if runs, coarse, fine, far := hot.Layout(tb); runs == 0 || fine == 0 || far == 0 {
+		t.Fatalf("groups indexed by runs %d, coarse fences %d, fine fences %d; %d outside the directory's window: a form was not exercised",
+			runs, coarse, fine, far)
+	}
 	// Dropping a bucket removes exactly its ids.
 	bks := tb.Buckets()
 	drop := bks[len(bks)/2]

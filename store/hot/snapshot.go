@@ -65,9 +65,11 @@ func (t *Table) WriteTo(w io.Writer) (int64, error) {
 				buf = binary.LittleEndian.AppendUint16(buf, b)
 			}
 		} else {
+			// A fence is rebuilt at load from the run starts (see setRuns): it depends
+			// on nothing but the entries, so the format need not carry it.
 			buf = append(buf, 1)
 			flush()
-			writeWords(bw, g.off32, &buf)
+			writeWords(bw, g.runStarts(), &buf)
 		}
 		uv(uint64(len(g.ov.keys)))
 		for _, k := range g.ov.keys {
@@ -153,6 +155,7 @@ func (t *Table) load(cr *crcReader) error {
 	}
 	st := strideOf(t.fields)
 	var scratch []byte
+	off := make([]uint32, 1<<subBits+1) // run starts, reused: setRuns keeps none of it
 	total := uint64(0)
 	for i := range ng {
 		gk, err := readU32(cr, &scratch)
@@ -173,16 +176,17 @@ func (t *Table) load(cr *crcReader) error {
 		if g.words, err = readWords(cr, int(n)*st, &scratch); err != nil {
 			return err
 		}
-		if err := g.readRuns(cr, &scratch); err != nil {
+		if err := readRuns(cr, off, &scratch); err != nil {
 			return err
 		}
 		if err := g.readOverflow(cr, &scratch); err != nil {
 			return err
 		}
-		if err := g.check(); err != nil {
+		if err := g.check(off); err != nil {
 			return err
 		}
-		t.groups[gk] = g
+		g.setRuns(off)
+		t.addGroup(gk, g)
 		t.n += int(n)
 		t.started, t.newest = true, gk<<subBits|g.lastSub()
 	}
@@ -197,7 +201,9 @@ func (t *Table) load(cr *crcReader) error {
 	return nil
 }
 
-func (g *group) readRuns(cr *crcReader, scratch *[]byte) error {
+// readRuns reads a group's run index, in either form, into off (257 words): the start of
+// every bucket's run and one past the end.
+func readRuns(cr *crcReader, off []uint32, scratch *[]byte) error {
 	form, err := cr.ReadByte()
 	if err != nil {
 		return err
@@ -208,19 +214,27 @@ func (g *group) readRuns(cr *crcReader, scratch *[]byte) error {
 		if err != nil {
 			return err
 		}
-		g.cnt = slices.Clone(b[:1<<subBits])
-		g.base = make([]uint16, (1<<subBits)/16)
-		for q := range g.base {
-			g.base[q] = binary.LittleEndian.Uint16(b[1<<subBits+2*q:])
+		sum := uint32(0)
+		for s, c := range b[:1<<subBits] {
+			if s%16 == 0 && uint32(binary.LittleEndian.Uint16(b[1<<subBits+2*(s/16):])) != sum {
+				return fmt.Errorf("%w: run index", ErrSnapshot)
+			}
+			off[s] = sum
+			sum += uint32(c)
 		}
+		off[1<<subBits] = sum
+		return nil
 	case 1:
-		if g.off32, err = readWords(cr, 1<<subBits+1, scratch); err != nil {
+		b, err := readBytes(cr, 4*len(off), scratch)
+		if err != nil {
 			return err
 		}
-	default:
-		return fmt.Errorf("%w: unknown run form %d", ErrSnapshot, form)
+		for s := range off {
+			off[s] = binary.LittleEndian.Uint32(b[4*s:])
+		}
+		return nil
 	}
-	return nil
+	return fmt.Errorf("%w: unknown run form %d", ErrSnapshot, form)
 }
 
 func (g *group) readOverflow(cr *crcReader, scratch *[]byte) error {
@@ -246,35 +260,19 @@ func (g *group) readOverflow(cr *crcReader, scratch *[]byte) error {
 	return nil
 }
 
-// check validates a loaded group, so that a snapshot that passes it can be searched
-// without panics: runs cover the entries exactly, keys ascend within each run, no entry
-// is all zeros, overflow keys ascend.
-func (g *group) check() error {
+// check validates a loaded group and its run starts off, so that a snapshot that passes
+// it can be searched without panics: runs cover the entries exactly, keys ascend within
+// each run, no entry is all zeros, overflow keys ascend.
+func (g *group) check(off []uint32) error {
 	bad := func(what string) error { return fmt.Errorf("%w: %s", ErrSnapshot, what) }
-	size := g.size()
-	if g.cnt != nil {
-		sum := 0
-		for s, c := range g.cnt {
-			if s%16 == 0 && int(g.base[s/16]) != sum {
-				return bad("run index")
-			}
-			sum += int(c)
-		}
-		if sum != size {
-			return bad("runs do not cover the group")
-		}
-	} else {
-		if g.off32[0] != 0 || int(g.off32[1<<subBits]) != size {
-			return bad("runs do not cover the group")
-		}
-		for s := range 1 << subBits {
-			if g.off32[s+1] < g.off32[s] {
-				return bad("run index")
-			}
-		}
+	if off[0] != 0 || int(off[1<<subBits]) != g.size() {
+		return bad("runs do not cover the group")
 	}
 	for s := range 1 << subBits {
-		lo, hi := g.bounds(uint8(s))
+		lo, hi := int(off[s]), int(off[s+1])
+		if hi < lo {
+			return bad("run index")
+		}
 		for i := lo; i < hi; i++ {
 			if i > lo && g.key(i) <= g.key(i-1) {
 				return bad("keys out of order")

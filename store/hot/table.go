@@ -26,11 +26,10 @@ type Table struct {
 	fields  int
 	buckets map[uint32]*bucket // open buckets by id >> 32
 	groups  map[uint32]*group  // by id >> 40; exists while it has sealed or open ids
-	// The bucket and group of the previous call: ids arrive in runs of one time.
+	dir     directory          // finds most groups without the map
+	// The bucket of the previous call: ids arrive in runs of one time.
 	last    *bucket
 	lastKey uint32
-	lastG   *group
-	lastGK  uint32
 	n       int
 	deleted []uint64 // ids deleted since ClearDirty
 	newest  uint32   // the newest bucket seen; groups before its group are sealed
@@ -65,7 +64,11 @@ func NewWithOptions(fields int, opt Options) *Table {
 
 func split(id uint64) (bucketKey, suffix uint32) { return uint32(id >> 32), uint32(id) }
 
-func (t *Table) bucket(bk uint32) *bucket {
+// bucket returns open bucket bk of group g, or nil.
+func (t *Table) bucket(g *group, bk uint32) *bucket {
+	if g.opened != nil {
+		return g.opened[uint8(bk)]
+	}
 	if t.last != nil && t.lastKey == bk {
 		return t.last
 	}
@@ -76,15 +79,53 @@ func (t *Table) bucket(bk uint32) *bucket {
 	return b
 }
 
-func (t *Table) group(gk uint32) *group {
-	if t.lastG != nil && t.lastGK == gk {
-		return t.lastG
+// setBucket makes b group g's open bucket bk, a new one or one rehashed.
+func (t *Table) setBucket(g *group, bk uint32, b *bucket) {
+	sub := uint8(bk)
+	t.buckets[bk] = b
+	t.last, t.lastKey = b, bk
+	switch {
+	case g.opened != nil:
+		g.opened[sub] = b
+	case !g.isOpen(sub) && g.openCount() == openedFrom-1:
+		g.opened = new([1 << subBits]*bucket)
+		for s := range 1 << subBits {
+			if g.isOpen(uint8(s)) {
+				g.opened[s] = t.buckets[bk&^0xFF|uint32(s)]
+			}
+		}
+		g.opened[sub] = b
 	}
-	g := t.groups[gk]
-	if g != nil {
-		t.lastG, t.lastGK = g, gk
+	g.setOpen(sub, true)
+}
+
+// dropBucket forgets group g's open bucket bk.
+func (t *Table) dropBucket(g *group, bk uint32) {
+	delete(t.buckets, bk)
+	g.setOpen(uint8(bk), false)
+	if g.opened != nil {
+		g.opened[uint8(bk)] = nil
+	}
+	t.last = nil
+}
+
+// group returns group gk or nil.
+func (t *Table) group(gk uint32) *group {
+	g, far := t.dir.get(gk)
+	if far {
+		g = t.groups[gk]
 	}
 	return g
+}
+
+func (t *Table) addGroup(gk uint32, g *group) {
+	t.groups[gk] = g
+	t.dir.add(gk, g, t.groups)
+}
+
+func (t *Table) delGroup(gk uint32) {
+	delete(t.groups, gk)
+	t.dir.del(gk)
 }
 
 // find locates id: in open bucket b at slot i when b is not nil, else at sealed entry i
@@ -96,14 +137,23 @@ func (t *Table) find(id uint64) (g *group, b *bucket, i int) {
 		return nil, nil, -1
 	}
 	g.touched = t.tick
-	if g.open > 0 {
-		if b = t.bucket(bk); b != nil {
+	sub := uint8(bk)
+	if g.isOpen(sub) {
+		if b = t.bucket(g, bk); b != nil {
 			if s := b.find(key); s >= 0 {
 				return g, b, s
 			}
 		}
 	}
-	return g, nil, g.find(uint8(bk), key)
+	return g, nil, g.find(sub, key)
+}
+
+// counters returns the counter words of the entry find returned.
+func counters(g *group, b *bucket, i int) []uint32 {
+	if b != nil {
+		return b.words[i*b.stride+1 : (i+1)*b.stride]
+	}
+	return g.counters(i)
 }
 
 // value reads counter f of the entry find returned.
@@ -185,22 +235,25 @@ func (t *Table) Fields() int { return t.fields }
 // Len is the number of ids stored.
 func (t *Table) Len() int { return t.n }
 
-// Get copies id's counters into dst and reports whether id is stored.
-func (t *Table) Get(id uint64, dst []uint64) bool {
-	g, b, i := t.find(id)
-	if i < 0 || (b == nil && g.isZero(i)) {
-		clear(dst)
-		return false
-	}
-	for f := range dst {
-		dst[f] = t.value(g, b, i, id, f)
-	}
-	return true
-}
-
 // Add adds n to counter f of id (never below zero) and returns the new value.
 func (t *Table) Add(id uint64, f int, n int64) uint64 {
 	g, b, i := t.find(id)
+	if i >= 0 && n != 0 && n > -escape && n < escape {
+		// The common case, in place: a live entry's counter that stays within 16 bits
+		// and above zero, so no overflow entry and no deletion.
+		w := counters(g, b, i)
+		if c := getCount(w, f); c != escape && (c != 0 || b != nil || !isZeroWords(w)) {
+			if v := int64(c) + n; v > 0 && v < escape {
+				putCount(w, f, uint16(v))
+				if b != nil {
+					b.markDirty(i)
+				} else {
+					g.markDirty(i)
+				}
+				return uint64(v)
+			}
+		}
+	}
 	var old uint64
 	if i >= 0 {
 		old = t.value(g, b, i, id, f)
@@ -277,9 +330,8 @@ func (t *Table) insert(id uint64) (*group, *bucket, int) {
 	}
 	g := t.group(gk)
 	if g == nil {
-		g = &group{touched: t.tick}
-		t.groups[gk] = g
-		t.lastG, t.lastGK = g, gk
+		g = &group{stride: int32(strideOf(t.fields)), touched: t.tick}
+		t.addGroup(gk, g)
 	}
 	if gk < t.newest>>subBits {
 		// A late id (a first like on an old post) in a sealed group waits in an open
@@ -288,15 +340,13 @@ func (t *Table) insert(id uint64) (*group, *bucket, int) {
 			t.due, t.dueGK = true, gk
 		}
 	}
-	b := t.bucket(bk)
+	b := t.bucket(g, bk)
 	if b == nil {
 		b = newBucket(t.opt.MinSize, t.fields)
-		t.buckets[bk] = b
-		t.last, t.lastKey = b, bk
-		g.open++
+		t.setBucket(g, bk, b)
 	}
 	if float64(b.used+b.tombs+1) > t.opt.MaxLoad*float64(b.size()) {
-		b = t.rehash(bk, b)
+		b = t.rehash(g, bk, b)
 	}
 	slot := b.insertSlot(key)
 	if b.key(slot) != 0 {
@@ -311,7 +361,7 @@ func (t *Table) insert(id uint64) (*group, *bucket, int) {
 // rehash moves an open bucket's entries into a new array, dropping tombstones: twice the
 // size when entries fill more than half the load limit, else the same size. Growth never
 // touches another bucket, so its pause is bounded by one bucket, not the table.
-func (t *Table) rehash(bk uint32, old *bucket) *bucket {
+func (t *Table) rehash(g *group, bk uint32, old *bucket) *bucket {
 	size := old.size()
 	if float64(old.used+1) > t.opt.MaxLoad*float64(size)/2 {
 		size *= 2
@@ -330,7 +380,6 @@ func (t *Table) rehash(bk uint32, old *bucket) *bucket {
 		}
 	}
 	nb.ov = old.ov
-	t.buckets[bk] = nb
-	t.last, t.lastKey = nb, bk
+	t.setBucket(g, bk, nb)
 	return nb
 }

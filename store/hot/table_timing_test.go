@@ -3,21 +3,60 @@ package hot_test
 import (
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"testing"
 
 	"github.com/tally-dev/tally/store/hot"
 )
 
-const benchIDs = 1_000_000
-
-func benchSetup() ([]uint64, []int) {
-	ids := snowflakes(benchIDs, 600_000)
-	r := rand.New(rand.NewPCG(3, 4))
-	order := make([]int, 1<<20)
-	for i := range order {
-		order[i] = r.IntN(benchIDs)
+// randomSizes are the table sizes of the random-access benchmarks: 1 M ids made over
+// 10 minutes (about 1 700 a second) and 10 M over an hour (about 2 800 a second), at
+// random times (see arrivals), inserted in time order as posts are created. -short runs
+// the first only.
+func randomSizes() []struct {
+	name   string
+	n      int
+	spanMS uint64
+} {
+	sizes := []struct {
+		name   string
+		n      int
+		spanMS uint64
+	}{{"1M", 1_000_000, 600_000}, {"10M", 10_000_000, 3_600_000}}
+	if testing.Short() {
+		sizes = sizes[:1]
 	}
-	return ids, order
+	return sizes
+}
+
+// arrivals returns n distinct snowflake ids made at random times over spanMS
+// milliseconds, in time order: posts arrive independently of each other, so a second
+// holds a few more or fewer than the mean, and a key's place in its second deviates from
+// an even spread by about the square root of the ids before it — where snowflakes spaces
+// them evenly.
+func arrivals(n int, spanMS uint64) []uint64 {
+	const epoch = 1_700_000_000_000
+	r := rand.New(rand.NewPCG(7, 8))
+	ids := make([]uint64, 0, n)
+	for len(ids) < n {
+		for range n - len(ids) {
+			ids = append(ids, (epoch+r.Uint64N(spanMS))<<22|r.Uint64N(1<<22))
+		}
+		slices.Sort(ids)
+		ids = slices.Compact(ids)
+	}
+	return ids
+}
+
+// randomIDs returns 1<<20 ids drawn at random from ids, read in order by a benchmark so
+// that picking the next id costs no cache miss of its own.
+func randomIDs(ids []uint64) []uint64 {
+	r := rand.New(rand.NewPCG(3, 4))
+	q := make([]uint64, 1<<20)
+	for i := range q {
+		q[i] = ids[r.IntN(len(ids))]
+	}
+	return q
 }
 
 func filledHot(ids []uint64) *hot.Table {
@@ -38,23 +77,44 @@ func filledMap(ids []uint64) map[uint64][4]uint32 {
 	return m
 }
 
-// BenchmarkIncrementExisting adds to a random existing id of 1 M.
-func BenchmarkIncrementExisting(b *testing.B) {
-	ids, order := benchSetup()
-	b.Run("hot", func(b *testing.B) {
+// randomBench runs hot and map sub-benchmarks at each of randomSizes, both tables built
+// (as filled, in time order) before either runs, each reporting the heap it holds.
+func randomBench(b *testing.B, hotOp func(tb *hot.Table, q []uint64, n int), mapOp func(m map[uint64][4]uint32, q []uint64, n int)) {
+	for _, size := range randomSizes() {
+		ids := arrivals(size.n, size.spanMS)
+		q := randomIDs(ids)
+		before := heapNow()
 		tb := filledHot(ids)
-		b.ReportAllocs()
-		b.ResetTimer()
-		for i := range b.N {
-			tb.Add(ids[order[i&(len(order)-1)]], i&3, 1)
-		}
-	})
-	b.Run("map", func(b *testing.B) {
+		hotB := float64(heapNow()-before) / float64(size.n)
+		before = heapNow()
 		m := filledMap(ids)
-		b.ReportAllocs()
-		b.ResetTimer()
-		for i := range b.N {
-			id := ids[order[i&(len(order)-1)]]
+		mapB := float64(heapNow()-before) / float64(size.n)
+		b.Run(size.name+"/hot", func(b *testing.B) {
+			b.ReportAllocs()
+			b.ResetTimer()
+			hotOp(tb, q, b.N)
+			b.ReportMetric(hotB, "B/id")
+		})
+		b.Run(size.name+"/map", func(b *testing.B) {
+			b.ReportAllocs()
+			b.ResetTimer()
+			mapOp(m, q, b.N)
+			b.ReportMetric(mapB, "B/id")
+		})
+		runtime.KeepAlive(tb)
+		runtime.KeepAlive(m)
+	}
+}
+
+// BenchmarkIncrementExisting adds to a random existing id of 1 M and of 10 M.
+func BenchmarkIncrementExisting(b *testing.B) {
+	randomBench(b, func(tb *hot.Table, q []uint64, n int) {
+		for i := range n {
+			tb.Add(q[i&(len(q)-1)], i&3, 1)
+		}
+	}, func(m map[uint64][4]uint32, q []uint64, n int) {
+		for i := range n {
+			id := q[i&(len(q)-1)]
 			c := m[id]
 			c[i&3]++
 			m[id] = c
@@ -105,25 +165,17 @@ func BenchmarkInsertNew(b *testing.B) {
 	})
 }
 
-// BenchmarkLookup reads a random existing id of 1 M.
+// BenchmarkLookup reads a random existing id of 1 M and of 10 M.
 func BenchmarkLookup(b *testing.B) {
-	ids, order := benchSetup()
-	b.Run("hot", func(b *testing.B) {
-		tb := filledHot(ids)
+	randomBench(b, func(tb *hot.Table, q []uint64, n int) {
 		dst := make([]uint64, 4)
-		b.ReportAllocs()
-		b.ResetTimer()
-		for i := range b.N {
-			tb.Get(ids[order[i&(len(order)-1)]], dst)
+		for i := range n {
+			tb.Get(q[i&(len(q)-1)], dst)
 		}
-	})
-	b.Run("map", func(b *testing.B) {
-		m := filledMap(ids)
+	}, func(m map[uint64][4]uint32, q []uint64, n int) {
 		var sink uint32
-		b.ReportAllocs()
-		b.ResetTimer()
-		for i := range b.N {
-			sink += m[ids[order[i&(len(order)-1)]]][0]
+		for i := range n {
+			sink += m[q[i&(len(q)-1)]][0]
 		}
 		_ = sink
 	})
