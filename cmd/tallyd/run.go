@@ -58,6 +58,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 	fs.StringVar(&cfg.Table, "table", cfg.Table, "in-RAM counter table: hot (packed, ~13 B a post) or map (a Go map, the reference)")
 	fs.IntVar(&cfg.FanoutLimit, "fanout-limit", cfg.FanoutLimit, "most followers a post is pushed to; above it readers pull")
 	fs.StringVar(&cfg.Metrics, "metrics", "", "serve /metrics and /healthz on this address, e.g. 127.0.0.1:9464")
+	fs.BoolVar(&cfg.Pprof, "pprof", cfg.Pprof, "also serve Go's profiles (/debug/pprof/: heap, goroutines, CPU) on the --metrics address")
 	fs.DurationVar(&cfg.ColdAge, "cold-age", cfg.ColdAge, "move counters of ids older than this (by snowflake time) from RAM to the cold tier; 0 keeps them")
 	fs.Int64Var(&cfg.IDEpoch, "id-epoch", cfg.IDEpoch, "Unix time in ms that an id's snowflake time (id >> 22) counts from")
 	fs.Func("hot-max-mem", "bound the RAM of the counter tables, e.g. 8GiB; above it the least recently used ids move to the cold tier; 0 is unbounded", func(v string) error {

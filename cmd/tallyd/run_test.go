@@ -57,6 +57,7 @@ func TestRunFailsClearly(t *testing.T) {
 		{[]string{"--data", t.TempDir(), "--listen", busy.Addr().String()}, "address already in use"},
 		{[]string{"--data", filepath.Join(file, "sub"), "--listen", "127.0.0.1:-1"}, "not a directory"},
 		{[]string{"--table", "btree", "--listen", "127.0.0.1:-1"}, "unknown table"},
+		{[]string{"--pprof", "--data", t.TempDir(), "--listen", "127.0.0.1:-1"}, "--pprof needs --metrics"},
 	} {
 		var out bytes.Buffer
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

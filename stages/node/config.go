@@ -85,6 +85,8 @@ type Config struct {
 	// Metrics is the address of the HTTP server for /metrics (Prometheus), /livez,
 	// /readyz and /healthz; empty disables it.
 	Metrics string
+	// Pprof also serves Go's profiles under /debug/pprof/ on the Metrics address.
+	Pprof bool
 	// AuditEvery, when positive, audits AuditSample posts and AuditSample users picked
 	// at random this often in the process owning partition 0: their like, comment,
 	// follower and following counts recounted from the relations (see tally audit). Off
@@ -170,6 +172,9 @@ func (c Config) validate() error {
 	}
 	if c.AuditEvery > 0 && (c.AuditSample < 1 || c.AuditSample > pipeline.MaxAuditSample) {
 		return fmt.Errorf("audit sample must be 1..%d, not %d", pipeline.MaxAuditSample, c.AuditSample)
+	}
+	if c.Pprof && c.Metrics == "" {
+		return fmt.Errorf("profiles are served on the metrics address: --pprof needs --metrics")
 	}
 	if c.Join && c.BackupEvery <= 0 {
 		return fmt.Errorf("partitions move between the processes that join through state backups in NATS: --join needs --backup-every")
