@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -29,6 +31,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		fmt.Fprintln(stderr, "tallyd:", err)
 		return 2
+	}
+	mem, _ := cfg.Mem(nil) // parse checked it and read the machine
+	// The limit is the process's, so tallyd sets it, not the node (a test process runs
+	// several). GOMEMLIMIT, which the runtime has applied already, wins.
+	if getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(mem.GoLimit)
 	}
 	log := logs.logger(stderr)
 	if err := node.Run(ctx, cfg, log); err != nil {
@@ -61,7 +69,12 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 	fs.BoolVar(&cfg.Pprof, "pprof", cfg.Pprof, "also serve Go's profiles (/debug/pprof/: heap, goroutines, CPU) on the --metrics address")
 	fs.DurationVar(&cfg.ColdAge, "cold-age", cfg.ColdAge, "move counters of ids older than this (by snowflake time) from RAM to the cold tier; 0 keeps them")
 	fs.Int64Var(&cfg.IDEpoch, "id-epoch", cfg.IDEpoch, "Unix time in ms that an id's snowflake time (id >> 22) counts from")
-	fs.Func("hot-max-mem", "bound the RAM of the counter tables, e.g. 8GiB; above it the least recently used ids move to the cold tier; 0 is unbounded", func(v string) error {
+	fs.Func("max-mem", "memory budget of the process, e.g. 4GiB: shared out between the counter tables, Badger and NATS, and Go's memory limit (see README, Sizing); 0 (the default) is three quarters of the machine's RAM, or of the container's limit", func(v string) error {
+		n, err := parseBytes(v)
+		cfg.MaxMem = n
+		return err
+	})
+	fs.Func("hot-max-mem", "bound the RAM of the counter tables instead of their share of --max-mem, e.g. 8GiB; above it the least recently used ids move to the cold tier; 0 takes the share", func(v string) error {
 		n, err := parseBytes(v)
 		cfg.HotMaxMem = n
 		return err
@@ -105,6 +118,11 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 	if cfg.Partitions < 1 {
 		return cfg, logs, fmt.Errorf("partitions %s: must be at least 1", strconv.Itoa(cfg.Partitions))
 	}
+	mem, err := cfg.Mem(os.DirFS("/"))
+	if err != nil {
+		return cfg, logs, fmt.Errorf("max-mem: %w", err)
+	}
+	cfg.MaxMem = mem.Budget // the machine is read once
 	return cfg, logs, nil
 }
 
