@@ -3,6 +3,7 @@ package node
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io/fs"
 	"slices"
@@ -22,13 +23,14 @@ const (
 	// memTableHeap is the heap one memtable takes: its arena holds the table, one
 	// transaction and the transaction's skiplist nodes (41.6 MB measured).
 	memTableHeap = memTable * 13 / 10
-	// flushHeap is what building a table from a full memtable holds: the blocks, their
-	// compressed copies, in buffers that double as they fill (28–116 MB measured under
-	// a steady load, up to 270 MB draining a backlog).
-	flushHeap = 4 * memTable
+	// flushHeap is what building a table from a full memtable holds: the blocks and
+	// their compressed copies, in buffers that double as they fill and as a large value
+	// (a journal entry, an outbox batch) outgrows its block (28–116 MB measured under a
+	// steady load, up to 284 MB draining a backlog).
+	flushHeap = 9 * memTable
 	// compactorHeap is what one compaction holds while it builds its tables, up to five
-	// at once (up to 330 MB measured for two compactors draining a backlog).
-	compactorHeap = 96 << 20
+	// at once (up to 341 MB measured for two compactors draining a backlog).
+	compactorHeap = 176 << 20
 	// natsHeap is the embedded server's: its file store buffers a whole block (8 MiB) of
 	// every stream being written or read, and keeps the message ids of the duplicate
 	// window (64–100 MB measured).
@@ -71,7 +73,15 @@ type MemSplit struct {
 	// GoLimit is the Go runtime's soft memory limit: the budget, or the sum of the
 	// parts when HotMaxMem makes it larger.
 	GoLimit int64
+	// Machine is the memory the machine allows the process, when the budget was sized
+	// from it (0 when given): a budget above three quarters of it is the least a
+	// process needs, more than the machine should give.
+	Machine int64
 }
+
+// Short reports whether the budget is more than three quarters of what the machine
+// allows: the least a process needs, on a machine too small for it.
+func (m MemSplit) Short() bool { return m.Machine > 0 && m.Budget > m.Machine/4*3 }
 
 // memtables is the RAM of Badger's memtables.
 func (m MemSplit) memtables() int64 { return int64(m.Memtables) * memTableHeap }
@@ -92,15 +102,8 @@ func (c Config) SplitMem(budget int64) (MemSplit, error) {
 	m := c.parts(budget)
 	others := m.others()
 	if budget < others+minHot {
-		// The parts grow with the budget: the least that does is where they stop
-		// outgrowing it (a few rounds, each adding at most 3/16 of the last).
-		least := others + minHot
-		for least < c.parts(least).others()+minHot {
-			least = c.parts(least).others() + minHot
-		}
-		least = (least + 1<<20 - 1) &^ (1<<20 - 1) // in whole MiB, rounded up
 		return m, fmt.Errorf("%w: %s is below the %s a process needs (Badger's memtables and table builds, NATS buffers, the cold cache of %d ids, Go's runtime; see README, Sizing)",
-			ErrMemTooSmall, Bytes(budget), Bytes(least), c.ColdCache)
+			ErrMemTooSmall, Bytes(budget), Bytes(c.leastMem()), c.ColdCache)
 	}
 	m.Hot = budget - others
 	if c.HotMaxMem > 0 {
@@ -110,12 +113,23 @@ func (c Config) SplitMem(budget int64) (MemSplit, error) {
 	return m, nil
 }
 
+// leastMem is the least budget SplitMem accepts, in whole MiB. The parts grow with the
+// budget: it is where they stop outgrowing it (a few rounds, each adding at most 3/16 of
+// the last).
+func (c Config) leastMem() int64 {
+	least := c.parts(0).others() + minHot
+	for least < c.parts(least).others()+minHot {
+		least = c.parts(least).others() + minHot
+	}
+	return (least + 1<<20 - 1) &^ (1<<20 - 1)
+}
+
 // parts sizes every part of a budget but the counter tables.
 func (c Config) parts(budget int64) MemSplit {
 	m := MemSplit{Budget: budget, ColdCache: int64(c.ColdCache) * coldCacheEntry}
 	m.Memtables = int(min(max(budget/(512<<20), 2), 5))
 	m.Compactors = 2
-	if budget >= 2<<30 {
+	if budget >= 4<<30 { // a machine with the cores to compact faster
 		m.Compactors = 4
 	}
 	m.BlockCache = min(max(budget/32, 16<<20), 256<<20)
@@ -134,17 +148,20 @@ func (m MemSplit) others() int64 {
 }
 
 // Mem is the split of c's budget: MaxMem, or, when 0, three quarters of what the
-// machine allows this process (its cgroup's memory limit, a container's, or the RAM).
+// machine allows this process (its cgroup's memory limit, a container's, or the RAM) —
+// or the least a process needs where that is less (Machine says so). A MaxMem too small
+// is an error.
 func (c Config) Mem(root fs.FS) (MemSplit, error) {
 	if c.MaxMem > 0 {
 		return c.SplitMem(c.MaxMem)
 	}
 	mem := machineMem(root)
 	m, err := c.SplitMem(mem / 4 * 3)
-	if err != nil {
-		return m, fmt.Errorf("three quarters of the %s this machine allows: %w; give --max-mem", Bytes(mem), err)
+	if errors.Is(err, ErrMemTooSmall) {
+		m, err = c.SplitMem(c.leastMem())
 	}
-	return m, nil
+	m.Machine = mem
+	return m, err
 }
 
 // machineMem is the memory this process may use, read from root (the file system's

@@ -32,19 +32,19 @@ func TestSplitMem(t *testing.T) {
 	}
 	c := DefaultConfig() // embedded NATS, a cold cache of 262 144 ids
 	cold := int64(c.ColdCache) * coldCacheEntry
-	fixed := int64(flushHeap + 2*compactorHeap + runtimeHeap + natsHeap) // 464 MiB
-	t.Run("768MiB", func(t *testing.T) {
-		f(t, c, 768*MiB, MemSplit{Budget: 768 * MiB, Hot: 768*MiB - cold - 2*memTableHeap - 24*MiB - 24*MiB - fixed - 96*MiB, ColdCache: cold,
-			Memtables: 2, Compactors: 2, BlockCache: 24 * MiB, IndexCache: 24 * MiB, Fixed: fixed, Headroom: 96 * MiB, GoLimit: 768 * MiB})
-	})
-	t.Run("1GiB", func(t *testing.T) {
-		f(t, c, GiB, MemSplit{Budget: GiB, Hot: GiB - cold - 2*memTableHeap - 32*MiB - 32*MiB - fixed - 128*MiB, ColdCache: cold,
-			Memtables: 2, Compactors: 2, BlockCache: 32 * MiB, IndexCache: 32 * MiB, Fixed: fixed, Headroom: 128 * MiB, GoLimit: GiB})
+	fixed := int64(flushHeap + 2*compactorHeap + runtimeHeap + natsHeap) // 784 MiB
+	t.Run("1.25GiB", func(t *testing.T) {
+		f(t, c, 1280*MiB, MemSplit{Budget: 1280 * MiB, Hot: 1280*MiB - cold - 2*memTableHeap - 40*MiB - 40*MiB - fixed - 160*MiB, ColdCache: cold,
+			Memtables: 2, Compactors: 2, BlockCache: 40 * MiB, IndexCache: 40 * MiB, Fixed: fixed, Headroom: 160 * MiB, GoLimit: 1280 * MiB})
 	})
 	t.Run("2GiB", func(t *testing.T) {
-		fixed := fixed + 2*compactorHeap
 		f(t, c, 2*GiB, MemSplit{Budget: 2 * GiB, Hot: 2*GiB - cold - 4*memTableHeap - 64*MiB - 64*MiB - fixed - 256*MiB, ColdCache: cold,
-			Memtables: 4, Compactors: 4, BlockCache: 64 * MiB, IndexCache: 64 * MiB, Fixed: fixed, Headroom: 256 * MiB, GoLimit: 2 * GiB})
+			Memtables: 4, Compactors: 2, BlockCache: 64 * MiB, IndexCache: 64 * MiB, Fixed: fixed, Headroom: 256 * MiB, GoLimit: 2 * GiB})
+	})
+	t.Run("4GiB", func(t *testing.T) {
+		fixed := fixed + 2*compactorHeap
+		f(t, c, 4*GiB, MemSplit{Budget: 4 * GiB, Hot: 4*GiB - cold - 5*memTableHeap - 128*MiB - 128*MiB - fixed - 512*MiB, ColdCache: cold,
+			Memtables: 5, Compactors: 4, BlockCache: 128 * MiB, IndexCache: 128 * MiB, Fixed: fixed, Headroom: 512 * MiB, GoLimit: 4 * GiB})
 	})
 	t.Run("64GiB: Badger's defaults but the index cache", func(t *testing.T) {
 		fixed := fixed + 2*compactorHeap
@@ -55,21 +55,21 @@ func TestSplitMem(t *testing.T) {
 		c := c
 		c.NATSURL, c.ColdCache = "nats://a:4222", 0
 		fixed := fixed - natsHeap
-		f(t, c, 640*MiB, MemSplit{Budget: 640 * MiB, Hot: 640*MiB - 2*memTableHeap - 20*MiB - 20*MiB - fixed - 80*MiB,
-			Memtables: 2, Compactors: 2, BlockCache: 20 * MiB, IndexCache: 20 * MiB, Fixed: fixed, Headroom: 80 * MiB, GoLimit: 640 * MiB})
+		f(t, c, GiB, MemSplit{Budget: GiB, Hot: GiB - 2*memTableHeap - 32*MiB - 32*MiB - fixed - 128*MiB,
+			Memtables: 2, Compactors: 2, BlockCache: 32 * MiB, IndexCache: 32 * MiB, Fixed: fixed, Headroom: 128 * MiB, GoLimit: GiB})
 	})
 	t.Run("hot-max-mem below its share", func(t *testing.T) {
 		c := c
 		c.HotMaxMem = 100 * MiB
-		f(t, c, GiB, MemSplit{Budget: GiB, Hot: 100 * MiB, ColdCache: cold,
-			Memtables: 2, Compactors: 2, BlockCache: 32 * MiB, IndexCache: 32 * MiB, Fixed: fixed, Headroom: 128 * MiB, GoLimit: GiB})
+		f(t, c, 2*GiB, MemSplit{Budget: 2 * GiB, Hot: 100 * MiB, ColdCache: cold,
+			Memtables: 4, Compactors: 2, BlockCache: 64 * MiB, IndexCache: 64 * MiB, Fixed: fixed, Headroom: 256 * MiB, GoLimit: 2 * GiB})
 	})
 	t.Run("hot-max-mem above its share raises the Go limit", func(t *testing.T) {
 		c := c
 		c.HotMaxMem = 2 * GiB
-		others := cold + 2*memTableHeap + 32*MiB + 32*MiB + fixed + 128*MiB
-		f(t, c, GiB, MemSplit{Budget: GiB, Hot: 2 * GiB, ColdCache: cold,
-			Memtables: 2, Compactors: 2, BlockCache: 32 * MiB, IndexCache: 32 * MiB, Fixed: fixed, Headroom: 128 * MiB, GoLimit: others + 2*GiB})
+		others := cold + 4*memTableHeap + 64*MiB + 64*MiB + fixed + 256*MiB
+		f(t, c, 2*GiB, MemSplit{Budget: 2 * GiB, Hot: 2 * GiB, ColdCache: cold,
+			Memtables: 4, Compactors: 2, BlockCache: 64 * MiB, IndexCache: 64 * MiB, Fixed: fixed, Headroom: 256 * MiB, GoLimit: others + 2*GiB})
 	})
 }
 
@@ -77,21 +77,21 @@ func TestSplitMem(t *testing.T) {
 func TestSplitMemTooSmall(t *testing.T) {
 	c := DefaultConfig()
 	// The least budget that works: the parts grow with the budget, slower than it.
-	least := int64(sort.Search(1<<30, func(b int) bool { _, err := c.SplitMem(int64(b)); return err == nil }))
+	least := int64(sort.Search(2<<30, func(b int) bool { _, err := c.SplitMem(int64(b)); return err == nil }))
 	named := (least + 1<<20 - 1) &^ (1<<20 - 1) // the error says it in whole MiB
-	for _, b := range []int64{least, named, 1 << 30} {
+	for _, b := range []int64{least, named, 2 << 30} {
 		if m, err := c.SplitMem(b); err != nil || m.Hot < minHot {
 			t.Errorf("SplitMem(%s): hot %s, %v", Bytes(b), Bytes(m.Hot), err)
 		}
 	}
-	for _, b := range []int64{0, 1, 256 << 20, least - 1} {
+	for _, b := range []int64{0, 1, 512 << 20, least - 1} {
 		if _, err := c.SplitMem(b); !errors.Is(err, ErrMemTooSmall) || !strings.Contains(err.Error(), "below the "+Bytes(named).String()+" ") {
 			t.Errorf("SplitMem(%s): %v, want ErrMemTooSmall naming %s", Bytes(b), err, Bytes(named))
 		}
 	}
 	c.HotMaxMem = 1 << 30 // an override does not shrink the other parts
-	if _, err := c.SplitMem(256 << 20); !errors.Is(err, ErrMemTooSmall) {
-		t.Errorf("256MiB with --hot-max-mem: %v", err)
+	if _, err := c.SplitMem(512 << 20); !errors.Is(err, ErrMemTooSmall) {
+		t.Errorf("512MiB with --hot-max-mem: %v", err)
 	}
 }
 
@@ -114,8 +114,8 @@ func TestMachineMem(t *testing.T) {
 		{"cgroup v2 without a limit", fstest.MapFS{"proc/meminfo": meminfo, "proc/self/cgroup": {Data: []byte("0::/user.slice\n")},
 			"sys/fs/cgroup/user.slice/memory.max": {Data: []byte("max\n")}}, ram},
 		{"cgroup v1", fstest.MapFS{"proc/meminfo": meminfo, "proc/self/cgroup": {Data: []byte("5:devices:/\n4:memory:/process_api/abc\n0::/\n")},
-			"sys/fs/cgroup/memory/process_api/abc/memory.limit_in_bytes": {Data: []byte("1073741824\n")},
-			"sys/fs/cgroup/memory/memory.limit_in_bytes":                 {Data: []byte("9223372036854771712\n")}}, GiB},
+			"sys/fs/cgroup/memory/process_api/abc/memory.limit_in_bytes": {Data: []byte("3221225472\n")},
+			"sys/fs/cgroup/memory/memory.limit_in_bytes":                 {Data: []byte("9223372036854771712\n")}}, 3 * GiB},
 		{"cgroup v1 without a limit", fstest.MapFS{"proc/meminfo": meminfo, "proc/self/cgroup": {Data: []byte("4:cpu,memory:/a\n")},
 			"sys/fs/cgroup/memory/a/memory.limit_in_bytes": {Data: []byte("9223372036854771712\n")}}, ram},
 		{"a limit above the RAM", fstest.MapFS{"proc/meminfo": meminfo, "sys/fs/cgroup/memory.max": {Data: []byte("107374182400\n")}}, ram},
@@ -125,13 +125,18 @@ func TestMachineMem(t *testing.T) {
 			t.Errorf("%s: %s, want %s", c.name, Bytes(got), Bytes(c.want))
 		}
 		m, err := DefaultConfig().Mem(c.fs)
-		if want := c.want / 4 * 3; err != nil || m.Budget != want {
+		if want := c.want / 4 * 3; err != nil || m.Budget != want || m.Machine != c.want || m.Short() {
 			t.Errorf("%s: budget %s (%v), want %s", c.name, Bytes(m.Budget), err, Bytes(want))
 		}
 	}
 	c := DefaultConfig()
+	// A machine too small for a process: the least it needs, and Short says so.
+	small := fstest.MapFS{"proc/meminfo": meminfo, "sys/fs/cgroup/memory.max": {Data: []byte("1073741824\n")}}
+	if m, err := c.Mem(small); err != nil || m.Budget != c.leastMem() || m.Machine != GiB || !m.Short() {
+		t.Errorf("a container of 1GiB: budget %s, machine %s, short %v, %v; want %s", Bytes(m.Budget), Bytes(m.Machine), m.Short(), err, Bytes(c.leastMem()))
+	}
 	c.MaxMem = 3 * GiB
-	if m, err := c.Mem(fstest.MapFS{}); err != nil || m.Budget != 3*GiB {
+	if m, err := c.Mem(small); err != nil || m.Budget != 3*GiB || m.Machine != 0 {
 		t.Errorf("--max-mem 3GiB: %s %v", Bytes(m.Budget), err)
 	}
 }
@@ -139,21 +144,21 @@ func TestMachineMem(t *testing.T) {
 // A node sizes Badger and bounds its counter tables from its budget, and says so.
 func TestStartSizesFromBudget(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.DataDir, cfg.Listen, cfg.Partitions, cfg.MaxMem = t.TempDir(), "127.0.0.1:-1", 2, 1<<30
+	cfg.DataDir, cfg.Listen, cfg.Partitions, cfg.MaxMem = t.TempDir(), "127.0.0.1:-1", 2, 2<<30
 	var logs bytes.Buffer
 	n, err := Start(context.Background(), cfg, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = n.Close() })
-	want, _ := cfg.SplitMem(1 << 30)
+	want, _ := cfg.SplitMem(2 << 30)
 	o := n.db.Badger().Opts()
 	if o.MemTableSize != memTable || o.NumMemtables != want.Memtables || o.NumCompactors != want.Compactors ||
 		o.BlockCacheSize != want.BlockCache || o.IndexCacheSize != want.IndexCache {
 		t.Errorf("Badger: memtables %d × %d, %d compactors, block cache %d, index cache %d; want %+v",
 			o.NumMemtables, o.MemTableSize, o.NumCompactors, o.BlockCacheSize, o.IndexCacheSize, want)
 	}
-	if line := fmt.Sprintf("max-mem=1GiB hot-max-mem=%s", Bytes(want.Hot)); !strings.Contains(logs.String(), line) {
+	if line := fmt.Sprintf("max-mem=2GiB hot-max-mem=%s", Bytes(want.Hot)); !strings.Contains(logs.String(), line) {
 		t.Errorf("the start line does not say %q:\n%s", line, logs.String())
 	}
 }
