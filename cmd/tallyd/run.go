@@ -32,13 +32,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		fmt.Fprintln(stderr, "tallyd:", err)
 		return 2
 	}
-	mem, _ := cfg.Mem(nil) // parse checked it and read the machine
+	log := logs.logger(stderr)
+	mem, _ := cfg.Mem(os.DirFS("/")) // parse checked it
+	if mem.Short() {
+		log.Warn("the machine allows this process less memory than it needs: its budget is the least it needs",
+			"allowed", node.Bytes(mem.Machine), "max-mem", node.Bytes(mem.Budget))
+	}
+	cfg.MaxMem = mem.Budget // the node need not read the machine again
 	// The limit is the process's, so tallyd sets it, not the node (a test process runs
 	// several). GOMEMLIMIT, which the runtime has applied already, wins.
 	if getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(mem.GoLimit)
 	}
-	log := logs.logger(stderr)
 	if err := node.Run(ctx, cfg, log); err != nil {
 		log.Error("tallyd stopped", "err", err)
 		return 1
@@ -118,11 +123,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 	if cfg.Partitions < 1 {
 		return cfg, logs, fmt.Errorf("partitions %s: must be at least 1", strconv.Itoa(cfg.Partitions))
 	}
-	mem, err := cfg.Mem(os.DirFS("/"))
-	if err != nil {
+	if _, err := cfg.Mem(os.DirFS("/")); err != nil {
 		return cfg, logs, fmt.Errorf("max-mem: %w", err)
 	}
-	cfg.MaxMem = mem.Budget // the machine is read once
 	return cfg, logs, nil
 }
 

@@ -49,9 +49,9 @@ func TestParseMaxMem(t *testing.T) {
 		env  func(string) string
 		want int64
 	}{
-		{[]string{"--max-mem", "1GiB"}, noEnv, 1 << 30},
+		{[]string{"--max-mem", "2GiB"}, noEnv, 2 << 30},
 		{[]string{"--max-mem", "1.5GB", "--hot-max-mem", "512MiB"}, noEnv, 1.5e9},
-		{nil, envOf("TALLY_MAX_MEM", "2GiB"), 2 << 30},
+		{nil, envOf("TALLY_MAX_MEM", "1.5GiB"), 3 << 29},
 		{[]string{"--max-mem", "3GiB"}, envOf("TALLY_MAX_MEM", "2GiB"), 3 << 30},
 	} {
 		cfg, _, err := parse(c.args, c.env, &out)
@@ -59,12 +59,11 @@ func TestParseMaxMem(t *testing.T) {
 			t.Errorf("%v: max-mem %d %v, want %d", c.args, cfg.MaxMem, err, c.want)
 		}
 	}
-	cfg, _, err := parse(nil, noEnv, &out)
-	if err != nil || cfg.MaxMem < 512<<20 {
-		t.Errorf("from the machine: max-mem %d %v", cfg.MaxMem, err)
+	if cfg, _, err := parse(nil, noEnv, &out); err != nil || cfg.MaxMem != 0 {
+		t.Errorf("from the machine: max-mem %d %v, want 0", cfg.MaxMem, err)
 	}
 	for _, bad := range []struct{ args, env []string }{{[]string{"--max-mem", "100MiB"}, nil}, {nil, []string{"TALLY_MAX_MEM", "256MiB"}},
-		{[]string{"--max-mem", "1GiB"}, []string{"TALLY_MAX_MEM", "lots"}}, {[]string{"--max-mem", "-1"}, nil}} {
+		{[]string{"--max-mem", "2GiB"}, []string{"TALLY_MAX_MEM", "lots"}}, {[]string{"--max-mem", "-1"}, nil}} {
 		out.Reset()
 		code := run(context.Background(), bad.args, envOf(bad.env...), &out)
 		if code != 2 || !strings.Contains(out.String(), "max-mem") && !strings.Contains(out.String(), "MAX_MEM") {
