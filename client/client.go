@@ -87,11 +87,7 @@ func (c *Client) Publish(ctx context.Context, events ...pipeline.Event) error {
 		if e.Tx == "" {
 			e.Tx = NewTx()
 		}
-		data, err := pipeline.Marshal(&e, false)
-		if err != nil {
-			return err
-		}
-		f, err := c.js.PublishAsync(c.subj.Event(e.Type, e.Key()), data, jetstream.WithMsgID(e.Tx))
+		f, err := c.js.PublishAsync(c.subj.Event(e.Type, e.Key()), pipeline.AppendEvent(nil, &e), jetstream.WithMsgID(e.Tx))
 		if err != nil {
 			return fmt.Errorf("cannot publish event %d: %w", i, err)
 		}
@@ -126,32 +122,44 @@ func (c *Client) PublishBatch(ctx context.Context, tx string, events []pipeline.
 		return err
 	}
 	// One message per partition, and one more for the privileged events (system, incr),
-	// which only an admin batch may carry.
+	// which only an admin batch may carry: counted first, so that each group is one
+	// allocation of its size, filled in the events' order.
 	type group struct {
 		p     int
 		admin bool
 	}
-	groups := map[group][]pipeline.Event{}
+	index := map[group]int{}
 	var order []group
-	for _, e := range events {
+	of := make([]int, len(events)) // each event's group
+	var sizes []int
+	for i, e := range events {
 		if !pipeline.ValidType(e.Type) {
 			return fmt.Errorf("%w: unknown type %q", pipeline.ErrBadEvent, e.Type)
 		}
 		g := group{pipeline.PartitionOf(e.Key(), n), e.Privileged()}
-		if groups[g] == nil {
-			order = append(order, g)
+		k, ok := index[g]
+		if !ok {
+			k = len(order)
+			index[g], order, sizes = k, append(order, g), append(sizes, 0)
 		}
-		groups[g] = append(groups[g], e)
+		of[i] = k
+		sizes[k]++
+	}
+	all := make([]pipeline.Event, 0, len(events))
+	groups := make([][]pipeline.Event, len(order))
+	for k, size := range sizes {
+		groups[k] = all[len(all) : len(all) : len(all)+size]
+		all = all[:len(all)+size]
+	}
+	for i := range events {
+		groups[of[i]] = append(groups[of[i]], events[i])
 	}
 	var futures []jetstream.PubAckFuture
-	for _, gr := range order {
-		g := groups[gr]
+	for k, gr := range order {
+		g := groups[k]
 		for part := 0; len(g) > 0; part++ {
 			k := min(len(g), pipeline.MaxBatch)
-			data, err := pipeline.Marshal(&pipeline.Batch{Events: g[:k]}, false)
-			if err != nil {
-				return err
-			}
+			data := pipeline.AppendBatch(make([]byte, 0, 64*k), &pipeline.Batch{Events: g[:k]})
 			typ, id := pipeline.TypeBatch, pipeline.BatchMsgID(tx, gr.p, part)
 			if gr.admin {
 				typ, id = pipeline.TypeAdminBatch, pipeline.AdminBatchMsgID(tx, gr.p, part)

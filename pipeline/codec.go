@@ -3,6 +3,7 @@ package pipeline
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/nats-io/nats.go"
@@ -24,21 +25,51 @@ func IsJSON(data []byte, h nats.Header) bool {
 }
 
 // Unmarshal decodes a JSON or MessagePack payload into v. Unknown fields are errors in
-// both forms, so a typo is reported instead of silently ignored.
+// both forms, so a typo is reported instead of silently ignored. Events and batches
+// decode with their own codecs (jsoncodec.go; msgpackevents.go, from the bytes),
+// anything else through encoding/json or msgpack by reflection, to the same rules.
 func Unmarshal(data []byte, asJSON bool, v any) error {
 	if len(data) == 0 {
 		return fmt.Errorf("empty payload")
 	}
 	if asJSON {
+		switch v := v.(type) {
+		case *Event:
+			if v != nil {
+				return decodeEventJSON(data, v)
+			}
+		case *Batch:
+			if v != nil {
+				return decodeBatchJSON(data, v, -1)
+			}
+		}
 		d := json.NewDecoder(bytes.NewReader(data))
 		d.DisallowUnknownFields()
 		if err := d.Decode(v); err != nil {
 			return err
 		}
-		if d.More() {
+		// Decoder.More would take a stray ] or } after the value for the end.
+		if len(bytes.TrimLeft(data[d.InputOffset():], " \t\r\n")) > 0 {
 			return fmt.Errorf("trailing data after the JSON object")
 		}
 		return nil
+	}
+	switch v := v.(type) {
+	case *Event:
+		if v != nil {
+			r := mpReader{b: data}
+			return r.done(r.readEvent(v))
+		}
+	case *Batch:
+		if v != nil {
+			r := mpReader{b: data}
+			return r.done(r.readBatch(v, false))
+		}
+	case *HopBatch:
+		if v != nil {
+			r := mpReader{b: data}
+			return r.done(r.readHopBatch(v, false))
+		}
 	}
 	if err := checkMsgpack(data); err != nil {
 		return err
@@ -60,6 +91,20 @@ func Unmarshal(data []byte, asJSON bool, v any) error {
 func Marshal(v any, asJSON bool) ([]byte, error) {
 	if asJSON {
 		return json.Marshal(v)
+	}
+	switch v := v.(type) {
+	case *Event:
+		if v != nil {
+			return AppendEvent(nil, v), nil
+		}
+	case *Batch:
+		if v != nil {
+			return AppendBatch(make([]byte, 0, 16+64*len(v.Events)), v), nil
+		}
+	case *HopBatch:
+		if v != nil {
+			return AppendHopBatch(make([]byte, 0, 32+64*len(v.Events)), v), nil
+		}
 	}
 	var buf bytes.Buffer
 	e := msgpack.NewEncoder(&buf)
@@ -87,17 +132,26 @@ func DecodeEvents(typ string, data []byte, h nats.Header, fams Families) ([]Even
 	asJSON := IsJSON(data, h)
 	if typ == TypeBatch || typ == TypeAdminBatch {
 		var b Batch
-		if err := Unmarshal(data, asJSON, &b); err != nil {
-			return nil, nil, fmt.Errorf("%w: cannot decode batch: %w", ErrBadEvent, err)
+		err := fmt.Errorf("empty payload")
+		switch {
+		case len(data) == 0:
+		case asJSON:
+			err = decodeBatchJSON(data, &b, MaxBatch)
+		default:
+			r := mpReader{b: data}
+			err = r.done(r.readBatch(&b, true))
 		}
-		if len(b.Events) == 0 {
+		switch {
+		case errors.Is(err, errBatchSize):
+			return nil, nil, fmt.Errorf("%w: %w, at most %d", ErrBadEvent, err, MaxBatch)
+		case err != nil:
+			return nil, nil, fmt.Errorf("%w: cannot decode batch: %w", ErrBadEvent, err)
+		case len(b.Events) == 0:
 			return nil, nil, fmt.Errorf("%w: empty batch", ErrBadEvent)
 		}
-		if len(b.Events) > MaxBatch {
-			return nil, nil, fmt.Errorf("%w: batch of %d events, at most %d", ErrBadEvent, len(b.Events), MaxBatch)
-		}
+		// The good events are kept in place: the bad ones are few, and rarely any.
 		var bad []BadEvent
-		good := b.Events[:0:0]
+		good := b.Events[:0]
 		for i, e := range b.Events {
 			if typ == TypeBatch && e.Privileged() {
 				bad = append(bad, BadEvent{Index: i, Event: e, Err: fmt.Errorf("%w: batch event %d: a %s event needs the admin grant: publish it on its own subject or in a %s batch", ErrBadEvent, i, e.Type, TypeAdminBatch)})

@@ -1,6 +1,9 @@
 package pipeline
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Sentinel errors; callers match them with errors.Is. Messages that wrap them say what
 // exactly was wrong.
@@ -15,3 +18,7 @@ var (
 	// processes, or no process answered in time; asking again shortly may succeed.
 	ErrUnavailable = errors.New("unavailable")
 )
+
+// errBatchSize: a batch holds more events than MaxBatch. The batch decoders stop there,
+// so that a large payload of small events does not make a large slice first.
+var errBatchSize = fmt.Errorf("batch of more than %d events", MaxBatch)

@@ -16,12 +16,15 @@ import (
 // eventFields are Event's MessagePack names in field order (the array form's order).
 var eventFields = []string{"type", "tx", "uid", "post", "owner", "target", "comment", "family", "id", "field", "n", "kinds", "ts", "local", "seq"}
 
-// EncodeMsgpack writes e as a map of its non-empty fields.
+// EncodeMsgpack writes e as a map of its non-empty fields (AppendEvent).
 func (e *Event) EncodeMsgpack(enc *msgpack.Encoder) error {
-	ids := [...]struct {
-		name string
-		v    ID
-	}{{"uid", e.UID}, {"post", e.Post}, {"owner", e.Owner}, {"target", e.Target}, {"comment", e.Comment}}
+	var buf [128]byte
+	_, err := enc.Writer().Write(AppendEvent(buf[:0], e))
+	return err
+}
+
+// AppendEvent appends e's MessagePack form to dst: a map of its non-empty fields.
+func AppendEvent(dst []byte, e *Event) []byte {
 	n := 0
 	for _, empty := range [...]bool{e.Type == "", e.Tx == "", e.UID == 0, e.Post == 0, e.Owner == 0, e.Target == 0, e.Comment == 0,
 		e.Family == "", e.ID == 0, e.Field == "", e.N == 0, len(e.Kinds) == 0, e.TS == 0, !e.Local, e.Seq == 0} {
@@ -29,94 +32,57 @@ func (e *Event) EncodeMsgpack(enc *msgpack.Encoder) error {
 			n++
 		}
 	}
-	if err := enc.EncodeMapLen(n); err != nil {
-		return err
-	}
-	putStr := func(name, v string) error {
-		if v == "" {
-			return nil
-		}
-		if err := enc.EncodeString(name); err != nil {
-			return err
-		}
-		return enc.EncodeString(v)
-	}
-	putUint := func(name string, v uint64) error {
-		if v == 0 {
-			return nil
-		}
-		if err := enc.EncodeString(name); err != nil {
-			return err
-		}
-		return enc.EncodeUint(v)
-	}
-	putInt := func(name string, v int64) error {
-		if v == 0 {
-			return nil
-		}
-		if err := enc.EncodeString(name); err != nil {
-			return err
-		}
-		return enc.EncodeInt64(v) // as reflection writes an int64: all 8 bytes
-	}
-	if err := putStr("type", e.Type); err != nil {
-		return err
-	}
-	if err := putStr("tx", e.Tx); err != nil {
-		return err
-	}
-	for _, id := range ids {
-		if err := putUint(id.name, uint64(id.v)); err != nil {
-			return err
+	dst = appendMapLen(dst, n)
+	str := func(key, v string) {
+		if v != "" {
+			dst = appendString(append(dst, key...), v)
 		}
 	}
-	if err := putStr("family", e.Family); err != nil {
-		return err
+	id := func(key string, v ID) {
+		if v != 0 {
+			dst = appendUint(append(dst, key...), uint64(v))
+		}
 	}
-	if err := putUint("id", uint64(e.ID)); err != nil {
-		return err
-	}
-	if err := putStr("field", e.Field); err != nil {
-		return err
-	}
-	if err := putInt("n", e.N); err != nil {
-		return err
+	// Keys are written as fixstr (0xa0 | length), as the encoder writes short strings.
+	str("\xa4type", e.Type)
+	str("\xa2tx", e.Tx)
+	id("\xa3uid", e.UID)
+	id("\xa4post", e.Post)
+	id("\xa5owner", e.Owner)
+	id("\xa6target", e.Target)
+	id("\xa7comment", e.Comment)
+	str("\xa6family", e.Family)
+	id("\xa2id", e.ID)
+	str("\xa5field", e.Field)
+	if e.N != 0 {
+		dst = appendFixed(append(dst, "\xa1n"...), msgpcode.Int64, uint64(e.N), 8) // an int64 as reflection writes it: all 8 bytes
 	}
 	if len(e.Kinds) > 0 {
-		if err := enc.EncodeString("kinds"); err != nil {
-			return err
-		}
-		if err := enc.EncodeArrayLen(len(e.Kinds)); err != nil {
-			return err
-		}
+		dst = appendArrayLen(append(dst, "\xa5kinds"...), len(e.Kinds))
 		for _, k := range e.Kinds {
-			if err := enc.EncodeString(k); err != nil {
-				return err
-			}
+			dst = appendString(dst, k)
 		}
 	}
-	if err := putInt("ts", e.TS); err != nil {
-		return err
+	if e.TS != 0 {
+		dst = appendFixed(append(dst, "\xa2ts"...), msgpcode.Int64, uint64(e.TS), 8)
 	}
 	if e.Local {
-		if err := enc.EncodeString("local"); err != nil {
-			return err
-		}
-		if err := enc.EncodeBool(true); err != nil {
-			return err
-		}
+		dst = append(dst, "\xa5local"...)
+		dst = append(dst, msgpcode.True)
 	}
-	if e.Seq == 0 {
-		return nil
+	if e.Seq != 0 {
+		dst = appendFixed(append(dst, "\xa3seq"...), msgpcode.Uint64, e.Seq, 8) // a uint64, all 8 bytes; ids are written compact
 	}
-	if err := enc.EncodeString("seq"); err != nil {
-		return err
-	}
-	return enc.EncodeUint64(e.Seq) // a uint64, all 8 bytes; ids are written compact
+	return dst
 }
 
 // DecodeMsgpack reads e from a map (or the array form) of its fields.
-func (e *Event) DecodeMsgpack(dec *msgpack.Decoder) error {
+func (e *Event) DecodeMsgpack(dec *msgpack.Decoder) error { return e.decodeMsgpack(dec, new([16]byte)) }
+
+// decodeMsgpack is DecodeMsgpack reading field names and types into buf: every field
+// name fits, read without allocating a string. A batch passes one buf for all of its
+// events (it escapes into the decoder's reader, so each would be allocated).
+func (e *Event) decodeMsgpack(dec *msgpack.Decoder, buf *[16]byte) error {
 	c, err := dec.PeekCode()
 	if err != nil {
 		return err
@@ -138,23 +104,22 @@ func (e *Event) DecodeMsgpack(dec *msgpack.Decoder) error {
 			return fmt.Errorf("msgpack: array of %d values for an event of %d fields", n, len(eventFields))
 		}
 		for _, name := range eventFields {
-			if err := e.decodeField(dec, []byte(name)); err != nil {
+			if err := e.decodeField(dec, []byte(name), buf); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	n, err := dec.DecodeMapLen()
+	n, err := mapLen(dec)
 	if err != nil {
 		return err
 	}
-	var buf [16]byte // every field name fits: read without allocating a string
 	for range n {
 		name, err := fieldName(dec, buf[:])
 		if err != nil {
 			return err
 		}
-		if err := e.decodeField(dec, name); err != nil {
+		if err := e.decodeField(dec, name, buf); err != nil {
 			return err
 		}
 	}
@@ -176,11 +141,11 @@ func fieldName(dec *msgpack.Decoder, buf []byte) ([]byte, error) {
 	return buf[:n], dec.ReadFull(buf[:n])
 }
 
-// decodeField reads the value of the field named name.
-func (e *Event) decodeField(dec *msgpack.Decoder, name []byte) (err error) {
+// decodeField reads the value of the field named name (which may be in buf).
+func (e *Event) decodeField(dec *msgpack.Decoder, name []byte, buf *[16]byte) (err error) {
 	switch string(name) {
 	case "type":
-		e.Type, err = decodeType(dec)
+		e.Type, err = decodeType(dec, buf)
 	case "tx":
 		e.Tx, err = dec.DecodeString()
 	case "uid":
@@ -227,8 +192,7 @@ func (e *Event) decodeField(dec *msgpack.Decoder, name []byte) (err error) {
 }
 
 // decodeType reads an event type, the common ones without allocating.
-func decodeType(dec *msgpack.Decoder) (string, error) {
-	var buf [16]byte
+func decodeType(dec *msgpack.Decoder, buf *[16]byte) (string, error) {
 	c, err := dec.PeekCode()
 	if err != nil || !msgpcode.IsFixedString(c) {
 		return dec.DecodeString()

@@ -22,7 +22,12 @@ type HopBatch struct {
 // whoever may publish on the events subjects could have sent it.
 func DecodeHopBatch(data []byte, fams Families) (*HopBatch, error) {
 	var b HopBatch
-	if err := Unmarshal(data, false, &b); err != nil {
+	err := fmt.Errorf("empty payload")
+	if len(data) > 0 {
+		r := mpReader{b: data}
+		err = r.done(r.readHopBatch(&b, true))
+	}
+	if err != nil {
 		return nil, fmt.Errorf("%w: cannot decode hop batch: %w", ErrBadEvent, err)
 	}
 	if b.Seq == 0 {

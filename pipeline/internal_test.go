@@ -1,8 +1,11 @@
 package pipeline
 
 import (
+	"bytes"
 	"errors"
 	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // Internal types pass only inside hop batches: a producer sending one is refused.
@@ -30,4 +33,17 @@ func TestInternalTypesOnlyInHops(t *testing.T) {
 	if SeqOf(2, 0) <= SeqOf(1, MaxBatch-1) {
 		t.Errorf("a batch's places run into the next message's")
 	}
+}
+
+// decodeMsgpack is how events and batches were decoded before mpReader: the payload
+// checked, then read through a msgpack.Decoder by the DecodeMsgpack methods. It is the
+// reference the reader is held to (FuzzMsgpackReader).
+func decodeMsgpack(data []byte, read func(dec *msgpack.Decoder) error) error {
+	if err := checkMsgpack(data); err != nil {
+		return err
+	}
+	dec := msgpack.GetDecoder()
+	defer msgpack.PutDecoder(dec)
+	dec.Reset(bytes.NewReader(data))
+	return read(dec)
 }

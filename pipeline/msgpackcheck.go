@@ -15,14 +15,17 @@ func checkMsgpack(data []byte) error {
 		return err
 	}
 	if len(rest) > 0 {
-		return fmt.Errorf("trailing data after the MessagePack value")
+		return errTrailing
 	}
 	return nil
 }
 
 const maxMsgpackDepth = 32
 
-var errTruncated = fmt.Errorf("truncated MessagePack")
+var (
+	errTruncated = fmt.Errorf("truncated MessagePack")
+	errTrailing  = fmt.Errorf("trailing data after the MessagePack value")
+)
 
 func skipMsgpack(b []byte, depth int) ([]byte, error) {
 	if depth > maxMsgpackDepth {

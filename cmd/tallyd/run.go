@@ -84,6 +84,11 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 		cfg.HotMaxMem = n
 		return err
 	})
+	fs.Func("state-mem", "RAM the event partitions keep of the reader states and like records of the users active lately, so that most events read nothing from disk, e.g. 256MiB (default 128MiB); 0 keeps none", func(v string) error {
+		n, err := parseBytes(v)
+		cfg.StateMem = n
+		return err
+	})
 	fs.IntVar(&cfg.ColdCache, "cold-cache", cfg.ColdCache, "most cold ids whose counters stay in RAM after a read")
 	fs.BoolVar(&cfg.Snapshots, "snapshots", cfg.Snapshots, "keep hot-table snapshots in <data>/snapshots for a fast restart")
 	fs.BoolVar(&cfg.Join, "join", cfg.Join, "share the partitions (event stages and counters) with the other tallyd of the prefix and take a share of theirs over when one stops or dies, instead of refusing to start (needs --backup-every)")

@@ -372,6 +372,23 @@ func (w *Worker) answer(q *query) {
 	close(q.done)
 }
 
+// serving runs fn in a goroutine of its own and answers queries until it returns. fn
+// must not touch what a query reads (the table, the cold cache): a checkpoint that waits
+// for Badger — behind every other partition's commits, or stalled while Badger compacts
+// under a backlog — then does not keep the partition's readers waiting.
+func (w *Worker) serving(fn func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case q := <-w.queries:
+			w.answer(q)
+		}
+	}
+}
+
 func (w *Worker) apply(ctx context.Context, m jetstream.Msg, b *pipeline.DeltaBatch) error {
 	md, err := m.Metadata()
 	if err != nil {
@@ -405,18 +422,20 @@ func (w *Worker) flush(ctx context.Context) error {
 		return fmt.Errorf("change event of %s/%d: %w", w.cfg.Family.Name, w.cfg.Partition, err)
 	}
 	w.chg.published = append(w.chg.published, w.chg.out.Published()...)
-	if err := cold.SaveCheckpoint(w.db, w.cfg.Family.Name, w.cfg.Partition, entries, &w.cp, j, cold.Changes{Put: chg, Published: w.chg.published, Released: w.store.released}); err != nil {
+	err = w.serving(func() error {
+		err := cold.SaveCheckpoint(w.db, w.cfg.Family.Name, w.cfg.Partition, entries, &w.cp, j, cold.Changes{Put: chg, Published: w.chg.published, Released: w.store.released})
+		if err == nil && w.cfg.AfterCheckpoint != nil {
+			err = w.cfg.AfterCheckpoint()
+		}
+		return err
+	})
+	if err != nil {
 		return err
 	}
 	w.chg.published, w.store.released = nil, nil
 	w.lastPos = w.cp.Pos
 	if len(chg) > 0 {
 		w.chg.pending = append(w.chg.pending, chg)
-	}
-	if w.cfg.AfterCheckpoint != nil {
-		if err := w.cfg.AfterCheckpoint(); err != nil {
-			return err
-		}
 	}
 	if w.cfg.OnFlush != nil {
 		w.cfg.OnFlush(len(entries), time.Since(start))

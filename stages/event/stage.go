@@ -46,6 +46,9 @@ type Config struct {
 	Valid func() bool
 	// Publisher sends the outbox (the JetStream context when nil); tests put faults in it.
 	Publisher hop.Publisher
+	// ResidentBytes is the RAM the partition keeps of what its events read of its state
+	// (reader states and like records, cold.Resident): 0 keeps none.
+	ResidentBytes int
 	// MaxPayload is the largest message NATS accepts (the connection's when 0).
 	MaxPayload int
 }
@@ -91,8 +94,8 @@ type Stage struct {
 	fields *fields
 	keys   []pipeline.ID // an id routing to each partition, for hops
 	out    *hop.Outbox
-	pulled *cold.Pulled // authors whose posts this partition's readers pull
-	heavy  *cold.HeavyLikers
+	pulled *cold.Pulled   // authors whose posts this partition's readers pull
+	res    *cold.Resident // what events read of the state, in RAM (see cold.Resident)
 
 	pos       atomic.Uint64 // last stream sequence committed
 	busy      atomic.Bool   // from taking messages until their outbox is acknowledged
@@ -223,7 +226,7 @@ func (s *Stage) load() ([]cold.OutboxEntry, error) {
 	} else if n > 0 {
 		s.log.Info("indexed the follows made before follows had places", "follows", n)
 	}
-	s.st, s.heavy = st, cold.NewHeavyLikers() // the state read afresh: what it knew may be gone
+	s.st, s.res = st, cold.NewResident(s.cfg.ResidentBytes) // the state read afresh: what it knew may be gone
 	s.pos.Store(st.Pos)
 	return outbox, nil
 }
@@ -378,11 +381,11 @@ func tooBig(err error) error {
 // backlog they are many, and a transaction must stay small enough for its messages.
 const maxDeletes = 4096
 
-// write writes the transaction's likes, deletes acknowledged outbox entries and writes
+// write writes the transaction's likes and reader states, deletes acknowledged outbox entries and writes
 // the new ones and the state in txn. The state names the log record before this transaction's (see StageState.Log).
 func (s *Stage) write(txn *badger.Txn, st *cold.StageState, outbox []cold.OutboxEntry, w *work) error {
 	p := s.cfg.Partition
-	if err := w.likes.Flush(txn, likesBatch(st)); err != nil {
+	if err := w.flush(txn, likesBatch(st)); err != nil {
 		return err
 	}
 	w.deleted = min(len(s.published), maxDeletes)
@@ -408,6 +411,7 @@ func likesBatch(st *cold.StageState) uint64 {
 // committed makes st the stage's state once its transaction has committed.
 func (s *Stage) committed(st cold.StageState, w *work) {
 	s.st, s.published = st, s.published[w.deleted:]
+	s.res.Keep(w.readers, w.likes)
 	s.stats.Txns.Add(1)
 	s.stats.LikeKeys.Add(int64(w.likes.Writes()))
 	s.stats.HopDups.Add(w.dups)

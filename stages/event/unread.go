@@ -52,27 +52,27 @@ func (s *Stage) notify(txn *badger.Txn, w *work, kind string, owner pipeline.ID,
 		return nil
 	}
 	p := s.cfg.Partition
-	rs, err := cold.GetReader(txn, p, uint64(owner))
+	rs, err := w.readers.Get(txn, uint64(owner))
 	if err != nil {
 		return err
 	}
-	read := *rs.Read(kind)
+	read, changed := *rs.Read(kind), false
 	if moved > read { // counted and recorded, not covered by a read yet
 		w.c.add(s.fields.unread[kind], owner, pipeline.OpAdd, -1)
-		if err := cold.DeleteNotified(txn, p, uint64(owner), kind, moved); err != nil {
+		if err := cold.TakeNote(txn, p, uint64(owner), &rs, kind, moved); err != nil {
 			return err
 		}
+		changed = true
 	}
-	if seq <= read {
-		return nil // none, or a read placed after it came first
+	if seq > read { // else none, or a read placed after it came first
+		w.c.add(s.fields.unread[kind], owner, pipeline.OpAdd, 1)
+		if err := cold.AddNote(txn, p, uint64(owner), &rs, kind, seq); err != nil {
+			return err
+		}
+		changed = true
 	}
-	w.c.add(s.fields.unread[kind], owner, pipeline.OpAdd, 1)
-	if err := cold.AddNotified(txn, p, uint64(owner), kind, seq); err != nil {
-		return err
-	}
-	if note := rs.Note(kind); seq > *note {
-		*note = seq
-		return cold.PutReader(txn, p, uint64(owner), rs)
+	if changed {
+		w.readers.Put(uint64(owner), rs)
 	}
 	return nil
 }
@@ -189,7 +189,7 @@ func (s *Stage) follow(txn *badger.Txn, uid, author, place uint64, w *work) erro
 	if a.Arrived <= place {
 		return nil // nothing after the follow reached the partition yet
 	}
-	rs, err := cold.GetReader(txn, p, uid)
+	rs, err := w.readers.Get(txn, uid)
 	if err != nil {
 		return err
 	}
@@ -226,7 +226,7 @@ func (s *Stage) unfollow(txn *badger.Txn, uid, author uint64, w *work) error {
 	if a.Arrived <= followed {
 		return nil // nothing after the follow reached the partition
 	}
-	rs, err := cold.GetReader(txn, p, uid)
+	rs, err := w.readers.Get(txn, uid)
 	if err != nil {
 		return err
 	}
@@ -244,8 +244,8 @@ func (s *Stage) read(txn *badger.Txn, e *pipeline.Event, w *work) error {
 	if len(kinds) == 0 {
 		kinds = pipeline.UnreadKinds()
 	}
-	p, uid := s.cfg.Partition, uint64(e.UID)
-	rs, err := cold.GetReader(txn, p, uid)
+	uid := uint64(e.UID)
+	rs, err := w.readers.Get(txn, uid)
 	if err != nil {
 		return err
 	}
@@ -272,10 +272,10 @@ func (s *Stage) read(txn *badger.Txn, e *pipeline.Event, w *work) error {
 			// Records exist only up to the last one noted.
 			noted := *rs.Note(k)
 			if w.hop && noted > e.Seq {
-				n = cold.CountNotified(txn, s.cfg.Partition, uid, k, e.Seq)
+				n = cold.CountNotes(txn, s.cfg.Partition, uid, &rs, k, e.Seq)
 			}
 			if noted > prev {
-				err = cold.DropNotified(txn, s.cfg.Partition, uid, k, e.Seq, maxDrops)
+				err = cold.DropNotes(txn, s.cfg.Partition, uid, &rs, k, prev, e.Seq, maxDrops)
 			}
 		}
 		if err != nil {
@@ -286,7 +286,8 @@ func (s *Stage) read(txn *badger.Txn, e *pipeline.Event, w *work) error {
 	if !changed {
 		return nil
 	}
-	return cold.PutReader(txn, s.cfg.Partition, uid, rs)
+	w.readers.Put(uid, rs)
+	return nil
 }
 
 // feedAfter counts, over the reader's followees, the pushed posts that reached the

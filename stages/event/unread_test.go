@@ -58,7 +58,9 @@ func newSim(t *testing.T, parts, fanout int) *sim {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.stages = append(s.stages, &Stage{cfg: cfg, db: db, log: slog.New(slog.DiscardHandler), stats: NewStats(), fields: f, pulled: pulled})
+		// A resident state small enough to forget users on the way, as a stage keeps it.
+		res := cold.NewResident(4 << 10)
+		s.stages = append(s.stages, &Stage{cfg: cfg, db: db, log: slog.New(slog.DiscardHandler), stats: NewStats(), fields: f, pulled: pulled, res: res})
 	}
 	return s
 }
@@ -93,11 +95,12 @@ func (s *sim) step(p int) bool {
 				return err
 			}
 		}
-		return w.likes.Flush(txn, seq)
+		return w.flush(txn, seq)
 	})
 	if err != nil {
 		s.t.Fatal(err)
 	}
+	st.res.Keep(w.readers, w.likes)
 	for _, d := range c.order {
 		for _, x := range c.byDest[d].deltas {
 			k := simKey{d.family, x.ID, x.Field}

@@ -36,7 +36,8 @@ type work struct {
 	in       hop.In                   // a copy of the state's hop marks; payloads in the txn
 	fwd      map[int][]pipeline.Event // events for other partitions
 	fwdOrder []int
-	likes    *cold.Likes // the transaction's likes, written at its end
+	likes    *cold.Likes   // the transaction's likes, written at its end
+	readers  *cold.Readers // the reader states it read and wrote
 	dlq      []cold.OutboxEntry
 	deadSeqs []uint64 // messages to dead-letter whole
 	dead     []uint64 // those dead-lettered so far
@@ -60,7 +61,8 @@ func (s *Stage) newWork(txn *badger.Txn, c *coalescer, dead []uint64) *work {
 		marks[src] = &cold.Mark{Through: m.Through, Above: slices.Clone(m.Above), Held: slices.Clone(m.Held)}
 	}
 	in := hop.In{Marks: marks, Store: stageHeld{txn: txn, p: s.cfg.Partition}, Log: s.log, Stats: &hop.InStats{}}
-	return &work{s: s, c: c, in: in, fwd: map[int][]pipeline.Event{}, deadSeqs: dead, likes: cold.NewLikes(s.cfg.Partition, s.heavy)}
+	return &work{s: s, c: c, in: in, fwd: map[int][]pipeline.Event{}, deadSeqs: dead,
+		likes: cold.NewLikes(s.cfg.Partition, s.res), readers: cold.NewReaders(s.cfg.Partition, s.res)}
 }
 
 // stageHeld keeps the payloads of the hop batches a partition holds above a gap in its
@@ -81,6 +83,15 @@ func (h stageHeld) Get(src uint32, seq uint64) ([]byte, error) {
 
 func (h stageHeld) Delete(src uint32, seq uint64) error {
 	return cold.DeleteStageHeld(h.txn, h.p, src, seq)
+}
+
+// flush writes what the transaction changed of likes (its liker chunks under batch) and
+// reader states, each once.
+func (w *work) flush(txn *badger.Txn, batch uint64) error {
+	if err := w.likes.Flush(txn, batch); err != nil {
+		return err
+	}
+	return w.readers.Flush(txn)
 }
 
 func (w *work) forward(q int, e *pipeline.Event) {
@@ -112,10 +123,7 @@ func (s *Stage) next(pos uint64, w *work) (cold.StageState, []cold.OutboxEntry, 
 	}
 	outbox := w.dlq
 	for _, q := range w.fwdOrder {
-		var err error
-		if outbox, err = s.hopEntries(outbox, &st, q, w.fwd[q]); err != nil {
-			return st, nil, err
-		}
+		outbox = s.hopEntries(outbox, &st, q, w.fwd[q])
 	}
 	for _, d := range w.c.order {
 		key := d.String()
@@ -141,32 +149,43 @@ func (s *Stage) next(pos uint64, w *work) (cold.StageState, []cold.OutboxEntry, 
 }
 
 // hopEntries appends the hop batches carrying evs to partition q, each numbered next
-// and small enough for NATS.
-func (s *Stage) hopEntries(outbox []cold.OutboxEntry, st *cold.StageState, q int, evs []pipeline.Event) ([]cold.OutboxEntry, error) {
+// and small enough for NATS: at most maxHopEvents events, halved while the batch is over
+// half of MaxPayload (down to one event). Each event is encoded once, and the halving
+// measures the running size of the encoded events, so a batch cut many times costs no
+// more than one; the bytes are those of the whole batch encoded at its final size.
+func (s *Stage) hopEntries(outbox []cold.OutboxEntry, st *cold.StageState, q int, evs []pipeline.Event) []cold.OutboxEntry {
 	p := s.cfg.Partition
-	for len(evs) > 0 {
-		k := min(len(evs), maxHopEvents)
-		for {
-			b := pipeline.HopBatch{Source: uint32(p), Seq: st.HopSeqs[uint32(q)] + 1, Events: evs[:k]}
-			data, err := pipeline.Marshal(&b, false)
-			if err != nil {
-				return nil, err
-			}
-			if len(data) > s.cfg.MaxPayload/2 && k > 1 {
-				k /= 2
-				continue
-			}
-			st.HopSeqs[uint32(q)] = b.Seq
-			outbox = append(outbox, cold.OutboxEntry{
-				Subject: s.cfg.Subjects.Event(pipeline.TypeHop, s.keys[q]),
-				MsgID:   pipeline.HopMsgID(p, q, b.Seq),
-				Data:    data,
-			})
-			break
-		}
-		evs = evs[k:]
+	enc := make([]byte, 0, 64*len(evs))
+	ends := make([]int, len(evs)) // event i is enc[ends[i-1]:ends[i]]
+	for i := range evs {
+		enc = pipeline.AppendEvent(enc, &evs[i])
+		ends[i] = len(enc)
 	}
-	return outbox, nil
+	var headBuf [48]byte // the longest head is 35 bytes
+	subject := s.cfg.Subjects.Event(pipeline.TypeHop, s.keys[q])
+	for i := 0; i < len(evs); {
+		seq := st.HopSeqs[uint32(q)] + 1
+		from := 0
+		if i > 0 {
+			from = ends[i-1]
+		}
+		k := min(len(evs)-i, maxHopEvents)
+		head := pipeline.AppendHopBatchHead(headBuf[:0], uint32(p), seq, k)
+		for len(head)+ends[i+k-1]-from > s.cfg.MaxPayload/2 && k > 1 {
+			k /= 2
+			head = pipeline.AppendHopBatchHead(headBuf[:0], uint32(p), seq, k)
+		}
+		data := make([]byte, 0, len(head)+ends[i+k-1]-from)
+		data = append(append(data, head...), enc[from:ends[i+k-1]]...)
+		st.HopSeqs[uint32(q)] = seq
+		outbox = append(outbox, cold.OutboxEntry{
+			Subject: subject,
+			MsgID:   pipeline.HopMsgID(p, q, seq),
+			Data:    data,
+		})
+		i += k
+	}
+	return outbox
 }
 
 // applyHop applies a hop batch of another partition: in its source's order, exactly

@@ -65,6 +65,11 @@ type Config struct {
 	// ColdCache is the most cold ids whose counters stay in RAM after a read, for the
 	// whole process (about 100 bytes each, outside the counter tables' bound).
 	ColdCache int
+	// StateMem is the RAM the event partitions keep of what their events read of their
+	// state (reader states and like records of the users active lately, cold.Resident),
+	// shared evenly by the partitions: a like or a notification then costs no Badger
+	// read. 0 keeps none.
+	StateMem int64
 	// Snapshots keeps a snapshot of every counter table in DataDir/snapshots, so a
 	// restart loads RAM in one read per partition.
 	Snapshots bool
@@ -152,6 +157,7 @@ func DefaultConfig() Config {
 		ColdAge:       180 * 24 * time.Hour,
 		IDEpoch:       SnowflakeEpoch,
 		ColdCache:     1 << 18,
+		StateMem:      128 << 20,
 		Snapshots:     true,
 		LeaseTTL:      DefaultLeaseTTL,
 		Standbys:      true,
@@ -173,8 +179,8 @@ func (c Config) validate() error {
 	if c.LeaseTTL < 300*time.Millisecond {
 		return fmt.Errorf("lease TTL %v is too short (at least 300ms)", c.LeaseTTL)
 	}
-	if c.ColdAge < 0 || c.MaxMem < 0 || c.HotMaxMem < 0 || c.ColdCache < 0 || c.EventsMaxAge < 0 {
-		return fmt.Errorf("cold age, memory budgets, cold cache and events max age must not be negative")
+	if c.ColdAge < 0 || c.MaxMem < 0 || c.HotMaxMem < 0 || c.ColdCache < 0 || c.EventsMaxAge < 0 || c.StateMem < 0 {
+		return fmt.Errorf("cold age, memory budgets, cold cache, state memory and events max age must not be negative")
 	}
 	if c.AuditEvery > 0 && (c.AuditSample < 1 || c.AuditSample > pipeline.MaxAuditSample) {
 		return fmt.Errorf("audit sample must be 1..%d, not %d", pipeline.MaxAuditSample, c.AuditSample)
@@ -217,3 +223,6 @@ func (c Config) faultyPublisher(js hop.Publisher, salt uint64) hop.Publisher {
 	f.Seed = f.Seed*1_000_003 + salt
 	return hop.NewFaultyPublisher(js, f)
 }
+
+// residentBytes is one event partition's share of StateMem.
+func (n *Node) residentBytes() int { return int(n.cfg.StateMem / int64(n.cfg.Partitions)) }

@@ -3,7 +3,10 @@ package node_test
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"math/rand"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -14,12 +17,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tally-dev/tally/pipeline"
-	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/stages/node"
 )
 
 // jsonEvents makes n events as a producer in another language sends them: 75% likes of
-// 20 000 posts by 100 000 users, each naming the post's owner (so a like of another
+// 20 000 posts of the last hour by 100 000 users, each naming the post's owner (so a like of another
 // user's post notifies its owner, in the owner's partition), 25% views. It returns the
 // expected like and view count of every post.
 func jsonEvents(n int) ([]pipeline.Event, map[uint64][2]uint64) {
@@ -29,8 +31,12 @@ func jsonEvents(n int) ([]pipeline.Event, map[uint64][2]uint64) {
 	evs := make([]pipeline.Event, n)
 	want := map[uint64][2]uint64{}
 	liked := map[[2]uint64]bool{}
+	// Posts of the last hour, as snowflake ids (most likes and views go to recent posts;
+	// posts older than --cold-age live in the cold tier).
+	now := uint64(time.Now().UnixMilli() - node.SnowflakeEpoch)
 	for i := range evs {
-		post := 1<<41 + z.Uint64()
+		k := z.Uint64()
+		post := (now-k*180)<<22 | k
 		w := want[post]
 		if r.Intn(4) < 3 {
 			uid := 1 + uint64(r.Intn(users))
@@ -106,7 +112,7 @@ func publishJSON(b *testing.B, js jetstream.JetStream, subj pipeline.Subjects, m
 		msg := nats.NewMsg(subj.Event(m.typ, m.key))
 		msg.Data = m.data
 		msg.Header.Set("Content-Type", "application/json")
-		f, err := js.PublishMsgAsync(msg, jetstream.WithMsgID(m.id))
+		f, err := js.PublishMsgAsync(msg, jetstream.WithMsgID(m.id), jetstream.WithStallWait(time.Minute))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -136,65 +142,26 @@ func BenchmarkJSON(b *testing.B) {
 	}
 }
 
-// benchJSONConsume is the trivial consumer: the same JSON messages in Tally's streams on
-// a server with no tallyd, read by one ordered consumer that decodes them with the
-// project's codec and counts them into a Go map.
+// benchJSONConsume is the trivial consumer (consumeAll) of the same JSON messages.
 func benchJSONConsume(b *testing.B, batch int, split bool) {
-	s := natstest.Start(b)
-	nc := natstest.Connect(b, s)
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(8192))
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx := context.Background()
-	sc := pipeline.DefaultStreamConfig()
-	sc.Partitions = 16
-	if err := pipeline.Setup(ctx, js, sc); err != nil {
-		b.Fatal(err)
-	}
 	evs, want := jsonEvents(b.N)
 	msgs := jsonMessages(b, evs, batch, split)
 	got := make(map[uint64][2]uint64, len(want))
 	liked := map[[2]uint64]bool{}
-	var counted atomic.Int64
-	done := make(chan struct{})
-	fams := pipeline.Families(pipeline.DefaultFamilies())
-	b.ResetTimer()
-	cons, err := js.OrderedConsumer(ctx, sc.Subjects.EventsStream(), jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		parts := strings.Split(m.Subject(), ".")
-		evs, _, err := pipeline.DecodeEvents(parts[len(parts)-2], m.Data(), m.Headers(), fams)
-		if err != nil {
-			b.Error(err)
-			return
-		}
-		for _, e := range evs {
-			w := got[uint64(e.Post)]
-			if e.Type == "like" {
-				if k := [2]uint64{uint64(e.UID), uint64(e.Post)}; !liked[k] {
-					liked[k] = true
-					w[0]++
-				}
-			} else {
-				w[1] += uint64(e.N)
+	consumeAll(b, func(js jetstream.JetStream) {
+		publishJSON(b, js, pipeline.NewSubjects(""), msgs)
+	}, func(e *pipeline.Event) {
+		w := got[uint64(e.Post)]
+		if e.Type == "like" {
+			if k := [2]uint64{uint64(e.UID), uint64(e.Post)}; !liked[k] {
+				liked[k] = true
+				w[0]++
 			}
-			got[uint64(e.Post)] = w
+		} else {
+			w[1] += uint64(e.N)
 		}
-		if counted.Add(int64(len(evs))) == int64(b.N) {
-			close(done)
-		}
+		got[uint64(e.Post)] = w
 	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cc.Stop()
-	publishJSON(b, js, sc.Subjects, msgs)
-	<-done
-	b.StopTimer()
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	for id, w := range want {
 		if got[id] != w {
 			b.Fatalf("post %d: counted %v, want %v", id, got[id], w)
@@ -212,11 +179,106 @@ func benchJSONTally(b *testing.B, batch int, split bool) {
 	}
 	evs, want := jsonEvents(b.N)
 	msgs := jsonMessages(b, evs, batch, split)
+	allocs, puts := mallocs(), badgerPuts()
 	b.ResetTimer()
 	publishJSON(b, js, c.Subjects(), msgs)
 	waitCaughtUp(b, c)
 	b.StopTimer()
+	b.ReportMetric(float64(mallocs()-allocs)/float64(b.N), "allocs/event")
+	b.ReportMetric(float64(badgerPuts()-puts)/float64(b.N), "badger-puts/event")
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	b.ReportMetric(float64(b.N)/float64(n.EventStats.Txns.Load()), "events/txn")
 	checkBench(b, c, want)
+}
+
+// BenchmarkGet20Loaded is the latency of a 20-id get while a JSON producer publishes
+// split batches at a steady rate (TALLY_LOAD_RATE events a second, 100 000), beside a bare NATS request-reply echo
+// of the same size answered by the same server: the two are asked in turn, so both see
+// the same load.
+// Run: go test ./stages/node -run XXX -bench Get20Loaded -benchtime 5000x
+func BenchmarkGet20Loaded(b *testing.B) {
+	n, c := startNode(b, func(c *node.Config) { c.Partitions, c.FlushInterval = 16, 100*time.Millisecond })
+	nc := c.Conn()
+	// The producer has a connection of its own, as it would in a process of its own:
+	// on the readers' one, their requests would wait behind its batches.
+	pc, err := nats.Connect(n.ClientURL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pc.Close()
+	if _, err := nc.Subscribe("echo", func(m *nats.Msg) { _ = m.Respond(make([]byte, 200)) }); err != nil {
+		b.Fatal(err)
+	}
+	js, err := jetstream.New(pc, jetstream.WithPublishAsyncMaxPending(256))
+	if err != nil {
+		b.Fatal(err)
+	}
+	evs, want := jsonEvents(200_000)
+	msgs := jsonMessages(b, evs, 1000, true)
+	posts := slices.Collect(maps.Keys(want))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	loaded := make(chan struct{})
+	var published atomic.Int64
+	rate := 100_000 // events a second: what tallyd here applies with room to spare
+	if v, err := strconv.Atoi(os.Getenv("TALLY_LOAD_RATE")); err == nil && v > 0 {
+		rate = v
+	}
+	go func() { // the load: the same messages again and again, each time under new ids
+		defer close(loaded)
+		start, sent := time.Now(), 0
+		for round := 0; ctx.Err() == nil; round++ {
+			for _, m := range msgs {
+				if ctx.Err() != nil {
+					return
+				}
+				// paced: a message is sent when the rate says it is due
+				if due := start.Add(time.Duration(sent) * time.Second / time.Duration(rate)); time.Until(due) > 0 {
+					time.Sleep(time.Until(due))
+				}
+				msg := nats.NewMsg(c.Subjects().Event(m.typ, m.key))
+				msg.Data = m.data
+				msg.Header.Set("Content-Type", "application/json")
+				if _, err := js.PublishMsgAsync(msg, jetstream.WithMsgID(strconv.Itoa(round)+"."+m.id)); err != nil {
+					b.Error(err)
+					return
+				}
+				k := strings.Count(string(m.data), `"type"`)
+				sent += k
+				published.Add(int64(k))
+			}
+		}
+	}()
+	req, _ := pipeline.Marshal(pipeline.GetRequest{IDs: make([]pipeline.ID, 20)}, false)
+	r := rand.New(rand.NewSource(2))
+	ids := make([]uint64, 20)
+	echo := make([]time.Duration, 0, b.N)
+	get := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		if _, err := nc.Request("echo", req, 5*time.Second); err != nil {
+			b.Fatal(err)
+		}
+		echo = append(echo, time.Since(t0))
+		for i := range ids {
+			ids[i] = posts[r.Intn(len(posts))]
+		}
+		t0 = time.Now()
+		if _, err := c.Get(context.Background(), "post", ids...); err != nil {
+			b.Fatal(err)
+		}
+		get = append(get, time.Since(t0))
+	}
+	b.StopTimer()
+	cancel()
+	<-loaded
+	b.ReportMetric(float64(published.Load())/b.Elapsed().Seconds(), "load-events/s")
+	slices.Sort(echo)
+	slices.Sort(get)
+	b.ReportMetric(float64(echo[len(echo)*99/100].Microseconds()), "echo-p99-µs")
+	b.ReportMetric(float64(get[len(get)*99/100].Microseconds()), "get-p99-µs")
+	b.ReportMetric(float64(get[len(get)/2].Microseconds()), "get-p50-µs")
+	b.ReportMetric(float64(echo[len(echo)/2].Microseconds()), "echo-p50-µs")
+	b.ReportMetric(float64(get[len(get)*99/100])/float64(echo[len(echo)*99/100]), "p99-ratio")
 }

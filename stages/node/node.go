@@ -47,16 +47,20 @@ type Node struct {
 	subjects pipeline.Subjects
 	log      *slog.Logger
 	ns       *server.Server // nil when joining existing NATS
-	nc       *nats.Conn
+	nc       *nats.Conn     // the stages' streams: what they consume and publish
 	js       jetstream.JetStream
-	db       *cold.DB
-	query    *query.Server
-	runCtx   context.Context // the partitions' context, ended by Close
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
-	errOnce  sync.Once
-	err      error
-	failed   chan struct{}
+	// ctl renews the ownership leases and qc answers the queries, each on a connection
+	// of its own: on nc, a renewal or a request would wait behind megabytes of events and
+	// batches under load (a lease lost, a get timed out).
+	ctl, qc *nats.Conn
+	db      *cold.DB
+	query   *query.Server
+	runCtx  context.Context // the partitions' context, ended by Close
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	errOnce sync.Once
+	err     error
+	failed  chan struct{}
 
 	EventStats   *event.Stats
 	CounterStats counter.Stats
@@ -126,17 +130,14 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	if err != nil {
 		return nil, err
 	}
-	// Reconnect soon after a NATS restart (the default waits 2 s between attempts): the
-	// stages resume by themselves once the connection is back.
-	n.nc, err = nats.Connect(url, append(conn, nats.Name("tallyd"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil { // nil: our own close
-				log.Warn("NATS disconnected", "err", err)
-			}
-		}),
-		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", "url", c.ConnectedUrlRedacted()) }))...)
-	if err != nil {
-		return nil, fmt.Errorf("cannot connect to NATS at %s: %w", natsconn.Redacted(url), err)
+	if n.nc, err = n.connect(url, conn, "tallyd"); err != nil {
+		return nil, err
+	}
+	if n.ctl, err = n.connect(url, conn, "tallyd-control"); err != nil {
+		return nil, err
+	}
+	if n.qc, err = n.connect(url, conn, "tallyd-query"); err != nil {
+		return nil, err
 	}
 	js, err := jetstream.New(n.nc, jetstream.WithPublishAsyncMaxPending(4096))
 	if err != nil {
@@ -154,7 +155,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	if cfg.PublishFaults != "" {
 		log.Warn("internal publishes fail, are delayed, reordered and lost on purpose (a test setting)", "faults", cfg.PublishFaults)
 	}
-	if n.owners, err = cluster.Open(ctx, js, sc.Subjects.OwnersBucket(), sc.Replicas, cfg.DataDir, cfg.LeaseTTL); err != nil {
+	ctlJS, err := jetstream.New(n.ctl)
+	if err != nil {
+		return nil, err
+	}
+	if n.owners, err = cluster.Open(ctx, ctlJS, sc.Subjects.OwnersBucket(), sc.Replicas, cfg.DataDir, cfg.LeaseTTL); err != nil {
 		return nil, err
 	}
 	var obs jetstream.ObjectStore
@@ -192,7 +197,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		},
 		Standbys: func() int { return len(n.Standbys()) }, StandbyLag: n.StandbyLag})
 	n.query = query.New(query.Config{Subjects: sc.Subjects, Families: cfg.Families, Partitions: cfg.Partitions, OnQuery: n.metrics.OnQuery, OnAudit: n.metrics.OnAudit, MaxLag: cfg.MaxLag},
-		n.nc, n.db, nil, log)
+		n.qc, n.db, nil, log)
 	if err := n.query.Start(); err != nil {
 		return nil, err
 	}
@@ -223,6 +228,24 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		"families", len(cfg.Families), "data", cfg.DataDir, "max-mem", Bytes(mem.Budget), "hot-max-mem", Bytes(mem.Hot))
 	log.Debug("memory", "split", mem)
 	return n, nil
+}
+
+// connect opens one of the process's connections to NATS, named name. It reconnects
+// soon after a NATS restart (the default waits 2 s between attempts): the stages resume
+// by themselves once the connection is back.
+func (n *Node) connect(url string, conn []nats.Option, name string) (*nats.Conn, error) {
+	log := n.log
+	nc, err := nats.Connect(url, append(slices.Clone(conn), nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil { // nil: our own close
+				log.Warn("NATS disconnected", "connection", name, "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("NATS reconnected", "connection", name, "url", c.ConnectedUrlRedacted()) }))...)
+	if err != nil {
+		return nil, fmt.Errorf("cannot connect to NATS at %s: %w", natsconn.Redacted(url), err)
+	}
+	return nc, nil
 }
 
 // spans writes sorted partition numbers as ranges: 0-3,6,9-15.
@@ -465,8 +488,10 @@ func (n *Node) Close() error {
 			n.log.Warn("some change events were not acknowledged before shutdown")
 		}
 	}
-	if n.nc != nil {
-		n.nc.Close()
+	for _, c := range []*nats.Conn{n.nc, n.ctl, n.qc} {
+		if c != nil {
+			c.Close()
+		}
 	}
 	if n.db != nil {
 		errs = append(errs, n.db.Close())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"expvar"
 	"math/rand"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -97,14 +98,43 @@ func BenchmarkEndToEnd(b *testing.B) {
 }
 
 // benchConsume is the physical limit of a consumer here: the same batches published the
-// same way into the same stream (Tally's streams on a server with no tallyd), read by one
-// ordered consumer that decodes them with the project's codec and counts them into a Go
-// map, with no durability and no exactly-once — the baseline the tally sub-benchmarks
-// are a ratio of.
+// same way into the same stream, read by the trivial consumer (consumeAll) — the
+// baseline the tally sub-benchmarks are a ratio of.
 func benchConsume(b *testing.B, likes int) {
+	evs, want := benchMix(b.N, likes)
+	got := make(map[uint64][2]uint64, len(want))
+	published := consumeAll(b, func(js jetstream.JetStream) {
+		c, err := client.New(js.Conn(), client.WithPartitions(16))
+		if err != nil {
+			b.Fatal(err)
+		}
+		publishBench(b, c, evs)
+	}, func(e *pipeline.Event) {
+		w := got[uint64(e.Post)]
+		if e.Type == "like" {
+			w[0]++
+		} else {
+			w[1] += uint64(e.N)
+		}
+		got[uint64(e.Post)] = w
+	})
+	b.ReportMetric(float64(b.N)/published.Seconds(), "published/s")
+	for id, w := range want {
+		if got[id] != w {
+			b.Fatalf("post %d: counted %v, want %v", id, got[id], w)
+		}
+	}
+}
+
+// consumeAll is the trivial consumer: Tally's streams on a server with no tallyd, into
+// which publish publishes b.N events, read by one ordered consumer that decodes them
+// with the project's codec and hands each to count — no durability, no exactly-once. It
+// times publishing and consuming, reports events/s and allocations an event, and
+// returns how long publishing took.
+func consumeAll(b *testing.B, publish func(jetstream.JetStream), count func(*pipeline.Event)) time.Duration {
 	s := natstest.Start(b)
 	nc := natstest.Connect(b, s)
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(8192))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -114,15 +144,10 @@ func benchConsume(b *testing.B, likes int) {
 	if err := pipeline.Setup(ctx, js, sc); err != nil {
 		b.Fatal(err)
 	}
-	c, err := client.New(nc, client.WithPartitions(16))
-	if err != nil {
-		b.Fatal(err)
-	}
-	evs, want := benchMix(b.N, likes)
-	got := make(map[uint64][2]uint64, len(want))
 	counted := 0
 	done := make(chan struct{})
 	fams := pipeline.Families(pipeline.DefaultFamilies())
+	allocs := mallocs()
 	b.ResetTimer()
 	cons, err := js.OrderedConsumer(ctx, sc.Subjects.EventsStream(), jetstream.OrderedConsumerConfig{})
 	if err != nil {
@@ -130,21 +155,15 @@ func benchConsume(b *testing.B, likes int) {
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		parts := strings.Split(m.Subject(), ".")
-		batch, _, err := pipeline.DecodeEvents(parts[len(parts)-2], m.Data(), m.Headers(), fams)
+		evs, _, err := pipeline.DecodeEvents(parts[len(parts)-2], m.Data(), m.Headers(), fams)
 		if err != nil {
 			b.Error(err)
 			return
 		}
-		for _, e := range batch {
-			w := got[uint64(e.Post)]
-			if e.Type == "like" {
-				w[0]++
-			} else {
-				w[1] += uint64(e.N)
-			}
-			got[uint64(e.Post)] = w
+		for i := range evs {
+			count(&evs[i])
 		}
-		if counted += len(batch); counted == b.N {
+		if counted += len(evs); counted == b.N {
 			close(done)
 		}
 	})
@@ -152,17 +171,13 @@ func benchConsume(b *testing.B, likes int) {
 		b.Fatal(err)
 	}
 	defer cc.Stop()
-	publishBench(b, c, evs)
+	publish(js)
 	published := b.Elapsed()
 	<-done
 	b.StopTimer()
-	b.ReportMetric(float64(b.N)/published.Seconds(), "published/s")
+	b.ReportMetric(float64(mallocs()-allocs)/float64(b.N), "allocs/event")
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
-	for id, w := range want {
-		if got[id] != w {
-			b.Fatalf("post %d: counted %v, want %v", id, got[id], w)
-		}
-	}
+	return published
 }
 
 // benchTally publishes b.N events (likes tenths of them likes) in batches to one tallyd
@@ -176,12 +191,13 @@ func benchTally(b *testing.B, likes int, mod func(*node.Config)) {
 		}
 	})
 	evs, want := benchMix(b.N, likes)
-	puts := badgerPuts()
+	puts, allocs := badgerPuts(), mallocs()
 	b.ResetTimer()
 	publishBench(b, c, evs)
 	published := b.Elapsed()
 	waitCaughtUp(b, c)
 	b.StopTimer()
+	b.ReportMetric(float64(mallocs()-allocs)/float64(b.N), "allocs/event")
 	b.ReportMetric(float64(b.N)/published.Seconds(), "published/s")
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	checkBench(b, c, want)
@@ -191,6 +207,14 @@ func benchTally(b *testing.B, likes int, mod func(*node.Config)) {
 	if nl := likesIn(evs); nl > 0 {
 		b.ReportMetric(float64(n.EventStats.LikeKeys.Load())/float64(nl), "like-keys/like")
 	}
+}
+
+// mallocs is how many heap allocations this process has made: tallyd, the embedded NATS
+// server and the benchmark's producer together.
+func mallocs() uint64 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.Mallocs
 }
 
 // likesIn counts the likes of evs.

@@ -55,6 +55,11 @@ func TestReadyUnderSteadyLoad(t *testing.T) {
 		}
 	})
 	defer func() { cancel(); load.Wait() }()
+	// Start returns before every counter partition has loaded its table: ready once.
+	eventually(t, "ready under the load", func() (bool, string) {
+		code, body := httpGet(t, "http://"+n.MetricsAddr()+"/readyz")
+		return code == 200, body
+	})
 
 	lagging := 0
 	deadline := time.Now().Add(60 * time.Second)

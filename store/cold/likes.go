@@ -176,7 +176,7 @@ type chunkAt struct {
 // keeps the like records it reads and the likers it adds until Flush writes them, once
 // each. A Likes is not safe for concurrent use.
 type Likes struct {
-	heavy   *HeavyLikers
+	res     *Resident
 	p       int
 	users   map[uint64]*likes
 	added   map[chunkAt][]liker
@@ -198,35 +198,22 @@ func (l *Likes) touch(keys ...key) {
 	}
 }
 
-// NewLikes starts a batch of partition p. heavy, when not nil, is the partition's
-// HeavyLikers, which the batch reads and adds to.
-func NewLikes(p int, heavy *HeavyLikers) *Likes {
-	return &Likes{p: p, heavy: heavy, users: map[uint64]*likes{}, added: map[chunkAt][]liker{}}
+// NewLikes starts a batch of partition p, which reads like records through res (which
+// may be nil): Resident.Keep takes in what the batch read and wrote once it commits.
+func NewLikes(p int, res *Resident) *Likes {
+	return &Likes{p: p, res: res, users: map[uint64]*likes{}, added: map[chunkAt][]liker{}}
 }
 
-// HeavyLikers remembers users of one partition whose stored like record says heavy, so
-// that their likes skip reading it: a user never stops being heavy, so what it holds
-// stays true as long as the partition's state only moves forward (a restore from a
-// backup needs a new one). It holds at most maxHeavyLikers users, forgetting them all
-// when full. It is not safe for concurrent use.
-type HeavyLikers struct{ users map[uint64]struct{} }
-
-const maxHeavyLikers = 1 << 16
-
-// NewHeavyLikers returns an empty HeavyLikers.
-func NewHeavyLikers() *HeavyLikers { return &HeavyLikers{users: map[uint64]struct{}{}} }
-
-// record is user u's like record: the batch's copy, or the stored one.
+// record is user u's like record: the batch's copy, the resident one or the stored one.
 func (l *Likes) record(txn *badger.Txn, u uint64) (*likes, error) {
 	if r, ok := l.users[u]; ok {
 		return r, nil
 	}
-	r := &likes{}
-	if l.heavy.has(u) {
-		r.heavy = true
+	if r, ok := l.res.record(u); ok {
 		l.users[u] = r
 		return r, nil
 	}
+	r := &likes{}
 	item, err := txn.Get(likesKey(l.p, u))
 	switch {
 	case err == nil:
@@ -236,29 +223,8 @@ func (l *Likes) record(txn *badger.Txn, u uint64) (*likes, error) {
 	case !errors.Is(err, badger.ErrKeyNotFound):
 		return nil, err
 	}
-	if r.heavy {
-		l.heavy.add(u) // read as committed (records are written at Flush): true for good
-	}
 	l.users[u] = r
 	return r, nil
-}
-
-func (h *HeavyLikers) has(u uint64) bool {
-	if h == nil {
-		return false
-	}
-	_, ok := h.users[u]
-	return ok
-}
-
-func (h *HeavyLikers) add(u uint64) {
-	if h == nil {
-		return
-	}
-	if len(h.users) >= maxHeavyLikers {
-		clear(h.users)
-	}
-	h.users[u] = struct{}{}
 }
 
 // Toggle applies a like (on) or an unlike of post by user u, placed at e.Place, and

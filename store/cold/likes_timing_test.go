@@ -35,11 +35,12 @@ func BenchmarkLikes(b *testing.B) {
 					users = rand.NewZipf(rand.New(rand.NewPCG(3, 3)), 1.05, 1, uint64(w.users-1))
 				}
 				puts, made, bytes0 := badgerPuts(), 0, badgerBytes()
-				heavy := NewHeavyLikers()
+				res := NewResident(64 << 20)
 				b.ResetTimer()
 				for i := 0; i < b.N; i += 1000 {
+					var l *Likes
 					err := db.db.Update(func(txn *badger.Txn) error {
-						l := NewLikes(0, heavy)
+						l = NewLikes(0, res)
 						for j := i; j < min(i+1000, b.N); j++ {
 							u := uint64(j + 1)
 							if users != nil {
@@ -65,6 +66,7 @@ func BenchmarkLikes(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
+					res.Keep(nil, l)
 				}
 				b.StopTimer()
 				b.ReportMetric(float64(badgerPuts()-puts)/float64(made), "badger-puts/like")

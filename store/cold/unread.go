@@ -45,19 +45,31 @@ type ReaderState struct {
 	// Noted is the place of the last notification recorded, per kind (comment,
 	// mention, like, dm).
 	Noted [4]uint64 `msgpack:"n,omitempty"`
+	// Pending are the places of the notifications of each kind recorded in the state
+	// itself, ascending (see AddNote); Keyed is how far those recorded under keys of
+	// their own may go. Inline is false in a state written before them, whose
+	// notifications are all keys, up to Noted. Pending's slices are never written in
+	// place — a changed one is a copy — since a resident state shares them.
+	Pending [4][]uint64 `msgpack:"p,omitempty"`
+	Keyed   [4]uint64   `msgpack:"k,omitempty"`
+	Inline  bool        `msgpack:"i,omitempty"`
 }
 
 // Note returns where the place of the last recorded notification of kind is kept.
-func (r *ReaderState) Note(kind string) *uint64 {
+func (r *ReaderState) Note(kind string) *uint64 { return &r.Noted[noteIndex(kind)] }
+
+// noteIndex is a notification kind's index in Noted, Pending and Keyed: comment,
+// mention, like, dm.
+func noteIndex(kind string) int {
 	switch kind {
 	case "comment":
-		return &r.Noted[0]
+		return 0
 	case "mention":
-		return &r.Noted[1]
+		return 1
 	case "like":
-		return &r.Noted[2]
+		return 2
 	}
-	return &r.Noted[3]
+	return 3
 }
 
 // Read returns where the last read of kind is kept (nil for an unknown kind).
@@ -83,14 +95,23 @@ func readerKey(p int, uid uint64) key { return newKey(nsReadSeq, 11).u16(p).u64(
 
 // GetReader returns the reader state of uid, of partition p (zero if none).
 func GetReader(txn *badger.Txn, p int, uid uint64) (ReaderState, error) {
+	item, err := txn.Get(readerKey(p, uid))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return ReaderState{}, nil
+	} else if err != nil {
+		return ReaderState{}, err
+	}
 	var st ReaderState
-	_, err := getValue(txn, readerKey(p, uid), &st, fmt.Sprintf("reader %d", uid))
-	return st, err
+	err = item.Value(func(v []byte) (err error) { st, err = decodeReader(v); return err })
+	if err != nil {
+		return ReaderState{}, fmt.Errorf("%w: reader %d: %w", ErrCorrupt, uid, err)
+	}
+	return st, nil
 }
 
 // PutReader stores the reader state of uid, of partition p.
 func PutReader(txn *badger.Txn, p int, uid uint64, st ReaderState) error {
-	return putValue(txn, readerKey(p, uid), &st)
+	return txn.Set(readerKey(p, uid), appendReader(make([]byte, 0, 32), &st))
 }
 
 // kindByte is a notification kind in keys: its first letter (comment, mention, like, dm).

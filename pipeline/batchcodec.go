@@ -1,0 +1,279 @@
+package pipeline
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
+)
+
+// Batch and HopBatch, the wrappers of most events on the wire, write and read their
+// MessagePack form themselves too, around Event's codec: the bytes reflection wrote (a
+// map of the non-empty fields; TestBatchCodecMatchesReflection), and what reflection
+// read — the map in any order, the array form in field order, nil for a zero value —
+// with an unknown field an error (FuzzMsgpackBatch).
+
+// AppendBatch appends b's MessagePack form to dst.
+func AppendBatch(dst []byte, b *Batch) []byte {
+	if len(b.Events) == 0 {
+		return appendMapLen(dst, 0)
+	}
+	dst = appendArrayLen(append(appendMapLen(dst, 1), "\xa6events"...), len(b.Events))
+	for i := range b.Events {
+		dst = AppendEvent(dst, &b.Events[i])
+	}
+	return dst
+}
+
+// AppendHopBatchHead appends the MessagePack form of a hop batch up to its n events,
+// which follow it each as AppendEvent writes it: a hop batch can be cut from events
+// encoded once.
+func AppendHopBatchHead(dst []byte, src uint32, seq uint64, n int) []byte {
+	fields := 0
+	for _, set := range [...]bool{src != 0, seq != 0, n > 0} {
+		if set {
+			fields++
+		}
+	}
+	dst = appendMapLen(dst, fields)
+	if src != 0 {
+		dst = appendFixed(append(dst, "\xa3src"...), msgpcode.Uint32, uint64(src), 4) // as reflection writes a uint32
+	}
+	if seq != 0 {
+		dst = appendFixed(append(dst, "\xa3seq"...), msgpcode.Uint64, seq, 8)
+	}
+	if n > 0 {
+		dst = appendArrayLen(append(dst, "\xa6events"...), n)
+	}
+	return dst
+}
+
+// AppendHopBatch appends b's MessagePack form to dst.
+func AppendHopBatch(dst []byte, b *HopBatch) []byte {
+	dst = AppendHopBatchHead(dst, b.Source, b.Seq, len(b.Events))
+	for i := range b.Events {
+		dst = AppendEvent(dst, &b.Events[i])
+	}
+	return dst
+}
+
+// EncodeMsgpack writes b as AppendBatch does.
+func (b Batch) EncodeMsgpack(enc *msgpack.Encoder) error {
+	_, err := enc.Writer().Write(AppendBatch(nil, &b))
+	return err
+}
+
+// EncodeMsgpack writes b as AppendHopBatch does.
+func (b HopBatch) EncodeMsgpack(enc *msgpack.Encoder) error {
+	_, err := enc.Writer().Write(AppendHopBatch(nil, &b))
+	return err
+}
+
+// DecodeMsgpack reads b from a map (or the array form) of its field.
+func (b *Batch) DecodeMsgpack(dec *msgpack.Decoder) error { return b.decodeMsgpack(dec, false) }
+
+// DecodeMsgpack reads b from a map (or the array form) of its fields.
+func (b *HopBatch) DecodeMsgpack(dec *msgpack.Decoder) error { return b.decodeMsgpack(dec, false) }
+
+// decodeMsgpack is DecodeMsgpack; bounded stops at a list of more than MaxBatch events.
+func (b *Batch) decodeMsgpack(dec *msgpack.Decoder, bounded bool) error {
+	n, asArray, err := structLen(dec)
+	switch {
+	case err != nil:
+		return err
+	case n <= 0 && (asArray || n < 0):
+		*b = Batch{}
+		return nil
+	case asArray && n != 1:
+		return fmt.Errorf("msgpack: array of %d values for a batch of 1 field", n)
+	}
+	buf := new([16]byte)
+	if asArray {
+		return decodeEventList(dec, &b.Events, bounded, buf)
+	}
+	for range n {
+		name, err := fieldName(dec, buf[:])
+		if err != nil {
+			return err
+		}
+		if string(name) != "events" {
+			return fmt.Errorf("msgpack: unknown field %q", name)
+		}
+		if err := decodeEventList(dec, &b.Events, bounded, buf); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decodeMsgpack is DecodeMsgpack; bounded stops at a list of more than MaxBatch events.
+func (b *HopBatch) decodeMsgpack(dec *msgpack.Decoder, bounded bool) error {
+	n, asArray, err := structLen(dec)
+	switch {
+	case err != nil:
+		return err
+	case n <= 0 && (asArray || n < 0):
+		*b = HopBatch{}
+		return nil
+	case asArray && n != 3:
+		return fmt.Errorf("msgpack: array of %d values for a hop batch of 3 fields", n)
+	}
+	buf := new([16]byte)
+	field := func(name []byte) error {
+		switch string(name) {
+		case "src":
+			v, err := dec.DecodeUint64()
+			b.Source = uint32(v) // truncated, as reflection sets a uint32
+			return err
+		case "seq":
+			var err error
+			b.Seq, err = dec.DecodeUint64()
+			return err
+		case "events":
+			return decodeEventList(dec, &b.Events, bounded, buf)
+		}
+		return fmt.Errorf("msgpack: unknown field %q", name)
+	}
+	if asArray {
+		for _, name := range [...]string{"src", "seq", "events"} {
+			if err := field([]byte(name)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for range n {
+		name, err := fieldName(dec, buf[:])
+		if err != nil {
+			return err
+		}
+		if err := field(name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// structLen reads the head of a struct's map (or array) form, as reflection does: its
+// length, -1 for nil.
+func structLen(dec *msgpack.Decoder) (n int, asArray bool, err error) {
+	c, err := dec.PeekCode()
+	switch {
+	case err != nil:
+		return 0, false, err
+	case msgpcode.IsFixedArray(c) || c == msgpcode.Array16 || c == msgpcode.Array32:
+		n, err := dec.DecodeArrayLen()
+		return n, true, err
+	}
+	n, err = mapLen(dec)
+	return n, false, err
+}
+
+// mapLen reads the head of a map, -1 for nil. Decoder.DecodeMapLen would also take a map
+// wrapped in an extension, which reflection refuses.
+func mapLen(dec *msgpack.Decoder) (int, error) {
+	c, err := dec.PeekCode()
+	switch {
+	case err != nil:
+		return 0, err
+	case !msgpcode.IsExt(c):
+		return dec.DecodeMapLen()
+	}
+	return 0, fmt.Errorf("msgpack: unexpected code=%x decoding map length", c)
+}
+
+// decodeEventList reads a list of events into *evs as reflection does: nil makes it nil,
+// and the list is read over the events *evs holds at each place (within its capacity).
+func decodeEventList(dec *msgpack.Decoder, evs *[]Event, bounded bool, buf *[16]byte) error {
+	n, err := dec.DecodeArrayLen()
+	switch {
+	case err != nil:
+		return err
+	case n < 0:
+		*evs = nil
+		return nil
+	case bounded && n > MaxBatch:
+		return fmt.Errorf("%w (%d)", errBatchSize, n)
+	case n == 0 && *evs == nil:
+		*evs = []Event{}
+		return nil
+	}
+	s := *evs
+	if cap(s) >= n {
+		s = s[:n]
+	} else {
+		grown := make([]Event, n)
+		copy(grown, s[:cap(s)])
+		s = grown
+	}
+	*evs = s
+	for i := range s {
+		if err := s[i].decodeMsgpack(dec, buf); err != nil {
+			return fmt.Errorf("event %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+func appendMapLen(dst []byte, n int) []byte {
+	switch {
+	case n < 16:
+		return append(dst, msgpcode.FixedMapLow|byte(n))
+	case n <= math.MaxUint16:
+		return appendFixed(dst, msgpcode.Map16, uint64(n), 2)
+	}
+	return appendFixed(dst, msgpcode.Map32, uint64(n), 4)
+}
+
+func appendArrayLen(dst []byte, n int) []byte {
+	switch {
+	case n < 16:
+		return append(dst, msgpcode.FixedArrayLow|byte(n))
+	case n <= math.MaxUint16:
+		return appendFixed(dst, msgpcode.Array16, uint64(n), 2)
+	}
+	return appendFixed(dst, msgpcode.Array32, uint64(n), 4)
+}
+
+func appendString(dst []byte, s string) []byte {
+	switch n := len(s); {
+	case n < 32:
+		dst = append(dst, msgpcode.FixedStrLow|byte(n))
+	case n < 256:
+		dst = append(dst, msgpcode.Str8, byte(n))
+	case n <= math.MaxUint16:
+		dst = appendFixed(dst, msgpcode.Str16, uint64(n), 2)
+	default:
+		dst = appendFixed(dst, msgpcode.Str32, uint64(n), 4)
+	}
+	return append(dst, s...)
+}
+
+// appendUint appends v in the fewest bytes, as Encoder.EncodeUint does.
+func appendUint(dst []byte, v uint64) []byte {
+	switch {
+	case v <= math.MaxInt8:
+		return append(dst, byte(v))
+	case v <= math.MaxUint8:
+		return append(dst, msgpcode.Uint8, byte(v))
+	case v <= math.MaxUint16:
+		return appendFixed(dst, msgpcode.Uint16, v, 2)
+	case v <= math.MaxUint32:
+		return appendFixed(dst, msgpcode.Uint32, v, 4)
+	}
+	return appendFixed(dst, msgpcode.Uint64, v, 8)
+}
+
+// appendFixed appends code and the low size bytes of v, big-endian.
+func appendFixed(dst []byte, code byte, v uint64, size int) []byte {
+	dst = append(dst, code)
+	switch size {
+	case 2:
+		return binary.BigEndian.AppendUint16(dst, uint16(v))
+	case 4:
+		return binary.BigEndian.AppendUint32(dst, uint32(v))
+	}
+	return binary.BigEndian.AppendUint64(dst, v)
+}
