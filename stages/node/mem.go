@@ -54,8 +54,10 @@ type MemSplit struct {
 	// Hot bounds the counter tables (their least recently used ids move to the cold tier
 	// beyond it): what the other parts leave, or Config.HotMaxMem.
 	Hot int64
-	// ColdCache is the cold cache's RAM: Config.ColdCache ids, ~100 B each.
-	ColdCache int64
+	// ColdCache is the cold cache's RAM: Config.ColdCache ids, ~100 B each. State is
+	// what the event partitions keep of their state (Config.StateMem: owned and standby
+	// partitions are never more than all of them).
+	ColdCache, State int64
 	// Memtables is how many Badger memtables may be in RAM at once (the one written and
 	// those waiting to be flushed), ~42 MB each; Compactors how many compactions run
 	// at once.
@@ -88,13 +90,13 @@ func (m MemSplit) memtables() int64 { return int64(m.Memtables) * memTableHeap }
 
 // String lists the parts, for the log.
 func (m MemSplit) String() string {
-	return fmt.Sprintf("budget %s: hot tables %s, cold cache %s, Badger memtables %d×%s, block cache %s, index cache %s, fixed %s, GC headroom %s; Go limit %s",
-		Bytes(m.Budget), Bytes(m.Hot), Bytes(m.ColdCache), m.Memtables, Bytes(memTableHeap), Bytes(m.BlockCache), Bytes(m.IndexCache),
+	return fmt.Sprintf("budget %s: hot tables %s, cold cache %s, event state %s, Badger memtables %d×%s, block cache %s, index cache %s, fixed %s, GC headroom %s; Go limit %s",
+		Bytes(m.Budget), Bytes(m.Hot), Bytes(m.ColdCache), Bytes(m.State), m.Memtables, Bytes(memTableHeap), Bytes(m.BlockCache), Bytes(m.IndexCache),
 		Bytes(m.Fixed), Bytes(m.Headroom), Bytes(m.GoLimit))
 }
 
 // SplitMem shares budget bytes out between the parts of a process of c (pure: it reads
-// only c's NATSURL, ColdCache and HotMaxMem). The Badger parts grow with the budget up
+// only c's NATSURL, ColdCache, StateMem and HotMaxMem). The Badger parts grow with the budget up
 // to Badger's defaults, the index cache keeps growing (it bounds what grows with the
 // data on disk), and the counter tables get the rest. A budget too small for the parts
 // no setting bounds is an error naming the least that would do.
@@ -102,8 +104,8 @@ func (c Config) SplitMem(budget int64) (MemSplit, error) {
 	m := c.parts(budget)
 	others := m.others()
 	if budget < others+minHot {
-		return m, fmt.Errorf("%w: %s is below the %s a process needs (Badger's memtables and table builds, NATS buffers, the cold cache of %d ids, Go's runtime; see README, Sizing)",
-			ErrMemTooSmall, Bytes(budget), Bytes(c.leastMem()), c.ColdCache)
+		return m, fmt.Errorf("%w: %s is below the %s a process needs (Badger's memtables and table builds, NATS buffers, the cold cache of %d ids, %s of event state, Go's runtime; see README, Sizing)",
+			ErrMemTooSmall, Bytes(budget), Bytes(c.leastMem()), c.ColdCache, Bytes(c.StateMem))
 	}
 	m.Hot = budget - others
 	if c.HotMaxMem > 0 {
@@ -126,7 +128,7 @@ func (c Config) leastMem() int64 {
 
 // parts sizes every part of a budget but the counter tables.
 func (c Config) parts(budget int64) MemSplit {
-	m := MemSplit{Budget: budget, ColdCache: int64(c.ColdCache) * coldCacheEntry}
+	m := MemSplit{Budget: budget, ColdCache: int64(c.ColdCache) * coldCacheEntry, State: c.StateMem}
 	m.Memtables = int(min(max(budget/(512<<20), 2), 5))
 	m.Compactors = 2
 	if budget >= 4<<30 { // a machine with the cores to compact faster
@@ -144,7 +146,7 @@ func (c Config) parts(budget int64) MemSplit {
 
 // others is what the parts but the counter tables add up to.
 func (m MemSplit) others() int64 {
-	return m.ColdCache + m.memtables() + m.BlockCache + m.IndexCache + m.Fixed + m.Headroom
+	return m.ColdCache + m.State + m.memtables() + m.BlockCache + m.IndexCache + m.Fixed + m.Headroom
 }
 
 // Mem is the split of c's budget: MaxMem, or, when 0, three quarters of what the

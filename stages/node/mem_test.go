@@ -26,34 +26,34 @@ func TestSplitMem(t *testing.T) {
 		if got != want {
 			t.Errorf("SplitMem(%s) =\n %+v\nwant\n %+v", Bytes(budget), got, want)
 		}
-		if sum := got.Hot + got.ColdCache + got.memtables() + got.BlockCache + got.IndexCache + got.Fixed + got.Headroom; sum > got.GoLimit || got.GoLimit < budget {
+		if sum := got.Hot + got.ColdCache + got.State + got.memtables() + got.BlockCache + got.IndexCache + got.Fixed + got.Headroom; sum > got.GoLimit || got.GoLimit < budget {
 			t.Errorf("SplitMem(%s): the parts add up to %s, the Go limit is %s", Bytes(budget), Bytes(sum), Bytes(got.GoLimit))
 		}
 	}
-	c := DefaultConfig() // embedded NATS, a cold cache of 262 144 ids
-	cold := int64(c.ColdCache) * coldCacheEntry
+	c := DefaultConfig() // embedded NATS, a cold cache of 262 144 ids, 128 MiB of event state
+	cold, state := int64(c.ColdCache)*coldCacheEntry, c.StateMem
 	fixed := int64(flushHeap + 2*compactorHeap + runtimeHeap + natsHeap) // 784 MiB
 	t.Run("1.25GiB", func(t *testing.T) {
-		f(t, c, 1280*MiB, MemSplit{Budget: 1280 * MiB, Hot: 1280*MiB - cold - 2*memTableHeap - 40*MiB - 40*MiB - fixed - 160*MiB, ColdCache: cold,
+		f(t, c, 1280*MiB, MemSplit{Budget: 1280 * MiB, Hot: 1280*MiB - cold - state - 2*memTableHeap - 40*MiB - 40*MiB - fixed - 160*MiB, ColdCache: cold, State: state,
 			Memtables: 2, Compactors: 2, BlockCache: 40 * MiB, IndexCache: 40 * MiB, Fixed: fixed, Headroom: 160 * MiB, GoLimit: 1280 * MiB})
 	})
 	t.Run("2GiB", func(t *testing.T) {
-		f(t, c, 2*GiB, MemSplit{Budget: 2 * GiB, Hot: 2*GiB - cold - 4*memTableHeap - 64*MiB - 64*MiB - fixed - 256*MiB, ColdCache: cold,
+		f(t, c, 2*GiB, MemSplit{Budget: 2 * GiB, Hot: 2*GiB - cold - state - 4*memTableHeap - 64*MiB - 64*MiB - fixed - 256*MiB, ColdCache: cold, State: state,
 			Memtables: 4, Compactors: 2, BlockCache: 64 * MiB, IndexCache: 64 * MiB, Fixed: fixed, Headroom: 256 * MiB, GoLimit: 2 * GiB})
 	})
 	t.Run("4GiB", func(t *testing.T) {
 		fixed := fixed + 2*compactorHeap
-		f(t, c, 4*GiB, MemSplit{Budget: 4 * GiB, Hot: 4*GiB - cold - 5*memTableHeap - 128*MiB - 128*MiB - fixed - 512*MiB, ColdCache: cold,
+		f(t, c, 4*GiB, MemSplit{Budget: 4 * GiB, Hot: 4*GiB - cold - state - 5*memTableHeap - 128*MiB - 128*MiB - fixed - 512*MiB, ColdCache: cold, State: state,
 			Memtables: 5, Compactors: 4, BlockCache: 128 * MiB, IndexCache: 128 * MiB, Fixed: fixed, Headroom: 512 * MiB, GoLimit: 4 * GiB})
 	})
 	t.Run("64GiB: Badger's defaults but the index cache", func(t *testing.T) {
 		fixed := fixed + 2*compactorHeap
-		f(t, c, 64*GiB, MemSplit{Budget: 64 * GiB, Hot: 64*GiB - cold - 5*memTableHeap - 256*MiB - 2*GiB - fixed - 8*GiB, ColdCache: cold,
+		f(t, c, 64*GiB, MemSplit{Budget: 64 * GiB, Hot: 64*GiB - cold - state - 5*memTableHeap - 256*MiB - 2*GiB - fixed - 8*GiB, ColdCache: cold, State: state,
 			Memtables: 5, Compactors: 4, BlockCache: 256 * MiB, IndexCache: 2 * GiB, Fixed: fixed, Headroom: 8 * GiB, GoLimit: 64 * GiB})
 	})
-	t.Run("external NATS and no cold cache", func(t *testing.T) {
+	t.Run("external NATS, no cold cache, no event state", func(t *testing.T) {
 		c := c
-		c.NATSURL, c.ColdCache = "nats://a:4222", 0
+		c.NATSURL, c.ColdCache, c.StateMem = "nats://a:4222", 0, 0
 		fixed := fixed - natsHeap
 		f(t, c, GiB, MemSplit{Budget: GiB, Hot: GiB - 2*memTableHeap - 32*MiB - 32*MiB - fixed - 128*MiB,
 			Memtables: 2, Compactors: 2, BlockCache: 32 * MiB, IndexCache: 32 * MiB, Fixed: fixed, Headroom: 128 * MiB, GoLimit: GiB})
@@ -61,14 +61,14 @@ func TestSplitMem(t *testing.T) {
 	t.Run("hot-max-mem below its share", func(t *testing.T) {
 		c := c
 		c.HotMaxMem = 100 * MiB
-		f(t, c, 2*GiB, MemSplit{Budget: 2 * GiB, Hot: 100 * MiB, ColdCache: cold,
+		f(t, c, 2*GiB, MemSplit{Budget: 2 * GiB, Hot: 100 * MiB, ColdCache: cold, State: state,
 			Memtables: 4, Compactors: 2, BlockCache: 64 * MiB, IndexCache: 64 * MiB, Fixed: fixed, Headroom: 256 * MiB, GoLimit: 2 * GiB})
 	})
 	t.Run("hot-max-mem above its share raises the Go limit", func(t *testing.T) {
 		c := c
 		c.HotMaxMem = 2 * GiB
-		others := cold + 4*memTableHeap + 64*MiB + 64*MiB + fixed + 256*MiB
-		f(t, c, 2*GiB, MemSplit{Budget: 2 * GiB, Hot: 2 * GiB, ColdCache: cold,
+		others := cold + state + 4*memTableHeap + 64*MiB + 64*MiB + fixed + 256*MiB
+		f(t, c, 2*GiB, MemSplit{Budget: 2 * GiB, Hot: 2 * GiB, ColdCache: cold, State: state,
 			Memtables: 4, Compactors: 2, BlockCache: 64 * MiB, IndexCache: 64 * MiB, Fixed: fixed, Headroom: 256 * MiB, GoLimit: others + 2*GiB})
 	})
 }
