@@ -27,8 +27,8 @@ func TestFlagsFromEnv(t *testing.T) {
 	var out bytes.Buffer
 	cfg, logs, err := parse(nil, envOf("TALLY_PARTITIONS", "8", "TALLY_JOIN", "false", "TALLY_SYNC", "true",
 		"TALLY_HOT_MAX_MEM", "2GB", "TALLY_COLD_AGE", "720h", "TALLY_LOG_FORMAT", "json", "TALLY_LOG_LEVEL", "debug",
-		"TALLY_EVENTS_MAX_AGE", "36h", "TALLY_DATA", "/env"), &out)
-	if err != nil || cfg.Partitions != 8 || cfg.Join || !cfg.SyncWrites || cfg.HotMaxMem != 2e9 || cfg.ColdAge != 720*time.Hour ||
+		"TALLY_EVENTS_MAX_AGE", "36h", "TALLY_DATA", "/env", "TALLY_PPROF", "true"), &out)
+	if err != nil || cfg.Partitions != 8 || cfg.Join || !cfg.SyncWrites || cfg.HotMaxMem != 2e9 || cfg.ColdAge != 720*time.Hour || !cfg.Pprof ||
 		logs.format != "json" || logs.level.String() != "DEBUG" || cfg.EventsMaxAge != 36*time.Hour || cfg.DataDir != "/env" {
 		t.Fatalf("from the environment: %+v %+v %v", cfg, logs, err)
 	}
@@ -40,7 +40,7 @@ func TestFlagsFromEnv(t *testing.T) {
 	if err != nil || cfg.Partitions != 4 || cfg.Join {
 		t.Fatalf("the command line wins: %d %v %v", cfg.Partitions, cfg.Join, err)
 	}
-	for _, bad := range [][]string{{"TALLY_JOIN", "maybe"}, {"TALLY_PARTITIONS", "many"}, {"TALLY_HOT_MAX_MEM", "lots"}, {"TALLY_LOG_LEVEL", "loud"}, {"TALLY_LOG_FORMAT", "xml"}} {
+	for _, bad := range [][]string{{"TALLY_JOIN", "maybe"}, {"TALLY_PPROF", "maybe"}, {"TALLY_PARTITIONS", "many"}, {"TALLY_HOT_MAX_MEM", "lots"}, {"TALLY_LOG_LEVEL", "loud"}, {"TALLY_LOG_FORMAT", "xml"}} {
 		out.Reset()
 		code := run(context.Background(), nil, envOf(bad...), &out)
 		if code != 2 || !strings.Contains(out.String(), bad[0]+"=") && bad[0] != "TALLY_LOG_FORMAT" {

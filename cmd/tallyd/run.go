@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -31,6 +33,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return 2
 	}
 	log := logs.logger(stderr)
+	mem, _ := cfg.Mem(os.DirFS("/")) // parse checked it
+	if mem.Short() {
+		log.Warn("the machine allows this process less memory than it needs: its budget is the least it needs",
+			"allowed", node.Bytes(mem.Machine), "max-mem", node.Bytes(mem.Budget))
+	}
+	cfg.MaxMem = mem.Budget // the node need not read the machine again
+	// The limit is the process's, so tallyd sets it, not the node (a test process runs
+	// several). GOMEMLIMIT, which the runtime has applied already, wins.
+	if getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(mem.GoLimit)
+	}
 	if err := node.Run(ctx, cfg, log); err != nil {
 		log.Error("tallyd stopped", "err", err)
 		return 1
@@ -58,9 +71,15 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 	fs.StringVar(&cfg.Table, "table", cfg.Table, "in-RAM counter table: hot (packed, ~13 B a post) or map (a Go map, the reference)")
 	fs.IntVar(&cfg.FanoutLimit, "fanout-limit", cfg.FanoutLimit, "most followers a post is pushed to; above it readers pull")
 	fs.StringVar(&cfg.Metrics, "metrics", "", "serve /metrics and /healthz on this address, e.g. 127.0.0.1:9464")
+	fs.BoolVar(&cfg.Pprof, "pprof", cfg.Pprof, "also serve Go's profiles (/debug/pprof/: heap, goroutines, CPU) on the --metrics address")
 	fs.DurationVar(&cfg.ColdAge, "cold-age", cfg.ColdAge, "move counters of ids older than this (by snowflake time) from RAM to the cold tier; 0 keeps them")
 	fs.Int64Var(&cfg.IDEpoch, "id-epoch", cfg.IDEpoch, "Unix time in ms that an id's snowflake time (id >> 22) counts from")
-	fs.Func("hot-max-mem", "bound the RAM of the counter tables, e.g. 8GiB; above it the least recently used ids move to the cold tier; 0 is unbounded", func(v string) error {
+	fs.Func("max-mem", "memory budget of the process, e.g. 4GiB: shared out between the counter tables, Badger and NATS, and Go's memory limit (see README, Sizing); 0 (the default) is three quarters of the machine's RAM, or of the container's limit", func(v string) error {
+		n, err := parseBytes(v)
+		cfg.MaxMem = n
+		return err
+	})
+	fs.Func("hot-max-mem", "bound the RAM of the counter tables instead of their share of --max-mem, e.g. 8GiB; above it the least recently used ids move to the cold tier; 0 takes the share", func(v string) error {
 		n, err := parseBytes(v)
 		cfg.HotMaxMem = n
 		return err
@@ -108,6 +127,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 	}
 	if cfg.Partitions < 1 {
 		return cfg, logs, fmt.Errorf("partitions %s: must be at least 1", strconv.Itoa(cfg.Partitions))
+	}
+	if _, err := cfg.Mem(os.DirFS("/")); err != nil {
+		return cfg, logs, fmt.Errorf("max-mem: %w", err)
 	}
 	return cfg, logs, nil
 }

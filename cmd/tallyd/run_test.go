@@ -32,10 +32,47 @@ func TestParse(t *testing.T) {
 	if err != nil || cfg.HotMaxMem != 2e9 {
 		t.Fatalf("TALLY_HOT_MAX_MEM: %d %v", cfg.HotMaxMem, err)
 	}
-	for _, bad := range [][]string{{"--partitions", "0"}, {"--flush", "1ns"}, {"--log-level", "loud"}, {"extra"}, {"--nope"}, {"--hot-max-mem", "lots"}, {"--hot-max-mem", "-1GiB"}} {
+	for _, bad := range [][]string{{"--partitions", "0"}, {"--flush", "1ns"}, {"--log-level", "loud"}, {"extra"}, {"--nope"}, {"--hot-max-mem", "lots"}, {"--hot-max-mem", "-1GiB"},
+		{"--max-mem", "lots"}, {"--max-mem", "-1GiB"}, {"--max-mem", "100MiB"}} {
 		if _, _, err := parse(bad, noEnv, &out); err == nil {
 			t.Errorf("%v: accepted", bad)
 		}
+	}
+}
+
+// --max-mem is a size, TALLY_MAX_MEM too; 0, the default, is sized from the machine; a
+// budget too small for a process stops tallyd with exit code 2, saying the least.
+func TestParseMaxMem(t *testing.T) {
+	var out bytes.Buffer
+	for _, c := range []struct {
+		args []string
+		env  func(string) string
+		want int64
+	}{
+		{[]string{"--max-mem", "2GiB"}, noEnv, 2 << 30},
+		{[]string{"--max-mem", "1.5GB", "--hot-max-mem", "512MiB"}, noEnv, 1.5e9},
+		{nil, envOf("TALLY_MAX_MEM", "1.5GiB"), 3 << 29},
+		{[]string{"--max-mem", "3GiB"}, envOf("TALLY_MAX_MEM", "2GiB"), 3 << 30},
+	} {
+		cfg, _, err := parse(c.args, c.env, &out)
+		if err != nil || cfg.MaxMem != c.want {
+			t.Errorf("%v: max-mem %d %v, want %d", c.args, cfg.MaxMem, err, c.want)
+		}
+	}
+	if cfg, _, err := parse(nil, noEnv, &out); err != nil || cfg.MaxMem != 0 {
+		t.Errorf("from the machine: max-mem %d %v, want 0", cfg.MaxMem, err)
+	}
+	for _, bad := range []struct{ args, env []string }{{[]string{"--max-mem", "100MiB"}, nil}, {nil, []string{"TALLY_MAX_MEM", "256MiB"}},
+		{[]string{"--max-mem", "2GiB"}, []string{"TALLY_MAX_MEM", "lots"}}, {[]string{"--max-mem", "-1"}, nil}} {
+		out.Reset()
+		code := run(context.Background(), bad.args, envOf(bad.env...), &out)
+		if code != 2 || !strings.Contains(out.String(), "max-mem") && !strings.Contains(out.String(), "MAX_MEM") {
+			t.Errorf("%v %v: exit %d, %q", bad.args, bad.env, code, out.String())
+		}
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"--max-mem", "100MiB"}, noEnv, &out); code != 2 || !strings.Contains(out.String(), "100MiB is below the ") {
+		t.Errorf("the least budget is not named: exit %d, %q", code, out.String())
 	}
 }
 
@@ -57,6 +94,7 @@ func TestRunFailsClearly(t *testing.T) {
 		{[]string{"--data", t.TempDir(), "--listen", busy.Addr().String()}, "address already in use"},
 		{[]string{"--data", filepath.Join(file, "sub"), "--listen", "127.0.0.1:-1"}, "not a directory"},
 		{[]string{"--table", "btree", "--listen", "127.0.0.1:-1"}, "unknown table"},
+		{[]string{"--pprof", "--data", t.TempDir(), "--listen", "127.0.0.1:-1"}, "--pprof needs --metrics"},
 	} {
 		var out bytes.Buffer
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -53,11 +53,17 @@ type Config struct {
 	// IDEpoch is the Unix time in ms that an id's snowflake time (id >> 22) counts from:
 	// Twitter's by default.
 	IDEpoch int64
-	// HotMaxMem bounds the RAM of all counter tables (bytes): above it, the least
-	// recently used groups of ids move to the cold tier. 0 is unbounded.
+	// MaxMem is the memory budget of the process (bytes), shared out by SplitMem: the
+	// counter tables' bound, Badger's memtables and caches, and the Go runtime's soft
+	// limit (set by tallyd, the process's owner: see cmd/tallyd). 0 is three quarters of
+	// what the machine allows the process (Mem).
+	MaxMem int64
+	// HotMaxMem, when positive, bounds the RAM of all counter tables (bytes) instead of
+	// their share of MaxMem: above it, the least recently used groups of ids move to the
+	// cold tier.
 	HotMaxMem int64
 	// ColdCache is the most cold ids whose counters stay in RAM after a read, for the
-	// whole process (about 100 bytes each, outside HotMaxMem).
+	// whole process (about 100 bytes each, outside the counter tables' bound).
 	ColdCache int
 	// StateMem is the RAM the event partitions keep of what their events read of their
 	// state (reader states and like records of the users active lately, cold.Resident),
@@ -90,6 +96,8 @@ type Config struct {
 	// Metrics is the address of the HTTP server for /metrics (Prometheus), /livez,
 	// /readyz and /healthz; empty disables it.
 	Metrics string
+	// Pprof also serves Go's profiles under /debug/pprof/ on the Metrics address.
+	Pprof bool
 	// AuditEvery, when positive, audits AuditSample posts and AuditSample users picked
 	// at random this often in the process owning partition 0: their like, comment,
 	// follower and following counts recounted from the relations (see tally audit). Off
@@ -171,11 +179,14 @@ func (c Config) validate() error {
 	if c.LeaseTTL < 300*time.Millisecond {
 		return fmt.Errorf("lease TTL %v is too short (at least 300ms)", c.LeaseTTL)
 	}
-	if c.ColdAge < 0 || c.HotMaxMem < 0 || c.ColdCache < 0 || c.EventsMaxAge < 0 || c.StateMem < 0 {
-		return fmt.Errorf("cold age, hot memory, cold cache, state memory and events max age must not be negative")
+	if c.ColdAge < 0 || c.MaxMem < 0 || c.HotMaxMem < 0 || c.ColdCache < 0 || c.EventsMaxAge < 0 || c.StateMem < 0 {
+		return fmt.Errorf("cold age, memory budgets, cold cache, state memory and events max age must not be negative")
 	}
 	if c.AuditEvery > 0 && (c.AuditSample < 1 || c.AuditSample > pipeline.MaxAuditSample) {
 		return fmt.Errorf("audit sample must be 1..%d, not %d", pipeline.MaxAuditSample, c.AuditSample)
+	}
+	if c.Pprof && c.Metrics == "" {
+		return fmt.Errorf("profiles are served on the metrics address: --pprof needs --metrics")
 	}
 	if c.Join && c.BackupEvery <= 0 {
 		return fmt.Errorf("partitions move between the processes that join through state backups in NATS: --join needs --backup-every")

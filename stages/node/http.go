@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/tally-dev/tally/stages/metrics"
@@ -17,7 +18,9 @@ import (
 //   - /livez: 200 while the process runs, 503 once a partition failed and it is stopping;
 //   - /readyz: 200 while every partition of this process is loaded and within
 //     --max-lag, 503 with the health reply (or the reason it cannot be told) otherwise;
-//   - /healthz: the same as /readyz, for the probes configured before /readyz existed.
+//   - /healthz: the same as /readyz, for the probes configured before /readyz existed;
+//   - /debug/pprof/: Go's profiles (heap, goroutines, CPU, execution trace), only with
+//     Config.Pprof.
 func (n *Node) serveHTTP(addr string) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -35,6 +38,16 @@ func (n *Node) serveHTTP(addr string) error {
 	})
 	mux.HandleFunc("/readyz", n.readyz)
 	mux.HandleFunc("/healthz", n.readyz)
+	if n.cfg.Pprof {
+		// Off unless asked: a CPU profile or trace costs CPU while it runs, and the heap
+		// profile and command line tell more about the process than metrics do. The
+		// package also registers these on http.DefaultServeMux, which tallyd never serves.
+		mux.HandleFunc("/debug/pprof/", pprof.Index) // heap, allocs, goroutine, block, mutex…
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	n.http = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	n.wg.Go(func() { _ = n.http.Serve(ln) })
 	n.metricsAddr = ln.Addr().String()

@@ -74,3 +74,27 @@ func grep(s, prefix string) string {
 	}
 	return fmt.Sprint(strings.Join(out, "\n"))
 }
+
+// Go's profiles are served on the metrics address only when asked (--pprof): they cost
+// CPU while taken and tell a lot about the process.
+func TestPprof(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		n, _ := startNode(t, func(c *node.Config) { c.Metrics = "127.0.0.1:0"; c.Pprof = on })
+		for path, body := range map[string]string{"/debug/pprof/": "goroutine", "/debug/pprof/heap?debug=1": "heap profile",
+			"/debug/pprof/goroutine?debug=1": "goroutine profile", "/debug/pprof/cmdline": ""} {
+			resp, err := http.Get("http://" + n.MetricsAddr() + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			want := http.StatusNotFound
+			if on {
+				want = http.StatusOK
+			}
+			if resp.StatusCode != want || on && !strings.Contains(string(b), body) {
+				t.Errorf("pprof %v: %s = %d, want %d with %q: %.200s", on, path, resp.StatusCode, want, body, b)
+			}
+		}
+	}
+}

@@ -34,10 +34,6 @@ import (
 	"github.com/tally-dev/tally/store/hot"
 )
 
-// ErrOwned is returned by Start when another tallyd runs on this prefix and this one was
-// not told to join it.
-var ErrOwned = cluster.ErrOwned
-
 // DefaultLeaseTTL is how long a partition's lease outlives a dead owner (see
 // cluster.DefaultLeaseTTL).
 const DefaultLeaseTTL = cluster.DefaultLeaseTTL
@@ -113,7 +109,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: log, failed: make(chan struct{}), EventStats: event.NewStats(), budget: counter.NewBudget(cfg.HotMaxMem),
+	mem, err := cfg.Mem(os.DirFS("/"))
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{cfg: cfg, log: log, failed: make(chan struct{}), EventStats: event.NewStats(), budget: counter.NewBudget(mem.Hot),
 		parts: map[int]*part{}, claiming: map[int]*cluster.Lease{}, standbys: map[int]*standby{}, priming: make(chan struct{}, 1), standbyEvents: event.NewStats()}
 	defer func() {
 		if err != nil {
@@ -170,7 +170,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 			return nil, fmt.Errorf("cannot set up the state bucket %s: %w", sc.Subjects.StateBucket(), err)
 		}
 	}
-	if n.db, err = cold.Open(cold.Options{Dir: filepath.Join(cfg.DataDir, "state"), SyncWrites: cfg.SyncWrites, Logger: log}); err != nil {
+	if n.db, err = cold.Open(cold.Options{Dir: filepath.Join(cfg.DataDir, "state"), SyncWrites: cfg.SyncWrites, Logger: log, MemTableSize: memTable,
+		NumMemtables: mem.Memtables, NumCompactors: mem.Compactors, BlockCacheSize: mem.BlockCache, IndexCacheSize: mem.IndexCache}); err != nil {
 		return nil, err
 	}
 	if obs != nil {
@@ -224,7 +225,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	// The one line a start prints at INFO: what this process owns. Each partition's
 	// loading is at DEBUG.
 	log.Info("tally running", "nats", natsconn.Redacted(url), "partitions", spans(n.Parts()), "of", cfg.Partitions,
-		"families", len(cfg.Families), "data", cfg.DataDir)
+		"families", len(cfg.Families), "data", cfg.DataDir, "max-mem", Bytes(mem.Budget), "hot-max-mem", Bytes(mem.Hot))
+	log.Debug("memory", "split", mem)
 	return n, nil
 }
 

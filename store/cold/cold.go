@@ -39,6 +39,20 @@ type Options struct {
 	// MemTableSize is Badger's memtable size (32 MiB when 0). It also bounds one
 	// transaction (Badger takes 15 % of it); tests make it small to reach that bound.
 	MemTableSize int64
+	// The RAM Badger takes beside its memtables, each Badger's default when 0 (see
+	// node.SplitMem for how tallyd sizes them from its --max-mem):
+	//
+	//   - NumMemtables is how many memtables may be in RAM at once, the one written and
+	//     those waiting to be flushed (5); each costs ~1.3 MemTableSize of heap.
+	//   - BlockCacheSize bounds the decompressed blocks of tables kept for reads (256 MiB).
+	//   - IndexCacheSize bounds the tables' indexes and Bloom filters kept in RAM; 0 keeps
+	//     every table's, which grows with the data on disk.
+	//   - NumCompactors is how many compactions run at once (4), each building tables
+	//     in RAM before writing them; at least 2.
+	NumMemtables   int
+	BlockCacheSize int64
+	IndexCacheSize int64
+	NumCompactors  int
 }
 
 // DB is Tally's Badger database.
@@ -75,6 +89,18 @@ func Open(o Options) (*DB, error) {
 		// Each key has one writer goroutine (its partition), so transactions never conflict;
 		// tracking their reads for conflict detection would be pure cost.
 		WithDetectConflicts(false)
+	if o.NumMemtables > 0 {
+		bo = bo.WithNumMemtables(o.NumMemtables)
+	}
+	if o.BlockCacheSize > 0 {
+		bo = bo.WithBlockCacheSize(o.BlockCacheSize)
+	}
+	if o.IndexCacheSize > 0 {
+		bo = bo.WithIndexCacheSize(o.IndexCacheSize)
+	}
+	if o.NumCompactors > 0 {
+		bo = bo.WithNumCompactors(max(o.NumCompactors, 2)) // Badger refuses 1
+	}
 	db, err := badger.Open(bo)
 	if err != nil {
 		return nil, fmt.Errorf("cannot open Badger in %s: %w", o.Dir, err)
