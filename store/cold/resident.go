@@ -21,7 +21,18 @@ type Resident struct {
 	likes     map[uint64]*likes
 	Hits      int64 // reads answered from RAM
 	Misses    int64 // reads that went to Badger
+	// door is TinyLFU's doorkeeper: a user becomes resident the second time a committed
+	// transaction brings it within one generation of the bits (they are cleared once half
+	// are set), so that users seen once — most likers of a large audience — cost a bit,
+	// not an entry that pushes a returning one out.
+	door    [doorWords]uint64
+	doorSet int
 }
+
+const (
+	doorBits  = 18 // 256 Ki bits, 32 KiB a partition
+	doorWords = 1 << doorBits / 64
+)
 
 // What a resident entry costs, for the budget: map entry, key and value as Go holds them.
 const (
@@ -93,7 +104,9 @@ func (r *Resident) count(hit bool) {
 	}
 }
 
-// Keep takes in what a committed transaction read and wrote of readers and likes.
+// Keep takes in what a committed transaction read and wrote of readers and likes: the
+// users already resident, and those the doorkeeper has seen before. l's records become
+// the resident ones: l is not used again.
 func (r *Resident) Keep(readers *Readers, l *Likes) {
 	if r == nil || r.max < minResident {
 		return
@@ -102,6 +115,8 @@ func (r *Resident) Keep(readers *Readers, l *Likes) {
 		for uid, st := range readers.seen {
 			if old, ok := r.readers[uid]; ok {
 				r.size -= readerBytes(old)
+			} else if !r.admit(uid) {
+				continue
 			}
 			r.readers[uid] = st
 			r.size += readerBytes(st)
@@ -111,13 +126,29 @@ func (r *Resident) Keep(readers *Readers, l *Likes) {
 		for u, rec := range l.users {
 			if old, ok := r.likes[u]; ok {
 				r.size -= recordCost(old)
+			} else if !r.admit(u) {
+				continue
 			}
-			kept := &likes{heavy: rec.heavy, list: slices.Clip(rec.list)}
-			r.likes[u] = kept
-			r.size += recordCost(kept)
+			rec.list, rec.dirty = slices.Clip(rec.list), false
+			r.likes[u] = rec
+			r.size += recordCost(rec)
 		}
 	}
 	r.shrink()
+}
+
+// admit reports whether the doorkeeper has seen uid before, and marks it seen.
+func (r *Resident) admit(uid uint64) bool {
+	h := uid * 0x9e3779b97f4a7c15 >> (64 - doorBits)
+	w, bit := h/64, uint64(1)<<(h%64)
+	if r.door[w]&bit != 0 {
+		return true
+	}
+	r.door[w] |= bit
+	if r.doorSet++; r.doorSet >= 1<<doorBits/2 {
+		r.door, r.doorSet = [doorWords]uint64{}, 0
+	}
+	return false
 }
 
 // shrink forgets users at random until the resident state is under seven eighths of

@@ -58,6 +58,22 @@ func TestResidentKeepsOnlyWhatCommitted(t *testing.T) {
 		t.Fatal(err)
 	}
 	res.Keep(rd, l)
+	if res.Bytes() != 0 {
+		t.Fatalf("users seen once are resident: %d bytes", res.Bytes())
+	}
+	// Seen a second time (read from Badger), they are let in.
+	rd, l = NewReaders(p, res), NewLikes(p, res)
+	err = db.db.View(func(txn *badger.Txn) error {
+		if _, err := rd.Get(txn, owner); err != nil {
+			return err
+		}
+		_, err := l.record(txn, liker)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Keep(rd, l)
 	hits := res.Hits
 	// Badger changed behind the resident state's back (only the stage may write these
 	// keys): the answer comes from RAM, which proves no read went to Badger.
@@ -103,9 +119,9 @@ func TestResidentBudget(t *testing.T) {
 			rd, l := NewReaders(p, res), NewLikes(p, res)
 			err := db.db.Update(func(txn *badger.Txn) error {
 				for u := range uint64(200) {
-					uid := uint64(round)*200 + u + 1
+					uid := uint64(round/2)*200 + u + 1 // each user in two rounds
 					rd.Put(uid, ReaderState{Like: uid})
-					if _, err := l.like(txn, uid, 1+u%7, 1, uid); err != nil {
+					if _, err := l.like(txn, uid, 1+u%7+uint64(round%2)*10, 1, uid*2+uint64(round%2)); err != nil {
 						return err
 					}
 				}
