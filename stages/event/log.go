@@ -171,6 +171,7 @@ func (s *Stage) applyRecord(ctx context.Context, msgs []jetstream.Msg, rec *cold
 	txn := s.db.Badger().NewTransaction(true)
 	defer txn.Discard()
 	w := s.newWork(txn, c, rec.Dead)
+	defer w.close()
 	_, pos, err := s.applyMsgs(txn, msgs, w)
 	if err != nil {
 		return err

@@ -325,6 +325,7 @@ func (s *Stage) try(ctx context.Context, msgs []jetstream.Msg, c *coalescer, dea
 	txn := s.db.Badger().NewTransaction(true)
 	defer txn.Discard()
 	w := s.newWork(txn, c, dead)
+	defer w.close()
 	w.budget = budget
 	fit, pos, err := s.applyMsgs(txn, msgs, w)
 	if err != nil {

@@ -85,6 +85,7 @@ func (s *sim) step(p int) bool {
 	var w *work
 	err := st.db.Badger().Update(func(txn *badger.Txn) error {
 		w = st.newWork(txn, c, nil)
+		defer w.close()
 		w.hop = m.hop
 		for i := range m.evs {
 			e := m.evs[i]

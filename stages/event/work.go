@@ -61,9 +61,14 @@ func (s *Stage) newWork(txn *badger.Txn, c *coalescer, dead []uint64) *work {
 		marks[src] = &cold.Mark{Through: m.Through, Above: slices.Clone(m.Above), Held: slices.Clone(m.Held)}
 	}
 	in := hop.In{Marks: marks, Store: stageHeld{txn: txn, p: s.cfg.Partition}, Log: s.log, Stats: &hop.InStats{}}
+	likes := cold.NewLikes(s.cfg.Partition, s.res)
+	likes.ReadChunksFrom(s.db)
 	return &work{s: s, c: c, in: in, fwd: map[int][]pipeline.Event{}, deadSeqs: dead,
-		likes: cold.NewLikes(s.cfg.Partition, s.res), readers: cold.NewReaders(s.cfg.Partition, s.res)}
+		likes: likes, readers: cold.NewReaders(s.cfg.Partition, s.res)}
 }
+
+// close ends what the transaction's work opened besides the transaction.
+func (w *work) close() { w.likes.Close() }
 
 // stageHeld keeps the payloads of the hop batches a partition holds above a gap in its
 // transaction (cold.PutStageHeld): written with the marks that hold them, deleted with

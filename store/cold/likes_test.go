@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"expvar"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -192,6 +193,9 @@ func TestLikesMatchModel(t *testing.T) {
 				batch++
 				one := r.IntN(4) == 0 // a batch of one, through Relate and Unrelate
 				l := NewLikes(p, res)
+				if r.IntN(2) == 0 { // stored chunks read as committed, or through the transaction
+					l.ReadChunksFrom(db)
+				}
 				puts := badgerPuts()
 				err := db.db.Update(func(txn *badger.Txn) error {
 					for range 1 + r.IntN(25) {
@@ -236,6 +240,7 @@ func TestLikesMatchModel(t *testing.T) {
 					}
 					return l.Flush(txn, batch)
 				})
+				l.Close()
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -579,6 +584,55 @@ func likeAndUnlike(t *testing.T, db *DB, p int, m *likeModel, r *rand.Rand, user
 			}
 		}
 		return l.Flush(txn, 1<<43)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestUnlikesOfOneChunkInOneBatch: two unlikes in one batch take their likers out of
+// the same stored chunk, read as committed (ReadChunksFrom): the second sees what the
+// first rewrote, so neither liker comes back.
+func TestUnlikesOfOneChunkInOneBatch(t *testing.T) {
+	const p, post = 1, 500
+	db := openDB(t)
+	batch := func(n uint64, fn func(txn *badger.Txn, l *Likes) error) {
+		t.Helper()
+		l := NewLikes(p, nil)
+		l.ReadChunksFrom(db)
+		defer l.Close()
+		err := db.db.Update(func(txn *badger.Txn) error {
+			if err := fn(txn, l); err != nil {
+				return err
+			}
+			return l.Flush(txn, n)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	batch(1, func(txn *badger.Txn, l *Likes) error { // three likers in one second: one chunk
+		for u := range uint64(3) {
+			if _, err := l.like(txn, 10+u, post, 5_000+int64(u), 1+u); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	batch(2, func(txn *badger.Txn, l *Likes) error {
+		for _, u := range []uint64{10, 12} {
+			if changed, _, err := l.unlike(txn, u, post, 10+u); err != nil || !changed {
+				return fmt.Errorf("unlike by %d: changed %v, %w", u, changed, err)
+			}
+		}
+		return nil
+	})
+	err := db.db.View(func(txn *badger.Txn) error {
+		n, err := countLikers(txn, p, post)
+		if err == nil && n != 1 {
+			t.Fatalf("%d likers after two of three unliked, want 1", n)
+		}
+		return err
 	})
 	if err != nil {
 		t.Fatal(err)
