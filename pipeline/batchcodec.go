@@ -184,21 +184,19 @@ func mapLen(dec *msgpack.Decoder) (int, error) {
 	return 0, fmt.Errorf("msgpack: unexpected code=%x decoding map length", c)
 }
 
-// decodeEventList reads a list of events into *evs as reflection does: nil makes it nil,
-// and the list is read over the events *evs holds at each place (within its capacity).
-func decodeEventList(dec *msgpack.Decoder, evs *[]Event, bounded bool, buf *[16]byte) error {
-	n, err := dec.DecodeArrayLen()
+// eventSlots makes *evs n long for a list of n events to be read over it, as reflection
+// does: nil (n < 0) makes it nil and an empty list an empty slice (done: nothing to
+// read), and the events it holds at each place, within its capacity, are read over.
+func eventSlots(evs *[]Event, n int, bounded bool) (done bool, err error) {
 	switch {
-	case err != nil:
-		return err
 	case n < 0:
 		*evs = nil
-		return nil
+		return true, nil
 	case bounded && n > MaxBatch:
-		return fmt.Errorf("%w (%d)", errBatchSize, n)
+		return true, fmt.Errorf("%w (%d)", errBatchSize, n)
 	case n == 0 && *evs == nil:
 		*evs = []Event{}
-		return nil
+		return true, nil
 	}
 	s := *evs
 	if cap(s) >= n {
@@ -209,6 +207,20 @@ func decodeEventList(dec *msgpack.Decoder, evs *[]Event, bounded bool, buf *[16]
 		s = grown
 	}
 	*evs = s
+	return false, nil
+}
+
+// decodeEventList reads a list of events into *evs as reflection does: nil makes it nil,
+// and the list is read over the events *evs holds at each place (within its capacity).
+func decodeEventList(dec *msgpack.Decoder, evs *[]Event, bounded bool, buf *[16]byte) error {
+	n, err := dec.DecodeArrayLen()
+	if err != nil {
+		return err
+	}
+	if done, err := eventSlots(evs, n, bounded); done || err != nil {
+		return err
+	}
+	s := *evs
 	for i := range s {
 		if err := s[i].decodeMsgpack(dec, buf); err != nil {
 			return fmt.Errorf("event %d: %w", i, err)

@@ -296,27 +296,13 @@ func (r *mpReader) readHopField(b *HopBatch, f int, bounded bool) (err error) {
 // capacity).
 func (r *mpReader) readEventList(evs *[]Event, bounded bool) error {
 	n, err := r.arrayLen() // no longer than the bytes left
-	switch {
-	case err != nil:
+	if err != nil {
 		return err
-	case n < 0:
-		*evs = nil
-		return nil
-	case bounded && n > MaxBatch:
-		return fmt.Errorf("%w (%d)", errBatchSize, n)
-	case n == 0 && *evs == nil:
-		*evs = []Event{}
-		return nil
+	}
+	if done, err := eventSlots(evs, n, bounded); done || err != nil {
+		return err
 	}
 	s := *evs
-	if cap(s) >= n {
-		s = s[:n]
-	} else {
-		grown := make([]Event, n)
-		copy(grown, s[:cap(s)])
-		s = grown
-	}
-	*evs = s
 	for i := range s {
 		if err := r.readEvent(&s[i]); err != nil {
 			return fmt.Errorf("event %d: %w", i, err)
