@@ -278,6 +278,7 @@ func (w *Worker) Run(ctx context.Context) error {
 					}
 				}
 			}
+			clear(batch) // the messages are not kept until the next batch
 			// Acknowledgements of change events come in while deltas are applied: the
 			// next checkpoint's events wait for them.
 			_ = w.sendChanges(ctx) // only when ctx ends: the outbox keeps them

@@ -205,7 +205,9 @@ func (s *Stage) Run(ctx context.Context) error {
 		}
 		s.busy.Store(true)
 		batch = r.Drain(append(batch[:0], m), s.cfg.MaxBatch)
-		if err := s.process(ctx, batch, c); err != nil && ctx.Err() == nil {
+		err := s.process(ctx, batch, c)
+		clear(batch) // the messages, up to MaxBatch of them, are not kept until the next batch
+		if err != nil && ctx.Err() == nil {
 			return fmt.Errorf("event partition %d: %w", p, err)
 		}
 		s.out.Reap(ctx, false)
