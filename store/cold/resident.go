@@ -36,7 +36,7 @@ const (
 
 // What a resident entry costs, for the budget: map entry, key and value as Go holds them.
 const (
-	readerCost  = 8 + 80 + 40            // uid, ReaderState, a map entry's share
+	readerCost  = 8 + 216 + 40           // uid, ReaderState, a map entry's share
 	likesCost   = 8 + 8 + 48 + 40        // uid, pointer, record header, map entry
 	likeCost    = 8 + 24 + 24 + 24 + 8   // post, made, later header, off, on
 	laterCost   = 24                     // one kept later event
