@@ -43,7 +43,8 @@ func WithPartitions(n int) Option {
 	}
 }
 
-// WithTimeout bounds a request when the context has no deadline (default 5s).
+// WithTimeout bounds a request, and the wait for a publish's acknowledgements, when the
+// context has no deadline (default 5s).
 func WithTimeout(d time.Duration) Option {
 	return func(c *Client) error { c.timeout = d; return nil }
 }
@@ -93,10 +94,18 @@ func (c *Client) Publish(ctx context.Context, events ...pipeline.Event) error {
 		}
 		futures[i] = f
 	}
-	return wait(ctx, futures)
+	return c.wait(ctx, futures)
 }
 
-func wait(ctx context.Context, futures []jetstream.PubAckFuture) error {
+// wait waits for every future's acknowledgement, within the client's timeout when ctx
+// has no deadline: a message published while NATS is away (a server killed, a
+// connection reconnecting) may never be answered, and a publish must not wait for ever.
+func (c *Client) wait(ctx context.Context, futures []jetstream.PubAckFuture) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
 	for i, f := range futures {
 		select {
 		case <-f.Ok():
@@ -172,7 +181,7 @@ func (c *Client) PublishBatch(ctx context.Context, tx string, events []pipeline.
 			g = g[k:]
 		}
 	}
-	return wait(ctx, futures)
+	return c.wait(ctx, futures)
 }
 
 var partitionsIn = regexp.MustCompile(`\{\{\s*partition\((\d+)`)
