@@ -71,117 +71,26 @@ func (b HopBatch) EncodeMsgpack(enc *msgpack.Encoder) error {
 	return err
 }
 
-// DecodeMsgpack reads b from a map (or the array form) of its field.
-func (b *Batch) DecodeMsgpack(dec *msgpack.Decoder) error { return b.decodeMsgpack(dec, false) }
-
-// DecodeMsgpack reads b from a map (or the array form) of its fields.
-func (b *HopBatch) DecodeMsgpack(dec *msgpack.Decoder) error { return b.decodeMsgpack(dec, false) }
-
-// decodeMsgpack is DecodeMsgpack; bounded stops at a list of more than MaxBatch events.
-func (b *Batch) decodeMsgpack(dec *msgpack.Decoder, bounded bool) error {
-	n, asArray, err := structLen(dec)
-	switch {
-	case err != nil:
+// DecodeMsgpack reads b from a map (or the array form) of its field, as Unmarshal
+// does (mpReader).
+func (b *Batch) DecodeMsgpack(dec *msgpack.Decoder) error {
+	raw, err := dec.DecodeRaw()
+	if err != nil {
 		return err
-	case n <= 0 && (asArray || n < 0):
-		*b = Batch{}
-		return nil
-	case asArray && n != 1:
-		return fmt.Errorf("msgpack: array of %d values for a batch of 1 field", n)
 	}
-	buf := new([16]byte)
-	if asArray {
-		return decodeEventList(dec, &b.Events, bounded, buf)
-	}
-	for range n {
-		name, err := fieldName(dec, buf[:])
-		if err != nil {
-			return err
-		}
-		if string(name) != "events" {
-			return fmt.Errorf("msgpack: unknown field %q", name)
-		}
-		if err := decodeEventList(dec, &b.Events, bounded, buf); err != nil {
-			return err
-		}
-	}
-	return nil
+	r := mpReader{b: raw}
+	return r.done(r.readBatch(b, false))
 }
 
-// decodeMsgpack is DecodeMsgpack; bounded stops at a list of more than MaxBatch events.
-func (b *HopBatch) decodeMsgpack(dec *msgpack.Decoder, bounded bool) error {
-	n, asArray, err := structLen(dec)
-	switch {
-	case err != nil:
+// DecodeMsgpack reads b from a map (or the array form) of its fields, as Unmarshal
+// does (mpReader).
+func (b *HopBatch) DecodeMsgpack(dec *msgpack.Decoder) error {
+	raw, err := dec.DecodeRaw()
+	if err != nil {
 		return err
-	case n <= 0 && (asArray || n < 0):
-		*b = HopBatch{}
-		return nil
-	case asArray && n != 3:
-		return fmt.Errorf("msgpack: array of %d values for a hop batch of 3 fields", n)
 	}
-	buf := new([16]byte)
-	field := func(name []byte) error {
-		switch string(name) {
-		case "src":
-			v, err := dec.DecodeUint64()
-			b.Source = uint32(v) // truncated, as reflection sets a uint32
-			return err
-		case "seq":
-			var err error
-			b.Seq, err = dec.DecodeUint64()
-			return err
-		case "events":
-			return decodeEventList(dec, &b.Events, bounded, buf)
-		}
-		return fmt.Errorf("msgpack: unknown field %q", name)
-	}
-	if asArray {
-		for _, name := range [...]string{"src", "seq", "events"} {
-			if err := field([]byte(name)); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	for range n {
-		name, err := fieldName(dec, buf[:])
-		if err != nil {
-			return err
-		}
-		if err := field(name); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// structLen reads the head of a struct's map (or array) form, as reflection does: its
-// length, -1 for nil.
-func structLen(dec *msgpack.Decoder) (n int, asArray bool, err error) {
-	c, err := dec.PeekCode()
-	switch {
-	case err != nil:
-		return 0, false, err
-	case msgpcode.IsFixedArray(c) || c == msgpcode.Array16 || c == msgpcode.Array32:
-		n, err := dec.DecodeArrayLen()
-		return n, true, err
-	}
-	n, err = mapLen(dec)
-	return n, false, err
-}
-
-// mapLen reads the head of a map, -1 for nil. Decoder.DecodeMapLen would also take a map
-// wrapped in an extension, which reflection refuses.
-func mapLen(dec *msgpack.Decoder) (int, error) {
-	c, err := dec.PeekCode()
-	switch {
-	case err != nil:
-		return 0, err
-	case !msgpcode.IsExt(c):
-		return dec.DecodeMapLen()
-	}
-	return 0, fmt.Errorf("msgpack: unexpected code=%x decoding map length", c)
+	r := mpReader{b: raw}
+	return r.done(r.readHopBatch(b, false))
 }
 
 // eventSlots makes *evs n long for a list of n events to be read over it, as reflection
@@ -208,25 +117,6 @@ func eventSlots(evs *[]Event, n int, bounded bool) (done bool, err error) {
 	}
 	*evs = s
 	return false, nil
-}
-
-// decodeEventList reads a list of events into *evs as reflection does: nil makes it nil,
-// and the list is read over the events *evs holds at each place (within its capacity).
-func decodeEventList(dec *msgpack.Decoder, evs *[]Event, bounded bool, buf *[16]byte) error {
-	n, err := dec.DecodeArrayLen()
-	if err != nil {
-		return err
-	}
-	if done, err := eventSlots(evs, n, bounded); done || err != nil {
-		return err
-	}
-	s := *evs
-	for i := range s {
-		if err := s[i].decodeMsgpack(dec, buf); err != nil {
-			return fmt.Errorf("event %d: %w", i, err)
-		}
-	}
-	return nil
 }
 
 func appendMapLen(dst []byte, n int) []byte {

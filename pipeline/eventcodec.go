@@ -1,8 +1,6 @@
 package pipeline
 
 import (
-	"fmt"
-
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
 )
@@ -76,161 +74,16 @@ func AppendEvent(dst []byte, e *Event) []byte {
 	return dst
 }
 
-// DecodeMsgpack reads e from a map (or the array form) of its fields.
-func (e *Event) DecodeMsgpack(dec *msgpack.Decoder) error { return e.decodeMsgpack(dec, new([16]byte)) }
-
-// decodeMsgpack is DecodeMsgpack reading field names and types into buf: every field
-// name fits, read without allocating a string. A batch passes one buf for all of its
-// events (it escapes into the decoder's reader, so each would be allocated).
-func (e *Event) decodeMsgpack(dec *msgpack.Decoder, buf *[16]byte) error {
-	c, err := dec.PeekCode()
+// DecodeMsgpack reads e from a map (or the array form) of its fields, as Unmarshal
+// does (mpReader): for an event inside a value decoded by reflection.
+func (e *Event) DecodeMsgpack(dec *msgpack.Decoder) error {
+	raw, err := dec.DecodeRaw()
 	if err != nil {
 		return err
 	}
-	if c == msgpcode.Nil {
-		*e = Event{}
-		return dec.DecodeNil()
-	}
-	if msgpcode.IsFixedArray(c) || c == msgpcode.Array16 || c == msgpcode.Array32 {
-		n, err := dec.DecodeArrayLen()
-		if err != nil {
-			return err
-		}
-		if n <= 0 {
-			*e = Event{}
-			return nil
-		}
-		if n != len(eventFields) {
-			return fmt.Errorf("msgpack: array of %d values for an event of %d fields", n, len(eventFields))
-		}
-		for _, name := range eventFields {
-			if err := e.decodeField(dec, []byte(name), buf); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	n, err := mapLen(dec)
-	if err != nil {
-		return err
-	}
-	for range n {
-		name, err := fieldName(dec, buf[:])
-		if err != nil {
-			return err
-		}
-		if err := e.decodeField(dec, name, buf); err != nil {
-			return err
-		}
-	}
-	return nil
+	r := mpReader{b: raw}
+	return r.done(r.readEvent(e))
 }
 
-// fieldName reads a map key into buf when it fits (a longer one is no field of Event,
-// read whole to be named in the error).
-func fieldName(dec *msgpack.Decoder, buf []byte) ([]byte, error) {
-	n, err := dec.DecodeBytesLen() // a str or bin of n bytes, -1 for nil
-	switch {
-	case err != nil:
-		return nil, err
-	case n < 0:
-		return nil, nil
-	case n > len(buf):
-		buf = make([]byte, n)
-	}
-	return buf[:n], dec.ReadFull(buf[:n])
-}
-
-// decodeField reads the value of the field named name (which may be in buf).
-func (e *Event) decodeField(dec *msgpack.Decoder, name []byte, buf *[16]byte) (err error) {
-	switch string(name) {
-	case "type":
-		e.Type, err = decodeType(dec, buf)
-	case "tx":
-		e.Tx, err = dec.DecodeString()
-	case "uid":
-		err = decodeID(dec, &e.UID)
-	case "post":
-		err = decodeID(dec, &e.Post)
-	case "owner":
-		err = decodeID(dec, &e.Owner)
-	case "target":
-		err = decodeID(dec, &e.Target)
-	case "comment":
-		err = decodeID(dec, &e.Comment)
-	case "family":
-		e.Family, err = dec.DecodeString()
-	case "id":
-		err = decodeID(dec, &e.ID)
-	case "field":
-		e.Field, err = dec.DecodeString()
-	case "n":
-		e.N, err = dec.DecodeInt64()
-	case "kinds":
-		var n int
-		if n, err = dec.DecodeArrayLen(); err != nil || n < 0 {
-			return err
-		}
-		e.Kinds = make([]string, 0, min(n, 64))
-		for range n {
-			k, err := dec.DecodeString()
-			if err != nil {
-				return err
-			}
-			e.Kinds = append(e.Kinds, k)
-		}
-	case "ts":
-		e.TS, err = dec.DecodeInt64()
-	case "local":
-		e.Local, err = dec.DecodeBool()
-	case "seq":
-		e.Seq, err = dec.DecodeUint64()
-	default:
-		return fmt.Errorf("msgpack: unknown field %q", name)
-	}
-	return err
-}
-
-// decodeType reads an event type, the common ones without allocating.
-func decodeType(dec *msgpack.Decoder, buf *[16]byte) (string, error) {
-	c, err := dec.PeekCode()
-	if err != nil || !msgpcode.IsFixedString(c) {
-		return dec.DecodeString()
-	}
-	b, err := fieldName(dec, buf[:])
-	if err != nil {
-		return "", err
-	}
-	for _, t := range commonTypes {
-		if string(b) == t {
-			return t, nil
-		}
-	}
-	return string(b), nil
-}
-
+// commonTypes are the event types read without allocating a string.
 var commonTypes = []string{TypeLike, TypeView, TypeUnlike, TypeComment, TypeFollow, TypeRead, TypePost, TypeRepost}
-
-// decodeID reads an id, nil as 0 (as reflection does for a custom decoder).
-func decodeID(dec *msgpack.Decoder, id *ID) error {
-	c, err := dec.PeekCode()
-	switch {
-	case err != nil:
-		return err
-	case c == msgpcode.Nil:
-		*id = 0
-		return dec.DecodeNil()
-	case c <= msgpcode.PosFixedNumHigh || c >= msgpcode.Uint8 && c <= msgpcode.Uint64:
-		v, err := dec.DecodeUint64()
-		*id = ID(v)
-		return err
-	case c >= msgpcode.NegFixedNumLow || c >= msgpcode.Int8 && c <= msgpcode.Int64:
-		v, err := dec.DecodeInt64()
-		if err == nil && v < 0 {
-			return fmt.Errorf("id %d is negative", v)
-		}
-		*id = ID(v)
-		return err
-	}
-	return id.DecodeMsgpack(dec) // a decimal string, or an error
-}
