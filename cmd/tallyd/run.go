@@ -44,6 +44,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(mem.GoLimit)
 	}
+	trimCtx, stopTrim := context.WithCancel(ctx)
+	defer stopTrim()
+	go node.TrimWhenIdle(trimCtx, 5*time.Second) // the memory a burst leaves, given back once quiet
 	if err := node.Run(ctx, cfg, log); err != nil {
 		log.Error("tallyd stopped", "err", err)
 		return 1
