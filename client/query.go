@@ -31,7 +31,7 @@ func (c *Client) request(ctx context.Context, subject string, req, reply any, er
 	if err != nil {
 		return fmt.Errorf("%s: %w", subject, err)
 	}
-	if err := pipeline.Unmarshal(msg.Data, false, reply); err != nil {
+	if err := pipeline.UnmarshalReply(msg.Data, false, reply); err != nil {
 		return fmt.Errorf("%s: cannot decode reply: %w", subject, err)
 	}
 	if *errField != "" {
@@ -162,7 +162,7 @@ func (c *Client) Watch(ctx context.Context, family string) (<-chan pipeline.Chan
 				return
 			}
 			var ch pipeline.Change
-			if pipeline.Unmarshal(m.Data(), false, &ch) != nil {
+			if pipeline.UnmarshalReply(m.Data(), false, &ch) != nil {
 				continue // not produced by Tally; nothing to deliver
 			}
 			select {

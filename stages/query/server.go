@@ -466,7 +466,7 @@ func (s *Server) remote(ctx context.Context, family string, fields []string, p i
 		return fmt.Errorf("partition %s/%d did not answer: %w", family, p, err)
 	}
 	var reply pipeline.GetReply
-	if err := pipeline.Unmarshal(msg.Data, false, &reply); err != nil {
+	if err := pipeline.UnmarshalReply(msg.Data, false, &reply); err != nil {
 		return fmt.Errorf("partition %s/%d: cannot decode its reply: %w", family, p, err)
 	}
 	if reply.Error != "" {
