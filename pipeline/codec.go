@@ -65,7 +65,7 @@ func unmarshal(data []byte, asJSON bool, v any, strict bool) error {
 		}
 		// Decoder.More would take a stray ] or } after the value for the end.
 		if len(bytes.TrimLeft(data[d.InputOffset():], " \t\r\n")) > 0 {
-			return fmt.Errorf("trailing data after the JSON object")
+			return errTrailingJSON
 		}
 		return nil
 	}

@@ -259,10 +259,7 @@ type request struct {
 }
 
 func (r *request) decode(v any) error {
-	if err := pipeline.Unmarshal(r.msg.Data, r.asJSON, v); err != nil {
-		return fmt.Errorf("%w: %w", pipeline.ErrBadRequest, err)
-	}
-	return nil
+	return pipeline.DecodeRequest(r.msg.Data, r.asJSON, v)
 }
 
 // errorReply is the reply to any request that failed; Code tells a client which
