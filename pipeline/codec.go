@@ -36,7 +36,7 @@ func Unmarshal(data []byte, asJSON bool, v any) error {
 // UnmarshalReply decodes what Tally answers or announces (a reply, a change event) as
 // Unmarshal does, except that a field it does not know is skipped: a newer tallyd may
 // add fields (see ProtocolVersion), and a reader of an older protocol must still read
-// the ones it knows.
+// the ones it knows. Events and batches, which are no replies, are read strictly still.
 func UnmarshalReply(data []byte, asJSON bool, v any) error {
 	return unmarshal(data, asJSON, v, false)
 }
