@@ -97,6 +97,9 @@ func requestFields(t reflect.Type) []string {
 }
 
 func quoted(names []string) string {
+	if len(names) == 0 {
+		return "no fields"
+	}
 	q := make([]string, len(names))
 	for i, n := range names {
 		q[i] = fmt.Sprintf("%q", n)
