@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -16,11 +17,13 @@ import (
 
 // Client talks to Tally over one NATS connection. It is safe for concurrent use.
 type Client struct {
-	nc         *nats.Conn
-	js         jetstream.JetStream
-	subj       pipeline.Subjects
-	partitions int
-	timeout    time.Duration
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	subj    pipeline.Subjects
+	timeout time.Duration
+	// partitions is the partition count batches are split by: set by WithPartitions, or
+	// read from the events stream by the first PublishBatch, which may run beside others.
+	partitions atomic.Int64
 }
 
 // Option configures a Client.
@@ -38,7 +41,7 @@ func WithPartitions(n int) Option {
 		if n < 1 {
 			return fmt.Errorf("partitions must be positive, not %d", n)
 		}
-		c.partitions = n
+		c.partitions.Store(int64(n))
 		return nil
 	}
 }
@@ -186,10 +189,11 @@ func (c *Client) PublishBatch(ctx context.Context, tx string, events []pipeline.
 
 var partitionsIn = regexp.MustCompile(`\{\{\s*partition\((\d+)`)
 
-// Partitions returns the partition count, read once from the events stream.
+// Partitions returns the partition count, read once from the events stream (callers
+// that race to read it first each read the same count).
 func (c *Client) Partitions(ctx context.Context) (int, error) {
-	if c.partitions > 0 {
-		return c.partitions, nil
+	if n := c.partitions.Load(); n > 0 {
+		return int(n), nil
 	}
 	st, err := c.js.Stream(ctx, c.subj.EventsStream())
 	if err != nil {
@@ -203,6 +207,10 @@ func (c *Client) Partitions(ctx context.Context) (int, error) {
 	if m == nil {
 		return 0, fmt.Errorf("stream %s: cannot read the partition count from %q", c.subj.EventsStream(), tr.Destination)
 	}
-	c.partitions, _ = strconv.Atoi(m[1])
-	return c.partitions, nil
+	n, err := strconv.Atoi(m[1])
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("stream %s: partition count %q", c.subj.EventsStream(), m[1])
+	}
+	c.partitions.Store(int64(n))
+	return n, nil
 }

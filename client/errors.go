@@ -26,4 +26,7 @@ var (
 	// ErrBadEvent: an event the client refuses to publish (an unknown type, a batch
 	// without a transaction id).
 	ErrBadEvent = pipeline.ErrBadEvent
+	// ErrBadChange: a message on a change subject that is not a change event (not
+	// MessagePack, or a field of the wrong type); Changes yields it and goes on.
+	ErrBadChange = errors.New("not a change event")
 )

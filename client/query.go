@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tally-dev/tally/pipeline"
 )
@@ -31,7 +30,7 @@ func (c *Client) request(ctx context.Context, subject string, req, reply any, er
 	if err != nil {
 		return fmt.Errorf("%s: %w", subject, err)
 	}
-	if err := pipeline.Unmarshal(msg.Data, false, reply); err != nil {
+	if err := pipeline.UnmarshalReply(msg.Data, false, reply); err != nil {
 		return fmt.Errorf("%s: cannot decode reply: %w", subject, err)
 	}
 	if *errField != "" {
@@ -134,43 +133,4 @@ func (c *Client) Health(ctx context.Context) (*pipeline.HealthReply, error) {
 	var r pipeline.HealthReply
 	err := c.request(ctx, c.subj.Health(), struct{}{}, &r, &r.Error, &r.Code)
 	return &r, err
-}
-
-// Watch delivers the change events of family from now on until ctx ends; the channel is
-// closed then. A slow reader slows delivery, it loses nothing.
-func (c *Client) Watch(ctx context.Context, family string) (<-chan pipeline.Change, error) {
-	cons, err := c.js.OrderedConsumer(ctx, c.subj.ChangesStream(), jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{c.subj.Changes(family)}, DeliverPolicy: jetstream.DeliverNewPolicy,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("cannot watch %s: %w", family, err)
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		return nil, err
-	}
-	out := make(chan pipeline.Change, 64)
-	go func() {
-		<-ctx.Done()
-		it.Stop()
-	}()
-	go func() {
-		defer close(out)
-		for {
-			m, err := it.Next()
-			if err != nil {
-				return
-			}
-			var ch pipeline.Change
-			if pipeline.Unmarshal(m.Data(), false, &ch) != nil {
-				continue // not produced by Tally; nothing to deliver
-			}
-			select {
-			case out <- ch:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return out, nil
 }

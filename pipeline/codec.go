@@ -25,10 +25,23 @@ func IsJSON(data []byte, h nats.Header) bool {
 }
 
 // Unmarshal decodes a JSON or MessagePack payload into v. Unknown fields are errors in
-// both forms, so a typo is reported instead of silently ignored. Events and batches
-// decode with their own codecs (jsoncodec.go; msgpackevents.go, from the bytes),
-// anything else through encoding/json or msgpack by reflection, to the same rules.
+// both forms, so a typo is reported instead of silently ignored: it reads what
+// producers and clients send (events, batches, requests). Events and batches decode
+// with their own codecs (jsoncodec.go; msgpackevents.go, from the bytes), anything else
+// through encoding/json or msgpack by reflection, to the same rules.
 func Unmarshal(data []byte, asJSON bool, v any) error {
+	return unmarshal(data, asJSON, v, true)
+}
+
+// UnmarshalReply decodes what Tally answers or announces (a reply, a change event) as
+// Unmarshal does, except that a field it does not know is skipped: a newer tallyd may
+// add fields (see ProtocolVersion), and a reader of an older protocol must still read
+// the ones it knows. Events and batches, which are no replies, are read strictly still.
+func UnmarshalReply(data []byte, asJSON bool, v any) error {
+	return unmarshal(data, asJSON, v, false)
+}
+
+func unmarshal(data []byte, asJSON bool, v any, strict bool) error {
 	if len(data) == 0 {
 		return fmt.Errorf("empty payload")
 	}
@@ -44,13 +57,15 @@ func Unmarshal(data []byte, asJSON bool, v any) error {
 			}
 		}
 		d := json.NewDecoder(bytes.NewReader(data))
-		d.DisallowUnknownFields()
+		if strict {
+			d.DisallowUnknownFields()
+		}
 		if err := d.Decode(v); err != nil {
 			return err
 		}
 		// Decoder.More would take a stray ] or } after the value for the end.
 		if len(bytes.TrimLeft(data[d.InputOffset():], " \t\r\n")) > 0 {
-			return fmt.Errorf("trailing data after the JSON object")
+			return errTrailingJSON
 		}
 		return nil
 	}
@@ -76,7 +91,7 @@ func Unmarshal(data []byte, asJSON bool, v any) error {
 	}
 	r := bytes.NewReader(data)
 	d := msgpack.NewDecoder(r)
-	d.DisallowUnknownFields(true)
+	d.DisallowUnknownFields(strict)
 	d.SetCustomStructTag("json")
 	if err := d.Decode(v); err != nil {
 		return err

@@ -22,3 +22,6 @@ var (
 // errBatchSize: a batch holds more events than MaxBatch. The batch decoders stop there,
 // so that a large payload of small events does not make a large slice first.
 var errBatchSize = fmt.Errorf("batch of more than %d events", MaxBatch)
+
+// errTrailingJSON: a JSON payload holds more than one value.
+var errTrailingJSON = errors.New("trailing data after the JSON object")

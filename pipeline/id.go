@@ -16,10 +16,16 @@ type ID uint64
 func ParseID(s string) (ID, error) {
 	v, err := strconv.ParseUint(s, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("id %q is not an unsigned 64-bit decimal number", s)
+		return 0, &idError{fmt.Sprintf("id %q is not an unsigned 64-bit decimal number", s)}
 	}
 	return ID(v), nil
 }
+
+// idError is a value that is not an id, said in the contract's words, so that a bad
+// request's error can quote it (see DecodeRequest).
+type idError struct{ msg string }
+
+func (e *idError) Error() string { return e.msg }
 
 func (id ID) String() string { return strconv.FormatUint(uint64(id), 10) }
 
@@ -48,7 +54,7 @@ func (id *ID) DecodeMsgpack(d *msgpack.Decoder) error {
 		*id = ID(v)
 	case int64:
 		if v < 0 {
-			return fmt.Errorf("id %d is negative", v)
+			return &idError{fmt.Sprintf("id %d is negative", v)}
 		}
 		*id = ID(v)
 	case string:
@@ -58,7 +64,7 @@ func (id *ID) DecodeMsgpack(d *msgpack.Decoder) error {
 		}
 		*id = p
 	default:
-		return fmt.Errorf("id must be an integer or a decimal string, not %T", v)
+		return &idError{fmt.Sprintf("id must be an integer or a decimal string, not %T", v)}
 	}
 	return nil
 }

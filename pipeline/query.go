@@ -122,8 +122,10 @@ type HealthReply struct {
 	// BehindMs is, per lagging partition, how long ago the oldest message it has not
 	// applied yet was stored (milliseconds).
 	BehindMs map[string]int64 `json:"behind_ms,omitempty"`
-	Error    string           `json:"error,omitempty"`
-	Code     string           `json:"code,omitempty"`
+	// Version is the ProtocolVersion of the answering tallyd (empty before 1.1).
+	Version string `json:"version,omitempty"`
+	Error   string `json:"error,omitempty"`
+	Code    string `json:"code,omitempty"`
 }
 
 // Codes of a failed reply's Code field. A client maps each to the sentinel error of the

@@ -45,7 +45,7 @@ func TestBadRequests(t *testing.T) {
 	}
 	f("tally.get.post", "\xff\x00garbage", "trailing data")
 	f("tally.get.post", "\xc1", "invalid MessagePack")
-	f("tally.get.post", `{"ids":"1"}`, "cannot unmarshal")
+	f("tally.get.post", `{"ids":"1"}`, `"ids" must be an array of unsigned 64-bit integers`)
 	f("tally.get.post", `{}`, "ids is empty")
 	f("tally.get.post", `{"idz":[1]}`, "unknown field")
 	f("tally.get.post", `{"ids":[-1]}`, "not an unsigned")
@@ -55,7 +55,7 @@ func TestBadRequests(t *testing.T) {
 	f("tally.get.post", `{"ids":[1]} {"ids":[2]}`, "trailing")
 	f("tally.liked", `{"posts":[1]}`, "uid is missing")
 	f("tally.liked", `{"uid":1}`, "posts must hold")
-	f("tally.liked", `[1,2]`, "cannot unmarshal")
+	f("tally.liked", `[1,2]`, "must be a JSON object")
 	f("tally.likes.user", `{"limit":5}`, "uid is missing")
 	f("tally.likes.user", `{"uid":1,"limit":100000}`, "out of range")
 	f("tally.likes.user", `{"uid":1,"before":"nope"}`, "not a cursor")

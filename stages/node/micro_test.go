@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/tally-dev/tally/client"
+	"github.com/tally-dev/tally/pipeline"
 )
 
 // ask sends a $SRV request and gathers the answers of every instance of the service.
@@ -68,7 +69,7 @@ func TestQueryService(t *testing.T) {
 			t.Errorf("endpoint %s: subject %q, want %q (all: %v)", name, subjects[name], subj, subjects)
 		}
 	}
-	if infos[0].Metadata["prefix"] != "tally" || infos[0].Version != "1.0.0" {
+	if infos[0].Metadata["prefix"] != "tally" || infos[0].Version != pipeline.ServiceVersion {
 		t.Errorf("info: %+v", infos[0])
 	}
 	var requests, errs int

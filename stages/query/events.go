@@ -186,7 +186,7 @@ func (s *Server) ev(ctx context.Context, p int, kind string, req *evRequest) (*e
 		return nil, fmt.Errorf("%w: event partition %d did not answer: %w", errUnavailable, p, err)
 	}
 	var reply evReply
-	if err := pipeline.Unmarshal(m.Data, false, &reply); err != nil {
+	if err := pipeline.UnmarshalReply(m.Data, false, &reply); err != nil {
 		return nil, fmt.Errorf("event partition %d: cannot decode its reply: %w", p, err)
 	}
 	if reply.Error != "" {

@@ -142,7 +142,8 @@ func (s *Server) healthOf(lags []PartLag, max MaxLag) (*pipeline.HealthReply, er
 }
 
 func (s *Server) newHealth(max MaxLag) *pipeline.HealthReply {
-	return &pipeline.HealthReply{OK: true, Ready: true, MaxLag: max.String(), Partitions: s.cfg.Partitions, Lagging: map[string]uint64{}}
+	return &pipeline.HealthReply{OK: true, Ready: true, MaxLag: max.String(), Partitions: s.cfg.Partitions,
+		Lagging: map[string]uint64{}, Version: pipeline.ProtocolVersion}
 }
 
 func counterName(family string, p int) string { return fmt.Sprintf("counter.%s.%d", family, p) }
@@ -199,7 +200,7 @@ func (s *Server) health(r *request) (any, error) {
 			msg.Header.Set(lagHeader, s.cfg.MaxLag.String())
 			m, err := s.nc.RequestMsgWithContext(r.ctx, msg)
 			if err == nil {
-				err = pipeline.Unmarshal(m.Data, false, &a.reply)
+				err = pipeline.UnmarshalReply(m.Data, false, &a.reply)
 			}
 			if err == nil && a.reply.Error != "" {
 				err = errors.New(a.reply.Error)

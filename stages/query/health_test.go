@@ -136,8 +136,11 @@ func TestHealthOfThePrefix(t *testing.T) {
 			t.Fatal(err)
 		}
 		var h pipeline.HealthReply
-		if err := pipeline.Unmarshal(m.Data, true, &h); err != nil {
+		if err := pipeline.UnmarshalReply(m.Data, true, &h); err != nil {
 			t.Fatal(err)
+		}
+		if h.Version != pipeline.ProtocolVersion {
+			t.Errorf("health reply of protocol version %q, want %q", h.Version, pipeline.ProtocolVersion)
 		}
 		return h
 	}

@@ -27,17 +27,13 @@ import (
 // ServiceName is the name of the micro service; its metadata say which prefix.
 const ServiceName = "tally"
 
-// serviceVersion is the version of the request-reply contract the service answers, not
-// of the binary (micro wants a semantic version; a development build has none).
-const serviceVersion = "1.0.0"
-
 // services are the running instances of the query service in this process.
 type services []micro.Service
 
 // startServices starts cfg.Workers instances of the service, still without endpoints.
 func (s *Server) startServices() error {
 	for range s.cfg.Workers {
-		svc, err := micro.AddService(s.nc, micro.Config{Name: ServiceName, Version: serviceVersion, QueueGroup: QueueGroup,
+		svc, err := micro.AddService(s.nc, micro.Config{Name: ServiceName, Version: pipeline.ServiceVersion, QueueGroup: QueueGroup,
 			Description: "Tally: counts, relations and unread counts",
 			Metadata:    map[string]string{"prefix": s.cfg.Subjects.Prefix, "partitions": fmt.Sprint(s.cfg.Partitions)}})
 		if err != nil {

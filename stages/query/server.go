@@ -259,10 +259,7 @@ type request struct {
 }
 
 func (r *request) decode(v any) error {
-	if err := pipeline.Unmarshal(r.msg.Data, r.asJSON, v); err != nil {
-		return fmt.Errorf("%w: %w", pipeline.ErrBadRequest, err)
-	}
-	return nil
+	return pipeline.DecodeRequest(r.msg.Data, r.asJSON, v)
 }
 
 // errorReply is the reply to any request that failed; Code tells a client which
@@ -466,7 +463,7 @@ func (s *Server) remote(ctx context.Context, family string, fields []string, p i
 		return fmt.Errorf("partition %s/%d did not answer: %w", family, p, err)
 	}
 	var reply pipeline.GetReply
-	if err := pipeline.Unmarshal(msg.Data, false, &reply); err != nil {
+	if err := pipeline.UnmarshalReply(msg.Data, false, &reply); err != nil {
 		return fmt.Errorf("partition %s/%d: cannot decode its reply: %w", family, p, err)
 	}
 	if reply.Error != "" {

@@ -232,7 +232,7 @@ func (s *Server) counterCaughtUp(ctx context.Context, family string, p int) bool
 		return false
 	}
 	var h pipeline.HealthReply
-	return pipeline.Unmarshal(m.Data, false, &h) == nil && h.Error == "" && h.OK
+	return pipeline.UnmarshalReply(m.Data, false, &h) == nil && h.Error == "" && h.OK
 }
 
 // stageSettled answers a settle of event partition p, registered here with stage st:

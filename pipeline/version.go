@@ -1,0 +1,21 @@
+package pipeline
+
+// ProtocolVersion is the version of Tally's wire protocol: the subjects, the payloads
+// of events, requests, replies and change events, and their field names
+// (docs/protocol.md). It is what the query service announces to NATS micro and what
+// every health reply carries, never the version of a binary.
+//
+// The rule that keeps old readers working: a minor version may add fields and
+// subjects, and readers of replies and change events skip fields they do not know
+// (UnmarshalReply); removing or renaming a field, changing its type or its meaning
+// takes a new major version. Requests and events stay strict — a field the server does
+// not know is a bad request or a dead-lettered event naming it — so a typo is never
+// silently dropped; a client uses a newer request field only once every tallyd it talks
+// to announces the minor version that brought it.
+//
+// 1.1 added this version to health replies, and the tolerance of unknown reply fields.
+const ProtocolVersion = "1.1"
+
+// ServiceVersion is ProtocolVersion as a semantic version (major.minor.0), the version
+// of the NATS micro service that answers the queries.
+const ServiceVersion = ProtocolVersion + ".0"
