@@ -132,7 +132,7 @@ func (o *Owners) Register(ctx context.Context) error {
 func (o *Owners) Leave(ctx context.Context) error { return o.kv.Delete(ctx, memberPrefix+o.id) }
 
 // Snapshot reads the live members (sorted, this process among them) and the holder of
-// every lease key (its node id).
+// every lease key (its node id). It fails rather than return a partial view.
 func (o *Owners) Snapshot(ctx context.Context) (members []string, holders map[string]string, err error) {
 	keys, err := o.kv.Keys(ctx)
 	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
@@ -142,8 +142,18 @@ func (o *Owners) Snapshot(ctx context.Context) (members []string, holders map[st
 	for _, k := range keys {
 		if id, ok := strings.CutPrefix(k, memberPrefix); ok {
 			members = append(members, id)
-		} else if h := o.Holder(ctx, k); h != "" {
-			holders[k] = h
+			continue
+		}
+		// A holder that cannot be read is not a free partition: a round planned on it
+		// would deal a held partition afresh and move it for nothing.
+		e, err := o.kv.Get(ctx, k)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound): // released or expired since listed
+		case err != nil:
+			return nil, nil, fmt.Errorf("cannot read the holder of %s: %w", k, err)
+		default:
+			id, _, _ := strings.Cut(string(e.Value()), " ")
+			holders[k] = id
 		}
 	}
 	if !slices.Contains(members, o.id) {
@@ -171,17 +181,6 @@ func (o *Owners) Alone(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// Holder is the node id holding lease key k ("" when none, or it cannot be read: the
-// assignment then plans as if it were free, and the lease decides).
-func (o *Owners) Holder(ctx context.Context, k string) string {
-	e, err := o.kv.Get(ctx, k)
-	if err != nil {
-		return ""
-	}
-	id, _, _ := strings.Cut(string(e.Value()), " ")
-	return id
 }
 
 // Take takes the lease on key, or reports who holds it (wrapping ErrOwned). A restart
