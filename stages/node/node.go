@@ -146,8 +146,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	n.js = js
 	sc := cfg.streams()
 	n.subjects = sc.Subjects
-	if cfg.Replicas == 0 {
-		sc.Replicas = autoReplicas(n.nc)
+	replicas := cfg.Replicas // of the streams and buckets made new
+	if replicas == 0 {
+		replicas = autoReplicas(n.nc)
+		sc.NewReplicas = replicas
 	}
 	if err := setup(ctx, js, sc, log); err != nil {
 		return nil, err
@@ -159,12 +161,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	if err != nil {
 		return nil, err
 	}
-	if n.owners, err = cluster.Open(ctx, ctlJS, sc.Subjects.OwnersBucket(), sc.Replicas, cfg.DataDir, cfg.LeaseTTL); err != nil {
+	if n.owners, err = cluster.Open(ctx, ctlJS, sc.Subjects.OwnersBucket(), replicas, cfg.DataDir, cfg.LeaseTTL); err != nil {
 		return nil, err
 	}
 	var obs jetstream.ObjectStore
 	if cfg.BackupEvery > 0 {
-		obs, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: sc.Subjects.StateBucket(), Replicas: sc.Replicas,
+		obs, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: sc.Subjects.StateBucket(), Replicas: replicas,
 			Description: "Tally state backups: what a new owner of a partition starts from"})
 		if err != nil {
 			return nil, fmt.Errorf("cannot set up the state bucket %s: %w", sc.Subjects.StateBucket(), err)
@@ -361,12 +363,13 @@ func (n *Node) fail(err error) {
 
 // setup sets the streams up, retrying for a while: a NATS cluster that is still forming
 // (no JetStream leader yet, peers not all online) refuses for a few seconds what it
-// accepts afterwards. A wrong partition count is final.
+// accepts afterwards. A wrong partition count or a stream setting that would break Tally
+// is final.
 func setup(ctx context.Context, js jetstream.JetStream, sc pipeline.StreamConfig, log *slog.Logger) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		err := pipeline.Setup(ctx, js, sc)
-		if err == nil || errors.Is(err, pipeline.ErrPartitions) || time.Now().After(deadline) {
+		if err == nil || errors.Is(err, pipeline.ErrPartitions) || errors.Is(err, pipeline.ErrStreamConfig) || time.Now().After(deadline) {
 			return err
 		}
 		log.Warn("cannot set up streams yet; retrying", "err", err)
