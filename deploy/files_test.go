@@ -284,3 +284,17 @@ func TestDockerignore(t *testing.T) {
 		}
 	}
 }
+
+// TestSystemdUnit: a configuration error (exit 2, see cmd/tallyd) is not restarted in a
+// loop, while any other failure is.
+func TestSystemdUnit(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("systemd", "tallyd.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Restart=on-failure", "RestartPreventExitStatus=2"} {
+		if !regexp.MustCompile(`(?m)^` + want + `$`).Match(data) {
+			t.Errorf("tallyd.service has no %s", want)
+		}
+	}
+}

@@ -13,12 +13,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/stages/node"
 )
 
 // run parses flags (and TALLY_* environment variables) into a node.Config and runs it
-// until ctx ends. It returns the exit code: 0 on a clean stop, 1 on failure, 2 on bad
-// flags.
+// until ctx ends. It returns the exit code: 0 on a clean stop, 1 on failure, 2 on a
+// configuration error (bad flags, a Config or stream setting the node refuses), which a
+// restart cannot cure: systemd's RestartPreventExitStatus=2 stops there.
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
 	cfg, logs, err := parse(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -46,6 +48,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	if err := node.Run(ctx, cfg, log); err != nil {
 		log.Error("tallyd stopped", "err", err)
+		if errors.Is(err, node.ErrConfig) {
+			return 2
+		}
 		return 1
 	}
 	log.Info("tallyd stopped cleanly")
@@ -117,6 +122,17 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 			return fmt.Errorf("compression %q: s2 or none", v)
 		}
 		cfg.EventsCompression = v
+		return nil
+	})
+	fs.Func("families", "a JSON file of counter families beside post, user and unread, [{\"name\": \"video\", \"fields\": [\"play\", \"share\"]}], counted through incr events and tally.get.<family>", func(file string) error {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return err
+		}
+		cfg.Families, err = pipeline.ReadFamilies(data)
+		if err != nil {
+			return fmt.Errorf("%s: %w", file, err)
+		}
 		return nil
 	})
 	var logs logConfig

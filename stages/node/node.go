@@ -107,11 +107,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 // refuse (ErrOwned) unless cfg.Join.
 func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err error) {
 	if err := cfg.validate(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	mem, err := cfg.Mem(os.DirFS("/"))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	n := &Node{cfg: cfg, log: log, failed: make(chan struct{}), EventStats: event.NewStats(), budget: counter.NewBudget(mem.Hot),
 		parts: map[int]*part{}, claiming: map[int]*cluster.Lease{}, standbys: map[int]*standby{}, priming: make(chan struct{}, 1), standbyEvents: event.NewStats()}
@@ -127,6 +127,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		return nil, err
 	}
 	url, conn, err := n.natsOptions()
+	if errors.Is(err, natsconn.ErrConfig) || errors.Is(err, embedded.ErrAuth) {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -152,6 +155,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		sc.NewReplicas = replicas
 	}
 	if err := setup(ctx, js, sc, log); err != nil {
+		if errors.Is(err, pipeline.ErrPartitions) || errors.Is(err, pipeline.ErrStreamConfig) {
+			err = fmt.Errorf("%w: %w", ErrConfig, err)
+		}
 		return nil, err
 	}
 	if cfg.PublishFaults != "" {
@@ -302,11 +308,11 @@ func (n *Node) natsOptions() (string, []nats.Option, error) {
 func (n *Node) embed(in *embedded.Internal) (*server.Server, error) {
 	host, port, err := net.SplitHostPort(n.cfg.Listen)
 	if err != nil {
-		return nil, fmt.Errorf("listen address %q: %w", n.cfg.Listen, err)
+		return nil, fmt.Errorf("%w: listen address %q: %w", ErrConfig, n.cfg.Listen, err)
 	}
 	p, err := strconv.Atoi(port)
 	if err != nil {
-		return nil, fmt.Errorf("listen port %q: %w", port, err)
+		return nil, fmt.Errorf("%w: listen port %q: %w", ErrConfig, port, err)
 	}
 	if p > 0 { // say so now rather than after the server's start-up timeout
 		ln, err := net.Listen("tcp", n.cfg.Listen)
