@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/pipeline/backoff"
 	"github.com/tally-dev/tally/pipeline/embedded"
 	"github.com/tally-dev/tally/pipeline/natsconn"
 	"github.com/tally-dev/tally/stages/cluster"
@@ -373,16 +374,15 @@ func (n *Node) fail(err error) {
 // is final.
 func setup(ctx context.Context, js jetstream.JetStream, sc pipeline.StreamConfig, log *slog.Logger) error {
 	deadline := time.Now().Add(30 * time.Second)
+	wait := backoff.New(250*time.Millisecond, 2*time.Second)
 	for {
 		err := pipeline.Setup(ctx, js, sc)
 		if err == nil || errors.Is(err, pipeline.ErrPartitions) || errors.Is(err, pipeline.ErrStreamConfig) || time.Now().After(deadline) {
 			return err
 		}
 		log.Warn("cannot set up streams yet; retrying", "err", err)
-		select {
-		case <-ctx.Done():
+		if wait.Wait(ctx) != nil {
 			return err
-		case <-time.After(500 * time.Millisecond):
 		}
 	}
 }
