@@ -241,6 +241,13 @@ func TestCompose(t *testing.T) {
 	if err != nil || !strings.Contains(string(docker), `HEALTHCHECK`) || !strings.Contains(string(docker), "./deploy/probe") {
 		t.Errorf("the Dockerfile builds no probe or has no HEALTHCHECK (%v)", err)
 	}
+	// The image has no VCS information: the version is linked in, or it reports "(devel)".
+	if n := strings.Count(string(docker), "-X github.com/tally-dev/tally/internal/buildinfo.version=${VERSION}"); n != 2 || !strings.Contains(string(docker), "ARG VERSION") {
+		t.Errorf("the Dockerfile links the version into %d of tallyd and tally, want both", n)
+	}
+	if !strings.Contains(compose, `args: { VERSION: "${TALLY_VERSION:-dev}" }`) {
+		t.Error("compose.yaml passes no VERSION to the image build")
+	}
 }
 
 // TestDockerignore: the build context (the repository root) leaves out deploy/.env and

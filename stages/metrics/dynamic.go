@@ -2,12 +2,12 @@ package metrics
 
 import (
 	"context"
-	"runtime"
-	"runtime/debug"
 	"strconv"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tally-dev/tally/internal/buildinfo"
 )
 
 // dynamic collects what has labels known only at scrape time: events by type, lag by
@@ -92,26 +92,17 @@ func (d *dynamic) Collect(ch chan<- prometheus.Metric) {
 
 // buildInfo is tally_build_info: always 1, labelled with what the binary was built from.
 func buildInfo(version string) prometheus.Collector {
-	revision, modified := "", ""
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if version == "" {
-			version = bi.Main.Version
-		}
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				revision = s.Value
-			case "vcs.modified":
-				modified = s.Value
-			}
-		}
-	}
+	bi := buildinfo.Read()
 	if version == "" {
-		version = "unknown"
+		version = bi.Version
+	}
+	modified := ""
+	if bi.Revision != "" {
+		modified = strconv.FormatBool(bi.Modified)
 	}
 	g := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "tally_build_info", Help: "1, labelled with the version, VCS revision and Go version tallyd was built from.",
-		ConstLabels: prometheus.Labels{"version": version, "revision": revision, "modified": modified, "go": runtime.Version()},
+		ConstLabels: prometheus.Labels{"version": version, "revision": bi.Revision, "modified": modified, "go": bi.Go},
 	})
 	g.Set(1)
 	return g
