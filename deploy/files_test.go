@@ -128,6 +128,7 @@ func servedMetrics(t *testing.T) map[string]string {
 		},
 		Hot:        func() map[string][2]int64 { return map[string][2]int64{"post": {1, 13}} },
 		StandbyLag: func(context.Context) (uint64, error) { return 0, nil },
+		Streams:    func(context.Context) []metrics.Stream { return []metrics.Stream{{Name: "TALLY_EVENTS", Bytes: 1, MaxBytes: -1}} },
 	})
 	m.OnQuery("get", time.Millisecond, false)
 	m.OnFlush(1, time.Millisecond)
@@ -191,7 +192,7 @@ func TestAlerts(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"TallyDown", "TallyAllDown", "TallyNotReady", "TallyLagging", "TallyLagLookupsFailing", "TallyDeadLetters", "TallyBackupErrors",
-		"TallyPartitionsUnowned", "TallyHopGapsSkipped", "TallyAuditDrift", "NatsDown", "NatsJetStreamStorageNearLimit"} {
+		"TallyPartitionsUnowned", "TallyHopGapsSkipped", "TallyAuditDrift", "TallyStreamNearFull", "NatsDown", "NatsJetStreamStorageNearLimit"} {
 		if !alerts[want] {
 			t.Errorf("alerts.yml has no %s", want)
 		}

@@ -18,7 +18,8 @@ import (
 
 // A version given at link time (-ldflags -X, as the Dockerfile and .goreleaser.yaml
 // build) is what tallyd --version, tally version and tally_build_info say, where a build
-// without VCS information (the image's) said "(devel)".
+// without VCS information (the image's) said "(devel)". The stream flags reach the
+// events stream, as its tally_stream_max_bytes shows.
 func TestVersionFromLdflags(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds tallyd and tally")
@@ -45,7 +46,8 @@ func TestVersionFromLdflags(t *testing.T) {
 	ln.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(dir, "tallyd"), "--data", t.TempDir(), "--listen", "127.0.0.1:-1", "--partitions", "2", "--metrics", metrics)
+	cmd := exec.CommandContext(ctx, filepath.Join(dir, "tallyd"), "--data", t.TempDir(), "--listen", "127.0.0.1:-1", "--partitions", "2", "--metrics", metrics,
+		"--events-max-bytes", "1GiB", "--events-compression", "s2")
 	var logs lockedBuffer
 	cmd.Stderr = &logs
 	if err := cmd.Start(); err != nil {
@@ -71,6 +73,20 @@ func TestVersionFromLdflags(t *testing.T) {
 			t.Errorf("%s, want %s", line, want)
 		}
 	}
+	// --events-max-bytes made the new events stream, and tally_stream_max_bytes says so.
+	if !bytes.Contains(body, []byte(`tally_stream_max_bytes{stream="TALLY_EVENTS"} 1.073741824e+09`)) || !bytes.Contains(body, []byte(`tally_stream_bytes{stream="TALLY_LOG"}`)) {
+		t.Errorf("no tally_stream_max_bytes of 1GiB for TALLY_EVENTS:\n%s", grepLines(body, "tally_stream_"))
+	}
+}
+
+func grepLines(body []byte, prefix string) string {
+	var out []string
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, prefix) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // Without a version at link time, the module version Go recorded is shown.

@@ -40,9 +40,21 @@ type Source struct {
 	// Version is the version tally_build_info shows; empty reads the module version
 	// the binary was built from.
 	Version string
+	// Streams returns how full each of the prefix's streams is (tally_stream_bytes,
+	// tally_stream_max_bytes): above its max bytes a stream drops its oldest messages,
+	// consumed or not.
+	Streams func(ctx context.Context) []Stream
 	// Partitions is the prefix's partition count (tally_partitions): the sum of every
 	// process's tally_owned_partitions below it is partitions nobody applies.
 	Partitions int
+}
+
+// Stream is the size of one stream and its bound (-1 when unbounded).
+type Stream struct {
+	Name     string
+	Bytes    uint64
+	MaxBytes int64
+	Err      error // the lookup failed (NATS did not answer)
 }
 
 // Lag is how far one partition is behind its stream.

@@ -204,7 +204,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		Moves: func() (int64, int64, int64, int64) {
 			return n.Backups.Load(), n.BackupErrs.Load(), n.PartsRestored.Load(), n.PartsWarm.Load()
 		},
-		Standbys: func() int { return len(n.Standbys()) }, StandbyLag: n.StandbyLag, Partitions: cfg.Partitions})
+		Standbys: func() int { return len(n.Standbys()) }, StandbyLag: n.StandbyLag, Partitions: cfg.Partitions, Streams: n.streams})
 	n.query = query.New(query.Config{Subjects: sc.Subjects, Families: cfg.Families, Partitions: cfg.Partitions, OnQuery: n.metrics.OnQuery, OnAudit: n.metrics.OnAudit, MaxLag: cfg.MaxLag},
 		n.qc, n.db, nil, log)
 	if err := n.query.Start(); err != nil {
