@@ -128,7 +128,9 @@ func servedMetrics(t *testing.T) map[string]string {
 		},
 		Hot:        func() map[string][2]int64 { return map[string][2]int64{"post": {1, 13}} },
 		StandbyLag: func(context.Context) (uint64, error) { return 0, nil },
-		Streams:    func(context.Context) []metrics.Stream { return []metrics.Stream{{Name: "TALLY_EVENTS", Bytes: 1, MaxBytes: -1}} },
+		Streams: func(context.Context) []metrics.Stream {
+			return []metrics.Stream{{Name: "TALLY_EVENTS", Bytes: 1, MaxBytes: -1}}
+		},
 	})
 	m.OnQuery("get", time.Millisecond, false)
 	m.OnFlush(1, time.Millisecond)

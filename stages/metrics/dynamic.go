@@ -27,18 +27,18 @@ type dynamic struct {
 func newDynamic(src Source) *dynamic {
 	part := []string{"stage", "family", "partition"}
 	return &dynamic{
-		src:            src,
-		descErrs:       prometheus.NewDesc("tally_lag_lookup_errors_total", "Partition lags and stream sizes that could not be looked up in NATS during a scrape (their series are left out of it).", nil, nil),
-		descEvents:     prometheus.NewDesc("tally_events_applied_total", "Events applied by type.", []string{"type"}, nil),
-		descLag:        prometheus.NewDesc("tally_partition_lag", "Stream sequences a partition of this process has not applied yet (0 included); family is empty for an event stage.", part, nil),
-		descLagAge:     prometheus.NewDesc("tally_partition_lag_seconds", "How long ago the oldest message a partition of this process has not applied yet was stored; 0 when caught up.", part, nil),
-		descHotIDs:     prometheus.NewDesc("tally_hot_ids", "Ids held in RAM by family.", []string{"family"}, nil),
-		descHotSize:    prometheus.NewDesc("tally_hot_bytes", "RAM held by the counter tables by family (0 when the table cannot tell).", []string{"family"}, nil),
-		descCaught:     prometheus.NewDesc("tally_caught_up", "1 when every partition of this process has applied all of its stream (0 when a lag could not be looked up).", nil, nil),
-		descReady:      prometheus.NewDesc("tally_ready", "1 when every partition of this process is loaded and within --max-lag, as /readyz answers 200.", nil, nil),
+		src:             src,
+		descErrs:        prometheus.NewDesc("tally_lag_lookup_errors_total", "Partition lags and stream sizes that could not be looked up in NATS during a scrape (their series are left out of it).", nil, nil),
+		descEvents:      prometheus.NewDesc("tally_events_applied_total", "Events applied by type.", []string{"type"}, nil),
+		descLag:         prometheus.NewDesc("tally_partition_lag", "Stream sequences a partition of this process has not applied yet (0 included); family is empty for an event stage.", part, nil),
+		descLagAge:      prometheus.NewDesc("tally_partition_lag_seconds", "How long ago the oldest message a partition of this process has not applied yet was stored; 0 when caught up.", part, nil),
+		descHotIDs:      prometheus.NewDesc("tally_hot_ids", "Ids held in RAM by family.", []string{"family"}, nil),
+		descHotSize:     prometheus.NewDesc("tally_hot_bytes", "RAM held by the counter tables by family (0 when the table cannot tell).", []string{"family"}, nil),
+		descCaught:      prometheus.NewDesc("tally_caught_up", "1 when every partition of this process has applied all of its stream (0 when a lag could not be looked up).", nil, nil),
+		descReady:       prometheus.NewDesc("tally_ready", "1 when every partition of this process is loaded and within --max-lag, as /readyz answers 200.", nil, nil),
 		descStreamBytes: prometheus.NewDesc("tally_stream_bytes", "Bytes a stream of the prefix holds.", []string{"stream"}, nil),
 		descStreamMax:   prometheus.NewDesc("tally_stream_max_bytes", "The stream's max bytes (-1 unbounded): when full it drops its oldest messages, consumed or not.", []string{"stream"}, nil),
-		descStandbyLag: prometheus.NewDesc("tally_standby_lag", "Stream messages (events and deltas) the warm copies this process keeps have not applied yet: what a takeover would replay beyond the owners' own lag.", nil, nil),
+		descStandbyLag:  prometheus.NewDesc("tally_standby_lag", "Stream messages (events and deltas) the warm copies this process keeps have not applied yet: what a takeover would replay beyond the owners' own lag.", nil, nil),
 	}
 }
 
