@@ -18,7 +18,7 @@ type Backoff struct {
 // microsecond and hi at least lo.
 func New(lo, hi time.Duration) *Backoff {
 	lo = max(lo, time.Microsecond)
-	return &Backoff{min: lo, max: max(hi, lo)}
+	return &Backoff{min: lo, max: max(hi, lo), last: lo}
 }
 
 // Next returns the next pause.
@@ -35,8 +35,9 @@ func (b *Backoff) Next() time.Duration {
 	return d
 }
 
-// Reset starts again from the least pause, after a success.
-func (b *Backoff) Reset() { b.last = 0 }
+// Reset starts again from the least pause, after a success: the next is drawn between
+// it and three times it, so that even first retries are spread.
+func (b *Backoff) Reset() { b.last = b.min }
 
 // Wait pauses for Next, or until ctx ends, whose error it returns then.
 func (b *Backoff) Wait(ctx context.Context) error {

@@ -43,17 +43,19 @@ func TestWaitsJitteredAndCapped(t *testing.T) {
 				inStep++
 			}
 		}
-		if inStep > 2 || len(distinct) < 300 {
+		if inStep > 1 || len(distinct) < 300 {
 			t.Errorf("not jittered: %d of 200 waits in step, %d distinct of 400", inStep, len(distinct))
 		}
-		if atCapHalf < 100 {
+		// Drawn up to three times the last, about a quarter of the waits end above half
+		// the cap once there (no fewer than 59 of 400 in 20 000 simulated runs).
+		if atCapHalf < 20 {
 			t.Errorf("waits do not grow towards the cap: %d of 400 above %v", atCapHalf, hi/2)
 		}
 		a.Reset()
 		start := time.Now()
 		_ = a.Wait(ctx)
-		if w := time.Since(start); w > lo { // the first pause after a reset is the least
-			t.Errorf("after Reset: %v, want %v", w, lo)
+		if w := time.Since(start); w < lo || w > 3*lo { // the first pause after a reset is drawn from the start
+			t.Errorf("after Reset: %v, want %v..%v", w, lo, 3*lo)
 		}
 	})
 }
