@@ -6,10 +6,10 @@ import (
 	"time"
 )
 
-// Backoff is the pause before each next retry: decorrelated jitter (each pause drawn
-// at random between the least and three times the last, capped at the most), which grows about as
-// fast as doubling but spreads retries that started together. A Backoff is used by one
-// goroutine.
+// Backoff is the pause before each next retry: decorrelated jitter (each pause drawn at
+// random between the least and three times the last, capped at the most), which grows
+// about as fast as doubling but spreads retries that started together. A Backoff is used
+// by one goroutine.
 type Backoff struct {
 	min, max, last time.Duration
 }
