@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -65,4 +66,30 @@ func TestRestartKeepsStreamEdits(t *testing.T) {
 	if ev := info(sj.EventsStream()); ev.MaxBytes != -1 || ev.Compression != jetstream.NoCompression || ev.Duplicates != time.Minute {
 		t.Errorf("the flags were not applied: max bytes %d, compression %v, duplicate window %v", ev.MaxBytes, ev.Compression, ev.Duplicates)
 	}
+}
+
+// A family read from --families is counted through incr events and answered by
+// tally.get.<family>, beside the built-in ones.
+func TestFamilyFromFile(t *testing.T) {
+	fams, err := pipeline.ReadFamilies([]byte(`[{"name":"video","fields":["play","share"]}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, c := startNode(t, func(cfg *node.Config) { cfg.Families = fams })
+	ctx := context.Background()
+	evs := []pipeline.Event{{Type: "incr", Family: "video", ID: 7, Field: "share", N: 2}, {Type: "incr", Family: "video", ID: 7, Field: "play", N: 5},
+		{Type: "incr", Family: "post", ID: 7, Field: "view", N: 1}}
+	for i, ev := range evs {
+		ev.Tx = "fam" + string(rune('a'+i))
+		if err := c.Publish(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	natstest.Eventually(t, 30*time.Second, "the video counts", func() (bool, string) {
+		r, err := c.Get(ctx, "video", 7)
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(r.Counts) == 1 && len(r.Fields) == 2 && r.Counts[0][0] == 5 && r.Counts[0][1] == 2, fmt.Sprint(r.Fields, r.Counts)
+	})
 }
