@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -127,6 +128,9 @@ func servedMetrics(t *testing.T) map[string]string {
 		},
 		Hot:        func() map[string][2]int64 { return map[string][2]int64{"post": {1, 13}} },
 		StandbyLag: func(context.Context) (uint64, error) { return 0, nil },
+		Streams: func(context.Context) []metrics.Stream {
+			return []metrics.Stream{{Name: "TALLY_EVENTS", Bytes: 1, MaxBytes: -1}}
+		},
 	})
 	m.OnQuery("get", time.Millisecond, false)
 	m.OnFlush(1, time.Millisecond)
@@ -143,17 +147,27 @@ func servedMetrics(t *testing.T) map[string]string {
 	return served
 }
 
-// TestAlerts checks that every metric the alerting rules name is one tallyd serves,
-// that Prometheus loads them, and that the alerts an operator needs are there.
+// TestAlerts checks that every metric the alerting rules name is one tallyd serves, or
+// one prometheus-nats-exporter makes of a real nats-server's /varz, that every job they
+// name is scraped, that Prometheus loads them, and that the alerts an operator needs are
+// there.
 func TestAlerts(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join("prometheus", "alerts.yml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	served := servedMetrics(t)
+	prom, err := os.ReadFile(filepath.Join("prometheus", "prometheus.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^rule_files:\n  - alerts.yml$`).Match(prom) {
+		t.Error("prometheus.yml does not load alerts.yml")
+	}
+	served, varz := servedMetrics(t), varzMetrics(t)
 	alerts := map[string]bool{}
 	var alert string
-	name := regexp.MustCompile(`\btally_[a-z_]+\b`)
+	name := regexp.MustCompile(`\b(tally|gnatsd)_[a-z_]+\b`)
+	job := regexp.MustCompile(`\bup\{job="([a-z]+)"\}`)
 	for _, line := range strings.Split(string(data), "\n") {
 		line = strings.TrimSpace(line)
 		if a, ok := strings.CutPrefix(line, "- alert: "); ok {
@@ -164,25 +178,83 @@ func TestAlerts(t *testing.T) {
 		if !ok {
 			continue
 		}
-		names := name.FindAllString(expr, -1)
-		if len(names) == 0 && !strings.Contains(expr, `up{job="tallyd"}`) {
-			t.Errorf("alert %s: %q names no tallyd metric", alert, expr)
+		names, jobs := name.FindAllString(expr, -1), job.FindAllStringSubmatch(expr, -1)
+		if len(names) == 0 && len(jobs) == 0 {
+			t.Errorf("alert %s: %q names no metric of tallyd or NATS", alert, expr)
 		}
 		for _, n := range names {
-			if served[baseName(served, n)] == "" {
-				t.Errorf("alert %s uses %s, which tallyd does not serve", alert, n)
+			if strings.HasPrefix(n, "gnatsd_") && !varz[n] || strings.HasPrefix(n, "tally_") && served[baseName(served, n)] == "" {
+				t.Errorf("alert %s uses %s, which neither tallyd nor the NATS exporter serves", alert, n)
+			}
+		}
+		for _, j := range jobs {
+			if !strings.Contains(string(prom), "- job_name: "+j[1]+"\n") {
+				t.Errorf("alert %s: prometheus.yml scrapes no job %s", alert, j[1])
 			}
 		}
 	}
-	for _, want := range []string{"TallyDown", "TallyNotReady", "TallyLagging", "TallyLagLookupsFailing", "TallyDeadLetters", "TallyBackupErrors"} {
+	for _, want := range []string{"TallyDown", "TallyAllDown", "TallyNotReady", "TallyLagging", "TallyLagLookupsFailing", "TallyDeadLetters", "TallyBackupErrors",
+		"TallyPartitionsUnowned", "TallyHopGapsSkipped", "TallyAuditDrift", "TallyStreamNearFull", "NatsDown", "NatsJetStreamStorageNearLimit"} {
 		if !alerts[want] {
 			t.Errorf("alerts.yml has no %s", want)
 		}
 	}
-	prom, err := os.ReadFile(filepath.Join("prometheus", "prometheus.yml"))
-	if err != nil || !regexp.MustCompile(`(?m)^rule_files:\n  - alerts.yml$`).Match(prom) {
-		t.Errorf("prometheus.yml does not load alerts.yml (%v)", err)
+	compose, err := os.ReadFile("compose.yaml")
+	if err != nil {
+		t.Fatal(err)
 	}
+	for _, n := range []string{"1", "2", "3"} {
+		if !strings.Contains(string(compose), "nats-exporter-"+n+":") || !strings.Contains(string(compose), `network_mode: "service:nats-`+n+`"`) ||
+			!strings.Contains(string(prom), `"nats-`+n+`:7777"`) {
+			t.Errorf("NATS node %s has no exporter in its network scraped by prometheus.yml", n)
+		}
+	}
+	if !strings.Contains(string(compose), `command: ["-varz", "-jsz=all", "-port", "7777", "http://127.0.0.1:8222"]`) {
+		t.Error("the NATS exporters do not read /varz on the node's monitoring port")
+	}
+}
+
+// varzMetrics returns the gauges prometheus-nats-exporter -varz makes of a real
+// nats-server's /varz (with JetStream): gnatsd_varz_ and the path of every number in
+// it, joined by _ (jetstream.stats.storage is gnatsd_varz_jetstream_stats_storage).
+func varzMetrics(t *testing.T) map[string]bool {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, HTTPHost: "127.0.0.1", HTTPPort: -1,
+		JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	t.Cleanup(s.Shutdown)
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server did not start")
+	}
+	resp, err := http.Get("http://" + s.MonitorAddr().String() + "/varz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	var walk func(prefix string, v any)
+	walk = func(prefix string, v any) {
+		switch v := v.(type) {
+		case float64:
+			out[prefix] = true
+		case map[string]any:
+			for k, x := range v {
+				walk(prefix+"_"+k, x)
+			}
+		}
+	}
+	walk("gnatsd_varz", v)
+	if !out["gnatsd_varz_connections"] {
+		t.Fatalf("/varz read wrong: %v", v)
+	}
+	return out
 }
 
 // TestCompose checks what compose.yaml promises: the NATS image the tests run, each
@@ -221,8 +293,10 @@ func TestCompose(t *testing.T) {
 			}
 		}
 	}
-	if strings.Contains(compose, ":8222\"") || strings.Contains(compose, ":6222\"") {
-		t.Error("NATS monitoring or routes published on the host")
+	for _, p := range regexp.MustCompile(`ports: \[(.*)\]`).FindAllStringSubmatch(compose, -1) {
+		if strings.Contains(p[1], ":8222") || strings.Contains(p[1], ":6222") {
+			t.Errorf("NATS monitoring or routes published on the host: %s", p[0])
+		}
 	}
 	for _, env := range []string{"NATS_ROUTE_PASSWORD", "NATS_ROUTE_1", "NATS_ROUTE_2", "NATS_ROUTE_3"} {
 		if !strings.Contains(compose, "    "+env+": ") {
@@ -240,6 +314,13 @@ func TestCompose(t *testing.T) {
 	docker, err := os.ReadFile("Dockerfile")
 	if err != nil || !strings.Contains(string(docker), `HEALTHCHECK`) || !strings.Contains(string(docker), "./deploy/probe") {
 		t.Errorf("the Dockerfile builds no probe or has no HEALTHCHECK (%v)", err)
+	}
+	// The image has no VCS information: the version is linked in, or it reports "(devel)".
+	if n := strings.Count(string(docker), "-X github.com/tally-dev/tally/internal/buildinfo.version=${VERSION}"); n != 2 || !strings.Contains(string(docker), "ARG VERSION") {
+		t.Errorf("the Dockerfile links the version into %d of tallyd and tally, want both", n)
+	}
+	if !strings.Contains(compose, `args: { VERSION: "${TALLY_VERSION:-dev}" }`) {
+		t.Error("compose.yaml passes no VERSION to the image build")
 	}
 }
 
@@ -281,6 +362,20 @@ func TestDockerignore(t *testing.T) {
 	for _, p := range []string{"go.mod", "go.sum", "cmd/tallyd/main.go", "deploy/probe/main.go", "deploy/env.example", "pipeline/natstest/tls.go", "testdata/x"} {
 		if ignored(p) {
 			t.Errorf("%s is left out of the build context, which needs it", p)
+		}
+	}
+}
+
+// TestSystemdUnit: a configuration error (exit 2, see cmd/tallyd) is not restarted in a
+// loop, while any other failure is.
+func TestSystemdUnit(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("systemd", "tallyd.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Restart=on-failure", "RestartPreventExitStatus=2"} {
+		if !regexp.MustCompile(`(?m)^` + want + `$`).Match(data) {
+			t.Errorf("tallyd.service has no %s", want)
 		}
 	}
 }

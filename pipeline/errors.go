@@ -14,6 +14,9 @@ var (
 	ErrUnknownField  = errors.New("unknown field")
 	ErrTooMany       = errors.New("too many items")
 	ErrPartitions    = errors.New("partition count differs from the existing stream")
+	// ErrStreamConfig: a stream's configuration (an existing stream's, or the one asked
+	// for) would break Tally; the message names the field and the value Tally needs.
+	ErrStreamConfig = errors.New("stream configuration")
 	// ErrUnavailable: the partitions holding an answer are being handed over between
 	// processes, or no process answered in time; asking again shortly may succeed.
 	ErrUnavailable = errors.New("unavailable")

@@ -1,6 +1,10 @@
 package pipeline
 
-import "fmt"
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+)
 
 // Family is a kind of counted thing with a fixed list of counter fields. Families are
 // configuration: a new one needs no new Go type.
@@ -79,4 +83,42 @@ func validToken(s string) bool {
 		}
 	}
 	return true
+}
+
+// ReadFamilies reads families from JSON, a list of {"name", "fields"} (tallyd
+// --families), and returns the default families followed by them, validated. A default
+// family may be listed only exactly as it is: the event types write to its fields, and
+// the stored counters are read by field position, so neither may change.
+func ReadFamilies(data []byte) (Families, error) {
+	var extra []Family
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&extra); err != nil {
+		return nil, fmt.Errorf("families: want a JSON list of {\"name\": ..., \"fields\": [...]}: %w", err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("families: trailing data after the list")
+	}
+	defaults := Families(DefaultFamilies())
+	fams := defaults
+	for _, f := range extra {
+		if def, err := defaults.Lookup(f.Name); err == nil {
+			if fmt.Sprint(def.Fields) != fmt.Sprint(f.Fields) {
+				return nil, fmt.Errorf("family %q is built in with fields %v; it cannot be changed", f.Name, def.Fields)
+			}
+			continue
+		}
+		seen := map[string]bool{}
+		for _, name := range f.Fields {
+			if name == "" || seen[name] {
+				return nil, fmt.Errorf("family %q: field %q is empty or listed twice", f.Name, name)
+			}
+			seen[name] = true
+		}
+		fams = append(fams, f)
+	}
+	if err := fams.Validate(); err != nil {
+		return nil, fmt.Errorf("families: %w", err)
+	}
+	return fams, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/tally-dev/tally/client"
+	"github.com/tally-dev/tally/internal/buildinfo"
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/natsconn"
 )
@@ -42,6 +43,7 @@ const usage = `tally — Tally's command-line client
   tally audit post <id>... | user <id>...  recount likes, comments, followers, following
         [--sample N] [--repair]            from the relations; exit 1 if any counter drifted
   tally bench                              load benchmark with exact-count check
+  tally version                            print the version this CLI was built as
 
 Common flags (before or after the command's own):
   --server URL   NATS URL (NATS_URL; default the context's, else nats://127.0.0.1:4222)
@@ -81,6 +83,10 @@ func commands() []command {
 func run(ctx context.Context, args []string, e env) int {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		fmt.Fprint(e.stdout, usage)
+		return 0
+	}
+	if args[0] == "version" || args[0] == "--version" { // needs no NATS
+		fmt.Fprintln(e.stdout, buildinfo.Read().String("tally"))
 		return 0
 	}
 	var cmd *command

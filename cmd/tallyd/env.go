@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"runtime/debug"
 	"strings"
 
+	"github.com/tally-dev/tally/internal/buildinfo"
 	"github.com/tally-dev/tally/store/cold"
 )
 
@@ -49,37 +49,16 @@ func envName(flagName string) string {
 // errVersion asks run to print the version and exit.
 var errVersion = errors.New("version asked")
 
-// version is the module version and the VCS revision the binary was built from, as Go
-// records them in the binary, and the layout of the state it keeps.
+// version is the version Tally was built as (internal/buildinfo: -ldflags -X for a
+// release or an image, else the module version and VCS revision), and the layout of the
+// state it keeps.
 func version() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "tallyd (no build information)"
-	}
-	s := "tallyd " + bi.Main.Version
-	var rev, at, dirty string
-	for _, kv := range bi.Settings {
-		switch kv.Key {
-		case "vcs.revision":
-			rev = kv.Value
-		case "vcs.time":
-			at = kv.Value
-		case "vcs.modified":
-			if kv.Value == "true" {
-				dirty = "+dirty"
-			}
-		}
-	}
-	// A module version of a VCS build (a pseudo-version) already names the commit.
-	if rev = rev[:min(12, len(rev))]; rev != "" && !strings.Contains(bi.Main.Version, rev) {
-		s += " commit " + rev + dirty
-	}
-	if at != "" {
-		s += " of " + at
-	}
+	v := buildinfo.Read()
+	goVersion := v.Go
+	v.Go = fmt.Sprintf("state layout %d %s", cold.Layout, goVersion)
 	// The state layout says which versions can share a cluster (see deploy/README.md,
 	// Upgrading): a tallyd takes partitions over from layouts up to its own.
-	return s + fmt.Sprintf(" state layout %d ", cold.Layout) + bi.GoVersion
+	return v.String("tallyd")
 }
 
 // logConfig is how tallyd logs: --log-level and --log-format.

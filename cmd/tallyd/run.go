@@ -13,12 +13,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/stages/node"
 )
 
 // run parses flags (and TALLY_* environment variables) into a node.Config and runs it
-// until ctx ends. It returns the exit code: 0 on a clean stop, 1 on failure, 2 on bad
-// flags.
+// until ctx ends. It returns the exit code: 0 on a clean stop, 1 on failure, 2 on a
+// configuration error (bad flags, a Config or stream setting the node refuses), which a
+// restart cannot cure: systemd's RestartPreventExitStatus=2 stops there.
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
 	cfg, logs, err := parse(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
@@ -49,6 +51,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	go node.TrimWhenIdle(trimCtx, 5*time.Second) // the memory a burst leaves, given back once quiet
 	if err := node.Run(ctx, cfg, log); err != nil {
 		log.Error("tallyd stopped", "err", err)
+		if errors.Is(err, node.ErrConfig) {
+			return 2
+		}
 		return 1
 	}
 	log.Info("tallyd stopped cleanly")
@@ -68,8 +73,8 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 	fs.IntVar(&cfg.Partitions, "partitions", cfg.Partitions, "number of partitions; fixed once the streams exist")
 	fs.StringVar(&cfg.Prefix, "prefix", cfg.Prefix, "subject prefix")
 	fs.DurationVar(&cfg.FlushInterval, "flush", cfg.FlushInterval, "coalescing window: counters are written and announced at most this often")
-	fs.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "stream replicas; 0 is 3 on a NATS cluster of three or more servers, else 1")
-	fs.DurationVar(&cfg.DupWindow, "dup-window", cfg.DupWindow, "how long a re-sent Nats-Msg-Id is recognised and dropped")
+	fs.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "stream replicas; 0 keeps an existing stream's, and makes a new one with 3 on a NATS cluster of three or more servers, else 1")
+	fs.DurationVar(&cfg.DupWindow, "dup-window", cfg.DupWindow, "how long a re-sent Nats-Msg-Id is recognised and dropped; 0 keeps the events stream's (2m when new)")
 	fs.BoolVar(&cfg.SyncWrites, "sync", cfg.SyncWrites, "fsync every Badger commit (exact across power loss, slower)")
 	fs.StringVar(&cfg.Table, "table", cfg.Table, "in-RAM counter table: hot (packed, ~13 B a post) or map (a Go map, the reference)")
 	fs.IntVar(&cfg.FanoutLimit, "fanout-limit", cfg.FanoutLimit, "most followers a post is pushed to; above it readers pull")
@@ -106,6 +111,33 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 	fs.StringVar(&cfg.PublishFaults, "test-publish-faults", "", "")
 	fs.Usage = func() { usage(fs, stderr) }
 	fs.DurationVar(&cfg.EventsMaxAge, "events-max-age", cfg.EventsMaxAge, "keep events this long (the events stream's max age); 0 keeps the stream's as it is (7 days when new, or what nats stream edit set)")
+	fs.Func("events-max-bytes", "bound the events stream's size, e.g. 50GiB (the oldest events are dropped above it, consumed or not), or -1 for no bound; 0 (the default) keeps the stream's (none when new, or what nats stream edit set)", func(v string) error {
+		if strings.TrimSpace(v) == "-1" {
+			cfg.EventsMaxBytes = -1
+			return nil
+		}
+		n, err := parseBytes(v)
+		cfg.EventsMaxBytes = n
+		return err
+	})
+	fs.Func("events-compression", "the events stream's storage compression: s2 or none; unset keeps the stream's (none when new)", func(v string) error {
+		if v != "s2" && v != "none" {
+			return fmt.Errorf("compression %q: s2 or none", v)
+		}
+		cfg.EventsCompression = v
+		return nil
+	})
+	fs.Func("families", "a JSON file of counter families beside post, user and unread, [{\"name\": \"video\", \"fields\": [\"play\", \"share\"]}], counted through incr events and tally.get.<family>", func(file string) error {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return err
+		}
+		cfg.Families, err = pipeline.ReadFamilies(data)
+		if err != nil {
+			return fmt.Errorf("%s: %w", file, err)
+		}
+		return nil
+	})
 	var logs logConfig
 	fs.TextVar(&logs.level, "log-level", slog.LevelInfo, "debug, info, warn or error")
 	fs.StringVar(&logs.format, "log-format", "text", "text or json")

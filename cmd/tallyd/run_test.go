@@ -105,3 +105,25 @@ func TestRunFailsClearly(t *testing.T) {
 		}
 	}
 }
+
+// The events stream's size and compression are flags and TALLY_ variables; unset, they
+// keep the stream's (0 and "").
+func TestParseStreamFlags(t *testing.T) {
+	var out bytes.Buffer
+	f := func(args []string, env func(string) string, bytes int64, comp string) {
+		t.Helper()
+		cfg, _, err := parse(args, env, &out)
+		if err != nil || cfg.EventsMaxBytes != bytes || cfg.EventsCompression != comp {
+			t.Errorf("%v: max bytes %d, compression %q, %v; want %d, %q", args, cfg.EventsMaxBytes, cfg.EventsCompression, err, bytes, comp)
+		}
+	}
+	f(nil, noEnv, 0, "")
+	f([]string{"--events-max-bytes", "50GiB", "--events-compression", "s2"}, noEnv, 50<<30, "s2")
+	f([]string{"--events-max-bytes", "-1"}, envOf("TALLY_EVENTS_COMPRESSION", "none"), -1, "none")
+	f(nil, envOf("TALLY_EVENTS_MAX_BYTES", "1GB"), 1e9, "")
+	for _, bad := range [][]string{{"--events-compression", "zstd"}, {"--events-max-bytes", "lots"}, {"--events-max-bytes", "-2"}} {
+		if _, _, err := parse(bad, noEnv, &out); err == nil {
+			t.Errorf("%v: accepted", bad)
+		}
+	}
+}

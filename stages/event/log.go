@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/pipeline/backoff"
 	"github.com/tally-dev/tally/stages/flow"
 	"github.com/tally-dev/tally/store/cold"
 )
@@ -34,7 +35,7 @@ func (s *Stage) appendLog(ctx context.Context, data []byte, pos, n uint64) (uint
 	p := s.cfg.Partition
 	msg := &nats.Msg{Subject: s.cfg.Subjects.Log(p), Data: data,
 		Header: nats.Header{jetstream.MsgIDHeader: []string{pipeline.LogMsgID(p, pos, n, s.cfg.Owner)}}}
-	backoff := 50 * time.Millisecond
+	wait := backoff.New(50*time.Millisecond, 2*time.Second)
 	expect := s.st.Log
 	for {
 		if s.cfg.Valid != nil && !s.cfg.Valid() {
@@ -68,12 +69,9 @@ func (s *Stage) appendLog(ctx context.Context, data []byte, pos, n uint64) (uint
 			s.log.Warn("log append failed, will retry", "err", err)
 			s.warned = time.Now()
 		}
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-			return 0, ctx.Err()
+		if err := wait.Wait(ctx); err != nil {
+			return 0, err
 		}
-		backoff = min(2*backoff, 2*time.Second)
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tally-dev/tally/pipeline/backoff"
 )
 
 // Reader delivers the messages of one filtered subject in stream order.
@@ -31,14 +33,12 @@ func Read(ctx context.Context, js jetstream.JetStream, stream, filter string, po
 	// to stop: try again, with backoff, until ctx ends.
 	var cons jetstream.Consumer
 	var err error
-	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, 2*time.Second) {
+	for wait := backoff.New(50*time.Millisecond, 2*time.Second); ; {
 		if cons, err = js.OrderedConsumer(ctx, stream, cfg); err == nil {
 			break
 		}
-		select {
-		case <-ctx.Done():
+		if wait.Wait(ctx) != nil {
 			return nil, fmt.Errorf("cannot read %s from %s: %w", filter, stream, err)
-		case <-time.After(backoff):
 		}
 	}
 	ctx, stop := context.WithCancel(ctx)

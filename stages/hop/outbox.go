@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tally-dev/tally/pipeline/backoff"
 	"github.com/tally-dev/tally/store/cold"
 )
 
@@ -229,7 +230,7 @@ func (o *Outbox) leave(f *inflight) { f.w.n-- }
 // reap waits until at most left entries are outstanding and, unless next is nil, next
 // may be published.
 func (o *Outbox) reap(ctx context.Context, left int, next *cold.OutboxEntry) error {
-	backoff := o.opts.Backoff
+	wait := backoff.New(o.opts.Backoff, o.opts.MaxBackoff)
 	ready := func() bool { return len(o.inflight) <= left && (next == nil || o.room(next)) }
 	dest := ""
 	if next != nil {
@@ -248,12 +249,9 @@ func (o *Outbox) reap(ctx context.Context, left int, next *cold.OutboxEntry) err
 			return nil
 		}
 		// Only failures are left to send again: after a pause.
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-			return ctx.Err()
+		if err := wait.Wait(ctx); err != nil {
+			return err
 		}
-		backoff = min(2*backoff, o.opts.MaxBackoff)
 		o.resend(ctx)
 	}
 }

@@ -2,12 +2,12 @@ package metrics
 
 import (
 	"context"
-	"runtime"
-	"runtime/debug"
 	"strconv"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tally-dev/tally/internal/buildinfo"
 )
 
 // dynamic collects what has labels known only at scrape time: events by type, lag by
@@ -21,26 +21,29 @@ type dynamic struct {
 	descEvents, descLag, descHotIDs, descHotSize *prometheus.Desc
 	descLagAge, descCaught, descReady, descErrs  *prometheus.Desc
 	descStandbyLag                               *prometheus.Desc
+	descStreamBytes, descStreamMax               *prometheus.Desc
 }
 
 func newDynamic(src Source) *dynamic {
 	part := []string{"stage", "family", "partition"}
 	return &dynamic{
-		src:            src,
-		descErrs:       prometheus.NewDesc("tally_lag_lookup_errors_total", "Partition lags that could not be looked up in NATS during a scrape (their series are left out of it).", nil, nil),
-		descEvents:     prometheus.NewDesc("tally_events_applied_total", "Events applied by type.", []string{"type"}, nil),
-		descLag:        prometheus.NewDesc("tally_partition_lag", "Stream sequences a partition of this process has not applied yet (0 included); family is empty for an event stage.", part, nil),
-		descLagAge:     prometheus.NewDesc("tally_partition_lag_seconds", "How long ago the oldest message a partition of this process has not applied yet was stored; 0 when caught up.", part, nil),
-		descHotIDs:     prometheus.NewDesc("tally_hot_ids", "Ids held in RAM by family.", []string{"family"}, nil),
-		descHotSize:    prometheus.NewDesc("tally_hot_bytes", "RAM held by the counter tables by family (0 when the table cannot tell).", []string{"family"}, nil),
-		descCaught:     prometheus.NewDesc("tally_caught_up", "1 when every partition of this process has applied all of its stream (0 when a lag could not be looked up).", nil, nil),
-		descReady:      prometheus.NewDesc("tally_ready", "1 when every partition of this process is loaded and within --max-lag, as /readyz answers 200.", nil, nil),
-		descStandbyLag: prometheus.NewDesc("tally_standby_lag", "Stream messages (events and deltas) the warm copies this process keeps have not applied yet: what a takeover would replay beyond the owners' own lag.", nil, nil),
+		src:             src,
+		descErrs:        prometheus.NewDesc("tally_lag_lookup_errors_total", "Partition lags and stream sizes that could not be looked up in NATS during a scrape (their series are left out of it).", nil, nil),
+		descEvents:      prometheus.NewDesc("tally_events_applied_total", "Events applied by type.", []string{"type"}, nil),
+		descLag:         prometheus.NewDesc("tally_partition_lag", "Stream sequences a partition of this process has not applied yet (0 included); family is empty for an event stage.", part, nil),
+		descLagAge:      prometheus.NewDesc("tally_partition_lag_seconds", "How long ago the oldest message a partition of this process has not applied yet was stored; 0 when caught up.", part, nil),
+		descHotIDs:      prometheus.NewDesc("tally_hot_ids", "Ids held in RAM by family.", []string{"family"}, nil),
+		descHotSize:     prometheus.NewDesc("tally_hot_bytes", "RAM held by the counter tables by family (0 when the table cannot tell).", []string{"family"}, nil),
+		descCaught:      prometheus.NewDesc("tally_caught_up", "1 when every partition of this process has applied all of its stream (0 when a lag could not be looked up).", nil, nil),
+		descReady:       prometheus.NewDesc("tally_ready", "1 when every partition of this process is loaded and within --max-lag, as /readyz answers 200.", nil, nil),
+		descStreamBytes: prometheus.NewDesc("tally_stream_bytes", "Bytes a stream of the prefix holds.", []string{"stream"}, nil),
+		descStreamMax:   prometheus.NewDesc("tally_stream_max_bytes", "The stream's max bytes (-1 unbounded): when full it drops its oldest messages, consumed or not.", []string{"stream"}, nil),
+		descStandbyLag:  prometheus.NewDesc("tally_standby_lag", "Stream messages (events and deltas) the warm copies this process keeps have not applied yet: what a takeover would replay beyond the owners' own lag.", nil, nil),
 	}
 }
 
 func (d *dynamic) Describe(ch chan<- *prometheus.Desc) {
-	for _, x := range []*prometheus.Desc{d.descEvents, d.descLag, d.descLagAge, d.descHotIDs, d.descHotSize, d.descCaught, d.descReady, d.descErrs, d.descStandbyLag} {
+	for _, x := range []*prometheus.Desc{d.descEvents, d.descLag, d.descLagAge, d.descHotIDs, d.descHotSize, d.descCaught, d.descReady, d.descErrs, d.descStandbyLag, d.descStreamBytes, d.descStreamMax} {
 		ch <- x
 	}
 }
@@ -68,6 +71,16 @@ func (d *dynamic) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(d.descStandbyLag, prometheus.GaugeValue, float64(lag))
 		}
 	}
+	if d.src.Streams != nil {
+		for _, st := range d.src.Streams(ctx) {
+			if st.Err != nil {
+				d.lagErrs.Add(1)
+				continue
+			}
+			ch <- prometheus.MustNewConstMetric(d.descStreamBytes, prometheus.GaugeValue, float64(st.Bytes), st.Name)
+			ch <- prometheus.MustNewConstMetric(d.descStreamMax, prometheus.GaugeValue, float64(st.MaxBytes), st.Name)
+		}
+	}
 	caught, ready := 1.0, 1.0
 	for _, l := range d.src.Lags(ctx) {
 		if l.Err != nil {
@@ -92,26 +105,17 @@ func (d *dynamic) Collect(ch chan<- prometheus.Metric) {
 
 // buildInfo is tally_build_info: always 1, labelled with what the binary was built from.
 func buildInfo(version string) prometheus.Collector {
-	revision, modified := "", ""
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if version == "" {
-			version = bi.Main.Version
-		}
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				revision = s.Value
-			case "vcs.modified":
-				modified = s.Value
-			}
-		}
-	}
+	bi := buildinfo.Read()
 	if version == "" {
-		version = "unknown"
+		version = bi.Version
+	}
+	modified := ""
+	if bi.Revision != "" {
+		modified = strconv.FormatBool(bi.Modified)
 	}
 	g := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "tally_build_info", Help: "1, labelled with the version, VCS revision and Go version tallyd was built from.",
-		ConstLabels: prometheus.Labels{"version": version, "revision": revision, "modified": modified, "go": runtime.Version()},
+		ConstLabels: prometheus.Labels{"version": version, "revision": bi.Revision, "modified": modified, "go": bi.Go},
 	})
 	g.Set(1)
 	return g

@@ -40,6 +40,21 @@ type Source struct {
 	// Version is the version tally_build_info shows; empty reads the module version
 	// the binary was built from.
 	Version string
+	// Streams returns how full each of the prefix's streams is (tally_stream_bytes,
+	// tally_stream_max_bytes): above its max bytes a stream drops its oldest messages,
+	// consumed or not.
+	Streams func(ctx context.Context) []Stream
+	// Partitions is the prefix's partition count (tally_partitions): the sum of every
+	// process's tally_owned_partitions below it is partitions nobody applies.
+	Partitions int
+}
+
+// Stream is the size of one stream and its bound (-1 when unbounded).
+type Stream struct {
+	Name     string
+	Bytes    uint64
+	MaxBytes int64
+	Err      error // the lookup failed (NATS did not answer)
 }
 
 // Lag is how far one partition is behind its stream.
@@ -150,6 +165,8 @@ func New(src Source) *Metrics {
 	}
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tally_owned_partitions", Help: "Counter partitions (every family of each) this process owns."},
 		func() float64 { n, _ := owned(); return float64(n) }))
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tally_partitions", Help: "Partitions of the prefix (--partitions): the sum of tally_owned_partitions over its processes below it means partitions no process applies."},
+		func() float64 { return float64(src.Partitions) }))
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tally_owns_event_stages", Help: "1 when this process owns the event stage of some partition of its prefix (each partition's stage moves with its counters)."},
 		func() float64 {
 			if _, ev := owned(); ev {

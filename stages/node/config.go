@@ -30,12 +30,21 @@ type Config struct {
 	Families   []pipeline.Family
 	// FlushInterval is the counter workers' coalescing window.
 	FlushInterval time.Duration
-	// Replicas of every stream; 0 is 3 on a NATS cluster of three or more servers, else 1.
-	Replicas  int
+	// Replicas of every stream; 0 keeps an existing stream's, and makes a new one with 3
+	// on a NATS cluster of three or more servers, else 1.
+	Replicas int
+	// The stream settings below are applied when set; 0 (or "") keeps what an existing
+	// stream has (an operator's nats stream edit survives a restart) and gives a new one
+	// Tally's default (see pipeline.StreamConfig).
+	//
+	// DupWindow is how long JetStream drops a re-sent Nats-Msg-Id (2 minutes when new).
 	DupWindow time.Duration
-	// EventsMaxAge is how long the events stream keeps events; 0 keeps the existing
-	// stream's (an operator's nats stream edit survives a restart), 7 days for a new one.
+	// EventsMaxAge is how long the events stream keeps events (7 days when new).
 	EventsMaxAge time.Duration
+	// EventsMaxBytes bounds the events stream's size, -1 unbounded (the default when new).
+	EventsMaxBytes int64
+	// EventsCompression is the events stream's compression: s2 or none (when new).
+	EventsCompression string
 	// SyncWrites fsyncs every Badger commit (exact across power loss, slower).
 	SyncWrites bool
 	// Table picks the in-RAM counter table: "map" (a Go map) or "hot" (packed).
@@ -150,7 +159,6 @@ func DefaultConfig() Config {
 		Families:      pipeline.DefaultFamilies(),
 		FlushInterval: 100 * time.Millisecond,
 		Replicas:      0,
-		DupWindow:     sc.DupWindow,
 		Table:         "hot",
 		FanoutLimit:   10_000,
 		PurgeEvery:    time.Minute,
@@ -179,8 +187,14 @@ func (c Config) validate() error {
 	if c.LeaseTTL < 300*time.Millisecond {
 		return fmt.Errorf("lease TTL %v is too short (at least 300ms)", c.LeaseTTL)
 	}
-	if c.ColdAge < 0 || c.MaxMem < 0 || c.HotMaxMem < 0 || c.ColdCache < 0 || c.EventsMaxAge < 0 || c.StateMem < 0 {
-		return fmt.Errorf("cold age, memory budgets, cold cache, state memory and events max age must not be negative")
+	if c.ColdAge < 0 || c.MaxMem < 0 || c.HotMaxMem < 0 || c.ColdCache < 0 || c.EventsMaxAge < 0 || c.StateMem < 0 || c.DupWindow < 0 || c.Replicas < 0 {
+		return fmt.Errorf("cold age, memory budgets, cold cache, state memory, events max age, duplicate window and replicas must not be negative")
+	}
+	if c.EventsMaxBytes < -1 {
+		return fmt.Errorf("events max bytes must be -1 (unbounded), 0 (the stream's) or a size, not %d", c.EventsMaxBytes)
+	}
+	if c.EventsCompression != "" && c.EventsCompression != "s2" && c.EventsCompression != "none" {
+		return fmt.Errorf("events compression %q: s2 or none", c.EventsCompression)
 	}
 	if c.AuditEvery > 0 && (c.AuditSample < 1 || c.AuditSample > pipeline.MaxAuditSample) {
 		return fmt.Errorf("audit sample must be 1..%d, not %d", pipeline.MaxAuditSample, c.AuditSample)
@@ -200,16 +214,10 @@ func (c Config) validate() error {
 	return pipeline.Families(c.Families).Validate()
 }
 
+// streams is the stream configuration: what is not set keeps an existing stream's.
 func (c Config) streams() pipeline.StreamConfig {
-	sc := pipeline.DefaultStreamConfig()
-	sc.Subjects = pipeline.NewSubjects(c.Prefix)
-	sc.Partitions = c.Partitions
-	sc.Replicas = max(c.Replicas, 1)
-	if c.DupWindow > 0 {
-		sc.DupWindow = c.DupWindow
-	}
-	sc.EventsMaxAge = c.EventsMaxAge // 0: Setup keeps the stream's
-	return sc
+	return pipeline.StreamConfig{Subjects: pipeline.NewSubjects(c.Prefix), Partitions: c.Partitions, Replicas: c.Replicas, NewReplicas: c.Replicas,
+		DupWindow: c.DupWindow, EventsMaxAge: c.EventsMaxAge, EventsMaxBytes: c.EventsMaxBytes, EventsCompression: c.EventsCompression}
 }
 
 // faultyPublisher returns, when PublishFaults is set (by a test), a Publisher that

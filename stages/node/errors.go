@@ -13,4 +13,9 @@ var (
 	// ErrMemTooSmall is a memory budget (Config.MaxMem) below what a process needs
 	// beside its counter tables.
 	ErrMemTooSmall = errors.New("memory budget too small")
+	// ErrConfig wraps every error of Start that a restart cannot cure: a Config that does
+	// not validate, a partition count or stream setting NATS holds otherwise
+	// (pipeline.ErrPartitions, pipeline.ErrStreamConfig), a listen address or NATS
+	// credentials that cannot be used. tallyd exits 2 on it, which systemd does not restart.
+	ErrConfig = errors.New("configuration")
 )

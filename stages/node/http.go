@@ -72,6 +72,23 @@ func (n *Node) readyz(w http.ResponseWriter, r *http.Request) {
 }
 
 // lags is what the metrics show of each partition's lag.
+// streams is how full each stream of the prefix is, for the metrics.
+func (n *Node) streams(ctx context.Context) []metrics.Stream {
+	names := []string{n.subjects.EventsStream(), n.subjects.DeltasStream(), n.subjects.ChangesStream(), n.subjects.DLQStream(), n.subjects.LogStream()}
+	out := make([]metrics.Stream, len(names))
+	for i, name := range names {
+		out[i].Name = name
+		st, err := n.js.Stream(ctx, name)
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		info := st.CachedInfo()
+		out[i].Bytes, out[i].MaxBytes = info.State.Bytes, info.Config.MaxBytes
+	}
+	return out
+}
+
 func (n *Node) lags(ctx context.Context) []metrics.Lag {
 	ls := n.query.Lags(ctx)
 	out := make([]metrics.Lag, len(ls))

@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/pipeline/backoff"
 	"github.com/tally-dev/tally/pipeline/embedded"
 	"github.com/tally-dev/tally/pipeline/natsconn"
 	"github.com/tally-dev/tally/stages/cluster"
@@ -107,11 +108,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 // refuse (ErrOwned) unless cfg.Join.
 func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err error) {
 	if err := cfg.validate(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	mem, err := cfg.Mem(os.DirFS("/"))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	n := &Node{cfg: cfg, log: log, failed: make(chan struct{}), EventStats: event.NewStats(), budget: counter.NewBudget(mem.Hot),
 		parts: map[int]*part{}, claiming: map[int]*cluster.Lease{}, standbys: map[int]*standby{}, priming: make(chan struct{}, 1), standbyEvents: event.NewStats()}
@@ -127,6 +128,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		return nil, err
 	}
 	url, conn, err := n.natsOptions()
+	if errors.Is(err, natsconn.ErrConfig) || errors.Is(err, embedded.ErrAuth) {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -146,10 +150,15 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	n.js = js
 	sc := cfg.streams()
 	n.subjects = sc.Subjects
-	if cfg.Replicas == 0 {
-		sc.Replicas = autoReplicas(n.nc)
+	replicas := cfg.Replicas // of the streams and buckets made new
+	if replicas == 0 {
+		replicas = autoReplicas(n.nc)
+		sc.NewReplicas = replicas
 	}
 	if err := setup(ctx, js, sc, log); err != nil {
+		if errors.Is(err, pipeline.ErrPartitions) || errors.Is(err, pipeline.ErrStreamConfig) {
+			err = fmt.Errorf("%w: %w", ErrConfig, err)
+		}
 		return nil, err
 	}
 	if cfg.PublishFaults != "" {
@@ -159,12 +168,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	if err != nil {
 		return nil, err
 	}
-	if n.owners, err = cluster.Open(ctx, ctlJS, sc.Subjects.OwnersBucket(), sc.Replicas, cfg.DataDir, cfg.LeaseTTL); err != nil {
+	if n.owners, err = cluster.Open(ctx, ctlJS, sc.Subjects.OwnersBucket(), replicas, cfg.DataDir, cfg.LeaseTTL); err != nil {
 		return nil, err
 	}
 	var obs jetstream.ObjectStore
 	if cfg.BackupEvery > 0 {
-		obs, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: sc.Subjects.StateBucket(), Replicas: sc.Replicas,
+		obs, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: sc.Subjects.StateBucket(), Replicas: replicas,
 			Description: "Tally state backups: what a new owner of a partition starts from"})
 		if err != nil {
 			return nil, fmt.Errorf("cannot set up the state bucket %s: %w", sc.Subjects.StateBucket(), err)
@@ -195,7 +204,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		Moves: func() (int64, int64, int64, int64) {
 			return n.Backups.Load(), n.BackupErrs.Load(), n.PartsRestored.Load(), n.PartsWarm.Load()
 		},
-		Standbys: func() int { return len(n.Standbys()) }, StandbyLag: n.StandbyLag})
+		Standbys: func() int { return len(n.Standbys()) }, StandbyLag: n.StandbyLag, Partitions: cfg.Partitions, Streams: n.streams})
 	n.query = query.New(query.Config{Subjects: sc.Subjects, Families: cfg.Families, Partitions: cfg.Partitions, OnQuery: n.metrics.OnQuery, OnAudit: n.metrics.OnAudit, MaxLag: cfg.MaxLag},
 		n.qc, n.db, nil, log)
 	if err := n.query.Start(); err != nil {
@@ -300,11 +309,11 @@ func (n *Node) natsOptions() (string, []nats.Option, error) {
 func (n *Node) embed(in *embedded.Internal) (*server.Server, error) {
 	host, port, err := net.SplitHostPort(n.cfg.Listen)
 	if err != nil {
-		return nil, fmt.Errorf("listen address %q: %w", n.cfg.Listen, err)
+		return nil, fmt.Errorf("%w: listen address %q: %w", ErrConfig, n.cfg.Listen, err)
 	}
 	p, err := strconv.Atoi(port)
 	if err != nil {
-		return nil, fmt.Errorf("listen port %q: %w", port, err)
+		return nil, fmt.Errorf("%w: listen port %q: %w", ErrConfig, port, err)
 	}
 	if p > 0 { // say so now rather than after the server's start-up timeout
 		ln, err := net.Listen("tcp", n.cfg.Listen)
@@ -361,19 +370,19 @@ func (n *Node) fail(err error) {
 
 // setup sets the streams up, retrying for a while: a NATS cluster that is still forming
 // (no JetStream leader yet, peers not all online) refuses for a few seconds what it
-// accepts afterwards. A wrong partition count is final.
+// accepts afterwards. A wrong partition count or a stream setting that would break Tally
+// is final.
 func setup(ctx context.Context, js jetstream.JetStream, sc pipeline.StreamConfig, log *slog.Logger) error {
 	deadline := time.Now().Add(30 * time.Second)
+	wait := backoff.New(250*time.Millisecond, 2*time.Second)
 	for {
 		err := pipeline.Setup(ctx, js, sc)
-		if err == nil || errors.Is(err, pipeline.ErrPartitions) || time.Now().After(deadline) {
+		if err == nil || errors.Is(err, pipeline.ErrPartitions) || errors.Is(err, pipeline.ErrStreamConfig) || time.Now().After(deadline) {
 			return err
 		}
 		log.Warn("cannot set up streams yet; retrying", "err", err)
-		select {
-		case <-ctx.Done():
+		if wait.Wait(ctx) != nil {
 			return err
-		case <-time.After(500 * time.Millisecond):
 		}
 	}
 }

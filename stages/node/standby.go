@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tally-dev/tally/pipeline/backoff"
 	"github.com/tally-dev/tally/stages/cluster"
 	"github.com/tally-dev/tally/stages/counter"
 	"github.com/tally-dev/tally/stages/event"
@@ -245,8 +246,10 @@ func (n *Node) warmStandby(ctx context.Context, p int) (*standby, bool) {
 		// A last owner that handed the partition over stored a backup as it left, a
 		// moment ahead of the standby: the standby gets there too before it stops.
 		deadline := time.Now().Add(n.cfg.LeaseTTL)
-		for !n.reflectsBackups(ctx, p) && time.Now().Before(deadline) && ctx.Err() == nil {
-			time.Sleep(10 * time.Millisecond)
+		for wait := backoff.New(10*time.Millisecond, 100*time.Millisecond); !n.reflectsBackups(ctx, p) && time.Now().Before(deadline); {
+			if wait.Wait(ctx) != nil {
+				break
+			}
 		}
 	}
 	sb.cancel()

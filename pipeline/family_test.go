@@ -1,0 +1,39 @@
+package pipeline_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/tally-dev/tally/pipeline"
+)
+
+// --families adds families to the built-in ones, which it may repeat but not change.
+func TestReadFamilies(t *testing.T) {
+	f := func(data, wantErr string, wantNames ...string) {
+		t.Helper()
+		fams, err := pipeline.ReadFamilies([]byte(data))
+		if wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), wantErr) {
+				t.Errorf("%s: err %v, want %q", data, err, wantErr)
+			}
+			return
+		}
+		var names []string
+		for _, fam := range fams {
+			names = append(names, fam.Name)
+		}
+		if err != nil || strings.Join(names, ",") != strings.Join(wantNames, ",") {
+			t.Errorf("%s: %v %v, want %v", data, names, err, wantNames)
+		}
+	}
+	f(`[]`, "", "post", "user", "unread")
+	f(`[{"name":"video","fields":["play","share"]}]`, "", "post", "user", "unread", "video")
+	f(`[{"name":"post","fields":["like","repost","comment","view"]},{"name":"video","fields":["play"]}]`, "", "post", "user", "unread", "video")
+	f(`[{"name":"post","fields":["like"]}]`, "cannot be changed")
+	f(`[{"name":"video","fields":[]}]`, "1 to 255 fields")
+	f(`[{"name":"video","fields":["a","a"]}]`, "listed twice")
+	f(`[{"name":"video","fields":["a"]},{"name":"video","fields":["b"]}]`, "defined twice")
+	f(`[{"name":"v","fields":["a"],"kind":"x"}]`, "unknown field")
+	f(`{"name":"v"}`, "JSON list")
+	f(`[] []`, "trailing")
+}
