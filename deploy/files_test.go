@@ -316,7 +316,7 @@ func TestCompose(t *testing.T) {
 		t.Errorf("the Dockerfile builds no probe or has no HEALTHCHECK (%v)", err)
 	}
 	// The image has no VCS information: the version is linked in, or it reports "(devel)".
-	if n := strings.Count(string(docker), "-X github.com/tally-dev/tally/internal/buildinfo.version=${VERSION}"); n != 2 || !strings.Contains(string(docker), "ARG VERSION") {
+	if n := strings.Count(string(docker), "-X github.com/tally-dev/tally/pipeline/buildinfo.version=${VERSION}"); n != 2 || !strings.Contains(string(docker), "ARG VERSION") {
 		t.Errorf("the Dockerfile links the version into %d of tallyd and tally, want both", n)
 	}
 	if !strings.Contains(compose, `args: { VERSION: "${TALLY_VERSION:-dev}" }`) {

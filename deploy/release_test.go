@@ -65,7 +65,7 @@ func TestReleaseConfig(t *testing.T) {
 		if !slices.Equal(b.Goos, []string{"linux", "darwin"}) || !slices.Equal(b.Goarch, []string{"amd64", "arm64"}) {
 			t.Errorf("build %s for %v %v, want linux and darwin, amd64 and arm64", b.ID, b.Goos, b.Goarch)
 		}
-		if !strings.Contains(strings.Join(b.Ldflags, " "), "-X github.com/tally-dev/tally/internal/buildinfo.version={{ .Tag }}") {
+		if !strings.Contains(strings.Join(b.Ldflags, " "), "-X github.com/tally-dev/tally/pipeline/buildinfo.version={{ .Tag }}") {
 			t.Errorf("build %s does not link the version in: %v", b.ID, b.Ldflags)
 		}
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/tally-dev/tally/client"
-	"github.com/tally-dev/tally/internal/buildinfo"
+	"github.com/tally-dev/tally/pipeline/buildinfo"
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/natsconn"
 )

@@ -8,7 +8,7 @@ import (
 	"log/slog"
 	"strings"
 
-	"github.com/tally-dev/tally/internal/buildinfo"
+	"github.com/tally-dev/tally/pipeline/buildinfo"
 	"github.com/tally-dev/tally/store/cold"
 )
 
@@ -49,7 +49,7 @@ func envName(flagName string) string {
 // errVersion asks run to print the version and exit.
 var errVersion = errors.New("version asked")
 
-// version is the version Tally was built as (internal/buildinfo: -ldflags -X for a
+// version is the version Tally was built as (pipeline/buildinfo: -ldflags -X for a
 // release or an image, else the module version and VCS revision), and the layout of the
 // state it keeps.
 func version() string {

@@ -26,7 +26,7 @@ func TestVersionFromLdflags(t *testing.T) {
 	}
 	const v = "v9.8.7-test"
 	dir := t.TempDir()
-	build := exec.Command("go", "build", "-ldflags", "-X github.com/tally-dev/tally/internal/buildinfo.version="+v,
+	build := exec.Command("go", "build", "-ldflags", "-X github.com/tally-dev/tally/pipeline/buildinfo.version="+v,
 		"-o", dir+string(filepath.Separator), "./cmd/tallyd", "./cmd/tally")
 	build.Dir = filepath.Join("..", "..")
 	if out, err := build.CombinedOutput(); err != nil {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tally-dev/tally/internal/buildinfo"
+	"github.com/tally-dev/tally/pipeline/buildinfo"
 )
 
 // dynamic collects what has labels known only at scrape time: events by type, lag by

@@ -12,7 +12,7 @@ import (
 // version is set by the linker for a release or an image, where the build has no VCS
 // information (the Docker context leaves .git out) and the module version is "(devel)":
 //
-//	go build -ldflags "-X github.com/tally-dev/tally/internal/buildinfo.version=v1.2.0"
+//	go build -ldflags "-X github.com/tally-dev/tally/pipeline/buildinfo.version=v1.2.0"
 //
 // -X can only set a package-level string; nothing else writes it.
 var version string
