@@ -82,7 +82,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 	fs.BoolVar(&cfg.Pprof, "pprof", cfg.Pprof, "also serve Go's profiles (/debug/pprof/: heap, goroutines, CPU) on the --metrics address")
 	fs.DurationVar(&cfg.ColdAge, "cold-age", cfg.ColdAge, "move counters of ids older than this (by snowflake time) from RAM to the cold tier; 0 keeps them")
 	fs.Int64Var(&cfg.IDEpoch, "id-epoch", cfg.IDEpoch, "Unix time in ms that an id's snowflake time (id >> 22) counts from")
-	fs.Func("max-mem", "memory budget of the process, e.g. 4GiB: shared out between the counter tables, Badger and NATS, and Go's memory limit (see README, Sizing); 0 (the default) is three quarters of the machine's RAM, or of the container's limit", func(v string) error {
+	fs.Func("max-mem", "memory budget of the process, e.g. 4GiB: shared out between the counter tables, Badger and NATS, and Go's memory limit (see docs/performance.md, Sizing); 0 (the default) is three quarters of the machine's RAM, or of the container's limit", func(v string) error {
 		n, err := parseBytes(v)
 		cfg.MaxMem = n
 		return err
