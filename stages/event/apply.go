@@ -1,8 +1,6 @@
 package event
 
 import (
-	"github.com/dgraph-io/badger/v4"
-
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/store/cold"
 	"github.com/tally-dev/tally/store/rel"
@@ -12,7 +10,7 @@ import (
 // A relation's events are applied by their place in the events stream, whatever the
 // order they arrive in (see store/rel): what changes is derived from the relation's
 // state before and after the event, so an event that changes nothing adds nothing.
-func (s *Stage) apply(txn *badger.Txn, e *pipeline.Event, w *work) error {
+func (s *Stage) apply(txn *cold.Txn, e *pipeline.Event, w *work) error {
 	f, c, p := s.fields, w.c, s.cfg.Partition
 	add := func(r fieldRef, id pipeline.ID, n int64) { c.add(r, id, pipeline.OpAdd, n) }
 	ev := rel.Event{Place: e.Seq, TS: e.TS, Owner: uint64(e.Owner)}
@@ -75,7 +73,7 @@ func (s *Stage) apply(txn *badger.Txn, e *pipeline.Event, w *work) error {
 // and after the event: the post's count, and the owner's notification, which is placed
 // where the relation was made and taken back when it is undone (moved when the place
 // moves).
-func (s *Stage) related(txn *badger.Txn, w *work, e *pipeline.Event, kind string, count fieldRef, before, after rel.State, forgot bool) error {
+func (s *Stage) related(txn *cold.Txn, w *work, e *pipeline.Event, kind string, count fieldRef, before, after rel.State, forgot bool) error {
 	if s.unchanged(before, after, forgot) {
 		return nil
 	}
@@ -129,7 +127,7 @@ func notifies(owner uint64, actor pipeline.ID) bool { return owner != 0 && owner
 // before and after the event: both users' counts, the followed user's list of
 // followers (kept in their partition), and the follower's feed, each undone where the
 // relation was made before and done where it is made now.
-func (s *Stage) followed(txn *badger.Txn, w *work, uid, target pipeline.ID, before, after rel.State, forgot bool) error {
+func (s *Stage) followed(txn *cold.Txn, w *work, uid, target pipeline.ID, before, after rel.State, forgot bool) error {
 	if s.unchanged(before, after, forgot) {
 		return nil
 	}

@@ -168,7 +168,7 @@ func (s *Stage) logRecord(ctx context.Context, m jetstream.Msg, r *flow.Reader, 
 // applyRecord applies msgs in one transaction that commits rec's state and outbox, and
 // deletes the entries rec's owner deleted; send sends the outbox.
 func (s *Stage) applyRecord(ctx context.Context, msgs []jetstream.Msg, rec *cold.LogRecord, seq uint64, c *coalescer, send bool) error {
-	txn := s.db.Badger().NewTransaction(true)
+	txn := s.db.NewTxn(true)
 	defer txn.Discard()
 	w := s.newWork(txn, c, rec.Dead)
 	defer w.close()

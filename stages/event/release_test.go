@@ -3,13 +3,13 @@ package event
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/dgraph-io/badger/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -124,17 +124,11 @@ func releaseBacklog(t *testing.T, h *logHarness, n uint64, per int, pad string, 
 func sameKeys(h *logHarness, a, b *cold.DB) (bool, string) {
 	read := func(db *cold.DB) map[string][]byte {
 		out := map[string][]byte{}
-		err := db.Badger().View(func(txn *badger.Txn) error {
-			it := txn.NewIterator(badger.DefaultIteratorOptions)
-			defer it.Close()
-			for it.Rewind(); it.Valid(); it.Next() {
-				v, err := it.Item().ValueCopy(nil)
-				if err != nil {
-					return err
-				}
-				out[string(it.Item().KeyCopy(nil))] = v
-			}
-			return nil
+		err := db.View(func(txn *cold.Txn) error {
+			return txn.Each(nil, func(k, v []byte) error {
+				out[string(k)] = bytes.Clone(v)
+				return nil
+			})
 		})
 		if err != nil {
 			h.t.Fatal(err)
@@ -157,6 +151,9 @@ func sameKeys(h *logHarness, a, b *cold.DB) (bool, string) {
 	return true, ""
 }
 
+// errFound stops a scan at the first key.
+var errFound = errors.New("found")
+
 // stageKey is partition 0's state key, found as the only key LoadStage reads that
 // PutStage writes.
 func (h *logHarness) stageKey() []byte {
@@ -165,18 +162,17 @@ func (h *logHarness) stageKey() []byte {
 		h.t.Fatal(err)
 	}
 	defer db.Close()
-	if err := db.Badger().Update(func(txn *badger.Txn) error { return cold.PutStage(txn, 0, &cold.StageState{}) }); err != nil {
+	if err := db.Update(func(txn *cold.Txn) error { return cold.PutStage(txn, 0, &cold.StageState{}) }); err != nil {
 		h.t.Fatal(err)
 	}
 	var k []byte
-	err = db.Badger().View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.DefaultIteratorOptions)
-		defer it.Close()
-		it.Rewind()
-		k = it.Item().KeyCopy(nil)
-		return nil
+	err = db.View(func(txn *cold.Txn) error {
+		return txn.Each(nil, func(key, _ []byte) error {
+			k = bytes.Clone(key)
+			return errFound
+		})
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, errFound) {
 		h.t.Fatal(err)
 	}
 	return k

@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/dgraph-io/badger/v4"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tally-dev/tally/pipeline"
@@ -242,7 +241,7 @@ func (s *Stage) finish() error {
 	s.published = append(s.published, s.out.Published()...)
 	for len(s.published) > 0 {
 		k := min(len(s.published), maxDeletes)
-		err := s.db.Badger().Update(func(txn *badger.Txn) error {
+		err := s.db.Update(func(txn *cold.Txn) error {
 			return cold.DeleteOutbox(txn, s.cfg.Partition, s.published[:k])
 		})
 		if err != nil {
@@ -271,8 +270,8 @@ func (s *Stage) process(ctx context.Context, msgs []jetstream.Msg, c *coalescer)
 	return nil
 }
 
-// errTooBig is a transaction that cannot take all of its messages: Badger refused a
-// write (ErrTxnTooBig, by its own count and size checks), or its log record would be
+// errTooBig is a transaction that cannot take all of its messages: the store refused a
+// write (cold.ErrTxnTooBig, by Badger's count and size checks), or its log record would be
 // larger than NATS accepts.
 var errTooBig = errors.New("transaction too large")
 
@@ -324,7 +323,7 @@ func (s *Stage) commit(ctx context.Context, msgs []jetstream.Msg, c *coalescer) 
 // dead-letter whole instead of applying. On errTooBig nothing is committed, fit says how
 // many messages were applied before it and released how many held batches.
 func (s *Stage) try(ctx context.Context, msgs []jetstream.Msg, c *coalescer, dead []uint64, budget int) (fit, released int, err error) {
-	txn := s.db.Badger().NewTransaction(true)
+	txn := s.db.NewTxn(true)
 	defer txn.Discard()
 	w := s.newWork(txn, c, dead)
 	defer w.close()
@@ -361,7 +360,7 @@ func (s *Stage) try(ctx context.Context, msgs []jetstream.Msg, c *coalescer, dea
 		}
 		// The state names its own record when there is room for one more write; if
 		// not, it names the one before, and a reload takes this one as its own.
-		if err := cold.PutStage(txn, s.cfg.Partition, &st); err != nil && !errors.Is(err, badger.ErrTxnTooBig) {
+		if err := cold.PutStage(txn, s.cfg.Partition, &st); err != nil && !errors.Is(err, cold.ErrTxnTooBig) {
 			return len(msgs), w.released, err
 		}
 	}
@@ -372,9 +371,9 @@ func (s *Stage) try(ctx context.Context, msgs []jetstream.Msg, c *coalescer, dea
 	return len(msgs), w.released, s.out.Send(ctx, outbox)
 }
 
-// tooBig turns Badger's refusal of a write into errTooBig.
+// tooBig turns the store's refusal of a write (cold.ErrTxnTooBig) into errTooBig.
 func tooBig(err error) error {
-	if errors.Is(err, badger.ErrTxnTooBig) {
+	if errors.Is(err, cold.ErrTxnTooBig) {
 		return fmt.Errorf("%w: %w", errTooBig, err)
 	}
 	return err
@@ -386,7 +385,7 @@ const maxDeletes = 4096
 
 // write writes the transaction's likes and reader states, deletes acknowledged outbox entries and writes
 // the new ones and the state in txn. The state names the log record before this transaction's (see StageState.Log).
-func (s *Stage) write(txn *badger.Txn, st *cold.StageState, outbox []cold.OutboxEntry, w *work) error {
+func (s *Stage) write(txn *cold.Txn, st *cold.StageState, outbox []cold.OutboxEntry, w *work) error {
 	p := s.cfg.Partition
 	if err := w.flush(txn, likesBatch(st)); err != nil {
 		return err
@@ -437,7 +436,7 @@ func (s *Stage) countHeld() {
 
 // applyMsgs applies msgs in txn and returns how many it applied (all, unless it fails),
 // the position of the last one, and collects in w what they cause.
-func (s *Stage) applyMsgs(txn *badger.Txn, msgs []jetstream.Msg, w *work) (n int, pos uint64, err error) {
+func (s *Stage) applyMsgs(txn *cold.Txn, msgs []jetstream.Msg, w *work) (n int, pos uint64, err error) {
 	for i, m := range msgs {
 		seq, err := streamSeq(m)
 		if err != nil {
@@ -454,7 +453,7 @@ func (s *Stage) applyMsgs(txn *badger.Txn, msgs []jetstream.Msg, w *work) (n int
 
 // applyMsg applies one message: a producer's event or batch, or a hop batch of another
 // partition. What cannot be applied because of its content is dead-lettered.
-func (s *Stage) applyMsg(txn *badger.Txn, m jetstream.Msg, seq uint64, w *work) error {
+func (s *Stage) applyMsg(txn *cold.Txn, m jetstream.Msg, seq uint64, w *work) error {
 	typ, err := s.parseSubject(m.Subject())
 	if slices.Contains(w.deadSeqs, seq) {
 		w.deadLetter(m, seq, -1, m.Data(), fmt.Errorf("%w: applying it would not fit in one transaction", pipeline.ErrBadEvent))
@@ -502,7 +501,7 @@ func (s *Stage) applyMsg(txn *badger.Txn, m jetstream.Msg, seq uint64, w *work) 
 // applyEvent applies one event here, or hands it to the partition that owns its
 // relations; a system notice is also handed to every other partition. Events that came
 // in a hop batch (local) are this partition's.
-func (s *Stage) applyEvent(txn *badger.Txn, e *pipeline.Event, local bool, w *work) error {
+func (s *Stage) applyEvent(txn *cold.Txn, e *pipeline.Event, local bool, w *work) error {
 	if !local && !e.Local {
 		if e.Type == pipeline.TypeSystem {
 			for q := range s.cfg.Partitions {

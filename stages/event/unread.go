@@ -1,8 +1,6 @@
 package event
 
 import (
-	"github.com/dgraph-io/badger/v4"
-
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/store/cold"
 )
@@ -42,7 +40,7 @@ const maxDrops = 256
 // none), and takes back the one placed at moved (0: none) — the same relation's, made
 // elsewhere or undone: here when owner is this partition's, else handed to owner's
 // partition, through the same channel after the notification it takes back.
-func (s *Stage) notify(txn *badger.Txn, w *work, kind string, owner pipeline.ID, seq, moved uint64) error {
+func (s *Stage) notify(txn *cold.Txn, w *work, kind string, owner pipeline.ID, seq, moved uint64) error {
 	if q := pipeline.PartitionOf(owner, s.cfg.Partitions); q != s.cfg.Partition {
 		n := pipeline.Event{Type: pipeline.TypeNotify, Target: owner, Field: kind, Seq: seq, ID: pipeline.ID(moved)}
 		if seq == 0 { // only taken back
@@ -80,7 +78,7 @@ func (s *Stage) notify(txn *badger.Txn, w *work, kind string, owner pipeline.ID,
 // post indexes a post in its author's partition and announces it to every partition:
 // pushed to the followers' feed counters, or pulled by them when its author has too many
 // followers.
-func (s *Stage) post(txn *badger.Txn, e *pipeline.Event, w *work) error {
+func (s *Stage) post(txn *cold.Txn, e *pipeline.Event, w *work) error {
 	// The author's followers are listed in this partition (see follower), read up to one
 	// past the limit (keys only). The decision is recorded with the post, so that pushed
 	// and pulled posts are told apart for ever whatever the follows do later.
@@ -109,7 +107,7 @@ func (s *Stage) post(txn *badger.Txn, e *pipeline.Event, w *work) error {
 
 // follower keeps the list of an author's followers in the author's partition: applied
 // here when the author is this partition's, else handed there.
-func (s *Stage) follower(txn *badger.Txn, w *work, e *pipeline.Event) error {
+func (s *Stage) follower(txn *cold.Txn, w *work, e *pipeline.Event) error {
 	p := s.cfg.Partition
 	if q := pipeline.PartitionOf(e.Target, s.cfg.Partitions); q != p {
 		w.forward(q, e)
@@ -125,7 +123,7 @@ func (s *Stage) follower(txn *badger.Txn, w *work, e *pipeline.Event) error {
 // arrive applies a pushed post in this partition: it is recorded, and each of the
 // partition's readers following the author since before it, who has not read their
 // feed after it, gets one more.
-func (s *Stage) arrive(txn *badger.Txn, w *work, e *pipeline.Event) error {
+func (s *Stage) arrive(txn *cold.Txn, w *work, e *pipeline.Event) error {
 	p, author := s.cfg.Partition, uint64(e.UID)
 	if e.Field == pipeline.PushPulled {
 		// Before the commit is harmless: a reader finding no pulled post counts zero.
@@ -173,7 +171,7 @@ func (s *Stage) arrive(txn *badger.Txn, w *work, e *pipeline.Event) error {
 // adds the pushed posts of the author that reached the partition before it but are
 // placed after it and after the reader's last feed read: they were not pushed to the
 // reader on arrival.
-func (s *Stage) follow(txn *badger.Txn, uid, author, place uint64, w *work) error {
+func (s *Stage) follow(txn *cold.Txn, uid, author, place uint64, w *work) error {
 	p := s.cfg.Partition
 	if err := cold.PutFollowed(txn, p, author, uid, place); err != nil {
 		return err
@@ -204,7 +202,7 @@ func (s *Stage) follow(txn *badger.Txn, uid, author, place uint64, w *work) erro
 // Posts still on their way are not pushed to the reader any more; pulled posts stop
 // counting by themselves. A follow whose place moves is unfollowed at the old place and
 // followed at the new.
-func (s *Stage) unfollow(txn *badger.Txn, uid, author uint64, w *work) error {
+func (s *Stage) unfollow(txn *cold.Txn, uid, author uint64, w *work) error {
 	p := s.cfg.Partition
 	followed, ok, err := cold.GetFollowed(txn, p, author, uid)
 	if err != nil {
@@ -239,7 +237,7 @@ func (s *Stage) unfollow(txn *badger.Txn, uid, author uint64, w *work) error {
 // read records the place of a read of the named kinds (all when none) and sets their
 // counters to what is unread after it; a read placed before the last one of a kind
 // changes nothing of that kind.
-func (s *Stage) read(txn *badger.Txn, e *pipeline.Event, w *work) error {
+func (s *Stage) read(txn *cold.Txn, e *pipeline.Event, w *work) error {
 	kinds := e.Kinds
 	if len(kinds) == 0 {
 		kinds = pipeline.UnreadKinds()
@@ -292,7 +290,7 @@ func (s *Stage) read(txn *badger.Txn, e *pipeline.Event, w *work) error {
 
 // feedAfter counts, over the reader's followees, the pushed posts that reached the
 // partition placed after both the follow and seq.
-func (s *Stage) feedAfter(txn *badger.Txn, uid, seq uint64) (uint64, error) {
+func (s *Stage) feedAfter(txn *cold.Txn, uid, seq uint64) (uint64, error) {
 	p := s.cfg.Partition
 	var n uint64
 	var err error

@@ -7,8 +7,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/dgraph-io/badger/v4"
-
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/stages/reference"
 	"github.com/tally-dev/tally/store/cold"
@@ -83,7 +81,7 @@ func (s *sim) step(p int) bool {
 	st := s.stages[p]
 	c := newCoalescer(len(s.stages))
 	var w *work
-	err := st.db.Badger().Update(func(txn *badger.Txn) error {
+	err := st.db.Update(func(txn *cold.Txn) error {
 		w = st.newWork(txn, c, nil)
 		defer w.close()
 		w.hop = m.hop
@@ -136,7 +134,7 @@ func (s *sim) unread(u uint64) pipeline.Unread {
 	get := func(r fieldRef) uint64 { return uint64(s.counters[simKey{r.family, u, r.field}]) }
 	w := pipeline.Unread{Comment: get(f.unComment), Mention: get(f.unMention), Like: get(f.unLike), DM: get(f.unDM), Feed: get(f.unFeed)}
 	p := pipeline.PartitionOf(pipeline.ID(u), len(s.stages))
-	err := s.stages[p].db.Badger().View(func(txn *badger.Txn) error {
+	err := s.stages[p].db.View(func(txn *cold.Txn) error {
 		rs, err := cold.GetReader(txn, p, u)
 		if err != nil {
 			return err

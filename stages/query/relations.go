@@ -9,8 +9,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/dgraph-io/badger/v4"
-
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/store/cold"
 )
@@ -229,7 +227,7 @@ const maxPulled = 10_000
 // both the last feed read and the follow (places in the events stream).
 func (s *Server) pulledOf(p int, pulled *cold.Pulled, uids []uint64) (*evReply, error) {
 	reply := &evReply{System: make([]uint64, len(uids)), Feed: make([]uint64, len(uids))}
-	err := s.db.Badger().View(func(txn *badger.Txn) error {
+	err := s.db.View(func(txn *cold.Txn) error {
 		for i, uid := range uids {
 			rs, err := cold.GetReader(txn, p, uid)
 			if err != nil {

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dgraph-io/badger/v4"
 	"github.com/nats-io/nats.go"
 
 	"github.com/tally-dev/tally/pipeline"
@@ -48,9 +47,9 @@ func newWorld(t *testing.T, n int, dbs []*cold.DB, owner func(p int) int) *world
 	w := &world{n: n, liked: map[uint64][]uint64{}, likers: map[uint64][]uint64{}, follows: map[uint64][]uint64{},
 		fans: map[uint64][]uint64{}, ts: map[[3]uint64]int64{}, comments: map[uint64]uint64{}, unread: map[uint64]pipeline.Unread{}}
 	part := func(id uint64) int { return pipeline.PartitionOf(pipeline.ID(id), n) }
-	update := func(p int, fn func(txn *badger.Txn) error) {
+	update := func(p int, fn func(txn *cold.Txn) error) {
 		t.Helper()
-		if err := dbs[owner(p)].Badger().Update(fn); err != nil {
+		if err := dbs[owner(p)].Update(fn); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -66,7 +65,7 @@ func newWorld(t *testing.T, n int, dbs []*cold.DB, owner func(p int) int) *world
 		}
 		for _, post := range likes {
 			ts++
-			update(pu, func(txn *badger.Txn) error {
+			update(pu, func(txn *cold.Txn) error {
 				_, err := cold.Relate(txn, pu, cold.Like, cold.Rel{A: u, B: post}, ts)
 				return err
 			})
@@ -84,15 +83,15 @@ func newWorld(t *testing.T, n int, dbs []*cold.DB, owner func(p int) int) *world
 		for _, g := range followed {
 			ts++
 			r := cold.Rel{A: u, B: g}
-			update(pu, func(txn *badger.Txn) error { _, err := cold.Relate(txn, pu, cold.Follow, r, ts); return err })
-			update(part(g), func(txn *badger.Txn) error { return cold.AddFollower(txn, part(g), r, ts) })
+			update(pu, func(txn *cold.Txn) error { _, err := cold.Relate(txn, pu, cold.Follow, r, ts); return err })
+			update(part(g), func(txn *cold.Txn) error { return cold.AddFollower(txn, part(g), r, ts) })
 			w.follows[u] = slices.Insert(w.follows[u], 0, g)
 			w.fans[g] = slices.Insert(w.fans[g], 0, u)
 			w.ts[[3]uint64{'f', u, g}] = ts
 		}
 		if u%4 == 0 {
 			ts++
-			update(pu, func(txn *badger.Txn) error {
+			update(pu, func(txn *cold.Txn) error {
 				_, err := cold.Relate(txn, pu, cold.Comment, cold.Rel{A: u, B: posts[0], C: u}, ts)
 				return err
 			})
@@ -109,7 +108,7 @@ func newWorld(t *testing.T, n int, dbs []*cold.DB, owner func(p int) int) *world
 		if u%4 == 2 {
 			followSeq = 150
 		}
-		update(pu, func(txn *badger.Txn) error {
+		update(pu, func(txn *cold.Txn) error {
 			if u%2 == 0 {
 				if err := cold.PutFollowed(txn, pu, celebrity, u, followSeq); err != nil {
 					return err
@@ -128,7 +127,7 @@ func newWorld(t *testing.T, n int, dbs []*cold.DB, owner func(p int) int) *world
 		w.unread[u] = un
 	}
 	for p := range n {
-		update(p, func(txn *badger.Txn) error {
+		update(p, func(txn *cold.Txn) error {
 			for _, seq := range []uint64{5, 15, 25} {
 				if err := cold.PutNotice(txn, p, seq); err != nil {
 					return err

@@ -99,7 +99,7 @@ func SaveCounters(db *DB, family string, p int, entries []Entry, cp *Checkpoint,
 // to the partition's outbox, and deletes those published, in the same transaction: a
 // crash after the commit leaves them to be sent at the next start, never unannounced.
 func SaveCheckpoint(db *DB, family string, p int, entries []Entry, cp *Checkpoint, j Journal, ch Changes) error {
-	txn := db.db.NewTransaction(true)
+	txn := db.NewTxn(true)
 	defer txn.Discard()
 	if err := deleteChanges(txn, family, p, ch.Published); err != nil {
 		return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
@@ -160,9 +160,9 @@ func SaveCheckpoint(db *DB, family string, p int, entries []Entry, cp *Checkpoin
 // written by checkpoints and not yet known to be published.
 func LoadChanges(db *DB, family string, p int) ([]OutboxEntry, error) {
 	var out []OutboxEntry
-	err := db.db.View(func(txn *badger.Txn) error {
+	err := db.View(func(txn *Txn) error {
 		prefix := changePrefix(family, p)
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 16})
+		it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 16})
 		defer it.Close()
 		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
 			k := it.Item().Key()
@@ -187,7 +187,7 @@ func DeleteChanges(db *DB, family string, p int, seqs []uint64) error {
 	if len(seqs) == 0 {
 		return nil
 	}
-	err := db.db.Update(func(txn *badger.Txn) error { return deleteChanges(txn, family, p, seqs) })
+	err := db.Update(func(txn *Txn) error { return deleteChanges(txn, family, p, seqs) })
 	if err != nil {
 		return fmt.Errorf("change outbox of %s/%d: %w", family, p, err)
 	}
@@ -201,9 +201,9 @@ func DeleteChanges(db *DB, family string, p int, seqs []uint64) error {
 func LoadJournal(db *DB, family string, p, fields int, after uint64, fn func(id uint64, counts []uint64)) (uint64, error) {
 	last := after
 	counts := make([]uint64, fields)
-	err := db.db.View(func(txn *badger.Txn) error {
+	err := db.View(func(txn *Txn) error {
 		prefix := journalPrefix(family, p)
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 16})
+		it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 16})
 		defer it.Close()
 		for it.Seek(prefix.u64(after + 1)); it.ValidForPrefix(prefix); it.Next() {
 			k := it.Item().Key()
@@ -226,7 +226,7 @@ func LoadJournal(db *DB, family string, p, fields int, after uint64, fn func(id 
 // Counts reads the stored counters of ids of (family, p) in one read transaction:
 // out[i] gets those of ids[i], all zeros for an id that has none.
 func Counts(db *DB, family string, p int, ids []uint64, out [][]uint64) error {
-	return db.db.View(func(txn *badger.Txn) error {
+	return db.View(func(txn *Txn) error {
 		for i, id := range ids {
 			if err := storedCounts(txn, family, p, id, out[i]); err != nil {
 				return fmt.Errorf("cold counters of %d in %s/%d: %w", id, family, p, err)
@@ -276,8 +276,8 @@ func unpackEntries(b []byte, counts []uint64, fn func(id uint64, counts []uint64
 // LoadCheckpoint returns the last checkpoint of (family, p), empty if there is none.
 func LoadCheckpoint(db *DB, family string, p int) (Checkpoint, error) {
 	cp := Checkpoint{Marks: map[uint32]*Mark{}}
-	err := db.db.View(func(txn *badger.Txn) error {
-		item, err := txn.Get(metaKey(family, p))
+	err := db.View(func(txn *Txn) error {
+		item, err := txn.get(metaKey(family, p))
 		switch {
 		case errors.Is(err, badger.ErrKeyNotFound):
 			return nil
@@ -299,9 +299,9 @@ func LoadCheckpoint(db *DB, family string, p int) (Checkpoint, error) {
 // the call.
 func LoadCounters(db *DB, family string, p, fields int, fn func(id uint64, counts []uint64)) error {
 	counts := make([]uint64, fields)
-	return db.db.View(func(txn *badger.Txn) error {
+	return db.View(func(txn *Txn) error {
 		prefix := counterPrefix(family, p)
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
+		it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
 		defer it.Close()
 		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
 			k := it.Item().Key()
@@ -348,7 +348,7 @@ func zero(c []uint64) bool {
 }
 
 // deleteChanges removes published change events of family/p from the outbox in txn.
-func deleteChanges(txn *badger.Txn, family string, p int, seqs []uint64) error {
+func deleteChanges(txn *Txn, family string, p int, seqs []uint64) error {
 	for _, s := range seqs {
 		if err := txn.Delete(changeKey(family, p, s)); err != nil {
 			return err

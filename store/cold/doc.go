@@ -3,6 +3,8 @@
 // counter workers' checkpoints (counters keyed by big-endian id, so time-ordered ids sit
 // together, plus the stream position and per-source watermarks they reflect).
 //
-// Writes that must be atomic take a *badger.Txn from the caller, so a stage commits its
-// state change, outbox and position in one transaction. Nothing here knows about NATS.
+// Writes that must be atomic take a *Txn from the caller (DB.NewTxn, Update, View), so a
+// stage commits its state change, outbox and position in one transaction. Txn is the
+// store's, not Badger's: no package outside store/ imports Badger, and a transaction too
+// big is ErrTxnTooBig. Nothing here knows about NATS.
 package cold

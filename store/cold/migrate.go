@@ -115,9 +115,9 @@ func (d *DB) migrate(ns byte, move func(k, v []byte, set func(key, []byte) error
 	wb := d.db.NewWriteBatch()
 	defer wb.Cancel()
 	n := 0
-	err := d.db.View(func(txn *badger.Txn) error {
+	err := d.View(func(txn *Txn) error {
 		prefix := []byte{ns}
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
+		it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
 		defer it.Close()
 		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
 			k := it.Item().KeyCopy(nil)
@@ -149,16 +149,16 @@ const nsLayout = 'Y'
 // the rest at the next call, and later calls read one key.
 func migrateOnce(db *DB, name string, move func(db *DB, w *groupWriter, from, to int) (int, error)) (int, error) {
 	done := newKey(nsLayout, 1+len(name)).bytes([]byte(name))
-	if err := db.db.View(func(txn *badger.Txn) error { _, err := txn.Get(done); return err }); err == nil {
+	if err := db.View(func(txn *Txn) error { _, err := txn.get(done); return err }); err == nil {
 		return 0, nil
 	} else if !errors.Is(err, badger.ErrKeyNotFound) {
 		return 0, err
 	}
-	w := &groupWriter{db: db.db}
+	w := &groupWriter{db: db}
 	defer w.discard()
 	n, err := move(db, w, 0, math.MaxUint16)
 	if err == nil {
-		err = w.group(func(txn *badger.Txn) error { return txn.Set(done, nil) }, 1)
+		err = w.group(func(txn *Txn) error { return txn.Set(done, nil) }, 1)
 	}
 	if err != nil {
 		return n, err
@@ -184,7 +184,7 @@ func moveLikes(db *DB, w *groupWriter, from, to int) (int, error) {
 			return nil
 		}
 		p, post, sec := int(binary.BigEndian.Uint16(at[1:])), u64at(at, relOff), int64(u64at(at, relOff+8))
-		return w.group(func(txn *badger.Txn) error {
+		return w.group(func(txn *Txn) error {
 			for _, l := range group {
 				if err := txn.Delete(objectKey(p, Like, Rel{A: l.user, B: post}, l.ts)); err != nil {
 					return err
@@ -198,7 +198,7 @@ func moveLikes(db *DB, w *groupWriter, from, to int) (int, error) {
 			return txn.Set(k, encodeLikers(append(old, group...)))
 		}, len(group)+1)
 	}
-	n, err := eachLike(db.db, nsByObject, from, to, func(kb, _ []byte) error {
+	n, err := eachLike(db, nsByObject, from, to, func(kb, _ []byte) error {
 		if len(kb) != indexLen {
 			return fmt.Errorf("%w: like list key of %d bytes", ErrCorrupt, len(kb))
 		}
@@ -231,7 +231,7 @@ func moveLikes(db *DB, w *groupWriter, from, to int) (int, error) {
 		if r.heavy {
 			list = nil
 		}
-		return w.group(func(txn *badger.Txn) error {
+		return w.group(func(txn *Txn) error {
 			if !r.heavy {
 				for _, e := range list {
 					rel := Rel{A: u, B: e.post}
@@ -247,7 +247,7 @@ func moveLikes(db *DB, w *groupWriter, from, to int) (int, error) {
 			return txn.Set(likesKey(p, u), r.encode())
 		}, 2*len(list)+1)
 	}
-	m, err := eachLike(db.db, nsRelation, from, to, func(kb, v []byte) error {
+	m, err := eachLike(db, nsRelation, from, to, func(kb, v []byte) error {
 		if len(kb) != relLen {
 			return fmt.Errorf("%w: like key of %d bytes", ErrCorrupt, len(kb))
 		}
@@ -280,11 +280,11 @@ func moveLikes(db *DB, w *groupWriter, from, to int) (int, error) {
 // eachLike calls fn for every key of namespace ns (of the partitioned layout) whose kind
 // is Like in partitions from to to (both included), with its value, in key order; it
 // returns how many.
-func eachLike(db *badger.DB, ns byte, from, to int, fn func(k, v []byte) error) (int, error) {
+func eachLike(db *DB, ns byte, from, to int, fn func(k, v []byte) error) (int, error) {
 	n := 0
-	err := db.View(func(txn *badger.Txn) error {
+	err := db.View(func(txn *Txn) error {
 		prefix := []byte{ns}
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: ns == nsRelation})
+		it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: ns == nsRelation})
 		defer it.Close()
 		for it.Seek(newKey(ns, 3).u16(from)); it.ValidForPrefix(prefix); {
 			kb := it.Item().Key()
@@ -323,8 +323,8 @@ func eachLike(db *badger.DB, ns byte, from, to int, fn func(k, v []byte) error) 
 // groupWriter writes groups of changes, each whole in one transaction, committing when
 // a transaction has taken about maxGroupOps.
 type groupWriter struct {
-	db  *badger.DB
-	txn *badger.Txn
+	db  *DB
+	txn *Txn
 	ops int
 }
 
@@ -335,14 +335,14 @@ var (
 	commitFault func() error
 )
 
-func (w *groupWriter) group(fn func(txn *badger.Txn) error, ops int) error {
+func (w *groupWriter) group(fn func(txn *Txn) error, ops int) error {
 	if w.txn != nil && w.ops+ops > maxGroupOps {
 		if err := w.commit(); err != nil {
 			return err
 		}
 	}
 	if w.txn == nil {
-		w.txn, w.ops = w.db.NewTransaction(true), 0
+		w.txn, w.ops = w.db.NewTxn(true), 0
 	}
 	w.ops += ops
 	return fn(w.txn)
@@ -383,9 +383,9 @@ const legacyRecordKind = byte(Like)
 // records moved.
 func moveLikeStates(db *DB, w *groupWriter, from, to int) (int, error) {
 	n := 0
-	err := db.db.View(func(txn *badger.Txn) error {
+	err := db.View(func(txn *Txn) error {
 		prefix := []byte{nsLikes}
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
+		it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
 		defer it.Close()
 		for it.Seek(newKey(nsLikes, 3).u16(from)); it.ValidForPrefix(prefix); it.Next() {
 			kb := it.Item().KeyCopy(nil)
@@ -408,7 +408,7 @@ func moveLikeStates(db *DB, w *groupWriter, from, to int) (int, error) {
 				return fmt.Errorf("%w: like record %x: %w", ErrCorrupt, kb, err)
 			}
 			u := u64at(kb, relOff)
-			err = w.group(func(txn *badger.Txn) error {
+			err = w.group(func(txn *Txn) error {
 				if err := txn.Delete(kb); err != nil {
 					return err
 				}

@@ -6,8 +6,6 @@ import (
 	"math"
 	"testing"
 
-	"github.com/dgraph-io/badger/v4"
-
 	"github.com/tally-dev/tally/store/cold"
 )
 
@@ -48,7 +46,7 @@ func TestMigrate(t *testing.T) {
 		string(oldKey('q', uint64(9))):                           nil,
 		string(oldKey('u', uint64(7))):                           {1},
 	}
-	if err := db.Badger().Update(func(txn *badger.Txn) error {
+	if err := db.Update(func(txn *cold.Txn) error {
 		for k, v := range old {
 			if err := txn.Set([]byte(k), v); err != nil {
 				return err
@@ -96,7 +94,7 @@ func TestMigrate(t *testing.T) {
 	if liked, err := cold.Related(db, 3, cold.Like, 7, []uint64{100, 101}); err != nil || !liked[0] || liked[1] {
 		t.Errorf("Related = %v, %v", liked, err)
 	}
-	err = db.Badger().View(func(txn *badger.Txn) error {
+	err = db.View(func(txn *cold.Txn) error {
 		if n := cold.CountNotified(txn, 3, 7, "like", 0); n != 1 {
 			t.Errorf("user 7's notifications: %d, want 1", n)
 		}
@@ -115,12 +113,9 @@ func TestMigrate(t *testing.T) {
 			}
 		}
 		for _, ns := range []byte("rsovneqtuy") {
-			it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{ns}})
-			it.Rewind()
-			if it.ValidForPrefix([]byte{ns}) {
-				t.Errorf("an old key is left: %x", it.Item().Key())
+			if k, ok := cold.FirstKey(txn, []byte{ns}); ok {
+				t.Errorf("an old key is left: %x", k)
 			}
-			it.Close()
 		}
 		return nil
 	})

@@ -2,8 +2,6 @@ package cold
 
 import (
 	"slices"
-
-	"github.com/dgraph-io/badger/v4"
 )
 
 // A user's notifications that were counted and that no read has covered yet are kept by
@@ -40,7 +38,7 @@ func (r *ReaderState) upgrade() {
 // it each time, so a second record of a place recorded would be a count too many
 // already. Nothing is read to make sure (a look-up of a key that is not there cost 11 %
 // of all CPU under many late notifications of popular owners).
-func AddNote(txn *badger.Txn, p int, uid uint64, r *ReaderState, kind string, seq uint64) error {
+func AddNote(txn *Txn, p int, uid uint64, r *ReaderState, kind string, seq uint64) error {
 	i := noteIndex(kind)
 	r.upgrade()
 	r.Noted[i] = max(r.Noted[i], seq)
@@ -59,7 +57,7 @@ func AddNote(txn *badger.Txn, p int, uid uint64, r *ReaderState, kind string, se
 
 // TakeNote takes back uid's notification of kind placed at seq, wherever it is
 // recorded. r is then to be stored.
-func TakeNote(txn *badger.Txn, p int, uid uint64, r *ReaderState, kind string, seq uint64) error {
+func TakeNote(txn *Txn, p int, uid uint64, r *ReaderState, kind string, seq uint64) error {
 	i := noteIndex(kind)
 	keyed := r.keyed(i)
 	r.upgrade()
@@ -74,7 +72,7 @@ func TakeNote(txn *badger.Txn, p int, uid uint64, r *ReaderState, kind string, s
 }
 
 // CountNotes counts uid's recorded notifications of kind placed after after.
-func CountNotes(txn *badger.Txn, p int, uid uint64, r *ReaderState, kind string, after uint64) uint64 {
+func CountNotes(txn *Txn, p int, uid uint64, r *ReaderState, kind string, after uint64) uint64 {
 	i := noteIndex(kind)
 	pend := r.Pending[i]
 	j, found := slices.BinarySearch(pend, after)
@@ -91,7 +89,7 @@ func CountNotes(txn *badger.Txn, p int, uid uint64, r *ReaderState, kind string,
 // DropNotes forgets uid's notifications of kind placed at or before through, which a
 // read covers; the read before it was at prev. Of the keys, at most limit go (the rest
 // are never counted again, and go with later reads). r is then to be stored.
-func DropNotes(txn *badger.Txn, p int, uid uint64, r *ReaderState, kind string, prev, through uint64, limit int) error {
+func DropNotes(txn *Txn, p int, uid uint64, r *ReaderState, kind string, prev, through uint64, limit int) error {
 	i := noteIndex(kind)
 	keyed := r.keyed(i)
 	r.upgrade()

@@ -2,8 +2,6 @@ package cold
 
 import (
 	"slices"
-
-	"github.com/dgraph-io/badger/v4"
 )
 
 // Resident is what an event partition's events read of its state, kept in RAM for the
@@ -191,7 +189,7 @@ func NewReaders(p int, res *Resident) *Readers {
 }
 
 // Get returns uid's reader state (zero if none).
-func (r *Readers) Get(txn *badger.Txn, uid uint64) (ReaderState, error) {
+func (r *Readers) Get(txn *Txn, uid uint64) (ReaderState, error) {
 	if st, ok := r.seen[uid]; ok {
 		return st, nil
 	}
@@ -212,7 +210,7 @@ func (r *Readers) Put(uid uint64, st ReaderState) {
 }
 
 // Flush stores the changed reader states in txn.
-func (r *Readers) Flush(txn *badger.Txn) error {
+func (r *Readers) Flush(txn *Txn) error {
 	for uid := range r.dirty {
 		if err := PutReader(txn, r.p, uid, r.seen[uid]); err != nil {
 			return err

@@ -2,8 +2,6 @@ package cold
 
 import (
 	"testing"
-
-	"github.com/dgraph-io/badger/v4"
 )
 
 // TestResidentKeepsOnlyWhatCommitted: what a transaction read and changed reaches the
@@ -15,7 +13,7 @@ func TestResidentKeepsOnlyWhatCommitted(t *testing.T) {
 	db, res := openDB(t), NewResident(1<<20)
 
 	// A transaction that is thrown away: nothing of it is kept.
-	txn := db.db.NewTransaction(true)
+	txn := db.NewTxn(true)
 	rd, l := NewReaders(p, res), NewLikes(p, res)
 	rs, err := rd.Get(txn, owner)
 	if err != nil {
@@ -39,7 +37,7 @@ func TestResidentKeepsOnlyWhatCommitted(t *testing.T) {
 
 	// The same, committed and kept: read from RAM afterwards.
 	rd, l = NewReaders(p, res), NewLikes(p, res)
-	err = db.db.Update(func(txn *badger.Txn) error {
+	err = db.Update(func(txn *Txn) error {
 		rs, err := rd.Get(txn, owner)
 		if err != nil || rs.Like != 0 {
 			t.Fatalf("reader %+v after a discarded write (%v)", rs, err)
@@ -63,7 +61,7 @@ func TestResidentKeepsOnlyWhatCommitted(t *testing.T) {
 	}
 	// Seen a second time (read from Badger), they are let in.
 	rd, l = NewReaders(p, res), NewLikes(p, res)
-	err = db.db.View(func(txn *badger.Txn) error {
+	err = db.View(func(txn *Txn) error {
 		if _, err := rd.Get(txn, owner); err != nil {
 			return err
 		}
@@ -77,11 +75,11 @@ func TestResidentKeepsOnlyWhatCommitted(t *testing.T) {
 	hits := res.Hits
 	// Badger changed behind the resident state's back (only the stage may write these
 	// keys): the answer comes from RAM, which proves no read went to Badger.
-	err = db.db.Update(func(txn *badger.Txn) error { return PutReader(txn, p, owner, ReaderState{Like: 9}) })
+	err = db.Update(func(txn *Txn) error { return PutReader(txn, p, owner, ReaderState{Like: 9}) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = db.db.View(func(txn *badger.Txn) error {
+	err = db.View(func(txn *Txn) error {
 		rs, err := NewReaders(p, res).Get(txn, owner)
 		if err != nil || rs.Like != 5 {
 			t.Fatalf("reader %+v, want the resident one (%v)", rs, err)
@@ -93,12 +91,12 @@ func TestResidentKeepsOnlyWhatCommitted(t *testing.T) {
 	}
 
 	// An unlike in a transaction thrown away changes its own copy of the record.
-	txn = db.db.NewTransaction(true)
+	txn = db.NewTxn(true)
 	if changed, _, err := NewLikes(p, res).unlike(txn, liker, post, 2); err != nil || !changed {
 		t.Fatalf("unlike: changed %v, %v", changed, err)
 	}
 	txn.Discard()
-	txn = db.db.NewTransaction(true)
+	txn = db.NewTxn(true)
 	defer txn.Discard()
 	if changed, err := NewLikes(p, res).like(txn, liker, post, 1, 3); err != nil || changed {
 		t.Fatalf("like again: changed %v (the resident record lost the like), %v", changed, err)
@@ -117,7 +115,7 @@ func TestResidentBudget(t *testing.T) {
 		res := NewResident(max)
 		for round := range 20 {
 			rd, l := NewReaders(p, res), NewLikes(p, res)
-			err := db.db.Update(func(txn *badger.Txn) error {
+			err := db.Update(func(txn *Txn) error {
 				for u := range uint64(200) {
 					uid := uint64(round/2)*200 + u + 1 // each user in two rounds
 					rd.Put(uid, ReaderState{Like: uid})

@@ -94,8 +94,8 @@ func (r *ReaderState) Read(kind string) *uint64 {
 func readerKey(p int, uid uint64) key { return newKey(nsReadSeq, 11).u16(p).u64(uid) }
 
 // GetReader returns the reader state of uid, of partition p (zero if none).
-func GetReader(txn *badger.Txn, p int, uid uint64) (ReaderState, error) {
-	item, err := txn.Get(readerKey(p, uid))
+func GetReader(txn *Txn, p int, uid uint64) (ReaderState, error) {
+	item, err := txn.get(readerKey(p, uid))
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return ReaderState{}, nil
 	} else if err != nil {
@@ -110,7 +110,7 @@ func GetReader(txn *badger.Txn, p int, uid uint64) (ReaderState, error) {
 }
 
 // PutReader stores the reader state of uid, of partition p.
-func PutReader(txn *badger.Txn, p int, uid uint64, st ReaderState) error {
+func PutReader(txn *Txn, p int, uid uint64, st ReaderState) error {
 	return txn.Set(readerKey(p, uid), appendReader(make([]byte, 0, 32), &st))
 }
 
@@ -123,25 +123,25 @@ func notifiedPrefix(p int, uid uint64, kind string) key {
 
 // AddNotified records that a notification of kind for uid (of partition p), of place
 // seq, was counted.
-func AddNotified(txn *badger.Txn, p int, uid uint64, kind string, seq uint64) error {
+func AddNotified(txn *Txn, p int, uid uint64, kind string, seq uint64) error {
 	return txn.Set(notifiedPrefix(p, uid, kind).u64(seq), nil)
 }
 
 // DeleteNotified removes the record of uid's notification of kind placed at seq.
-func DeleteNotified(txn *badger.Txn, p int, uid uint64, kind string, seq uint64) error {
+func DeleteNotified(txn *Txn, p int, uid uint64, kind string, seq uint64) error {
 	return txn.Delete(notifiedPrefix(p, uid, kind).u64(seq))
 }
 
 // CountNotified counts uid's recorded notifications of kind placed after seq.
-func CountNotified(txn *badger.Txn, p int, uid uint64, kind string, after uint64) uint64 {
+func CountNotified(txn *Txn, p int, uid uint64, kind string, after uint64) uint64 {
 	return countAfter(txn, notifiedPrefix(p, uid, kind), after)
 }
 
 // DropNotified deletes up to limit of uid's recorded notifications of kind placed at or
 // before through: a read covers them, and nothing counts them again.
-func DropNotified(txn *badger.Txn, p int, uid uint64, kind string, through uint64, limit int) error {
+func DropNotified(txn *Txn, p int, uid uint64, kind string, through uint64, limit int) error {
 	prefix := notifiedPrefix(p, uid, kind)
-	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+	it := txn.iterator(badger.IteratorOptions{Prefix: prefix})
 	var drop []key
 	for it.Seek(prefix); it.ValidForPrefix(prefix) && len(drop) < limit; it.Next() {
 		k := it.Item().Key()
@@ -160,11 +160,11 @@ func DropNotified(txn *badger.Txn, p int, uid uint64, kind string, through uint6
 }
 
 // countAfter counts the keys prefix|seq (with anything after seq) with seq > after.
-func countAfter(txn *badger.Txn, prefix key, after uint64) uint64 {
+func countAfter(txn *Txn, prefix key, after uint64) uint64 {
 	if after == ^uint64(0) {
 		return 0
 	}
-	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+	it := txn.iterator(badger.IteratorOptions{Prefix: prefix})
 	defer it.Close()
 	var n uint64
 	for it.Seek(append(key{}, prefix...).u64(after + 1)); it.ValidForPrefix(prefix); it.Next() {
@@ -176,7 +176,7 @@ func countAfter(txn *badger.Txn, prefix key, after uint64) uint64 {
 // PutPost records, in the author's partition p, that author posted post at place seq,
 // and whether it was pushed to the followers' feed counters (otherwise every partition
 // records it with PutPulled, and followers pull it when they ask).
-func PutPost(txn *badger.Txn, p int, author, seq, post uint64, pushed bool) error {
+func PutPost(txn *Txn, p int, author, seq, post uint64, pushed bool) error {
 	v := []byte{0}
 	if pushed {
 		v[0] = 1
@@ -187,7 +187,7 @@ func PutPost(txn *badger.Txn, p int, author, seq, post uint64, pushed bool) erro
 // PutPulled records in partition p that author's post of place seq is pulled by the
 // readers who follow author: a copy in every partition, so that a reader's unread feed
 // is counted in the reader's own partition.
-func PutPulled(txn *badger.Txn, p int, author, seq uint64) error {
+func PutPulled(txn *Txn, p int, author, seq uint64) error {
 	if err := txn.Set(newKey(nsPulled, 11).u16(p).u64(author), nil); err != nil {
 		return err
 	}
@@ -198,12 +198,12 @@ func pulledPrefix(p int, author uint64) key { return newKey(nsPulledAt, 19).u16(
 
 // CountPulled counts author's pulled posts recorded in partition p placed after seq,
 // up to limit.
-func CountPulled(txn *badger.Txn, p int, author, after uint64, limit uint64) uint64 {
+func CountPulled(txn *Txn, p int, author, after uint64, limit uint64) uint64 {
 	if after == ^uint64(0) {
 		return 0
 	}
 	prefix := pulledPrefix(p, author)
-	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: false})
+	it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: false})
 	defer it.Close()
 	var n uint64
 	for it.Seek(append(key{}, prefix...).u64(after + 1)); it.ValidForPrefix(prefix) && n < limit; it.Next() {
@@ -214,12 +214,12 @@ func CountPulled(txn *badger.Txn, p int, author, after uint64, limit uint64) uin
 
 // CountPosts counts the posts of author (of partition p) placed after seq that were
 // pushed (pushed) or pulled (!pushed), up to limit.
-func CountPosts(txn *badger.Txn, p int, author, after uint64, pushed bool, limit uint64) (uint64, error) {
+func CountPosts(txn *Txn, p int, author, after uint64, pushed bool, limit uint64) (uint64, error) {
 	if after == ^uint64(0) {
 		return 0, nil
 	}
 	prefix := newKey(nsPosts, 11).u16(p).u64(author)
-	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: false})
+	it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: false})
 	defer it.Close()
 	var n uint64
 	want := byte(0)
@@ -246,30 +246,30 @@ func CountPosts(txn *badger.Txn, p int, author, after uint64, pushed bool, limit
 func arrivedPrefix(p int, author uint64) key { return newKey(nsArrived, 19).u16(p).u64(author) }
 
 // PutArrived records that partition p has applied author's pushed post of place seq.
-func PutArrived(txn *badger.Txn, p int, author, seq uint64) error {
+func PutArrived(txn *Txn, p int, author, seq uint64) error {
 	return txn.Set(arrivedPrefix(p, author).u64(seq), nil)
 }
 
 // CountArrived counts author's pushed posts that partition p has applied, placed after seq.
-func CountArrived(txn *badger.Txn, p int, author, after uint64) uint64 {
+func CountArrived(txn *Txn, p int, author, after uint64) uint64 {
 	return countAfter(txn, arrivedPrefix(p, author), after)
 }
 
 func followedPrefix(p int, author uint64) key { return newKey(nsFollowed, 19).u16(p).u64(author) }
 
 // PutFollowed records that uid, of partition p, follows author since place seq.
-func PutFollowed(txn *badger.Txn, p int, author, uid, seq uint64) error {
+func PutFollowed(txn *Txn, p int, author, uid, seq uint64) error {
 	return txn.Set(followedPrefix(p, author).u64(uid), binary.BigEndian.AppendUint64(nil, seq))
 }
 
 // DeleteFollowed removes uid's follow of author from partition p's index.
-func DeleteFollowed(txn *badger.Txn, p int, author, uid uint64) error {
+func DeleteFollowed(txn *Txn, p int, author, uid uint64) error {
 	return txn.Delete(followedPrefix(p, author).u64(uid))
 }
 
 // GetFollowed returns the place of uid's follow of author (uid in partition p).
-func GetFollowed(txn *badger.Txn, p int, author, uid uint64) (seq uint64, ok bool, err error) {
-	item, err := txn.Get(followedPrefix(p, author).u64(uid))
+func GetFollowed(txn *Txn, p int, author, uid uint64) (seq uint64, ok bool, err error) {
+	item, err := txn.get(followedPrefix(p, author).u64(uid))
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return 0, false, nil
 	} else if err != nil {
@@ -287,9 +287,9 @@ func GetFollowed(txn *badger.Txn, p int, author, uid uint64) (seq uint64, ok boo
 
 // Followed calls fn for each user of partition p who follows author, with the place of
 // the follow, until fn returns false.
-func Followed(txn *badger.Txn, p int, author uint64, fn func(uid, seq uint64) bool) error {
+func Followed(txn *Txn, p int, author uint64, fn func(uid, seq uint64) bool) error {
 	prefix := followedPrefix(p, author)
-	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchSize: 256})
+	it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchSize: 256})
 	defer it.Close()
 	for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
 		var seq uint64
@@ -319,8 +319,8 @@ func followsIndexedKey(p int) key { return newKey(nsFollowed, 3).u16(p) }
 // again, and it marks the index complete at the end.
 func IndexFollows(db *DB, p int, batch int) (int, error) {
 	done := false
-	if err := db.db.View(func(txn *badger.Txn) error {
-		_, err := txn.Get(followsIndexedKey(p))
+	if err := db.View(func(txn *Txn) error {
+		_, err := txn.get(followsIndexedKey(p))
 		done = err == nil
 		if errors.Is(err, badger.ErrKeyNotFound) {
 			err = nil
@@ -336,7 +336,7 @@ func IndexFollows(db *DB, p int, batch int) (int, error) {
 		if len(pending) == 0 {
 			return nil
 		}
-		err := db.db.Update(func(txn *badger.Txn) error {
+		err := db.Update(func(txn *Txn) error {
 			for _, f := range pending {
 				if _, ok, err := GetFollowed(txn, p, f[1], f[0]); err != nil || ok {
 					if err != nil {
@@ -362,8 +362,8 @@ func IndexFollows(db *DB, p int, batch int) (int, error) {
 		pending = pending[:0]
 		return err
 	}
-	err := db.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
+	err := db.View(func(txn *Txn) error {
+		it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
 		defer it.Close()
 		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
 			k := it.Item().Key()
@@ -392,7 +392,7 @@ func IndexFollows(db *DB, p int, batch int) (int, error) {
 	if err != nil {
 		return total, err
 	}
-	return total, db.db.Update(func(txn *badger.Txn) error { return txn.Set(followsIndexedKey(p), nil) })
+	return total, db.Update(func(txn *Txn) error { return txn.Set(followsIndexedKey(p), nil) })
 }
 
 // AuthorState is what partition p keeps of an author for feed unread: how many of the
@@ -407,14 +407,14 @@ type AuthorState struct {
 func authorKey(p int, author uint64) key { return newKey(nsAuthor, 11).u16(p).u64(author) }
 
 // GetAuthor returns partition p's state of author (zero if none).
-func GetAuthor(txn *badger.Txn, p int, author uint64) (AuthorState, error) {
+func GetAuthor(txn *Txn, p int, author uint64) (AuthorState, error) {
 	var st AuthorState
 	_, err := getValue(txn, authorKey(p, author), &st, fmt.Sprintf("author %d in partition %d", author, p))
 	return st, err
 }
 
 // PutAuthor stores partition p's state of author.
-func PutAuthor(txn *badger.Txn, p int, author uint64, st AuthorState) error {
+func PutAuthor(txn *Txn, p int, author uint64, st AuthorState) error {
 	return putValue(txn, authorKey(p, author), &st)
 }
 
@@ -422,7 +422,7 @@ func feedReadPrefix(p int) key { return newKey(nsFeedRead, 19).u16(p) }
 
 // PutFeedRead indexes uid's last feed read, at place seq, in partition p; prev is the
 // place of the one before (0 if none), which it replaces.
-func PutFeedRead(txn *badger.Txn, p int, uid, prev, seq uint64) error {
+func PutFeedRead(txn *Txn, p int, uid, prev, seq uint64) error {
 	if prev != 0 {
 		if err := txn.Delete(feedReadPrefix(p).u64(prev).u64(uid)); err != nil {
 			return err
@@ -434,9 +434,9 @@ func PutFeedRead(txn *badger.Txn, p int, uid, prev, seq uint64) error {
 // FeedReadAfter calls fn for each user of partition p whose last feed read is placed
 // after seq: a pushed post placed at seq is not theirs to count. Few are: a reader's
 // read comes after a post only while the post is on its way to the partition.
-func FeedReadAfter(txn *badger.Txn, p int, after uint64, fn func(uid uint64)) {
+func FeedReadAfter(txn *Txn, p int, after uint64, fn func(uid uint64)) {
 	prefix := feedReadPrefix(p)
-	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: false})
+	it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: false})
 	defer it.Close()
 	for it.Seek(append(key{}, prefix...).u64(after + 1)); it.ValidForPrefix(prefix); it.Next() {
 		if k := it.Item().Key(); len(k) == len(prefix)+16 {
@@ -448,20 +448,20 @@ func FeedReadAfter(txn *badger.Txn, p int, after uint64, fn func(uid uint64)) {
 func noticePrefix(p int) key { return newKey(nsNotice, 11).u16(p) }
 
 // PutNotice records that partition p counted the system notice of place seq.
-func PutNotice(txn *badger.Txn, p int, seq uint64) error {
+func PutNotice(txn *Txn, p int, seq uint64) error {
 	return txn.Set(noticePrefix(p).u64(seq), nil)
 }
 
 // CountNotices counts the system notices partition p counted, placed after seq.
-func CountNotices(txn *badger.Txn, p int, after uint64) uint64 {
+func CountNotices(txn *Txn, p int, after uint64) uint64 {
 	return countAfter(txn, noticePrefix(p), after)
 }
 
 // storedCounts reads the checkpointed counters of one id (all zeros if none). It lags
 // the counter worker's RAM by at most one flush.
-func storedCounts(txn *badger.Txn, family string, p int, id uint64, dst []uint64) error {
+func storedCounts(txn *Txn, family string, p int, id uint64, dst []uint64) error {
 	clear(dst)
-	item, err := txn.Get(counterPrefix(family, p).u64(id))
+	item, err := txn.get(counterPrefix(family, p).u64(id))
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return nil
 	} else if err != nil {
@@ -483,9 +483,9 @@ type Pulled struct {
 // LoadPulled reads partition p's set from the database.
 func LoadPulled(db *DB, p int) (*Pulled, error) {
 	pl := &Pulled{m: map[uint64]struct{}{}}
-	err := db.db.View(func(txn *badger.Txn) error {
+	err := db.View(func(txn *Txn) error {
 		prefix := newKey(nsPulled, 3).u16(p)
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		it := txn.iterator(badger.IteratorOptions{Prefix: prefix})
 		defer it.Close()
 		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
 			if k := it.Item().Key(); len(k) == len(prefix)+8 {
