@@ -4,6 +4,7 @@ import (
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/store/cold"
 	"github.com/tally-dev/tally/store/rel"
+	"github.com/tally-dev/tally/store/unread"
 )
 
 // apply makes the relation change of one event in txn and adds the deltas it causes.
@@ -51,7 +52,7 @@ func (s *Stage) apply(txn *cold.Txn, e *pipeline.Event, w *work) error {
 	case pipeline.TypeRead:
 		return s.read(txn, e, w)
 	case pipeline.TypeSystem:
-		return cold.PutNotice(txn, p, e.Seq)
+		return unread.PutNotice(txn, p, e.Seq)
 	case pipeline.TypeNotify: // from another partition, for one of this one's users
 		if e.N < 0 { // taken back: its relation was undone or moved
 			return s.notify(txn, w, e.Field, e.Target, 0, e.Seq)

@@ -3,7 +3,6 @@ package event
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -125,9 +124,9 @@ func sameKeys(h *logHarness, a, b *cold.DB) (bool, string) {
 	read := func(db *cold.DB) map[string][]byte {
 		out := map[string][]byte{}
 		err := db.View(func(txn *cold.Txn) error {
-			return txn.Each(nil, func(k, v []byte) error {
+			return txn.Scan(nil, nil, true, func(k, v []byte) (bool, error) {
 				out[string(k)] = bytes.Clone(v)
-				return nil
+				return true, nil
 			})
 		})
 		if err != nil {
@@ -151,9 +150,6 @@ func sameKeys(h *logHarness, a, b *cold.DB) (bool, string) {
 	return true, ""
 }
 
-// errFound stops a scan at the first key.
-var errFound = errors.New("found")
-
 // stageKey is partition 0's state key, found as the only key LoadStage reads that
 // PutStage writes.
 func (h *logHarness) stageKey() []byte {
@@ -167,12 +163,12 @@ func (h *logHarness) stageKey() []byte {
 	}
 	var k []byte
 	err = db.View(func(txn *cold.Txn) error {
-		return txn.Each(nil, func(key, _ []byte) error {
+		return txn.Scan(nil, nil, false, func(key, _ []byte) (bool, error) {
 			k = bytes.Clone(key)
-			return errFound
+			return false, nil
 		})
 	})
-	if err != nil && !errors.Is(err, errFound) {
+	if err != nil {
 		h.t.Fatal(err)
 	}
 	return k

@@ -16,6 +16,7 @@ import (
 	"github.com/tally-dev/tally/stages/flow"
 	"github.com/tally-dev/tally/stages/hop"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/unread"
 )
 
 // Config configures one event-stage partition.
@@ -93,8 +94,8 @@ type Stage struct {
 	fields *fields
 	keys   []pipeline.ID // an id routing to each partition, for hops
 	out    *hop.Outbox
-	pulled *cold.Pulled   // authors whose posts this partition's readers pull
-	res    *cold.Resident // what events read of the state, in RAM (see cold.Resident)
+	pulled *unread.Pulled                     // authors whose posts this partition's readers pull
+	res    *cold.Resident[unread.ReaderState] // what events read of the state, in RAM (see cold.Resident)
 
 	pos       atomic.Uint64 // last stream sequence committed
 	busy      atomic.Bool   // from taking messages until their outbox is acknowledged
@@ -124,7 +125,7 @@ func New(cfg Config, js jetstream.JetStream, db *cold.DB, log *slog.Logger, stat
 	if cfg.MaxPayload <= 0 {
 		cfg.MaxPayload = int(js.Conn().MaxPayload())
 	}
-	pulled, err := cold.LoadPulled(db, cfg.Partition)
+	pulled, err := unread.LoadPulled(db, cfg.Partition)
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +136,7 @@ func New(cfg Config, js jetstream.JetStream, db *cold.DB, log *slog.Logger, stat
 
 // Pulled is the set of authors whose posts this partition's readers pull, which the
 // queries read.
-func (s *Stage) Pulled() *cold.Pulled { return s.pulled }
+func (s *Stage) Pulled() *unread.Pulled { return s.pulled }
 
 // Lag is how far the partition is behind its stream: the sequences between its committed
 // position and the newest event on its subject, or at least 1 while an outbox is being
@@ -222,12 +223,12 @@ func (s *Stage) load() ([]cold.OutboxEntry, error) {
 		return nil, fmt.Errorf("event partition %d: %w", p, err)
 	}
 	// Follows made by code that kept no follow index are indexed once, before any event.
-	if n, err := cold.IndexFollows(s.db, p, 10_000); err != nil {
+	if n, err := unread.IndexFollows(s.db, p, 10_000); err != nil {
 		return nil, fmt.Errorf("event partition %d: cannot index follows: %w", p, err)
 	} else if n > 0 {
 		s.log.Info("indexed the follows made before follows had places", "follows", n)
 	}
-	s.st, s.res = st, cold.NewResident(s.cfg.ResidentBytes) // the state read afresh: what it knew may be gone
+	s.st, s.res = st, cold.NewResident[unread.ReaderState](s.cfg.ResidentBytes) // the state read afresh: what it knew may be gone
 	s.pos.Store(st.Pos)
 	return outbox, nil
 }
@@ -413,7 +414,7 @@ func likesBatch(st *cold.StageState) uint64 {
 // committed makes st the stage's state once its transaction has committed.
 func (s *Stage) committed(st cold.StageState, w *work) {
 	s.st, s.published = st, s.published[w.deleted:]
-	s.res.Keep(w.readers, w.likes)
+	s.res.Keep(w.readers.Seen(), w.likes)
 	s.stats.Txns.Add(1)
 	s.stats.LikeKeys.Add(int64(w.likes.Writes()))
 	s.stats.HopDups.Add(w.dups)

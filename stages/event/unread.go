@@ -3,6 +3,7 @@ package event
 import (
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/unread"
 )
 
 // Unread by the events stream's order. Every rule compares places in the stream
@@ -57,14 +58,14 @@ func (s *Stage) notify(txn *cold.Txn, w *work, kind string, owner pipeline.ID, s
 	read, changed := *rs.Read(kind), false
 	if moved > read { // counted and recorded, not covered by a read yet
 		w.c.add(s.fields.unread[kind], owner, pipeline.OpAdd, -1)
-		if err := cold.TakeNote(txn, p, uint64(owner), &rs, kind, moved); err != nil {
+		if err := unread.TakeNote(txn, p, uint64(owner), &rs, kind, moved); err != nil {
 			return err
 		}
 		changed = true
 	}
 	if seq > read { // else none, or a read placed after it came first
 		w.c.add(s.fields.unread[kind], owner, pipeline.OpAdd, 1)
-		if err := cold.AddNote(txn, p, uint64(owner), &rs, kind, seq); err != nil {
+		if err := unread.AddNote(txn, p, uint64(owner), &rs, kind, seq); err != nil {
 			return err
 		}
 		changed = true
@@ -89,7 +90,7 @@ func (s *Stage) post(txn *cold.Txn, e *pipeline.Event, w *work) error {
 		return n <= limit
 	})
 	pushed := n <= limit
-	if err := cold.PutPost(txn, p, uint64(e.UID), e.Seq, uint64(e.Post), pushed); err != nil {
+	if err := unread.PutPost(txn, p, uint64(e.UID), e.Seq, uint64(e.Post), pushed); err != nil {
 		return err
 	}
 	push := pipeline.Event{Type: pipeline.TypePush, UID: e.UID, Post: e.Post, Seq: e.Seq}
@@ -128,18 +129,18 @@ func (s *Stage) arrive(txn *cold.Txn, w *work, e *pipeline.Event) error {
 	if e.Field == pipeline.PushPulled {
 		// Before the commit is harmless: a reader finding no pulled post counts zero.
 		s.pulled.Add(author)
-		return cold.PutPulled(txn, p, author, e.Seq)
+		return unread.PutPulled(txn, p, author, e.Seq)
 	}
-	if err := cold.PutArrived(txn, p, author, e.Seq); err != nil {
+	if err := unread.PutArrived(txn, p, author, e.Seq); err != nil {
 		return err
 	}
-	a, err := cold.GetAuthor(txn, p, author)
+	a, err := unread.GetAuthor(txn, p, author)
 	if err != nil {
 		return err
 	}
 	if e.Seq > a.Arrived {
 		a.Arrived = e.Seq
-		if err := cold.PutAuthor(txn, p, author, a); err != nil {
+		if err := unread.PutAuthor(txn, p, author, a); err != nil {
 			return err
 		}
 	}
@@ -149,14 +150,14 @@ func (s *Stage) arrive(txn *cold.Txn, w *work, e *pipeline.Event) error {
 	// The readers who read their feed after the post: an index by place, not a lookup
 	// per follower.
 	var read map[uint64]bool
-	cold.FeedReadAfter(txn, p, e.Seq, func(uid uint64) {
+	unread.FeedReadAfter(txn, p, e.Seq, func(uid uint64) {
 		if read == nil {
 			read = map[uint64]bool{}
 		}
 		read[uid] = true
 	})
 	var n int64
-	err = cold.Followed(txn, p, author, func(uid, followed uint64) bool {
+	err = unread.Followed(txn, p, author, func(uid, followed uint64) bool {
 		if followed < e.Seq && !read[uid] {
 			w.c.add(s.fields.unFeed, pipeline.ID(uid), pipeline.OpAdd, 1)
 			n++
@@ -173,15 +174,15 @@ func (s *Stage) arrive(txn *cold.Txn, w *work, e *pipeline.Event) error {
 // reader on arrival.
 func (s *Stage) follow(txn *cold.Txn, uid, author, place uint64, w *work) error {
 	p := s.cfg.Partition
-	if err := cold.PutFollowed(txn, p, author, uid, place); err != nil {
+	if err := unread.PutFollowed(txn, p, author, uid, place); err != nil {
 		return err
 	}
-	a, err := cold.GetAuthor(txn, p, author)
+	a, err := unread.GetAuthor(txn, p, author)
 	if err != nil {
 		return err
 	}
 	a.Followers++
-	if err := cold.PutAuthor(txn, p, author, a); err != nil {
+	if err := unread.PutAuthor(txn, p, author, a); err != nil {
 		return err
 	}
 	if a.Arrived <= place {
@@ -191,7 +192,7 @@ func (s *Stage) follow(txn *cold.Txn, uid, author, place uint64, w *work) error 
 	if err != nil {
 		return err
 	}
-	if n := cold.CountArrived(txn, p, author, max(place, rs.Feed)); n > 0 {
+	if n := unread.CountArrived(txn, p, author, max(place, rs.Feed)); n > 0 {
 		w.c.add(s.fields.unFeed, pipeline.ID(uid), pipeline.OpAdd, int64(n))
 	}
 	return nil
@@ -204,20 +205,20 @@ func (s *Stage) follow(txn *cold.Txn, uid, author, place uint64, w *work) error 
 // followed at the new.
 func (s *Stage) unfollow(txn *cold.Txn, uid, author uint64, w *work) error {
 	p := s.cfg.Partition
-	followed, ok, err := cold.GetFollowed(txn, p, author, uid)
+	followed, ok, err := unread.GetFollowed(txn, p, author, uid)
 	if err != nil {
 		return err
 	}
-	if err := cold.DeleteFollowed(txn, p, author, uid); err != nil {
+	if err := unread.DeleteFollowed(txn, p, author, uid); err != nil {
 		return err
 	}
-	a, err := cold.GetAuthor(txn, p, author)
+	a, err := unread.GetAuthor(txn, p, author)
 	if err != nil {
 		return err
 	}
 	if ok && a.Followers > 0 {
 		a.Followers--
-		if err := cold.PutAuthor(txn, p, author, a); err != nil {
+		if err := unread.PutAuthor(txn, p, author, a); err != nil {
 			return err
 		}
 	}
@@ -228,7 +229,7 @@ func (s *Stage) unfollow(txn *cold.Txn, uid, author uint64, w *work) error {
 	if err != nil {
 		return err
 	}
-	if n := cold.CountArrived(txn, p, author, max(followed, rs.Feed)); n > 0 {
+	if n := unread.CountArrived(txn, p, author, max(followed, rs.Feed)); n > 0 {
 		w.c.add(s.fields.unFeed, pipeline.ID(uid), pipeline.OpAdd, -int64(n))
 	}
 	return nil
@@ -264,16 +265,16 @@ func (s *Stage) read(txn *cold.Txn, e *pipeline.Event, w *work) error {
 				n, err = s.feedAfter(txn, uid, e.Seq)
 			}
 			if err == nil {
-				err = cold.PutFeedRead(txn, s.cfg.Partition, uid, prev, e.Seq)
+				err = unread.PutFeedRead(txn, s.cfg.Partition, uid, prev, e.Seq)
 			}
 		default:
 			// Records exist only up to the last one noted.
 			noted := *rs.Note(k)
 			if w.hop && noted > e.Seq {
-				n = cold.CountNotes(txn, s.cfg.Partition, uid, &rs, k, e.Seq)
+				n = unread.CountNotes(txn, s.cfg.Partition, uid, &rs, k, e.Seq)
 			}
 			if noted > prev {
-				err = cold.DropNotes(txn, s.cfg.Partition, uid, &rs, k, prev, e.Seq, maxDrops)
+				err = unread.DropNotes(txn, s.cfg.Partition, uid, &rs, k, prev, e.Seq, maxDrops)
 			}
 		}
 		if err != nil {
@@ -296,15 +297,15 @@ func (s *Stage) feedAfter(txn *cold.Txn, uid, seq uint64) (uint64, error) {
 	var err error
 	cold.Objects(txn, p, cold.Follow, uid, func(author uint64, _ int64) bool {
 		var followed uint64
-		var a cold.AuthorState
-		if followed, _, err = cold.GetFollowed(txn, p, author, uid); err != nil {
+		var a unread.AuthorState
+		if followed, _, err = unread.GetFollowed(txn, p, author, uid); err != nil {
 			return false
 		}
-		if a, err = cold.GetAuthor(txn, p, author); err != nil {
+		if a, err = unread.GetAuthor(txn, p, author); err != nil {
 			return false
 		}
 		if a.Arrived > max(followed, seq) {
-			n += cold.CountArrived(txn, p, author, max(followed, seq))
+			n += unread.CountArrived(txn, p, author, max(followed, seq))
 		}
 		return true
 	})

@@ -12,6 +12,7 @@ import (
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/stages/hop"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/unread"
 )
 
 // maxDeltas is the most deltas in one delta batch: a transaction's deltas for one
@@ -35,8 +36,8 @@ type work struct {
 	in       hop.In                   // a copy of the state's hop marks; payloads in the txn
 	fwd      map[int][]pipeline.Event // events for other partitions
 	fwdOrder []int
-	likes    *cold.Likes   // the transaction's likes, written at its end
-	readers  *cold.Readers // the reader states it read and wrote
+	likes    *cold.Likes     // the transaction's likes, written at its end
+	readers  *unread.Readers // the reader states it read and wrote
 	dlq      []cold.OutboxEntry
 	deadSeqs []uint64 // messages to dead-letter whole
 	dead     []uint64 // those dead-lettered so far
@@ -63,7 +64,7 @@ func (s *Stage) newWork(txn *cold.Txn, c *coalescer, dead []uint64) *work {
 	likes := cold.NewLikes(s.cfg.Partition, s.res)
 	likes.ReadChunksFrom(s.db)
 	return &work{s: s, c: c, in: in, fwd: map[int][]pipeline.Event{}, deadSeqs: dead,
-		likes: likes, readers: cold.NewReaders(s.cfg.Partition, s.res)}
+		likes: likes, readers: unread.NewReaders(s.cfg.Partition, s.res)}
 }
 
 // close ends what the transaction's work opened besides the transaction.

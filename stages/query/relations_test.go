@@ -16,6 +16,7 @@ import (
 	"github.com/tally-dev/tally/stages/flow"
 	"github.com/tally-dev/tally/stages/query"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/unread"
 )
 
 // world is a small social graph written into the partitions' databases as the event
@@ -100,7 +101,7 @@ func newWorld(t *testing.T, n int, dbs []*cold.DB, owner func(p int) int) *world
 		// Unread: system read up to place 10 (notices at 5, 15, 25: two unread); the
 		// celebrity's pulled posts at 100, 200, 300 count after the feed read and the
 		// follow (at 50 or 150).
-		rs := cold.ReaderState{System: 10}
+		rs := unread.ReaderState{System: 10}
 		if u%8 == 0 {
 			rs.Feed = 250
 		}
@@ -110,11 +111,11 @@ func newWorld(t *testing.T, n int, dbs []*cold.DB, owner func(p int) int) *world
 		}
 		update(pu, func(txn *cold.Txn) error {
 			if u%2 == 0 {
-				if err := cold.PutFollowed(txn, pu, celebrity, u, followSeq); err != nil {
+				if err := unread.PutFollowed(txn, pu, celebrity, u, followSeq); err != nil {
 					return err
 				}
 			}
-			return cold.PutReader(txn, pu, u, rs)
+			return unread.PutReader(txn, pu, u, rs)
 		})
 		un := pipeline.Unread{System: 2}
 		if u%2 == 0 {
@@ -129,12 +130,12 @@ func newWorld(t *testing.T, n int, dbs []*cold.DB, owner func(p int) int) *world
 	for p := range n {
 		update(p, func(txn *cold.Txn) error {
 			for _, seq := range []uint64{5, 15, 25} {
-				if err := cold.PutNotice(txn, p, seq); err != nil {
+				if err := unread.PutNotice(txn, p, seq); err != nil {
 					return err
 				}
 			}
 			for _, seq := range []uint64{100, 200, 300} {
-				if err := cold.PutPulled(txn, p, celebrity, seq); err != nil {
+				if err := unread.PutPulled(txn, p, celebrity, seq); err != nil {
 					return err
 				}
 			}
@@ -347,7 +348,7 @@ func TestRelationsAcrossServers(t *testing.T) {
 		for u := uint64(1); u <= users; u++ {
 			uids = append(uids, pipeline.ID(u))
 		}
-		u := unread(t, nc, uids)
+		u := askUnread(t, nc, uids)
 		if u.Error != "" || len(u.Users) != users {
 			t.Fatalf("unread: %+v", u)
 		}

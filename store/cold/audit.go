@@ -20,7 +20,7 @@ func StageOutbox(db *DB, p int) (last, oldest uint64, err error) {
 			return err
 		}
 		last = st.Outbox
-		prefix := newKey(nsOutbox, 3).u16(p)
+		prefix := newKey(nsOutbox, 3).U16(p)
 		it := txn.iterator(badger.IteratorOptions{Prefix: prefix})
 		defer it.Close()
 		if it.Seek(prefix); it.ValidForPrefix(prefix) {

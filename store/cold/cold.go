@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/tally-dev/tally/store/internal/keys"
 )
 
 // Key namespaces, the first byte of every key.
@@ -179,8 +181,8 @@ type Part struct {
 // keys starts with its namespace and p.
 func EventPart(p int) Part {
 	var ps []key
-	for _, ns := range append([]byte{nsRelation, nsBySubject, nsByObject, nsLikes, nsLikers, nsStage, nsOutbox}, unreadNamespaces...) {
-		ps = append(ps, newKey(ns, 3).u16(p))
+	for _, ns := range append([]byte{nsRelation, nsBySubject, nsByObject, nsLikes, nsLikers, nsStage, nsOutbox}, keys.Unread()...) {
+		ps = append(ps, newKey(ns, 3).U16(p))
 	}
 	return Part{prefixes: ps, marks: []key{stageKey(p)}, events: []int{p}}
 }

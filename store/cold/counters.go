@@ -73,19 +73,19 @@ type Changes struct {
 }
 
 func counterPrefix(family string, p int) key {
-	return newKey(nsCounter, 4+len(family)).str(family).u16(p)
+	return newKey(nsCounter, 4+len(family)).Str(family).U16(p)
 }
-func metaKey(family string, p int) key { return newKey(nsMeta, 4+len(family)).str(family).u16(p) }
+func metaKey(family string, p int) key { return newKey(nsMeta, 4+len(family)).Str(family).U16(p) }
 func journalPrefix(family string, p int) key {
-	return newKey(nsJournal, 12+len(family)).str(family).u16(p)
+	return newKey(nsJournal, 12+len(family)).Str(family).U16(p)
 }
 
 // changePrefix holds the outbox of (family, p)'s change events. It lies under the
 // partition's meta key, so that CounterPart — a backup, a restore, a clear — carries the
 // outbox with the checkpoint that wrote it.
-func changePrefix(family string, p int) key { return metaKey(family, p).u8(nsOutbox) }
+func changePrefix(family string, p int) key { return metaKey(family, p).U8(nsOutbox) }
 func changeKey(family string, p int, seq uint64) key {
-	return changePrefix(family, p).u64(seq)
+	return changePrefix(family, p).U64(seq)
 }
 
 // SaveCounters writes entries and the checkpoint of (family, p) in one transaction, so
@@ -118,13 +118,13 @@ func SaveCheckpoint(db *DB, family string, p int, entries []Entry, cp *Checkpoin
 		if next.JournalFrom == 0 {
 			next.JournalFrom = next.Seq
 		}
-		if err := txn.Set(journalPrefix(family, p).u64(next.Seq), packEntries(entries)); err != nil {
+		if err := txn.Set(journalPrefix(family, p).U64(next.Seq), packEntries(entries)); err != nil {
 			return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
 		}
 	}
 	if next.JournalFrom != 0 {
 		for ; next.JournalFrom <= j.DropThrough && next.JournalFrom <= next.Seq; next.JournalFrom++ {
-			if err := txn.Delete(journalPrefix(family, p).u64(next.JournalFrom)); err != nil {
+			if err := txn.Delete(journalPrefix(family, p).U64(next.JournalFrom)); err != nil {
 				return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
 			}
 		}
@@ -205,7 +205,7 @@ func LoadJournal(db *DB, family string, p, fields int, after uint64, fn func(id 
 		prefix := journalPrefix(family, p)
 		it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 16})
 		defer it.Close()
-		for it.Seek(prefix.u64(after + 1)); it.ValidForPrefix(prefix); it.Next() {
+		for it.Seek(prefix.U64(after + 1)); it.ValidForPrefix(prefix); it.Next() {
 			k := it.Item().Key()
 			if len(k) != len(prefix)+8 {
 				return fmt.Errorf("%w: journal key of %d bytes", ErrCorrupt, len(k))
@@ -355,4 +355,17 @@ func deleteChanges(txn *Txn, family string, p int, seqs []uint64) error {
 		}
 	}
 	return nil
+}
+
+// storedCounts reads the checkpointed counters of one id (all zeros if none). It lags
+// the counter worker's RAM by at most one flush.
+func storedCounts(txn *Txn, family string, p int, id uint64, dst []uint64) error {
+	clear(dst)
+	item, err := txn.get(counterPrefix(family, p).U64(id))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	return item.Value(func(v []byte) error { return unpackCounts(v, dst) })
 }

@@ -22,9 +22,9 @@ type HeldRef struct {
 	Seq uint64
 }
 
-func heldPrefix(family string, p int) key { return metaKey(family, p).u8(nsHeld) }
+func heldPrefix(family string, p int) key { return metaKey(family, p).U8(nsHeld) }
 func heldKey(family string, p int, r HeldRef) key {
-	return heldPrefix(family, p).u32(r.Src).u64(r.Seq)
+	return heldPrefix(family, p).U32(r.Src).U64(r.Seq)
 }
 
 // PutHeld stores the payload of held batch r of (family, p) at once. Writing it again is

@@ -33,7 +33,7 @@ const (
 )
 
 // layoutKey holds the layout a database is in (none before Migrate first recorded it).
-func layoutKey() key { return newKey(nsLayout, 7).bytes([]byte("layout")) }
+func layoutKey() key { return newKey(nsLayout, 7).Bytes([]byte("layout")) }
 
 // layout is the layout the database records, 0 when it records none.
 func (d *DB) layout() (int, error) {

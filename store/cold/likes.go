@@ -67,15 +67,15 @@ type likes struct {
 	dirty bool   // changed by the batch: written at Flush
 }
 
-func likesKey(p int, u uint64) key { return newKey(nsLikes, relOff+8).u16(p).u8(recordKind).u64(u) }
+func likesKey(p int, u uint64) key { return newKey(nsLikes, relOff+8).U16(p).U8(recordKind).U64(u) }
 
 // likersKey is a chunk's key; second is the like time's second (time in milliseconds).
 func likersKey(p int, post uint64, second int64, batch uint64) key {
-	return likersSecond(p, post, second).u64(batch)
+	return likersSecond(p, post, second).U64(batch)
 }
 
 func likersSecond(p int, post uint64, second int64) key {
-	return relPrefix(nsLikers, p, Like).u64(post).u64(math.MaxUint64 - uint64(second))
+	return relPrefix(nsLikers, p, Like).U64(post).U64(math.MaxUint64 - uint64(second))
 }
 
 func secondOf(ts int64) int64 { return ts / 1000 }
@@ -176,7 +176,7 @@ type chunkAt struct {
 // keeps the like records it reads and the likers it adds until Flush writes them, once
 // each. A Likes is not safe for concurrent use.
 type Likes struct {
-	res     *Resident
+	res     records
 	p       int
 	users   map[uint64]*likes
 	added   map[chunkAt][]liker
@@ -222,9 +222,15 @@ func (l *Likes) touch(keys ...key) {
 	}
 }
 
-// NewLikes starts a batch of partition p, which reads like records through res (which
-// may be nil): Resident.Keep takes in what the batch read and wrote once it commits.
-func NewLikes(p int, res *Resident) *Likes {
+// records are the like records kept in RAM: a Resident's.
+type records interface {
+	record(u uint64) (*likes, bool)
+}
+
+// NewLikes starts a batch of partition p, which reads like records through res (a
+// *Resident, or nil): Resident.Keep takes in what the batch read and wrote once it
+// commits.
+func NewLikes(p int, res records) *Likes {
 	return &Likes{p: p, res: res, users: map[uint64]*likes{}, added: map[chunkAt][]liker{}}
 }
 
@@ -233,9 +239,11 @@ func (l *Likes) record(txn *Txn, u uint64) (*likes, error) {
 	if r, ok := l.users[u]; ok {
 		return r, nil
 	}
-	if r, ok := l.res.record(u); ok {
-		l.users[u] = r
-		return r, nil
+	if l.res != nil {
+		if r, ok := l.res.record(u); ok {
+			l.users[u] = r
+			return r, nil
+		}
 	}
 	r := &likes{}
 	item, err := txn.get(likesKey(l.p, u))
@@ -451,7 +459,7 @@ func relatedLikes(txn *Txn, p int, a uint64, bs []uint64, out []bool) error {
 
 // cursor is a list entry's place: ^time, other side, third part (0 for likes).
 func cursor(ts int64, other uint64) []byte {
-	return key{}.u64(math.MaxUint64 - uint64(ts)).u64(other).u64(0)
+	return key{}.U64(math.MaxUint64 - uint64(ts)).U64(other).U64(0)
 }
 
 // after reports whether an entry at time ts with other side id comes after cursor c (nil:
@@ -485,7 +493,7 @@ func likedPage(txn *Txn, p int, u uint64, limit int, from []byte) (items []Item,
 // likersPage is List for a post's likers kept in partition p: its chunks a second at a
 // time, newest first, each second's merged.
 func likersPage(txn *Txn, p int, post uint64, limit int, from []byte) (items []Item, next string, err error) {
-	prefix := relPrefix(nsLikers, p, Like).u64(post)
+	prefix := relPrefix(nsLikers, p, Like).U64(post)
 	start := prefix
 	if from != nil {
 		start = likersSecond(p, post, secondOf(int64(math.MaxUint64-u64at(from, 0))))
@@ -533,7 +541,7 @@ func likersPage(txn *Txn, p int, post uint64, limit int, from []byte) (items []I
 
 // countLikers counts post's likers kept in partition p, reading its chunks.
 func countLikers(txn *Txn, p int, post uint64) (uint64, error) {
-	prefix := relPrefix(nsLikers, p, Like).u64(post)
+	prefix := relPrefix(nsLikers, p, Like).U64(post)
 	it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
 	defer it.Close()
 	var n uint64

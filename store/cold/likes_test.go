@@ -186,7 +186,7 @@ func TestLikesMatchModel(t *testing.T) {
 		r := rand.New(rand.NewPCG(seed, 1))
 		db, m := openDB(t), newLikeModel()
 		// as the event stage keeps it, small enough to forget users on the way
-		res := NewResident(8 << 10)
+		res := NewResident[testReader](8 << 10)
 		batch, place := uint64(0), uint64(0)
 		for round := range 12 {
 			for range 1 + r.IntN(12) {
@@ -245,7 +245,7 @@ func TestLikesMatchModel(t *testing.T) {
 					t.Fatal(err)
 				}
 				if one { // Relate and Unrelate wrote past the resident records
-					res = NewResident(8 << 10)
+					res = NewResident[testReader](8 << 10)
 				} else {
 					res.Keep(nil, l)
 				}
@@ -471,7 +471,7 @@ func writeLegacyRecords(t *testing.T, db *DB, p int, m *likeModel, r *rand.Rand,
 	t.Helper()
 	u64 := func(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
 	err := db.Update(func(txn *Txn) error {
-		if err := txn.Set(newKey(nsLayout, 8).bytes([]byte("likes")), nil); err != nil {
+		if err := txn.Set(newKey(nsLayout, 8).Bytes([]byte("likes")), nil); err != nil {
 			return err
 		}
 		for u := uint64(1); u <= users; u++ {
@@ -500,7 +500,7 @@ func writeLegacyRecords(t *testing.T, db *DB, p int, m *likeModel, r *rand.Rand,
 			if u == 1 {
 				rec = []byte{0xff}
 			}
-			if err := txn.Set(newKey(nsLikes, relOff+8).u16(p).u8(legacyRecordKind).u64(u), rec); err != nil {
+			if err := txn.Set(newKey(nsLikes, relOff+8).U16(p).U8(legacyRecordKind).U64(u), rec); err != nil {
 				return err
 			}
 		}
@@ -551,7 +551,7 @@ func TestMigrateLikeStates(t *testing.T) {
 func noLegacyRecords(t *testing.T, db *DB, p int) {
 	t.Helper()
 	err := db.View(func(txn *Txn) error {
-		prefix := newKey(nsLikes, 4).u16(p).u8(legacyRecordKind)
+		prefix := newKey(nsLikes, 4).U16(p).U8(legacyRecordKind)
 		it := txn.iterator(badger.IteratorOptions{Prefix: prefix})
 		defer it.Close()
 		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {

@@ -33,7 +33,7 @@ func BenchmarkLikes(b *testing.B) {
 					users = rand.NewZipf(rand.New(rand.NewPCG(3, 3)), 1.05, 1, uint64(w.users-1))
 				}
 				puts, made, bytes0 := badgerPuts(), 0, badgerBytes()
-				res := NewResident(64 << 20)
+				res := NewResident[testReader](64 << 20)
 				b.ResetTimer()
 				for i := 0; i < b.N; i += 1000 {
 					var l *Likes

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 
+	"github.com/tally-dev/tally/store/internal/keys"
 	"github.com/tally-dev/tally/store/rel"
 )
 
@@ -81,27 +82,27 @@ func moveKey(k, v []byte, partitions int, partOf func(uint64) int, set func(key,
 		if k[0] == nsByObjectV0 && Kind(k[1]) != Follow {
 			owner = u64at(k, 18) // a like's likers stay with the likers
 		}
-		return set(newKey(ns, len(k)+2).u16(partOf(owner)).u8(k[1]).bytes(k[2:]), v)
+		return set(newKey(ns, len(k)+2).U16(partOf(owner)).U8(k[1]).Bytes(k[2:]), v)
 	case nsReadSeqV0, nsNotifiedV0:
 		if len(rest) < 8 {
 			return bad
 		}
-		ns := map[byte]byte{nsReadSeqV0: nsReadSeq, nsNotifiedV0: nsNotified}[k[0]]
-		return set(newKey(ns, len(k)+2).u16(partOf(u64at(k, 1))).bytes(rest), v)
+		ns := map[byte]byte{nsReadSeqV0: keys.NSReader, nsNotifiedV0: keys.NSNotified}[k[0]]
+		return set(newKey(ns, len(k)+2).U16(partOf(u64at(k, 1))).Bytes(rest), v)
 	case nsPostsV0:
 		if len(k) != 25 || len(v) != 1 {
 			return bad
 		}
 		author := u64at(k, 1)
-		if err := set(newKey(nsPosts, 27).u16(partOf(author)).bytes(rest), v); err != nil {
+		if err := set(newKey(keys.NSPosts, 27).U16(partOf(author)).Bytes(rest), v); err != nil {
 			return err
 		}
 		if v[0] == 0 { // pulled: every partition's readers count it
 			for q := range partitions {
-				if err := set(newKey(nsPulled, 11).u16(q).u64(author), nil); err != nil {
+				if err := set(newKey(keys.NSPulled, 11).U16(q).U64(author), nil); err != nil {
 					return err
 				}
-				if err := set(pulledPrefix(q, author).u64(u64at(k, 9)), nil); err != nil {
+				if err := set(newKey(keys.NSPulledAt, 19).U16(q).U64(author).U64(u64at(k, 9)), nil); err != nil {
 					return err
 				}
 			}
@@ -148,7 +149,7 @@ const nsLayout = 'Y'
 // the mark is set once all has moved, in the last transaction, so a crash halfway moves
 // the rest at the next call, and later calls read one key.
 func migrateOnce(db *DB, name string, move func(db *DB, w *groupWriter, from, to int) (int, error)) (int, error) {
-	done := newKey(nsLayout, 1+len(name)).bytes([]byte(name))
+	done := newKey(nsLayout, 1+len(name)).Bytes([]byte(name))
 	if err := db.View(func(txn *Txn) error { _, err := txn.get(done); return err }); err == nil {
 		return 0, nil
 	} else if !errors.Is(err, badger.ErrKeyNotFound) {
@@ -203,7 +204,7 @@ func moveLikes(db *DB, w *groupWriter, from, to int) (int, error) {
 			return fmt.Errorf("%w: like list key of %d bytes", ErrCorrupt, len(kb))
 		}
 		ts := int64(math.MaxUint64 - u64at(kb, idxTS))
-		here := append(key(nil), kb[:relOff+8]...).u64(uint64(secondOf(ts)))
+		here := append(key(nil), kb[:relOff+8]...).U64(uint64(secondOf(ts)))
 		if !bytes.Equal(here, at) || len(group) == maxGroupOps/2 {
 			if err := moveLikers(); err != nil {
 				return err
@@ -286,7 +287,7 @@ func eachLike(db *DB, ns byte, from, to int, fn func(k, v []byte) error) (int, e
 		prefix := []byte{ns}
 		it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: ns == nsRelation})
 		defer it.Close()
-		for it.Seek(newKey(ns, 3).u16(from)); it.ValidForPrefix(prefix); {
+		for it.Seek(newKey(ns, 3).U16(from)); it.ValidForPrefix(prefix); {
 			kb := it.Item().Key()
 			if len(kb) < relOff {
 				return fmt.Errorf("%w: key %x", ErrCorrupt, kb)
@@ -302,7 +303,7 @@ func eachLike(db *DB, ns byte, from, to int, fn func(k, v []byte) error) (int, e
 				if p == math.MaxUint16 {
 					return nil
 				}
-				it.Seek(newKey(ns, 3).u16(p + 1))
+				it.Seek(newKey(ns, 3).U16(p + 1))
 				continue
 			}
 			v, err := it.Item().ValueCopy(nil)
@@ -387,7 +388,7 @@ func moveLikeStates(db *DB, w *groupWriter, from, to int) (int, error) {
 		prefix := []byte{nsLikes}
 		it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
 		defer it.Close()
-		for it.Seek(newKey(nsLikes, 3).u16(from)); it.ValidForPrefix(prefix); it.Next() {
+		for it.Seek(newKey(nsLikes, 3).U16(from)); it.ValidForPrefix(prefix); it.Next() {
 			kb := it.Item().KeyCopy(nil)
 			if len(kb) < 3 {
 				return fmt.Errorf("%w: key %x", ErrCorrupt, kb)

@@ -42,19 +42,19 @@ type Rel struct{ A, B, C uint64 }
 // start: the offsets below are from the start of the key.
 const relOff = 4
 
-func relPrefix(ns byte, p int, k Kind) key { return newKey(ns, relOff+32).u16(p).u8(byte(k)) }
+func relPrefix(ns byte, p int, k Kind) key { return newKey(ns, relOff+32).U16(p).U8(byte(k)) }
 
 func relKey(p int, k Kind, r Rel) key {
-	return relPrefix(nsRelation, p, k).u64(r.A).u64(r.B).u64(r.C)
+	return relPrefix(nsRelation, p, k).U64(r.A).U64(r.B).U64(r.C)
 }
 
 // Index keys order by descending time: ^ts sorts the newest first.
 func subjectKey(p int, k Kind, r Rel, ts int64) key {
-	return relPrefix(nsBySubject, p, k).u64(r.A).u64(math.MaxUint64 - uint64(ts)).u64(r.B).u64(r.C)
+	return relPrefix(nsBySubject, p, k).U64(r.A).U64(math.MaxUint64 - uint64(ts)).U64(r.B).U64(r.C)
 }
 
 func objectKey(p int, k Kind, r Rel, ts int64) key {
-	return relPrefix(nsByObject, p, k).u64(r.B).u64(math.MaxUint64 - uint64(ts)).u64(r.A).u64(r.C)
+	return relPrefix(nsByObject, p, k).U64(r.B).U64(math.MaxUint64 - uint64(ts)).U64(r.A).U64(r.C)
 }
 
 // indexLen is the length of an index key; idxID, idxTS and idxOther the offsets of its
@@ -219,7 +219,7 @@ func Subjects(txn *Txn, p int, k Kind, b uint64, fn func(a uint64, ts int64) boo
 }
 
 func scan(txn *Txn, ns byte, p int, k Kind, id uint64, fn func(other uint64, ts int64) bool) {
-	prefix := relPrefix(ns, p, k).u64(id)
+	prefix := relPrefix(ns, p, k).U64(id)
 	it := txn.iterator(badger.IteratorOptions{Prefix: prefix})
 	defer it.Close()
 	for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
@@ -279,7 +279,7 @@ func List(db *DB, p int, k Kind, bySubject bool, id uint64, limit int, before st
 	if bySubject {
 		ns = nsBySubject
 	}
-	prefix := relPrefix(ns, p, k).u64(id)
+	prefix := relPrefix(ns, p, k).U64(id)
 	start := prefix
 	var from []byte
 	if before != "" {
@@ -351,8 +351,8 @@ func CountRelations(db *DB, parts []int, posts, users []uint64) (Recount, error)
 				rc.Likes[i] += n
 			}
 			for i, u := range users {
-				rc.Followers[i] += countPrefix(txn, relPrefix(nsByObject, p, Follow).u64(u))
-				rc.Following[i] += countPrefix(txn, relPrefix(nsBySubject, p, Follow).u64(u))
+				rc.Followers[i] += countPrefix(txn, relPrefix(nsByObject, p, Follow).U64(u))
+				rc.Following[i] += countPrefix(txn, relPrefix(nsBySubject, p, Follow).U64(u))
 			}
 			if len(posts) == 0 {
 				continue
@@ -448,7 +448,7 @@ func SampleRelated(db *DB, p int, k Kind, bySubject bool, n int, rand func() uin
 		lo := u64at(it.Item().Key(), idxID)
 		// next is the first id at or after from, wrapping around past the last.
 		next := func(from uint64) (uint64, error) {
-			it.Seek(append(key{}, prefix...).u64(from))
+			it.Seek(append(key{}, prefix...).U64(from))
 			if !it.ValidForPrefix(prefix) {
 				it.Seek(prefix)
 			}
@@ -487,4 +487,26 @@ func SampleRelated(db *DB, p int, k Kind, bySubject bool, n int, rand func() uin
 		return nil
 	})
 	return out, err
+}
+
+// Follows calls fn, in one read transaction, with every follow made and not undone by
+// a user of partition p: the user and whom they follow. fn may write in transactions of
+// its own; an error of it stops the scan.
+func Follows(db *DB, p int, fn func(uid, author uint64) error) error {
+	prefix := relPrefix(nsRelation, p, Follow)
+	return db.View(func(txn *Txn) error {
+		return txn.Scan(prefix, nil, true, func(k, v []byte) (bool, error) {
+			if len(k) != relLen {
+				return true, nil
+			}
+			st, err := rel.Unmarshal(v)
+			if err != nil {
+				return false, fmt.Errorf("%w: follow %x: %w", ErrCorrupt, k, err)
+			}
+			if !st.On {
+				return true, nil // undone: a tombstone
+			}
+			return true, fn(u64at(k, relOff), u64at(k, relOff+8))
+		})
+	})
 }

@@ -75,8 +75,8 @@ func DecodeLogRecord(data []byte) (*LogRecord, error) {
 	return &r, nil
 }
 
-func stageKey(p int) key              { return newKey(nsStage, 3).u16(p) }
-func outboxKey(p int, seq uint64) key { return newKey(nsOutbox, 11).u16(p).u64(seq) }
+func stageKey(p int) key              { return newKey(nsStage, 3).U16(p) }
+func outboxKey(p int, seq uint64) key { return newKey(nsOutbox, 11).U16(p).U64(seq) }
 
 // LoadStage returns partition p's state and its unpublished outbox, oldest first.
 func LoadStage(db *DB, p int) (StageState, []OutboxEntry, error) {
@@ -89,7 +89,7 @@ func LoadStage(db *DB, p int) (StageState, []OutboxEntry, error) {
 		if st.Seqs == nil {
 			st.Seqs = map[string]uint64{}
 		}
-		prefix := newKey(nsOutbox, 3).u16(p)
+		prefix := newKey(nsOutbox, 3).U16(p)
 		it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
 		defer it.Close()
 		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
@@ -134,7 +134,7 @@ func DeleteOutbox(txn *Txn, p int, seqs []uint64) error {
 // a restore, a clear — carries them with the state whose marks hold them. They are
 // written and deleted in the stage's own transactions, with the marks.
 func stageHeldKey(p int, src uint32, seq uint64) key {
-	return stageKey(p).u8(nsHeld).u32(src).u64(seq)
+	return stageKey(p).U8(nsHeld).U32(src).U64(seq)
 }
 
 // PutStageHeld stores the payload of hop batch seq of src that partition p holds.

@@ -51,14 +51,36 @@ func tooBig(err error) error {
 	return err
 }
 
-// Each calls fn with every key under prefix and its value, in key order, until fn
-// returns an error, which it returns. k and v are valid only until fn returns.
-func (t *Txn) Each(prefix []byte, fn func(k, v []byte) error) error {
-	it := t.b.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 100})
+// Get calls fn with the value of k, if k is there, and reports whether it was; the value
+// is valid only until fn returns. fn may be nil.
+func (t *Txn) Get(k []byte, fn func(v []byte) error) (bool, error) {
+	item, err := t.b.Get(k)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return false, nil
+	} else if err != nil || fn == nil {
+		return err == nil, err
+	}
+	return true, item.Value(fn)
+}
+
+// Scan calls fn with every key under prefix from from on (from the first when from is
+// nil), in key order, and with its value when values is set (nil otherwise), until fn
+// returns false or an error, which it returns. k and v are valid only until fn returns.
+func (t *Txn) Scan(prefix, from []byte, values bool, fn func(k, v []byte) (bool, error)) error {
+	it := t.b.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: values, PrefetchSize: 100})
 	defer it.Close()
-	for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
+	if from == nil {
+		from = prefix
+	}
+	for it.Seek(from); it.ValidForPrefix(prefix); it.Next() {
 		item := it.Item()
-		if err := item.Value(func(v []byte) error { return fn(item.Key(), v) }); err != nil {
+		more, err := true, error(nil)
+		if values {
+			err = item.Value(func(v []byte) error { more, err = fn(item.Key(), v); return err })
+		} else {
+			more, err = fn(item.Key(), nil)
+		}
+		if err != nil || !more {
 			return err
 		}
 	}
