@@ -122,7 +122,7 @@ func (s *Stage) replay(ctx context.Context, r *flow.Reader, c *coalescer) error 
 // logRecord applies log message m (a record) to the events it covers, read from r. The
 // first record read after loading a state may be the state's own, which it only takes
 // as its position (applied false). send sends the record's outbox too: a standby
-// (Follow) leaves that to the owner.
+// (Mirror) leaves that to the owner.
 func (s *Stage) logRecord(ctx context.Context, m jetstream.Msg, r *flow.Reader, c *coalescer, first, send bool) (applied bool, err error) {
 	md, err := m.Metadata()
 	if err != nil {

@@ -75,7 +75,7 @@ func (h *logHarness) logRecords() []int {
 // owner.
 func releaseBacklog(t *testing.T, h *logHarness, n uint64, per int, pad string, cut bool) *runningStage {
 	a := h.start("a.1", nil)
-	f := h.follow()
+	f := h.mirror()
 	for seq := uint64(2); seq <= n; seq++ {
 		h.hop(1, seq, heldLikes(seq, per, pad))
 	}

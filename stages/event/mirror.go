@@ -9,7 +9,7 @@ import (
 	"github.com/tally-dev/tally/stages/flow"
 )
 
-// Follow keeps the stage's state a warm copy of its partition's owner's, as a standby
+// Mirror keeps the stage's state a warm copy of its partition's owner's, as a standby
 // (Kafka Streams' standby tasks): each record the owner appends to the partition's log
 // is applied here, as it comes, to the events it covers, with the record's state and
 // outbox, deleting the outbox entries the owner deleted — but nothing is sent and
@@ -17,10 +17,10 @@ import (
 // last one applied here (Run), and re-sends the outbox the owner may not have sent:
 // every receiver recognises what it has had already.
 //
-// Follow returns nil when ctx ends, and an error wrapping ErrGap when the log or the
+// Mirror returns nil when ctx ends, and an error wrapping ErrGap when the log or the
 // events stream no longer reaches back to its state (purged past it): a standby that
 // fell behind the owner's backups starts again from the newest one.
-func (s *Stage) Follow(ctx context.Context) error {
+func (s *Stage) Mirror(ctx context.Context) error {
 	p := s.cfg.Partition
 	if _, err := s.load(); err != nil {
 		return err
