@@ -379,3 +379,16 @@ func (s *Stage) unpublishable(e cold.OutboxEntry, err error) []cold.OutboxEntry 
 	}
 	return out
 }
+
+// partitionKeys returns, for each partition, an id that routes to it.
+func partitionKeys(n int) []pipeline.ID {
+	keys := make([]pipeline.ID, n)
+	found := 0
+	for id := pipeline.ID(1); found < n; id++ {
+		if p := pipeline.PartitionOf(id, n); keys[p] == 0 {
+			keys[p] = id
+			found++
+		}
+	}
+	return keys
+}
