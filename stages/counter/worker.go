@@ -2,7 +2,6 @@ package counter
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -18,10 +17,6 @@ import (
 	"github.com/tally-dev/tally/store"
 	"github.com/tally-dev/tally/store/cold"
 )
-
-// ErrNotOwned answers a query to a partition whose lease this process may have lost: the
-// process that owns it now has the true counts.
-var ErrNotOwned = errors.New("the partition may be owned by another process")
 
 // Config configures one counter partition.
 type Config struct {

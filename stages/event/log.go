@@ -2,7 +2,6 @@ package event
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -13,15 +12,6 @@ import (
 	"github.com/tally-dev/tally/stages/flow"
 	"github.com/tally-dev/tally/store/cold"
 )
-
-// ErrFenced stops a stage whose log append found a record it did not write: another
-// process owns the partition now.
-var ErrFenced = errors.New("the partition's log was written by another owner")
-
-// ErrGap stops a replay or a standby whose state the log or the events stream no
-// longer reaches back to (purged or aged out past it): it must start from a newer
-// backup.
-var ErrGap = errors.New("the log does not reach back to the state")
 
 // appendLog stores the record of a transaction before it commits and returns its
 // sequence in the log stream. The append expects the stage's last record to be the

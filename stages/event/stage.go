@@ -271,11 +271,6 @@ func (s *Stage) process(ctx context.Context, msgs []jetstream.Msg, c *coalescer)
 	return nil
 }
 
-// errTooBig is a transaction that cannot take all of its messages: the store refused a
-// write (cold.ErrTxnTooBig, by Badger's count and size checks), or its log record would be
-// larger than NATS accepts.
-var errTooBig = errors.New("transaction too large")
-
 // commit applies the longest prefix of msgs that fits in one transaction, with as many
 // held hop batches as fit after them (up to maxRelease), and returns the prefix's length;
 // with no msgs it only releases. Nothing is estimated: a transaction that does not fit is
