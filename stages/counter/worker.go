@@ -46,7 +46,7 @@ type Config struct {
 	// counts are the true ones.
 	Valid func() bool
 	// Publisher is what change events are published through (the JetStream context when
-	// nil): the chaos test's hop.FaultyPublisher fails, delays and reorders them.
+	// nil): the chaos test's hoptest.FaultyPublisher fails, delays and reorders them.
 	Publisher hop.Publisher
 	// AfterCheckpoint, a test hook, is called after each checkpoint commits and before
 	// its change events are sent; an error stops the worker there, as a crash would.
