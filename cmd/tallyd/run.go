@@ -106,9 +106,6 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 	fs.DurationVar(&cfg.AuditEvery, "audit-every", cfg.AuditEvery, "recount the like, comment, follower and following counts of --audit-sample random posts and users from the relations this often (tally_audit_*); 0 never")
 	fs.IntVar(&cfg.AuditSample, "audit-sample", cfg.AuditSample, "posts and users one background audit samples")
 	fs.Var(&cfg.MaxLag, "max-lag", "ready (/readyz, tally.health) while every partition is within this lag: a duration, the age of its oldest unapplied message (30s), or a number of messages (10000)")
-	// Hidden (not in -h): for the chaos test only, which runs tallyd with failing,
-	// delayed and reordered internal publishes.
-	fs.StringVar(&cfg.PublishFaults, "test-publish-faults", "", "")
 	fs.Usage = func() { usage(fs, stderr) }
 	fs.DurationVar(&cfg.EventsMaxAge, "events-max-age", cfg.EventsMaxAge, "keep events this long (the events stream's max age); 0 keeps the stream's as it is (7 days when new, or what nats stream edit set)")
 	fs.Func("events-max-bytes", "bound the events stream's size, e.g. 50GiB (the oldest events are dropped above it, consumed or not), or -1 for no bound; 0 (the default) keeps the stream's (none when new, or what nats stream edit set)", func(v string) error {
