@@ -310,7 +310,7 @@ func benchFailover(b *testing.B, bin string, ids int) {
 	}
 	waitHealthy(b, c, 10*time.Minute)
 	checkViews(b, c, base, ids)
-	rejoin(b, ps[victim], owned, askGet)
+	rejoin(b, ps[victim], float64(benchPartitions/len(ps)), askGet)
 	checkViews(b, c, base, ids)
 }
 
