@@ -97,6 +97,27 @@ func startTallyd(tb testing.TB, bin, urls string, extra ...string) *tallydProc {
 	return p
 }
 
+// restart starts the process again, as it was started (its data directory, its
+// metrics address); its log goes on in logs.
+func (p *tallydProc) restart(tb testing.TB) {
+	tb.Helper()
+	p.cmd = exec.Command(p.cmd.Path, p.cmd.Args[1:]...)
+	p.cmd.Stderr = p.logs
+	p.done = make(chan struct{})
+	p.killed.Store(false)
+	if err := p.cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	cmd, done := p.cmd, p.done
+	go func() {
+		err := cmd.Wait()
+		if !p.killed.Load() {
+			fmt.Fprintf(os.Stderr, "tallyd %d exited by itself (%v); stderr (last 40 lines):\n%s\n", cmd.Process.Pid, err, tail(p.logs.String(), 40))
+		}
+		close(done)
+	}()
+}
+
 // kill SIGKILLs the process and waits until it is gone.
 func (p *tallydProc) kill() {
 	p.killed.Store(true)
