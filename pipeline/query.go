@@ -16,6 +16,9 @@ const MaxPage = 1_000
 // GetRequest asks tally.get.<family> for the counters of many ids.
 type GetRequest struct {
 	IDs []ID `json:"ids"`
+	// Window, when set, asks for the net change of each counter over the last 5
+	// minutes, hour or day ("5m", "1h", "1d") instead of its value (docs/contract.md).
+	Window string `json:"window,omitempty"`
 }
 
 // GetReply holds counts in the order the ids were asked; unknown ids are zeros.
@@ -24,9 +27,14 @@ type GetRequest struct {
 // the request timeout: owned by no process for a moment during a hand-over, or its owner
 // did not answer. Their Counts entries are nil (null in JSON), never zeros; every other
 // id is counted as usual. A reply in which no partition could answer is an Error instead.
+//
+// A windowed get (GetRequest.Window) answers in Changes instead of Counts, signed (more
+// unlikes than likes in the window is negative), and names the window it answers.
 type GetReply struct {
 	Fields      []string   `json:"fields,omitempty"`
 	Counts      [][]uint64 `json:"counts,omitempty"`
+	Window      string     `json:"window,omitempty"`
+	Changes     [][]int64  `json:"changes,omitempty"`
 	Unavailable []ID       `json:"unavailable,omitempty"`
 	Error       string     `json:"error,omitempty"`
 	Code        string     `json:"code,omitempty"`
