@@ -41,7 +41,7 @@ func (t *Table) SetFloor(floor uint32) { t.floor = max(t.floor, floor) }
 
 func (t *Table) slot(id uint64) (int, bool) {
 	mask := len(t.keys) - 1
-	i := int((id * 0x9E3779B97F4A7C15) >> (64 - bits.Len(uint(mask)))) & mask
+	i := int((id*0x9E3779B97F4A7C15)>>(64-bits.Len(uint(mask)))) & mask
 	for ; t.refs[i] != 0; i = (i + 1) & mask {
 		if t.keys[i] == id {
 			return i, true
@@ -154,7 +154,7 @@ func (t *Table) delete(i int) {
 	mask := len(t.keys) - 1
 	t.ids--
 	for j := (i + 1) & mask; t.refs[j] != 0; j = (j + 1) & mask {
-		home := int((t.keys[j] * 0x9E3779B97F4A7C15) >> (64 - bits.Len(uint(mask)))) & mask
+		home := int((t.keys[j]*0x9E3779B97F4A7C15)>>(64-bits.Len(uint(mask)))) & mask
 		// Move j to i when its home is not in (i, j] cyclically.
 		if (j > i && (home <= i || home > j)) || (j < i && home <= i && home > j) {
 			t.keys[i], t.refs[i] = t.keys[j], t.refs[j]
