@@ -49,9 +49,10 @@ type work struct {
 	released int
 	deadHops []cold.HeldRef
 
-	hop                     bool  // applying events of a hop batch: handed over from another partition
-	dups, forwarded, deltas int64 // counted once the transaction commits
-	deleted                 int   // acknowledged outbox entries the transaction deletes
+	hop                     bool   // applying events of a hop batch: handed over from another partition
+	now                     uint32 // the Unix minute the newest message applied was stored at (windows)
+	dups, forwarded, deltas int64  // counted once the transaction commits
+	deleted                 int    // acknowledged outbox entries the transaction deletes
 }
 
 func (s *Stage) newWork(txn *cold.Txn, c *coalescer, dead []uint64) *work {
@@ -63,7 +64,7 @@ func (s *Stage) newWork(txn *cold.Txn, c *coalescer, dead []uint64) *work {
 	in := hop.In{Marks: marks, Store: stageHeld{txn: txn, p: s.cfg.Partition}, Log: s.log, Stats: &hop.InStats{}}
 	likes := cold.NewLikes(s.cfg.Partition, s.res)
 	likes.ReadChunksFrom(s.db)
-	return &work{s: s, c: c, in: in, fwd: map[int][]pipeline.Event{}, deadSeqs: dead,
+	return &work{s: s, c: c, in: in, fwd: map[int][]pipeline.Event{}, deadSeqs: dead, now: s.now,
 		likes: likes, readers: unread.NewReaders(s.cfg.Partition, s.res)}
 }
 
@@ -132,11 +133,12 @@ func (s *Stage) next(pos uint64, w *work) (cold.StageState, []cold.OutboxEntry, 
 	}
 	for _, d := range w.c.order {
 		key := d.String()
-		deltas := w.c.byDest[d].deltas
-		for len(deltas) > 0 {
-			k := min(len(deltas), maxDeltas)
+		deltas, windows := w.c.byDest[d].deltas, w.c.byDest[d].windowDeltas()
+		for len(deltas) > 0 || len(windows) > 0 {
+			k, kw := min(len(deltas), maxDeltas), min(len(windows), maxDeltas)
 			st.Seqs[key]++
-			b := pipeline.DeltaBatch{Source: uint32(p), Seq: st.Seqs[key], Deltas: deltas[:k]}
+			b := pipeline.DeltaBatch{Source: uint32(p), Seq: st.Seqs[key], Deltas: deltas[:k], Windows: windows[:kw]}
+			windows = windows[kw:]
 			outbox = append(outbox, cold.OutboxEntry{
 				Subject: s.cfg.Subjects.Delta(d.family, d.partition),
 				MsgID:   pipeline.DeltaMsgID(p, key, b.Seq),
