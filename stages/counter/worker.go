@@ -141,13 +141,18 @@ type Worker struct {
 	snapDone  chan snapResult
 	journaled int  // entries journaled since the last snapshot
 	snapDue   bool // a snapshot is wanted at the next checkpoint
+
+	win windows // the windowed counts
 }
 
 type query struct {
-	ids  []uint64
-	out  [][]uint64 // out[i] has Fields() counters for ids[i]
-	err  error
-	done chan struct{}
+	ids []uint64
+	out [][]uint64 // out[i] has Fields() counters for ids[i]
+	// changes, for a windowed query, has Fields() changes for ids[i] since minute since.
+	changes [][]int64
+	since   uint32
+	err     error
+	done    chan struct{}
 }
 
 // New returns a worker; Run starts it.
@@ -207,7 +212,11 @@ func (w *Worker) Get(ctx context.Context, ids []uint64, out [][]uint64) error {
 	if w.cfg.Valid != nil && !w.cfg.Valid() {
 		return fmt.Errorf("%w: partition %s/%d", ErrNotOwned, w.cfg.Family.Name, w.cfg.Partition)
 	}
-	q := &query{ids: ids, out: out, done: make(chan struct{})}
+	return w.ask(ctx, &query{ids: ids, out: out, done: make(chan struct{})})
+}
+
+// ask hands q to the worker's goroutine and waits for its answer.
+func (w *Worker) ask(ctx context.Context, q *query) error {
 	select {
 	case w.queries <- q:
 	case <-ctx.Done():
@@ -296,6 +305,9 @@ func (w *Worker) load() error {
 	if err := w.loadChanges(); err != nil {
 		return err
 	}
+	if err := w.loadWindows(); err != nil {
+		return err
+	}
 	w.store = heldStore{db: w.db, family: w.cfg.Family.Name, p: w.cfg.Partition}
 	if err := w.dropOrphans(); err != nil {
 		return err
@@ -356,6 +368,10 @@ func (w *Worker) waitSnapshot() {
 }
 
 func (w *Worker) answer(q *query) {
+	if q.changes != nil {
+		w.answerWindow(q)
+		return
+	}
 	var cold []int
 	for i, id := range q.ids {
 		if !w.table.Get(id, q.out[i]) && w.isCold(id) {
@@ -402,7 +418,7 @@ func (w *Worker) apply(ctx context.Context, m jetstream.Msg, b *pipeline.DeltaBa
 // flush writes every changed id with the position and watermarks in one transaction,
 // then announces the new values.
 func (w *Worker) flush(ctx context.Context) error {
-	if w.changed == 0 {
+	if w.changed == 0 && len(w.win.gone) == 0 {
 		return nil
 	}
 	var entries []cold.Entry
@@ -418,8 +434,10 @@ func (w *Worker) flush(ctx context.Context) error {
 		return fmt.Errorf("change event of %s/%d: %w", w.cfg.Family.Name, w.cfg.Partition, err)
 	}
 	w.chg.published = append(w.chg.published, w.chg.out.Published()...)
+	wins := w.windowEntries()
+	w.cp.WindowTop = w.win.top
 	err = w.serving(func() error {
-		err := cold.SaveCheckpoint(w.db, w.cfg.Family.Name, w.cfg.Partition, entries, &w.cp, j, cold.Changes{Put: chg, Published: w.chg.published, Released: w.store.released})
+		err := cold.SaveCheckpoint(w.db, w.cfg.Family.Name, w.cfg.Partition, entries, &w.cp, j, cold.Changes{Put: chg, Published: w.chg.published, Released: w.store.released, Windows: wins})
 		if err == nil && w.cfg.AfterCheckpoint != nil {
 			err = w.cfg.AfterCheckpoint()
 		}
@@ -429,6 +447,7 @@ func (w *Worker) flush(ctx context.Context) error {
 		return err
 	}
 	w.chg.published, w.store.released = nil, nil
+	w.windowsSaved(wins)
 	w.lastPos = w.cp.Pos
 	if len(chg) > 0 {
 		w.chg.pending = append(w.chg.pending, chg)
