@@ -33,7 +33,8 @@ const usage = `tally — Tally's command-line client
 
   tally pub [file]                         publish NDJSON events (stdin without a file)
   tally get [--json] <family> <id>...      counts of ids (--json: the raw reply); exit 1 if
-                                           any is unavailable (partition hand-over)
+                                           any is unavailable (partition hand-over);
+                                           --window 5m|1h|1d: the net change over it
   tally liked <uid> <post>...              did uid like these posts
   tally likes user <uid> | post <post>     who liked / what was liked, newest first
   tally following <uid> | followers <uid>  follow lists, newest first

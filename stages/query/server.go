@@ -344,6 +344,9 @@ func (s *Server) get(r *request) (any, error) {
 	if err := r.decode(&req); err != nil {
 		return nil, err
 	}
+	if req.Window != "" {
+		return s.getWindow(r.ctx, fam, &req)
+	}
 	counts, unavailable, err := s.counts(r.ctx, fam, req.IDs)
 	if err != nil {
 		return nil, err
@@ -382,6 +385,9 @@ func (s *Server) part(key partKey) func(*request) (any, error) {
 		if o == nil { // removed while this request was queued
 			return nil, fmt.Errorf("%w: partition %s/%d is no longer in this process", errUnavailable, key.family, key.p)
 		}
+		if req.Window != "" {
+			return partWindow(r, fam, o, ids, &req)
+		}
 		nf := len(fam.Fields)
 		flat := make([]uint64, len(ids)*nf)
 		out := make([][]uint64, len(ids))
@@ -401,6 +407,17 @@ func (s *Server) part(key partKey) func(*request) (any, error) {
 // answers an error are returned as unavailable, in the order asked, with nil counts. Only
 // when no partition could answer is it an error.
 func (s *Server) counts(ctx context.Context, fam pipeline.Family, ids []pipeline.ID) (counts [][]uint64, unavailable []pipeline.ID, err error) {
+	return gather(s, ctx, fam, ids,
+		func(o Partition, ids []uint64, out [][]uint64) error { return o.Get(ctx, ids, out) },
+		func(p int, ids []uint64, out [][]uint64) error {
+			return s.remote(ctx, fam.Name, fam.Fields, p, ids, out)
+		})
+}
+
+// gather asks the partitions of ids for their values, local ones through local and the
+// others through remote, as counts describes.
+func gather[T uint64 | int64](s *Server, ctx context.Context, fam pipeline.Family, ids []pipeline.ID,
+	local func(o Partition, ids []uint64, out [][]T) error, remote func(p int, ids []uint64, out [][]T) error) (counts [][]T, unavailable []pipeline.ID, err error) {
 	if len(ids) == 0 {
 		return nil, nil, fmt.Errorf("%w: ids is empty", pipeline.ErrBadRequest)
 	}
@@ -412,11 +429,11 @@ func (s *Server) counts(ctx context.Context, fam pipeline.Family, ids []pipeline
 		return nil, nil, fmt.Errorf("family %s is not served here", fam.Name)
 	}
 	nf := len(fam.Fields)
-	flat := make([]uint64, len(ids)*nf)
-	out := make([][]uint64, len(ids))
+	flat := make([]T, len(ids)*nf)
+	out := make([][]T, len(ids))
 	type part struct {
 		ids []uint64
-		out [][]uint64
+		out [][]T
 		err error
 	}
 	parts := map[int]*part{}
@@ -434,9 +451,9 @@ func (s *Server) counts(ctx context.Context, fam pipeline.Family, ids []pipeline
 	var wg sync.WaitGroup
 	for p, pp := range parts {
 		if o := owners[p]; o != nil {
-			wg.Go(func() { pp.err = o.Get(ctx, pp.ids, pp.out) })
+			wg.Go(func() { pp.err = local(o, pp.ids, pp.out) })
 		} else {
-			wg.Go(func() { pp.err = s.remote(ctx, fam.Name, fam.Fields, p, pp.ids, pp.out) })
+			wg.Go(func() { pp.err = remote(p, pp.ids, pp.out) })
 		}
 	}
 	wg.Wait()

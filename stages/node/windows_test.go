@@ -1,0 +1,115 @@
+package node_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/tally-dev/tally/client"
+	"github.com/tally-dev/tally/pipeline"
+)
+
+// windowModel is the reference of the windowed counts: every change of a post's like
+// count at the minute of the event that made it.
+type windowModel map[uint64]map[int64]int64 // post → event time (ms) → change
+
+// want is the net change of each post's likes in window at now.
+func (m windowModel) want(posts []uint64, window string, now time.Time) string {
+	minutes, _ := pipeline.ParseWindow(window)
+	since := pipeline.WindowSince(now, minutes)
+	out := make([]int64, len(posts))
+	for i, p := range posts {
+		for ts, n := range m[p] {
+			if m := pipeline.MinuteOf(ts); m >= since && m+pipeline.WindowDay > pipeline.MinuteOf(now.UnixMilli()) {
+				out[i] += n
+			}
+		}
+	}
+	return fmt.Sprint(out)
+}
+
+// TestWindowsEndToEnd: likes and unlikes whose ts lie in different minutes, through a
+// real Tally process, answer each window as the model does, an unlike at its own
+// minute and what is a day old in none; after a SIGKILL and a restart, the same.
+func TestWindowsEndToEnd(t *testing.T) {
+	ch := &child{t: t, dir: t.TempDir(), listen: freeAddr(t)}
+	ch.start()
+	t.Cleanup(func() {
+		ch.kill()
+		if t.Failed() {
+			t.Logf("children's stderr:\n%s", ch.stderr.String())
+		}
+	})
+	nc, err := nats.Connect("nats://"+ch.listen, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond),
+		nats.RetryOnFailedConnect(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	c, err := client.New(nc, client.WithPartitions(8), client.WithTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	now := time.Now()
+	ago := func(d time.Duration) int64 { return now.Add(-d).UnixMilli() }
+	model := windowModel{}
+	var evs []pipeline.Event
+	act := func(typ string, uid, post uint64, ts int64) {
+		evs = append(evs, pipeline.Event{Type: typ, UID: pipeline.ID(uid), Post: pipeline.ID(post), TS: ts})
+		if model[post] == nil {
+			model[post] = map[int64]int64{}
+		}
+		if typ == "like" {
+			model[post][ts]++
+		} else {
+			model[post][ts]--
+		}
+	}
+	posts := []uint64{500, 501, 502}
+	act("like", 1, 500, ago(2*time.Minute))    // in every window
+	act("like", 2, 500, ago(30*time.Minute))   // the hour and the day
+	act("like", 3, 500, ago(10*time.Hour))     // the day
+	act("like", 4, 500, ago(25*time.Hour))     // no window: counted, costs nothing
+	act("unlike", 2, 500, ago(time.Minute))    // -1 at its own minute: the 5 minutes
+	act("like", 1, 501, ago(50*time.Minute))   // the hour and the day
+	act("unlike", 1, 501, ago(20*time.Minute)) // both
+	act("like", 5, 502, ago(3*time.Hour))      // the day
+	act("unlike", 5, 502, ago(90*time.Second)) // -1 in every window
+	publishRetrying(t, c, "windows", evs)
+	check := func(when string) {
+		t.Helper()
+		eventually(t, when+": the counts", func() (bool, string) {
+			r, err := c.Get(ctx, "post", posts...)
+			if err != nil {
+				return false, err.Error()
+			}
+			got := fmt.Sprint(r.Counts[0][0], r.Counts[1][0], r.Counts[2][0])
+			return got == "3 0 0", got
+		})
+		for _, w := range []string{"5m", "1h", "1d"} {
+			eventually(t, when+": window "+w, func() (bool, string) {
+				r, err := c.GetWindow(ctx, "post", w, posts...)
+				if err != nil {
+					return false, err.Error()
+				}
+				got := make([]int64, len(posts))
+				for i := range posts {
+					got[i] = r.Changes[i][0]
+				}
+				want := model.want(posts, w, time.Now())
+				return r.Window == w && fmt.Sprint(got) == want, fmt.Sprintf("window %q: got %v, want %s", r.Window, got, want)
+			})
+		}
+	}
+	check("applied")
+	ch.kill()
+	ch.start()
+	check("after kill -9")
+	if _, err := c.GetWindow(ctx, "post", "2h", 500); err == nil {
+		t.Fatal("a window of 2h answered")
+	}
+}
