@@ -13,8 +13,10 @@ package pipeline
 // silently dropped; a client uses a newer request field only once every tallyd it talks
 // to announces the minor version that brought it.
 //
-// 1.1 added this version to health replies, and the tolerance of unknown reply fields.
-const ProtocolVersion = "1.1"
+// 1.1 added this version to health replies, and the tolerance of unknown reply fields;
+// 1.2 the window of a get (GetRequest.Window, GetReply.Window and Changes) and the window
+// changes of internal delta batches.
+const ProtocolVersion = "1.2"
 
 // ServiceVersion is ProtocolVersion as a semantic version (major.minor.0), the version
 // of the NATS micro service that answers the queries.
