@@ -88,8 +88,18 @@ func (w *Worker) windowEntries() []cold.WindowEntry {
 		return nil
 	}
 	out := make([]cold.WindowEntry, 0, len(w.win.dirty)+len(gone))
+	// The records share one buffer: a checkpoint holds thousands.
+	var buf []byte
+	ends := make([]int, 0, len(w.win.dirty))
 	for id := range w.win.dirty {
-		out = append(out, cold.WindowEntry{ID: id, Rec: w.win.table.Record(nil, id)})
+		buf = w.win.table.Record(buf, id)
+		ends = append(ends, len(buf))
+		out = append(out, cold.WindowEntry{ID: id})
+	}
+	from := 0
+	for i, end := range ends {
+		out[i].Rec = buf[from:end:end]
+		from = end
 	}
 	for _, id := range gone {
 		out = append(out, cold.WindowEntry{ID: id})
