@@ -45,7 +45,7 @@ func (n *Node) plan(ctx context.Context) (v cluster.View, target, want []string,
 	if len(v.Members) == 0 {
 		return v, nil, nil, nil
 	}
-	target = cluster.Assign(v.Members, holders, last, n.cfg.Partitions)
+	target = cluster.Assign(v.Members, holders, last, n.cfg.Partitions, v.Warm)
 	return v, target, cluster.Effective(v.Live(), holders, target, v.Warm), nil
 }
 
