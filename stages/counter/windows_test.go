@@ -1,8 +1,10 @@
 package counter_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 
 	"github.com/tally-dev/tally/pipeline"
@@ -91,5 +93,58 @@ func TestWindowsSurviveRestart(t *testing.T) {
 	}
 	if stored[43] || !stored[42] || !stored[44] {
 		t.Fatalf("stored window records %v, want 42 and 44 (43's forgotten)", stored)
+	}
+}
+
+// TestWindowsOfStandbyAndBackup: a standby's worker, applying the same batches on a
+// database of its own, answers the owner's windows once promoted; and a backup of the
+// owner's counter partition, restored into another database, starts a worker that
+// answers them too (a hand-over by restore).
+func TestWindowsOfStandbyAndBackup(t *testing.T) {
+	r := newRig(t)
+	const now = 29_000_000
+	at := func(id uint64, minute uint32, n int64) pipeline.WindowDelta {
+		return pipeline.WindowDelta{ID: id, Minute: minute, N: n}
+	}
+	owner, stopOwner := r.start(r.config())
+	standbyDB, err := cold.Open(cold.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { standbyDB.Close() })
+	promoted := new(atomic.Bool)
+	cfg := r.config()
+	cfg.Valid = promoted.Load
+	standby, _ := r.startOn(standbyDB, cfg)
+	r.publishWindows(1, 1, 42, 1, at(42, now-70, 1))
+	r.publishWindows(1, 3, 42, -1, at(42, now, -1)) // above a gap
+	r.publishWindows(1, 2, 42, 2, at(42, now-3, 2), at(43, now-4, 1))
+	r.publishWindows(1, 2, 42, 2, at(42, now-3, 2), at(43, now-4, 1)) // sent again
+	const want = "[1 1]"                                              // since now-4: 42 +2 -1, 43 +1
+	if got := fmt.Sprint(r.windowLikes(owner, now-4, 42, 43)); got != want {
+		t.Fatalf("owner: got %s, want %s", got, want)
+	}
+	if err := stopOwner(); err != nil {
+		t.Fatal(err)
+	}
+	var backup bytes.Buffer
+	if err := r.db.Backup(&backup, cold.CounterPart([]string{r.fam.Name}, 0)); err != nil {
+		t.Fatal(err)
+	}
+	promoted.Store(true)
+	if got := fmt.Sprint(r.windowLikes(standby, now-4, 42, 43)); got != want {
+		t.Fatalf("promoted standby: got %s, want %s", got, want)
+	}
+	restored, err := cold.Open(cold.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { restored.Close() })
+	if err := restored.Restore(&backup, cold.CounterPart([]string{r.fam.Name}, 0), t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	w, _ := r.startOn(restored, r.config())
+	if got := fmt.Sprint(r.windowLikes(w, now-4, 42, 43)); got != want {
+		t.Fatalf("restored from a backup: got %s, want %s", got, want)
 	}
 }
