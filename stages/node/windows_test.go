@@ -113,3 +113,42 @@ func TestWindowsEndToEnd(t *testing.T) {
 		t.Fatal("a window of 2h answered")
 	}
 }
+
+// compareWindows checks, for the posts and users of a run whose events are all of the
+// last day, that each counter's change over the day is its value: every change counted
+// in the windows exactly when, and as often as, in the counters, whatever the run's
+// faults. (The families of adds only: a read's set changes no window.)
+func compareWindows(t *testing.T, c *client.Client, posts, users []uint64) {
+	t.Helper()
+	ctx := context.Background()
+	for _, fam := range []struct {
+		name string
+		ids  []uint64
+	}{{"post", posts}, {"user", users}} {
+		for len(fam.ids) > 0 {
+			ids := fam.ids[:min(len(fam.ids), pipeline.MaxQueryIDs)]
+			fam.ids = fam.ids[len(ids):]
+			eventually(t, fam.name+" windows of a day equal to the counts", func() (bool, string) {
+				r, err := c.Get(ctx, fam.name, ids...)
+				if err != nil {
+					return false, err.Error()
+				}
+				w, err := c.GetWindow(ctx, fam.name, "1d", ids...)
+				if err != nil {
+					return false, err.Error()
+				}
+				if len(r.Unavailable)+len(w.Unavailable) > 0 {
+					return false, "unavailable ids"
+				}
+				for i, id := range ids {
+					for f := range r.Counts[i] {
+						if int64(r.Counts[i][f]) != w.Changes[i][f] {
+							return false, fmt.Sprintf("%s %d %s: count %d, change over the day %d", fam.name, id, r.Fields[f], r.Counts[i][f], w.Changes[i][f])
+						}
+					}
+				}
+				return true, ""
+			})
+		}
+	}
+}
