@@ -526,7 +526,7 @@ func (s *Stage) applyEvent(txn *cold.Txn, e *pipeline.Event, local bool, w *work
 		}
 	}
 	if s.cfg.Windows {
-		w.c.minute = windowMinute(e.TS, w.now)
+		w.c.minute, w.ts = windowMinute(e.TS, w.now), e.TS
 	}
 	if err := s.apply(txn, e, w); err != nil {
 		return err

@@ -51,6 +51,7 @@ type work struct {
 
 	hop                     bool   // applying events of a hop batch: handed over from another partition
 	now                     uint32 // the Unix minute the newest message applied was stored at (windows)
+	ts                      int64  // the time of the event being applied (windows), for those it causes elsewhere
 	dups, forwarded, deltas int64  // counted once the transaction commits
 	deleted                 int    // acknowledged outbox entries the transaction deletes
 }

@@ -18,17 +18,24 @@ type windowModel map[uint64]map[int64]int64 // post → event time (ms) → chan
 
 // want is the net change of each post's likes in window at now.
 func (m windowModel) want(posts []uint64, window string, now time.Time) string {
-	minutes, _ := pipeline.ParseWindow(window)
-	since := pipeline.WindowSince(now, minutes)
 	out := make([]int64, len(posts))
 	for i, p := range posts {
-		for ts, n := range m[p] {
-			if m := pipeline.MinuteOf(ts); m >= since && m+pipeline.WindowDay > pipeline.MinuteOf(now.UnixMilli()) {
-				out[i] += n
-			}
-		}
+		out[i] = m.sum(p, window, now)
 	}
 	return fmt.Sprint(out)
+}
+
+// sum is the net change of post's likes in window at now.
+func (m windowModel) sum(post uint64, window string, now time.Time) int64 {
+	minutes, _ := pipeline.ParseWindow(window)
+	since := pipeline.WindowSince(now, minutes)
+	var n int64
+	for ts, d := range m[post] {
+		if m := pipeline.MinuteOf(ts); m >= since && m+pipeline.WindowDay > pipeline.MinuteOf(now.UnixMilli()) {
+			n += d
+		}
+	}
+	return n
 }
 
 // TestWindowsEndToEnd: likes and unlikes whose ts lie in different minutes, through a
@@ -57,9 +64,14 @@ func TestWindowsEndToEnd(t *testing.T) {
 	now := time.Now()
 	ago := func(d time.Duration) int64 { return now.Add(-d).UnixMilli() }
 	model := windowModel{}
+	const owner = 9
 	var evs []pipeline.Event
 	act := func(typ string, uid, post uint64, ts int64) {
-		evs = append(evs, pipeline.Event{Type: typ, UID: pipeline.ID(uid), Post: pipeline.ID(post), TS: ts})
+		e := pipeline.Event{Type: typ, UID: pipeline.ID(uid), Post: pipeline.ID(post), TS: ts}
+		if typ == "like" {
+			e.Owner = owner // notified, in the owner's partition or handed there
+		}
+		evs = append(evs, e)
 		if model[post] == nil {
 			model[post] = map[int64]int64{}
 		}
@@ -102,6 +114,19 @@ func TestWindowsEndToEnd(t *testing.T) {
 				}
 				want := model.want(posts, w, time.Now())
 				return r.Window == w && fmt.Sprint(got) == want, fmt.Sprintf("window %q: got %v, want %s", r.Window, got, want)
+			})
+			// The owner's unread likes change as the likes of its posts do, at the
+			// minutes of the likes and unlikes, though counted in its own partition.
+			eventually(t, when+": unread window "+w, func() (bool, string) {
+				r, err := c.GetWindow(ctx, "unread", w, owner)
+				if err != nil {
+					return false, err.Error()
+				}
+				var want int64
+				for _, p := range posts {
+					want += model.sum(p, w, time.Now())
+				}
+				return r.Changes[0][2] == want, fmt.Sprintf("unread like of %d over %s: got %d, want %d", owner, w, r.Changes[0][2], want)
 			})
 		}
 	}
