@@ -18,39 +18,42 @@ import (
 
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/stages/node"
+	"github.com/tally-dev/tally/stages/reference"
 	"github.com/tally-dev/tally/stages/systest/rig"
 )
 
 // jsonEvents makes n events as a producer in another language sends them: 75% likes of
 // 20 000 posts of the last hour by 100 000 users, each naming the post's owner (so a like of another
 // user's post notifies its owner, in the owner's partition), 25% views. It returns the
-// expected like and view count of every post.
-func jsonEvents(n int) ([]pipeline.Event, map[uint64][2]uint64) {
+// expected like and view count of every post, as the reference model counts them.
+func jsonEvents(tb testing.TB, n int) ([]pipeline.Event, map[uint64][2]uint64) {
 	const posts, users = 20_000, 100_000
 	r := rand.New(rand.NewSource(2))
 	z := rand.NewZipf(r, 1.1, 1, posts-1)
 	evs := make([]pipeline.Event, n)
-	want := map[uint64][2]uint64{}
-	liked := map[[2]uint64]bool{}
+	ref := reference.New()
 	// Posts of the last hour, as snowflake ids (most likes and views go to recent posts;
 	// posts older than --cold-age live in the cold tier).
 	now := uint64(time.Now().UnixMilli() - node.SnowflakeEpoch)
 	for i := range evs {
 		k := z.Uint64()
 		post := (now-k*180)<<22 | k
-		w := want[post]
 		if r.Intn(4) < 3 {
 			uid := 1 + uint64(r.Intn(users))
 			evs[i] = pipeline.Event{Type: "like", UID: pipeline.ID(uid), Post: pipeline.ID(post), Owner: pipeline.ID(1 + post%users)}
-			if !liked[[2]uint64{uid, post}] {
-				liked[[2]uint64{uid, post}] = true
-				w[0]++
-			}
 		} else {
 			evs[i] = pipeline.Event{Type: "view", Post: pipeline.ID(post), N: 1}
-			w[1]++
 		}
-		want[post] = w
+		e := evs[i]
+		e.Seq = uint64(i + 1) // in the order produced: only counts are read, which no order changes
+		if err := ref.Apply(e); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	want := map[uint64][2]uint64{}
+	for _, e := range evs {
+		c := ref.Counts("post", uint64(e.Post))
+		want[uint64(e.Post)] = [2]uint64{c[0], c[3]} // likes, views
 	}
 	return evs, want
 }
@@ -145,7 +148,7 @@ func BenchmarkJSON(b *testing.B) {
 
 // benchJSONConsume is the trivial consumer (consumeAll) of the same JSON messages.
 func benchJSONConsume(b *testing.B, batch int, split bool) {
-	evs, want := jsonEvents(b.N)
+	evs, want := jsonEvents(b, b.N)
 	msgs := jsonMessages(b, evs, batch, split)
 	got := make(map[uint64][2]uint64, len(want))
 	liked := map[[2]uint64]bool{}
@@ -178,7 +181,7 @@ func benchJSONTally(b *testing.B, batch int, split bool) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	evs, want := jsonEvents(b.N)
+	evs, want := jsonEvents(b, b.N)
 	msgs := jsonMessages(b, evs, batch, split)
 	allocs, puts := mallocs(), badgerPuts()
 	b.ResetTimer()
@@ -214,7 +217,7 @@ func BenchmarkGet20Loaded(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	evs, want := jsonEvents(200_000)
+	evs, want := jsonEvents(b, 200_000)
 	msgs := jsonMessages(b, evs, 1000, true)
 	posts := slices.Collect(maps.Keys(want))
 	ctx, cancel := context.WithCancel(context.Background())
