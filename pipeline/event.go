@@ -49,7 +49,7 @@ const PushPulled = "pulled"
 const MaxViewN = 1 << 32
 
 // Event is one thing that happened. Which fields are used depends on Type (see the table
-// in README). The MessagePack form is a map with the JSON field names.
+// in docs/contract.md). The MessagePack form is a map with the JSON field names.
 type Event struct {
 	Type    string   `json:"type,omitempty" msgpack:"type,omitempty"`
 	Tx      string   `json:"tx,omitempty" msgpack:"tx,omitempty"`
@@ -71,7 +71,7 @@ type Event struct {
 	// Seq is the event's place in the events stream, set by the event stage (whatever a
 	// producer sent): its message's stream sequence times SeqSpan plus its index in a
 	// batch, so the events of one batch keep their order. Events handed between
-	// partitions keep it: unread compares it, never ts (see README, Unread).
+	// partitions keep it: unread compares it, never ts (see docs/contract.md, Unread).
 	Seq uint64 `json:"seq,omitempty" msgpack:"seq,omitempty"`
 }
 

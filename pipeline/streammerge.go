@@ -12,7 +12,7 @@ import (
 // tunables) applied. Whatever else an operator set (placement, max bytes, messages and
 // message size, compression, metadata, consumer limits, direct gets, the description)
 // stays as it is. A setting under which Tally would lose or refuse what it must keep is
-// an error naming the field and the value Tally needs; the rules are in the README
+// an error naming the field and the value Tally needs; the rules are in docs/operations.md
 // (Running, Stream settings).
 func (c StreamConfig) merge(want, have jetstream.StreamConfig) (jetstream.StreamConfig, error) {
 	s := c.Subjects

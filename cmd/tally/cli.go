@@ -12,8 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/tally-dev/tally/client"
-	"github.com/tally-dev/tally/pipeline/buildinfo"
 	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/pipeline/buildinfo"
 	"github.com/tally-dev/tally/pipeline/natsconn"
 )
 

@@ -82,7 +82,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 	fs.BoolVar(&cfg.Pprof, "pprof", cfg.Pprof, "also serve Go's profiles (/debug/pprof/: heap, goroutines, CPU) on the --metrics address")
 	fs.DurationVar(&cfg.ColdAge, "cold-age", cfg.ColdAge, "move counters of ids older than this (by snowflake time) from RAM to the cold tier; 0 keeps them")
 	fs.Int64Var(&cfg.IDEpoch, "id-epoch", cfg.IDEpoch, "Unix time in ms that an id's snowflake time (id >> 22) counts from")
-	fs.Func("max-mem", "memory budget of the process, e.g. 4GiB: shared out between the counter tables, Badger and NATS, and Go's memory limit (see README, Sizing); 0 (the default) is three quarters of the machine's RAM, or of the container's limit", func(v string) error {
+	fs.Func("max-mem", "memory budget of the process, e.g. 4GiB: shared out between the counter tables, Badger and NATS, and Go's memory limit (see docs/performance.md, Sizing); 0 (the default) is three quarters of the machine's RAM, or of the container's limit", func(v string) error {
 		n, err := parseBytes(v)
 		cfg.MaxMem = n
 		return err
@@ -106,9 +106,6 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 	fs.DurationVar(&cfg.AuditEvery, "audit-every", cfg.AuditEvery, "recount the like, comment, follower and following counts of --audit-sample random posts and users from the relations this often (tally_audit_*); 0 never")
 	fs.IntVar(&cfg.AuditSample, "audit-sample", cfg.AuditSample, "posts and users one background audit samples")
 	fs.Var(&cfg.MaxLag, "max-lag", "ready (/readyz, tally.health) while every partition is within this lag: a duration, the age of its oldest unapplied message (30s), or a number of messages (10000)")
-	// Hidden (not in -h): for the chaos test only, which runs tallyd with failing,
-	// delayed and reordered internal publishes.
-	fs.StringVar(&cfg.PublishFaults, "test-publish-faults", "", "")
 	fs.Usage = func() { usage(fs, stderr) }
 	fs.DurationVar(&cfg.EventsMaxAge, "events-max-age", cfg.EventsMaxAge, "keep events this long (the events stream's max age); 0 keeps the stream's as it is (7 days when new, or what nats stream edit set)")
 	fs.Func("events-max-bytes", "bound the events stream's size, e.g. 50GiB (the oldest events are dropped above it, consumed or not), or -1 for no bound; 0 (the default) keeps the stream's (none when new, or what nats stream edit set)", func(v string) error {

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dgraph-io/badger/v4"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tally-dev/tally/store/cold"
@@ -111,7 +110,7 @@ func checkLayout1(t *testing.T, db *cold.DB, from string) {
 			t.Fatalf("restored from %s: likers of post %d %v, want %v", from, post, got, want)
 		}
 	}
-	err = db.Badger().Update(func(txn *badger.Txn) error {
+	err = db.Update(func(txn *cold.Txn) error {
 		for u, ls := range likes {
 			for post, ts := range ls {
 				if changed, err := cold.Relate(txn, p, cold.Like, cold.Rel{A: u, B: post}, ts+5); err != nil || changed {

@@ -17,7 +17,7 @@ import (
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/stages/counter"
-	"github.com/tally-dev/tally/stages/hop"
+	"github.com/tally-dev/tally/stages/hop/hoptest"
 	"github.com/tally-dev/tally/store/cold"
 )
 
@@ -281,7 +281,7 @@ func TestChangeEventsSurviveCrash(t *testing.T) {
 // once the earlier ones are stored, so the mirror's last value per id is the count.
 func TestChangeEventsInOrderUnderFaults(t *testing.T) {
 	r := newRig(t)
-	faulty := hop.NewFaultyPublisher(r.js, hop.Faults{Fail: 0.2, Delay: 0.2, Reorder: 0.2, Seed: 5, MaxDelay: 30 * time.Millisecond})
+	faulty := hoptest.NewFaultyPublisher(r.js, hoptest.Faults{Fail: 0.2, Delay: 0.2, Reorder: 0.2, Seed: 5, MaxDelay: 30 * time.Millisecond})
 	t.Cleanup(faulty.Close)
 	cfg := r.config()
 	cfg.FlushInterval = 2 * time.Millisecond // many checkpoints, each id in several

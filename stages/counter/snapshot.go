@@ -28,8 +28,6 @@ const (
 	snapVersion = 1
 )
 
-var errSnapshotFile = errors.New("bad snapshot file")
-
 func (w *Worker) snapshotPath() string {
 	return SnapshotPath(w.cfg.SnapshotDir, w.cfg.Family.Name, w.cfg.Partition)
 }

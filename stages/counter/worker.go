@@ -2,7 +2,6 @@ package counter
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -18,10 +17,6 @@ import (
 	"github.com/tally-dev/tally/store"
 	"github.com/tally-dev/tally/store/cold"
 )
-
-// ErrNotOwned answers a query to a partition whose lease this process may have lost: the
-// process that owns it now has the true counts.
-var ErrNotOwned = errors.New("the partition may be owned by another process")
 
 // Config configures one counter partition.
 type Config struct {
@@ -51,7 +46,7 @@ type Config struct {
 	// counts are the true ones.
 	Valid func() bool
 	// Publisher is what change events are published through (the JetStream context when
-	// nil): the chaos test's hop.FaultyPublisher fails, delays and reorders them.
+	// nil): the chaos test's hoptest.FaultyPublisher fails, delays and reorders them.
 	Publisher hop.Publisher
 	// AfterCheckpoint, a test hook, is called after each checkpoint commits and before
 	// its change events are sent; an error stops the worker there, as a crash would.

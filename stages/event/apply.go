@@ -1,18 +1,17 @@
 package event
 
 import (
-	"github.com/dgraph-io/badger/v4"
-
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/store/cold"
 	"github.com/tally-dev/tally/store/rel"
+	"github.com/tally-dev/tally/store/unread"
 )
 
 // apply makes the relation change of one event in txn and adds the deltas it causes.
 // A relation's events are applied by their place in the events stream, whatever the
 // order they arrive in (see store/rel): what changes is derived from the relation's
 // state before and after the event, so an event that changes nothing adds nothing.
-func (s *Stage) apply(txn *badger.Txn, e *pipeline.Event, w *work) error {
+func (s *Stage) apply(txn *cold.Txn, e *pipeline.Event, w *work) error {
 	f, c, p := s.fields, w.c, s.cfg.Partition
 	add := func(r fieldRef, id pipeline.ID, n int64) { c.add(r, id, pipeline.OpAdd, n) }
 	ev := rel.Event{Place: e.Seq, TS: e.TS, Owner: uint64(e.Owner)}
@@ -53,7 +52,7 @@ func (s *Stage) apply(txn *badger.Txn, e *pipeline.Event, w *work) error {
 	case pipeline.TypeRead:
 		return s.read(txn, e, w)
 	case pipeline.TypeSystem:
-		return cold.PutNotice(txn, p, e.Seq)
+		return unread.PutNotice(txn, p, e.Seq)
 	case pipeline.TypeNotify: // from another partition, for one of this one's users
 		if e.N < 0 { // taken back: its relation was undone or moved
 			return s.notify(txn, w, e.Field, e.Target, 0, e.Seq)
@@ -75,7 +74,7 @@ func (s *Stage) apply(txn *badger.Txn, e *pipeline.Event, w *work) error {
 // and after the event: the post's count, and the owner's notification, which is placed
 // where the relation was made and taken back when it is undone (moved when the place
 // moves).
-func (s *Stage) related(txn *badger.Txn, w *work, e *pipeline.Event, kind string, count fieldRef, before, after rel.State, forgot bool) error {
+func (s *Stage) related(txn *cold.Txn, w *work, e *pipeline.Event, kind string, count fieldRef, before, after rel.State, forgot bool) error {
 	if s.unchanged(before, after, forgot) {
 		return nil
 	}
@@ -129,7 +128,7 @@ func notifies(owner uint64, actor pipeline.ID) bool { return owner != 0 && owner
 // before and after the event: both users' counts, the followed user's list of
 // followers (kept in their partition), and the follower's feed, each undone where the
 // relation was made before and done where it is made now.
-func (s *Stage) followed(txn *badger.Txn, w *work, uid, target pipeline.ID, before, after rel.State, forgot bool) error {
+func (s *Stage) followed(txn *cold.Txn, w *work, uid, target pipeline.ID, before, after rel.State, forgot bool) error {
 	if s.unchanged(before, after, forgot) {
 		return nil
 	}

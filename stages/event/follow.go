@@ -1,61 +1,89 @@
 package event
 
 import (
-	"context"
-	"fmt"
-
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/tally-dev/tally/stages/flow"
+	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/unread"
 )
 
-// Follow keeps the stage's state a warm copy of its partition's owner's, as a standby
-// (Kafka Streams' standby tasks): each record the owner appends to the partition's log
-// is applied here, as it comes, to the events it covers, with the record's state and
-// outbox, deleting the outbox entries the owner deleted — but nothing is sent and
-// nothing appended. A takeover by this process then replays only the records after the
-// last one applied here (Run), and re-sends the outbox the owner may not have sent:
-// every receiver recognises what it has had already.
-//
-// Follow returns nil when ctx ends, and an error wrapping ErrGap when the log or the
-// events stream no longer reaches back to its state (purged past it): a standby that
-// fell behind the owner's backups starts again from the newest one.
-func (s *Stage) Follow(ctx context.Context) error {
+// follower keeps the list of an author's followers in the author's partition: applied
+// here when the author is this partition's, else handed there.
+func (s *Stage) follower(txn *cold.Txn, w *work, e *pipeline.Event) error {
 	p := s.cfg.Partition
-	if _, err := s.load(); err != nil {
-		return err
+	if q := pipeline.PartitionOf(e.Target, s.cfg.Partitions); q != p {
+		w.forward(q, e)
+		return nil
 	}
-	st := s.st
-	sj := s.cfg.Subjects
-	r, err := flow.Read(ctx, s.js, sj.EventsStream(), sj.EventsStored(p), st.Pos, 2*s.cfg.MaxBatch)
-	if err != nil {
-		return err
+	r := cold.Rel{A: uint64(e.UID), B: uint64(e.Target)}
+	if e.N < 0 {
+		return cold.DeleteFollower(txn, p, r, e.TS)
 	}
-	defer r.Stop()
-	lr, err := flow.Read(ctx, s.js, sj.LogStream(), sj.Log(p), st.Log, 16)
-	if err != nil {
-		return err
-	}
-	defer lr.Stop()
-	c := newCoalescer(s.cfg.Partitions)
-	first := true
-	for {
-		var m jetstream.Msg
-		select {
-		case m = <-lr.C:
-		case <-ctx.Done():
-			return nil
-		}
-		applied, err := s.logRecord(ctx, m, r, c, first, false)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("standby of event partition %d: %w", p, err)
-		}
-		first = first && !applied
-	}
+	return cold.AddFollower(txn, p, r, e.TS)
 }
 
-// Position is the last events-stream sequence the stage's state reflects.
-func (s *Stage) Position() uint64 { return s.pos.Load() }
+// follow indexes a follow by the partition's reader uid of author, made at place, and
+// adds the pushed posts of the author that reached the partition before it but are
+// placed after it and after the reader's last feed read: they were not pushed to the
+// reader on arrival.
+func (s *Stage) follow(txn *cold.Txn, uid, author, place uint64, w *work) error {
+	p := s.cfg.Partition
+	if err := unread.PutFollowed(txn, p, author, uid, place); err != nil {
+		return err
+	}
+	a, err := unread.GetAuthor(txn, p, author)
+	if err != nil {
+		return err
+	}
+	a.Followers++
+	if err := unread.PutAuthor(txn, p, author, a); err != nil {
+		return err
+	}
+	if a.Arrived <= place {
+		return nil // nothing after the follow reached the partition yet
+	}
+	rs, err := w.readers.Get(txn, uid)
+	if err != nil {
+		return err
+	}
+	if n := unread.CountArrived(txn, p, author, max(place, rs.Feed)); n > 0 {
+		w.c.add(s.fields.unFeed, pipeline.ID(uid), pipeline.OpAdd, int64(n))
+	}
+	return nil
+}
+
+// unfollow takes back what the reader's feed counter holds of the author: the pushed
+// posts that reached the partition, placed after both the follow and the last feed read.
+// Posts still on their way are not pushed to the reader any more; pulled posts stop
+// counting by themselves. A follow whose place moves is unfollowed at the old place and
+// followed at the new.
+func (s *Stage) unfollow(txn *cold.Txn, uid, author uint64, w *work) error {
+	p := s.cfg.Partition
+	followed, ok, err := unread.GetFollowed(txn, p, author, uid)
+	if err != nil {
+		return err
+	}
+	if err := unread.DeleteFollowed(txn, p, author, uid); err != nil {
+		return err
+	}
+	a, err := unread.GetAuthor(txn, p, author)
+	if err != nil {
+		return err
+	}
+	if ok && a.Followers > 0 {
+		a.Followers--
+		if err := unread.PutAuthor(txn, p, author, a); err != nil {
+			return err
+		}
+	}
+	if a.Arrived <= followed {
+		return nil // nothing after the follow reached the partition
+	}
+	rs, err := w.readers.Get(txn, uid)
+	if err != nil {
+		return err
+	}
+	if n := unread.CountArrived(txn, p, author, max(followed, rs.Feed)); n > 0 {
+		w.c.add(s.fields.unFeed, pipeline.ID(uid), pipeline.OpAdd, -int64(n))
+	}
+	return nil
+}

@@ -2,7 +2,6 @@ package event
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -14,15 +13,6 @@ import (
 	"github.com/tally-dev/tally/stages/flow"
 	"github.com/tally-dev/tally/store/cold"
 )
-
-// ErrFenced stops a stage whose log append found a record it did not write: another
-// process owns the partition now.
-var ErrFenced = errors.New("the partition's log was written by another owner")
-
-// ErrGap stops a replay or a standby whose state the log or the events stream no
-// longer reaches back to (purged or aged out past it): it must start from a newer
-// backup.
-var ErrGap = errors.New("the log does not reach back to the state")
 
 // appendLog stores the record of a transaction before it commits and returns its
 // sequence in the log stream. The append expects the stage's last record to be the
@@ -120,7 +110,7 @@ func (s *Stage) replay(ctx context.Context, r *flow.Reader, c *coalescer) error 
 // logRecord applies log message m (a record) to the events it covers, read from r. The
 // first record read after loading a state may be the state's own, which it only takes
 // as its position (applied false). send sends the record's outbox too: a standby
-// (Follow) leaves that to the owner.
+// (Mirror) leaves that to the owner.
 func (s *Stage) logRecord(ctx context.Context, m jetstream.Msg, r *flow.Reader, c *coalescer, first, send bool) (applied bool, err error) {
 	md, err := m.Metadata()
 	if err != nil {
@@ -166,7 +156,7 @@ func (s *Stage) logRecord(ctx context.Context, m jetstream.Msg, r *flow.Reader, 
 // applyRecord applies msgs in one transaction that commits rec's state and outbox, and
 // deletes the entries rec's owner deleted; send sends the outbox.
 func (s *Stage) applyRecord(ctx context.Context, msgs []jetstream.Msg, rec *cold.LogRecord, seq uint64, c *coalescer, send bool) error {
-	txn := s.db.Badger().NewTransaction(true)
+	txn := s.db.NewTxn(true)
 	defer txn.Discard()
 	w := s.newWork(txn, c, rec.Dead)
 	defer w.close()

@@ -82,7 +82,7 @@ func (h *logHarness) start(owner string, db *cold.DB) *runningStage {
 }
 
 // run runs a logging stage as owner on db (a new database when nil), its run being Run
-// or Follow.
+// or Mirror.
 func (h *logHarness) run(owner string, db *cold.DB, run func(*Stage, context.Context) error) *runningStage {
 	t := h.t
 	if db == nil {

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dgraph-io/badger/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -76,7 +75,7 @@ func (h *logHarness) logRecords() []int {
 // owner.
 func releaseBacklog(t *testing.T, h *logHarness, n uint64, per int, pad string, cut bool) *runningStage {
 	a := h.start("a.1", nil)
-	f := h.follow()
+	f := h.mirror()
 	for seq := uint64(2); seq <= n; seq++ {
 		h.hop(1, seq, heldLikes(seq, per, pad))
 	}
@@ -124,17 +123,11 @@ func releaseBacklog(t *testing.T, h *logHarness, n uint64, per int, pad string, 
 func sameKeys(h *logHarness, a, b *cold.DB) (bool, string) {
 	read := func(db *cold.DB) map[string][]byte {
 		out := map[string][]byte{}
-		err := db.Badger().View(func(txn *badger.Txn) error {
-			it := txn.NewIterator(badger.DefaultIteratorOptions)
-			defer it.Close()
-			for it.Rewind(); it.Valid(); it.Next() {
-				v, err := it.Item().ValueCopy(nil)
-				if err != nil {
-					return err
-				}
-				out[string(it.Item().KeyCopy(nil))] = v
-			}
-			return nil
+		err := db.View(func(txn *cold.Txn) error {
+			return txn.Scan(nil, nil, true, func(k, v []byte) (bool, error) {
+				out[string(k)] = bytes.Clone(v)
+				return true, nil
+			})
 		})
 		if err != nil {
 			h.t.Fatal(err)
@@ -165,16 +158,15 @@ func (h *logHarness) stageKey() []byte {
 		h.t.Fatal(err)
 	}
 	defer db.Close()
-	if err := db.Badger().Update(func(txn *badger.Txn) error { return cold.PutStage(txn, 0, &cold.StageState{}) }); err != nil {
+	if err := db.Update(func(txn *cold.Txn) error { return cold.PutStage(txn, 0, &cold.StageState{}) }); err != nil {
 		h.t.Fatal(err)
 	}
 	var k []byte
-	err = db.Badger().View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.DefaultIteratorOptions)
-		defer it.Close()
-		it.Rewind()
-		k = it.Item().KeyCopy(nil)
-		return nil
+	err = db.View(func(txn *cold.Txn) error {
+		return txn.Scan(nil, nil, false, func(key, _ []byte) (bool, error) {
+			k = bytes.Clone(key)
+			return false, nil
+		})
 	})
 	if err != nil {
 		h.t.Fatal(err)

@@ -10,13 +10,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/dgraph-io/badger/v4"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/stages/flow"
 	"github.com/tally-dev/tally/stages/hop"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/unread"
 )
 
 // Config configures one event-stage partition.
@@ -94,8 +94,8 @@ type Stage struct {
 	fields *fields
 	keys   []pipeline.ID // an id routing to each partition, for hops
 	out    *hop.Outbox
-	pulled *cold.Pulled   // authors whose posts this partition's readers pull
-	res    *cold.Resident // what events read of the state, in RAM (see cold.Resident)
+	pulled *unread.Pulled                     // authors whose posts this partition's readers pull
+	res    *cold.Resident[unread.ReaderState] // what events read of the state, in RAM (see cold.Resident)
 
 	pos       atomic.Uint64 // last stream sequence committed
 	busy      atomic.Bool   // from taking messages until their outbox is acknowledged
@@ -125,7 +125,7 @@ func New(cfg Config, js jetstream.JetStream, db *cold.DB, log *slog.Logger, stat
 	if cfg.MaxPayload <= 0 {
 		cfg.MaxPayload = int(js.Conn().MaxPayload())
 	}
-	pulled, err := cold.LoadPulled(db, cfg.Partition)
+	pulled, err := unread.LoadPulled(db, cfg.Partition)
 	if err != nil {
 		return nil, err
 	}
@@ -136,7 +136,7 @@ func New(cfg Config, js jetstream.JetStream, db *cold.DB, log *slog.Logger, stat
 
 // Pulled is the set of authors whose posts this partition's readers pull, which the
 // queries read.
-func (s *Stage) Pulled() *cold.Pulled { return s.pulled }
+func (s *Stage) Pulled() *unread.Pulled { return s.pulled }
 
 // Lag is how far the partition is behind its stream: the sequences between its committed
 // position and the newest event on its subject, or at least 1 while an outbox is being
@@ -223,12 +223,12 @@ func (s *Stage) load() ([]cold.OutboxEntry, error) {
 		return nil, fmt.Errorf("event partition %d: %w", p, err)
 	}
 	// Follows made by code that kept no follow index are indexed once, before any event.
-	if n, err := cold.IndexFollows(s.db, p, 10_000); err != nil {
+	if n, err := unread.IndexFollows(s.db, p, 10_000); err != nil {
 		return nil, fmt.Errorf("event partition %d: cannot index follows: %w", p, err)
 	} else if n > 0 {
 		s.log.Info("indexed the follows made before follows had places", "follows", n)
 	}
-	s.st, s.res = st, cold.NewResident(s.cfg.ResidentBytes) // the state read afresh: what it knew may be gone
+	s.st, s.res = st, cold.NewResident[unread.ReaderState](s.cfg.ResidentBytes) // the state read afresh: what it knew may be gone
 	s.pos.Store(st.Pos)
 	return outbox, nil
 }
@@ -242,7 +242,7 @@ func (s *Stage) finish() error {
 	s.published = append(s.published, s.out.Published()...)
 	for len(s.published) > 0 {
 		k := min(len(s.published), maxDeletes)
-		err := s.db.Badger().Update(func(txn *badger.Txn) error {
+		err := s.db.Update(func(txn *cold.Txn) error {
 			return cold.DeleteOutbox(txn, s.cfg.Partition, s.published[:k])
 		})
 		if err != nil {
@@ -270,11 +270,6 @@ func (s *Stage) process(ctx context.Context, msgs []jetstream.Msg, c *coalescer)
 	}
 	return nil
 }
-
-// errTooBig is a transaction that cannot take all of its messages: Badger refused a
-// write (ErrTxnTooBig, by its own count and size checks), or its log record would be
-// larger than NATS accepts.
-var errTooBig = errors.New("transaction too large")
 
 // commit applies the longest prefix of msgs that fits in one transaction, with as many
 // held hop batches as fit after them (up to maxRelease), and returns the prefix's length;
@@ -324,7 +319,7 @@ func (s *Stage) commit(ctx context.Context, msgs []jetstream.Msg, c *coalescer) 
 // dead-letter whole instead of applying. On errTooBig nothing is committed, fit says how
 // many messages were applied before it and released how many held batches.
 func (s *Stage) try(ctx context.Context, msgs []jetstream.Msg, c *coalescer, dead []uint64, budget int) (fit, released int, err error) {
-	txn := s.db.Badger().NewTransaction(true)
+	txn := s.db.NewTxn(true)
 	defer txn.Discard()
 	w := s.newWork(txn, c, dead)
 	defer w.close()
@@ -361,7 +356,7 @@ func (s *Stage) try(ctx context.Context, msgs []jetstream.Msg, c *coalescer, dea
 		}
 		// The state names its own record when there is room for one more write; if
 		// not, it names the one before, and a reload takes this one as its own.
-		if err := cold.PutStage(txn, s.cfg.Partition, &st); err != nil && !errors.Is(err, badger.ErrTxnTooBig) {
+		if err := cold.PutStage(txn, s.cfg.Partition, &st); err != nil && !errors.Is(err, cold.ErrTxnTooBig) {
 			return len(msgs), w.released, err
 		}
 	}
@@ -372,9 +367,9 @@ func (s *Stage) try(ctx context.Context, msgs []jetstream.Msg, c *coalescer, dea
 	return len(msgs), w.released, s.out.Send(ctx, outbox)
 }
 
-// tooBig turns Badger's refusal of a write into errTooBig.
+// tooBig turns the store's refusal of a write (cold.ErrTxnTooBig) into errTooBig.
 func tooBig(err error) error {
-	if errors.Is(err, badger.ErrTxnTooBig) {
+	if errors.Is(err, cold.ErrTxnTooBig) {
 		return fmt.Errorf("%w: %w", errTooBig, err)
 	}
 	return err
@@ -386,7 +381,7 @@ const maxDeletes = 4096
 
 // write writes the transaction's likes and reader states, deletes acknowledged outbox entries and writes
 // the new ones and the state in txn. The state names the log record before this transaction's (see StageState.Log).
-func (s *Stage) write(txn *badger.Txn, st *cold.StageState, outbox []cold.OutboxEntry, w *work) error {
+func (s *Stage) write(txn *cold.Txn, st *cold.StageState, outbox []cold.OutboxEntry, w *work) error {
 	p := s.cfg.Partition
 	if err := w.flush(txn, likesBatch(st)); err != nil {
 		return err
@@ -414,7 +409,7 @@ func likesBatch(st *cold.StageState) uint64 {
 // committed makes st the stage's state once its transaction has committed.
 func (s *Stage) committed(st cold.StageState, w *work) {
 	s.st, s.published = st, s.published[w.deleted:]
-	s.res.Keep(w.readers, w.likes)
+	s.res.Keep(w.readers.Seen(), w.likes)
 	s.stats.Txns.Add(1)
 	s.stats.LikeKeys.Add(int64(w.likes.Writes()))
 	s.stats.HopDups.Add(w.dups)
@@ -437,7 +432,7 @@ func (s *Stage) countHeld() {
 
 // applyMsgs applies msgs in txn and returns how many it applied (all, unless it fails),
 // the position of the last one, and collects in w what they cause.
-func (s *Stage) applyMsgs(txn *badger.Txn, msgs []jetstream.Msg, w *work) (n int, pos uint64, err error) {
+func (s *Stage) applyMsgs(txn *cold.Txn, msgs []jetstream.Msg, w *work) (n int, pos uint64, err error) {
 	for i, m := range msgs {
 		seq, err := streamSeq(m)
 		if err != nil {
@@ -454,7 +449,7 @@ func (s *Stage) applyMsgs(txn *badger.Txn, msgs []jetstream.Msg, w *work) (n int
 
 // applyMsg applies one message: a producer's event or batch, or a hop batch of another
 // partition. What cannot be applied because of its content is dead-lettered.
-func (s *Stage) applyMsg(txn *badger.Txn, m jetstream.Msg, seq uint64, w *work) error {
+func (s *Stage) applyMsg(txn *cold.Txn, m jetstream.Msg, seq uint64, w *work) error {
 	typ, err := s.parseSubject(m.Subject())
 	if slices.Contains(w.deadSeqs, seq) {
 		w.deadLetter(m, seq, -1, m.Data(), fmt.Errorf("%w: applying it would not fit in one transaction", pipeline.ErrBadEvent))
@@ -502,7 +497,7 @@ func (s *Stage) applyMsg(txn *badger.Txn, m jetstream.Msg, seq uint64, w *work) 
 // applyEvent applies one event here, or hands it to the partition that owns its
 // relations; a system notice is also handed to every other partition. Events that came
 // in a hop batch (local) are this partition's.
-func (s *Stage) applyEvent(txn *badger.Txn, e *pipeline.Event, local bool, w *work) error {
+func (s *Stage) applyEvent(txn *cold.Txn, e *pipeline.Event, local bool, w *work) error {
 	if !local && !e.Local {
 		if e.Type == pipeline.TypeSystem {
 			for q := range s.cfg.Partitions {

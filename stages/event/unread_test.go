@@ -7,11 +7,10 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/dgraph-io/badger/v4"
-
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/stages/reference"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/unread"
 )
 
 // sim is a whole events stream and its partitions without NATS: one stream of messages
@@ -54,12 +53,12 @@ func newSim(t *testing.T, parts, fanout int) *sim {
 		}
 		t.Cleanup(func() { db.Close() })
 		cfg := Config{Partition: p, Partitions: parts, Families: fams, FanoutLimit: fanout}
-		pulled, err := cold.LoadPulled(db, p)
+		pulled, err := unread.LoadPulled(db, p)
 		if err != nil {
 			t.Fatal(err)
 		}
 		// A resident state small enough to forget users on the way, as a stage keeps it.
-		res := cold.NewResident(4 << 10)
+		res := cold.NewResident[unread.ReaderState](4 << 10)
 		s.stages = append(s.stages, &Stage{cfg: cfg, db: db, log: slog.New(slog.DiscardHandler), stats: NewStats(), fields: f, pulled: pulled, res: res})
 	}
 	return s
@@ -83,7 +82,7 @@ func (s *sim) step(p int) bool {
 	st := s.stages[p]
 	c := newCoalescer(len(s.stages))
 	var w *work
-	err := st.db.Badger().Update(func(txn *badger.Txn) error {
+	err := st.db.Update(func(txn *cold.Txn) error {
 		w = st.newWork(txn, c, nil)
 		defer w.close()
 		w.hop = m.hop
@@ -101,7 +100,7 @@ func (s *sim) step(p int) bool {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	st.res.Keep(w.readers, w.likes)
+	st.res.Keep(w.readers.Seen(), w.likes)
 	for _, d := range c.order {
 		for _, x := range c.byDest[d].deltas {
 			k := simKey{d.family, x.ID, x.Field}
@@ -136,15 +135,15 @@ func (s *sim) unread(u uint64) pipeline.Unread {
 	get := func(r fieldRef) uint64 { return uint64(s.counters[simKey{r.family, u, r.field}]) }
 	w := pipeline.Unread{Comment: get(f.unComment), Mention: get(f.unMention), Like: get(f.unLike), DM: get(f.unDM), Feed: get(f.unFeed)}
 	p := pipeline.PartitionOf(pipeline.ID(u), len(s.stages))
-	err := s.stages[p].db.Badger().View(func(txn *badger.Txn) error {
-		rs, err := cold.GetReader(txn, p, u)
+	err := s.stages[p].db.View(func(txn *cold.Txn) error {
+		rs, err := unread.GetReader(txn, p, u)
 		if err != nil {
 			return err
 		}
-		w.System = cold.CountNotices(txn, p, rs.System)
+		w.System = unread.CountNotices(txn, p, rs.System)
 		cold.Objects(txn, p, cold.Follow, u, func(author uint64, _ int64) bool {
-			followed, _, _ := cold.GetFollowed(txn, p, author, u)
-			w.Feed += cold.CountPulled(txn, p, author, max(rs.Feed, followed), 1<<20)
+			followed, _, _ := unread.GetFollowed(txn, p, author, u)
+			w.Feed += unread.CountPulled(txn, p, author, max(rs.Feed, followed), 1<<20)
 			return true
 		})
 		return nil

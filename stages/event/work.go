@@ -6,13 +6,13 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/dgraph-io/badger/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/stages/hop"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/unread"
 )
 
 // maxDeltas is the most deltas in one delta batch: a transaction's deltas for one
@@ -36,8 +36,8 @@ type work struct {
 	in       hop.In                   // a copy of the state's hop marks; payloads in the txn
 	fwd      map[int][]pipeline.Event // events for other partitions
 	fwdOrder []int
-	likes    *cold.Likes   // the transaction's likes, written at its end
-	readers  *cold.Readers // the reader states it read and wrote
+	likes    *cold.Likes     // the transaction's likes, written at its end
+	readers  *unread.Readers // the reader states it read and wrote
 	dlq      []cold.OutboxEntry
 	deadSeqs []uint64 // messages to dead-letter whole
 	dead     []uint64 // those dead-lettered so far
@@ -54,7 +54,7 @@ type work struct {
 	deleted                 int   // acknowledged outbox entries the transaction deletes
 }
 
-func (s *Stage) newWork(txn *badger.Txn, c *coalescer, dead []uint64) *work {
+func (s *Stage) newWork(txn *cold.Txn, c *coalescer, dead []uint64) *work {
 	c.reset()
 	marks := make(map[uint32]*cold.Mark, len(s.st.Hops))
 	for src, m := range s.st.Hops {
@@ -64,7 +64,7 @@ func (s *Stage) newWork(txn *badger.Txn, c *coalescer, dead []uint64) *work {
 	likes := cold.NewLikes(s.cfg.Partition, s.res)
 	likes.ReadChunksFrom(s.db)
 	return &work{s: s, c: c, in: in, fwd: map[int][]pipeline.Event{}, deadSeqs: dead,
-		likes: likes, readers: cold.NewReaders(s.cfg.Partition, s.res)}
+		likes: likes, readers: unread.NewReaders(s.cfg.Partition, s.res)}
 }
 
 // close ends what the transaction's work opened besides the transaction.
@@ -74,7 +74,7 @@ func (w *work) close() { w.likes.Close() }
 // transaction (cold.PutStageHeld): written with the marks that hold them, deleted with
 // the marks that no longer do, never in the state or its log record.
 type stageHeld struct {
-	txn *badger.Txn
+	txn *cold.Txn
 	p   int
 }
 
@@ -92,7 +92,7 @@ func (h stageHeld) Delete(src uint32, seq uint64) error {
 
 // flush writes what the transaction changed of likes (its liker chunks under batch) and
 // reader states, each once.
-func (w *work) flush(txn *badger.Txn, batch uint64) error {
+func (w *work) flush(txn *cold.Txn, batch uint64) error {
 	if err := w.likes.Flush(txn, batch); err != nil {
 		return err
 	}
@@ -196,7 +196,7 @@ func (s *Stage) hopEntries(outbox []cold.OutboxEntry, st *cold.StageState, q int
 // applyHop applies a hop batch of another partition: in its source's order, exactly
 // once, held when it comes above a gap. One that must be dead-lettered still fills its
 // number, or its source's later batches would wait behind it.
-func (s *Stage) applyHop(txn *badger.Txn, m jetstream.Msg, seq uint64, w *work) error {
+func (s *Stage) applyHop(txn *cold.Txn, m jetstream.Msg, seq uint64, w *work) error {
 	b, err := pipeline.DecodeHopBatch(m.Data(), s.cfg.Families)
 	if err == nil && (int(b.Source) >= s.cfg.Partitions || int(b.Source) == s.cfg.Partition) {
 		err = fmt.Errorf("%w: hop batch from partition %d", pipeline.ErrBadEvent, b.Source)
@@ -230,7 +230,7 @@ func (s *Stage) fillHop(m jetstream.Msg, w *work) error {
 
 // applyHopEvents applies the events of hop batch b, stored in the events stream at or
 // before place.
-func (s *Stage) applyHopEvents(txn *badger.Txn, b *pipeline.HopBatch, place uint64, w *work) error {
+func (s *Stage) applyHopEvents(txn *cold.Txn, b *pipeline.HopBatch, place uint64, w *work) error {
 	w.hop = true
 	defer func() { w.hop = false }()
 	for i := range b.Events {
@@ -250,7 +250,7 @@ func (s *Stage) applyHopEvents(txn *badger.Txn, b *pipeline.HopBatch, place uint
 // replaying a log record, each source's up to the marks of the record's state (until)
 // and dead-lettering those the record dead-lettered (deadHops). place is where events
 // sent without one are placed.
-func (s *Stage) release(txn *badger.Txn, w *work, place uint64, until map[uint32]*cold.Mark, deadHops []cold.HeldRef) error {
+func (s *Stage) release(txn *cold.Txn, w *work, place uint64, until map[uint32]*cold.Mark, deadHops []cold.HeldRef) error {
 	apply := func(src uint32, seq uint64, data []byte) error {
 		w.released++
 		switch {
@@ -378,4 +378,17 @@ func (s *Stage) unpublishable(e cold.OutboxEntry, err error) []cold.OutboxEntry 
 		out = append(out, cold.OutboxEntry{Subject: e.Subject, MsgID: e.MsgID, Data: data})
 	}
 	return out
+}
+
+// partitionKeys returns, for each partition, an id that routes to it.
+func partitionKeys(n int) []pipeline.ID {
+	keys := make([]pipeline.ID, n)
+	found := 0
+	for id := pipeline.ID(1); found < n; id++ {
+		if p := pipeline.PartitionOf(id, n); keys[p] == 0 {
+			keys[p] = id
+			found++
+		}
+	}
+	return keys
 }

@@ -38,7 +38,7 @@ type OutboxOptions struct {
 	// an ack lost on the way) would otherwise hold the sender for ever; with the window,
 	// it holds the entries to its destination for up to AckTimeout. When 0: what the
 	// Publisher's AckTimeout method says, if it has one and it is positive (a test's
-	// FaultyPublisher that loses publishes), else DefaultAckTimeout.
+	// hoptest.FaultyPublisher that loses publishes), else DefaultAckTimeout.
 	AckTimeout time.Duration
 	// Backoff and MaxBackoff space the re-sends of failed publishes while Send or Reap
 	// waits (defaults 50 ms, doubling up to 2 s), so an absent server is not hammered.

@@ -117,12 +117,11 @@ type Config struct {
 	// ready (/readyz, and tally.health's ready for the whole prefix): a number of
 	// messages, or the age of the oldest message not applied yet (DefaultMaxLagAge).
 	MaxLag query.MaxLag
-	// PublishFaults, for tests only, makes the event stages' and counter workers'
-	// outboxes publish through a hop.FaultyPublisher with these faults
-	// ("fail=0.05,delay=0.05,reorder=0.05,lose=0.01,seed=7", see hop.ParseFaults): the
-	// chaos test's way to fail, delay, reorder and lose internal publishes in a real
-	// process (lost ones are sent again after the spec's acktimeout, 1 s by default). Empty (always, in production) injects nothing.
-	PublishFaults string
+	// WrapPublisher, for tests only, wraps what the event stages' and counter workers'
+	// outboxes publish through (js), salt telling each stage and worker apart: the chaos
+	// test's way to fail, delay, reorder and lose internal publishes in a real process
+	// (hoptest.Wrap). Nil (always, in production) publishes through js itself.
+	WrapPublisher func(js hop.Publisher, salt uint64) hop.Publisher
 	// HoldEvents, for tests only, is called with the partition before an event stage
 	// takes each message from the events stream, which it holds back while it blocks: a
 	// partition seconds behind without the backlog. Nil (always, in production) holds
@@ -205,9 +204,6 @@ func (c Config) validate() error {
 	if c.Join && c.BackupEvery <= 0 {
 		return fmt.Errorf("partitions move between the processes that join through state backups in NATS: --join needs --backup-every")
 	}
-	if _, err := hop.ParseFaults(c.PublishFaults); err != nil {
-		return err
-	}
 	if _, err := newTable(c.Table); err != nil {
 		return err
 	}
@@ -220,16 +216,13 @@ func (c Config) streams() pipeline.StreamConfig {
 		DupWindow: c.DupWindow, EventsMaxAge: c.EventsMaxAge, EventsMaxBytes: c.EventsMaxBytes, EventsCompression: c.EventsCompression}
 }
 
-// faultyPublisher returns, when PublishFaults is set (by a test), a Publisher that
-// injects those faults into what is published through js, seeded apart by salt so that
-// each stage and worker gets faults of its own; otherwise js itself.
-func (c Config) faultyPublisher(js hop.Publisher, salt uint64) hop.Publisher {
-	if c.PublishFaults == "" {
+// publisher returns what the stage or worker told apart by salt publishes through: js,
+// wrapped by WrapPublisher when a test set it.
+func (c Config) publisher(js hop.Publisher, salt uint64) hop.Publisher {
+	if c.WrapPublisher == nil {
 		return js
 	}
-	f, _ := hop.ParseFaults(c.PublishFaults) // validate checked it
-	f.Seed = f.Seed*1_000_003 + salt
-	return hop.NewFaultyPublisher(js, f)
+	return c.WrapPublisher(js, salt)
 }
 
 // residentBytes is one event partition's share of StateMem.

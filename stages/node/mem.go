@@ -12,7 +12,7 @@ import (
 )
 
 // What no setting bounds, as measured in tallyd applying 2 M events (heap profiles from
-// --pprof, see README, Sizing): the parts a budget sets aside before it sizes anything.
+// --pprof, see docs/performance.md, Sizing): the parts a budget sets aside before it sizes anything.
 // Badger's are its peaks while it drains a backlog, when it flushes and compacts
 // without pause; it keeps the buffers of its table builds for 2 s after the last.
 const (
@@ -104,7 +104,7 @@ func (c Config) SplitMem(budget int64) (MemSplit, error) {
 	m := c.parts(budget)
 	others := m.others()
 	if budget < others+minHot {
-		return m, fmt.Errorf("%w: %s is below the %s a process needs (Badger's memtables and table builds, NATS buffers, the cold cache of %d ids, %s of event state, Go's runtime; see README, Sizing)",
+		return m, fmt.Errorf("%w: %s is below the %s a process needs (Badger's memtables and table builds, NATS buffers, the cold cache of %d ids, %s of event state, Go's runtime; see docs/performance.md, Sizing)",
 			ErrMemTooSmall, Bytes(budget), Bytes(c.leastMem()), c.ColdCache, Bytes(c.StateMem))
 	}
 	m.Hot = budget - others

@@ -152,7 +152,7 @@ func TestStartSizesFromBudget(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = n.Close() })
 	want, _ := cfg.SplitMem(2 << 30)
-	o := n.db.Badger().Opts()
+	o := n.db.Options()
 	if o.MemTableSize != memTable || o.NumMemtables != want.Memtables || o.NumCompactors != want.Compactors ||
 		o.BlockCacheSize != want.BlockCache || o.IndexCacheSize != want.IndexCache {
 		t.Errorf("Badger: memtables %d × %d, %d compactors, block cache %d, index cache %d; want %+v",

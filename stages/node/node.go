@@ -161,8 +161,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		}
 		return nil, err
 	}
-	if cfg.PublishFaults != "" {
-		log.Warn("internal publishes fail, are delayed, reordered and lost on purpose (a test setting)", "faults", cfg.PublishFaults)
+	if cfg.WrapPublisher != nil {
+		log.Warn("internal publishes go through a test's wrapper, which may fail, delay, reorder and lose them on purpose (a test setting)")
 	}
 	ctlJS, err := jetstream.New(n.ctl)
 	if err != nil {

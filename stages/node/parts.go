@@ -285,7 +285,7 @@ func (n *Node) runWorkers(ctx context.Context, p int, valid func() bool, wg *syn
 	var ws []*counter.Worker
 	for i, fam := range n.cfg.Families {
 		cc.Family, cc.Partition = fam, p
-		cc.Publisher = n.cfg.faultyPublisher(n.js, uint64(1+p*len(n.cfg.Families)+i))
+		cc.Publisher = n.cfg.publisher(n.js, uint64(1+p*len(n.cfg.Families)+i))
 		if n.cfg.ChangePublisher != nil {
 			cc.Publisher = n.cfg.ChangePublisher(fam.Name, p, cc.Publisher)
 		}

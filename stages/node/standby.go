@@ -21,7 +21,7 @@ import (
 // partition's current backup (or from what this process has already, when it reflects
 // that backup), then follows the owner:
 //   - an event stage applies each record of the partition's log as the owner appends it
-//     (event.Stage.Follow);
+//     (event.Stage.Mirror);
 //   - a counter worker per family applies the partition's deltas beside the owner's, and
 //     keeps only the change events the owner has not stored (its Valid is false until
 //     the takeover, so it answers nothing, sends nothing and purges nothing).
@@ -181,7 +181,7 @@ func (n *Node) follow(ctx, wctx context.Context, sb *standby) error {
 	fctx, stop := context.WithCancel(ctx) // the stage and the watch end together
 	defer stop()                          // before the Wait
 	errs := make(chan error, 2)
-	wg.Go(func() { errs <- st.Follow(fctx) })
+	wg.Go(func() { errs <- st.Mirror(fctx) })
 	wg.Go(func() {
 		errs <- cluster.Every(fctx, n.standbyCheck(), func() error { return n.checkStandby(fctx, sb, pieces) })
 	})

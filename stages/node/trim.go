@@ -12,7 +12,7 @@ import (
 // and the stages' batches. Go frees that garbage only at its next collection, which an
 // idle process does not start for two minutes, and gives pages back to the system
 // slowly: 20 s after a 2 M-event backlog drained, tallyd held 1 GB, 82 % of it Badger's
-// dropped table builds (README, Sizing). TrimWhenIdle gives such memory back once the
+// dropped table builds (docs/performance.md, Sizing). TrimWhenIdle gives such memory back once the
 // process goes quiet.
 
 const (

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dgraph-io/badger/v4"
-
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/stages/flow"
@@ -49,7 +47,7 @@ func (l lagging) Behind(context.Context) (flow.Behind, error) { return flow.Behi
 func auditServer(t *testing.T, part query.Partition, lag uint64, pending bool) *query.Server {
 	t.Helper()
 	db := openDB(t)
-	err := db.Badger().Update(func(txn *badger.Txn) error {
+	err := db.Update(func(txn *cold.Txn) error {
 		for uid := range uint64(3) {
 			if _, err := cold.Relate(txn, 0, cold.Like, cold.Rel{A: uid + 1, B: 7}, 1); err != nil {
 				return err
@@ -137,7 +135,7 @@ func TestAuditSettlesRemoteStages(t *testing.T) {
 	const n = 4
 	_, nodes, _ := twoServers(t, n, 5*time.Second)
 	const p = 3 // owned by nodes[1]
-	err := nodes[1].db.Badger().Update(func(txn *badger.Txn) error {
+	err := nodes[1].db.Update(func(txn *cold.Txn) error {
 		if err := cold.PutOutbox(txn, p, &cold.OutboxEntry{Seq: 1, Subject: "tally.delta.post.3", MsgID: "d"}); err != nil {
 			return err
 		}
@@ -175,7 +173,7 @@ func TestAuditWaitsForHops(t *testing.T) {
 	_, nodes, _ := twoServers(t, n, 5*time.Second)
 	put := func(nd *node, p int, st *cold.StageState) {
 		t.Helper()
-		if err := nd.db.Badger().Update(func(txn *badger.Txn) error { return cold.PutStage(txn, p, st) }); err != nil {
+		if err := nd.db.Update(func(txn *cold.Txn) error { return cold.PutStage(txn, p, st) }); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/unread"
 )
 
 // Each event partition p is owned, stage and counters together, by one process, and its
@@ -26,7 +27,7 @@ import (
 // settling) and the authors whose posts its readers pull (unread).
 type Stage interface {
 	Lagger
-	Pulled() *cold.Pulled
+	Pulled() *unread.Pulled
 }
 
 // SetStage registers st as event partition p's stage in this process, or removes it when

@@ -28,9 +28,6 @@ type MaxLag struct {
 	Age  time.Duration
 }
 
-// ErrMaxLag is a --max-lag that is neither a count of messages nor a duration.
-var ErrMaxLag = errors.New("max lag must be a number of messages (10000) or a duration (30s)")
-
 // ParseMaxLag reads "10000" (messages) or "30s" (a duration); "0" is the zero MaxLag.
 func ParseMaxLag(s string) (MaxLag, error) {
 	if n, err := strconv.ParseUint(s, 10, 64); err == nil {

@@ -13,7 +13,7 @@ import (
 // The query subjects are served as a NATS micro service, so that the nats CLI's
 // `nats micro ls`, `nats micro info tally` and `nats micro stats tally` list each
 // tallyd's endpoints, subjects, request counts, errors and processing times. The
-// subjects, payloads and queue group stay those of the contract (README): a client that
+// subjects, payloads and queue group stay those of the contract (docs/protocol.md): a client that
 // knows nothing of micro sees no difference.
 //
 // A micro endpoint is one subscription, whose requests are handled one after another;

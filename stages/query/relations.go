@@ -9,10 +9,9 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/dgraph-io/badger/v4"
-
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/unread"
 )
 
 // The relation queries. Where their state is, for a user u of partition pu: what u liked
@@ -227,15 +226,15 @@ const maxPulled = 10_000
 // system notices placed after their last read of system, and posts of followees with
 // too many followers to push to (pulled, recorded in every partition), placed after
 // both the last feed read and the follow (places in the events stream).
-func (s *Server) pulledOf(p int, pulled *cold.Pulled, uids []uint64) (*evReply, error) {
+func (s *Server) pulledOf(p int, pulled *unread.Pulled, uids []uint64) (*evReply, error) {
 	reply := &evReply{System: make([]uint64, len(uids)), Feed: make([]uint64, len(uids))}
-	err := s.db.Badger().View(func(txn *badger.Txn) error {
+	err := s.db.View(func(txn *cold.Txn) error {
 		for i, uid := range uids {
-			rs, err := cold.GetReader(txn, p, uid)
+			rs, err := unread.GetReader(txn, p, uid)
 			if err != nil {
 				return err
 			}
-			reply.System[i] = cold.CountNotices(txn, p, rs.System)
+			reply.System[i] = unread.CountNotices(txn, p, rs.System)
 			if pulled == nil {
 				continue
 			}
@@ -244,10 +243,10 @@ func (s *Server) pulledOf(p int, pulled *cold.Pulled, uids []uint64) (*evReply, 
 					return true
 				}
 				var followed uint64
-				if followed, _, err = cold.GetFollowed(txn, p, author, uid); err != nil {
+				if followed, _, err = unread.GetFollowed(txn, p, author, uid); err != nil {
 					return false
 				}
-				reply.Feed[i] += cold.CountPulled(txn, p, author, max(rs.Feed, followed), maxPulled)
+				reply.Feed[i] += unread.CountPulled(txn, p, author, max(rs.Feed, followed), maxPulled)
 				return true
 			})
 			if err != nil {

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dgraph-io/badger/v4"
 	"github.com/nats-io/nats.go"
 
 	"github.com/tally-dev/tally/pipeline"
@@ -17,6 +16,7 @@ import (
 	"github.com/tally-dev/tally/stages/flow"
 	"github.com/tally-dev/tally/stages/query"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/unread"
 )
 
 // world is a small social graph written into the partitions' databases as the event
@@ -48,9 +48,9 @@ func newWorld(t *testing.T, n int, dbs []*cold.DB, owner func(p int) int) *world
 	w := &world{n: n, liked: map[uint64][]uint64{}, likers: map[uint64][]uint64{}, follows: map[uint64][]uint64{},
 		fans: map[uint64][]uint64{}, ts: map[[3]uint64]int64{}, comments: map[uint64]uint64{}, unread: map[uint64]pipeline.Unread{}}
 	part := func(id uint64) int { return pipeline.PartitionOf(pipeline.ID(id), n) }
-	update := func(p int, fn func(txn *badger.Txn) error) {
+	update := func(p int, fn func(txn *cold.Txn) error) {
 		t.Helper()
-		if err := dbs[owner(p)].Badger().Update(fn); err != nil {
+		if err := dbs[owner(p)].Update(fn); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -66,7 +66,7 @@ func newWorld(t *testing.T, n int, dbs []*cold.DB, owner func(p int) int) *world
 		}
 		for _, post := range likes {
 			ts++
-			update(pu, func(txn *badger.Txn) error {
+			update(pu, func(txn *cold.Txn) error {
 				_, err := cold.Relate(txn, pu, cold.Like, cold.Rel{A: u, B: post}, ts)
 				return err
 			})
@@ -84,15 +84,15 @@ func newWorld(t *testing.T, n int, dbs []*cold.DB, owner func(p int) int) *world
 		for _, g := range followed {
 			ts++
 			r := cold.Rel{A: u, B: g}
-			update(pu, func(txn *badger.Txn) error { _, err := cold.Relate(txn, pu, cold.Follow, r, ts); return err })
-			update(part(g), func(txn *badger.Txn) error { return cold.AddFollower(txn, part(g), r, ts) })
+			update(pu, func(txn *cold.Txn) error { _, err := cold.Relate(txn, pu, cold.Follow, r, ts); return err })
+			update(part(g), func(txn *cold.Txn) error { return cold.AddFollower(txn, part(g), r, ts) })
 			w.follows[u] = slices.Insert(w.follows[u], 0, g)
 			w.fans[g] = slices.Insert(w.fans[g], 0, u)
 			w.ts[[3]uint64{'f', u, g}] = ts
 		}
 		if u%4 == 0 {
 			ts++
-			update(pu, func(txn *badger.Txn) error {
+			update(pu, func(txn *cold.Txn) error {
 				_, err := cold.Relate(txn, pu, cold.Comment, cold.Rel{A: u, B: posts[0], C: u}, ts)
 				return err
 			})
@@ -101,7 +101,7 @@ func newWorld(t *testing.T, n int, dbs []*cold.DB, owner func(p int) int) *world
 		// Unread: system read up to place 10 (notices at 5, 15, 25: two unread); the
 		// celebrity's pulled posts at 100, 200, 300 count after the feed read and the
 		// follow (at 50 or 150).
-		rs := cold.ReaderState{System: 10}
+		rs := unread.ReaderState{System: 10}
 		if u%8 == 0 {
 			rs.Feed = 250
 		}
@@ -109,13 +109,13 @@ func newWorld(t *testing.T, n int, dbs []*cold.DB, owner func(p int) int) *world
 		if u%4 == 2 {
 			followSeq = 150
 		}
-		update(pu, func(txn *badger.Txn) error {
+		update(pu, func(txn *cold.Txn) error {
 			if u%2 == 0 {
-				if err := cold.PutFollowed(txn, pu, celebrity, u, followSeq); err != nil {
+				if err := unread.PutFollowed(txn, pu, celebrity, u, followSeq); err != nil {
 					return err
 				}
 			}
-			return cold.PutReader(txn, pu, u, rs)
+			return unread.PutReader(txn, pu, u, rs)
 		})
 		un := pipeline.Unread{System: 2}
 		if u%2 == 0 {
@@ -128,14 +128,14 @@ func newWorld(t *testing.T, n int, dbs []*cold.DB, owner func(p int) int) *world
 		w.unread[u] = un
 	}
 	for p := range n {
-		update(p, func(txn *badger.Txn) error {
+		update(p, func(txn *cold.Txn) error {
 			for _, seq := range []uint64{5, 15, 25} {
-				if err := cold.PutNotice(txn, p, seq); err != nil {
+				if err := unread.PutNotice(txn, p, seq); err != nil {
 					return err
 				}
 			}
 			for _, seq := range []uint64{100, 200, 300} {
-				if err := cold.PutPulled(txn, p, celebrity, seq); err != nil {
+				if err := unread.PutPulled(txn, p, celebrity, seq); err != nil {
 					return err
 				}
 			}
@@ -348,7 +348,7 @@ func TestRelationsAcrossServers(t *testing.T) {
 		for u := uint64(1); u <= users; u++ {
 			uids = append(uids, pipeline.ID(u))
 		}
-		u := unread(t, nc, uids)
+		u := askUnread(t, nc, uids)
 		if u.Error != "" || len(u.Users) != users {
 			t.Fatalf("unread: %+v", u)
 		}

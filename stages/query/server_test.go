@@ -19,6 +19,7 @@ import (
 	"github.com/tally-dev/tally/stages/flow"
 	"github.com/tally-dev/tally/stages/query"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/unread"
 )
 
 // memPart stands in for a counter worker: it answers known counts per id (want) and
@@ -57,7 +58,7 @@ func (m *memPart) Behind(context.Context) (flow.Behind, error) { return flow.Beh
 // with the pulled authors its partition recorded.
 type fakeStage struct {
 	lag    query.Lagger
-	pulled *cold.Pulled
+	pulled *unread.Pulled
 }
 
 func (f *fakeStage) Behind(ctx context.Context) (flow.Behind, error) {
@@ -66,7 +67,7 @@ func (f *fakeStage) Behind(ctx context.Context) (flow.Behind, error) {
 	}
 	return f.lag.Behind(ctx)
 }
-func (f *fakeStage) Pulled() *cold.Pulled { return f.pulled }
+func (f *fakeStage) Pulled() *unread.Pulled { return f.pulled }
 
 var families = pipeline.Families(pipeline.DefaultFamilies())
 
@@ -125,7 +126,7 @@ func startNode(t testing.TB, s *server.Server, db *cold.DB, n int, timeout time.
 	nd.Server = query.New(cfg, nd.nc, db, owners, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if db != nil { // the event stages of its partitions too
 		for p := range n {
-			pulled, err := cold.LoadPulled(db, p)
+			pulled, err := unread.LoadPulled(db, p)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -184,7 +185,7 @@ func get(t testing.TB, nc *nats.Conn, subject string, ids []pipeline.ID) pipelin
 	return r
 }
 
-func unread(t testing.TB, nc *nats.Conn, uids []pipeline.ID) pipeline.UnreadReply {
+func askUnread(t testing.TB, nc *nats.Conn, uids []pipeline.ID) pipeline.UnreadReply {
 	t.Helper()
 	data, err := pipeline.Marshal(pipeline.UnreadRequest{UIDs: uids}, false)
 	if err != nil {
@@ -281,7 +282,7 @@ func TestScatterGather(t *testing.T) {
 
 	// Every id answered exactly, whichever server takes the request.
 	fromEach(t, client, nodes, ids, n)
-	u := unread(t, client, ids)
+	u := askUnread(t, client, ids)
 	if u.Error != "" || len(u.Users) != len(ids) {
 		t.Fatalf("unread: %+v", u)
 	}
@@ -319,7 +320,7 @@ func TestScatterGather(t *testing.T) {
 	}
 
 	// Unread never answers partial numbers.
-	u = unread(t, client, ids)
+	u = askUnread(t, client, ids)
 	wantErr := fmt.Sprintf("unavailable: %d of %d uids are unavailable: their partition is being handed over between processes (or its owner does not answer); retry shortly", len(only), len(ids))
 	if u.Error != wantErr || u.Users != nil {
 		t.Errorf("unread with unavailable uids: %+v, want error %q", u, wantErr)

@@ -5,7 +5,7 @@
 // stream, whatever partition, hop or batch carried each event, in whatever order they
 // arrived, through kills, restarts and lost publishes.
 //
-// The rules, as the README states them:
+// The rules, as docs/contract.md states them:
 //   - A relation (like, comment, follow) is made by the first "on" event after the last
 //     "off" one; making it again changes nothing, undoing it when it is not made changes
 //     nothing. Its time (lists are newest first by it) and place are those of that first

@@ -20,6 +20,7 @@ import (
 
 	"github.com/tally-dev/tally/client"
 	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/stages/hop/hoptest"
 	"github.com/tally-dev/tally/stages/node"
 	"github.com/tally-dev/tally/stages/systest/rig"
 )
@@ -46,7 +47,14 @@ func runChaosChild(dir string) int {
 	cfg.DupWindow = chaosDupWindow
 	cfg.FanoutLimit = 6 // a few authors' posts are pulled, the rest pushed
 	cfg.HotMaxMem, cfg.SnapshotMin = 16<<10, 200
-	cfg.PublishFaults = os.Getenv("TALLY_CHAOS_FAULTS")
+	if spec := os.Getenv("TALLY_CHAOS_FAULTS"); spec != "" {
+		f, err := hoptest.ParseFaults(spec)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "chaos child:", err)
+			return 1
+		}
+		cfg.WrapPublisher = hoptest.Wrap(f)
+	}
 	if err := node.Run(context.Background(), cfg, slog.New(slog.NewTextHandler(os.Stderr, nil))); err != nil {
 		fmt.Fprintln(os.Stderr, "chaos child:", err)
 		return 1
@@ -154,7 +162,7 @@ type chaosSize struct {
 // one key, single events, system notices, reads of every kind, follows, posts, likes in
 // the same millisecond, relations made and undone through every road — published by a retrying producer that also re-sends on
 // purpose, into a tallyd child process whose internal publishes fail, are delayed,
-// reordered and lost silently (hop.FaultyPublisher), which is SIGKILLed at random moments and restarted,
+// reordered and lost silently (hoptest.FaultyPublisher), which is SIGKILLed at random moments and restarted,
 // against a NATS server that is restarted too; the events stream's duplicate window is
 // 1 s, so internal re-sends come after it. At the end every count, relation, unread
 // value and a mirror built from the change events must equal a model fed the stored
@@ -170,7 +178,7 @@ func TestChaos(t *testing.T) {
 	ctx := context.Background()
 
 	ns := rig.StartNATS(t)
-	// Lost publishes are found after 1 s (hop.DefaultLostAckTimeout) and sent again.
+	// Lost publishes are found after 1 s (hoptest.DefaultLostAckTimeout) and sent again.
 	faults := "fail=0.05,delay=0.05,reorder=0.05,lose=0.01,seed=%d"
 	ch := &chaosChild{t: t, dir: t.TempDir(), url: ns.URL(), parts: size.partitions, faults: faults, stderr: &rig.LogBuffer{}}
 	ch.start()

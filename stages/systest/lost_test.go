@@ -12,6 +12,7 @@ import (
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/embedded"
 	"github.com/tally-dev/tally/pipeline/natstest"
+	"github.com/tally-dev/tally/stages/hop/hoptest"
 	"github.com/tally-dev/tally/stages/node"
 	"github.com/tally-dev/tally/stages/systest/rig"
 )
@@ -93,7 +94,7 @@ func TestLostPublishesNeverGiveAGapUp(t *testing.T) {
 	n, c := rig.StartNode(t, func(c *node.Config) {
 		c.NATSURL = s.ClientURL()
 		c.Partitions = sc.Partitions
-		c.PublishFaults = "lose=0.01,acktimeout=3s,seed=5"
+		c.WrapPublisher = hoptest.Wrap(hoptest.Faults{Lose: 0.01, AckTimeout: 3 * time.Second, Seed: 5})
 	})
 	ids := make([]uint64, posts)
 	for i := range ids {

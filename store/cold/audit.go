@@ -12,7 +12,7 @@ import (
 // be acknowledged (0 when none). Every entry below oldest was stored. It reads the
 // state and one key, not the outbox's messages.
 func StageOutbox(db *DB, p int) (last, oldest uint64, err error) {
-	err = db.db.View(func(txn *badger.Txn) error {
+	err = db.View(func(txn *Txn) error {
 		var st struct {
 			Outbox uint64 `msgpack:"outbox"` // StageState.Outbox, the rest not decoded
 		}
@@ -20,8 +20,8 @@ func StageOutbox(db *DB, p int) (last, oldest uint64, err error) {
 			return err
 		}
 		last = st.Outbox
-		prefix := newKey(nsOutbox, 3).u16(p)
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		prefix := newKey(nsOutbox, 3).U16(p)
+		it := txn.iterator(badger.IteratorOptions{Prefix: prefix})
 		defer it.Close()
 		if it.Seek(prefix); it.ValidForPrefix(prefix) {
 			oldest = u64at(it.Item().Key(), 3)
@@ -44,7 +44,7 @@ func StageHops(db *DB, p int) (sent, applied map[uint32]uint64, err error) {
 			Through uint64 `msgpack:"t"`
 		} `msgpack:"hops"`
 	}
-	err = db.db.View(func(txn *badger.Txn) error {
+	err = db.View(func(txn *Txn) error {
 		_, err := getValue(txn, stageKey(p), &st, fmt.Sprintf("stage %d state", p))
 		return err
 	})

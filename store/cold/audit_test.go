@@ -5,8 +5,6 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/dgraph-io/badger/v4"
-
 	"github.com/tally-dev/tally/store/cold"
 )
 
@@ -18,7 +16,7 @@ func TestCountRelations(t *testing.T) {
 	followers, following := map[uint64]uint64{}, map[uint64]uint64{}
 	likes1 := map[uint64]uint64{} // liked by users of partition 1
 	part := func(id uint64) int { return int(id % 4) }
-	err := db.Badger().Update(func(txn *badger.Txn) error {
+	err := db.Update(func(txn *cold.Txn) error {
 		for i := range 600 {
 			a, b := 1+rnd.Uint64N(20), 1+rnd.Uint64N(20)
 			var k cold.Kind
@@ -105,13 +103,13 @@ func TestStageOutboxBounds(t *testing.T) {
 		}
 	}
 	check(0, 0)
-	update := func(fn func(txn *badger.Txn) error) {
+	update := func(fn func(txn *cold.Txn) error) {
 		t.Helper()
-		if err := db.Badger().Update(fn); err != nil {
+		if err := db.Update(fn); err != nil {
 			t.Fatal(err)
 		}
 	}
-	update(func(txn *badger.Txn) error {
+	update(func(txn *cold.Txn) error {
 		for seq := uint64(1); seq <= 3; seq++ {
 			if err := cold.PutOutbox(txn, 3, &cold.OutboxEntry{Seq: seq, Subject: "s", MsgID: "m"}); err != nil {
 				return err
@@ -123,9 +121,9 @@ func TestStageOutboxBounds(t *testing.T) {
 		return cold.PutStage(txn, 3, &cold.StageState{Pos: 9, Outbox: 3, Seqs: map[string]uint64{"post.1": 2}})
 	})
 	check(3, 1)
-	update(func(txn *badger.Txn) error { return cold.DeleteOutbox(txn, 3, []uint64{1, 2}) })
+	update(func(txn *cold.Txn) error { return cold.DeleteOutbox(txn, 3, []uint64{1, 2}) })
 	check(3, 3)
-	update(func(txn *badger.Txn) error { return cold.DeleteOutbox(txn, 3, []uint64{3}) })
+	update(func(txn *cold.Txn) error { return cold.DeleteOutbox(txn, 3, []uint64{3}) })
 	check(3, 0)
 }
 
@@ -140,7 +138,7 @@ func TestStageHops(t *testing.T) {
 	}
 	st := &cold.StageState{Pos: 9, Seqs: map[string]uint64{"post.1": 2}, HopSeqs: map[uint32]uint64{0: 4, 3: 7},
 		Hops: map[uint32]*cold.Mark{0: {Through: 5, Held: []cold.Held{{Seq: 7, Data: make([]byte, 1<<10)}}}, 1: {Through: 2}}}
-	if err := db.Badger().Update(func(txn *badger.Txn) error { return cold.PutStage(txn, 2, st) }); err != nil {
+	if err := db.Update(func(txn *cold.Txn) error { return cold.PutStage(txn, 2, st) }); err != nil {
 		t.Fatal(err)
 	}
 	sent, applied, err = cold.StageHops(db, 2)

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/dgraph-io/badger/v4"
-
 	"github.com/tally-dev/tally/store/cold"
 )
 
@@ -23,7 +21,7 @@ func TestBackupRestore(t *testing.T) {
 	}
 	stage := func(db *cold.DB, pos uint64) {
 		t.Helper()
-		if err := db.Badger().Update(func(txn *badger.Txn) error { return cold.PutStage(txn, 0, &cold.StageState{Pos: pos}) }); err != nil {
+		if err := db.Update(func(txn *cold.Txn) error { return cold.PutStage(txn, 0, &cold.StageState{Pos: pos}) }); err != nil {
 			t.Fatal(err)
 		}
 	}

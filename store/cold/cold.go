@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/tally-dev/tally/store/internal/keys"
 )
 
 // Key namespaces, the first byte of every key.
@@ -111,8 +113,16 @@ func Open(o Options) (*DB, error) {
 	return &DB{db: db, log: o.Logger}, nil
 }
 
-// Badger returns the underlying database for transactions.
-func (d *DB) Badger() *badger.DB { return d.db }
+// Options are the options the database runs with: those it was opened with, and
+// Badger's defaults for those left 0.
+func (d *DB) Options() Options {
+	bo := d.db.Opts()
+	return Options{
+		Dir: bo.Dir, SyncWrites: bo.SyncWrites, Logger: d.log, MemTableSize: bo.MemTableSize,
+		NumMemtables: bo.NumMemtables, BlockCacheSize: bo.BlockCacheSize,
+		IndexCacheSize: bo.IndexCacheSize, NumCompactors: bo.NumCompactors,
+	}
+}
 
 // Size is the bytes the database takes on disk: its LSM tree and its value log.
 func (d *DB) Size() (lsm, vlog int64) { return d.db.Size() }
@@ -171,8 +181,8 @@ type Part struct {
 // keys starts with its namespace and p.
 func EventPart(p int) Part {
 	var ps []key
-	for _, ns := range append([]byte{nsRelation, nsBySubject, nsByObject, nsLikes, nsLikers, nsStage, nsOutbox}, unreadNamespaces...) {
-		ps = append(ps, newKey(ns, 3).u16(p))
+	for _, ns := range append([]byte{nsRelation, nsBySubject, nsByObject, nsLikes, nsLikers, nsStage, nsOutbox}, keys.Unread()...) {
+		ps = append(ps, newKey(ns, 3).U16(p))
 	}
 	return Part{prefixes: ps, marks: []key{stageKey(p)}, events: []int{p}}
 }
@@ -224,10 +234,10 @@ func (d *DB) Backup(w io.Writer, part Part) error {
 	if _, err := bw.Write(binary.AppendUvarint(nil, Layout)); err != nil {
 		return err
 	}
-	err := d.db.View(func(txn *badger.Txn) error {
+	err := d.View(func(txn *Txn) error {
 		var buf []byte
 		for _, prefix := range part.prefixes {
-			it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
+			it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
 			for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
 				item := it.Item()
 				buf = binary.AppendUvarint(buf[:0], uint64(len(item.Key())))
@@ -366,7 +376,7 @@ func (d *DB) Restore(r io.Reader, part Part, tmpDir string) error {
 		d.log.Info("restored a backup of an older layout and moved it to this one", "from", layout, "to", Layout, "keys", moved, "took", time.Since(start))
 	}
 	// The marks in one transaction: a part that has any has them all.
-	err = d.db.Update(func(txn *badger.Txn) error {
+	err = d.Update(func(txn *Txn) error {
 		for _, m := range marks {
 			if err := txn.Set(m[0], m[1]); err != nil {
 				return err
@@ -384,7 +394,7 @@ func (d *DB) Restore(r io.Reader, part Part, tmpDir string) error {
 // blocks every other writer of the database (the partitions still running) meanwhile.
 // The part's marks go first, so a part cleared halfway reflects nothing.
 func (d *DB) Clear(part Part) error {
-	if err := d.db.Update(func(txn *badger.Txn) error {
+	if err := d.Update(func(txn *Txn) error {
 		for _, m := range part.marks {
 			if err := txn.Delete(m); err != nil {
 				return err
@@ -396,9 +406,9 @@ func (d *DB) Clear(part Part) error {
 	}
 	wb := d.db.NewWriteBatch()
 	defer wb.Cancel()
-	err := d.db.View(func(txn *badger.Txn) error {
+	err := d.View(func(txn *Txn) error {
 		for _, prefix := range part.prefixes {
-			it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+			it := txn.iterator(badger.IteratorOptions{Prefix: prefix})
 			for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
 				if err := wb.Delete(it.Item().KeyCopy(nil)); err != nil {
 					it.Close()

@@ -5,8 +5,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/dgraph-io/badger/v4"
-
 	"github.com/tally-dev/tally/store/cold"
 )
 
@@ -22,31 +20,31 @@ func open(t *testing.T) *cold.DB {
 
 func TestRelationsAndPaging(t *testing.T) {
 	db := open(t)
-	update := func(fn func(txn *badger.Txn) (bool, error)) bool {
+	update := func(fn func(txn *cold.Txn) (bool, error)) bool {
 		t.Helper()
 		var changed bool
-		if err := db.Badger().Update(func(txn *badger.Txn) (err error) { changed, err = fn(txn); return err }); err != nil {
+		if err := db.Update(func(txn *cold.Txn) (err error) { changed, err = fn(txn); return err }); err != nil {
 			t.Fatal(err)
 		}
 		return changed
 	}
 	for post := uint64(1); post <= 25; post++ {
-		if !update(func(txn *badger.Txn) (bool, error) {
+		if !update(func(txn *cold.Txn) (bool, error) {
 			return cold.Relate(txn, 2, cold.Like, cold.Rel{A: 7, B: post}, int64(post*10))
 		}) {
 			t.Fatalf("first like of %d changed nothing", post)
 		}
 	}
-	if update(func(txn *badger.Txn) (bool, error) { return cold.Relate(txn, 2, cold.Like, cold.Rel{A: 7, B: 3}, 999) }) {
+	if update(func(txn *cold.Txn) (bool, error) { return cold.Relate(txn, 2, cold.Like, cold.Rel{A: 7, B: 3}, 999) }) {
 		t.Fatal("liking twice changed something")
 	}
-	if update(func(txn *badger.Txn) (bool, error) {
+	if update(func(txn *cold.Txn) (bool, error) {
 		c, _, err := cold.Unrelate(txn, 2, cold.Like, cold.Rel{A: 7, B: 99})
 		return c, err
 	}) {
 		t.Fatal("unliking what was never liked changed something")
 	}
-	if !update(func(txn *badger.Txn) (bool, error) {
+	if !update(func(txn *cold.Txn) (bool, error) {
 		c, _, err := cold.Unrelate(txn, 2, cold.Like, cold.Rel{A: 7, B: 20})
 		return c, err
 	}) {
@@ -172,7 +170,7 @@ func TestStageOutbox(t *testing.T) {
 	if err != nil || st.Pos != 0 || len(out) != 0 {
 		t.Fatalf("fresh stage: %+v %v %v", st, out, err)
 	}
-	err = db.Badger().Update(func(txn *badger.Txn) error {
+	err = db.Update(func(txn *cold.Txn) error {
 		for i := uint64(1); i <= 3; i++ {
 			if err := cold.PutOutbox(txn, 2, &cold.OutboxEntry{Seq: i, Subject: "s", MsgID: "m", Data: []byte{byte(i)}}); err != nil {
 				return err
@@ -183,7 +181,7 @@ func TestStageOutbox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Badger().Update(func(txn *badger.Txn) error { return cold.DeleteOutbox(txn, 2, []uint64{1}) }); err != nil {
+	if err := db.Update(func(txn *cold.Txn) error { return cold.DeleteOutbox(txn, 2, []uint64{1}) }); err != nil {
 		t.Fatal(err)
 	}
 	st, out, err = cold.LoadStage(db, 2)

@@ -73,19 +73,19 @@ type Changes struct {
 }
 
 func counterPrefix(family string, p int) key {
-	return newKey(nsCounter, 4+len(family)).str(family).u16(p)
+	return newKey(nsCounter, 4+len(family)).Str(family).U16(p)
 }
-func metaKey(family string, p int) key { return newKey(nsMeta, 4+len(family)).str(family).u16(p) }
+func metaKey(family string, p int) key { return newKey(nsMeta, 4+len(family)).Str(family).U16(p) }
 func journalPrefix(family string, p int) key {
-	return newKey(nsJournal, 12+len(family)).str(family).u16(p)
+	return newKey(nsJournal, 12+len(family)).Str(family).U16(p)
 }
 
 // changePrefix holds the outbox of (family, p)'s change events. It lies under the
 // partition's meta key, so that CounterPart — a backup, a restore, a clear — carries the
 // outbox with the checkpoint that wrote it.
-func changePrefix(family string, p int) key { return metaKey(family, p).u8(nsOutbox) }
+func changePrefix(family string, p int) key { return metaKey(family, p).U8(nsOutbox) }
 func changeKey(family string, p int, seq uint64) key {
-	return changePrefix(family, p).u64(seq)
+	return changePrefix(family, p).U64(seq)
 }
 
 // SaveCounters writes entries and the checkpoint of (family, p) in one transaction, so
@@ -99,7 +99,7 @@ func SaveCounters(db *DB, family string, p int, entries []Entry, cp *Checkpoint,
 // to the partition's outbox, and deletes those published, in the same transaction: a
 // crash after the commit leaves them to be sent at the next start, never unannounced.
 func SaveCheckpoint(db *DB, family string, p int, entries []Entry, cp *Checkpoint, j Journal, ch Changes) error {
-	txn := db.db.NewTransaction(true)
+	txn := db.NewTxn(true)
 	defer txn.Discard()
 	if err := deleteChanges(txn, family, p, ch.Published); err != nil {
 		return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
@@ -118,13 +118,13 @@ func SaveCheckpoint(db *DB, family string, p int, entries []Entry, cp *Checkpoin
 		if next.JournalFrom == 0 {
 			next.JournalFrom = next.Seq
 		}
-		if err := txn.Set(journalPrefix(family, p).u64(next.Seq), packEntries(entries)); err != nil {
+		if err := txn.Set(journalPrefix(family, p).U64(next.Seq), packEntries(entries)); err != nil {
 			return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
 		}
 	}
 	if next.JournalFrom != 0 {
 		for ; next.JournalFrom <= j.DropThrough && next.JournalFrom <= next.Seq; next.JournalFrom++ {
-			if err := txn.Delete(journalPrefix(family, p).u64(next.JournalFrom)); err != nil {
+			if err := txn.Delete(journalPrefix(family, p).U64(next.JournalFrom)); err != nil {
 				return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
 			}
 		}
@@ -160,9 +160,9 @@ func SaveCheckpoint(db *DB, family string, p int, entries []Entry, cp *Checkpoin
 // written by checkpoints and not yet known to be published.
 func LoadChanges(db *DB, family string, p int) ([]OutboxEntry, error) {
 	var out []OutboxEntry
-	err := db.db.View(func(txn *badger.Txn) error {
+	err := db.View(func(txn *Txn) error {
 		prefix := changePrefix(family, p)
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 16})
+		it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 16})
 		defer it.Close()
 		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
 			k := it.Item().Key()
@@ -187,7 +187,7 @@ func DeleteChanges(db *DB, family string, p int, seqs []uint64) error {
 	if len(seqs) == 0 {
 		return nil
 	}
-	err := db.db.Update(func(txn *badger.Txn) error { return deleteChanges(txn, family, p, seqs) })
+	err := db.Update(func(txn *Txn) error { return deleteChanges(txn, family, p, seqs) })
 	if err != nil {
 		return fmt.Errorf("change outbox of %s/%d: %w", family, p, err)
 	}
@@ -201,11 +201,11 @@ func DeleteChanges(db *DB, family string, p int, seqs []uint64) error {
 func LoadJournal(db *DB, family string, p, fields int, after uint64, fn func(id uint64, counts []uint64)) (uint64, error) {
 	last := after
 	counts := make([]uint64, fields)
-	err := db.db.View(func(txn *badger.Txn) error {
+	err := db.View(func(txn *Txn) error {
 		prefix := journalPrefix(family, p)
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 16})
+		it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 16})
 		defer it.Close()
-		for it.Seek(prefix.u64(after + 1)); it.ValidForPrefix(prefix); it.Next() {
+		for it.Seek(prefix.U64(after + 1)); it.ValidForPrefix(prefix); it.Next() {
 			k := it.Item().Key()
 			if len(k) != len(prefix)+8 {
 				return fmt.Errorf("%w: journal key of %d bytes", ErrCorrupt, len(k))
@@ -226,7 +226,7 @@ func LoadJournal(db *DB, family string, p, fields int, after uint64, fn func(id 
 // Counts reads the stored counters of ids of (family, p) in one read transaction:
 // out[i] gets those of ids[i], all zeros for an id that has none.
 func Counts(db *DB, family string, p int, ids []uint64, out [][]uint64) error {
-	return db.db.View(func(txn *badger.Txn) error {
+	return db.View(func(txn *Txn) error {
 		for i, id := range ids {
 			if err := storedCounts(txn, family, p, id, out[i]); err != nil {
 				return fmt.Errorf("cold counters of %d in %s/%d: %w", id, family, p, err)
@@ -276,8 +276,8 @@ func unpackEntries(b []byte, counts []uint64, fn func(id uint64, counts []uint64
 // LoadCheckpoint returns the last checkpoint of (family, p), empty if there is none.
 func LoadCheckpoint(db *DB, family string, p int) (Checkpoint, error) {
 	cp := Checkpoint{Marks: map[uint32]*Mark{}}
-	err := db.db.View(func(txn *badger.Txn) error {
-		item, err := txn.Get(metaKey(family, p))
+	err := db.View(func(txn *Txn) error {
+		item, err := txn.get(metaKey(family, p))
 		switch {
 		case errors.Is(err, badger.ErrKeyNotFound):
 			return nil
@@ -299,9 +299,9 @@ func LoadCheckpoint(db *DB, family string, p int) (Checkpoint, error) {
 // the call.
 func LoadCounters(db *DB, family string, p, fields int, fn func(id uint64, counts []uint64)) error {
 	counts := make([]uint64, fields)
-	return db.db.View(func(txn *badger.Txn) error {
+	return db.View(func(txn *Txn) error {
 		prefix := counterPrefix(family, p)
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
+		it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
 		defer it.Close()
 		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
 			k := it.Item().Key()
@@ -348,11 +348,24 @@ func zero(c []uint64) bool {
 }
 
 // deleteChanges removes published change events of family/p from the outbox in txn.
-func deleteChanges(txn *badger.Txn, family string, p int, seqs []uint64) error {
+func deleteChanges(txn *Txn, family string, p int, seqs []uint64) error {
 	for _, s := range seqs {
 		if err := txn.Delete(changeKey(family, p, s)); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// storedCounts reads the checkpointed counters of one id (all zeros if none). It lags
+// the counter worker's RAM by at most one flush.
+func storedCounts(txn *Txn, family string, p int, id uint64, dst []uint64) error {
+	clear(dst)
+	item, err := txn.get(counterPrefix(family, p).U64(id))
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	return item.Value(func(v []byte) error { return unpackCounts(v, dst) })
 }

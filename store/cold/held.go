@@ -22,15 +22,15 @@ type HeldRef struct {
 	Seq uint64
 }
 
-func heldPrefix(family string, p int) key { return metaKey(family, p).u8(nsHeld) }
+func heldPrefix(family string, p int) key { return metaKey(family, p).U8(nsHeld) }
 func heldKey(family string, p int, r HeldRef) key {
-	return heldPrefix(family, p).u32(r.Src).u64(r.Seq)
+	return heldPrefix(family, p).U32(r.Src).U64(r.Seq)
 }
 
 // PutHeld stores the payload of held batch r of (family, p) at once. Writing it again is
 // harmless: a batch is held with the same payload whoever receives it again.
 func PutHeld(db *DB, family string, p int, r HeldRef, data []byte) error {
-	err := db.db.Update(func(txn *badger.Txn) error { return txn.Set(heldKey(family, p, r), data) })
+	err := db.Update(func(txn *Txn) error { return txn.Set(heldKey(family, p, r), data) })
 	if err != nil {
 		return fmt.Errorf("held batch %d/%d of %s/%d: %w", r.Src, r.Seq, family, p, err)
 	}
@@ -41,7 +41,7 @@ func PutHeld(db *DB, family string, p int, r HeldRef, data []byte) error {
 // ErrCorrupt: the checkpoint that holds it was written after it.
 func GetHeld(db *DB, family string, p int, r HeldRef) ([]byte, error) {
 	var data []byte
-	err := db.db.View(func(txn *badger.Txn) (err error) {
+	err := db.View(func(txn *Txn) (err error) {
 		data, err = heldPayload(txn, heldKey(family, p, r))
 		return err
 	})
@@ -54,9 +54,9 @@ func GetHeld(db *DB, family string, p int, r HeldRef) ([]byte, error) {
 // HeldRefs lists the held batches whose payloads (family, p) stores.
 func HeldRefs(db *DB, family string, p int) ([]HeldRef, error) {
 	var out []HeldRef
-	err := db.db.View(func(txn *badger.Txn) error {
+	err := db.View(func(txn *Txn) error {
 		prefix := heldPrefix(family, p)
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		it := txn.iterator(badger.IteratorOptions{Prefix: prefix})
 		defer it.Close()
 		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
 			k := it.Item().Key()
@@ -90,7 +90,7 @@ func DeleteHeld(db *DB, family string, p int, refs []HeldRef) error {
 	return nil
 }
 
-func deleteHeld(txn *badger.Txn, family string, p int, refs []HeldRef) error {
+func deleteHeld(txn *Txn, family string, p int, refs []HeldRef) error {
 	for _, r := range refs {
 		if err := txn.Delete(heldKey(family, p, r)); err != nil {
 			return err
@@ -102,8 +102,8 @@ func deleteHeld(txn *badger.Txn, family string, p int, refs []HeldRef) error {
 // heldPayload reads a held batch's payload at k, of a counter partition or an event
 // stage; a missing one is ErrCorrupt: the marks that hold it were written with or after
 // it.
-func heldPayload(txn *badger.Txn, k key) ([]byte, error) {
-	item, err := txn.Get(k)
+func heldPayload(txn *Txn, k key) ([]byte, error) {
+	item, err := txn.get(k)
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return nil, fmt.Errorf("%w: no payload stored", ErrCorrupt)
 	} else if err != nil {

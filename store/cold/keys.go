@@ -1,19 +1,11 @@
 package cold
 
-import "encoding/binary"
+import "github.com/tally-dev/tally/store/internal/keys"
 
-// key builds keys from a namespace byte and big-endian fields.
-type key []byte
+// key builds keys from a namespace byte and big-endian fields (see store/internal/keys).
+type key = keys.Key
 
-func newKey(ns byte, capacity int) key { return append(make(key, 0, capacity), ns) }
+func newKey(ns byte, capacity int) key { return keys.New(ns, capacity) }
 
-func (k key) u8(v byte) key    { return append(k, v) }
-func (k key) u16(v int) key    { return binary.BigEndian.AppendUint16(k, uint16(v)) }
-func (k key) u32(v uint32) key { return binary.BigEndian.AppendUint32(k, v) }
-func (k key) u64(v uint64) key { return binary.BigEndian.AppendUint64(k, v) }
-func (k key) str(s string) key { return append(append(k, byte(len(s))), s...) }
-
-func u32at(b []byte, off int) uint32 { return binary.BigEndian.Uint32(b[off:]) }
-func u64at(b []byte, off int) uint64 { return binary.BigEndian.Uint64(b[off:]) }
-
-func (k key) bytes(b []byte) key { return append(k, b...) }
+func u32at(b []byte, off int) uint32 { return keys.U32At(b, off) }
+func u64at(b []byte, off int) uint64 { return keys.U64At(b, off) }

@@ -33,13 +33,13 @@ const (
 )
 
 // layoutKey holds the layout a database is in (none before Migrate first recorded it).
-func layoutKey() key { return newKey(nsLayout, 7).bytes([]byte("layout")) }
+func layoutKey() key { return newKey(nsLayout, 7).Bytes([]byte("layout")) }
 
 // layout is the layout the database records, 0 when it records none.
 func (d *DB) layout() (int, error) {
 	var l uint64
-	err := d.db.View(func(txn *badger.Txn) error {
-		item, err := txn.Get(layoutKey())
+	err := d.View(func(txn *Txn) error {
+		item, err := txn.get(layoutKey())
 		if errors.Is(err, badger.ErrKeyNotFound) {
 			return nil
 		} else if err != nil {
@@ -57,7 +57,7 @@ func (d *DB) layout() (int, error) {
 }
 
 func (d *DB) setLayout() error {
-	return d.db.Update(func(txn *badger.Txn) error {
+	return d.Update(func(txn *Txn) error {
 		return txn.Set(layoutKey(), binary.AppendUvarint(nil, Layout))
 	})
 }
@@ -90,7 +90,7 @@ func (d *DB) upgrade(part Part, from int) (int, error) {
 			if from >= step.to {
 				continue
 			}
-			w := &groupWriter{db: d.db}
+			w := &groupWriter{db: d}
 			n, err := step.move(d, w, p, p)
 			if err == nil {
 				err = w.commit()

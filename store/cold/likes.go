@@ -67,15 +67,15 @@ type likes struct {
 	dirty bool   // changed by the batch: written at Flush
 }
 
-func likesKey(p int, u uint64) key { return newKey(nsLikes, relOff+8).u16(p).u8(recordKind).u64(u) }
+func likesKey(p int, u uint64) key { return newKey(nsLikes, relOff+8).U16(p).U8(recordKind).U64(u) }
 
 // likersKey is a chunk's key; second is the like time's second (time in milliseconds).
 func likersKey(p int, post uint64, second int64, batch uint64) key {
-	return likersSecond(p, post, second).u64(batch)
+	return likersSecond(p, post, second).U64(batch)
 }
 
 func likersSecond(p int, post uint64, second int64) key {
-	return relPrefix(nsLikers, p, Like).u64(post).u64(math.MaxUint64 - uint64(second))
+	return relPrefix(nsLikers, p, Like).U64(post).U64(math.MaxUint64 - uint64(second))
 }
 
 func secondOf(ts int64) int64 { return ts / 1000 }
@@ -176,7 +176,7 @@ type chunkAt struct {
 // keeps the like records it reads and the likers it adds until Flush writes them, once
 // each. A Likes is not safe for concurrent use.
 type Likes struct {
-	res     *Resident
+	res     records
 	p       int
 	users   map[uint64]*likes
 	added   map[chunkAt][]liker
@@ -189,7 +189,7 @@ type Likes struct {
 	// view reads it as committed and rewrote holds the chunks the batch rewrote since
 	// (empty: deleted).
 	db      *DB
-	view    *badger.Txn
+	view    *Txn
 	rewrote map[string][]byte
 }
 
@@ -222,23 +222,31 @@ func (l *Likes) touch(keys ...key) {
 	}
 }
 
-// NewLikes starts a batch of partition p, which reads like records through res (which
-// may be nil): Resident.Keep takes in what the batch read and wrote once it commits.
-func NewLikes(p int, res *Resident) *Likes {
+// records are the like records kept in RAM: a Resident's.
+type records interface {
+	record(u uint64) (*likes, bool)
+}
+
+// NewLikes starts a batch of partition p, which reads like records through res (a
+// *Resident, or nil): Resident.Keep takes in what the batch read and wrote once it
+// commits.
+func NewLikes(p int, res records) *Likes {
 	return &Likes{p: p, res: res, users: map[uint64]*likes{}, added: map[chunkAt][]liker{}}
 }
 
 // record is user u's like record: the batch's copy, the resident one or the stored one.
-func (l *Likes) record(txn *badger.Txn, u uint64) (*likes, error) {
+func (l *Likes) record(txn *Txn, u uint64) (*likes, error) {
 	if r, ok := l.users[u]; ok {
 		return r, nil
 	}
-	if r, ok := l.res.record(u); ok {
-		l.users[u] = r
-		return r, nil
+	if l.res != nil {
+		if r, ok := l.res.record(u); ok {
+			l.users[u] = r
+			return r, nil
+		}
 	}
 	r := &likes{}
-	item, err := txn.Get(likesKey(l.p, u))
+	item, err := txn.get(likesKey(l.p, u))
 	switch {
 	case err == nil:
 		if err := item.Value(func(v []byte) (err error) { r, err = decodeLikes(v); return err }); err != nil {
@@ -256,7 +264,7 @@ func (l *Likes) record(txn *badger.Txn, u uint64) (*likes, error) {
 // before an unlike already applied is undone by it, however late it comes, and a like
 // made twice is made by the copy placed first. forgot is rel's: an older like was
 // forgotten.
-func (l *Likes) Toggle(txn *badger.Txn, u, post uint64, on bool, e rel.Event) (before, after rel.State, forgot bool, err error) {
+func (l *Likes) Toggle(txn *Txn, u, post uint64, on bool, e rel.Event) (before, after rel.State, forgot bool, err error) {
 	e.TS = max(e.TS, 0)
 	r, err := l.record(txn, u)
 	if err != nil {
@@ -294,7 +302,7 @@ func (l *Likes) Toggle(txn *badger.Txn, u, post uint64, on bool, e rel.Event) (b
 }
 
 // toggleKey is Toggle for a heavy user: the post's state is a relation key.
-func (l *Likes) toggleKey(txn *badger.Txn, u, post uint64, on bool, e rel.Event) (before, after rel.State, forgot bool, err error) {
+func (l *Likes) toggleKey(txn *Txn, u, post uint64, on bool, e rel.Event) (before, after rel.State, forgot bool, err error) {
 	before, after, forgot, keys, err := toggleKey(txn, l.p, Like, Rel{A: u, B: post}, on, e)
 	l.touch(keys...)
 	if err != nil || len(keys) == 0 {
@@ -304,14 +312,14 @@ func (l *Likes) toggleKey(txn *badger.Txn, u, post uint64, on bool, e rel.Event)
 }
 
 // putKey writes a heavy user's like state, moving its list key with its time.
-func (l *Likes) putKey(txn *badger.Txn, r Rel, before, after rel.State) error {
+func (l *Likes) putKey(txn *Txn, r Rel, before, after rel.State) error {
 	keys, err := putState(txn, l.p, Like, r, before, after)
 	l.touch(keys...)
 	return err
 }
 
 // moveLiker moves user u in post's likers from where before had it to where after has.
-func (l *Likes) moveLiker(txn *badger.Txn, u, post uint64, before, after rel.State) error {
+func (l *Likes) moveLiker(txn *Txn, u, post uint64, before, after rel.State) error {
 	if before.On == after.On && before.Made.TS == after.Made.TS {
 		return nil
 	}
@@ -331,7 +339,7 @@ func (l *Likes) moveLiker(txn *badger.Txn, u, post uint64, before, after rel.Sta
 }
 
 // dropLiker takes user u out of post's likers, from the batch's chunk or a stored one.
-func (l *Likes) dropLiker(txn *badger.Txn, u, post uint64, ts int64) error {
+func (l *Likes) dropLiker(txn *Txn, u, post uint64, ts int64) error {
 	c := chunkAt{post: post, second: secondOf(ts)}
 	if i := slices.Index(l.added[c], liker{user: u, ts: ts}); i >= 0 {
 		l.added[c] = slices.Delete(l.added[c], i, i+1)
@@ -356,15 +364,15 @@ func (l *Likes) dropLiker(txn *badger.Txn, u, post uint64, ts int64) error {
 
 // findLiker finds the stored chunk under prefix that lists e, and returns its key and
 // its value without e (nil, nil when none does).
-func (l *Likes) findLiker(txn *badger.Txn, prefix key, e liker) (k, v []byte, err error) {
+func (l *Likes) findLiker(txn *Txn, prefix key, e liker) (k, v []byte, err error) {
 	from := txn
 	if l.db != nil {
 		if l.view == nil {
-			l.view, l.rewrote = l.db.db.NewTransaction(false), map[string][]byte{}
+			l.view, l.rewrote = l.db.NewTxn(false), map[string][]byte{}
 		}
 		from = l.view
 	}
-	it := from.NewIterator(badger.IteratorOptions{Prefix: prefix})
+	it := from.iterator(badger.IteratorOptions{Prefix: prefix})
 	defer it.Close()
 	for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
 		item := it.Item()
@@ -386,7 +394,7 @@ func (l *Likes) findLiker(txn *badger.Txn, prefix key, e liker) (k, v []byte, er
 // Flush writes the batch's like records and liker chunks in txn, the chunks under
 // batch, which must differ from every other batch's of the partition (the event stage
 // uses its position after the transaction).
-func (l *Likes) Flush(txn *badger.Txn, batch uint64) error {
+func (l *Likes) Flush(txn *Txn, batch uint64) error {
 	for u, r := range l.users {
 		if !r.dirty {
 			continue
@@ -421,8 +429,8 @@ func (l *Likes) Flush(txn *badger.Txn, batch uint64) error {
 }
 
 // chunk reads the liker chunk at k (none when there is none).
-func chunk(txn *badger.Txn, k key) ([]liker, error) {
-	item, err := txn.Get(k)
+func chunk(txn *Txn, k key) ([]liker, error) {
+	item, err := txn.get(k)
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return nil, nil
 	} else if err != nil {
@@ -434,7 +442,7 @@ func chunk(txn *badger.Txn, k key) ([]liker, error) {
 }
 
 // relatedLikes is Related for likes: whether user a likes each of bs.
-func relatedLikes(txn *badger.Txn, p int, a uint64, bs []uint64, out []bool) error {
+func relatedLikes(txn *Txn, p int, a uint64, bs []uint64, out []bool) error {
 	r, err := NewLikes(p, nil).record(txn, a)
 	switch {
 	case err != nil:
@@ -451,7 +459,7 @@ func relatedLikes(txn *badger.Txn, p int, a uint64, bs []uint64, out []bool) err
 
 // cursor is a list entry's place: ^time, other side, third part (0 for likes).
 func cursor(ts int64, other uint64) []byte {
-	return key{}.u64(math.MaxUint64 - uint64(ts)).u64(other).u64(0)
+	return key{}.U64(math.MaxUint64 - uint64(ts)).U64(other).U64(0)
 }
 
 // after reports whether an entry at time ts with other side id comes after cursor c (nil:
@@ -462,7 +470,7 @@ func after(ts int64, id uint64, c []byte) bool {
 
 // likedPage is List for a user's likes: from the like record, or the list keys of a
 // heavy user (ok false).
-func likedPage(txn *badger.Txn, p int, u uint64, limit int, from []byte) (items []Item, next string, ok bool, err error) {
+func likedPage(txn *Txn, p int, u uint64, limit int, from []byte) (items []Item, next string, ok bool, err error) {
 	r, err := NewLikes(p, nil).record(txn, u)
 	if err != nil || r.heavy {
 		return nil, "", false, err
@@ -484,13 +492,13 @@ func likedPage(txn *badger.Txn, p int, u uint64, limit int, from []byte) (items 
 
 // likersPage is List for a post's likers kept in partition p: its chunks a second at a
 // time, newest first, each second's merged.
-func likersPage(txn *badger.Txn, p int, post uint64, limit int, from []byte) (items []Item, next string, err error) {
-	prefix := relPrefix(nsLikers, p, Like).u64(post)
+func likersPage(txn *Txn, p int, post uint64, limit int, from []byte) (items []Item, next string, err error) {
+	prefix := relPrefix(nsLikers, p, Like).U64(post)
 	start := prefix
 	if from != nil {
 		start = likersSecond(p, post, secondOf(int64(math.MaxUint64-u64at(from, 0))))
 	}
-	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
+	it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
 	defer it.Close()
 	var second []liker // the likers of the second being read
 	flush := func() bool {
@@ -532,9 +540,9 @@ func likersPage(txn *badger.Txn, p int, post uint64, limit int, from []byte) (it
 }
 
 // countLikers counts post's likers kept in partition p, reading its chunks.
-func countLikers(txn *badger.Txn, p int, post uint64) (uint64, error) {
-	prefix := relPrefix(nsLikers, p, Like).u64(post)
-	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
+func countLikers(txn *Txn, p int, post uint64) (uint64, error) {
+	prefix := relPrefix(nsLikers, p, Like).U64(post)
+	it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
 	defer it.Close()
 	var n uint64
 	for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {

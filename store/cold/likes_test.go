@@ -69,12 +69,12 @@ func (m *likeModel) unlike(u, post uint64) (int64, bool) {
 
 // like and unlike toggle through a batch at place, as the event stage does, and say
 // what changed.
-func (l *Likes) like(txn *badger.Txn, u, post uint64, ts int64, place uint64) (changed bool, err error) {
+func (l *Likes) like(txn *Txn, u, post uint64, ts int64, place uint64) (changed bool, err error) {
 	before, after, _, err := l.Toggle(txn, u, post, true, rel.Event{Place: place, TS: ts})
 	return after.On && !before.On, err
 }
 
-func (l *Likes) unlike(txn *badger.Txn, u, post uint64, place uint64) (changed bool, since int64, err error) {
+func (l *Likes) unlike(txn *Txn, u, post uint64, place uint64) (changed bool, since int64, err error) {
 	before, after, _, err := l.Toggle(txn, u, post, false, rel.Event{Place: place})
 	return before.On && !after.On, before.Made.TS, err
 }
@@ -186,7 +186,7 @@ func TestLikesMatchModel(t *testing.T) {
 		r := rand.New(rand.NewPCG(seed, 1))
 		db, m := openDB(t), newLikeModel()
 		// as the event stage keeps it, small enough to forget users on the way
-		res := NewResident(8 << 10)
+		res := NewResident[testReader](8 << 10)
 		batch, place := uint64(0), uint64(0)
 		for round := range 12 {
 			for range 1 + r.IntN(12) {
@@ -197,7 +197,7 @@ func TestLikesMatchModel(t *testing.T) {
 					l.ReadChunksFrom(db)
 				}
 				puts := badgerPuts()
-				err := db.db.Update(func(txn *badger.Txn) error {
+				err := db.Update(func(txn *Txn) error {
 					for range 1 + r.IntN(25) {
 						// users 1 and 2 like much more: they turn heavy
 						u := uint64(1 + r.IntN(users))
@@ -245,7 +245,7 @@ func TestLikesMatchModel(t *testing.T) {
 					t.Fatal(err)
 				}
 				if one { // Relate and Unrelate wrote past the resident records
-					res = NewResident(8 << 10)
+					res = NewResident[testReader](8 << 10)
 				} else {
 					res.Keep(nil, l)
 				}
@@ -257,7 +257,7 @@ func TestLikesMatchModel(t *testing.T) {
 			checkLikes(t, db, p, m, users, posts, r)
 			for u := range uint64(users + 1) {
 				var rec *likes
-				err := db.db.View(func(txn *badger.Txn) (err error) { rec, err = NewLikes(p, nil).record(txn, u); return err })
+				err := db.View(func(txn *Txn) (err error) { rec, err = NewLikes(p, nil).record(txn, u); return err })
 				if err != nil || rec.heavy != m.heavy[u] {
 					t.Fatalf("seed %d: user %d heavy %v, want %v (%v)", seed, u, rec.heavy, m.heavy[u], err)
 				}
@@ -298,7 +298,7 @@ func TestLikesPlace(t *testing.T) {
 		} {
 			for i, st := range c.steps {
 				var after rel.State
-				err := db.db.Update(func(txn *badger.Txn) error {
+				err := db.Update(func(txn *Txn) error {
 					l := NewLikes(0, nil)
 					if heavyUser && i == 0 {
 						for post := range uint64(maxLightLikes + 1) {
@@ -346,7 +346,7 @@ func TestMigrateLikes(t *testing.T) {
 	db, m := openDB(t), newLikeModel()
 	writeOldLikes(t, db, p, m, r, users, posts, 400, 3, 10)
 	// a follow in the same namespaces stays as it is
-	if err := db.db.Update(func(txn *badger.Txn) error {
+	if err := db.Update(func(txn *Txn) error {
 		_, err := Relate(txn, p, Follow, Rel{A: 1, B: 2}, 5)
 		return err
 	}); err != nil {
@@ -357,9 +357,9 @@ func TestMigrateLikes(t *testing.T) {
 		t.Fatalf("Migrate moved %d, %v", moved, err)
 	}
 	checkLikes(t, db, p, m, users, posts, r)
-	err = db.db.View(func(txn *badger.Txn) error {
+	err = db.View(func(txn *Txn) error {
 		for _, ns := range []byte{nsRelation, nsBySubject, nsByObject} {
-			n, err := eachLike(db.db, ns, 0, math.MaxUint16, func(k, _ []byte) error {
+			n, err := eachLike(db, ns, 0, math.MaxUint16, func(k, _ []byte) error {
 				if u := u64at(k, relOff); ns == nsByObject || u > 3 {
 					t.Errorf("a like key of the old shape is left: %x", k)
 				}
@@ -393,7 +393,7 @@ func TestMigrateLikes(t *testing.T) {
 func writeOldLikes(t testing.TB, db *DB, p int, m *likeModel, r *rand.Rand, users, posts, n int, heavy uint64, light int) {
 	t.Helper()
 	u64 := func(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
-	err := db.db.Update(func(txn *badger.Txn) error {
+	err := db.Update(func(txn *Txn) error {
 		for range n {
 			u, post, ts := uint64(1+r.IntN(users)), uint64(1+r.IntN(posts)), int64(r.IntN(3000))
 			if u > heavy && len(m.likes[u]) >= light {
@@ -470,8 +470,8 @@ func TestMigrateLikesResumes(t *testing.T) {
 func writeLegacyRecords(t *testing.T, db *DB, p int, m *likeModel, r *rand.Rand, users, posts uint64) {
 	t.Helper()
 	u64 := func(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
-	err := db.db.Update(func(txn *badger.Txn) error {
-		if err := txn.Set(newKey(nsLayout, 8).bytes([]byte("likes")), nil); err != nil {
+	err := db.Update(func(txn *Txn) error {
+		if err := txn.Set(newKey(nsLayout, 8).Bytes([]byte("likes")), nil); err != nil {
 			return err
 		}
 		for u := uint64(1); u <= users; u++ {
@@ -500,7 +500,7 @@ func writeLegacyRecords(t *testing.T, db *DB, p int, m *likeModel, r *rand.Rand,
 			if u == 1 {
 				rec = []byte{0xff}
 			}
-			if err := txn.Set(newKey(nsLikes, relOff+8).u16(p).u8(legacyRecordKind).u64(u), rec); err != nil {
+			if err := txn.Set(newKey(nsLikes, relOff+8).U16(p).U8(legacyRecordKind).U64(u), rec); err != nil {
 				return err
 			}
 		}
@@ -550,9 +550,9 @@ func TestMigrateLikeStates(t *testing.T) {
 // noLegacyRecords fails if partition p holds a like record of layout 2.
 func noLegacyRecords(t *testing.T, db *DB, p int) {
 	t.Helper()
-	err := db.db.View(func(txn *badger.Txn) error {
-		prefix := newKey(nsLikes, 4).u16(p).u8(legacyRecordKind)
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+	err := db.View(func(txn *Txn) error {
+		prefix := newKey(nsLikes, 4).U16(p).U8(legacyRecordKind)
+		it := txn.iterator(badger.IteratorOptions{Prefix: prefix})
 		defer it.Close()
 		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
 			t.Errorf("a like record of the old kind is left: %x", it.Item().Key())
@@ -568,7 +568,7 @@ func noLegacyRecords(t *testing.T, db *DB, p int) {
 // the tests place before (checkRelikes: 2^40 on).
 func likeAndUnlike(t *testing.T, db *DB, p int, m *likeModel, r *rand.Rand, users, posts uint64) {
 	t.Helper()
-	err := db.db.Update(func(txn *badger.Txn) error {
+	err := db.Update(func(txn *Txn) error {
 		l := NewLikes(p, nil)
 		for i := range 200 {
 			u, post := uint64(1+r.IntN(int(users))), uint64(1+r.IntN(int(posts)))
@@ -596,12 +596,12 @@ func likeAndUnlike(t *testing.T, db *DB, p int, m *likeModel, r *rand.Rand, user
 func TestUnlikesOfOneChunkInOneBatch(t *testing.T) {
 	const p, post = 1, 500
 	db := openDB(t)
-	batch := func(n uint64, fn func(txn *badger.Txn, l *Likes) error) {
+	batch := func(n uint64, fn func(txn *Txn, l *Likes) error) {
 		t.Helper()
 		l := NewLikes(p, nil)
 		l.ReadChunksFrom(db)
 		defer l.Close()
-		err := db.db.Update(func(txn *badger.Txn) error {
+		err := db.Update(func(txn *Txn) error {
 			if err := fn(txn, l); err != nil {
 				return err
 			}
@@ -611,7 +611,7 @@ func TestUnlikesOfOneChunkInOneBatch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	batch(1, func(txn *badger.Txn, l *Likes) error { // three likers in one second: one chunk
+	batch(1, func(txn *Txn, l *Likes) error { // three likers in one second: one chunk
 		for u := range uint64(3) {
 			if _, err := l.like(txn, 10+u, post, 5_000+int64(u), 1+u); err != nil {
 				return err
@@ -619,7 +619,7 @@ func TestUnlikesOfOneChunkInOneBatch(t *testing.T) {
 		}
 		return nil
 	})
-	batch(2, func(txn *badger.Txn, l *Likes) error {
+	batch(2, func(txn *Txn, l *Likes) error {
 		for _, u := range []uint64{10, 12} {
 			if changed, _, err := l.unlike(txn, u, post, 10+u); err != nil || !changed {
 				return fmt.Errorf("unlike by %d: changed %v, %w", u, changed, err)
@@ -627,7 +627,7 @@ func TestUnlikesOfOneChunkInOneBatch(t *testing.T) {
 		}
 		return nil
 	})
-	err := db.db.View(func(txn *badger.Txn) error {
+	err := db.View(func(txn *Txn) error {
 		n, err := countLikers(txn, p, post)
 		if err == nil && n != 1 {
 			t.Fatalf("%d likers after two of three unliked, want 1", n)

@@ -5,8 +5,6 @@ import (
 	"expvar"
 	"math/rand/v2"
 	"testing"
-
-	"github.com/dgraph-io/badger/v4"
 )
 
 // BenchmarkLikes applies likes in transactions of 1 000, as an event stage does, and
@@ -35,11 +33,11 @@ func BenchmarkLikes(b *testing.B) {
 					users = rand.NewZipf(rand.New(rand.NewPCG(3, 3)), 1.05, 1, uint64(w.users-1))
 				}
 				puts, made, bytes0 := badgerPuts(), 0, badgerBytes()
-				res := NewResident(64 << 20)
+				res := NewResident[testReader](64 << 20)
 				b.ResetTimer()
 				for i := 0; i < b.N; i += 1000 {
 					var l *Likes
-					err := db.db.Update(func(txn *badger.Txn) error {
+					err := db.Update(func(txn *Txn) error {
 						l = NewLikes(0, res)
 						for j := i; j < min(i+1000, b.N); j++ {
 							u := uint64(j + 1)
@@ -79,9 +77,9 @@ func BenchmarkLikes(b *testing.B) {
 
 // likeKeyPerList is a like in the layout before like records: relation, the user's
 // list and the post's list, each a key (what moveLikes moves).
-func likeKeyPerList(txn *badger.Txn, u, post uint64, ts int64, seq uint64) (bool, error) {
+func likeKeyPerList(txn *Txn, u, post uint64, ts int64, seq uint64) (bool, error) {
 	rel := Rel{A: u, B: post}
-	if _, err := txn.Get(relKey(0, Like, rel)); err == nil {
+	if _, err := txn.get(relKey(0, Like, rel)); err == nil {
 		return false, nil
 	}
 	v := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, uint64(ts)), seq)

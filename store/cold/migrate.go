@@ -10,6 +10,7 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 
+	"github.com/tally-dev/tally/store/internal/keys"
 	"github.com/tally-dev/tally/store/rel"
 )
 
@@ -81,27 +82,27 @@ func moveKey(k, v []byte, partitions int, partOf func(uint64) int, set func(key,
 		if k[0] == nsByObjectV0 && Kind(k[1]) != Follow {
 			owner = u64at(k, 18) // a like's likers stay with the likers
 		}
-		return set(newKey(ns, len(k)+2).u16(partOf(owner)).u8(k[1]).bytes(k[2:]), v)
+		return set(newKey(ns, len(k)+2).U16(partOf(owner)).U8(k[1]).Bytes(k[2:]), v)
 	case nsReadSeqV0, nsNotifiedV0:
 		if len(rest) < 8 {
 			return bad
 		}
-		ns := map[byte]byte{nsReadSeqV0: nsReadSeq, nsNotifiedV0: nsNotified}[k[0]]
-		return set(newKey(ns, len(k)+2).u16(partOf(u64at(k, 1))).bytes(rest), v)
+		ns := map[byte]byte{nsReadSeqV0: keys.NSReader, nsNotifiedV0: keys.NSNotified}[k[0]]
+		return set(newKey(ns, len(k)+2).U16(partOf(u64at(k, 1))).Bytes(rest), v)
 	case nsPostsV0:
 		if len(k) != 25 || len(v) != 1 {
 			return bad
 		}
 		author := u64at(k, 1)
-		if err := set(newKey(nsPosts, 27).u16(partOf(author)).bytes(rest), v); err != nil {
+		if err := set(newKey(keys.NSPosts, 27).U16(partOf(author)).Bytes(rest), v); err != nil {
 			return err
 		}
 		if v[0] == 0 { // pulled: every partition's readers count it
 			for q := range partitions {
-				if err := set(newKey(nsPulled, 11).u16(q).u64(author), nil); err != nil {
+				if err := set(newKey(keys.NSPulled, 11).U16(q).U64(author), nil); err != nil {
 					return err
 				}
-				if err := set(pulledPrefix(q, author).u64(u64at(k, 9)), nil); err != nil {
+				if err := set(newKey(keys.NSPulledAt, 19).U16(q).U64(author).U64(u64at(k, 9)), nil); err != nil {
 					return err
 				}
 			}
@@ -115,9 +116,9 @@ func (d *DB) migrate(ns byte, move func(k, v []byte, set func(key, []byte) error
 	wb := d.db.NewWriteBatch()
 	defer wb.Cancel()
 	n := 0
-	err := d.db.View(func(txn *badger.Txn) error {
+	err := d.View(func(txn *Txn) error {
 		prefix := []byte{ns}
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
+		it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
 		defer it.Close()
 		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
 			k := it.Item().KeyCopy(nil)
@@ -148,17 +149,17 @@ const nsLayout = 'Y'
 // the mark is set once all has moved, in the last transaction, so a crash halfway moves
 // the rest at the next call, and later calls read one key.
 func migrateOnce(db *DB, name string, move func(db *DB, w *groupWriter, from, to int) (int, error)) (int, error) {
-	done := newKey(nsLayout, 1+len(name)).bytes([]byte(name))
-	if err := db.db.View(func(txn *badger.Txn) error { _, err := txn.Get(done); return err }); err == nil {
+	done := newKey(nsLayout, 1+len(name)).Bytes([]byte(name))
+	if err := db.View(func(txn *Txn) error { _, err := txn.get(done); return err }); err == nil {
 		return 0, nil
 	} else if !errors.Is(err, badger.ErrKeyNotFound) {
 		return 0, err
 	}
-	w := &groupWriter{db: db.db}
+	w := &groupWriter{db: db}
 	defer w.discard()
 	n, err := move(db, w, 0, math.MaxUint16)
 	if err == nil {
-		err = w.group(func(txn *badger.Txn) error { return txn.Set(done, nil) }, 1)
+		err = w.group(func(txn *Txn) error { return txn.Set(done, nil) }, 1)
 	}
 	if err != nil {
 		return n, err
@@ -184,7 +185,7 @@ func moveLikes(db *DB, w *groupWriter, from, to int) (int, error) {
 			return nil
 		}
 		p, post, sec := int(binary.BigEndian.Uint16(at[1:])), u64at(at, relOff), int64(u64at(at, relOff+8))
-		return w.group(func(txn *badger.Txn) error {
+		return w.group(func(txn *Txn) error {
 			for _, l := range group {
 				if err := txn.Delete(objectKey(p, Like, Rel{A: l.user, B: post}, l.ts)); err != nil {
 					return err
@@ -198,12 +199,12 @@ func moveLikes(db *DB, w *groupWriter, from, to int) (int, error) {
 			return txn.Set(k, encodeLikers(append(old, group...)))
 		}, len(group)+1)
 	}
-	n, err := eachLike(db.db, nsByObject, from, to, func(kb, _ []byte) error {
+	n, err := eachLike(db, nsByObject, from, to, func(kb, _ []byte) error {
 		if len(kb) != indexLen {
 			return fmt.Errorf("%w: like list key of %d bytes", ErrCorrupt, len(kb))
 		}
 		ts := int64(math.MaxUint64 - u64at(kb, idxTS))
-		here := append(key(nil), kb[:relOff+8]...).u64(uint64(secondOf(ts)))
+		here := append(key(nil), kb[:relOff+8]...).U64(uint64(secondOf(ts)))
 		if !bytes.Equal(here, at) || len(group) == maxGroupOps/2 {
 			if err := moveLikers(); err != nil {
 				return err
@@ -231,7 +232,7 @@ func moveLikes(db *DB, w *groupWriter, from, to int) (int, error) {
 		if r.heavy {
 			list = nil
 		}
-		return w.group(func(txn *badger.Txn) error {
+		return w.group(func(txn *Txn) error {
 			if !r.heavy {
 				for _, e := range list {
 					rel := Rel{A: u, B: e.post}
@@ -247,7 +248,7 @@ func moveLikes(db *DB, w *groupWriter, from, to int) (int, error) {
 			return txn.Set(likesKey(p, u), r.encode())
 		}, 2*len(list)+1)
 	}
-	m, err := eachLike(db.db, nsRelation, from, to, func(kb, v []byte) error {
+	m, err := eachLike(db, nsRelation, from, to, func(kb, v []byte) error {
 		if len(kb) != relLen {
 			return fmt.Errorf("%w: like key of %d bytes", ErrCorrupt, len(kb))
 		}
@@ -280,13 +281,13 @@ func moveLikes(db *DB, w *groupWriter, from, to int) (int, error) {
 // eachLike calls fn for every key of namespace ns (of the partitioned layout) whose kind
 // is Like in partitions from to to (both included), with its value, in key order; it
 // returns how many.
-func eachLike(db *badger.DB, ns byte, from, to int, fn func(k, v []byte) error) (int, error) {
+func eachLike(db *DB, ns byte, from, to int, fn func(k, v []byte) error) (int, error) {
 	n := 0
-	err := db.View(func(txn *badger.Txn) error {
+	err := db.View(func(txn *Txn) error {
 		prefix := []byte{ns}
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: ns == nsRelation})
+		it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: ns == nsRelation})
 		defer it.Close()
-		for it.Seek(newKey(ns, 3).u16(from)); it.ValidForPrefix(prefix); {
+		for it.Seek(newKey(ns, 3).U16(from)); it.ValidForPrefix(prefix); {
 			kb := it.Item().Key()
 			if len(kb) < relOff {
 				return fmt.Errorf("%w: key %x", ErrCorrupt, kb)
@@ -302,7 +303,7 @@ func eachLike(db *badger.DB, ns byte, from, to int, fn func(k, v []byte) error) 
 				if p == math.MaxUint16 {
 					return nil
 				}
-				it.Seek(newKey(ns, 3).u16(p + 1))
+				it.Seek(newKey(ns, 3).U16(p + 1))
 				continue
 			}
 			v, err := it.Item().ValueCopy(nil)
@@ -323,8 +324,8 @@ func eachLike(db *badger.DB, ns byte, from, to int, fn func(k, v []byte) error) 
 // groupWriter writes groups of changes, each whole in one transaction, committing when
 // a transaction has taken about maxGroupOps.
 type groupWriter struct {
-	db  *badger.DB
-	txn *badger.Txn
+	db  *DB
+	txn *Txn
 	ops int
 }
 
@@ -335,14 +336,14 @@ var (
 	commitFault func() error
 )
 
-func (w *groupWriter) group(fn func(txn *badger.Txn) error, ops int) error {
+func (w *groupWriter) group(fn func(txn *Txn) error, ops int) error {
 	if w.txn != nil && w.ops+ops > maxGroupOps {
 		if err := w.commit(); err != nil {
 			return err
 		}
 	}
 	if w.txn == nil {
-		w.txn, w.ops = w.db.NewTransaction(true), 0
+		w.txn, w.ops = w.db.NewTxn(true), 0
 	}
 	w.ops += ops
 	return fn(w.txn)
@@ -383,11 +384,11 @@ const legacyRecordKind = byte(Like)
 // records moved.
 func moveLikeStates(db *DB, w *groupWriter, from, to int) (int, error) {
 	n := 0
-	err := db.db.View(func(txn *badger.Txn) error {
+	err := db.View(func(txn *Txn) error {
 		prefix := []byte{nsLikes}
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
+		it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
 		defer it.Close()
-		for it.Seek(newKey(nsLikes, 3).u16(from)); it.ValidForPrefix(prefix); it.Next() {
+		for it.Seek(newKey(nsLikes, 3).U16(from)); it.ValidForPrefix(prefix); it.Next() {
 			kb := it.Item().KeyCopy(nil)
 			if len(kb) < 3 {
 				return fmt.Errorf("%w: key %x", ErrCorrupt, kb)
@@ -408,7 +409,7 @@ func moveLikeStates(db *DB, w *groupWriter, from, to int) (int, error) {
 				return fmt.Errorf("%w: like record %x: %w", ErrCorrupt, kb, err)
 			}
 			u := u64at(kb, relOff)
-			err = w.group(func(txn *badger.Txn) error {
+			err = w.group(func(txn *Txn) error {
 				if err := txn.Delete(kb); err != nil {
 					return err
 				}

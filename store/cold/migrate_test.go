@@ -6,9 +6,8 @@ import (
 	"math"
 	"testing"
 
-	"github.com/dgraph-io/badger/v4"
-
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/unread"
 )
 
 // oldKey builds a key of the layout before partitions: a namespace byte and big-endian
@@ -48,7 +47,7 @@ func TestMigrate(t *testing.T) {
 		string(oldKey('q', uint64(9))):                           nil,
 		string(oldKey('u', uint64(7))):                           {1},
 	}
-	if err := db.Badger().Update(func(txn *badger.Txn) error {
+	if err := db.Update(func(txn *cold.Txn) error {
 		for k, v := range old {
 			if err := txn.Set([]byte(k), v); err != nil {
 				return err
@@ -96,31 +95,28 @@ func TestMigrate(t *testing.T) {
 	if liked, err := cold.Related(db, 3, cold.Like, 7, []uint64{100, 101}); err != nil || !liked[0] || liked[1] {
 		t.Errorf("Related = %v, %v", liked, err)
 	}
-	err = db.Badger().View(func(txn *badger.Txn) error {
-		if n := cold.CountNotified(txn, 3, 7, "like", 0); n != 1 {
+	err = db.View(func(txn *cold.Txn) error {
+		if n := unread.CountNotified(txn, 3, 7, "like", 0); n != 1 {
 			t.Errorf("user 7's notifications: %d, want 1", n)
 		}
-		if _, err := cold.GetReader(txn, 3, 7); err != nil {
+		if _, err := unread.GetReader(txn, 3, 7); err != nil {
 			t.Errorf("user 7's reader state: %v", err)
 		}
-		if n, err := cold.CountPosts(txn, 1, 9, 0, true, 10); n != 1 || err != nil {
+		if n, err := unread.CountPosts(txn, 1, 9, 0, true, 10); n != 1 || err != nil {
 			t.Errorf("author 9's pushed posts: %d, %v; want 1", n, err)
 		}
 		for q := range parts { // a pulled post is in every partition
-			if n := cold.CountPulled(txn, q, 9, 0, 10); n != 1 {
+			if n := unread.CountPulled(txn, q, 9, 0, 10); n != 1 {
 				t.Errorf("partition %d: author 9's pulled posts: %d, want 1", q, n)
 			}
-			if n := cold.CountPulled(txn, q, 9, 90, 10); n != 0 {
+			if n := unread.CountPulled(txn, q, 9, 90, 10); n != 0 {
 				t.Errorf("partition %d: pulled posts after 90: %d, want 0", q, n)
 			}
 		}
 		for _, ns := range []byte("rsovneqtuy") {
-			it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{ns}})
-			it.Rewind()
-			if it.ValidForPrefix([]byte{ns}) {
-				t.Errorf("an old key is left: %x", it.Item().Key())
+			if k, ok := cold.FirstKey(txn, []byte{ns}); ok {
+				t.Errorf("an old key is left: %x", k)
 			}
-			it.Close()
 		}
 		return nil
 	})
@@ -128,7 +124,7 @@ func TestMigrate(t *testing.T) {
 		t.Fatal(err)
 	}
 	for q := range parts {
-		pl, err := cold.LoadPulled(db, q)
+		pl, err := unread.LoadPulled(db, q)
 		if err != nil || !pl.Has(9) || pl.Has(7) {
 			t.Errorf("partition %d's pulled authors: has 9 %v, has 7 %v, %v", q, pl.Has(9), pl.Has(7), err)
 		}

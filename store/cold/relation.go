@@ -42,19 +42,19 @@ type Rel struct{ A, B, C uint64 }
 // start: the offsets below are from the start of the key.
 const relOff = 4
 
-func relPrefix(ns byte, p int, k Kind) key { return newKey(ns, relOff+32).u16(p).u8(byte(k)) }
+func relPrefix(ns byte, p int, k Kind) key { return newKey(ns, relOff+32).U16(p).U8(byte(k)) }
 
 func relKey(p int, k Kind, r Rel) key {
-	return relPrefix(nsRelation, p, k).u64(r.A).u64(r.B).u64(r.C)
+	return relPrefix(nsRelation, p, k).U64(r.A).U64(r.B).U64(r.C)
 }
 
 // Index keys order by descending time: ^ts sorts the newest first.
 func subjectKey(p int, k Kind, r Rel, ts int64) key {
-	return relPrefix(nsBySubject, p, k).u64(r.A).u64(math.MaxUint64 - uint64(ts)).u64(r.B).u64(r.C)
+	return relPrefix(nsBySubject, p, k).U64(r.A).U64(math.MaxUint64 - uint64(ts)).U64(r.B).U64(r.C)
 }
 
 func objectKey(p int, k Kind, r Rel, ts int64) key {
-	return relPrefix(nsByObject, p, k).u64(r.B).u64(math.MaxUint64 - uint64(ts)).u64(r.A).u64(r.C)
+	return relPrefix(nsByObject, p, k).U64(r.B).U64(math.MaxUint64 - uint64(ts)).U64(r.A).U64(r.C)
 }
 
 // indexLen is the length of an index key; idxID, idxTS and idxOther the offsets of its
@@ -74,7 +74,7 @@ const (
 // a making that comes late keeps it undone (the state is kept as a tombstone), and a
 // relation made twice is made by its copy placed first. Its subject's list key follows
 // the time of the event that made it.
-func Toggle(txn *badger.Txn, p int, k Kind, r Rel, on bool, e rel.Event) (before, after rel.State, forgot bool, err error) {
+func Toggle(txn *Txn, p int, k Kind, r Rel, on bool, e rel.Event) (before, after rel.State, forgot bool, err error) {
 	if k == Like {
 		l := NewLikes(p, nil)
 		l.merged = true
@@ -91,7 +91,7 @@ func Toggle(txn *badger.Txn, p int, k Kind, r Rel, on bool, e rel.Event) (before
 // toggleKey applies an event to the state relation r keeps in its relation key and
 // writes it back, with its subject's list key (putState); keys are what it wrote, none
 // when the state did not change.
-func toggleKey(txn *badger.Txn, p int, k Kind, r Rel, on bool, e rel.Event) (before, after rel.State, forgot bool, keys []key, err error) {
+func toggleKey(txn *Txn, p int, k Kind, r Rel, on bool, e rel.Event) (before, after rel.State, forgot bool, keys []key, err error) {
 	if before, err = getState(txn, relKey(p, k, r)); err != nil {
 		return before, after, false, nil, err
 	}
@@ -105,8 +105,8 @@ func toggleKey(txn *badger.Txn, p int, k Kind, r Rel, on bool, e rel.Event) (bef
 }
 
 // getState reads the relation state at rk (the zero state when there is none).
-func getState(txn *badger.Txn, rk key) (rel.State, error) {
-	item, err := txn.Get(rk)
+func getState(txn *Txn, rk key) (rel.State, error) {
+	item, err := txn.get(rk)
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return rel.State{}, nil
 	} else if err != nil {
@@ -122,7 +122,7 @@ func getState(txn *badger.Txn, rk key) (rel.State, error) {
 
 // putState writes relation r's state after, and moves its subject's list key (kinds
 // with lists) from before's time to after's. It returns the keys it wrote.
-func putState(txn *badger.Txn, p int, k Kind, r Rel, before, after rel.State) ([]key, error) {
+func putState(txn *Txn, p int, k Kind, r Rel, before, after rel.State) ([]key, error) {
 	rk := relKey(p, k, r)
 	keys := []key{rk}
 	if err := txn.Set(rk, after.Marshal()); err != nil {
@@ -151,19 +151,19 @@ func putState(txn *badger.Txn, p int, k Kind, r Rel, before, after rel.State) ([
 // Relate makes r at time ts in partition p, placed after every event it has seen; it
 // reports whether anything changed. Unrelate undoes it the same way and reports the
 // time the relation was made. They are for tests and tools, which have no places.
-func Relate(txn *badger.Txn, p int, k Kind, r Rel, ts int64) (bool, error) {
+func Relate(txn *Txn, p int, k Kind, r Rel, ts int64) (bool, error) {
 	before, after, err := toggleLast(txn, p, k, r, true, ts)
 	return after.On && !before.On, err
 }
 
 // Unrelate is Relate's undoing (see Relate).
-func Unrelate(txn *badger.Txn, p int, k Kind, r Rel) (changed bool, since int64, err error) {
+func Unrelate(txn *Txn, p int, k Kind, r Rel) (changed bool, since int64, err error) {
 	before, after, err := toggleLast(txn, p, k, r, false, 0)
 	return before.On && !after.On, before.Made.TS, err
 }
 
 // toggleLast toggles r at a place after every event its state keeps.
-func toggleLast(txn *badger.Txn, p int, k Kind, r Rel, on bool, ts int64) (before, after rel.State, err error) {
+func toggleLast(txn *Txn, p int, k Kind, r Rel, on bool, ts int64) (before, after rel.State, err error) {
 	var st rel.State
 	if k == Like {
 		var heavy bool
@@ -196,31 +196,31 @@ func toggleLast(txn *badger.Txn, p int, k Kind, r Rel, on bool, ts int64) (befor
 
 // AddFollower adds r's follower to the object list of the followed user (r.B) in their
 // partition p, with the time the follow was made; DeleteFollower removes it.
-func AddFollower(txn *badger.Txn, p int, r Rel, ts int64) error {
+func AddFollower(txn *Txn, p int, r Rel, ts int64) error {
 	return txn.Set(objectKey(p, Follow, r, max(ts, 0)), nil)
 }
 
 // DeleteFollower removes r's follower from the followed user's list (see AddFollower).
-func DeleteFollower(txn *badger.Txn, p int, r Rel, ts int64) error {
+func DeleteFollower(txn *Txn, p int, r Rel, ts int64) error {
 	return txn.Delete(objectKey(p, Follow, r, max(ts, 0)))
 }
 
 // Objects calls fn for the objects of subject a, of partition p (whom a follows, what a
 // liked) with the time each relation was made, newest first, until fn returns false.
-func Objects(txn *badger.Txn, p int, k Kind, a uint64, fn func(b uint64, ts int64) bool) {
+func Objects(txn *Txn, p int, k Kind, a uint64, fn func(b uint64, ts int64) bool) {
 	scan(txn, nsBySubject, p, k, a, fn)
 }
 
 // Subjects calls fn for the subjects of object b kept in partition p (who follows b, in
 // b's partition; who liked b, in the likers' partition), newest first, until fn returns
 // false. It reads keys only.
-func Subjects(txn *badger.Txn, p int, k Kind, b uint64, fn func(a uint64, ts int64) bool) {
+func Subjects(txn *Txn, p int, k Kind, b uint64, fn func(a uint64, ts int64) bool) {
 	scan(txn, nsByObject, p, k, b, fn)
 }
 
-func scan(txn *badger.Txn, ns byte, p int, k Kind, id uint64, fn func(other uint64, ts int64) bool) {
-	prefix := relPrefix(ns, p, k).u64(id)
-	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+func scan(txn *Txn, ns byte, p int, k Kind, id uint64, fn func(other uint64, ts int64) bool) {
+	prefix := relPrefix(ns, p, k).U64(id)
+	it := txn.iterator(badger.IteratorOptions{Prefix: prefix})
 	defer it.Close()
 	for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
 		kb := it.Item().Key()
@@ -234,7 +234,7 @@ func scan(txn *badger.Txn, ns byte, p int, k Kind, id uint64, fn func(other uint
 // partition p.
 func Related(db *DB, p int, k Kind, a uint64, bs []uint64) ([]bool, error) {
 	out := make([]bool, len(bs))
-	err := db.db.View(func(txn *badger.Txn) error {
+	err := db.View(func(txn *Txn) error {
 		if k == Like {
 			return relatedLikes(txn, p, a, bs, out)
 		}
@@ -244,7 +244,7 @@ func Related(db *DB, p int, k Kind, a uint64, bs []uint64) ([]bool, error) {
 }
 
 // relatedKeys sets out[i] when the relation key (a, bs[i]) exists.
-func relatedKeys(txn *badger.Txn, p int, k Kind, a uint64, bs []uint64, out []bool) error {
+func relatedKeys(txn *Txn, p int, k Kind, a uint64, bs []uint64, out []bool) error {
 	for i, b := range bs {
 		st, err := getState(txn, relKey(p, k, Rel{A: a, B: b}))
 		if err != nil {
@@ -279,7 +279,7 @@ func List(db *DB, p int, k Kind, bySubject bool, id uint64, limit int, before st
 	if bySubject {
 		ns = nsBySubject
 	}
-	prefix := relPrefix(ns, p, k).u64(id)
+	prefix := relPrefix(ns, p, k).U64(id)
 	start := prefix
 	var from []byte
 	if before != "" {
@@ -290,7 +290,7 @@ func List(db *DB, p int, k Kind, bySubject bool, id uint64, limit int, before st
 		// Seek just past the cursor: append a byte so the cursor key itself is skipped.
 		start, from = append(append(append(key{}, prefix...), c...), 0), c
 	}
-	err = db.db.View(func(txn *badger.Txn) error {
+	err = db.View(func(txn *Txn) error {
 		if k == Like && !bySubject {
 			items, next, err = likersPage(txn, p, id, limit, from)
 			return err
@@ -301,7 +301,7 @@ func List(db *DB, p int, k Kind, bySubject bool, id uint64, limit int, before st
 				return err
 			}
 		}
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		it := txn.iterator(badger.IteratorOptions{Prefix: prefix})
 		defer it.Close()
 		var last []byte
 		for it.Seek(start); it.ValidForPrefix(prefix); it.Next() {
@@ -337,7 +337,7 @@ type Recount struct {
 func CountRelations(db *DB, parts []int, posts, users []uint64) (Recount, error) {
 	rc := Recount{Likes: make([]uint64, len(posts)), Comments: make([]uint64, len(posts)),
 		Followers: make([]uint64, len(users)), Following: make([]uint64, len(users))}
-	err := db.db.View(func(txn *badger.Txn) error {
+	err := db.View(func(txn *Txn) error {
 		at := make(map[uint64][]int, len(posts)) // a post asked twice is counted for both
 		for i, post := range posts {
 			at[post] = append(at[post], i)
@@ -351,8 +351,8 @@ func CountRelations(db *DB, parts []int, posts, users []uint64) (Recount, error)
 				rc.Likes[i] += n
 			}
 			for i, u := range users {
-				rc.Followers[i] += countPrefix(txn, relPrefix(nsByObject, p, Follow).u64(u))
-				rc.Following[i] += countPrefix(txn, relPrefix(nsBySubject, p, Follow).u64(u))
+				rc.Followers[i] += countPrefix(txn, relPrefix(nsByObject, p, Follow).U64(u))
+				rc.Following[i] += countPrefix(txn, relPrefix(nsBySubject, p, Follow).U64(u))
 			}
 			if len(posts) == 0 {
 				continue
@@ -367,9 +367,9 @@ func CountRelations(db *DB, parts []int, posts, users []uint64) (Recount, error)
 }
 
 // countComments adds partition p's comments of the posts at lists the places of.
-func countComments(txn *badger.Txn, p int, at map[uint64][]int, comments []uint64) error {
+func countComments(txn *Txn, p int, at map[uint64][]int, comments []uint64) error {
 	prefix := relPrefix(nsRelation, p, Comment)
-	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
+	it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
 	defer it.Close()
 	for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
 		kb := it.Item().Key()
@@ -395,8 +395,8 @@ func countComments(txn *badger.Txn, p int, at map[uint64][]int, comments []uint6
 }
 
 // countPrefix counts the keys under prefix without reading values.
-func countPrefix(txn *badger.Txn, prefix []byte) uint64 {
-	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+func countPrefix(txn *Txn, prefix []byte) uint64 {
+	it := txn.iterator(badger.IteratorOptions{Prefix: prefix})
 	defer it.Close()
 	var n uint64
 	for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
@@ -431,9 +431,9 @@ func SampleRelated(db *DB, p int, k Kind, bySubject bool, n int, rand func() uin
 	prefix := relPrefix(ns, p, kind)
 	seen := map[uint64]bool{}
 	var out []uint64
-	err := db.db.View(func(txn *badger.Txn) error {
+	err := db.View(func(txn *Txn) error {
 		// Pick within the ids present, [lo, hi], or small ids would hardly ever be hit.
-		rev := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, Reverse: true})
+		rev := txn.iterator(badger.IteratorOptions{Prefix: prefix, Reverse: true})
 		last := append(append(key{}, prefix...), bytes.Repeat([]byte{0xff}, 32)...) // ≥ every index key
 		rev.Seek(last)
 		if !rev.ValidForPrefix(prefix) {
@@ -442,13 +442,13 @@ func SampleRelated(db *DB, p int, k Kind, bySubject bool, n int, rand func() uin
 		}
 		hi := u64at(rev.Item().Key(), idxID)
 		rev.Close()
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
+		it := txn.iterator(badger.IteratorOptions{Prefix: prefix})
 		defer it.Close()
 		it.Seek(prefix)
 		lo := u64at(it.Item().Key(), idxID)
 		// next is the first id at or after from, wrapping around past the last.
 		next := func(from uint64) (uint64, error) {
-			it.Seek(append(key{}, prefix...).u64(from))
+			it.Seek(append(key{}, prefix...).U64(from))
 			if !it.ValidForPrefix(prefix) {
 				it.Seek(prefix)
 			}
@@ -487,4 +487,26 @@ func SampleRelated(db *DB, p int, k Kind, bySubject bool, n int, rand func() uin
 		return nil
 	})
 	return out, err
+}
+
+// Follows calls fn, in one read transaction, with every follow made and not undone by
+// a user of partition p: the user and whom they follow. fn may write in transactions of
+// its own; an error of it stops the scan.
+func Follows(db *DB, p int, fn func(uid, author uint64) error) error {
+	prefix := relPrefix(nsRelation, p, Follow)
+	return db.View(func(txn *Txn) error {
+		return txn.Scan(prefix, nil, true, func(k, v []byte) (bool, error) {
+			if len(k) != relLen {
+				return true, nil
+			}
+			st, err := rel.Unmarshal(v)
+			if err != nil {
+				return false, fmt.Errorf("%w: follow %x: %w", ErrCorrupt, k, err)
+			}
+			if !st.On {
+				return true, nil // undone: a tombstone
+			}
+			return true, fn(u64at(k, relOff), u64at(k, relOff+8))
+		})
+	})
 }

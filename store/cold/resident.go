@@ -2,22 +2,20 @@ package cold
 
 import (
 	"slices"
-
-	"github.com/dgraph-io/badger/v4"
 )
 
 // Resident is what an event partition's events read of its state, kept in RAM for the
 // users active lately so that a like or a notification costs no Badger read: reader
-// states and like records (a heavy user's only says so). It is written through: a
-// transaction reads it through Readers and Likes, which keep what the transaction read
-// and wrote, and Keep takes that in only once the transaction has committed — so it
-// never holds what Badger does not. Only the partition's event stage writes these keys;
+// states (R, store/unread's) and like records (a heavy user's only says so), within one
+// budget. It is written through: a transaction reads it through unread.Readers and
+// Likes, which keep what the transaction read and wrote, and Keep takes that in only
+// once the transaction has committed — so it never holds what Badger does not. Only the partition's event stage writes these keys;
 // a stage that loads its state afresh (a restart, a restore, a takeover) starts a new
 // Resident. Past its budget it forgets users at random (a map's order), an eighth at a
 // time. A Resident is not safe for concurrent use.
-type Resident struct {
+type Resident[R Reader] struct {
 	max, size int
-	readers   map[uint64]ReaderState
+	readers   map[uint64]R
 	likes     map[uint64]*likes
 	Hits      int64 // reads answered from RAM
 	Misses    int64 // reads that went to Badger
@@ -34,34 +32,36 @@ const (
 	doorWords = 1 << doorBits / 64
 )
 
-// What a resident entry costs, for the budget: map entry, key and value as Go holds them.
+// Reader is a reader state as a Resident keeps it: a value (a transaction changes a
+// copy) that knows what it costs in RAM, for the budget.
+type Reader interface{ Cost() int }
+
+// What a resident like record costs, for the budget: map entry, key and value as Go
+// holds them.
 const (
-	readerCost  = 8 + 216 + 40           // uid, ReaderState, a map entry's share
-	likesCost   = 8 + 8 + 48 + 40        // uid, pointer, record header, map entry
-	likeCost    = 8 + 24 + 24 + 24 + 8   // post, made, later header, off, on
-	laterCost   = 24                     // one kept later event
-	minResident = readerCost + likesCost // a budget smaller than one of each keeps nothing
+	likesCost = 8 + 8 + 48 + 40      // uid, pointer, record header, map entry
+	likeCost  = 8 + 24 + 24 + 24 + 8 // post, made, later header, off, on
+	laterCost = 24                   // one kept later event
 )
 
 // NewResident keeps up to maxBytes of state in RAM (none when maxBytes is 0).
-func NewResident(maxBytes int) *Resident {
-	return &Resident{max: maxBytes, readers: map[uint64]ReaderState{}, likes: map[uint64]*likes{}}
+func NewResident[R Reader](maxBytes int) *Resident[R] {
+	return &Resident[R]{max: maxBytes, readers: map[uint64]R{}, likes: map[uint64]*likes{}}
+}
+
+// minResident is the smallest budget that keeps anything: one reader state and one like
+// record.
+func (r *Resident[R]) minResident() int {
+	var zero R
+	return zero.Cost() + likesCost
 }
 
 // Bytes is what the resident state costs now, by the budget's measure.
-func (r *Resident) Bytes() int {
+func (r *Resident[R]) Bytes() int {
 	if r == nil {
 		return 0
 	}
 	return r.size
-}
-
-func readerBytes(st ReaderState) int {
-	n := readerCost
-	for _, p := range st.Pending {
-		n += 8 * len(p)
-	}
-	return n
 }
 
 func recordCost(l *likes) int {
@@ -72,10 +72,11 @@ func recordCost(l *likes) int {
 	return n
 }
 
-// reader is uid's resident reader state.
-func (r *Resident) reader(uid uint64) (ReaderState, bool) {
+// Reader is uid's resident reader state.
+func (r *Resident[R]) Reader(uid uint64) (R, bool) {
 	if r == nil {
-		return ReaderState{}, false
+		var zero R
+		return zero, false
 	}
 	st, ok := r.readers[uid]
 	r.count(ok)
@@ -84,7 +85,7 @@ func (r *Resident) reader(uid uint64) (ReaderState, bool) {
 
 // record is a copy of u's resident like record that a transaction may change: its list
 // is its own (a state changed is replaced, never written in place: see Likes.Toggle).
-func (r *Resident) record(u uint64) (*likes, bool) {
+func (r *Resident[R]) record(u uint64) (*likes, bool) {
 	if r == nil {
 		return nil, false
 	}
@@ -96,7 +97,7 @@ func (r *Resident) record(u uint64) (*likes, bool) {
 	return &likes{heavy: l.heavy, list: slices.Clone(l.list)}, true
 }
 
-func (r *Resident) count(hit bool) {
+func (r *Resident[R]) count(hit bool) {
 	if hit {
 		r.Hits++
 	} else {
@@ -104,23 +105,21 @@ func (r *Resident) count(hit bool) {
 	}
 }
 
-// Keep takes in what a committed transaction read and wrote of readers and likes: the
-// users already resident, and those the doorkeeper has seen before. l's records become
-// the resident ones: l is not used again.
-func (r *Resident) Keep(readers *Readers, l *Likes) {
-	if r == nil || r.max < minResident {
+// Keep takes in what a committed transaction read and wrote of reader states (readers,
+// unread.Readers.Seen) and likes: the users already resident, and those the doorkeeper
+// has seen before. l's records become the resident ones: l is not used again.
+func (r *Resident[R]) Keep(readers map[uint64]R, l *Likes) {
+	if r == nil || r.max < r.minResident() {
 		return
 	}
-	if readers != nil {
-		for uid, st := range readers.seen {
-			if old, ok := r.readers[uid]; ok {
-				r.size -= readerBytes(old)
-			} else if !r.admit(uid) {
-				continue
-			}
-			r.readers[uid] = st
-			r.size += readerBytes(st)
+	for uid, st := range readers {
+		if old, ok := r.readers[uid]; ok {
+			r.size -= old.Cost()
+		} else if !r.admit(uid) {
+			continue
 		}
+		r.readers[uid] = st
+		r.size += st.Cost()
 	}
 	if l != nil {
 		for u, rec := range l.users {
@@ -138,7 +137,7 @@ func (r *Resident) Keep(readers *Readers, l *Likes) {
 }
 
 // admit reports whether the doorkeeper has seen uid before, and marks it seen.
-func (r *Resident) admit(uid uint64) bool {
+func (r *Resident[R]) admit(uid uint64) bool {
 	h := uid * 0x9e3779b97f4a7c15 >> (64 - doorBits)
 	w, bit := h/64, uint64(1)<<(h%64)
 	if r.door[w]&bit != 0 {
@@ -153,7 +152,7 @@ func (r *Resident) admit(uid uint64) bool {
 
 // shrink forgets users at random until the resident state is under seven eighths of
 // its budget.
-func (r *Resident) shrink() {
+func (r *Resident[R]) shrink() {
 	if r.size <= r.max {
 		return
 	}
@@ -162,7 +161,7 @@ func (r *Resident) shrink() {
 			return
 		}
 		delete(r.readers, uid)
-		r.size -= readerBytes(st)
+		r.size -= st.Cost()
 	}
 	for u, l := range r.likes {
 		if r.size <= r.max*7/8 {
@@ -171,53 +170,4 @@ func (r *Resident) shrink() {
 		delete(r.likes, u)
 		r.size -= recordCost(l)
 	}
-}
-
-// Readers reads and writes the reader states of partition p in one transaction: from
-// what the transaction changed, the partition's Resident, or Badger, and keeps what it
-// read and changed for Resident.Keep. Flush writes each changed state once, however
-// many notifications changed it. A Readers is not safe for concurrent use.
-type Readers struct {
-	p     int
-	res   *Resident
-	seen  map[uint64]ReaderState
-	dirty map[uint64]bool
-}
-
-// NewReaders starts a transaction's reader states of partition p, read through res
-// (which may be nil).
-func NewReaders(p int, res *Resident) *Readers {
-	return &Readers{p: p, res: res, seen: map[uint64]ReaderState{}, dirty: map[uint64]bool{}}
-}
-
-// Get returns uid's reader state (zero if none).
-func (r *Readers) Get(txn *badger.Txn, uid uint64) (ReaderState, error) {
-	if st, ok := r.seen[uid]; ok {
-		return st, nil
-	}
-	if st, ok := r.res.reader(uid); ok {
-		r.seen[uid] = st
-		return st, nil
-	}
-	st, err := GetReader(txn, r.p, uid)
-	if err == nil {
-		r.seen[uid] = st
-	}
-	return st, err
-}
-
-// Put changes uid's reader state; Flush stores it.
-func (r *Readers) Put(uid uint64, st ReaderState) {
-	r.seen[uid], r.dirty[uid] = st, true
-}
-
-// Flush stores the changed reader states in txn.
-func (r *Readers) Flush(txn *badger.Txn) error {
-	for uid := range r.dirty {
-		if err := PutReader(txn, r.p, uid, r.seen[uid]); err != nil {
-			return err
-		}
-		delete(r.dirty, uid)
-	}
-	return nil
 }

@@ -75,22 +75,22 @@ func DecodeLogRecord(data []byte) (*LogRecord, error) {
 	return &r, nil
 }
 
-func stageKey(p int) key              { return newKey(nsStage, 3).u16(p) }
-func outboxKey(p int, seq uint64) key { return newKey(nsOutbox, 11).u16(p).u64(seq) }
+func stageKey(p int) key              { return newKey(nsStage, 3).U16(p) }
+func outboxKey(p int, seq uint64) key { return newKey(nsOutbox, 11).U16(p).U64(seq) }
 
 // LoadStage returns partition p's state and its unpublished outbox, oldest first.
 func LoadStage(db *DB, p int) (StageState, []OutboxEntry, error) {
 	st := StageState{Seqs: map[string]uint64{}}
 	var out []OutboxEntry
-	err := db.db.View(func(txn *badger.Txn) error {
+	err := db.View(func(txn *Txn) error {
 		if _, err := getValue(txn, stageKey(p), &st, fmt.Sprintf("stage %d state", p)); err != nil {
 			return err
 		}
 		if st.Seqs == nil {
 			st.Seqs = map[string]uint64{}
 		}
-		prefix := newKey(nsOutbox, 3).u16(p)
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
+		prefix := newKey(nsOutbox, 3).U16(p)
+		it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
 		defer it.Close()
 		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
 			var e OutboxEntry
@@ -106,12 +106,12 @@ func LoadStage(db *DB, p int) (StageState, []OutboxEntry, error) {
 }
 
 // PutStage writes partition p's state in txn.
-func PutStage(txn *badger.Txn, p int, st *StageState) error {
+func PutStage(txn *Txn, p int, st *StageState) error {
 	return putValue(txn, stageKey(p), st)
 }
 
 // PutOutbox writes an outbox entry in txn; e.Seq must be the state's new Outbox value.
-func PutOutbox(txn *badger.Txn, p int, e *OutboxEntry) error {
+func PutOutbox(txn *Txn, p int, e *OutboxEntry) error {
 	v, err := msgpack.Marshal(e)
 	if err != nil {
 		return err
@@ -120,7 +120,7 @@ func PutOutbox(txn *badger.Txn, p int, e *OutboxEntry) error {
 }
 
 // DeleteOutbox removes published entries of partition p in txn.
-func DeleteOutbox(txn *badger.Txn, p int, seqs []uint64) error {
+func DeleteOutbox(txn *Txn, p int, seqs []uint64) error {
 	for _, s := range seqs {
 		if err := txn.Delete(outboxKey(p, s)); err != nil {
 			return err
@@ -134,16 +134,16 @@ func DeleteOutbox(txn *badger.Txn, p int, seqs []uint64) error {
 // a restore, a clear — carries them with the state whose marks hold them. They are
 // written and deleted in the stage's own transactions, with the marks.
 func stageHeldKey(p int, src uint32, seq uint64) key {
-	return stageKey(p).u8(nsHeld).u32(src).u64(seq)
+	return stageKey(p).U8(nsHeld).U32(src).U64(seq)
 }
 
 // PutStageHeld stores the payload of hop batch seq of src that partition p holds.
-func PutStageHeld(txn *badger.Txn, p int, src uint32, seq uint64, data []byte) error {
+func PutStageHeld(txn *Txn, p int, src uint32, seq uint64, data []byte) error {
 	return txn.Set(stageHeldKey(p, src, seq), slices.Clone(data))
 }
 
 // GetStageHeld reads it back; a missing one is ErrCorrupt.
-func GetStageHeld(txn *badger.Txn, p int, src uint32, seq uint64) ([]byte, error) {
+func GetStageHeld(txn *Txn, p int, src uint32, seq uint64) ([]byte, error) {
 	data, err := heldPayload(txn, stageHeldKey(p, src, seq))
 	if err != nil {
 		return nil, fmt.Errorf("hop batch %d of partition %d held by partition %d: %w", seq, src, p, err)
@@ -152,6 +152,6 @@ func GetStageHeld(txn *badger.Txn, p int, src uint32, seq uint64) ([]byte, error
 }
 
 // DeleteStageHeld deletes it once the batch is applied.
-func DeleteStageHeld(txn *badger.Txn, p int, src uint32, seq uint64) error {
+func DeleteStageHeld(txn *Txn, p int, src uint32, seq uint64) error {
 	return txn.Delete(stageHeldKey(p, src, seq))
 }

@@ -9,8 +9,6 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
-
-	"github.com/dgraph-io/badger/v4"
 )
 
 // backupAs is a backup of part of db in format magic: backupMagicV2 as versions before
@@ -44,7 +42,7 @@ func oldPartition(t *testing.T, p int, m *likeModel, r *rand.Rand, users, posts 
 	t.Helper()
 	db := openDB(t)
 	writeOldLikes(t, db, p, m, r, users, posts, 600, 3, 12)
-	err := db.db.Update(func(txn *badger.Txn) error {
+	err := db.Update(func(txn *Txn) error {
 		if _, err := Relate(txn, p, Follow, Rel{A: 1, B: 2}, 5); err != nil {
 			return err
 		}
@@ -70,7 +68,7 @@ func newProcess(t *testing.T, p int) *DB {
 	if _, err := Migrate(db, 4, func(id uint64) int { return int(id % 4) }); err != nil {
 		t.Fatal(err)
 	}
-	err := db.db.Update(func(txn *badger.Txn) error {
+	err := db.Update(func(txn *Txn) error {
 		for _, q := range []int{p, p + 1} {
 			l := NewLikes(q, nil)
 			if _, err := l.like(txn, 1, 7, 9000, 3); err != nil {
@@ -93,7 +91,7 @@ func newProcess(t *testing.T, p int) *DB {
 // its like again change.
 func checkRelikes(t *testing.T, db *DB, p int, m *likeModel) {
 	t.Helper()
-	err := db.db.Update(func(txn *badger.Txn) error {
+	err := db.Update(func(txn *Txn) error {
 		l := NewLikes(p, nil)
 		for u, ls := range m.likes {
 			for post, ts := range ls {
@@ -177,7 +175,7 @@ func TestRestoreNewerLayout(t *testing.T) {
 	if err := dst.Restore(bytes.NewReader(backupAs(t, src, EventPart(p), backupMagic, Layout)), EventPart(p), t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
-	if err := dst.db.Update(func(txn *badger.Txn) error {
+	if err := dst.Update(func(txn *Txn) error {
 		return txn.Set(layoutKey(), binary.AppendUvarint(nil, Layout+1))
 	}); err != nil {
 		t.Fatal(err)
@@ -239,7 +237,7 @@ func TestRestoreLayout2(t *testing.T) {
 	r := rand.New(rand.NewPCG(4, 4))
 	src, m := openDB(t), newLikeModel()
 	writeLegacyRecords(t, src, p, m, r, users, posts)
-	if err := src.db.Update(func(txn *badger.Txn) error { return PutStage(txn, p, &StageState{Pos: 500}) }); err != nil {
+	if err := src.Update(func(txn *Txn) error { return PutStage(txn, p, &StageState{Pos: 500}) }); err != nil {
 		t.Fatal(err)
 	}
 	dst := newProcess(t, p)

@@ -10,8 +10,8 @@ import (
 
 // getValue decodes the MessagePack value of k into v and reports whether k was there;
 // v is left as it is when not. A value that does not decode is ErrCorrupt, named what.
-func getValue(txn *badger.Txn, k key, v any, what string) (bool, error) {
-	item, err := txn.Get(k)
+func getValue(txn *Txn, k key, v any, what string) (bool, error) {
+	item, err := txn.get(k)
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return false, nil
 	} else if err != nil {
@@ -24,7 +24,7 @@ func getValue(txn *badger.Txn, k key, v any, what string) (bool, error) {
 }
 
 // putValue stores v as the MessagePack value of k.
-func putValue(txn *badger.Txn, k key, v any) error {
+func putValue(txn *Txn, k key, v any) error {
 	b, err := msgpack.Marshal(v)
 	if err != nil {
 		return err

@@ -31,9 +31,6 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// ErrSnapshot wraps every problem with a snapshot's bytes.
-var ErrSnapshot = errors.New("bad hot table snapshot")
-
 // WriteTo seals the table's groups (which changes no value and nothing Dirty reports)
 // and writes a snapshot of it.
 func (t *Table) WriteTo(w io.Writer) (int64, error) {

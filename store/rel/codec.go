@@ -2,12 +2,8 @@ package rel
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 )
-
-// ErrCorrupt is a stored state that does not decode.
-var ErrCorrupt = errors.New("corrupt relation state")
 
 // version is the first byte of a state stored on its own (Marshal). The values stored
 // before states existed — a relation's time, or its time and place, 8 or 16 bytes big

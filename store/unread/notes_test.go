@@ -1,10 +1,10 @@
-package cold
+package unread
 
 import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/dgraph-io/badger/v4"
+	"github.com/tally-dev/tally/store/cold"
 )
 
 // TestNotesMatchModel adds, takes back, counts and drops notifications at random, many
@@ -21,7 +21,7 @@ func TestNotesMatchModel(t *testing.T) {
 		read, prev := uint64(0), uint64(0)
 		place := uint64(0)
 		// The old layout: three notifications as keys, the state not inline.
-		err := db.db.Update(func(txn *badger.Txn) error {
+		err := db.Update(func(txn *cold.Txn) error {
 			st := ReaderState{}
 			for range 3 {
 				place += 1 + uint64(r.IntN(3))
@@ -37,7 +37,7 @@ func TestNotesMatchModel(t *testing.T) {
 		}
 		spilled := false
 		for round := range 200 {
-			err := db.db.Update(func(txn *badger.Txn) error {
+			err := db.Update(func(txn *cold.Txn) error {
 				st, err := GetReader(txn, p, uid)
 				if err != nil {
 					return err
@@ -91,7 +91,7 @@ func TestNotesMatchModel(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = db.db.View(func(txn *badger.Txn) error {
+			err = db.View(func(txn *cold.Txn) error {
 				st, err := GetReader(txn, p, uid)
 				if got := CountNotes(txn, p, uid, &st, "like", read); err != nil || got != uint64(len(model)) {
 					t.Fatalf("seed %d round %d: %d notifications after the read at %d, want %d (%v)", seed, round, got, read, len(model), err)

@@ -10,8 +10,8 @@ import (
 	"github.com/tally-dev/tally/store/cold"
 )
 
-// follow runs a standby of partition 0 on a new database.
-func (h *logHarness) follow() *runningStage { return h.run("standby", nil, (*Stage).Follow) }
+// mirror runs a standby of partition 0 on a new database.
+func (h *logHarness) mirror() *runningStage { return h.run("standby", nil, (*Stage).Mirror) }
 
 // backup is partition 0's event state in db, byte for byte.
 func (h *logHarness) backup(db *cold.DB) []byte {
@@ -22,13 +22,13 @@ func (h *logHarness) backup(db *cold.DB) []byte {
 	return b.Bytes()
 }
 
-// A standby that follows the owner's log holds the owner's state key for key — its
+// A standby that mirrors the owner's log holds the owner's state key for key — its
 // outbox too, from which the owner deletes what was acknowledged — and sends nothing; a
 // takeover from it replays only the records after it and sends nothing new.
-func TestFollowMirrorsOwner(t *testing.T) {
+func TestMirrorCopiesOwner(t *testing.T) {
 	h := newLogHarness(t)
 	a := h.start("a.1", nil)
-	f := h.follow()
+	f := h.mirror()
 	deltas := h.msgs(h.sj.DeltasStream())
 	for round := range 6 { // each transaction deletes what the one before sent
 		h.likes(100*(round+1), 7+round%2, 30)

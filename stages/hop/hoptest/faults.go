@@ -1,4 +1,4 @@
-package hop
+package hoptest
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tally-dev/tally/stages/hop"
 )
 
 // Faults says which faults a FaultyPublisher injects: each rate is the probability that
@@ -133,10 +135,10 @@ type FaultStats struct {
 
 // FaultyPublisher wraps a Publisher and, from a seeded random source, fails publishes,
 // delays acks, reorders messages and loses them silently: what a flaky network, a NATS
-// restart or a lost ack does to a sender, on demand. It is for tests and the chaos run (tallyd's hidden
-// --test-publish-faults); it is safe for concurrent use.
+// restart or a lost ack does to a sender, on demand: what the chaos run wraps every
+// outbox's Publisher in (node.Config.WrapPublisher). It is safe for concurrent use.
 type FaultyPublisher struct {
-	inner Publisher
+	inner hop.Publisher
 	f     Faults
 	Stats FaultStats
 
@@ -154,8 +156,19 @@ type heldMsg struct {
 	fut  *future
 }
 
+// Wrap returns what node.Config.WrapPublisher takes: a FaultyPublisher with f around
+// every stage's and worker's Publisher, its seed salted apart for each so that each
+// gets faults of its own.
+func Wrap(f Faults) func(p hop.Publisher, salt uint64) hop.Publisher {
+	return func(p hop.Publisher, salt uint64) hop.Publisher {
+		g := f
+		g.Seed = g.Seed*1_000_003 + salt
+		return NewFaultyPublisher(p, g)
+	}
+}
+
 // NewFaultyPublisher returns p with f injected.
-func NewFaultyPublisher(p Publisher, f Faults) *FaultyPublisher {
+func NewFaultyPublisher(p hop.Publisher, f Faults) *FaultyPublisher {
 	if f.MaxDelay <= 0 {
 		f.MaxDelay = 200 * time.Millisecond
 	}
@@ -295,7 +308,7 @@ func (f *FaultyPublisher) AckTimeout() time.Duration {
 // StreamNameBySubject asks the wrapped Publisher when it is a StreamFinder, so that an
 // Outbox still tells permanent failures from transient ones.
 func (f *FaultyPublisher) StreamNameBySubject(ctx context.Context, subject string) (string, error) {
-	if sf, ok := f.inner.(StreamFinder); ok {
+	if sf, ok := f.inner.(hop.StreamFinder); ok {
 		return sf.StreamNameBySubject(ctx, subject)
 	}
 	return "", errNoFinder

@@ -1,4 +1,4 @@
-package cold
+package unread
 
 import (
 	"math/rand/v2"

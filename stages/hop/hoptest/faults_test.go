@@ -1,4 +1,4 @@
-package hop
+package hoptest
 
 import (
 	"errors"
@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tally-dev/tally/stages/hop"
 	"github.com/tally-dev/tally/store/cold"
 )
 
@@ -311,13 +312,13 @@ func TestFaultyPublisherLose(t *testing.T) {
 // An Outbox takes its AckTimeout from a FaultyPublisher that sets one, and finds a lost
 // publish after it.
 func TestOutboxAckTimeoutOfPublisher(t *testing.T) {
-	f := func(t *testing.T, faults Faults, opts OutboxOptions, want time.Duration) {
+	f := func(t *testing.T, faults Faults, opts hop.OutboxOptions, want time.Duration) {
 		t.Helper()
 		synctest.Test(t, func(t *testing.T) {
 			js := &fakeJS{}
 			p := NewFaultyPublisher(js, faults)
 			defer p.Close()
-			o := NewOutbox(p, opts)
+			o := hop.NewOutbox(p, opts)
 			start := time.Now()
 			if err := o.Send(t.Context(), []cold.OutboxEntry{{Seq: 1, Subject: "s", MsgID: "1"}}); err != nil {
 				t.Fatal(err)
@@ -333,9 +334,9 @@ func TestOutboxAckTimeoutOfPublisher(t *testing.T) {
 			}
 		})
 	}
-	f(t, Faults{Lose: 1, AckTimeout: 300 * time.Millisecond}, OutboxOptions{}, 300*time.Millisecond)
-	f(t, Faults{Lose: 1}, OutboxOptions{}, DefaultLostAckTimeout)
-	f(t, Faults{Lose: 1, AckTimeout: 300 * time.Millisecond}, OutboxOptions{AckTimeout: 2 * time.Second}, 2*time.Second)
+	f(t, Faults{Lose: 1, AckTimeout: 300 * time.Millisecond}, hop.OutboxOptions{}, 300*time.Millisecond)
+	f(t, Faults{Lose: 1}, hop.OutboxOptions{}, DefaultLostAckTimeout)
+	f(t, Faults{Lose: 1, AckTimeout: 300 * time.Millisecond}, hop.OutboxOptions{AckTimeout: 2 * time.Second}, 2*time.Second)
 }
 
 // An Outbox through a FaultyPublisher with every fault stores every entry — some twice,
@@ -346,7 +347,7 @@ func TestOutboxThroughFaults(t *testing.T) {
 		js := &fakeJS{}
 		p := NewFaultyPublisher(js, Faults{Fail: 0.2, Delay: 0.2, Reorder: 0.2, Lose: 0.1, Seed: 11})
 		defer p.Close()
-		o := NewOutbox(p, OutboxOptions{MaxInflight: 16})
+		o := hop.NewOutbox(p, hop.OutboxOptions{MaxInflight: 16})
 		var entries []cold.OutboxEntry
 		for i := range 500 {
 			entries = append(entries, cold.OutboxEntry{Seq: uint64(i + 1), Subject: "s", MsgID: fmt.Sprint(i)})

@@ -1,0 +1,88 @@
+package cold
+
+import (
+	"errors"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// Txn is one transaction of the database: what a stage reads and writes atomically
+// (its state change, outbox and position). It wraps Badger's so that no package outside
+// store/ depends on Badger; its methods forward without allocating, and turn Badger's
+// refusal of a transaction too big into ErrTxnTooBig.
+type Txn struct{ b *badger.Txn }
+
+// NewTxn starts a transaction, one that may write when update is true. The caller
+// commits it or discards it (Discard after Commit does nothing).
+func (d *DB) NewTxn(update bool) *Txn { return &Txn{b: d.db.NewTransaction(update)} }
+
+// Update runs fn in a transaction that writes, committed when fn returns nil.
+func (d *DB) Update(fn func(txn *Txn) error) error {
+	return tooBig(d.db.Update(func(b *badger.Txn) error { return fn(&Txn{b: b}) }))
+}
+
+// View runs fn in a transaction that only reads.
+func (d *DB) View(fn func(txn *Txn) error) error {
+	return d.db.View(func(b *badger.Txn) error { return fn(&Txn{b: b}) })
+}
+
+// Commit commits the transaction's writes.
+func (t *Txn) Commit() error { return tooBig(t.b.Commit()) }
+
+// Discard ends the transaction without writing; after Commit it does nothing.
+func (t *Txn) Discard() { t.b.Discard() }
+
+// Set writes v under k. The store's functions build keys and values; tests and tools
+// writing what an older layout held use it raw.
+func (t *Txn) Set(k, v []byte) error { return tooBig(t.b.Set(k, v)) }
+
+// Delete deletes k.
+func (t *Txn) Delete(k []byte) error { return tooBig(t.b.Delete(k)) }
+
+func (t *Txn) get(k []byte) (*badger.Item, error) { return t.b.Get(k) }
+
+func (t *Txn) iterator(o badger.IteratorOptions) *badger.Iterator { return t.b.NewIterator(o) }
+
+// tooBig maps Badger's ErrTxnTooBig to ErrTxnTooBig, and passes any other error as it is.
+func tooBig(err error) error {
+	if err != nil && errors.Is(err, badger.ErrTxnTooBig) {
+		return ErrTxnTooBig
+	}
+	return err
+}
+
+// Get calls fn with the value of k, if k is there, and reports whether it was; the value
+// is valid only until fn returns. fn may be nil.
+func (t *Txn) Get(k []byte, fn func(v []byte) error) (bool, error) {
+	item, err := t.b.Get(k)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return false, nil
+	} else if err != nil || fn == nil {
+		return err == nil, err
+	}
+	return true, item.Value(fn)
+}
+
+// Scan calls fn with every key under prefix from from on (from the first when from is
+// nil), in key order, and with its value when values is set (nil otherwise), until fn
+// returns false or an error, which it returns. k and v are valid only until fn returns.
+func (t *Txn) Scan(prefix, from []byte, values bool, fn func(k, v []byte) (bool, error)) error {
+	it := t.b.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: values, PrefetchSize: 100})
+	defer it.Close()
+	if from == nil {
+		from = prefix
+	}
+	for it.Seek(from); it.ValidForPrefix(prefix); it.Next() {
+		item := it.Item()
+		more, err := true, error(nil)
+		if values {
+			err = item.Value(func(v []byte) error { more, err = fn(item.Key(), v); return err })
+		} else {
+			more, err = fn(item.Key(), nil)
+		}
+		if err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
