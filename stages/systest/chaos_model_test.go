@@ -14,45 +14,6 @@ import (
 	"github.com/tally-dev/tally/stages/reference"
 )
 
-// chaosReadStream hands every message of a stream to fn, in order.
-func chaosReadStream(ctx context.Context, js jetstream.JetStream, stream string, fn func(m jetstream.Msg, seq uint64) error) error {
-	st, err := js.Stream(ctx, stream)
-	if err != nil {
-		return err
-	}
-	last := st.CachedInfo().State.LastSeq
-	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		return err
-	}
-	for seq := uint64(0); seq < last; {
-		// No more than is left: a fetch of more waits its whole MaxWait for them.
-		batch, err := cons.Fetch(int(min(1000, last-seq)), jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			return err
-		}
-		n := 0
-		for msg := range batch.Messages() {
-			n++
-			md, err := msg.Metadata()
-			if err != nil {
-				return err
-			}
-			seq = md.Sequence.Stream
-			if err := fn(msg, seq); err != nil {
-				return err
-			}
-		}
-		if batch.Error() != nil {
-			return batch.Error()
-		}
-		if n == 0 {
-			return fmt.Errorf("stream %s read up to %d of %d", stream, seq, last)
-		}
-	}
-	return nil
-}
-
 // chaosStored is what the producers of the test stored in the events stream.
 type chaosStored struct {
 	perTx       map[string]int // events stored per transaction (by distinct message id)
@@ -84,7 +45,7 @@ func chaosStoredEvents(ctx context.Context, js jetstream.JetStream, sj pipeline.
 // chaosDeadLetters counts the distinct events dead-lettered (by stream position and index).
 func chaosDeadLetters(ctx context.Context, js jetstream.JetStream, sj pipeline.Subjects) (int, error) {
 	seen := map[[2]int64]bool{}
-	err := chaosReadStream(ctx, js, sj.DLQStream(), func(msg jetstream.Msg, _ uint64) error {
+	err := reference.ReadStream(ctx, js, sj.DLQStream(), func(msg jetstream.Msg, _ uint64, _ time.Time) error {
 		var dl struct {
 			Seq   uint64 `json:"seq"`
 			Index int    `json:"index"`
@@ -103,7 +64,7 @@ func chaosDeadLetters(ctx context.Context, js jetstream.JetStream, sj pipeline.S
 func changeMirror(ctx context.Context, js jetstream.JetStream, sj pipeline.Subjects) (map[string]map[uint64][]uint64, int, error) {
 	mirror := map[string]map[uint64][]uint64{}
 	msgs := 0
-	err := chaosReadStream(ctx, js, sj.ChangesStream(), func(msg jetstream.Msg, seq uint64) error {
+	err := reference.ReadStream(ctx, js, sj.ChangesStream(), func(msg jetstream.Msg, seq uint64, _ time.Time) error {
 		parts := strings.Split(msg.Subject(), ".") // <prefix>.chg.<family>.<p>
 		fam := parts[len(parts)-2]
 		var ch pipeline.Change
