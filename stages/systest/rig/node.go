@@ -92,16 +92,10 @@ func Eventually(t testing.TB, what string, cond func() (bool, string)) {
 // WaitCaughtUp polls tally.health until every partition has caught up, for 30 s.
 func WaitCaughtUp(t testing.TB, c *client.Client) {
 	t.Helper()
-	Eventually(t, "every partition caught up", func() (bool, string) {
-		h, err := c.Health(context.Background())
-		if err != nil {
-			return false, err.Error()
-		}
-		return h.OK, fmt.Sprint(h.Lagging)
-	})
+	WaitHealthy(t, c, 30*time.Second)
 }
 
-// WaitHealthy is WaitCaughtUp with a timeout of the caller's.
+// WaitHealthy polls tally.health until every partition has caught up, for timeout.
 func WaitHealthy(t testing.TB, c *client.Client, timeout time.Duration) {
 	t.Helper()
 	natstest.Eventually(t, timeout, "every partition caught up", func() (bool, string) {
