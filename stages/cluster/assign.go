@@ -126,3 +126,36 @@ func Standbys(members, owner []string) []string {
 	}
 	return out
 }
+
+// Effective is the assignment in force while target (Assign's) is being reached: a
+// partition whose live holder is to hand it to a member that keeps standbys stays with
+// its holder until that member's standby of it is warm (warm[m][p], see View.Warm), so
+// that it moves as a standby takeover — a stop and a start — and not as a restore while
+// it answers nothing. A member that keeps no standbys (no entry in warm) gets its
+// partitions at once, as does everyone a partition nobody live holds. Every member
+// computes the same from the same view.
+func Effective(members, holders, target []string, warm map[string]map[int]bool) []string {
+	out := slices.Clone(target)
+	for p, m := range target {
+		if p >= len(holders) {
+			continue
+		}
+		h := holders[p]
+		if h != "" && h != m && slices.Contains(members, h) && warm[m] != nil && !warm[m][p] {
+			out[p] = h
+		}
+	}
+	return out
+}
+
+// Due lists the partitions target gives member m that effective does not yet: m keeps
+// a standby of each, which is what lets them move (Effective).
+func Due(m string, target, effective []string) []int {
+	var ps []int
+	for p := range target {
+		if target[p] == m && effective[p] != m {
+			ps = append(ps, p)
+		}
+	}
+	return ps
+}

@@ -143,3 +143,66 @@ func TestStandbys(t *testing.T) {
 		t.Fatalf("alone: standbys %q, want none", got)
 	}
 }
+
+// A member joining gets its share (Assign's target) one partition at a time, each as
+// its standby of it turns warm: until then the live holder keeps it (Effective), and
+// the target does not change under the hand-over — once the holder has let a partition
+// go, and before the joiner has taken it, Assign still gives it to the joiner. A
+// member keeping no standbys is given its share at once; a partition whose holder is
+// gone goes to its target.
+func TestEffective(t *testing.T) {
+	for _, parts := range []int{7, 16, 64} {
+		var members []string
+		held := make([]string, parts)
+		for n := 1; n <= 5; n++ {
+			joiner := fmt.Sprintf("node%02d", 17*n%23)
+			members = append(members, joiner)
+			slices.Sort(members)
+			target := Assign(members, held, nil, parts)
+			if got := Effective(members, held, target, map[string]map[int]bool{joiner: nil}); !slices.Equal(got, target) {
+				t.Fatalf("%d partitions: a joiner keeping no standbys waits: %v, want %v", parts, got, target)
+			}
+			warm := map[string]map[int]bool{joiner: {}}
+			eff := Effective(members, held, target, warm)
+			due := Due(joiner, target, eff)
+			if n > 1 && (!slices.Equal(eff, held) || len(due) == 0) {
+				t.Fatalf("%d partitions: with no standby warm, %v moved to %v (due %v)", parts, held, eff, due)
+			}
+			for q, h := range held { // free ones are taken at once
+				if h == "" {
+					held[q] = eff[q]
+				}
+			}
+			for _, p := range due {
+				warm[joiner][p] = true
+				eff := Effective(members, held, Assign(members, held, nil, parts), warm)
+				if eff[p] != joiner {
+					t.Fatalf("%d partitions: %d warm on %s, effective gives it to %s", parts, p, joiner, eff[p])
+				}
+				for q := range eff {
+					if q != p && eff[q] != held[q] {
+						t.Fatalf("%d partitions: %d warm on %s, and %d moved too (%s → %s)", parts, p, joiner, q, held[q], eff[q])
+					}
+				}
+				// The holder lets it go; the joiner has not taken it yet.
+				last := make([]string, parts)
+				last[p], held[p] = held[p], ""
+				if got := Effective(members, held, Assign(members, held, last, parts), warm); got[p] != joiner {
+					t.Fatalf("%d partitions: %d released by %s for %s, then assigned to %s", parts, p, last[p], joiner, got[p])
+				}
+				held[p] = joiner
+			}
+			if !slices.Equal(held, target) {
+				t.Fatalf("%d partitions, %d members: hand-overs ended at %v, target %v", parts, n, held, target)
+			}
+		}
+		// A holder gone: its partitions go to their targets, warm or not.
+		dead := members[0]
+		live := members[1:]
+		gone := slices.Clone(held)
+		target := Assign(live, gone, nil, parts)
+		if got := Effective(live, gone, target, map[string]map[int]bool{live[0]: {}}); !slices.Equal(got, target) {
+			t.Fatalf("%d partitions: %s dead, effective %v, target %v", parts, dead, got, target)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -97,6 +98,12 @@ type Owners struct {
 	id    string
 	value []byte
 	ttl   time.Duration
+	// warmth is what the membership says of this process's standbys (see SetWarm),
+	// written with every Register.
+	mu      sync.Mutex
+	warmth  string
+	leaving bool
+	seen    map[string]bool // the members the last View found
 }
 
 // Open opens (or makes) the ownership bucket with the TTL ttl, as the process whose node
@@ -121,10 +128,77 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string, replicas i
 // ID is this process's node id.
 func (o *Owners) ID() string { return o.id }
 
-// Register writes (or renews) this process's membership.
+// Register writes (or renews) this process's membership, with what SetWarm said last.
 func (o *Owners) Register(ctx context.Context) error {
-	_, err := o.kv.Put(ctx, memberPrefix+o.id, o.value)
+	o.mu.Lock()
+	v := append(slices.Clone(o.value), o.warmth...)
+	if o.leaving {
+		v = append(v, " leaving"...)
+	}
+	o.mu.Unlock()
+	_, err := o.kv.Put(ctx, memberPrefix+o.id, v)
 	return err
+}
+
+// SetWarm says, from the next Register on, that this process keeps standbys and which
+// of them are warm (ready and caught up): the others hold a partition back from it
+// until its standby of the partition is (see Effective). A process that never says so
+// (no standbys, or an older version) is handed its partitions at once, cold.
+func (o *Owners) SetWarm(ready []int) {
+	b := []byte(" standbys=")
+	for i, p := range ready {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, int64(p), 10)
+	}
+	o.mu.Lock()
+	o.warmth = string(b)
+	o.mu.Unlock()
+}
+
+// SetLeaving says, from the next Register on, that this process is stopping: the others
+// assign its partitions among themselves (it is no longer one of View.Members) but
+// leave each with it until its next owner's standby of it is warm (View.Leaving).
+func (o *Owners) SetLeaving() {
+	o.mu.Lock()
+	o.leaving = true
+	o.mu.Unlock()
+}
+
+// View is the ownership bucket as read by one round of the assignment.
+type View struct {
+	Members []string          // live, sorted, this process among them unless it is leaving
+	Leaving []string          // live but stopping (SetLeaving): they hold, and are assigned nothing
+	Holders map[string]string // each lease key's holder (its node id)
+	// Warm names, for each member that keeps standbys, the partitions whose standby there
+	// is warm; a member that keeps none (or does not say) has no entry.
+	Warm map[string]map[int]bool
+}
+
+// Live is Members and Leaving: the processes whose leases are theirs still.
+func (v View) Live() []string { return append(slices.Clone(v.Members), v.Leaving...) }
+
+// memberOf reads what a membership value says of its standbys (see SetWarm; warm is nil
+// when it says nothing) and whether it is leaving.
+func memberOf(v []byte) (warm map[int]bool, leaving bool) {
+	fs := strings.Fields(string(v)) // "<id> <host> [standbys=<p>,<p>…] [leaving]"
+	for _, f := range fs[min(2, len(fs)):] {
+		if f == "leaving" {
+			leaving = true
+		}
+		list, ok := strings.CutPrefix(f, "standbys=")
+		if !ok {
+			continue
+		}
+		warm = map[int]bool{}
+		for s := range strings.SplitSeq(list, ",") {
+			if p, err := strconv.Atoi(s); err == nil {
+				warm[p] = true
+			}
+		}
+	}
+	return warm, leaving
 }
 
 // Leave deletes this process's membership: the others plan without it from their next
@@ -132,35 +206,112 @@ func (o *Owners) Register(ctx context.Context) error {
 func (o *Owners) Leave(ctx context.Context) error { return o.kv.Delete(ctx, memberPrefix+o.id) }
 
 // Snapshot reads the live members (sorted, this process among them) and the holder of
-// every lease key (its node id). It fails rather than return a partial view.
+// every lease key (its node id).
 func (o *Owners) Snapshot(ctx context.Context) (members []string, holders map[string]string, err error) {
+	v, err := o.View(ctx)
+	return v.Members, v.Holders, err
+}
+
+// View reads the live members, what each says of its standbys, and the holder of every
+// lease key: those listed, and those of leases (each read whether listed or not). A
+// listing of a bucket whose keys are being renewed can miss some (the watch behind it
+// ends before a key renewed meanwhile comes round again), and a member or a holder
+// missed would change the assignment: the members seen before are read again too.
+func (o *Owners) View(ctx context.Context, leases ...string) (View, error) {
 	keys, err := o.kv.Keys(ctx)
 	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, nil, fmt.Errorf("cannot list the live processes: %w", err)
+		return View{}, fmt.Errorf("cannot list the live processes: %w", err)
 	}
-	holders = map[string]string{}
+	o.mu.Lock()
+	for id := range o.seen {
+		keys = append(keys, memberPrefix+id)
+	}
+	o.mu.Unlock()
+	keys = append(keys, leases...)
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	v := View{Holders: map[string]string{}, Warm: map[string]map[int]bool{}}
+	seen := map[string]bool{}
 	for _, k := range keys {
 		if id, ok := strings.CutPrefix(k, memberPrefix); ok {
-			members = append(members, id)
+			e, err := o.kv.Get(ctx, k)
+			if errors.Is(err, jetstream.ErrKeyNotFound) {
+				continue // expired, or left
+			} else if err != nil { // not knowing what it says would plan as if it kept no standbys
+				return View{}, fmt.Errorf("cannot read the membership %s: %w", k, err)
+			}
+			seen[id] = true
+			warm, leaving := memberOf(e.Value())
+			leaving = leaving || id == o.id && o.isLeaving()
+			if warm != nil {
+				v.Warm[id] = warm
+			}
+			if leaving {
+				v.Leaving = append(v.Leaving, id)
+			} else {
+				v.Members = append(v.Members, id)
+			}
 			continue
 		}
-		// A holder that cannot be read is not a free partition: a round planned on it
-		// would deal a held partition afresh and move it for nothing.
 		e, err := o.kv.Get(ctx, k)
 		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound): // released or expired since listed
-		case err != nil:
-			return nil, nil, fmt.Errorf("cannot read the holder of %s: %w", k, err)
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+		case err != nil: // a lease taken for free would move the partition
+			return View{}, fmt.Errorf("cannot read the lease %s: %w", k, err)
 		default:
-			id, _, _ := strings.Cut(string(e.Value()), " ")
-			holders[k] = id
+			v.Holders[k], _, _ = strings.Cut(string(e.Value()), " ")
 		}
 	}
-	if !slices.Contains(members, o.id) {
-		members = append(members, o.id)
+	o.mu.Lock()
+	o.seen = seen
+	o.mu.Unlock()
+	if !o.isLeaving() && !slices.Contains(v.Members, o.id) {
+		v.Members = append(v.Members, o.id)
 	}
-	slices.Sort(members)
-	return members, holders, nil
+	slices.Sort(v.Members)
+	slices.Sort(v.Leaving)
+	return v, nil
+}
+
+func (o *Owners) isLeaving() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.leaving
+}
+
+// Changes calls changed whenever a lease is let go or a membership says something new
+// (a process joined, is leaving, or its warm standbys changed) until ctx ends: a
+// hand-over waiting on either need not wait for the next round. Renewals that change
+// nothing, and keys that expire, call nothing.
+func (o *Owners) Changes(ctx context.Context, changed func()) error {
+	w, err := o.kv.WatchAll(ctx, jetstream.UpdatesOnly())
+	if err != nil {
+		return fmt.Errorf("cannot watch the ownership bucket: %w", err)
+	}
+	defer w.Stop()
+	said := map[string]string{} // each membership's last value
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				return errors.New("the watch of the ownership bucket ended")
+			}
+			if e == nil {
+				continue
+			}
+			k := e.Key()
+			switch {
+			case e.Operation() != jetstream.KeyValuePut:
+				delete(said, k)
+				changed()
+			case strings.HasPrefix(k, memberPrefix) && said[k] != string(e.Value()):
+				said[k] = string(e.Value())
+				changed()
+			}
+		}
+	}
 }
 
 // Alone reports ErrOwned when another process is live on the prefix (its membership
@@ -181,6 +332,17 @@ func (o *Owners) Alone(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// Holder is the node id holding lease key k ("" when none, or it cannot be read: the
+// assignment then plans as if it were free, and the lease decides).
+func (o *Owners) Holder(ctx context.Context, k string) string {
+	e, err := o.kv.Get(ctx, k)
+	if err != nil {
+		return ""
+	}
+	id, _, _ := strings.Cut(string(e.Value()), " ")
+	return id
 }
 
 // Take takes the lease on key, or reports who holds it (wrapping ErrOwned). A restart

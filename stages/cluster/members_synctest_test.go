@@ -134,6 +134,41 @@ func TestMembership(t *testing.T) {
 		if err != nil || !slices.Equal(members, []string{"a-node", "b-node"}) || holders["counters.3"] != "b-node" || len(holders) != 1 {
 			t.Fatalf("snapshot: members %v, holders %v, %v", members, holders, err)
 		}
+		// What a member says of its standbys: none said, none kept; warm ones listed.
+		if v, _ := b.View(ctx); v.Warm["b-node"] != nil {
+			t.Fatalf("a member that never said it keeps standbys: warm %v", v.Warm)
+		}
+		a.SetWarm(nil)
+		if err := a.Register(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if v, _ := b.View(ctx); v.Warm["b-node"] == nil || len(v.Warm["b-node"]) != 0 {
+			t.Fatalf("a member keeping standbys, none warm: warm %v", v.Warm)
+		}
+		a.SetWarm([]int{1, 12})
+		if err := a.Register(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if v, _ := b.View(ctx); len(v.Warm) != 1 || len(v.Warm["b-node"]) != 2 || !v.Warm["b-node"][1] || !v.Warm["b-node"][12] {
+			t.Fatalf("a member with standbys of 1 and 12 warm: warm %v", v.Warm)
+		}
+		// A member leaving still holds what it holds, and is assigned nothing.
+		a.SetLeaving()
+		if err := a.Register(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Register(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range []*Owners{a, b} {
+			if v, _ := o.View(ctx, "counters.3"); !slices.Equal(v.Members, []string{"a-node"}) || !slices.Equal(v.Leaving, []string{"b-node"}) ||
+				v.Holders["counters.3"] != "b-node" || !slices.Equal(v.Live(), []string{"a-node", "b-node"}) {
+				t.Fatalf("%s's view with b-node leaving: members %v, leaving %v, holders %v", o.id, v.Members, v.Leaving, v.Holders)
+			}
+		}
+		a.mu.Lock()
+		a.leaving = false // as a new process of the same data directory
+		a.mu.Unlock()
 		// a renews its membership and lease within the TTL, then dies.
 		time.Sleep(ttl / 2)
 		if err := a.Register(ctx); err != nil {

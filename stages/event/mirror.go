@@ -3,6 +3,7 @@ package event
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -26,6 +27,7 @@ func (s *Stage) Mirror(ctx context.Context) error {
 		return err
 	}
 	st := s.st
+	s.logged.Store(st.Log)
 	sj := s.cfg.Subjects
 	r, err := flow.Read(ctx, s.js, sj.EventsStream(), sj.EventsStored(p), st.Pos, 2*s.cfg.MaxBatch)
 	if err != nil {
@@ -54,7 +56,16 @@ func (s *Stage) Mirror(ctx context.Context) error {
 			return fmt.Errorf("standby of event partition %d: %w", p, err)
 		}
 		first = first && !applied
+		s.logged.Store(s.st.Log)
 	}
+}
+
+// LogBehind is how far a mirroring stage (Mirror) is behind its owner's log: the age
+// of the oldest record the owner appended that it has not applied tells whether a
+// standby is caught up, whatever the rate of the log.
+func (s *Stage) LogBehind(ctx context.Context) (flow.Behind, error) {
+	sj := s.cfg.Subjects
+	return flow.BehindOf(ctx, s.js, sj.LogStream(), sj.Log(s.cfg.Partition), s.logged.Load(), time.Now())
 }
 
 // Position is the last events-stream sequence the stage's state reflects.

@@ -98,6 +98,7 @@ type Stage struct {
 	res    *cold.Resident[unread.ReaderState] // what events read of the state, in RAM (see cold.Resident)
 
 	pos       atomic.Uint64 // last stream sequence committed
+	logged    atomic.Uint64 // last log record a following stage applied (see LogBehind)
 	busy      atomic.Bool   // from taking messages until their outbox is acknowledged
 	st        cold.StageState
 	held      int64     // hop batches st holds above a gap, as counted in stats

@@ -95,7 +95,7 @@ func (n *Node) startStage(ctx context.Context, pt *part) error {
 		case errors.Is(err, event.ErrFenced):
 			// Another process owns the partition by now: this one lets it go.
 			n.log.Error("event partition fenced by another owner; stopping the partition", "partition", p, "err", err)
-			n.wg.Go(func() { n.stopPart(p, false) })
+			n.wg.Go(func() { n.stopPart(p, leaveLost) })
 		default:
 			n.fail(err)
 		}

@@ -132,6 +132,16 @@ type Config struct {
 	// between the parts of a checkpoint's change events. Nil (always, in production)
 	// publishes through NATS.
 	ChangePublisher func(family string, p int, pub hop.Publisher) hop.Publisher
+	// StandbyLag is how far behind its owner a standby may be and still count as warm
+	// (caught up): the age of the oldest log record or delta of its partition it has not
+	// applied (0: DefaultStandbyLag). A partition moves to a joining process only once
+	// that process's standby of it is warm.
+	StandbyLag time.Duration
+	// MovePatience is how long a partition due to move to another process waits there
+	// for its standby to get warm before it moves all the same, restored from its backup
+	// (0: 30 lease TTLs): a standby that cannot keep up must not keep the partitions
+	// unbalanced for ever.
+	MovePatience time.Duration
 	// StandbyCheck, for tests only, is how often a standby looks at its partition's
 	// backups (0: a quarter of BackupEvery, at most a second). Longer than BackupEvery,
 	// standbys miss backups and start again from the newest, as a stalled one would.
@@ -142,6 +152,10 @@ type Config struct {
 // 30 s: under a steady load the oldest unapplied message is about a flush interval old,
 // while a stuck partition, or one replaying a long backlog, ages past it.
 const DefaultMaxLagAge = 30 * time.Second
+
+// DefaultStandbyLag is how far behind its owner a warm standby may be (see
+// Config.StandbyLag): a few flushes of a steady load, well short of a restore.
+const DefaultStandbyLag = time.Second
 
 // SnowflakeEpoch is Twitter's snowflake epoch, 2010-11-04 01:42:54.657 UTC, in Unix ms.
 const SnowflakeEpoch = 1288834974657

@@ -76,6 +76,10 @@ type Node struct {
 	standbys     map[int]*standby       // warm copies of partitions owned elsewhere, under mu
 	priming      chan struct{}          // one standby restores its backups at a time
 	lastStart    atomic.Int64           // when a partition last started here (Unix ns)
+	rounds       sync.Mutex             // one ownership round (or hand-over on Close) at a time
+	kick         chan struct{}          // asks for a round now (see own)
+	leaving      atomic.Bool            // Close is handing the partitions over: no more rounds
+	waiting      map[int]time.Time      // since when each partition held here waits to move (see losePatience), under rounds
 	// standbyEvents counts what the standbys' event stages apply.
 	standbyEvents *event.Stats
 	// Backups and BackupErrs count rounds of state backups stored in NATS and failed
@@ -115,7 +119,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	n := &Node{cfg: cfg, log: log, failed: make(chan struct{}), EventStats: event.NewStats(), budget: counter.NewBudget(mem.Hot),
-		parts: map[int]*part{}, claiming: map[int]*cluster.Lease{}, standbys: map[int]*standby{}, priming: make(chan struct{}, 1), standbyEvents: event.NewStats()}
+		parts: map[int]*part{}, claiming: map[int]*cluster.Lease{}, standbys: map[int]*standby{}, priming: make(chan struct{}, 1), standbyEvents: event.NewStats(), kick: make(chan struct{}, 1), waiting: map[int]time.Time{}}
 	defer func() {
 		if err != nil {
 			n.Close()
@@ -467,11 +471,15 @@ func (n *Node) ClientURL() string { return n.nc.ConnectedUrl() }
 // Failed is closed when a partition failed and the node must stop.
 func (n *Node) Failed() <-chan struct{} { return n.failed }
 
-// Close stops queries and the partitions, hands the partitions over (backed up, their
-// leases released), and closes Badger and NATS.
+// Close hands the partitions over, to warm standbys where it can (see leave), stops
+// queries and the partitions, hands what is left over (backed up, their leases
+// released), and closes Badger and NATS.
 func (n *Node) Close() error {
 	if n.http != nil {
 		_ = n.http.Close()
+	}
+	if n.runCtx != nil && n.err == nil && n.standbysOn() {
+		n.leave()
 	}
 	if n.query != nil {
 		n.query.Stop()
@@ -487,7 +495,11 @@ func (n *Node) Close() error {
 	}
 	n.stopStandbys()
 	for _, pt := range n.heldParts() {
-		n.stopPart(pt.p, n.err == nil)
+		how := leaveLost
+		if n.err == nil {
+			how = leaveCold
+		}
+		n.stopPart(pt.p, how)
 	}
 	var errs []error
 	if n.js != nil {
@@ -511,4 +523,39 @@ func (n *Node) Close() error {
 	}
 	errs = append(errs, n.err)
 	return errors.Join(errs...)
+}
+
+// leave hands every partition held here over as a rebalance would, while it goes on
+// serving them: it says it is leaving, so that the others assign its partitions among
+// themselves, and lets each go once its next owner's standby of it is warm — a stop and
+// a start, not a restore. What is still held after a few lease TTLs (a standby that
+// cannot get warm) Close hands over cold.
+func (n *Node) leave() {
+	n.leaving.Store(true) // no round takes anything from now on
+	n.rounds.Lock()       // nor is one under way
+	defer n.rounds.Unlock()
+	n.owners.SetLeaving()
+	ctx, cancel := context.WithTimeout(n.runCtx, 5*n.cfg.LeaseTTL)
+	defer cancel()
+	if err := n.owners.Register(ctx); err != nil {
+		n.log.Warn("cannot say this process is leaving", "err", err)
+		return
+	}
+	n.stopStandbys() // the others choose new ones: this process no longer is a member
+	for len(n.heldParts()) > 0 {
+		v, _, want, err := n.plan(ctx)
+		if err == nil && want == nil {
+			return // nobody to hand over to
+		}
+		if err == nil {
+			n.handOver(v, want)
+		}
+		select {
+		case <-ctx.Done():
+			n.log.Warn("partitions not handed over to warm standbys in time; handing them over cold", "partitions", spans(n.Parts()))
+			return
+		case <-n.kick:
+		case <-time.After(n.cfg.LeaseTTL / 10):
+		}
+	}
 }

@@ -46,35 +46,22 @@ type part struct {
 
 // rebalance is one round of the ownership loop: hand over the partitions that are now
 // another's and take the free ones that are this one's. The membership and leases are
-// renewed apart (see own).
+// renewed apart (see own). A partition moves to a process that keeps standbys only once
+// its standby there is warm (cluster.Effective): until then it keeps a standby of each
+// partition due to it, and the holder goes on serving.
 func (n *Node) rebalance(ctx context.Context) error {
-	members, held, err := n.owners.Snapshot(ctx)
+	n.rounds.Lock()
+	defer n.rounds.Unlock()
+	if n.leaving.Load() { // Close hands over what is held here (see leave)
+		return nil
+	}
+	v, target, want, err := n.plan(ctx)
 	if err != nil {
 		return err
 	}
-	holders, last := make([]string, n.cfg.Partitions), make([]string, n.cfg.Partitions)
-	for p := range holders {
-		holders[p] = held[counterKey(p)]
-		if (holders[p] == "" || !slices.Contains(members, holders[p])) && n.backups != nil {
-			// A free partition (or one whose holder is gone: its lease outlives it) goes
-			// back to its last owner when that one is live and has room — its state is
-			// current there (no restore) — or else to its standby. Every lease lapses at once
-			// when the ownership bucket has no leader for longer than the TTL (a NATS
-			// server crash), and this keeps every partition where it was.
-			// Not knowing it would deal the partition afresh: the round waits instead.
-			if last[p], err = n.backups.LastOwner(ctx, counterObject(p)); err != nil {
-				return fmt.Errorf("cannot read partition %d's last owner: %w", p, err)
-			}
-		}
-	}
 	id := n.owners.ID()
-	want := cluster.Assign(members, holders, last, n.cfg.Partitions)
-	for _, pt := range n.heldParts() {
-		if want[pt.p] != id {
-			n.log.Info("handing a counter partition over", "partition", pt.p, "to", want[pt.p])
-			n.stopPart(pt.p, true)
-		}
-	}
+	n.losePatience(target, want)
+	n.handOver(v, want)
 	var wg sync.WaitGroup
 	errs := make([]error, len(want))
 	for p, owner := range want {
@@ -83,8 +70,8 @@ func (n *Node) rebalance(ctx context.Context) error {
 		}
 	}
 	wg.Wait()
-	if n.backups != nil && n.cfg.Standbys {
-		n.keepStandbys(members, want)
+	if n.standbysOn() {
+		n.keepStandbys(v.Members, want, cluster.Due(id, target, want))
 	}
 	for _, err := range errs {
 		if err != nil && !errors.Is(err, ErrOwned) {
@@ -93,6 +80,90 @@ func (n *Node) rebalance(ctx context.Context) error {
 	}
 	return nil
 }
+
+// plan reads the ownership bucket and computes where every partition is to go (target,
+// cluster.Assign) and where each is to be now (want, cluster.Effective); both nil when no
+// process but leaving ones is live.
+func (n *Node) plan(ctx context.Context) (v cluster.View, target, want []string, err error) {
+	leases := make([]string, n.cfg.Partitions)
+	for p := range leases {
+		leases[p] = counterKey(p)
+	}
+	if v, err = n.owners.View(ctx, leases...); err != nil {
+		return v, nil, nil, err
+	}
+	holders, last := make([]string, n.cfg.Partitions), make([]string, n.cfg.Partitions)
+	for p := range holders {
+		holders[p] = v.Holders[counterKey(p)]
+		if (holders[p] == "" || !slices.Contains(v.Members, holders[p])) && n.backups != nil {
+			// A free partition (or one whose holder is gone: its lease outlives it) goes
+			// back to its last owner when that one is live and has room — its state is
+			// current there (no restore) — or else to its standby. Every lease lapses at once
+			// when the ownership bucket has no leader for longer than the TTL (a NATS
+			// server crash), and this keeps every partition where it was.
+			// Not knowing it would deal the partition afresh: the round waits instead.
+			if last[p], err = n.backups.LastOwner(ctx, counterObject(p)); err != nil {
+				return v, nil, nil, fmt.Errorf("cannot read partition %d's last owner: %w", p, err)
+			}
+		}
+	}
+	if len(v.Members) == 0 {
+		return v, nil, nil, nil
+	}
+	target = cluster.Assign(v.Members, holders, last, n.cfg.Partitions)
+	return v, target, cluster.Effective(v.Live(), holders, target, v.Warm), nil
+}
+
+// losePatience moves, in want, the partitions held here that have waited MovePatience
+// for their target's standby to get warm to their target all the same (see
+// Config.MovePatience). Under rounds.
+func (n *Node) losePatience(target, want []string) {
+	id, now := n.owners.ID(), time.Now()
+	patience := n.cfg.MovePatience
+	if patience <= 0 {
+		patience = 30 * n.cfg.LeaseTTL
+	}
+	for p := range want {
+		if want[p] != id || target[p] == id || !n.holds(p) {
+			delete(n.waiting, p)
+			continue
+		}
+		since, ok := n.waiting[p]
+		switch {
+		case !ok:
+			n.waiting[p] = now
+		case now.Sub(since) > patience:
+			n.log.Warn("a partition's next owner has no warm standby of it yet; moving it all the same", "partition", p, "to", target[p], "waited", now.Sub(since).Round(time.Second))
+			want[p] = target[p]
+			delete(n.waiting, p)
+		}
+	}
+}
+
+// handOver stops the partitions held here that want gives another process: one going
+// to a warm standby is released as soon as it has stopped (the standby has followed
+// it to its last log record and delta), one going elsewhere is backed up first.
+func (n *Node) handOver(v cluster.View, want []string) {
+	id := n.owners.ID()
+	var wg sync.WaitGroup
+	for _, pt := range n.heldParts() {
+		to := want[pt.p]
+		if to == id {
+			continue
+		}
+		how := leaveCold
+		if v.Warm[to][pt.p] {
+			how = leaveWarm
+		}
+		n.log.Info("handing a counter partition over", "partition", pt.p, "to", to, "warm", how == leaveWarm)
+		wg.Go(func() { n.stopPart(pt.p, how) })
+	}
+	wg.Wait()
+}
+
+// standbysOn says whether this process keeps standbys, and so tells the others which
+// are warm (see renew).
+func (n *Node) standbysOn() bool { return n.backups != nil && n.cfg.Standbys }
 
 // renew renews this process's membership and the leases of its counter partitions, each
 // on its own: a renewal left unanswered (a NATS leader election) is retried until its
@@ -112,11 +183,14 @@ func (n *Node) renew(ctx context.Context) error {
 			err := pt.lease.Renew(ctx)
 			if errors.Is(err, cluster.ErrLost) {
 				n.log.Error("partition lease lost; stopping the partition", "partition", pt.p, "err", err)
-				n.wg.Go(func() { n.stopPart(pt.p, false) }) // its workers' last flush must not hold the other renewals up
+				n.wg.Go(func() { n.stopPart(pt.p, leaveLost) }) // its workers' last flush must not hold the other renewals up
 			} else if err != nil {
 				n.log.Warn("cannot renew a partition lease yet", "partition", pt.p, "err", err)
 			}
 		})
+	}
+	if n.standbysOn() {
+		n.owners.SetWarm(n.Standbys())
 	}
 	err := n.owners.Register(ctx)
 	wg.Wait()
@@ -126,7 +200,8 @@ func (n *Node) renew(ctx context.Context) error {
 	return nil
 }
 
-// own runs rebalance every fifth of the lease TTL until ctx ends, and renews the leases
+// own runs rebalance every fifth of the lease TTL until ctx ends, and at once when a
+// lease is let go or a membership changes (a hand-over under way); it renews the leases
 // on their own meanwhile, so that a long restore in a round does not let them expire.
 func (n *Node) own(ctx context.Context) error {
 	period := n.cfg.LeaseTTL / 5
@@ -140,12 +215,44 @@ func (n *Node) own(ctx context.Context) error {
 			return nil
 		})
 	})
-	return cluster.Every(ctx, period, func() error {
+	wg.Go(func() { n.watchOwners(ctx) })
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		case <-n.kick:
+		}
 		if err := n.rebalance(ctx); err != nil && ctx.Err() == nil {
 			n.log.Warn("ownership round failed; retrying", "err", err)
 		}
-		return nil
-	})
+	}
+}
+
+// watchOwners kicks a round whenever the ownership bucket says a hand-over may go on
+// (cluster.Owners.Changes); the rounds every fifth of the TTL go on without it.
+func (n *Node) watchOwners(ctx context.Context) {
+	for ctx.Err() == nil {
+		err := n.owners.Changes(ctx, n.kickRound)
+		if ctx.Err() != nil {
+			return
+		}
+		n.log.Debug("watching the ownership bucket again", "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(n.cfg.LeaseTTL):
+		}
+	}
+}
+
+// kickRound asks for an ownership round now; one asked for already will do.
+func (n *Node) kickRound() {
+	select {
+	case n.kick <- struct{}{}:
+	default:
+	}
 }
 
 func (n *Node) heldParts() []*part {
@@ -308,10 +415,24 @@ func (n *Node) dropSnapshots(p int) {
 	}
 }
 
+// leave says how a partition stops here.
+type leave int
+
+const (
+	// leaveLost: its lease is gone, another may own it already: nothing more is written.
+	leaveLost leave = iota
+	// leaveCold: handed to a process that restores it: backed up, then released.
+	leaveCold
+	// leaveWarm: handed to a warm standby, which has followed it and replays the last
+	// records after it: released as soon as it has stopped, so that the standby takes
+	// it over within a moment.
+	leaveWarm
+)
+
 // stopPart stops partition p's event stage and workers (each checkpoints what it holds)
-// and, handing it over, backs it up and releases its lease so that its next owner starts
-// from here.
-func (n *Node) stopPart(p int, handover bool) {
+// and, handing it over, releases its lease so that its next owner starts from here,
+// backing it up first unless that owner is a warm standby.
+func (n *Node) stopPart(p int, how leave) {
 	n.mu.Lock()
 	pt := n.parts[p]
 	delete(n.parts, p)
@@ -338,12 +459,12 @@ func (n *Node) stopPart(p int, handover bool) {
 	n.query.SetStage(p, nil)
 	pt.cancel()
 	pt.wg.Wait()
-	if !handover {
+	if how == leaveLost {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if n.backups != nil {
+	if n.backups != nil && how == leaveCold {
 		if _, err := n.backupPart(ctx, pt); err != nil {
 			// The next owner restores an older backup and replays more deltas and log.
 			n.log.Warn("cannot back a partition up before handing it over", "partition", p, "err", err)

@@ -43,8 +43,14 @@ type standby struct {
 	done          chan struct{} // closed when the following has ended
 	ready         atomic.Bool   // primed and following
 	current       atomic.Bool   // its state reflects both current backups (as last checked)
+	caughtUp      atomic.Bool   // within StandbyLag of the owner's log and deltas (as last checked)
 	broken        atomic.Bool   // cannot follow any more: to start again from the newest backup
 	watch         [2]backupWatch
+}
+
+// warm reports whether sb is ready to take its partition over at once (see Standbys).
+func (sb *standby) warm() bool {
+	return sb.ready.Load() && sb.current.Load() && sb.caughtUp.Load() && !sb.broken.Load() && loaded(sb.workers)
 }
 
 func (sb *standby) valid() bool {
@@ -74,18 +80,31 @@ func (w *backupWatch) observe(gen uint64, reached bool) bool {
 	return false
 }
 
-// keepStandbys starts the standbys this process should keep now and stops the others.
-func (n *Node) keepStandbys(members, want []string) {
+// keepStandbys starts the standbys this process should keep now and stops the others:
+// those cluster.Standbys names it for, and one of each partition due to move here
+// (cluster.Due), which moves once that standby is warm.
+func (n *Node) keepStandbys(members, want []string, due []int) {
 	id := n.owners.ID()
 	sbs := cluster.Standbys(members, want)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for p, sb := range n.standbys {
 		// One this process is to own stays for startPart to take over (warmStandby).
-		if sb.broken.Load() || (sbs[p] != id && want[p] != id) {
+		if sb.broken.Load() || (sbs[p] != id && want[p] != id && !slices.Contains(due, p)) {
 			n.log.Debug("standby stopped", "partition", p, "broken", sb.broken.Load(), "standby now", sbs[p], "owner now", want[p])
 			delete(n.standbys, p)
 			n.wg.Go(sb.stop)
+		}
+	}
+	free := func(p int) bool { return n.parts[p] == nil && !n.stopping[p] && n.standbys[p] == nil }
+	for _, p := range due { // nothing moves here before these are warm: they go first
+		if free(p) {
+			n.standbys[p] = n.startStandby(p)
+		}
+	}
+	for _, p := range due {
+		if sb := n.standbys[p]; sb == nil || !sb.warm() {
+			return
 		}
 	}
 	// New standbys wait until this process's own partitions have settled: right after a
@@ -95,7 +114,7 @@ func (n *Node) keepStandbys(members, want []string) {
 		return
 	}
 	for p, s := range sbs {
-		if s == id && want[p] != id && n.parts[p] == nil && !n.stopping[p] && n.standbys[p] == nil {
+		if s == id && want[p] != id && free(p) {
 			n.standbys[p] = n.startStandby(p)
 		}
 	}
@@ -219,7 +238,30 @@ func (n *Node) checkStandby(ctx context.Context, sb *standby, pieces [2]cluster.
 		current = current && sb.watch[i].reached
 	}
 	sb.current.Store(current)
+	if caught, err := n.caughtUp(ctx, sb); err == nil { // NATS not answering: as it was
+		sb.caughtUp.Store(caught)
+	}
 	return nil
+}
+
+// caughtUp reports whether standby sb has applied every record of its partition's log,
+// and every delta, that is older than StandbyLag: a takeover then replays only what the
+// owner wrote in the last moment.
+func (n *Node) caughtUp(ctx context.Context, sb *standby) (bool, error) {
+	limit := n.cfg.StandbyLag
+	if limit <= 0 {
+		limit = DefaultStandbyLag
+	}
+	b, err := sb.stage.LogBehind(ctx)
+	if err != nil || b.Age > limit {
+		return false, err
+	}
+	for _, w := range sb.workers {
+		if b, err = w.Behind(ctx); err != nil || b.Age > limit {
+			return false, err
+		}
+	}
+	return true, nil
 }
 
 // standbyCheck is how often a standby looks at the backups: several times within one
@@ -282,15 +324,15 @@ func (n *Node) reflectsBackups(ctx context.Context, p int) bool {
 	return true
 }
 
-// Standbys lists the partitions of which this process keeps a warm copy that has
-// reached the partition's current backups, its counters loaded: a takeover now replays
-// only what came after.
+// Standbys lists the partitions of which this process keeps a warm copy: one that has
+// reached the partition's current backups, its counters loaded, and is caught up with
+// its owner (within StandbyLag): a takeover now replays only the last moment.
 func (n *Node) Standbys() []int {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	var ps []int
 	for p, sb := range n.standbys {
-		if sb.ready.Load() && sb.current.Load() && !sb.broken.Load() && loaded(sb.workers) {
+		if sb.warm() {
 			ps = append(ps, p)
 		}
 	}

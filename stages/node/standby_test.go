@@ -45,7 +45,7 @@ func TestNoRestartWhileStopping(t *testing.T) {
 	n.parts[1] = pt
 	stopped := make(chan struct{})
 	go func() {
-		n.stopPart(1, false)
+		n.stopPart(1, leaveLost)
 		close(stopped)
 	}()
 	begun := func() bool {

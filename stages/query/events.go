@@ -176,10 +176,12 @@ func (s *Server) ev(ctx context.Context, p int, kind string, req *evRequest) (*e
 	if err != nil {
 		return nil, err
 	}
-	msg := nats.NewMsg(s.cfg.Subjects.PartEvents(p))
-	msg.Header.Set(queryHeader, kind)
-	msg.Data = data
-	m, err := s.nc.RequestMsgWithContext(ctx, msg)
+	m, err := s.request(ctx, func() *nats.Msg {
+		msg := nats.NewMsg(s.cfg.Subjects.PartEvents(p))
+		msg.Header.Set(queryHeader, kind)
+		msg.Data = data
+		return msg
+	})
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return nil, fmt.Errorf("%w: event partition %d is owned by no process (hand-over?)", errUnavailable, p)

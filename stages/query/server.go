@@ -39,6 +39,10 @@ type Config struct {
 	Partitions int
 	// Timeout bounds how long a request waits for its partitions.
 	Timeout time.Duration
+	// HandOver is how long a request waits for a partition that no process serves —
+	// one stopped it and the next has not started it yet — before it answers the
+	// partition unavailable (0: DefaultHandOver; negative: not at all).
+	HandOver time.Duration
 	// Workers is the number of subscriptions per subject (each has its own goroutine).
 	Workers int
 	// OnQuery, when set, is told every request's subject kind, duration and failure.
@@ -75,6 +79,7 @@ type Server struct {
 
 	mu       sync.Mutex // serialises SetOwner, SetStage, Start and Stop
 	started  bool
+	inFlight atomic.Int64 // requests being answered (see Stop)
 	subs     []*nats.Subscription
 	svcs     services                       // the query service's instances (see micro.go)
 	partSubs map[partKey]*nats.Subscription // <prefix>.part.<family>.<p> of each registered partition
@@ -89,6 +94,9 @@ type partKey struct {
 // New returns a server; Start subscribes it. owners is the initial registry (a nil entry
 // is a partition not here); later changes go through SetOwner.
 func New(cfg Config, nc *nats.Conn, db *cold.DB, owners map[string][]Partition, log *slog.Logger) *Server {
+	if cfg.HandOver == 0 {
+		cfg.HandOver = DefaultHandOver
+	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 5 * time.Second
 	}
@@ -228,11 +236,24 @@ func (s *Server) start() error {
 	return nil
 }
 
-// Stop drains the subscriptions: requests already received are answered.
+// Stop drains the subscriptions and returns once the requests already received are
+// answered (within Timeout): the process may close its connection then, and no request
+// it took is left without an answer.
 func (s *Server) Stop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	subs := slices.Concat(s.subs, slices.Collect(maps.Values(s.partSubs)), slices.Collect(maps.Values(s.evSubs)))
 	s.stop()
+	// A draining subscription is valid until it has handed its last message over; a
+	// service's endpoints say nothing, so the answers under way are counted too, until
+	// none has been for a moment.
+	deadline := time.Now().Add(s.cfg.Timeout)
+	for quiet := 0; quiet < 3 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		quiet++
+		if s.inFlight.Load() > 0 || slices.ContainsFunc(subs, (*nats.Subscription).IsValid) {
+			quiet = 0
+		}
+	}
 }
 
 func (s *Server) stop() {
@@ -284,6 +305,8 @@ func (s *Server) handle(kind string, h func(*request) (any, error)) nats.MsgHand
 // answer runs h for m and encodes its reply (JSON to a JSON request); a failed request
 // gets an errorReply, and its code and error text are returned too.
 func (s *Server) answer(kind string, h func(*request) (any, error), m *nats.Msg) (data []byte, hdr nats.Header, code, failure string) {
+	s.inFlight.Add(1)
+	defer s.inFlight.Add(-1)
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
 	defer cancel()
@@ -455,7 +478,7 @@ func (s *Server) remote(ctx context.Context, family string, fields []string, p i
 		return err
 	}
 	subj := s.cfg.Subjects.Part(family, p)
-	msg, err := s.nc.RequestWithContext(ctx, subj, data)
+	msg, err := s.request(ctx, func() *nats.Msg { return &nats.Msg{Subject: subj, Data: data} })
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return fmt.Errorf("partition %s/%d is owned by no process (hand-over?)", family, p)
@@ -481,4 +504,28 @@ func (s *Server) remote(ctx context.Context, family string, fields []string, p i
 		copy(out[i], c)
 	}
 	return nil
+}
+
+// DefaultHandOver is how long a request waits out a partition's hand-over (see
+// Config.HandOver): a partition handed to a warm standby is served again within a few
+// hundred milliseconds, a restore takes longer and is answered unavailable.
+const DefaultHandOver = time.Second
+
+// request sends the message msg makes and, while no process serves its partition (a
+// hand-over: one process has stopped it, the next has not started it yet), sends it
+// again until HandOver has passed or ctx ends, so that a read waits out a hand-over
+// rather than fail.
+func (s *Server) request(ctx context.Context, msg func() *nats.Msg) (*nats.Msg, error) {
+	deadline := time.Now().Add(s.cfg.HandOver)
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		m, err := s.nc.RequestMsgWithContext(ctx, msg())
+		if !errors.Is(err, nats.ErrNoResponders) || time.Now().Add(wait).After(deadline) {
+			return m, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+	}
 }

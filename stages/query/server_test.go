@@ -100,8 +100,15 @@ func openDB(t testing.TB) *cold.DB {
 }
 
 // startNode starts a server owning the partitions in own (of every family) out of n, and
-// their event stages (relations, unread, read from db) when db is set.
+// their event stages (relations, unread, read from db) when db is set. A partition no
+// server owns is answered unavailable at once (see startHandOver).
 func startNode(t testing.TB, s *server.Server, db *cold.DB, n int, timeout time.Duration, own ...int) *node {
+	t.Helper()
+	return startHandOver(t, s, db, n, timeout, -1, own...)
+}
+
+// startHandOver is startNode with Config.HandOver handOver.
+func startHandOver(t testing.TB, s *server.Server, db *cold.DB, n int, timeout, handOver time.Duration, own ...int) *node {
 	t.Helper()
 	nd := &node{nc: natstest.Connect(t, s), db: db, parts: map[string][]query.Partition{}}
 	owners := map[string][]query.Partition{}
@@ -115,7 +122,7 @@ func startNode(t testing.TB, s *server.Server, db *cold.DB, n int, timeout time.
 			owners[f.Name][p] = nd.parts[f.Name][p]
 		}
 	}
-	cfg := query.Config{Subjects: pipeline.NewSubjects(""), Families: families, Partitions: n, Timeout: timeout, Workers: 2,
+	cfg := query.Config{Subjects: pipeline.NewSubjects(""), Families: families, Partitions: n, Timeout: timeout, HandOver: handOver, Workers: 2,
 		OnQuery: func(kind string, _ time.Duration, _ bool) {
 			if kind == "get" {
 				nd.gets.Add(1)
@@ -407,4 +414,25 @@ func BenchmarkGetRemote(b *testing.B) {
 			b.ReportMetric(float64(len(parts)), "partitions/get")
 		})
 	}
+}
+
+// A get of a partition in hand-over — one process has let it go, the next has not
+// started it yet — waits for the next owner (within HandOver) rather than answer its ids
+// unavailable.
+func TestGetWaitsOutHandOver(t *testing.T) {
+	const n = 4
+	s := natstest.Start(t)
+	client := natstest.Connect(t, s)
+	a := startHandOver(t, s, nil, n, 5*time.Second, 0, 0, 1) // the default HandOver
+	b := startHandOver(t, s, nil, n, 5*time.Second, 0, 2, 3)
+	ids := idsIn(n)
+	check(t, get(t, client, "tally.get.post", ids), ids, n)
+	b.setOwned(false, 3) // stopped in b…
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		time.Sleep(200 * time.Millisecond)
+		a.setOwned(true, 3) // …and started in a, a moment later
+	})
+	check(t, get(t, client, "tally.get.post", ids), ids, n)
 }

@@ -258,6 +258,49 @@ func benchFailover(b *testing.B, bin string, ids int) {
 	}
 	rig.WaitHealthy(b, c, 10*time.Minute)
 	checkViews(b, c, base, ids)
+	rejoin(b, ps[victim], float64(benchPartitions/len(ps)), askGet)
+	checkViews(b, c, base, ids)
+}
+
+// rejoin starts the killed process p again on its data directory, with the two
+// survivors owning every partition, and asks askGet every 50 ms until p owns its share
+// (at least want partitions) again: rejoin-s is the longest time some partition did not
+// answer (from the first poll that failed to the next that succeeded), rejoin-failed
+// the polls that failed.
+func rejoin(b *testing.B, p *rig.TallydProc, want float64, askGet func(context.Context) error) {
+	p.Restart(b)
+	started := time.Now()
+	var down time.Time
+	var gap time.Duration
+	polls, failed := 0, 0
+	for owned := 0.0; owned < want || !down.IsZero(); polls++ {
+		if time.Since(started) > 5*time.Minute {
+			b.Fatalf("the killed process owns %v partitions 5 minutes after its restart, want %v", owned, want)
+		}
+		at := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := askGet(ctx)
+		cancel()
+		switch {
+		case err != nil:
+			failed++
+			if down.IsZero() {
+				down = at
+			}
+		case !down.IsZero():
+			gap, down = max(gap, at.Sub(down)), time.Time{}
+		}
+		if polls%10 == 0 {
+			if m, err := p.Scrape(context.Background()); err == nil {
+				owned = m[metricOwned]
+			}
+		}
+		time.Sleep(max(0, 50*time.Millisecond-time.Since(at)))
+	}
+	b.Logf("rejoin: the killed process owns its share %v after its restart; %d of %d polls failed, the longest for %v",
+		time.Since(started).Round(time.Millisecond), failed, polls, gap.Round(time.Millisecond))
+	b.ReportMetric(gap.Seconds(), "rejoin-s")
+	b.ReportMetric(float64(failed), "rejoin-failed")
 }
 
 // probeAsks returns two questions about the probes, each an error until every partition

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,8 +48,12 @@ func runChild(dir string) int {
 	if url := os.Getenv("TALLY_CRASH_NATS"); url != "" {
 		cfg.NATSURL, cfg.BackupEvery, cfg.LeaseTTL, cfg.Join = url, 300*time.Millisecond, failoverTTL, true
 	}
+	// The availability tests read what it owns, and stop it as tallyd stops (SIGTERM).
+	cfg.Metrics = os.Getenv("TALLY_CRASH_METRICS")
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
 	// Debug: the test reads how each partition loaded (source=snapshot).
-	if err := node.Run(context.Background(), cfg, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))); err != nil {
+	if err := node.Run(ctx, cfg, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))); err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		return 1
 	}

@@ -151,7 +151,7 @@ func TestFailover(t *testing.T) {
 	// The survivors kept warm copies of the first's partitions: they take them over
 	// without restoring its backups.
 	warm := others[0].PartsWarm.Load() + others[1].PartsWarm.Load()
-	t.Logf("taken over: %d and %d restored (their shares when they joined, and any standby not ready), %d and %d warm",
+	t.Logf("taken over: %d and %d restored, %d and %d warm (their shares when they joined, and the first's)",
 		others[0].PartsRestored.Load(), others[1].PartsRestored.Load(), others[0].PartsWarm.Load(), others[1].PartsWarm.Load())
 	// One whose standby fell behind a backup just then (a busy machine, -race) is restored.
 	if warm == 0 {
@@ -163,8 +163,11 @@ func TestFailover(t *testing.T) {
 	if len(a)+len(b) != partitions || len(a) < partitions/2 || len(b) < partitions/2 {
 		t.Fatalf("the survivors own partitions %v and %v, want all %d spread evenly", a, b, partitions)
 	}
-	if others[0].PartsRestored.Load()+others[1].PartsRestored.Load() < partitions/2 {
-		t.Fatalf("%d and %d partitions restored from backups", others[0].PartsRestored.Load(), others[1].PartsRestored.Load())
+	// The joiners took their shares as standby takeovers too (warm standbys first): what
+	// is restored is a partition whose standby fell behind a backup between the check and
+	// the kill (TestRejoinAvailable kills right after the check, and restores nothing).
+	if r := others[0].PartsRestored.Load() + others[1].PartsRestored.Load(); r >= partitions/2 {
+		t.Fatalf("%d and %d partitions restored from backups, want most taken over from warm standbys", others[0].PartsRestored.Load(), others[1].PartsRestored.Load())
 	}
 	// The log is read once nothing writes or purges it any more.
 	for _, c := range closers {

@@ -31,8 +31,8 @@ func TestStandbyTakeover(t *testing.T) {
 				return rig.StartJoiner(t, url, func(cfg *node.Config) {
 					cfg.Partitions, cfg.BackupEvery, cfg.LeaseTTL = partitions, tc.backup, time.Second
 					cfg.PurgeEvery = 10 * time.Millisecond
-					if behind {
-						cfg.StandbyCheck = time.Second
+					if behind { // never warm: the join moves partitions once out of patience
+						cfg.StandbyCheck, cfg.MovePatience = time.Second, 2*time.Second
 					}
 				})
 			}

@@ -101,14 +101,14 @@ func StartTallyd(tb testing.TB, bin, urls string, extra ...string) *TallydProc {
 	go func() {
 		err := p.cmd.Wait()
 		if !p.killed.Load() { // it died on its own: say why, now
-			fmt.Fprintf(os.Stderr, "tallyd %d exited by itself (%v); stderr (last 40 lines):\n%s\n", p.cmd.Process.Pid, err, Tail(p.logs.String(), 40))
+			fmt.Fprintf(os.Stderr, "tallyd %d exited by itself (%v); stderr (last 40 lines):\n%s\n", p.cmd.Process.Pid, err, Tail(p.Logs(), 40))
 		}
 		close(p.done)
 	}()
 	tb.Cleanup(func() {
 		p.Kill()
 		if tb.Failed() {
-			tb.Logf("tallyd %d stderr (last 40 lines):\n%s", p.cmd.Process.Pid, Tail(p.logs.String(), 40))
+			tb.Logf("tallyd %d stderr (last 40 lines):\n%s", p.cmd.Process.Pid, Tail(p.Logs(), 40))
 		}
 	})
 	return p
@@ -118,7 +118,28 @@ func StartTallyd(tb testing.TB, bin, urls string, extra ...string) *TallydProc {
 func (p *TallydProc) Pid() int { return p.cmd.Process.Pid }
 
 // Logs is what the process wrote to its stderr so far.
-func (p *TallydProc) Logs() string { return p.logs.String() }
+func (p *TallydProc) Logs() string { return p.Logs() }
+
+// Restart starts the process again, as it was started (its data directory, its
+// metrics address); its log goes on in logs.
+func (p *TallydProc) Restart(tb testing.TB) {
+	tb.Helper()
+	p.cmd = exec.Command(p.cmd.Path, p.cmd.Args[1:]...)
+	p.cmd.Stderr = p.logs
+	p.done = make(chan struct{})
+	p.killed.Store(false)
+	if err := p.cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	cmd, done := p.cmd, p.done
+	go func() {
+		err := cmd.Wait()
+		if !p.killed.Load() {
+			fmt.Fprintf(os.Stderr, "tallyd %d exited by itself (%v); stderr (last 40 lines):\n%s\n", cmd.Process.Pid, err, Tail(p.Logs(), 40))
+		}
+		close(done)
+	}()
+}
 
 // Kill SIGKILLs the process and waits until it is gone.
 func (p *TallydProc) Kill() {
@@ -129,9 +150,15 @@ func (p *TallydProc) Kill() {
 
 // Scrape reads the process's /metrics: each metric's value summed over its labels.
 func (p *TallydProc) Scrape(ctx context.Context) (map[string]float64, error) {
+	return ScrapeMetrics(ctx, p.metrics)
+}
+
+// ScrapeMetrics reads the /metrics served at addr (host:port): each metric's value
+// summed over its labels.
+func ScrapeMetrics(ctx context.Context, addr string) (map[string]float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.metrics+"/metrics", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
 	if err != nil {
 		return nil, err
 	}
