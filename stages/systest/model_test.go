@@ -168,6 +168,9 @@ func testModel(t *testing.T, total int, mod func(*node.Config)) *node.Node {
 	for u := 1; u <= g.users; u += 3 {
 		reads = append(reads, pipeline.Event{Type: "read", UID: pipeline.ID(u)})
 	}
+	// One invalid event for sure: a short run's workload may make none, and the check of
+	// the dead letters at the end needs one.
+	reads = append(reads, pipeline.Event{Type: "unfollow", UID: 1, Target: 1})
 	if err := c.PublishBatch(ctx, "reads", reads); err != nil {
 		t.Fatal(err)
 	}
