@@ -14,8 +14,12 @@ const MaxQueryIDs = 10_000
 const MaxPage = 1_000
 
 // GetRequest asks tally.get.<family> for the counters of many ids.
+//
+// Exact (1.2) refuses answers from a standby: the ids of a partition that has no owner
+// are then Unavailable, as before 1.2, rather than counted a moment behind (Stale).
 type GetRequest struct {
-	IDs []ID `json:"ids"`
+	IDs   []ID `json:"ids"`
+	Exact bool `json:"exact,omitempty"`
 }
 
 // GetReply holds counts in the order the ids were asked; unknown ids are zeros.
@@ -24,12 +28,32 @@ type GetRequest struct {
 // the request timeout: owned by no process for a moment during a hand-over, or its owner
 // did not answer. Their Counts entries are nil (null in JSON), never zeros; every other
 // id is counted as usual. A reply in which no partition could answer is an Error instead.
+//
+// Stale (1.2) lists the ids counted by a standby of their partition because no process
+// owned it (a killed owner, until its standby takes it over): their counts are real but
+// may miss the last moment's events, as each entry says. A request with Exact gets none.
 type GetReply struct {
 	Fields      []string   `json:"fields,omitempty"`
 	Counts      [][]uint64 `json:"counts,omitempty"`
 	Unavailable []ID       `json:"unavailable,omitempty"`
+	Stale       []Stale    `json:"stale,omitempty"`
 	Error       string     `json:"error,omitempty"`
 	Code        string     `json:"code,omitempty"`
+}
+
+// Stale is a group of ids of a get reply answered by one partition's standby, with how
+// far behind its owner that standby was. At gives their positions in the request (from
+// 0), so that a JavaScript client, which cannot hold every 64-bit id as a number, marks
+// them by position as it marks unavailable ones by their null counts.
+type Stale struct {
+	IDs []ID  `json:"ids"`
+	At  []int `json:"at"`
+	// BehindMs is how long ago the oldest delta of the partition the standby had not
+	// applied yet was stored, as it knew when it answered (0: it had applied every
+	// delta stored); BehindMsgs how many stream messages it had still to apply. Events
+	// the dead owner had not yet turned into deltas are not in either.
+	BehindMs   int64  `json:"behind_ms"`
+	BehindMsgs uint64 `json:"behind_msgs,omitempty"`
 }
 
 // Change is published on tally.chg.<family>.<p> after a flush: the new values of every

@@ -14,7 +14,11 @@ package pipeline
 // to announces the minor version that brought it.
 //
 // 1.1 added this version to health replies, and the tolerance of unknown reply fields.
-const ProtocolVersion = "1.1"
+// 1.2 added reads from standbys: a get's ids whose partition has no owner may be
+// answered by its standby and are then listed in GetReply.Stale with how far behind it
+// was; GetRequest.Exact refuses that (those ids are unavailable, as in 1.1). A reader of
+// 1.1 that does not know Stale takes such counts as exact.
+const ProtocolVersion = "1.2"
 
 // ServiceVersion is ProtocolVersion as a semantic version (major.minor.0), the version
 // of the NATS micro service that answers the queries.

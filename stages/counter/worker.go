@@ -131,21 +131,23 @@ type Worker struct {
 	scratch   []uint64
 
 	// The cold tier, when the table is tiered.
-	tier      tiered
-	cold      coldSet
-	cache     coldCache
-	lastAged  time.Time
-	reported  int64 // bytes last told to the budget
-	snapSeq   uint64
-	snapping  bool
-	snapDone  chan snapResult
-	journaled int  // entries journaled since the last snapshot
-	snapDue   bool // a snapshot is wanted at the next checkpoint
+	tier        tiered
+	cold        coldSet
+	cache       coldCache
+	lastAged    time.Time
+	reported    int64 // bytes last told to the budget
+	snapSeq     uint64
+	snapping    bool
+	snapDone    chan snapResult
+	staleBehind staleBehind // see Stale
+	journaled   int         // entries journaled since the last snapshot
+	snapDue     bool        // a snapshot is wanted at the next checkpoint
 }
 
 type query struct {
 	ids  []uint64
 	out  [][]uint64 // out[i] has Fields() counters for ids[i]
+	pos  uint64     // the position the answer reflects
 	err  error
 	done chan struct{}
 }
@@ -356,6 +358,7 @@ func (w *Worker) waitSnapshot() {
 }
 
 func (w *Worker) answer(q *query) {
+	q.pos = w.pos.Load() // cp.Pos is the checkpoint's while one is taken (serving)
 	var cold []int
 	for i, id := range q.ids {
 		if !w.table.Get(id, q.out[i]) && w.isCold(id) {

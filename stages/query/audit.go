@@ -292,7 +292,7 @@ func (s *Server) compare(ctx context.Context, groups []*audited, reply *pipeline
 			var counts [][]uint64
 			var r2 [][][]uint64
 			if slices.Contains(why[k], "") { // some ids settled: read them
-				if counts, _, err = s.counts(ctx, g.fam, g.ids); errors.Is(err, errUnavailable) {
+				if counts, _, _, err = s.counts(ctx, g.fam, g.ids, true); errors.Is(err, errUnavailable) { // a repair compares exact counts only
 					counts = make([][]uint64, len(g.ids)) // no partition answered: every id unavailable
 				} else if err != nil {
 					return err

@@ -167,7 +167,7 @@ func (s *Server) unreadCounts(r *request) (any, error) {
 			partUIDs[p] = append(partUIDs[p], uint64(uids[i]))
 		}
 	}
-	wg.Go(func() { counts, unavailable, countErr = s.counts(r.ctx, s.unread, uids) })
+	wg.Go(func() { counts, unavailable, _, countErr = s.counts(r.ctx, s.unread, uids, true) }) // owner-only, as the rest of unread
 	for _, p := range partitions {
 		wg.Go(func() {
 			reply, err := s.ev(r.ctx, p, evUnread, &evRequest{IDs: partUIDs[p]})

@@ -83,6 +83,8 @@ type Server struct {
 	subs     []*nats.Subscription
 	svcs     services                       // the query service's instances (see micro.go)
 	partSubs map[partKey]*nats.Subscription // <prefix>.part.<family>.<p> of each registered partition
+	standbys map[partKey]Standby            // the standbys kept here (see standby.go)
+	sbSubs   map[partKey]*nats.Subscription // <prefix>.standby.<family>.<p> of each of them
 	evSubs   map[int]*nats.Subscription     // <prefix>.part.ev.<p> of each registered stage
 }
 
@@ -105,7 +107,8 @@ func New(cfg Config, nc *nats.Conn, db *cold.DB, owners map[string][]Partition, 
 	}
 	un, _ := cfg.Families.Lookup(pipeline.FamilyUnread)
 	s := &Server{cfg: cfg, nc: nc, db: db, log: log.With("stage", "query"), unread: un,
-		partSubs: map[partKey]*nats.Subscription{}, evSubs: map[int]*nats.Subscription{}}
+		partSubs: map[partKey]*nats.Subscription{}, evSubs: map[int]*nats.Subscription{},
+		standbys: map[partKey]Standby{}, sbSubs: map[partKey]*nats.Subscription{}}
 	stages := make([]Stage, cfg.Partitions)
 	s.stages.Store(&stages)
 	reg := make(map[string][]Partition, len(cfg.Families))
@@ -233,6 +236,11 @@ func (s *Server) start() error {
 			}
 		}
 	}
+	for key, sb := range s.standbys {
+		if err := s.subscribeStandby(key, sb); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -242,7 +250,7 @@ func (s *Server) start() error {
 func (s *Server) Stop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	subs := slices.Concat(s.subs, slices.Collect(maps.Values(s.partSubs)), slices.Collect(maps.Values(s.evSubs)))
+	subs := slices.Concat(s.subs, slices.Collect(maps.Values(s.partSubs)), slices.Collect(maps.Values(s.evSubs)), slices.Collect(maps.Values(s.sbSubs)))
 	s.stop()
 	// A draining subscription is valid until it has handed its last message over; a
 	// service's endpoints say nothing, so the answers under way are counted too, until
@@ -269,6 +277,10 @@ func (s *Server) stop() {
 	for p, sub := range s.evSubs {
 		_ = sub.Drain()
 		delete(s.evSubs, p)
+	}
+	for k, sub := range s.sbSubs {
+		_ = sub.Drain()
+		delete(s.sbSubs, k)
 	}
 	s.started = false
 }
@@ -344,11 +356,11 @@ func (s *Server) get(r *request) (any, error) {
 	if err := r.decode(&req); err != nil {
 		return nil, err
 	}
-	counts, unavailable, err := s.counts(r.ctx, fam, req.IDs)
+	counts, unavailable, stale, err := s.counts(r.ctx, fam, req.IDs, req.Exact)
 	if err != nil {
 		return nil, err
 	}
-	return pipeline.GetReply{Fields: fam.Fields, Counts: counts, Unavailable: unavailable}, nil
+	return pipeline.GetReply{Fields: fam.Fields, Counts: counts, Unavailable: unavailable, Stale: stale}, nil
 }
 
 // errUnavailable marks an answer withheld because a partition is not here or did not
@@ -364,29 +376,13 @@ func (s *Server) part(key partKey) func(*request) (any, error) {
 		if asked := r.msg.Header.Get(lagHeader); asked != "" {
 			return s.partHealth(r.ctx, key, asked)
 		}
-		var req pipeline.GetRequest
-		if err := r.decode(&req); err != nil {
+		_, ids, out, err := s.partRequest(r, key, len(fam.Fields))
+		if err != nil {
 			return nil, err
-		}
-		if len(req.IDs) == 0 || len(req.IDs) > pipeline.MaxQueryIDs {
-			return nil, fmt.Errorf("%w: ids must hold 1 to %d ids, not %d", pipeline.ErrBadRequest, pipeline.MaxQueryIDs, len(req.IDs))
-		}
-		ids := make([]uint64, len(req.IDs))
-		for i, id := range req.IDs {
-			if q := pipeline.PartitionOf(id, s.cfg.Partitions); q != key.p {
-				return nil, fmt.Errorf("%w: id %d is in partition %d of %d, not %d", pipeline.ErrBadRequest, id, q, s.cfg.Partitions, key.p)
-			}
-			ids[i] = uint64(id)
 		}
 		o := (*s.owners.Load())[key.family][key.p]
 		if o == nil { // removed while this request was queued
 			return nil, fmt.Errorf("%w: partition %s/%d is no longer in this process", errUnavailable, key.family, key.p)
-		}
-		nf := len(fam.Fields)
-		flat := make([]uint64, len(ids)*nf)
-		out := make([][]uint64, len(ids))
-		for i := range out {
-			out[i] = flat[i*nf : (i+1)*nf : (i+1)*nf]
 		}
 		if err := o.Get(r.ctx, ids, out); err != nil {
 			return nil, err
@@ -395,29 +391,57 @@ func (s *Server) part(key partKey) func(*request) (any, error) {
 	}
 }
 
+// partRequest decodes a request of another process for the counters of ids in the
+// partition of key, and makes room for nf counters of each.
+func (s *Server) partRequest(r *request, key partKey, nf int) (req pipeline.GetRequest, ids []uint64, out [][]uint64, err error) {
+	if err := r.decode(&req); err != nil {
+		return req, nil, nil, err
+	}
+	if len(req.IDs) == 0 || len(req.IDs) > pipeline.MaxQueryIDs {
+		return req, nil, nil, fmt.Errorf("%w: ids must hold 1 to %d ids, not %d", pipeline.ErrBadRequest, pipeline.MaxQueryIDs, len(req.IDs))
+	}
+	ids = make([]uint64, len(req.IDs))
+	for i, id := range req.IDs {
+		if q := pipeline.PartitionOf(id, s.cfg.Partitions); q != key.p {
+			return req, nil, nil, fmt.Errorf("%w: id %d is in partition %d of %d, not %d", pipeline.ErrBadRequest, id, q, s.cfg.Partitions, key.p)
+		}
+		ids[i] = uint64(id)
+	}
+	flat := make([]uint64, len(ids)*nf)
+	out = make([][]uint64, len(ids))
+	for i := range out {
+		out[i] = flat[i*nf : (i+1)*nf : (i+1)*nf]
+	}
+	return req, ids, out, nil
+}
+
 // counts gathers the counters of ids from their partitions, in parallel: in-process from
 // the partitions registered here, over NATS (<prefix>.part.<family>.<p>) from the others.
-// The ids of a partition that is not owned anywhere, does not answer before ctx ends or
-// answers an error are returned as unavailable, in the order asked, with nil counts. Only
-// when no partition could answer is it an error.
-func (s *Server) counts(ctx context.Context, fam pipeline.Family, ids []pipeline.ID) (counts [][]uint64, unavailable []pipeline.ID, err error) {
+// The ids of a partition that no process owns are answered by its standby unless exact,
+// and returned in stale, one entry per partition in the order of their first id asked.
+// The ids of a partition that is not owned anywhere (and, unless exact, has no standby
+// that answers), does not answer before ctx ends or answers an error are returned as
+// unavailable, in the order asked, with nil counts. Only when no partition could answer
+// is it an error.
+func (s *Server) counts(ctx context.Context, fam pipeline.Family, ids []pipeline.ID, exact bool) (counts [][]uint64, unavailable []pipeline.ID, stale []pipeline.Stale, err error) {
 	if len(ids) == 0 {
-		return nil, nil, fmt.Errorf("%w: ids is empty", pipeline.ErrBadRequest)
+		return nil, nil, nil, fmt.Errorf("%w: ids is empty", pipeline.ErrBadRequest)
 	}
 	if len(ids) > pipeline.MaxQueryIDs {
-		return nil, nil, fmt.Errorf("%w: %d ids, at most %d per request", pipeline.ErrBadRequest, len(ids), pipeline.MaxQueryIDs)
+		return nil, nil, nil, fmt.Errorf("%w: %d ids, at most %d per request", pipeline.ErrBadRequest, len(ids), pipeline.MaxQueryIDs)
 	}
 	owners := (*s.owners.Load())[fam.Name]
 	if len(owners) != s.cfg.Partitions {
-		return nil, nil, fmt.Errorf("family %s is not served here", fam.Name)
+		return nil, nil, nil, fmt.Errorf("family %s is not served here", fam.Name)
 	}
 	nf := len(fam.Fields)
 	flat := make([]uint64, len(ids)*nf)
 	out := make([][]uint64, len(ids))
 	type part struct {
-		ids []uint64
-		out [][]uint64
-		err error
+		ids   []uint64
+		out   [][]uint64
+		stale *pipeline.Stale // answered by its standby
+		err   error
 	}
 	parts := map[int]*part{}
 	for i, id := range ids {
@@ -436,7 +460,7 @@ func (s *Server) counts(ctx context.Context, fam pipeline.Family, ids []pipeline
 		if o := owners[p]; o != nil {
 			wg.Go(func() { pp.err = o.Get(ctx, pp.ids, pp.out) })
 		} else {
-			wg.Go(func() { pp.err = s.remote(ctx, fam.Name, fam.Fields, p, pp.ids, pp.out) })
+			wg.Go(func() { pp.stale, pp.err = s.remote(ctx, fam.Name, fam.Fields, p, pp.ids, pp.out, exact) })
 		}
 	}
 	wg.Wait()
@@ -449,83 +473,29 @@ func (s *Server) counts(ctx context.Context, fam pipeline.Family, ids []pipeline
 			}
 		}
 	}
-	if len(errs) == 0 {
-		return out, nil, nil
-	}
 	if len(errs) == len(parts) {
-		return nil, nil, fmt.Errorf("%w: no partition of %s could answer: %w", errUnavailable, fam.Name, errors.Join(errs...))
+		return nil, nil, nil, fmt.Errorf("%w: no partition of %s could answer: %w", errUnavailable, fam.Name, errors.Join(errs...))
 	}
+	byPart := map[int]int{} // partition → its entry in stale
 	for i, id := range ids {
-		if parts[pipeline.PartitionOf(id, s.cfg.Partitions)].err != nil {
+		p := pipeline.PartitionOf(id, s.cfg.Partitions)
+		switch pp := parts[p]; {
+		case pp.err != nil:
 			out[i] = nil
 			unavailable = append(unavailable, id)
+		case pp.stale != nil:
+			k, ok := byPart[p]
+			if !ok {
+				k = len(stale)
+				byPart[p] = k
+				stale = append(stale, pipeline.Stale{BehindMs: pp.stale.BehindMs, BehindMsgs: pp.stale.BehindMsgs})
+			}
+			stale[k].IDs = append(stale[k].IDs, id)
+			stale[k].At = append(stale[k].At, i)
 		}
 	}
-	s.log.Debug("some partitions unavailable", "family", fam.Name, "ids", len(unavailable), "of", len(ids), "err", errors.Join(errs...))
-	return out, unavailable, nil
-}
-
-// remote asks the process owning partition p of fam for the counters of ids. It fails at
-// once when no process owns the partition (no responders), when ctx ends first, or when
-// the owner answers an error.
-func (s *Server) remote(ctx context.Context, family string, fields []string, p int, ids []uint64, out [][]uint64) error {
-	req := pipeline.GetRequest{IDs: make([]pipeline.ID, len(ids))}
-	for i, id := range ids {
-		req.IDs[i] = pipeline.ID(id)
+	if len(errs) > 0 {
+		s.log.Debug("some partitions unavailable", "family", fam.Name, "ids", len(unavailable), "of", len(ids), "err", errors.Join(errs...))
 	}
-	data, err := pipeline.Marshal(req, false)
-	if err != nil {
-		return err
-	}
-	subj := s.cfg.Subjects.Part(family, p)
-	msg, err := s.request(ctx, func() *nats.Msg { return &nats.Msg{Subject: subj, Data: data} })
-	switch {
-	case errors.Is(err, nats.ErrNoResponders):
-		return fmt.Errorf("partition %s/%d is owned by no process (hand-over?)", family, p)
-	case err != nil:
-		return fmt.Errorf("partition %s/%d did not answer: %w", family, p, err)
-	}
-	var reply pipeline.GetReply
-	if err := pipeline.UnmarshalReply(msg.Data, false, &reply); err != nil {
-		return fmt.Errorf("partition %s/%d: cannot decode its reply: %w", family, p, err)
-	}
-	if reply.Error != "" {
-		return fmt.Errorf("partition %s/%d answered: %s", family, p, reply.Error)
-	}
-	if !slices.Equal(reply.Fields, fields) || len(reply.Counts) != len(ids) {
-		return fmt.Errorf("partition %s/%d answered %d ids with fields %v, want %d with %v", family, p, len(reply.Counts), reply.Fields, len(ids), fields)
-	}
-	for i, c := range reply.Counts {
-		if len(c) != len(out[i]) {
-			return fmt.Errorf("partition %s/%d answered %d fields for id %d, want %d", family, p, len(c), ids[i], len(out[i]))
-		}
-	}
-	for i, c := range reply.Counts {
-		copy(out[i], c)
-	}
-	return nil
-}
-
-// DefaultHandOver is how long a request waits out a partition's hand-over (see
-// Config.HandOver): a partition handed to a warm standby is served again within a few
-// hundred milliseconds, a restore takes longer and is answered unavailable.
-const DefaultHandOver = time.Second
-
-// request sends the message msg makes and, while no process serves its partition (a
-// hand-over: one process has stopped it, the next has not started it yet), sends it
-// again until HandOver has passed or ctx ends, so that a read waits out a hand-over
-// rather than fail.
-func (s *Server) request(ctx context.Context, msg func() *nats.Msg) (*nats.Msg, error) {
-	deadline := time.Now().Add(s.cfg.HandOver)
-	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
-		m, err := s.nc.RequestMsgWithContext(ctx, msg())
-		if !errors.Is(err, nats.ErrNoResponders) || time.Now().Add(wait).After(deadline) {
-			return m, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, err
-		case <-time.After(wait):
-		}
-	}
+	return out, unavailable, stale, nil
 }
