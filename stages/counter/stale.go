@@ -44,10 +44,10 @@ func (w *Worker) Stale(ctx context.Context, ids []uint64, out [][]uint64) (flow.
 	return w.behindAt(ctx, q.pos)
 }
 
-// behindAt is how far behind its stream the state at position pos is. A reading younger
-// than staleEvery of a position at or before pos serves, aged by the time since: the
-// oldest delta not applied at pos is no older than the one not applied then, so that
-// is an upper bound.
+// behindAt is how far behind its stream the state at position pos is, as the worker
+// knew at most staleEvery ago: a reading that young of a position at or before pos
+// serves, aged by the time since when it lagged (the oldest delta not applied at pos is
+// no older than the one not applied then), less the messages applied since.
 func (w *Worker) behindAt(ctx context.Context, pos uint64) (flow.Behind, error) {
 	sb := &w.staleBehind
 	sb.mu.Lock()
@@ -55,10 +55,10 @@ func (w *Worker) behindAt(ctx context.Context, pos uint64) (flow.Behind, error) 
 	now := time.Now()
 	if since := now.Sub(sb.at); since < staleEvery && sb.pos <= pos && !sb.at.IsZero() {
 		b := sb.behind
-		b.Age += since
-		if b.Msgs > pos-sb.pos {
-			b.Msgs -= pos - sb.pos
+		if b.Msgs > 0 {
+			b.Age += since
 		}
+		b.Msgs -= min(b.Msgs, pos-sb.pos)
 		return b, nil
 	}
 	b, err := flow.BehindOf(ctx, w.js, w.cfg.Subjects.DeltasStream(), w.cfg.Subjects.Delta(w.cfg.Family.Name, w.cfg.Partition), pos, now)
