@@ -32,8 +32,11 @@ var errUsage = errors.New("usage")
 const usage = `tally — Tally's command-line client
 
   tally pub [file]                         publish NDJSON events (stdin without a file)
-  tally get [--json] <family> <id>...      counts of ids (--json: the raw reply); exit 1 if
-                                           any is unavailable (partition hand-over)
+  tally get [--json] [--exact] <family> <id>...
+                                           counts of ids (--json: the raw reply); exit 1 if
+                                           any is unavailable (partition hand-over); ids
+                                           a standby counted while their partition had no
+                                           owner are marked stale (--exact: unavailable)
   tally liked <uid> <post>...              did uid like these posts
   tally likes user <uid> | post <post>     who liked / what was liked, newest first
   tally following <uid> | followers <uid>  follow lists, newest first

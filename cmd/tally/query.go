@@ -19,6 +19,7 @@ import (
 
 func getFlags(fs *flag.FlagSet) {
 	fs.Bool("json", false, "print the raw JSON reply")
+	fs.Bool("exact", false, "exact counts only: ids whose partition has no owner are unavailable rather than counted by its standby (stale)")
 }
 
 func runGet(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env) error {
@@ -32,9 +33,19 @@ func runGet(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env) erro
 	if fs.Lookup("json").Value.(flag.Getter).Get().(bool) {
 		return getRaw(ctx, c, fs, e, list)
 	}
-	r, err := c.Get(ctx, fs.Arg(0), list...)
+	var opts []client.GetOption
+	if exact(fs) {
+		opts = append(opts, client.Exact())
+	}
+	r, err := c.GetWith(ctx, fs.Arg(0), list, opts...)
 	if err != nil {
 		return err
+	}
+	behind := map[int]int64{} // position → ms behind, of the ids a standby counted
+	for _, st := range r.Stale {
+		for _, i := range st.At {
+			behind[i] = st.BehindMs
+		}
 	}
 	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprint(w, tabRow(append([]string{"id"}, r.Fields...)...))
@@ -49,6 +60,9 @@ func runGet(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env) erro
 		for _, v := range r.Counts[i] {
 			row = append(row, strconv.FormatUint(v, 10))
 		}
+		if ms, ok := behind[i]; ok {
+			row = append(row, fmt.Sprintf("stale (%d ms behind)", ms))
+		}
 		fmt.Fprint(w, tabRow(row...))
 	}
 	if err := w.Flush(); err != nil {
@@ -56,6 +70,8 @@ func runGet(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env) erro
 	}
 	return unavailable(r)
 }
+
+func exact(fs *flag.FlagSet) bool { return fs.Lookup("exact").Value.(flag.Getter).Get().(bool) }
 
 // unavailable fails when a get reply lists ids its partitions could not answer.
 func unavailable(r *pipeline.GetReply) error {
@@ -71,7 +87,7 @@ func unavailable(r *pipeline.GetReply) error {
 
 // getRaw asks in JSON, so that the server answers in JSON, and prints the reply as is.
 func getRaw(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env, list []uint64) error {
-	req := pipeline.GetRequest{IDs: make([]pipeline.ID, len(list))}
+	req := pipeline.GetRequest{IDs: make([]pipeline.ID, len(list)), Exact: exact(fs)}
 	for i, id := range list {
 		req.IDs[i] = pipeline.ID(id)
 	}
