@@ -127,7 +127,13 @@ type availPoller struct {
 	stop chan struct{}
 	done chan struct{}
 
+	opts []client.GetOption // GetWith's, for every poll
+
 	polls, failed, errs int
+	listed              int                  // polls whose reply listed some id unavailable (not an error)
+	stale               int                  // polls whose reply counted some id from a standby
+	behindMs            int64                // the most a standby said it was behind
+	slowest             time.Duration        // the longest poll
 	since               map[uint64]time.Time // unavailable in every poll since
 	long                map[uint64]int       // polls of id that ended such a span
 	worst               int                  // the most polls in a row some id was unavailable
@@ -135,8 +141,8 @@ type availPoller struct {
 	seen                []string // the first failed polls, for the log
 }
 
-func startPoller(c *client.Client, ids []uint64) *availPoller {
-	a := &availPoller{c: c, ids: ids, stop: make(chan struct{}), done: make(chan struct{}),
+func startPoller(c *client.Client, ids []uint64, opts ...client.GetOption) *availPoller {
+	a := &availPoller{c: c, ids: ids, opts: opts, stop: make(chan struct{}), done: make(chan struct{}),
 		since: map[uint64]time.Time{}, long: map[uint64]int{}, row: map[uint64]int{}}
 	go a.run()
 	return a
@@ -153,7 +159,8 @@ func (a *availPoller) run() {
 		case <-tick.C:
 		}
 		at := time.Now()
-		r, err := a.c.Get(context.Background(), "user", a.ids...)
+		r, err := a.c.GetWith(context.Background(), "user", a.ids, a.opts...)
+		a.slowest = max(a.slowest, time.Since(at))
 		down := map[uint64]bool{}
 		switch {
 		case err != nil:
@@ -164,6 +171,15 @@ func (a *availPoller) run() {
 		default:
 			for _, id := range r.Unavailable {
 				down[uint64(id)] = true
+			}
+			if len(r.Unavailable) > 0 {
+				a.listed++
+			}
+			if len(r.Stale) > 0 {
+				a.stale++
+			}
+			for _, st := range r.Stale {
+				a.behindMs = max(a.behindMs, st.BehindMs)
 			}
 		}
 		a.polls++
@@ -193,13 +209,20 @@ func (a *availPoller) run() {
 // check stops the poller and fails t if some id was unavailable over availUnavailable.
 func (a *availPoller) check(t *testing.T, what string) {
 	t.Helper()
-	close(a.stop)
-	<-a.done
-	t.Logf("%s: %d polls, %d found some partition unavailable (%d errors), at most %d in a row for one id %v", what, a.polls, a.failed, a.errs, a.worst, a.seen)
+	a.end(t, what)
 	if len(a.long) > 0 {
 		t.Fatalf("%s: ids unavailable in consecutive polls %v or more apart (id: polls ending such a span): %v; %d of %d polls found some unavailable, at most %d in a row",
 			what, availUnavailable, a.long, a.failed, a.polls, a.worst)
 	}
+}
+
+// end stops the poller and logs what it saw.
+func (a *availPoller) end(t *testing.T, what string) {
+	t.Helper()
+	close(a.stop)
+	<-a.done
+	t.Logf("%s: %d polls, %d found some partition unavailable (%d errors), at most %d in a row for one id, %d answered some ids stale (at most %d ms behind), the slowest in %v %v",
+		what, a.polls, a.failed, a.errs, a.worst, a.stale, a.behindMs, a.slowest.Round(time.Millisecond), a.seen)
 }
 
 // availRig is a NATS server, a client of it and a producer streaming events into it
