@@ -12,12 +12,15 @@ import (
 // says they are: every member gets ⌊P/n⌋ or ⌈P/n⌉ partitions and keeps
 // what it holds up to its room, giving up first those it ranks lowest; the rest go, each
 // to its last owner (last, "" when unknown) when that one is live and has room, else to
-// the member keeping a warm copy of it (Standbys) when it has room, else to the member
+// the member keeping a copy of it (Standbys) when it has room and that copy is warm (or
+// its warmth unknown: warm, as in View.Warm, says nothing of it), else to another member
+// with room whose standby of it is warm (a member it was moving to when its owner died),
+// else to its Standbys member when it has room, else to the member
 // with room that ranks it highest (rendezvous hashing). So a member joining
 // moves its own share only, and a member leaving moves only what it held
 // (TestAssign). Members compute it from what they read of the holders; while a
 // hand-over is under way two may want the same partition, and its lease decides.
-func Assign(members, holders, last []string, partitions int) []string {
+func Assign(members, holders, last []string, partitions int, warm map[string]map[int]bool) []string {
 	n := len(members)
 	held := map[string][]int{}
 	for p, h := range holders {
@@ -65,11 +68,27 @@ func Assign(members, holders, last []string, partitions int) []string {
 			owner[p] = last[p]
 		}
 	}
-	for p, m := range Standbys(members, owner) {
+	sbs := Standbys(members, owner)
+	give := func(p int, m string) {
 		if out[p] == "" && m != "" && room[m] > 0 {
 			out[p] = m
 			room[m]--
 		}
+	}
+	for p, m := range sbs {
+		if warm[m] == nil || warm[m][p] {
+			give(p, m)
+		}
+	}
+	for p := range out {
+		for _, m := range members {
+			if warm[m][p] {
+				give(p, m)
+			}
+		}
+	}
+	for p, m := range sbs {
+		give(p, m)
 	}
 	for p := range out {
 		if out[p] != "" {

@@ -524,38 +524,3 @@ func (n *Node) Close() error {
 	errs = append(errs, n.err)
 	return errors.Join(errs...)
 }
-
-// leave hands every partition held here over as a rebalance would, while it goes on
-// serving them: it says it is leaving, so that the others assign its partitions among
-// themselves, and lets each go once its next owner's standby of it is warm — a stop and
-// a start, not a restore. What is still held after a few lease TTLs (a standby that
-// cannot get warm) Close hands over cold.
-func (n *Node) leave() {
-	n.leaving.Store(true) // no round takes anything from now on
-	n.rounds.Lock()       // nor is one under way
-	defer n.rounds.Unlock()
-	n.owners.SetLeaving()
-	ctx, cancel := context.WithTimeout(n.runCtx, 5*n.cfg.LeaseTTL)
-	defer cancel()
-	if err := n.owners.Register(ctx); err != nil {
-		n.log.Warn("cannot say this process is leaving", "err", err)
-		return
-	}
-	n.stopStandbys() // the others choose new ones: this process no longer is a member
-	for len(n.heldParts()) > 0 {
-		v, _, want, err := n.plan(ctx)
-		if err == nil && want == nil {
-			return // nobody to hand over to
-		}
-		if err == nil {
-			n.handOver(v, want)
-		}
-		select {
-		case <-ctx.Done():
-			n.log.Warn("partitions not handed over to warm standbys in time; handing them over cold", "partitions", spans(n.Parts()))
-			return
-		case <-n.kick:
-		case <-time.After(n.cfg.LeaseTTL / 10):
-		}
-	}
-}

@@ -81,90 +81,6 @@ func (n *Node) rebalance(ctx context.Context) error {
 	return nil
 }
 
-// plan reads the ownership bucket and computes where every partition is to go (target,
-// cluster.Assign) and where each is to be now (want, cluster.Effective); both nil when no
-// process but leaving ones is live.
-func (n *Node) plan(ctx context.Context) (v cluster.View, target, want []string, err error) {
-	leases := make([]string, n.cfg.Partitions)
-	for p := range leases {
-		leases[p] = counterKey(p)
-	}
-	if v, err = n.owners.View(ctx, leases...); err != nil {
-		return v, nil, nil, err
-	}
-	holders, last := make([]string, n.cfg.Partitions), make([]string, n.cfg.Partitions)
-	for p := range holders {
-		holders[p] = v.Holders[counterKey(p)]
-		if (holders[p] == "" || !slices.Contains(v.Members, holders[p])) && n.backups != nil {
-			// A free partition (or one whose holder is gone: its lease outlives it) goes
-			// back to its last owner when that one is live and has room — its state is
-			// current there (no restore) — or else to its standby. Every lease lapses at once
-			// when the ownership bucket has no leader for longer than the TTL (a NATS
-			// server crash), and this keeps every partition where it was.
-			// Not knowing it would deal the partition afresh: the round waits instead.
-			if last[p], err = n.backups.LastOwner(ctx, counterObject(p)); err != nil {
-				return v, nil, nil, fmt.Errorf("cannot read partition %d's last owner: %w", p, err)
-			}
-		}
-	}
-	if len(v.Members) == 0 {
-		return v, nil, nil, nil
-	}
-	target = cluster.Assign(v.Members, holders, last, n.cfg.Partitions)
-	return v, target, cluster.Effective(v.Live(), holders, target, v.Warm), nil
-}
-
-// losePatience moves, in want, the partitions held here that have waited MovePatience
-// for their target's standby to get warm to their target all the same (see
-// Config.MovePatience). Under rounds.
-func (n *Node) losePatience(target, want []string) {
-	id, now := n.owners.ID(), time.Now()
-	patience := n.cfg.MovePatience
-	if patience <= 0 {
-		patience = 30 * n.cfg.LeaseTTL
-	}
-	for p := range want {
-		if want[p] != id || target[p] == id || !n.holds(p) {
-			delete(n.waiting, p)
-			continue
-		}
-		since, ok := n.waiting[p]
-		switch {
-		case !ok:
-			n.waiting[p] = now
-		case now.Sub(since) > patience:
-			n.log.Warn("a partition's next owner has no warm standby of it yet; moving it all the same", "partition", p, "to", target[p], "waited", now.Sub(since).Round(time.Second))
-			want[p] = target[p]
-			delete(n.waiting, p)
-		}
-	}
-}
-
-// handOver stops the partitions held here that want gives another process: one going
-// to a warm standby is released as soon as it has stopped (the standby has followed
-// it to its last log record and delta), one going elsewhere is backed up first.
-func (n *Node) handOver(v cluster.View, want []string) {
-	id := n.owners.ID()
-	var wg sync.WaitGroup
-	for _, pt := range n.heldParts() {
-		to := want[pt.p]
-		if to == id {
-			continue
-		}
-		how := leaveCold
-		if v.Warm[to][pt.p] {
-			how = leaveWarm
-		}
-		n.log.Info("handing a counter partition over", "partition", pt.p, "to", to, "warm", how == leaveWarm)
-		wg.Go(func() { n.stopPart(pt.p, how) })
-	}
-	wg.Wait()
-}
-
-// standbysOn says whether this process keeps standbys, and so tells the others which
-// are warm (see renew).
-func (n *Node) standbysOn() bool { return n.backups != nil && n.cfg.Standbys }
-
 // renew renews this process's membership and the leases of its counter partitions, each
 // on its own: a renewal left unanswered (a NATS leader election) is retried until its
 // TTL, and must not hold the others up. A partition whose lease is lost stops at once,
@@ -228,30 +144,6 @@ func (n *Node) own(ctx context.Context) error {
 		if err := n.rebalance(ctx); err != nil && ctx.Err() == nil {
 			n.log.Warn("ownership round failed; retrying", "err", err)
 		}
-	}
-}
-
-// watchOwners kicks a round whenever the ownership bucket says a hand-over may go on
-// (cluster.Owners.Changes); the rounds every fifth of the TTL go on without it.
-func (n *Node) watchOwners(ctx context.Context) {
-	for ctx.Err() == nil {
-		err := n.owners.Changes(ctx, n.kickRound)
-		if ctx.Err() != nil {
-			return
-		}
-		n.log.Debug("watching the ownership bucket again", "err", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(n.cfg.LeaseTTL):
-		}
-	}
-}
-
-// kickRound asks for an ownership round now; one asked for already will do.
-func (n *Node) kickRound() {
-	select {
-	case n.kick <- struct{}{}:
-	default:
 	}
 }
 

@@ -1,0 +1,40 @@
+package query
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// DefaultHandOver is how long a request waits out a partition's hand-over (see
+// Config.HandOver): a partition handed to a warm standby is served again within a few
+// hundred milliseconds, a restore takes longer and is answered unavailable.
+const DefaultHandOver = time.Second
+
+// request sends the message msg makes and, while no process serves its partition (a
+// hand-over: one process has stopped it, the next has not started it yet), sends it
+// again until HandOver has passed or ctx ends, so that a read waits out a hand-over
+// rather than fail. Each time no process serves it, meanwhile (when set) is called, and
+// when that answered the read (true), request returns no message and no error.
+func (s *Server) request(ctx context.Context, msg func() *nats.Msg, meanwhile func() bool) (*nats.Msg, error) {
+	deadline := time.Now().Add(s.cfg.HandOver)
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		m, err := s.nc.RequestMsgWithContext(ctx, msg())
+		if !errors.Is(err, nats.ErrNoResponders) {
+			return m, err
+		}
+		if meanwhile != nil && meanwhile() {
+			return nil, nil
+		}
+		if time.Now().Add(wait).After(deadline) {
+			return m, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+	}
+}
