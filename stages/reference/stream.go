@@ -20,57 +20,69 @@ import (
 // with how many of its events are valid and invalid. It returns the number of producer
 // messages read.
 func (m *Model) Stored(ctx context.Context, js jetstream.JetStream, sj pipeline.Subjects, prefix string, each func(msg jetstream.Msg, valid, invalid int)) (int, error) {
-	st, err := js.Stream(ctx, sj.EventsStream())
+	msgs := 0
+	err := ReadStream(ctx, js, sj.EventsStream(), func(msg jetstream.Msg, seq uint64, stored time.Time) error {
+		parts := strings.Split(msg.Subject(), ".") // <prefix>.ep.<p>.<type>.<key>
+		typ := parts[len(parts)-2]
+		id := msg.Headers().Get(jetstream.MsgIDHeader)
+		if typ == pipeline.TypeHop || !strings.HasPrefix(id, prefix) {
+			return nil
+		}
+		msgs++
+		valid, invalid, err := m.storedMsg(typ, msg, seq, stored)
+		if err != nil {
+			return fmt.Errorf("stored message %d: %w", seq, err)
+		}
+		if each != nil {
+			each(msg, valid, invalid)
+		}
+		return nil
+	})
+	return msgs, err
+}
+
+// ReadStream hands every message of stream to fn in order, with its stream sequence and
+// the time the stream stored it, reading up to the last message stored when it starts.
+func ReadStream(ctx context.Context, js jetstream.JetStream, stream string, fn func(msg jetstream.Msg, seq uint64, stored time.Time) error) error {
+	st, err := js.Stream(ctx, stream)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	info, err := st.Info(ctx)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	last := info.State.LastSeq
-	cons, err := js.OrderedConsumer(ctx, sj.EventsStream(), jetstream.OrderedConsumerConfig{})
+	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{})
 	if err != nil {
-		return 0, err
+		return err
 	}
-	msgs := 0
 	for seq := uint64(0); seq < last; {
 		// No more than is left: a fetch of more waits its whole MaxWait for them.
 		batch, err := cons.Fetch(int(min(1000, last-seq)), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
-			return msgs, err
+			return err
 		}
 		n := 0
 		for msg := range batch.Messages() {
 			n++
 			md, err := msg.Metadata()
 			if err != nil {
-				return msgs, err
+				return err
 			}
 			seq = md.Sequence.Stream
-			parts := strings.Split(msg.Subject(), ".") // <prefix>.ep.<p>.<type>.<key>
-			typ := parts[len(parts)-2]
-			id := msg.Headers().Get(jetstream.MsgIDHeader)
-			if typ == pipeline.TypeHop || !strings.HasPrefix(id, prefix) {
-				continue
-			}
-			msgs++
-			valid, invalid, err := m.storedMsg(typ, msg, seq, md.Timestamp)
-			if err != nil {
-				return msgs, fmt.Errorf("stored message %d: %w", seq, err)
-			}
-			if each != nil {
-				each(msg, valid, invalid)
+			if err := fn(msg, seq, md.Timestamp); err != nil {
+				return err
 			}
 		}
 		if batch.Error() != nil {
-			return msgs, batch.Error()
+			return batch.Error()
 		}
 		if n == 0 {
-			return msgs, fmt.Errorf("events stream read up to %d of %d", seq, last)
+			return fmt.Errorf("stream %s read up to %d of %d", stream, seq, last)
 		}
 	}
-	return msgs, nil
+	return nil
 }
 
 // storedMsg applies one producer message stored at seq, as the event stage decodes it,

@@ -68,13 +68,16 @@ func Open(o Options) (*DB, error) {
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("cannot create data dir %s: %w", o.Dir, err)
 	}
-	// A memtable file Badger could not size (a full disk) is left empty, and an empty
-	// memtable file stops Badger from opening; it never held a write.
+	// A memtable file Badger could not size (a full disk) is left empty, and so is the
+	// value log file Badger creates at every open when the process is killed just then
+	// (TestCrashKill9 hit it); an empty one of either stops Badger from opening ("Open
+	// existing file …: Create a new file"), and it never held a write.
 	mems, _ := filepath.Glob(filepath.Join(o.Dir, "*.mem"))
-	for _, m := range mems {
+	vlogs, _ := filepath.Glob(filepath.Join(o.Dir, "*.vlog"))
+	for _, m := range append(mems, vlogs...) {
 		if fi, err := os.Stat(m); err == nil && fi.Size() == 0 {
 			if err := os.Remove(m); err != nil {
-				return nil, fmt.Errorf("cannot remove the empty memtable %s: %w", m, err)
+				return nil, fmt.Errorf("cannot remove the empty file %s: %w", m, err)
 			}
 		}
 	}

@@ -1,0 +1,406 @@
+package systest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tally-dev/tally/client"
+	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/stages/hop/hoptest"
+	"github.com/tally-dev/tally/stages/node"
+	"github.com/tally-dev/tally/stages/systest/rig"
+)
+
+// A test binary started with TALLY_CHAOS_CHILD runs as the chaos test's tallyd and
+// nothing else (TestMain belongs to the crash test, which this must not disturb).
+func init() {
+	if dir := os.Getenv("TALLY_CHAOS_CHILD"); dir != "" {
+		os.Exit(runChaosChild(dir))
+	}
+}
+
+// chaosDupWindow is the events stream's duplicate window in the chaos test: short, so
+// that every internal re-send (after a crash, a NATS restart, a failed publish) comes
+// after it and only Tally's own exactly-once channel can keep it from counting twice.
+const chaosDupWindow = time.Second
+
+func runChaosChild(dir string) int {
+	cfg := node.DefaultConfig()
+	cfg.DataDir = dir
+	cfg.NATSURL = os.Getenv("TALLY_CHAOS_NATS")
+	cfg.Partitions = envInt("TALLY_CHAOS_PARTITIONS", 4)
+	cfg.FlushInterval = 20 * time.Millisecond
+	cfg.DupWindow = chaosDupWindow
+	cfg.FanoutLimit = 6 // a few authors' posts are pulled, the rest pushed
+	cfg.HotMaxMem, cfg.SnapshotMin = 16<<10, 200
+	if spec := os.Getenv("TALLY_CHAOS_FAULTS"); spec != "" {
+		f, err := hoptest.ParseFaults(spec)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "chaos child:", err)
+			return 1
+		}
+		cfg.WrapPublisher = hoptest.Wrap(f)
+	}
+	if err := node.Run(context.Background(), cfg, slog.New(slog.NewTextHandler(os.Stderr, nil))); err != nil {
+		fmt.Fprintln(os.Stderr, "chaos child:", err)
+		return 1
+	}
+	return 0
+}
+
+// chaosChild is the tallyd process of the chaos test, restarted after every kill with
+// new publish faults. A process that exits by itself is restarted too, as a supervisor
+// (systemd's Restart=on-failure) would, and recorded: failing to start while NATS is
+// away is how tallyd is meant to behave; stopping once running is a finding.
+type chaosChild struct {
+	t        *testing.T
+	dir, url string
+	parts    int
+	faults   string // with %d for the seed
+	stderr   *rig.LogBuffer
+
+	mu         sync.Mutex
+	p          *chaosProc // nil while killed
+	closed     bool
+	starts     int
+	startFails []string // the last line of each start that failed
+	stops      []string // the last line of each process that stopped while running
+}
+
+type chaosProc struct {
+	cmd    *exec.Cmd
+	log    *rig.LogBuffer // this start's stderr
+	exited chan struct{}
+}
+
+func (c *chaosChild) start() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.startLocked()
+}
+
+func (c *chaosChild) startLocked() {
+	c.starts++
+	p := &chaosProc{cmd: exec.Command(os.Args[0], "-test.run=^$"), log: &rig.LogBuffer{}, exited: make(chan struct{})}
+	p.cmd.Env = append(os.Environ(), "TALLY_CHAOS_CHILD="+c.dir, "TALLY_CHAOS_NATS="+c.url,
+		"TALLY_CHAOS_PARTITIONS="+strconv.Itoa(c.parts), "TALLY_CHAOS_FAULTS="+fmt.Sprintf(c.faults, c.starts))
+	p.cmd.Stderr = io.MultiWriter(c.stderr, p.log)
+	if err := p.cmd.Start(); err != nil {
+		c.t.Error(err)
+		return
+	}
+	c.p = p
+	go c.watch(p)
+}
+
+// watch waits for p to exit and restarts it if nobody killed it.
+func (c *chaosChild) watch(p *chaosProc) {
+	_ = p.cmd.Wait()
+	close(p.exited)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.p != p || c.closed {
+		return // killed
+	}
+	c.p = nil
+	logs := p.log.String()
+	if strings.Contains(logs, "tally running") {
+		c.stops = append(c.stops, lastLine(logs))
+	} else {
+		c.startFails = append(c.startFails, lastLine(logs))
+	}
+	time.AfterFunc(200*time.Millisecond, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.p == nil && !c.closed {
+			c.startLocked()
+		}
+	})
+}
+
+func (c *chaosChild) kill() {
+	c.mu.Lock()
+	p := c.p
+	c.p = nil
+	c.mu.Unlock()
+	if p != nil {
+		_ = p.cmd.Process.Signal(syscall.SIGKILL)
+		<-p.exited
+	}
+}
+
+func (c *chaosChild) close() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.kill()
+}
+
+// chaosSize is the workload of one cycle.
+type chaosSize struct {
+	partitions, batches, events int // per cycle: batches of up to events each
+	backlog                     int // raw batches of 5 000 events piled up while tallyd is down, every 10th cycle
+	users, posts                int
+}
+
+// TestChaos is the fault-injection test of exactly-once: a random workload of every
+// event type — batches mixing partitions (relation events forwarded), raw batches under
+// one key, single events, system notices, reads of every kind, follows, posts, likes in
+// the same millisecond, relations made and undone through every road — published by a retrying producer that also re-sends on
+// purpose, into a tallyd child process whose internal publishes fail, are delayed,
+// reordered and lost silently (hoptest.FaultyPublisher), which is SIGKILLed at random moments and restarted,
+// against a NATS server that is restarted too; the events stream's duplicate window is
+// 1 s, so internal re-sends come after it. At the end every count, relation, unread
+// value and a mirror built from the change events must equal a model fed the stored
+// events in the stream's order. TALLY_CHAOS_CYCLES sets the cycles (task chaos: 100 at
+// full size), TALLY_CHAOS_SEED the seed.
+func TestChaos(t *testing.T) {
+	cycles := envInt("TALLY_CHAOS_CYCLES", 10)
+	size := chaosSize{partitions: 4, batches: 4, events: 300, backlog: 2, users: 240, posts: 300}
+	if cycles > 20 {
+		size = chaosSize{partitions: 8, batches: 6, events: 1500, backlog: 20, users: 1200, posts: 2000}
+	}
+	seed := uint64(envInt("TALLY_CHAOS_SEED", 13))
+	ctx := context.Background()
+
+	ns := rig.StartNATS(t)
+	// Lost publishes are found after 1 s (hoptest.DefaultLostAckTimeout) and sent again.
+	faults := "fail=0.05,delay=0.05,reorder=0.05,lose=0.01,seed=%d"
+	ch := &chaosChild{t: t, dir: t.TempDir(), url: ns.URL(), parts: size.partitions, faults: faults, stderr: &rig.LogBuffer{}}
+	ch.start()
+	t.Cleanup(func() {
+		ch.close()
+		if t.Failed() {
+			logs := ch.stderr.String()
+			t.Logf("tallyd's stderr (last 200 lines of %d):\n%s", strings.Count(logs, "\n"), rig.Tail(logs, 200))
+		}
+	})
+	nc, err := nats.Connect(ns.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond), nats.RetryOnFailedConnect(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	c, err := client.New(nc, client.WithPartitions(size.partitions), client.WithTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	pr := &chaosProducer{t: t, c: c, js: js, acked: map[string]int{}}
+	pr.caughtUp("tallyd up")
+
+	g := &chaosGen{r: rand.New(rand.NewPCG(seed, 14)), users: size.users, posts: size.posts}
+	fr := rand.New(rand.NewPCG(seed, 15)) // faults: their own source, so the workload does not depend on them
+	kills, outages := 0, 0
+	start := time.Now()
+	backlogs := 0
+	for cycle := range cycles {
+		if cycle%10 == 5 { // a backlog: tallyd down while raw batches pile up
+			backlogs++
+			ch.kill()
+			for range size.backlog {
+				evs := make([]pipeline.Event, pipeline.MaxBatch/2)
+				for i := range evs {
+					evs[i] = g.rawEvent()
+				}
+				pr.send(g.nextTx(), evs, true)
+			}
+			ch.start()
+		}
+		var faultsDone sync.WaitGroup
+		if cycle > 0 && fr.IntN(3) != 0 { // SIGKILL at a random moment of publishing and applying
+			kills++
+			delay := time.Duration(fr.IntN(800)) * time.Millisecond
+			faultsDone.Go(func() {
+				time.Sleep(delay)
+				ch.kill()
+				ch.start()
+			})
+		}
+		if cycle > 0 && fr.IntN(4) == 0 { // NATS away for 0.3 to 1.3 s
+			outages++
+			delay, down := time.Duration(fr.IntN(800))*time.Millisecond, time.Duration(300+fr.IntN(1000))*time.Millisecond
+			faultsDone.Go(func() {
+				time.Sleep(delay)
+				ns.Stop()
+				time.Sleep(down)
+				ns.Start()
+			})
+		}
+		for range size.batches {
+			pr.publish(g, size.events)
+			// Paced, so that the kill and the outage land while publishing as well as
+			// while applying.
+			time.Sleep(time.Duration(fr.IntN(150)) * time.Millisecond)
+		}
+		faultsDone.Wait()
+		// A reads phase: reads of some users once everything before has been applied.
+		pr.caughtUp(fmt.Sprintf("cycle %d caught up", cycle))
+		if reads := g.reads(); len(reads) > 0 {
+			pr.send(g.nextTx(), reads, g.r.IntN(3) == 0)
+		}
+		pr.caughtUp(fmt.Sprintf("cycle %d reads applied", cycle))
+	}
+	ran := time.Since(start)
+	ch.mu.Lock()
+	starts := ch.starts
+	ch.mu.Unlock()
+	faulty := strings.Count(ch.stderr.String(), "on purpose (a test setting)")
+
+	// The model: every event a producer stored, in the stream's order.
+	ref, st, err := chaosStoredEvents(ctx, js, c.Subjects())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("chaos: %d cycles in %v (seed %d, %d partitions, dup window %v): %d kills of tallyd (%d starts), %d backlogs of %d×5000 raw events, %d NATS restarts; internal publishes with %s (N: the start's number) in the %d starts that ran the event stages",
+		cycles, ran.Round(time.Millisecond), seed, size.partitions, chaosDupWindow, kills, starts, backlogs, size.backlog, outages, strings.Replace(faults, "%d", "N", 1), faulty)
+	t.Logf("chaos: the producer sent %d transactions (%d batches, %d raw batches, %d of single events), %d retries, %d re-sent on purpose; stored %d messages, %d of them twice (a retry after the window), %d valid events: %v, %d invalid",
+		pr.txs, pr.batches, pr.raws, pr.singles, pr.retries, pr.resent, st.msgs, st.again, ref.Events(), ref.Applied, st.bad)
+	r := &chaosReport{t: t}
+	ch.mu.Lock()
+	for _, line := range ch.stops {
+		r.fail("process", "tallyd stopped by itself: %s", line)
+	}
+	why := map[string]int{}
+	for _, line := range ch.startFails {
+		why[line]++
+	}
+	r.done("process", ch.starts, fmt.Sprintf("tallyd starts that did not stop by themselves (%d failed to start, as they may while NATS is away: %v)", len(ch.startFails), why))
+	ch.mu.Unlock()
+	for tx, n := range pr.acked {
+		if st.perTx[tx] != n {
+			r.fail("acked", "transaction %s: %d events acknowledged, %d stored", tx, n, st.perTx[tx])
+		}
+	}
+	r.done("acked", len(pr.acked), "producer transactions acknowledged and stored whole")
+	dead, err := chaosDeadLetters(ctx, js, c.Subjects())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dead != st.bad {
+		r.fail("deadletters", "%d invalid events dead-lettered, %d stored", dead, st.bad)
+	}
+	r.done("deadletters", st.bad, "invalid events each dead-lettered (by stream position and index)")
+	// Queries of the whole id space may take longer than a producer's timeout.
+	cq, err := client.New(nc, client.WithPartitions(size.partitions), client.WithTimeout(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	compared := time.Now()
+	chaosCompare(t, cq, js, ref, g, r)
+	t.Logf("chaos: compared in %v", time.Since(compared).Round(time.Millisecond))
+	r.summary()
+}
+
+// chaosProducer publishes like a careful client: every transaction is sent until it is
+// acknowledged, with the same transaction id, and some are sent again on purpose.
+type chaosProducer struct {
+	t                           *testing.T
+	c                           *client.Client
+	js                          jetstream.JetStream
+	acked                       map[string]int // tx → events acknowledged
+	txs, batches, raws, singles int
+	retries, resent             int
+}
+
+func (g *chaosGen) nextTx() string {
+	g.tx++
+	return "chaos." + strconv.Itoa(g.tx)
+}
+
+// publish sends one random transaction: an ordinary batch (split by partition by the
+// client), a raw batch under one key, or single events.
+func (p *chaosProducer) publish(g *chaosGen, events int) {
+	n := 1 + g.r.IntN(events)
+	tx := g.nextTx()
+	switch mode := g.r.IntN(10); {
+	case mode < 2:
+		evs := make([]pipeline.Event, n)
+		for i := range evs {
+			evs[i] = g.rawEvent()
+		}
+		p.send(tx, evs, true)
+	case mode < 3:
+		evs := make([]pipeline.Event, min(n, 100))
+		for i := range evs {
+			evs[i] = g.event()
+			evs[i].Tx = tx + ".s" + strconv.Itoa(i)
+		}
+		p.singles++
+		p.retry(tx, len(evs), func(ctx context.Context) error { return p.c.Publish(ctx, evs...) })
+		if g.r.IntN(4) == 0 {
+			p.resent++
+			_ = p.c.Publish(context.Background(), evs[:len(evs)/2]...)
+		}
+	default:
+		evs := make([]pipeline.Event, n)
+		for i := range evs {
+			evs[i] = g.event()
+		}
+		p.send(tx, evs, false)
+		if g.r.IntN(4) == 0 {
+			p.resent++
+			_ = p.c.PublishBatch(context.Background(), tx, evs)
+		}
+	}
+}
+
+// send publishes evs as one transaction: split by partition, or raw under the first
+// event's key (relation events of other partitions are then forwarded by Tally).
+func (p *chaosProducer) send(tx string, evs []pipeline.Event, raw bool) {
+	if !raw {
+		p.batches++
+		p.retry(tx, len(evs), func(ctx context.Context) error { return p.c.PublishBatch(ctx, tx, evs) })
+		return
+	}
+	p.raws++
+	data, err := pipeline.Marshal(&pipeline.Batch{Events: evs}, false)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	subj := p.c.Subjects().Event(pipeline.TypeBatch, evs[0].Key())
+	p.retry(tx, len(evs), func(ctx context.Context) error {
+		_, err := p.js.Publish(ctx, subj, data, jetstream.WithMsgID(tx))
+		return err
+	})
+}
+
+func (p *chaosProducer) retry(tx string, n int, publish func(context.Context) error) {
+	p.t.Helper()
+	p.txs++
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		err := publish(ctx)
+		cancel()
+		if err == nil {
+			p.acked[tx] = n
+			return
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("transaction %s never stored: %v", tx, err)
+		}
+		p.retries++
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// caughtUp waits until every partition has applied everything (tallyd may be starting
+// again, NATS may be away: up to two minutes).
+func (p *chaosProducer) caughtUp(what string) {
+	p.t.Helper()
+	chaosHealthy(p.t, p.c, what, 2*time.Minute)
+}

@@ -1,0 +1,288 @@
+package systest
+
+import (
+	"context"
+	"encoding/json"
+	"maps"
+	"math/rand"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/stages/node"
+	"github.com/tally-dev/tally/stages/reference"
+	"github.com/tally-dev/tally/stages/systest/rig"
+)
+
+// jsonEvents makes n events as a producer in another language sends them: 75% likes of
+// 20 000 posts of the last hour by 100 000 users, each naming the post's owner (so a like of another
+// user's post notifies its owner, in the owner's partition), 25% views. It returns the
+// expected like and view count of every post, as the reference model counts them.
+func jsonEvents(tb testing.TB, n int) ([]pipeline.Event, map[uint64][2]uint64) {
+	const posts, users = 20_000, 100_000
+	r := rand.New(rand.NewSource(2))
+	z := rand.NewZipf(r, 1.1, 1, posts-1)
+	evs := make([]pipeline.Event, n)
+	ref := reference.New()
+	// Posts of the last hour, as snowflake ids (most likes and views go to recent posts;
+	// posts older than --cold-age live in the cold tier).
+	now := uint64(time.Now().UnixMilli() - node.SnowflakeEpoch)
+	for i := range evs {
+		k := z.Uint64()
+		post := (now-k*180)<<22 | k
+		if r.Intn(4) < 3 {
+			uid := 1 + uint64(r.Intn(users))
+			evs[i] = pipeline.Event{Type: "like", UID: pipeline.ID(uid), Post: pipeline.ID(post), Owner: pipeline.ID(1 + post%users)}
+		} else {
+			evs[i] = pipeline.Event{Type: "view", Post: pipeline.ID(post), N: 1}
+		}
+		e := evs[i]
+		e.Seq = uint64(i + 1) // in the order produced: only counts are read, which no order changes
+		if err := ref.Apply(e); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	want := map[uint64][2]uint64{}
+	for _, e := range evs {
+		c := ref.Counts("post", uint64(e.Post))
+		want[uint64(e.Post)] = [2]uint64{c[0], c[3]} // likes, views
+	}
+	return evs, want
+}
+
+// jsonMsg is one message a JSON producer publishes: its subject's type and key, its
+// payload and its message id.
+type jsonMsg struct {
+	typ, id string
+	key     pipeline.ID
+	data    []byte
+}
+
+// jsonMessages encodes evs as a JSON producer would: one event a message (batch 1), or
+// batches of batch events, split by partition (the partition function of the contract)
+// or as they come.
+func jsonMessages(b *testing.B, evs []pipeline.Event, batch int, split bool) []jsonMsg {
+	var msgs []jsonMsg
+	add := func(i int, g []pipeline.Event) {
+		data, err := json.Marshal(pipeline.Batch{Events: g})
+		if err != nil {
+			b.Fatal(err)
+		}
+		msgs = append(msgs, jsonMsg{typ: pipeline.TypeBatch, key: g[0].Key(), id: "j" + strconv.Itoa(i) + "." + strconv.Itoa(len(msgs)), data: data})
+	}
+	switch {
+	case batch == 1:
+		for i, e := range evs {
+			data, err := json.Marshal(e)
+			if err != nil {
+				b.Fatal(err)
+			}
+			msgs = append(msgs, jsonMsg{typ: e.Type, key: e.Key(), id: "j" + strconv.Itoa(i), data: data})
+		}
+	case split:
+		for i := 0; i < len(evs); i += batch * 16 {
+			groups := make([][]pipeline.Event, 16)
+			for _, e := range evs[i:min(i+batch*16, len(evs))] {
+				p := pipeline.PartitionOf(e.Key(), 16)
+				groups[p] = append(groups[p], e)
+			}
+			for _, g := range groups {
+				if len(g) > 0 {
+					add(i, g)
+				}
+			}
+		}
+	default:
+		for i := 0; i < len(evs); i += batch {
+			add(i, evs[i:min(i+batch, len(evs))])
+		}
+	}
+	return msgs
+}
+
+// publishJSON publishes msgs as a JSON producer does (Content-Type application/json,
+// Nats-Msg-Id), waiting for every acknowledgement.
+func publishJSON(b *testing.B, js jetstream.JetStream, subj pipeline.Subjects, msgs []jsonMsg) {
+	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
+	for _, m := range msgs {
+		msg := nats.NewMsg(subj.Event(m.typ, m.key))
+		msg.Data = m.data
+		msg.Header.Set("Content-Type", "application/json")
+		f, err := js.PublishMsgAsync(msg, jetstream.WithMsgID(m.id), jetstream.WithStallWait(time.Minute))
+		if err != nil {
+			b.Fatal(err)
+		}
+		futures = append(futures, f)
+	}
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkJSON is events applied per second when a producer in another language sends
+// JSON: batches of 1 000 split by partition, batches as they come, and one event a
+// message, each beside a trivial consumer of the same messages in the same stream.
+// Run: go test ./stages/systest -run XXX -bench JSON -benchtime 200000x
+func BenchmarkJSON(b *testing.B) {
+	for _, c := range []struct {
+		name  string
+		batch int
+		split bool
+	}{{"split", 1000, true}, {"unsplit", 1000, false}, {"single", 1, false}} {
+		b.Run(c.name+"/consume", func(b *testing.B) { benchJSONConsume(b, c.batch, c.split) })
+		b.Run(c.name+"/tally", func(b *testing.B) { benchJSONTally(b, c.batch, c.split) })
+	}
+}
+
+// benchJSONConsume is the trivial consumer (consumeAll) of the same JSON messages.
+func benchJSONConsume(b *testing.B, batch int, split bool) {
+	evs, want := jsonEvents(b, b.N)
+	msgs := jsonMessages(b, evs, batch, split)
+	got := make(map[uint64][2]uint64, len(want))
+	liked := map[[2]uint64]bool{}
+	consumeAll(b, func(js jetstream.JetStream) {
+		publishJSON(b, js, pipeline.NewSubjects(""), msgs)
+	}, func(e *pipeline.Event) {
+		w := got[uint64(e.Post)]
+		if e.Type == "like" {
+			if k := [2]uint64{uint64(e.UID), uint64(e.Post)}; !liked[k] {
+				liked[k] = true
+				w[0]++
+			}
+		} else {
+			w[1] += uint64(e.N)
+		}
+		got[uint64(e.Post)] = w
+	})
+	for id, w := range want {
+		if got[id] != w {
+			b.Fatalf("post %d: counted %v, want %v", id, got[id], w)
+		}
+	}
+}
+
+// benchJSONTally is the same messages published to one tallyd in this process, timed
+// until every partition has applied them; then every count is checked.
+func benchJSONTally(b *testing.B, batch int, split bool) {
+	n, c := rig.StartNode(b, func(c *node.Config) { c.Partitions, c.FlushInterval = 16, 100*time.Millisecond })
+	js, err := jetstream.New(c.Conn(), jetstream.WithPublishAsyncMaxPending(8192))
+	if err != nil {
+		b.Fatal(err)
+	}
+	evs, want := jsonEvents(b, b.N)
+	msgs := jsonMessages(b, evs, batch, split)
+	allocs, puts := mallocs(), badgerPuts()
+	b.ResetTimer()
+	publishJSON(b, js, c.Subjects(), msgs)
+	rig.WaitCaughtUp(b, c)
+	b.StopTimer()
+	b.ReportMetric(float64(mallocs()-allocs)/float64(b.N), "allocs/event")
+	b.ReportMetric(float64(badgerPuts()-puts)/float64(b.N), "badger-puts/event")
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	b.ReportMetric(float64(b.N)/float64(n.EventStats.Txns.Load()), "events/txn")
+	checkBench(b, c, want)
+}
+
+// BenchmarkGet20Loaded is the latency of a 20-id get while a JSON producer publishes
+// split batches at a steady rate (TALLY_LOAD_RATE events a second, 100 000), beside a bare NATS request-reply echo
+// of the same size answered by the same server: the two are asked in turn, so both see
+// the same load.
+// Run: go test ./stages/systest -run XXX -bench Get20Loaded -benchtime 5000x
+func BenchmarkGet20Loaded(b *testing.B) {
+	n, c := rig.StartNode(b, func(c *node.Config) { c.Partitions, c.FlushInterval = 16, 100*time.Millisecond })
+	nc := c.Conn()
+	// The producer has a connection of its own, as it would in a process of its own:
+	// on the readers' one, their requests would wait behind its batches.
+	pc, err := nats.Connect(n.ClientURL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pc.Close()
+	if _, err := nc.Subscribe("echo", func(m *nats.Msg) { _ = m.Respond(make([]byte, 200)) }); err != nil {
+		b.Fatal(err)
+	}
+	js, err := jetstream.New(pc, jetstream.WithPublishAsyncMaxPending(256))
+	if err != nil {
+		b.Fatal(err)
+	}
+	evs, want := jsonEvents(b, 200_000)
+	msgs := jsonMessages(b, evs, 1000, true)
+	posts := slices.Collect(maps.Keys(want))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	loaded := make(chan struct{})
+	var published atomic.Int64
+	rate := 100_000 // events a second: what tallyd here applies with room to spare
+	if v, err := strconv.Atoi(os.Getenv("TALLY_LOAD_RATE")); err == nil && v > 0 {
+		rate = v
+	}
+	go func() { // the load: the same messages again and again, each time under new ids
+		defer close(loaded)
+		start, sent := time.Now(), 0
+		for round := 0; ctx.Err() == nil; round++ {
+			for _, m := range msgs {
+				if ctx.Err() != nil {
+					return
+				}
+				// paced: a message is sent when the rate says it is due
+				if due := start.Add(time.Duration(sent) * time.Second / time.Duration(rate)); time.Until(due) > 0 {
+					time.Sleep(time.Until(due))
+				}
+				msg := nats.NewMsg(c.Subjects().Event(m.typ, m.key))
+				msg.Data = m.data
+				msg.Header.Set("Content-Type", "application/json")
+				if _, err := js.PublishMsgAsync(msg, jetstream.WithMsgID(strconv.Itoa(round)+"."+m.id)); err != nil {
+					b.Error(err)
+					return
+				}
+				k := strings.Count(string(m.data), `"type"`)
+				sent += k
+				published.Add(int64(k))
+			}
+		}
+	}()
+	req, _ := pipeline.Marshal(pipeline.GetRequest{IDs: make([]pipeline.ID, 20)}, false)
+	r := rand.New(rand.NewSource(2))
+	ids := make([]uint64, 20)
+	echo := make([]time.Duration, 0, b.N)
+	get := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		if _, err := nc.Request("echo", req, 5*time.Second); err != nil {
+			b.Fatal(err)
+		}
+		echo = append(echo, time.Since(t0))
+		for i := range ids {
+			ids[i] = posts[r.Intn(len(posts))]
+		}
+		t0 = time.Now()
+		if _, err := c.Get(context.Background(), "post", ids...); err != nil {
+			b.Fatal(err)
+		}
+		get = append(get, time.Since(t0))
+	}
+	b.StopTimer()
+	cancel()
+	<-loaded
+	b.ReportMetric(float64(published.Load())/b.Elapsed().Seconds(), "load-events/s")
+	slices.Sort(echo)
+	slices.Sort(get)
+	b.ReportMetric(float64(echo[len(echo)*99/100].Microseconds()), "echo-p99-µs")
+	b.ReportMetric(float64(get[len(get)*99/100].Microseconds()), "get-p99-µs")
+	b.ReportMetric(float64(get[len(get)/2].Microseconds()), "get-p50-µs")
+	b.ReportMetric(float64(echo[len(echo)/2].Microseconds()), "echo-p50-µs")
+	b.ReportMetric(float64(get[len(get)*99/100])/float64(echo[len(echo)*99/100]), "p99-ratio")
+}

@@ -1,0 +1,142 @@
+package systest
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tally-dev/tally/client"
+	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/pipeline/natstest"
+	"github.com/tally-dev/tally/stages/node"
+	"github.com/tally-dev/tally/stages/systest/rig"
+)
+
+// TestReadsThroughNATSServerLoss: three tallyd on a three-server NATS cluster, a reader
+// on a server that stays, and the server leading the ownership bucket stopped for good,
+// with leases long enough to outlive its election: no partition moves, and a reader
+// loses at most the requests in flight when the server went (one each of the reader's
+// and of a tallyd's scatter). A round that read a holder as free while the bucket
+// elected its leader dealt that partition afresh and moved it: its reads failed until
+// the taker started.
+func TestReadsThroughNATSServerLoss(t *testing.T) {
+	cl := natstest.StartCluster(t, 3)
+	const partitions = 8
+	join := func(c *node.Config) {
+		c.NATSURL, c.Join, c.BackupEvery, c.Partitions = cl.URLs(), true, 300*time.Millisecond, partitions
+		c.LeaseTTL = 10 * time.Second
+	}
+	var nodes []*node.Node
+	for range 3 {
+		n, _ := rig.StartNode(t, join)
+		nodes = append(nodes, n)
+	}
+	// Settled: each owns its share (a partition moves to its target only once warm there).
+	natstest.Eventually(t, 2*time.Minute, "each tallyd owns its share", func() (bool, string) {
+		for _, n := range nodes {
+			if k := len(n.Parts()); k < partitions/len(nodes) || k > (partitions+len(nodes)-1)/len(nodes) {
+				return false, fmt.Sprintf("a tallyd owns %d partitions", k)
+			}
+		}
+		return true, ""
+	})
+	// The server to stop leads the ownership bucket; the reader is on another.
+	lost, stays := 0, 0
+	natstest.Eventually(t, 30*time.Second, "the ownership bucket has a leader", func() (bool, string) {
+		js, err := jetstream.New(natstest.Connect(t, cl.Servers[0]))
+		if err != nil {
+			return false, err.Error()
+		}
+		st, err := js.Stream(context.Background(), "KV_"+pipeline.NewSubjects("tally").OwnersBucket())
+		if err != nil || st.CachedInfo().Cluster == nil {
+			return false, fmt.Sprint(err)
+		}
+		for i, srv := range cl.Servers {
+			if srv.Name() == st.CachedInfo().Cluster.Leader {
+				lost, stays = i, (i+1)%len(cl.Servers)
+				return true, ""
+			}
+		}
+		return false, "no leader"
+	})
+	nc, err := nats.Connect(cl.Servers[stays].ClientURL(), nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	c, err := client.New(nc, client.WithTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// One post in every partition, each viewed once.
+	var ids []uint64
+	var evs []pipeline.Event
+	for id, seen := pipeline.ID(1<<41), map[int]bool{}; len(seen) < partitions; id++ {
+		if p := pipeline.PartitionOf(id, partitions); !seen[p] {
+			seen[p] = true
+			ids = append(ids, uint64(id))
+			evs = append(evs, pipeline.Event{Type: "view", Post: id})
+		}
+	}
+	publishRetrying(t, c, "loss.0", evs)
+	natstest.Eventually(t, 30*time.Second, "every view counted", func() (bool, string) {
+		got, err := c.Get(ctx, "post", ids...)
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(got.Unavailable) == 0 && got.Counts[partitions-1][3] == 1, fmt.Sprint(got)
+	})
+	type poll struct {
+		at  time.Duration
+		err error
+	}
+	var polls []poll
+	stopped := time.Now()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for time.Since(stopped) < 8*time.Second {
+			at := time.Since(stopped)
+			got, err := c.Get(ctx, "post", ids...)
+			if err == nil && len(got.Unavailable) > 0 {
+				err = fmt.Errorf("%d ids unavailable", len(got.Unavailable))
+			}
+			polls = append(polls, poll{at, err})
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	owned := make([][]int, len(nodes))
+	for i, n := range nodes {
+		owned[i] = n.Parts()
+	}
+	t.Logf("stopping server %s, the ownership bucket's leader", cl.Servers[lost].Name())
+	cl.Stop(lost)
+	<-done
+	var first, last time.Duration = -1, -1
+	failed := 0
+	for _, p := range polls {
+		if p.err != nil {
+			failed++
+			if first < 0 {
+				first = p.at
+			}
+			last = p.at
+			t.Logf("%v: %v", p.at.Round(time.Millisecond), p.err)
+		}
+	}
+	t.Logf("%d of %d polls failed, from %v to %v", failed, len(polls), first, last)
+	for i, n := range nodes {
+		if !slices.Equal(n.Parts(), owned[i]) {
+			t.Errorf("tallyd %d owned partitions %v before the server was lost, %v after: a partition moved", i, owned[i], n.Parts())
+		}
+	}
+	if failed > 2 {
+		t.Errorf("%d polls failed; at most the requests in flight when the server went may", failed)
+	}
+}

@@ -1,0 +1,319 @@
+package systest
+
+import (
+	"context"
+	"expvar"
+	"math/rand"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tally-dev/tally/client"
+	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/pipeline/natstest"
+	"github.com/tally-dev/tally/stages/node"
+	"github.com/tally-dev/tally/stages/systest/rig"
+)
+
+// benchEvents makes n events over a Zipf-skewed set of posts: 70% likes (each a new
+// relation), 30% views. It returns the expected like and view count of every post.
+func benchEvents(n int) ([]pipeline.Event, map[uint64][2]uint64) { return benchMix(n, 7) }
+
+// benchMix is benchEvents with likes tenths of likes.
+func benchMix(n, likes int) ([]pipeline.Event, map[uint64][2]uint64) {
+	r := rand.New(rand.NewSource(1))
+	z := rand.NewZipf(r, 1.1, 1, 99_999)
+	evs := make([]pipeline.Event, n)
+	want := map[uint64][2]uint64{}
+	for i := range evs {
+		post := 1<<41 + z.Uint64()
+		w := want[post]
+		if r.Intn(10) < likes {
+			evs[i] = pipeline.Event{Type: "like", UID: pipeline.ID(1 + i), Post: pipeline.ID(post)}
+			w[0]++
+		} else {
+			evs[i] = pipeline.Event{Type: "view", Post: pipeline.ID(post), N: 1}
+			w[1]++
+		}
+		want[post] = w
+	}
+	return evs, want
+}
+
+const benchBatch = 1000
+
+// BenchmarkEndToEnd is events applied per second through the whole path (durable file
+// storage, exactly once), beside raw JetStream publishing of the same batch messages.
+// Run: go test ./stages/systest -run XXX -bench EndToEnd -benchtime 200000x
+func BenchmarkEndToEnd(b *testing.B) {
+	b.Run("jetstream-publish", func(b *testing.B) {
+		s := natstest.Start(b)
+		nc := natstest.Connect(b, s)
+		js, _ := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(8192))
+		ctx := context.Background()
+		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "RAW", Subjects: []string{"raw.>"}, Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute}); err != nil {
+			b.Fatal(err)
+		}
+		evs, _ := benchEvents(b.N)
+		b.ResetTimer()
+		var futures []jetstream.PubAckFuture
+		for i := 0; i < len(evs); i += benchBatch {
+			data, _ := pipeline.Marshal(&pipeline.Batch{Events: evs[i:min(i+benchBatch, len(evs))]}, false)
+			f, err := js.PublishAsync("raw."+strconv.Itoa(i%16), data, jetstream.WithMsgID(strconv.Itoa(i)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			futures = append(futures, f)
+		}
+		for _, f := range futures {
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	})
+	b.Run("jetstream-consume", func(b *testing.B) { benchConsume(b, 7) })
+	b.Run("tally", func(b *testing.B) { benchTally(b, 7, nil) })
+	b.Run("tally-views-only", func(b *testing.B) { benchTally(b, 0, nil) })
+	b.Run("tally-likes-only", func(b *testing.B) { benchTally(b, 10, nil) })
+	// One and three tallyd processes on the same three-server cluster: streams R3, state
+	// backed up, every event-stage transaction logged (benchProcs, cluster_timing_test.go).
+	tallyd := rig.Tallyd
+	b.Run("tally-cluster-r3-1", func(b *testing.B) { benchProcs(b, tallyd, 1) })
+	b.Run("tally-cluster-r3-3", func(b *testing.B) { benchProcs(b, tallyd, 3) })
+	// The same three without warm standbys: what keeping them costs.
+	b.Run("tally-cluster-r3-3-nostandby", func(b *testing.B) { benchProcs(b, tallyd, 3, "--standbys=false") })
+	// The same single tallyd without backups: no event-stage log, the log's cost.
+	b.Run("tally-cluster-r3-1-nolog", func(b *testing.B) {
+		cl := natstest.StartCluster(b, 3)
+		benchTally(b, 7, func(c *node.Config) { c.NATSURL = cl.URLs() })
+	})
+}
+
+// benchConsume is the physical limit of a consumer here: the same batches published the
+// same way into the same stream, read by the trivial consumer (consumeAll) — the
+// baseline the tally sub-benchmarks are a ratio of.
+func benchConsume(b *testing.B, likes int) {
+	evs, want := benchMix(b.N, likes)
+	got := make(map[uint64][2]uint64, len(want))
+	published := consumeAll(b, func(js jetstream.JetStream) {
+		c, err := client.New(js.Conn(), client.WithPartitions(16))
+		if err != nil {
+			b.Fatal(err)
+		}
+		publishBench(b, c, evs)
+	}, func(e *pipeline.Event) {
+		w := got[uint64(e.Post)]
+		if e.Type == "like" {
+			w[0]++
+		} else {
+			w[1] += uint64(e.N)
+		}
+		got[uint64(e.Post)] = w
+	})
+	b.ReportMetric(float64(b.N)/published.Seconds(), "published/s")
+	for id, w := range want {
+		if got[id] != w {
+			b.Fatalf("post %d: counted %v, want %v", id, got[id], w)
+		}
+	}
+}
+
+// consumeAll is the trivial consumer: Tally's streams on a server with no tallyd, into
+// which publish publishes b.N events, read by one ordered consumer that decodes them
+// with the project's codec and hands each to count — no durability, no exactly-once. It
+// times publishing and consuming, reports events/s and allocations an event, and
+// returns how long publishing took.
+func consumeAll(b *testing.B, publish func(jetstream.JetStream), count func(*pipeline.Event)) time.Duration {
+	s := natstest.Start(b)
+	nc := natstest.Connect(b, s)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(8192))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	sc := pipeline.DefaultStreamConfig()
+	sc.Partitions = 16
+	if err := pipeline.Setup(ctx, js, sc); err != nil {
+		b.Fatal(err)
+	}
+	counted := 0
+	done := make(chan struct{})
+	fams := pipeline.Families(pipeline.DefaultFamilies())
+	allocs := mallocs()
+	b.ResetTimer()
+	cons, err := js.OrderedConsumer(ctx, sc.Subjects.EventsStream(), jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		parts := strings.Split(m.Subject(), ".")
+		evs, _, err := pipeline.DecodeEvents(parts[len(parts)-2], m.Data(), m.Headers(), fams)
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		for i := range evs {
+			count(&evs[i])
+		}
+		if counted += len(evs); counted == b.N {
+			close(done)
+		}
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cc.Stop()
+	publish(js)
+	published := b.Elapsed()
+	<-done
+	b.StopTimer()
+	b.ReportMetric(float64(mallocs()-allocs)/float64(b.N), "allocs/event")
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	return published
+}
+
+// benchTally publishes b.N events (likes tenths of them likes) in batches to one tallyd
+// in this process (mod changes its configuration) and waits until every partition has
+// applied them, then checks every count.
+func benchTally(b *testing.B, likes int, mod func(*node.Config)) {
+	n, c := rig.StartNode(b, func(c *node.Config) {
+		c.Partitions, c.FlushInterval = 16, 100*time.Millisecond
+		if mod != nil {
+			mod(c)
+		}
+	})
+	evs, want := benchMix(b.N, likes)
+	puts, allocs := badgerPuts(), mallocs()
+	b.ResetTimer()
+	publishBench(b, c, evs)
+	published := b.Elapsed()
+	rig.WaitCaughtUp(b, c)
+	b.StopTimer()
+	b.ReportMetric(float64(mallocs()-allocs)/float64(b.N), "allocs/event")
+	b.ReportMetric(float64(b.N)/published.Seconds(), "published/s")
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	checkBench(b, c, want)
+	b.ReportMetric(float64(n.CounterStats.Flushed.Load())/float64(b.N), "writes/event")
+	b.ReportMetric(float64(badgerPuts()-puts)/float64(b.N), "badger-puts/event")
+	b.ReportMetric(float64(b.N)/float64(n.EventStats.Txns.Load()), "events/txn")
+	if nl := likesIn(evs); nl > 0 {
+		b.ReportMetric(float64(n.EventStats.LikeKeys.Load())/float64(nl), "like-keys/like")
+	}
+}
+
+// mallocs is how many heap allocations this process has made: tallyd, the embedded NATS
+// server and the benchmark's producer together.
+func mallocs() uint64 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.Mallocs
+}
+
+// likesIn counts the likes of evs.
+func likesIn(evs []pipeline.Event) int {
+	n := 0
+	for _, e := range evs {
+		if e.Type == "like" {
+			n++
+		}
+	}
+	return n
+}
+
+// badgerPuts is how many entries Badger has written in this process (every key set or
+// deleted, and one mark per transaction committed): Badger's own expvar counter.
+func badgerPuts() int64 { return expvar.Get("badger_put_num_user").(*expvar.Int).Value() }
+
+// publishBench publishes evs as the Go client does, about benchBatch events a message
+// per partition.
+func publishBench(b *testing.B, c *client.Client, evs []pipeline.Event) {
+	for i := 0; i < len(evs); i += benchBatch * 16 {
+		if err := c.PublishBatch(context.Background(), "bench."+strconv.Itoa(i), evs[i:min(i+benchBatch*16, len(evs))]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// checkBench fails the benchmark unless every count is exact.
+func checkBench(b *testing.B, c interface {
+	Get(context.Context, string, ...uint64) (*pipeline.GetReply, error)
+}, want map[uint64][2]uint64) {
+	ids := make([]uint64, 0, len(want))
+	for id := range want {
+		ids = append(ids, id)
+	}
+	for len(ids) > 0 {
+		k := min(len(ids), 1000)
+		r, err := c.Get(context.Background(), "post", ids[:k]...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i, id := range ids[:k] {
+			if w := want[id]; r.Counts[i][0] != w[0] || r.Counts[i][3] != w[1] {
+				b.Fatalf("post %d: like %d view %d, want %v", id, r.Counts[i][0], r.Counts[i][3], w)
+			}
+		}
+		ids = ids[k:]
+	}
+}
+
+// BenchmarkGet20 is the latency of a 20-id batch query over loopback, beside a bare NATS
+// request-reply echo of the same size.
+// Run: go test ./stages/systest -run XXX -bench Get20 -benchtime 20000x
+func BenchmarkGet20(b *testing.B) {
+	report := func(b *testing.B, lat []time.Duration) {
+		slices.Sort(lat)
+		b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+	}
+	ids := make([]uint64, 20)
+	b.Run("nats-echo", func(b *testing.B) {
+		s := natstest.Start(b)
+		nc := natstest.Connect(b, s)
+		if _, err := nc.Subscribe("echo", func(m *nats.Msg) { _ = m.Respond(make([]byte, 200)) }); err != nil {
+			b.Fatal(err)
+		}
+		req, _ := pipeline.Marshal(pipeline.GetRequest{IDs: make([]pipeline.ID, 20)}, false)
+		lat := make([]time.Duration, 0, b.N)
+		b.ResetTimer()
+		for range b.N {
+			t0 := time.Now()
+			if _, err := nc.Request("echo", req, time.Second); err != nil {
+				b.Fatal(err)
+			}
+			lat = append(lat, time.Since(t0))
+		}
+		report(b, lat)
+	})
+	b.Run("tally", func(b *testing.B) {
+		_, c := rig.StartNode(b, func(c *node.Config) { c.Partitions = 16 })
+		evs, _ := benchEvents(100_000)
+		if err := c.PublishBatch(context.Background(), "warm", evs); err != nil {
+			b.Fatal(err)
+		}
+		rig.WaitCaughtUp(b, c)
+		r := rand.New(rand.NewSource(2))
+		lat := make([]time.Duration, 0, b.N)
+		b.ResetTimer()
+		for range b.N {
+			for i := range ids {
+				ids[i] = 1<<41 + uint64(r.Intn(100_000))
+			}
+			t0 := time.Now()
+			if _, err := c.Get(context.Background(), "post", ids...); err != nil {
+				b.Fatal(err)
+			}
+			lat = append(lat, time.Since(t0))
+		}
+		report(b, lat)
+	})
+}
