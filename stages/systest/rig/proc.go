@@ -118,7 +118,7 @@ func StartTallyd(tb testing.TB, bin, urls string, extra ...string) *TallydProc {
 func (p *TallydProc) Pid() int { return p.cmd.Process.Pid }
 
 // Logs is what the process wrote to its stderr so far.
-func (p *TallydProc) Logs() string { return p.Logs() }
+func (p *TallydProc) Logs() string { return p.logs.String() }
 
 // Restart starts the process again, as it was started (its data directory, its
 // metrics address); its log goes on in logs.

@@ -30,3 +30,17 @@ tally_odd{a="x y}"} 2 1700000000000
 		t.Fatalf("cpu of nothing: %v, want an error", d)
 	}
 }
+
+// TestTallydProcLogs: what a process wrote to its stderr is read back whole.
+func TestTallydProcLogs(t *testing.T) {
+	p := &TallydProc{logs: new(LogBuffer)}
+	if _, err := p.logs.Write([]byte("one\ntwo\n")); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Logs(); got != "one\ntwo\n" {
+		t.Fatalf("logs %q", got)
+	}
+	if got := Tail(p.Logs(), 1); got != "two" {
+		t.Fatalf("last line %q", got)
+	}
+}
