@@ -300,9 +300,7 @@ func probeIDs() []uint64 {
 // its share as standby takeovers, once its standbys of them are warm, while the two
 // go on serving them.
 func TestJoinAvailable(t *testing.T) {
-	if raceEnabled {
-		t.Skip("its tallyd processes under the race detector cannot keep a standby within StandbyLag; run without -race (task avail)")
-	}
+	skipUnderRace(t)
 	const partitions = 8
 	r := newAvailRig(t)
 	procs := []*availProc{startAvail(t, r.url), startAvail(t, r.url)}
@@ -319,9 +317,7 @@ func TestJoinAvailable(t *testing.T) {
 // over from their warm standbys, none restored — and started again on its data
 // directory: it takes its share back as standby takeovers.
 func TestRejoinAvailable(t *testing.T) {
-	if raceEnabled {
-		t.Skip("its tallyd processes under the race detector cannot keep a standby within StandbyLag; run without -race (task avail)")
-	}
+	skipUnderRace(t)
 	const partitions = 8
 	r := newAvailRig(t)
 	procs := []*availProc{startAvail(t, r.url), startAvail(t, r.url), startAvail(t, r.url)}
@@ -348,9 +344,7 @@ func TestRejoinAvailable(t *testing.T) {
 // starts it again on its data directory and waits until it owns its share again: the
 // stop hands each partition to its warm standby, the start takes the share back.
 func TestRollingRestart(t *testing.T) {
-	if raceEnabled {
-		t.Skip("its tallyd processes under the race detector cannot keep a standby within StandbyLag; run without -race (task avail)")
-	}
+	skipUnderRace(t)
 	const partitions = 8
 	r := newAvailRig(t)
 	procs := []*availProc{startAvail(t, r.url), startAvail(t, r.url), startAvail(t, r.url)}
@@ -367,4 +361,14 @@ func TestRollingRestart(t *testing.T) {
 	// then (1 run in 3 here, restoring 2) is restored, and its reads wait that out.
 	t.Logf("partitions restored from backups in the rolling restart: %v", sum(procs, "tally_partitions_taken_over_total"))
 	r.finish(t)
+}
+
+// skipUnderRace skips an availability test with real tallyd processes under the race
+// detector, which makes them too slow to keep a standby within StandbyLag on two
+// cores; task avail runs them without it.
+func skipUnderRace(t *testing.T) {
+	t.Helper()
+	if raceEnabled {
+		t.Skip("its tallyd processes under the race detector cannot keep a standby within StandbyLag; run without -race (task avail)")
+	}
 }

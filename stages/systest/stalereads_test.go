@@ -18,9 +18,7 @@ import (
 // asking for exact counts finds them unavailable meanwhile. Every count is exact at the
 // end. Before, every reader found them unavailable for the length of the gap.
 func TestKillReadsStale(t *testing.T) {
-	if raceEnabled {
-		t.Skip("its tallyd processes under the race detector cannot keep a standby within StandbyLag; run without -race (task avail)")
-	}
+	skipUnderRace(t)
 	const partitions = 8
 	r := newAvailRig(t)
 	procs := []*availProc{startAvail(t, r.url), startAvail(t, r.url), startAvail(t, r.url)}
