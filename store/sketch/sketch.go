@@ -1,6 +1,7 @@
 package sketch
 
 import (
+	"encoding/binary"
 	"math/bits"
 	"slices"
 )
@@ -27,6 +28,29 @@ const (
 	// ExactMax is the most users a sketch keeps exactly (8 bytes each): a post seen by
 	// that many or fewer has its viewers counted exactly.
 	ExactMax = 128
+)
+
+// A sketch is stored in Chunks pieces, each of the users whose hash starts with its
+// number (7 bits): adding a user changes one piece, so what a transaction writes grows
+// with the pieces its events touch, never with a sketch's size. A piece is bounded too:
+// past exactChunkMax users or sparseChunkMax registers in one piece (which only users
+// chosen for their hashes reach) the sketch takes its next form, as it does past
+// ExactMax or sparseMax in all.
+const (
+	chunkBits      = 7
+	Chunks         = 1 << chunkBits
+	exactChunkMax  = 32 // ≤ 32 varints of ≤ 9 bytes
+	sparseChunkMax = 48 // ≤ 48 varints of ≤ 4 bytes
+	// denseChunk is the bytes of a piece of the dense form: its 128 registers.
+	denseChunk = denseBytes / Chunks
+	// MaxChunk is the most bytes a piece takes stored (AppendChunk).
+	MaxChunk = 2 + exactChunkMax*binary.MaxVarintLen64
+)
+
+// What Add reports besides a piece's number.
+const (
+	Unchanged = -1     // the user was counted already, or its register holds as much
+	Reshaped  = Chunks // the sketch took its next form: every piece is to be stored again
 )
 
 // form is how a Sketch holds what it was given.
@@ -80,23 +104,32 @@ func denseOf(idx uint32, rank uint8) (uint32, uint8) {
 	return idx >> extra, uint8(bits.LeadingZeros32(low<<(32-extra))) + 1
 }
 
-// Add adds user u, reporting whether the sketch changed: false when u was counted
-// already (or, estimated, when it changes no register).
-func (s *Sketch) Add(u uint64) bool { return s.addHash(hash(u)) }
+// The piece of an exact hash, a sparse register and a dense register.
+func exactChunk(h uint64) int    { return int(h >> (64 - chunkBits)) }
+func sparseChunk(idx uint32) int { return int(idx >> (sparsePrecision - chunkBits)) }
+func denseChunkOf(idx uint32) int {
+	return int(idx >> (precision - chunkBits))
+}
 
-func (s *Sketch) addHash(h uint64) bool {
+// Add adds user u and reports what changed: Unchanged, the number of the one piece
+// that did, or Reshaped.
+func (s *Sketch) Add(u uint64) int { return s.addHash(hash(u)) }
+
+func (s *Sketch) addHash(h uint64) int {
 	switch s.form {
 	case 0, formExact:
 		i, found := slices.BinarySearch(s.exact, h)
 		if found {
-			return false
+			return Unchanged
 		}
 		s.form = formExact
 		s.exact = slices.Insert(s.exact, i, h)
-		if len(s.exact) > ExactMax {
+		c := exactChunk(h)
+		if len(s.exact) > ExactMax || s.inExact(c) > exactChunkMax {
 			s.toSparse()
+			return Reshaped
 		}
-		return true
+		return c
 	case formSparse:
 		return s.setSparse(register(h, sparsePrecision))
 	default:
@@ -104,50 +137,80 @@ func (s *Sketch) addHash(h uint64) bool {
 	}
 }
 
-// setSparse raises register idx (of 2^25) to rank; a register more than sparseMax
-// turns the sketch dense.
-func (s *Sketch) setSparse(idx uint32, rank uint8) bool {
-	i, found := slices.BinarySearchFunc(s.sparse, idx, func(e, idx uint32) int { return int(e>>6) - int(idx) })
-	if !found {
-		if len(s.sparse) == sparseMax {
-			s.toDense()
-			return s.setDense(denseOf(idx, rank))
-		}
-		if len(s.sparse) == cap(s.sparse) { // grow to no more than the dense form takes
-			grown := make([]uint32, len(s.sparse), min(max(2*len(s.sparse), 8), sparseMax))
-			s.sparse = grown[:copy(grown, s.sparse)]
-		}
-		s.sparse = slices.Insert(s.sparse, i, idx<<6|uint32(rank))
-		s.est = 0
-		return true
+// inExact and inSparse count the entries of piece c.
+func (s *Sketch) inExact(c int) int {
+	lo, _ := slices.BinarySearch(s.exact, uint64(c)<<(64-chunkBits))
+	hi := len(s.exact)
+	if c+1 < Chunks {
+		hi, _ = slices.BinarySearch(s.exact, uint64(c+1)<<(64-chunkBits))
 	}
-	if uint8(s.sparse[i]&63) >= rank {
-		return false
-	}
-	s.sparse[i] = idx<<6 | uint32(rank)
-	s.est = 0
-	return true
+	return hi - lo
 }
 
-// get and set read and write register idx of the dense form.
+func (s *Sketch) inSparse(c int) int {
+	lo, hi := s.sparseRange(c)
+	return hi - lo
+}
+
+// sparseRange is where piece c lies in s.sparse.
+func (s *Sketch) sparseRange(c int) (lo, hi int) {
+	at := func(idx uint32) int {
+		i, _ := slices.BinarySearchFunc(s.sparse, idx, func(e, idx uint32) int { return int(e>>6) - int(idx) })
+		return i
+	}
+	lo, hi = at(uint32(c)<<(sparsePrecision-chunkBits)), len(s.sparse)
+	if c+1 < Chunks {
+		hi = at(uint32(c+1) << (sparsePrecision - chunkBits))
+	}
+	return lo, hi
+}
+
+// setSparse raises register idx (of 2^25) to rank. A register more than sparseMax in
+// all, or sparseChunkMax in its piece, turns the sketch dense.
+func (s *Sketch) setSparse(idx uint32, rank uint8) int {
+	i, found := slices.BinarySearchFunc(s.sparse, idx, func(e, idx uint32) int { return int(e>>6) - int(idx) })
+	if found {
+		if uint8(s.sparse[i]&63) >= rank {
+			return Unchanged
+		}
+		s.sparse[i] = idx<<6 | uint32(rank)
+		s.est = 0
+		return sparseChunk(idx)
+	}
+	if len(s.sparse) == sparseMax || s.inSparse(sparseChunk(idx)) == sparseChunkMax {
+		s.toDense()
+		s.setDense(denseOf(idx, rank))
+		return Reshaped
+	}
+	if len(s.sparse) == cap(s.sparse) { // grow to no more than the dense form takes
+		grown := make([]uint32, len(s.sparse), min(max(2*len(s.sparse), 8), sparseMax))
+		s.sparse = grown[:copy(grown, s.sparse)]
+	}
+	s.sparse = slices.Insert(s.sparse, i, idx<<6|uint32(rank))
+	s.est = 0
+	return sparseChunk(idx)
+}
+
+// get and setDense read and write register idx of the dense form.
 func (s *Sketch) get(idx uint32) uint8 {
 	bit := idx * 6
 	return uint8((uint16(s.dense[bit/8]) | uint16(s.dense[bit/8+1])<<8) >> (bit % 8) & 63)
 }
 
-func (s *Sketch) setDense(idx uint32, rank uint8) bool {
+func (s *Sketch) setDense(idx uint32, rank uint8) int {
 	if s.get(idx) >= rank {
-		return false
+		return Unchanged
 	}
 	bit := idx * 6
 	w := uint16(s.dense[bit/8]) | uint16(s.dense[bit/8+1])<<8
 	w = w&^(63<<(bit%8)) | uint16(rank)<<(bit%8)
 	s.dense[bit/8], s.dense[bit/8+1] = byte(w), byte(w>>8)
 	s.est = 0
-	return true
+	return denseChunkOf(idx)
 }
 
 // toSparse turns the exact form into registers: from here on the count is an estimate.
+// Its pieces stay within sparseChunkMax: the exact form's are within exactChunkMax+1.
 func (s *Sketch) toSparse() {
 	hs := s.exact
 	s.form, s.exact, s.sparse = formSparse, nil, make([]uint32, 0, 2*len(hs))
@@ -159,46 +222,40 @@ func (s *Sketch) toSparse() {
 // toDense turns the sparse form into every register.
 func (s *Sketch) toDense() {
 	sp := s.sparse
-	s.form, s.sparse, s.dense = formDense, nil, make([]byte, denseBytes+1)
+	s.form, s.sparse, s.dense, s.est = formDense, nil, make([]byte, denseBytes+1), 0
 	for _, e := range sp {
 		s.setDense(denseOf(e>>6, uint8(e&63)))
 	}
 }
 
-// Merge adds every user of o to s: s becomes their union (o is unchanged).
+// Merge adds every user of o to s: s becomes their union (o is unchanged). Every piece
+// of s is then to be stored again.
 func (s *Sketch) Merge(o *Sketch) {
 	switch o.form {
 	case 0:
+		return
 	case formExact:
 		for _, h := range o.exact {
 			s.addHash(h)
 		}
-	default:
-		if s.form == 0 || s.form == formExact {
-			s.toSparse()
-		}
-		if o.form == formDense && s.form == formSparse {
-			s.toDense()
-		}
-		if s.form == formSparse { // and so is o
-			for i, e := range o.sparse {
-				s.setSparse(e>>6, uint8(e&63))
-				if s.form == formDense {
-					for _, e := range o.sparse[i+1:] {
-						s.setDense(denseOf(e>>6, uint8(e&63)))
-					}
-					return
-				}
-			}
-			return
-		}
-		for _, e := range o.sparse {
+		return
+	}
+	if s.form == 0 || s.form == formExact {
+		s.toSparse()
+	}
+	if o.form == formDense && s.form == formSparse {
+		s.toDense()
+	}
+	for _, e := range o.sparse {
+		if s.form == formSparse {
+			s.setSparse(e>>6, uint8(e&63))
+		} else {
 			s.setDense(denseOf(e>>6, uint8(e&63)))
 		}
-		if o.form == formDense {
-			for i := range uint32(registers) {
-				s.setDense(i, o.get(i))
-			}
+	}
+	if o.form == formDense {
+		for i := range uint32(registers) {
+			s.setDense(i, o.get(i))
 		}
 	}
 }

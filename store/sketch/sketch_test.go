@@ -2,6 +2,7 @@ package sketch
 
 import (
 	"bytes"
+	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -30,13 +31,36 @@ func of(us ...uint64) *Sketch {
 	return &s
 }
 
+// marshal is every piece of s, each after its number and length: what a store keeps.
 func marshal(t *testing.T, s *Sketch) []byte {
 	t.Helper()
-	b, err := s.AppendBinary(nil)
-	if err != nil {
-		t.Fatal(err)
+	var b []byte
+	for c := range Chunks {
+		piece := s.AppendChunk(nil, c)
+		if len(piece) > MaxChunk {
+			t.Fatalf("piece %d of form %d takes %d bytes, past MaxChunk %d", c, s.form, len(piece), MaxChunk)
+		}
+		if len(piece) > 0 {
+			b = append(append(b, byte(c), byte(len(piece)), byte(len(piece)>>8)), piece...)
+		}
 	}
 	return b
+}
+
+// Unmarshal loads what marshal wrote.
+func Unmarshal(b []byte) (Sketch, error) {
+	var s Sketch
+	for len(b) > 0 {
+		if len(b) < 3 || len(b) < 3+int(b[1])|int(b[2])<<8 {
+			return Sketch{}, ErrCorrupt
+		}
+		n := int(b[1]) | int(b[2])<<8
+		if err := s.LoadChunk(int(b[0]), b[3:3+n]); err != nil {
+			return Sketch{}, err
+		}
+		b = b[3+n:]
+	}
+	return s, nil
 }
 
 func TestExactWhileSmall(t *testing.T) {
@@ -44,10 +68,10 @@ func TestExactWhileSmall(t *testing.T) {
 		us := users(uint64(n), n)
 		var s Sketch
 		for i, u := range us {
-			if !s.Add(u) {
+			if s.Add(u) == Unchanged {
 				t.Fatalf("%d users: adding the new user %d changed nothing", n, i)
 			}
-			if s.Add(us[i/2]) {
+			if s.Add(us[i/2]) != Unchanged {
 				t.Fatalf("%d users: adding user %d again changed the sketch", n, i/2)
 			}
 		}
@@ -201,42 +225,112 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
-func TestUnmarshalCorrupt(t *testing.T) {
-	dense := marshal(t, of(users(9, 10_000)...))
+func TestLoadChunkCorrupt(t *testing.T) {
+	dense := of(users(9, 10_000)...).AppendChunk(nil, 5)
 	badDense := append([]byte(nil), dense...)
-	badDense[1] = 0xff // register 0 of rank 63
+	badDense[1] = 0xff // register 640 of rank 63
+	c5 := uint64(5) << (64 - chunkBits)
 	for name, b := range map[string][]byte{
+		"empty":                 {},
 		"unknown form":          {9, 1, 1},
 		"no count":              {byte(formExact)},
 		"zero entries":          {byte(formExact), 0},
-		"too many exact":        {byte(formExact), ExactMax + 1, 1},
-		"cut short":             {byte(formExact), 2, 5},
-		"not ascending":         {byte(formExact), 2, 5, 0},
-		"trailing bytes":        {byte(formExact), 1, 5, 5},
+		"too many exact":        {byte(formExact), exactChunkMax + 1, 1},
+		"cut short":             binary.AppendUvarint([]byte{byte(formExact), 2}, 5),
+		"not ascending":         binary.AppendUvarint(binary.AppendUvarint([]byte{byte(formExact), 2}, 5), 0),
+		"out of the piece":      binary.AppendUvarint([]byte{byte(formExact), 1}, c5),
+		"trailing bytes":        append(binary.AppendUvarint([]byte{byte(formExact), 1}, 5), 5),
 		"rank 0":                {byte(formSparse), 1, 0x40},
 		"rank past the largest": {byte(formSparse), 1, sparseMaxRank + 1},
-		"index past the last":   append([]byte{byte(formSparse), 1}, 0x81, 0x80, 0x80, 0x80, 0x10),
 		"index repeated":        {byte(formSparse), 2, 0x41, 0x01},
-		"dense cut short":       dense[:100],
+		"dense cut short":       dense[:50],
 		"dense register 63":     badDense,
 	} {
-		if _, err := Unmarshal(b); err == nil {
-			t.Errorf("%s: % x decoded", name, b)
+		var s Sketch
+		if err := s.LoadChunk(5, b); err == nil {
+			t.Errorf("%s: % x loaded", name, b)
+		}
+	}
+	var s Sketch
+	two := binary.AppendUvarint([]byte{byte(formExact), 1}, 1)
+	if err := s.LoadChunk(5, two); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.LoadChunk(5, two); err == nil {
+		t.Error("a piece loaded twice")
+	}
+	if err := s.LoadChunk(6, []byte{byte(formSparse), 1, 0x41}); err == nil {
+		t.Error("a sparse piece loaded into an exact sketch")
+	}
+}
+
+// TestPiecesChanged: what Add reports is what a store must write again — the one piece
+// it names, or every piece when it reshaped — and the pieces stored that way load back
+// as the sketch, in every form, with users spread out or crowded into one piece (as a
+// producer that picks users by their hashes could).
+func TestPiecesChanged(t *testing.T) {
+	crowded := make([]uint64, 0, 4000)
+	r := rand.New(rand.NewPCG(11, 11))
+	for len(crowded) < cap(crowded) {
+		if u := r.Uint64(); exactChunk(hash(u)) == 3 {
+			crowded = append(crowded, u)
+		}
+	}
+	for name, us := range map[string][]uint64{"spread": users(12, 6_000), "crowded": crowded} {
+		var s Sketch
+		stored := map[int][]byte{}
+		for i, u := range append(us, us[:100]...) {
+			before := marshal(t, &s)
+			switch c := s.Add(u); c {
+			case Unchanged:
+				if after := marshal(t, &s); !bytes.Equal(before, after) {
+					t.Fatalf("%s, user %d: Add reported no change and a piece changed", name, i)
+				}
+			case Reshaped:
+				clear(stored)
+				for c := range Chunks {
+					if p := s.AppendChunk(nil, c); len(p) > 0 {
+						stored[c] = p
+					}
+				}
+			default:
+				stored[c] = s.AppendChunk(nil, c)
+			}
+			if i%50 != 0 && i < len(us)-1 {
+				continue
+			}
+			var loaded Sketch
+			for c := range Chunks {
+				if p, ok := stored[c]; ok {
+					if err := loaded.LoadChunk(c, p); err != nil {
+						t.Fatalf("%s, user %d: %v", name, i, err)
+					}
+				}
+			}
+			if !loaded.Equal(&s) {
+				t.Fatalf("%s, user %d: the pieces written as Add reported load as another sketch (form %d, want %d)", name, i, loaded.form, s.form)
+			}
 		}
 	}
 }
 
-func FuzzUnmarshal(f *testing.F) {
-	for _, n := range []int{1, ExactMax + 1, 700} {
-		b, _ := of(users(uint64(n), n)...).AppendBinary(nil)
-		f.Add(b)
+func FuzzLoadChunk(f *testing.F) {
+	for _, n := range []int{1, ExactMax + 1, 700, 10_000} {
+		s := of(users(uint64(n), n)...)
+		for c := range Chunks {
+			if p := s.AppendChunk(nil, c); len(p) > 0 {
+				f.Add(uint8(c), p)
+				break
+			}
+		}
 	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		s, err := Unmarshal(b)
-		if err != nil {
+	f.Fuzz(func(t *testing.T, c uint8, b []byte) {
+		var s Sketch
+		if err := s.LoadChunk(int(c%Chunks), b); err != nil {
 			return
 		}
 		s.Count()
 		s.Add(42)
+		s.Merge(of(users(1, 200)...))
 	})
 }
