@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 )
 
 // Family is a kind of counted thing with a fixed list of counter fields. Families are
@@ -20,10 +21,19 @@ const (
 	FamilyUnread = "unread"
 )
 
+// FieldViewers is the post family's count of distinct users who viewed a post (views
+// that carry a uid): exact up to 128, an estimate past that (see docs/contract.md). A
+// post family configured without it counts no viewers.
+const FieldViewers = "viewers"
+
+// optionalField reports whether a default family's field may be left out by a
+// families file.
+func optionalField(name string) bool { return name == FieldViewers }
+
 // DefaultFamilies are post, user and unread.
 func DefaultFamilies() []Family {
 	return []Family{
-		{Name: FamilyPost, Fields: []string{"like", "repost", "comment", "view"}},
+		{Name: FamilyPost, Fields: []string{"like", "repost", "comment", "view", FieldViewers}},
 		{Name: FamilyUser, Fields: []string{"follower", "following", "post"}},
 		{Name: FamilyUnread, Fields: []string{"comment", "mention", "like", "dm", "feed"}},
 	}
@@ -87,8 +97,10 @@ func validToken(s string) bool {
 
 // ReadFamilies reads families from JSON, a list of {"name", "fields"} (tallyd
 // --families), and returns the default families followed by them, validated. A default
-// family may be listed only exactly as it is: the event types write to its fields, and
-// the stored counters are read by field position, so neither may change.
+// family may be listed only as it is — the event types write to its fields, and the
+// stored counters are read by field position, so neither may change — or without the
+// optional fields at its end: a post family listed as before 1.3, without viewers,
+// counts no viewers.
 func ReadFamilies(data []byte) (Families, error) {
 	var extra []Family
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -100,12 +112,15 @@ func ReadFamilies(data []byte) (Families, error) {
 		return nil, fmt.Errorf("families: trailing data after the list")
 	}
 	defaults := Families(DefaultFamilies())
-	fams := defaults
+	fams := slices.Clone(defaults)
 	for _, f := range extra {
-		if def, err := defaults.Lookup(f.Name); err == nil {
-			if fmt.Sprint(def.Fields) != fmt.Sprint(f.Fields) {
+		if i := slices.IndexFunc(defaults, func(d Family) bool { return d.Name == f.Name }); i >= 0 {
+			def := defaults[i]
+			if len(f.Fields) > len(def.Fields) || !slices.Equal(f.Fields, def.Fields[:len(f.Fields)]) ||
+				slices.ContainsFunc(def.Fields[len(f.Fields):], func(name string) bool { return !optionalField(name) }) {
 				return nil, fmt.Errorf("family %q is built in with fields %v; it cannot be changed", f.Name, def.Fields)
 			}
+			fams[i] = f
 			continue
 		}
 		seen := map[string]bool{}

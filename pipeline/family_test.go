@@ -29,11 +29,31 @@ func TestReadFamilies(t *testing.T) {
 	f(`[]`, "", "post", "user", "unread")
 	f(`[{"name":"video","fields":["play","share"]}]`, "", "post", "user", "unread", "video")
 	f(`[{"name":"post","fields":["like","repost","comment","view"]},{"name":"video","fields":["play"]}]`, "", "post", "user", "unread", "video")
+	f(`[{"name":"post","fields":["like","repost","comment","view","viewers"]}]`, "", "post", "user", "unread")
 	f(`[{"name":"post","fields":["like"]}]`, "cannot be changed")
+	f(`[{"name":"post","fields":["like","repost","comment","view","viewers","x"]}]`, "cannot be changed")
+	f(`[{"name":"post","fields":["like","repost","view","comment"]}]`, "cannot be changed")
 	f(`[{"name":"video","fields":[]}]`, "1 to 255 fields")
 	f(`[{"name":"video","fields":["a","a"]}]`, "listed twice")
 	f(`[{"name":"video","fields":["a"]},{"name":"video","fields":["b"]}]`, "defined twice")
 	f(`[{"name":"v","fields":["a"],"kind":"x"}]`, "unknown field")
 	f(`{"name":"v"}`, "JSON list")
 	f(`[] []`, "trailing")
+}
+
+// TestFamiliesWithoutViewers: a families file written before 1.3 lists the post family
+// without viewers; it still starts, and counts no viewers.
+func TestFamiliesWithoutViewers(t *testing.T) {
+	fams, err := pipeline.ReadFamilies([]byte(`[{"name":"post","fields":["like","repost","comment","view"]}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	post, _ := fams.Lookup(pipeline.FamilyPost)
+	if _, err := post.Field(pipeline.FieldViewers); err == nil {
+		t.Errorf("post family %v: listed without viewers, it has them", post.Fields)
+	}
+	def, _ := pipeline.Families(pipeline.DefaultFamilies()).Lookup(pipeline.FamilyPost)
+	if _, err := def.Field(pipeline.FieldViewers); err != nil {
+		t.Errorf("the default post family %v has no viewers", def.Fields)
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/tally-dev/tally/stages/hop"
 	"github.com/tally-dev/tally/store/cold"
 	"github.com/tally-dev/tally/store/unread"
+	"github.com/tally-dev/tally/store/viewers"
 )
 
 // Config configures one event-stage partition.
@@ -47,7 +48,8 @@ type Config struct {
 	// Publisher sends the outbox (the JetStream context when nil); tests put faults in it.
 	Publisher hop.Publisher
 	// ResidentBytes is the RAM the partition keeps of what its events read of its state
-	// (reader states and like records, cold.Resident): 0 keeps none.
+	// (reader states and like records, cold.Resident, three quarters; the sketches of
+	// posts' viewers, viewers.Cache, a quarter): 0 keeps none.
 	ResidentBytes int
 	// MaxPayload is the largest message NATS accepts (the connection's when 0).
 	MaxPayload int
@@ -96,6 +98,7 @@ type Stage struct {
 	out    *hop.Outbox
 	pulled *unread.Pulled                     // authors whose posts this partition's readers pull
 	res    *cold.Resident[unread.ReaderState] // what events read of the state, in RAM (see cold.Resident)
+	seen   *viewers.Cache                     // the sketches of the posts viewed lately, in RAM
 
 	pos       atomic.Uint64 // last stream sequence committed
 	logged    atomic.Uint64 // last log record a following stage applied (see LogBehind)
@@ -229,7 +232,10 @@ func (s *Stage) load() ([]cold.OutboxEntry, error) {
 	} else if n > 0 {
 		s.log.Info("indexed the follows made before follows had places", "follows", n)
 	}
-	s.st, s.res = st, cold.NewResident[unread.ReaderState](s.cfg.ResidentBytes) // the state read afresh: what it knew may be gone
+	// The state read afresh: what it knew may be gone. Views' sketches get a quarter of
+	// the RAM, reader states and like records the rest.
+	s.st, s.res = st, cold.NewResident[unread.ReaderState](s.cfg.ResidentBytes-s.cfg.ResidentBytes/4)
+	s.seen = viewers.NewCache(s.cfg.ResidentBytes / 4)
 	s.pos.Store(st.Pos)
 	return outbox, nil
 }
@@ -335,6 +341,10 @@ func (s *Stage) try(ctx context.Context, msgs []jetstream.Msg, c *coalescer, dea
 	if err := s.release(txn, w, pos, nil, nil); err != nil {
 		return len(msgs), w.released, tooBig(err)
 	}
+	// A post's count of viewers is set to what its sketch counts at the end of the
+	// transaction (counting a dense sketch reads all of it: once, not per view), by
+	// the one partition that applies the post's views, in order.
+	w.viewers.Counts(func(p, n uint64) { w.c.add(s.fields.viewers, pipeline.ID(p), pipeline.OpSet, int64(n)) })
 	st, outbox, err := s.next(pos, w)
 	if err != nil {
 		return len(msgs), w.released, err
@@ -411,6 +421,7 @@ func likesBatch(st *cold.StageState) uint64 {
 func (s *Stage) committed(st cold.StageState, w *work) {
 	s.st, s.published = st, s.published[w.deleted:]
 	s.res.Keep(w.readers.Seen(), w.likes)
+	s.seen.Keep(w.viewers)
 	s.stats.Txns.Add(1)
 	s.stats.LikeKeys.Add(int64(w.likes.Writes()))
 	s.stats.HopDups.Add(w.dups)

@@ -52,7 +52,11 @@ func (g *gen) event() pipeline.Event {
 	case n < 50:
 		return pipeline.Event{Type: "unlike", UID: u, Post: p}
 	case n < 62:
-		return pipeline.Event{Type: "view", Post: p, N: int64(g.r.IntN(4))}
+		e := pipeline.Event{Type: "view", Post: p, N: int64(g.r.IntN(4))}
+		if n%2 == 0 { // half the views say who viewed: the post's distinct viewers
+			e.UID = u
+		}
+		return e
 	case n < 67:
 		return pipeline.Event{Type: "repost", UID: u, Post: p}
 	case n < 74:

@@ -184,7 +184,7 @@ type Part struct {
 // keys starts with its namespace and p.
 func EventPart(p int) Part {
 	var ps []key
-	for _, ns := range append([]byte{nsRelation, nsBySubject, nsByObject, nsLikes, nsLikers, nsStage, nsOutbox}, keys.Unread()...) {
+	for _, ns := range append([]byte{nsRelation, nsBySubject, nsByObject, nsLikes, nsLikers, nsStage, nsOutbox, keys.NSViewers}, keys.Unread()...) {
 		ps = append(ps, newKey(ns, 3).U16(p))
 	}
 	return Part{prefixes: ps, marks: []key{stageKey(p)}, events: []int{p}}

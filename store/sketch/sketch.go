@@ -294,6 +294,11 @@ func (s *Sketch) Count() (n uint64, exact bool) {
 	return s.est, false
 }
 
+// Clone is a copy of s that shares nothing with it.
+func (s *Sketch) Clone() Sketch {
+	return Sketch{form: s.form, exact: slices.Clone(s.exact), sparse: slices.Clone(s.sparse), dense: slices.Clone(s.dense), est: s.est}
+}
+
 // Size is the bytes s holds in RAM beyond the Sketch itself.
 func (s *Sketch) Size() int { return 8*cap(s.exact) + 4*cap(s.sparse) + cap(s.dense) }
 
