@@ -216,7 +216,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	}
 	if !cfg.Join { // alone: refuse before taking any partition
 		if err := n.owners.Alone(ctx); err != nil {
-			return nil, fmt.Errorf("%w; to share the partitions with it and take them over when it stops, start this one with --join", err)
+			// A restart meets the same live process: a configuration error (exit 2).
+			return nil, fmt.Errorf("%w: %w; to share the partitions with it and take them over when it stops, start this one with --join", ErrConfig, err)
 		}
 	}
 	if err := n.renew(ctx); err != nil { // registers this process as a member
