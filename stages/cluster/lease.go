@@ -22,13 +22,6 @@ import (
 	"github.com/tally-dev/tally/stages/flow"
 )
 
-// ErrOwned is returned by Start when another tallyd runs on this prefix and this one was
-// not told to join it; and by a lease taken by another process.
-var ErrOwned = errors.New("the partitions are owned by another tallyd")
-
-// ErrLost is a lease found taken by another process, or not renewed in time.
-var ErrLost = errors.New("lease lost")
-
 // DefaultLeaseTTL is how long an ownership lease lives without renewal; it is renewed
 // five times within it. A crashed owner's partitions are free this long after its last
 // renewal, and taken over within a fifth more: short enough for every partition to answer
