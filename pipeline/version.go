@@ -11,7 +11,9 @@ package pipeline
 // takes a new major version. Requests and events stay strict — a field the server does
 // not know is a bad request or a dead-lettered event naming it — so a typo is never
 // silently dropped; a client uses a newer request field only once every tallyd it talks
-// to announces the minor version that brought it.
+// to announces the minor version that brought it. Requests between tallyd processes
+// (the part and standby subjects) are no client's: they skip unknown fields as replies
+// do (DecodePeerRequest), so that a rolling upgrade may add one.
 //
 // 1.1 added this version to health replies, and the tolerance of unknown reply fields.
 // 1.2 added reads from standbys: a get's ids whose partition has no owner may be

@@ -26,9 +26,6 @@ type env struct {
 	nc *nats.Conn
 }
 
-// errUsage marks a mistake in the command line: exit code 2.
-var errUsage = errors.New("usage")
-
 const usage = `tally — Tally's command-line client
 
   tally pub [file]                         publish NDJSON events (stdin without a file)

@@ -73,7 +73,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 	fs.IntVar(&cfg.Partitions, "partitions", cfg.Partitions, "number of partitions; fixed once the streams exist")
 	fs.StringVar(&cfg.Prefix, "prefix", cfg.Prefix, "subject prefix")
 	fs.DurationVar(&cfg.FlushInterval, "flush", cfg.FlushInterval, "coalescing window: counters are written and announced at most this often")
-	fs.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "stream replicas; 0 keeps an existing stream's, and makes a new one with 3 on a NATS cluster of three or more servers, else 1")
+	fs.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "replicas of the streams and buckets; 0 keeps an existing one's, and makes a new one with 3 on a NATS cluster of three or more servers, else 1")
 	fs.DurationVar(&cfg.DupWindow, "dup-window", cfg.DupWindow, "how long a re-sent Nats-Msg-Id is recognised and dropped; 0 keeps the events stream's (2m when new)")
 	fs.BoolVar(&cfg.SyncWrites, "sync", cfg.SyncWrites, "fsync every Badger commit (exact across power loss, slower)")
 	fs.StringVar(&cfg.Table, "table", cfg.Table, "in-RAM counter table: hot (packed, ~13 B a post) or map (a Go map, the reference)")

@@ -20,15 +20,6 @@ import (
 	"github.com/tally-dev/tally/store/cold"
 )
 
-// ErrStaleBackup is a restore refused: the backup the pointer names is gone, or older
-// than the pointer says. Starting from it (or from nothing) would lose what was purged
-// after the backup the pointer records.
-var ErrStaleBackup = errors.New("the state backup is missing or older than its pointer says")
-
-// ErrSuperseded is a backup that cannot become current: another owner, under a newer
-// lease, has claimed the partition since this one's lease was checked.
-var ErrSuperseded = errors.New("another owner has claimed the partition")
-
 // A state backup is an object of its own, under a name no other write uses, and becomes
 // current only through its pointer: a record in the log stream (Subjects.BackupPointer),
 // which never ages out, written by compare-and-set on the subject's last sequence. A new

@@ -47,7 +47,7 @@ func (r *backupRig) process() *proc {
 	t.Helper()
 	dir := t.TempDir()
 	log := slog.New(slog.DiscardHandler)
-	o, err := Open(t.Context(), r.js, r.sj.OwnersBucket(), 1, dir, time.Minute)
+	o, err := Open(t.Context(), r.js, Bucket{Name: r.sj.OwnersBucket()}, dir, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

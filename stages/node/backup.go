@@ -19,11 +19,6 @@ import (
 // (counterObject) and its event stage (eventObject), whose log a new owner replays from
 // the backup on (see event.Config.Log).
 
-// ErrLegacyState refuses to take a partition whose event state is still in the one
-// backup of every event stage that versions before per-partition stages stored: the
-// process that owned those stages moves it into per-partition backups when started first.
-var ErrLegacyState = errors.New("the event stages' state is in a backup of an older version")
-
 // legacyEvents is the pointer of that one backup.
 const legacyEvents = "events"
 

@@ -37,7 +37,7 @@ func (r *partRig) process() *Node {
 	cfg := DefaultConfig()
 	cfg.DataDir, cfg.Partitions = t.TempDir(), 2
 	log := slog.New(slog.DiscardHandler)
-	o, err := cluster.Open(t.Context(), r.js, r.sj.OwnersBucket(), 1, cfg.DataDir, time.Minute)
+	o, err := cluster.Open(t.Context(), r.js, cluster.Bucket{Name: r.sj.OwnersBucket()}, cfg.DataDir, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -220,9 +220,6 @@ func (n *Node) follow(ctx, wctx context.Context, sb *standby) error {
 	}
 }
 
-// errBehind stops a standby that did not reach a backup before it could be purged past.
-var errBehind = errors.New("the standby did not reach a backup while it was current")
-
 // checkStandby reads the pointers of sb's pieces and stops the standby when it missed a
 // backup (see backupWatch). NATS not answering is no reason to stop: the next check
 // asks again.

@@ -289,9 +289,15 @@ type request struct {
 	msg    *nats.Msg
 	asJSON bool
 	ctx    context.Context
+	// peer: sent by another tallyd (the part and standby subjects), whose unknown fields
+	// are skipped (pipeline.DecodePeerRequest) so that a rolling upgrade may add some.
+	peer bool
 }
 
 func (r *request) decode(v any) error {
+	if r.peer {
+		return pipeline.DecodePeerRequest(r.msg.Data, r.asJSON, v)
+	}
 	return pipeline.DecodeRequest(r.msg.Data, r.asJSON, v)
 }
 
@@ -309,20 +315,20 @@ func (s *Server) handle(kind string, h func(*request) (any, error)) nats.MsgHand
 		if m.Reply == "" {
 			return // a publish, not a request: there is no one to answer
 		}
-		data, hdr, _, _ := s.answer(kind, h, m)
+		data, hdr, _, _ := s.answer(kind, h, m, true)
 		_ = m.RespondMsg(&nats.Msg{Subject: m.Reply, Data: data, Header: hdr})
 	}
 }
 
 // answer runs h for m and encodes its reply (JSON to a JSON request); a failed request
 // gets an errorReply, and its code and error text are returned too.
-func (s *Server) answer(kind string, h func(*request) (any, error), m *nats.Msg) (data []byte, hdr nats.Header, code, failure string) {
+func (s *Server) answer(kind string, h func(*request) (any, error), m *nats.Msg, peer bool) (data []byte, hdr nats.Header, code, failure string) {
 	s.inFlight.Add(1)
 	defer s.inFlight.Add(-1)
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
 	defer cancel()
-	r := &request{msg: m, asJSON: pipeline.IsJSON(m.Data, m.Header), ctx: ctx}
+	r := &request{msg: m, asJSON: pipeline.IsJSON(m.Data, m.Header), ctx: ctx, peer: peer}
 	reply, err := h(r)
 	failed := err != nil
 	if err != nil {
