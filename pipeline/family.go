@@ -22,9 +22,13 @@ const (
 )
 
 // FieldViewers is the post family's count of distinct users who viewed a post (views
-// that carry a uid): exact up to 128, an estimate past that (see docs/contract.md). A
-// post family configured without it counts no viewers.
+// that carry a uid): exact up to ExactViewers, an estimate past that (see
+// docs/contract.md). A post family configured without it counts no viewers.
 const FieldViewers = "viewers"
+
+// ExactViewers is the most viewers a post's count gives exactly (store/sketch's
+// ExactMax).
+const ExactViewers = 128
 
 // optionalField reports whether a default family's field may be left out by a
 // families file.
@@ -47,6 +51,15 @@ func (f Family) Field(name string) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("%w %q in family %s (fields: %v)", ErrUnknownField, name, f.Name, f.Fields)
+}
+
+// Estimated names f's fields whose counts may be estimates (GetReply.Estimated): the
+// post family's viewers.
+func (f Family) Estimated() []string {
+	if f.Name == FamilyPost && slices.Contains(f.Fields, FieldViewers) {
+		return []string{FieldViewers}
+	}
+	return nil
 }
 
 // Families is an ordered set of families looked up by name.

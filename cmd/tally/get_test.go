@@ -43,7 +43,7 @@ func TestGetUnavailable(t *testing.T) {
 	}
 	t.Cleanup(srv.Stop)
 	var here, away []string // ids of partitions 0-1 and of 2-3
-	want := "id  like  repost  comment  view\n"
+	want := "id  like  repost  comment  view  viewers\n"
 	for id := uint64(1); len(here) < 2 || len(away) < 2; id++ {
 		if pipeline.PartitionOf(pipeline.ID(id), n) < 2 {
 			if len(here) < 2 {
@@ -61,9 +61,9 @@ func TestGetUnavailable(t *testing.T) {
 		if id == here[0] || id == here[1] {
 			var v uint64
 			fmt.Sscan(id, &v)
-			want += fmt.Sprintf("%s%-6d%-8d%-9d%d\n", pad(id), v*10, v*10+1, v*10+2, v*10+3)
+			want += fmt.Sprintf("%s%-6d%-8d%-9d%-6d%d\n", pad(id), v*10, v*10+1, v*10+2, v*10+3, v*10+4)
 		} else {
-			want += pad(id) + "-     -       -        -  unavailable\n"
+			want += pad(id) + "-     -       -        -     -  unavailable\n"
 		}
 	}
 	start := time.Now()
@@ -80,5 +80,23 @@ func TestGetUnavailable(t *testing.T) {
 	wantJSON := fmt.Sprintf(`"unavailable":[%s,%s]`, away[0], away[1])
 	if code != 1 || !strings.Contains(out, wantJSON) || !strings.Contains(out, ",null,") {
 		t.Errorf("--json: exit %d, %q, want %s and null counts", code, out, wantJSON)
+	}
+}
+
+// TestGetEstimated: a count the reply names estimated is shown as ~n past the counts it
+// gives exactly (a post's viewers past 128), as a number below.
+func TestGetEstimated(t *testing.T) {
+	s := natstest.Start(t)
+	owners := map[string][]query.Partition{"post": {fixedPart{}}}
+	srv := query.New(query.Config{Subjects: pipeline.NewSubjects(""), Families: pipeline.DefaultFamilies(), Partitions: 1, Timeout: 10 * time.Second},
+		natstest.Connect(t, s), nil, owners, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	code, out, errOut := tally(t, "", "get", "post", "1", "20", "--server", s.ClientURL())
+	want := "id  like  repost  comment  view  viewers\n1   10    11      12       13    14\n20  200   201     202      203   ~204\n"
+	if code != 0 || out != want {
+		t.Errorf("exit %d\nout:\n%s\nwant:\n%s\nerr: %s", code, out, want, errOut)
 	}
 }

@@ -255,8 +255,16 @@ func (m *Model) Add(family string, id uint64, field string, n int64) {
 	c[i] = uint64(max(int64(c[i])+n, 0))
 }
 
-// view counts uid among post's viewers.
+// view counts uid among post's viewers. The sketch's exact bound is the protocol's.
 func (m *Model) view(post, uid uint64) error {
+	if sketch.ExactMax != pipeline.ExactViewers {
+		return fmt.Errorf("store/sketch is exact up to %d viewers, the protocol says %d", sketch.ExactMax, pipeline.ExactViewers)
+	}
+	return m.viewed(post, uid)
+}
+
+// viewed counts uid among post's viewers.
+func (m *Model) viewed(post, uid uint64) error {
 	if m.viewers[post] == nil {
 		m.viewers[post], m.sketches[post] = map[uint64]bool{}, &sketch.Sketch{}
 	}
