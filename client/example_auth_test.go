@@ -45,5 +45,5 @@ func Example_inboxPrefix() {
 	c, _ := client.New(nc, client.WithPartitions(2))
 	r, err := c.Get(context.Background(), "post", 42)
 	fmt.Println(r.Counts, err)
-	// Output: [[0 0 0 0 0]] <nil>
+	// Output: [[0 0 0 0]] <nil>
 }

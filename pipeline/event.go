@@ -118,14 +118,13 @@ func (e *Event) Key() ID {
 func (e *Event) Privileged() bool { return e.Type == TypeSystem || e.Type == TypeIncr }
 
 // Relational reports whether the event reads and writes state owned by its key's
-// partition (relations, a reader's state, an author's followers and posts, a post's
-// viewers), so that it must be handled there.
+// partition (relations, a reader's state, an author's followers and posts), so that
+// it must be handled there. A view that says who viewed is too where viewers are
+// counted (see stages/event).
 func (e *Event) Relational() bool {
 	switch e.Type {
 	case TypeLike, TypeUnlike, TypeComment, TypeUncomment, TypeFollow, TypeUnfollow, TypeRead, TypePost:
 		return true
-	case TypeView: // one with a uid counts a viewer in the post's sketch
-		return e.UID != 0
 	}
 	return false
 }

@@ -23,21 +23,33 @@ const (
 
 // FieldViewers is the post family's count of distinct users who viewed a post (views
 // that carry a uid): exact up to ExactViewers, an estimate past that (see
-// docs/contract.md). A post family configured without it counts no viewers.
+// docs/contract.md). It is not one of the default fields, since it adds a 16-bit pair of
+// counters to every post in RAM (16 bytes a post instead of 12): WithViewers, tallyd
+// --viewers or a families file that lists it count viewers.
 const FieldViewers = "viewers"
 
 // ExactViewers is the most viewers a post's count gives exactly (store/sketch's
 // ExactMax).
 const ExactViewers = 128
 
-// optionalField reports whether a default family's field may be left out by a
-// families file.
-func optionalField(name string) bool { return name == FieldViewers }
+// optionalField reports whether a field may be added at the end of a default family.
+func optionalField(family, name string) bool { return family == FamilyPost && name == FieldViewers }
+
+// WithViewers is fams with viewers added to the post family, which then counts them.
+func WithViewers(fams Families) Families {
+	out := slices.Clone(fams)
+	for i, f := range out {
+		if f.Name == FamilyPost && !slices.Contains(f.Fields, FieldViewers) {
+			out[i].Fields = append(slices.Clone(f.Fields), FieldViewers)
+		}
+	}
+	return out
+}
 
 // DefaultFamilies are post, user and unread.
 func DefaultFamilies() []Family {
 	return []Family{
-		{Name: FamilyPost, Fields: []string{"like", "repost", "comment", "view", FieldViewers}},
+		{Name: FamilyPost, Fields: []string{"like", "repost", "comment", "view"}},
 		{Name: FamilyUser, Fields: []string{"follower", "following", "post"}},
 		{Name: FamilyUnread, Fields: []string{"comment", "mention", "like", "dm", "feed"}},
 	}
@@ -111,9 +123,8 @@ func validToken(s string) bool {
 // ReadFamilies reads families from JSON, a list of {"name", "fields"} (tallyd
 // --families), and returns the default families followed by them, validated. A default
 // family may be listed only as it is — the event types write to its fields, and the
-// stored counters are read by field position, so neither may change — or without the
-// optional fields at its end: a post family listed as before 1.3, without viewers,
-// counts no viewers.
+// stored counters are read by field position, so neither may change — or with optional
+// fields added at its end: a post family listed with viewers counts them.
 func ReadFamilies(data []byte) (Families, error) {
 	var extra []Family
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -129,9 +140,9 @@ func ReadFamilies(data []byte) (Families, error) {
 	for _, f := range extra {
 		if i := slices.IndexFunc(defaults, func(d Family) bool { return d.Name == f.Name }); i >= 0 {
 			def := defaults[i]
-			if len(f.Fields) > len(def.Fields) || !slices.Equal(f.Fields, def.Fields[:len(f.Fields)]) ||
-				slices.ContainsFunc(def.Fields[len(f.Fields):], func(name string) bool { return !optionalField(name) }) {
-				return nil, fmt.Errorf("family %q is built in with fields %v; it cannot be changed", f.Name, def.Fields)
+			if len(f.Fields) < len(def.Fields) || !slices.Equal(f.Fields[:len(def.Fields)], def.Fields) ||
+				slices.ContainsFunc(f.Fields[len(def.Fields):], func(name string) bool { return !optionalField(f.Name, name) }) {
+				return nil, fmt.Errorf("family %q is built in with fields %v; it cannot be changed (beyond adding %s to post)", f.Name, def.Fields, FieldViewers)
 			}
 			fams[i] = f
 			continue

@@ -31,7 +31,8 @@ func TestReadFamilies(t *testing.T) {
 	f(`[{"name":"post","fields":["like","repost","comment","view"]},{"name":"video","fields":["play"]}]`, "", "post", "user", "unread", "video")
 	f(`[{"name":"post","fields":["like","repost","comment","view","viewers"]}]`, "", "post", "user", "unread")
 	f(`[{"name":"post","fields":["like"]}]`, "cannot be changed")
-	f(`[{"name":"post","fields":["like","repost","comment","view","viewers","x"]}]`, "cannot be changed")
+	f(`[{"name":"post","fields":["like","repost","comment","view","x"]}]`, "cannot be changed")
+	f(`[{"name":"user","fields":["follower","following","post","viewers"]}]`, "cannot be changed")
 	f(`[{"name":"post","fields":["like","repost","view","comment"]}]`, "cannot be changed")
 	f(`[{"name":"video","fields":[]}]`, "1 to 255 fields")
 	f(`[{"name":"video","fields":["a","a"]}]`, "listed twice")
@@ -41,19 +42,21 @@ func TestReadFamilies(t *testing.T) {
 	f(`[] []`, "trailing")
 }
 
-// TestFamiliesWithoutViewers: a families file written before 1.3 lists the post family
-// without viewers; it still starts, and counts no viewers.
-func TestFamiliesWithoutViewers(t *testing.T) {
-	fams, err := pipeline.ReadFamilies([]byte(`[{"name":"post","fields":["like","repost","comment","view"]}]`))
+// TestFamiliesWithViewers: the post family counts viewers only when a families file
+// lists them after its fields, or WithViewers adds them; the default does not (they cost
+// RAM in every post).
+func TestFamiliesWithViewers(t *testing.T) {
+	fams, err := pipeline.ReadFamilies([]byte(`[{"name":"post","fields":["like","repost","comment","view","viewers"]}]`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	post, _ := fams.Lookup(pipeline.FamilyPost)
-	if _, err := post.Field(pipeline.FieldViewers); err == nil {
-		t.Errorf("post family %v: listed without viewers, it has them", post.Fields)
+	has := func(fams pipeline.Families) bool {
+		post, _ := fams.Lookup(pipeline.FamilyPost)
+		_, err := post.Field(pipeline.FieldViewers)
+		return err == nil
 	}
-	def, _ := pipeline.Families(pipeline.DefaultFamilies()).Lookup(pipeline.FamilyPost)
-	if _, err := def.Field(pipeline.FieldViewers); err != nil {
-		t.Errorf("the default post family %v has no viewers", def.Fields)
+	def := pipeline.Families(pipeline.DefaultFamilies())
+	if !has(fams) || has(def) || !has(pipeline.WithViewers(def)) || has(def) {
+		t.Errorf("viewers: listed %v, default %v, WithViewers %v (and the default after %v)", has(fams), has(def), has(pipeline.WithViewers(def)), has(def))
 	}
 }

@@ -43,7 +43,7 @@ func TestGetUnavailable(t *testing.T) {
 	}
 	t.Cleanup(srv.Stop)
 	var here, away []string // ids of partitions 0-1 and of 2-3
-	want := "id  like  repost  comment  view  viewers\n"
+	want := "id  like  repost  comment  view\n"
 	for id := uint64(1); len(here) < 2 || len(away) < 2; id++ {
 		if pipeline.PartitionOf(pipeline.ID(id), n) < 2 {
 			if len(here) < 2 {
@@ -61,9 +61,9 @@ func TestGetUnavailable(t *testing.T) {
 		if id == here[0] || id == here[1] {
 			var v uint64
 			fmt.Sscan(id, &v)
-			want += fmt.Sprintf("%s%-6d%-8d%-9d%-6d%d\n", pad(id), v*10, v*10+1, v*10+2, v*10+3, v*10+4)
+			want += fmt.Sprintf("%s%-6d%-8d%-9d%d\n", pad(id), v*10, v*10+1, v*10+2, v*10+3)
 		} else {
-			want += pad(id) + "-     -       -        -     -  unavailable\n"
+			want += pad(id) + "-     -       -        -  unavailable\n"
 		}
 	}
 	start := time.Now()
@@ -88,7 +88,8 @@ func TestGetUnavailable(t *testing.T) {
 func TestGetEstimated(t *testing.T) {
 	s := natstest.Start(t)
 	owners := map[string][]query.Partition{"post": {fixedPart{}}}
-	srv := query.New(query.Config{Subjects: pipeline.NewSubjects(""), Families: pipeline.DefaultFamilies(), Partitions: 1, Timeout: 10 * time.Second},
+	fams := pipeline.WithViewers(pipeline.DefaultFamilies())
+	srv := query.New(query.Config{Subjects: pipeline.NewSubjects(""), Families: fams, Partitions: 1, Timeout: 10 * time.Second},
 		natstest.Connect(t, s), nil, owners, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)

@@ -54,9 +54,13 @@ type Model struct {
 }
 
 // New returns an empty model of the default families.
-func New() *Model {
+func New() *Model { return NewOf(pipeline.DefaultFamilies()) }
+
+// NewOf returns an empty model of fams: the defaults, with post's viewers if counted,
+// and others that incr events count.
+func NewOf(fams pipeline.Families) *Model {
 	return &Model{
-		fams:  pipeline.DefaultFamilies(),
+		fams:  fams,
 		likes: newRelations(), comments: map[[3]uint64]Made{}, follows: newRelations(),
 		counts:  map[string]map[uint64][]uint64{},
 		viewers: map[uint64]map[uint64]bool{}, sketches: map[uint64]*sketch.Sketch{},

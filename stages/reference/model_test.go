@@ -11,7 +11,7 @@ import (
 // events before it; a follow sees only later posts; an unfollow takes them back; an
 // unlike takes its notification back; a relation made twice keeps its first place.
 func TestModel(t *testing.T) {
-	m := New()
+	m := NewOf(pipeline.WithViewers(pipeline.DefaultFamilies())) // posts count their viewers
 	for i, e := range []pipeline.Event{
 		{Type: "post", UID: 2, Post: 10},
 		{Type: "follow", UID: 1, Target: 2},
@@ -67,5 +67,19 @@ func TestModel(t *testing.T) {
 	}
 	if err := m.Apply(pipeline.Event{Type: "view", Post: 1, Seq: 3}); err == nil {
 		t.Fatalf("an event placed before the last one applied was taken")
+	}
+}
+
+// TestModelWithoutViewers: with the default families, views with a uid count as views
+// and no viewers are counted.
+func TestModelWithoutViewers(t *testing.T) {
+	m := New()
+	for i, u := range []pipeline.ID{5, 6, 5} {
+		if err := m.Apply(pipeline.Event{Type: "view", Post: 11, UID: u, Seq: uint64(i + 1)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := m.Counts("post", 11); !slices.Equal(got, []uint64{0, 0, 0, 3}) {
+		t.Fatalf("post 11: %v, want 3 views and no viewers field", got)
 	}
 }

@@ -139,7 +139,7 @@ func publishJSON(b *testing.B, js jetstream.JetStream, subj pipeline.Subjects, m
 // BenchmarkJSON is events applied per second when a producer in another language sends
 // JSON: batches of 1 000 split by partition, batches as they come, and one event a
 // message, each beside a trivial consumer of the same messages in the same stream;
-// split-viewers is split with every view saying who viewed (the post's viewers counted).
+// split-viewers is split with every view saying who viewed, and tallyd counting viewers.
 // Run: go test ./stages/systest -run XXX -bench JSON -benchtime 200000x
 func BenchmarkJSON(b *testing.B) {
 	for _, c := range []struct {
@@ -182,7 +182,12 @@ func benchJSONConsume(b *testing.B, batch int, split, viewers bool) {
 // benchJSONTally is the same messages published to one tallyd in this process, timed
 // until every partition has applied them; then every count is checked.
 func benchJSONTally(b *testing.B, batch int, split, viewers bool) {
-	n, c := rig.StartNode(b, func(c *node.Config) { c.Partitions, c.FlushInterval = 16, 100*time.Millisecond })
+	n, c := rig.StartNode(b, func(c *node.Config) {
+		c.Partitions, c.FlushInterval = 16, 100*time.Millisecond
+		if viewers {
+			c.Families = pipeline.WithViewers(c.Families)
+		}
+	})
 	js, err := jetstream.New(c.Conn(), jetstream.WithPublishAsyncMaxPending(8192))
 	if err != nil {
 		b.Fatal(err)

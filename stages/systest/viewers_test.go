@@ -25,7 +25,7 @@ import (
 func TestViewers(t *testing.T) {
 	bin := rig.Tallyd(t)
 	ns := rig.StartNATS(t)
-	p := rig.StartTallyd(t, bin, ns.URL(), "--backup-every", "1s")
+	p := rig.StartTallyd(t, bin, ns.URL(), "--backup-every", "1s", "--viewers")
 	nc, err := nats.Connect(ns.URL(), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true))
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +68,7 @@ func TestViewers(t *testing.T) {
 		}
 	}
 	rig.WaitCaughtUp(t, c)
-	ref := rig.StoredModel(t, c)
+	ref := rig.StoredModel(t, c, pipeline.WithViewers(pipeline.DefaultFamilies())...)
 	for i, n := range sizes {
 		post := uint64(1000 + i)
 		want := ref.Counts("post", post)
