@@ -2,8 +2,6 @@ package cold
 
 import (
 	"fmt"
-
-	"github.com/dgraph-io/badger/v4"
 )
 
 // StageOutbox tells how far event-stage partition p's outbox is published, for an audit
@@ -16,15 +14,15 @@ func StageOutbox(db *DB, p int) (last, oldest uint64, err error) {
 		var st struct {
 			Outbox uint64 `msgpack:"outbox"` // StageState.Outbox, the rest not decoded
 		}
-		if _, err := getValue(txn, stageKey(p), &st, fmt.Sprintf("stage %d state", p)); err != nil {
+		if _, err := txn.GetValue(stageKey(p), &st, fmt.Sprintf("stage %d state", p)); err != nil {
 			return err
 		}
 		last = st.Outbox
 		prefix := newKey(nsOutbox, 3).U16(p)
-		it := txn.iterator(badger.IteratorOptions{Prefix: prefix})
+		it := txn.Iterator(IteratorOptions{Prefix: prefix})
 		defer it.Close()
 		if it.Seek(prefix); it.ValidForPrefix(prefix) {
-			oldest = u64at(it.Item().Key(), 3)
+			oldest = u64at(it.Key(), 3)
 		}
 		return nil
 	})
@@ -45,7 +43,7 @@ func StageHops(db *DB, p int) (sent, applied map[uint32]uint64, err error) {
 		} `msgpack:"hops"`
 	}
 	err = db.View(func(txn *Txn) error {
-		_, err := getValue(txn, stageKey(p), &st, fmt.Sprintf("stage %d state", p))
+		_, err := txn.GetValue(stageKey(p), &st, fmt.Sprintf("stage %d state", p))
 		return err
 	})
 	if err != nil {

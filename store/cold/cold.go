@@ -240,12 +240,11 @@ func (d *DB) Backup(w io.Writer, part Part) error {
 	err := d.View(func(txn *Txn) error {
 		var buf []byte
 		for _, prefix := range part.prefixes {
-			it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
+			it := txn.Iterator(IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
 			for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
-				item := it.Item()
-				buf = binary.AppendUvarint(buf[:0], uint64(len(item.Key())))
-				buf = append(buf, item.Key()...)
-				v, err := item.ValueCopy(nil)
+				buf = binary.AppendUvarint(buf[:0], uint64(len(it.Key())))
+				buf = append(buf, it.Key()...)
+				v, err := it.ValueCopy(nil)
 				if err == nil {
 					buf = binary.AppendUvarint(buf, uint64(len(v)))
 					_, err = bw.Write(append(buf, v...))
@@ -355,7 +354,7 @@ func (d *DB) Restore(r io.Reader, part Part, tmpDir string) error {
 	// The marks are held back (a key per stage or family, holding what it keeps above a
 	// gap) and written once the rest is in.
 	var marks [][2][]byte
-	wb := d.db.NewWriteBatch()
+	wb := d.NewBatch()
 	defer wb.Cancel()
 	err = scan(func(k, v []byte) error {
 		if part.mark(k) {
@@ -407,13 +406,13 @@ func (d *DB) Clear(part Part) error {
 	}); err != nil {
 		return err
 	}
-	wb := d.db.NewWriteBatch()
+	wb := d.NewBatch()
 	defer wb.Cancel()
 	err := d.View(func(txn *Txn) error {
 		for _, prefix := range part.prefixes {
-			it := txn.iterator(badger.IteratorOptions{Prefix: prefix})
+			it := txn.Iterator(IteratorOptions{Prefix: prefix})
 			for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
-				if err := wb.Delete(it.Item().KeyCopy(nil)); err != nil {
+				if err := wb.Delete(it.KeyCopy(nil)); err != nil {
 					it.Close()
 					return err
 				}

@@ -2,10 +2,8 @@ package cold
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 
-	"github.com/dgraph-io/badger/v4"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -108,7 +106,7 @@ func SaveCheckpoint(db *DB, family string, p int, entries []Entry, cp *Checkpoin
 		return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
 	}
 	for i := range ch.Put {
-		if err := putValue(txn, changeKey(family, p, ch.Put[i].Seq), &ch.Put[i]); err != nil {
+		if err := txn.PutValue(changeKey(family, p, ch.Put[i].Seq), &ch.Put[i]); err != nil {
 			return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
 		}
 	}
@@ -162,15 +160,15 @@ func LoadChanges(db *DB, family string, p int) ([]OutboxEntry, error) {
 	var out []OutboxEntry
 	err := db.View(func(txn *Txn) error {
 		prefix := changePrefix(family, p)
-		it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 16})
+		it := txn.Iterator(IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 16})
 		defer it.Close()
 		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
-			k := it.Item().Key()
+			k := it.Key()
 			if len(k) != len(prefix)+8 {
 				return fmt.Errorf("%w: change outbox key of %d bytes", ErrCorrupt, len(k))
 			}
 			var e OutboxEntry
-			if err := it.Item().Value(func(v []byte) error { return msgpack.Unmarshal(v, &e) }); err != nil {
+			if err := it.Value(func(v []byte) error { return msgpack.Unmarshal(v, &e) }); err != nil {
 				return fmt.Errorf("%w: change outbox of %s/%d: %w", ErrCorrupt, family, p, err)
 			}
 			e.Seq = u64at(k, len(prefix))
@@ -203,10 +201,10 @@ func LoadJournal(db *DB, family string, p, fields int, after uint64, fn func(id 
 	counts := make([]uint64, fields)
 	err := db.View(func(txn *Txn) error {
 		prefix := journalPrefix(family, p)
-		it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 16})
+		it := txn.Iterator(IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 16})
 		defer it.Close()
 		for it.Seek(prefix.U64(after + 1)); it.ValidForPrefix(prefix); it.Next() {
-			k := it.Item().Key()
+			k := it.Key()
 			if len(k) != len(prefix)+8 {
 				return fmt.Errorf("%w: journal key of %d bytes", ErrCorrupt, len(k))
 			}
@@ -214,7 +212,7 @@ func LoadJournal(db *DB, family string, p, fields int, after uint64, fn func(id 
 				return fmt.Errorf("%w: journal of %s/%d jumps from checkpoint %d to %d", ErrCorrupt, family, p, last, n)
 			}
 			last++
-			if err := it.Item().Value(func(v []byte) error { return unpackEntries(v, counts, fn) }); err != nil {
+			if err := it.Value(func(v []byte) error { return unpackEntries(v, counts, fn) }); err != nil {
 				return fmt.Errorf("%w: journal of %s/%d at %d: %w", ErrCorrupt, family, p, last, err)
 			}
 		}
@@ -277,15 +275,9 @@ func unpackEntries(b []byte, counts []uint64, fn func(id uint64, counts []uint64
 func LoadCheckpoint(db *DB, family string, p int) (Checkpoint, error) {
 	cp := Checkpoint{Marks: map[uint32]*Mark{}}
 	err := db.View(func(txn *Txn) error {
-		item, err := txn.get(metaKey(family, p))
-		switch {
-		case errors.Is(err, badger.ErrKeyNotFound):
-			return nil
-		case err != nil:
+		found, err := txn.GetValue(metaKey(family, p), &cp, fmt.Sprintf("checkpoint %s/%d", family, p))
+		if !found || err != nil {
 			return err
-		}
-		if err := item.Value(func(v []byte) error { return msgpack.Unmarshal(v, &cp) }); err != nil {
-			return fmt.Errorf("%w: checkpoint %s/%d: %w", ErrCorrupt, family, p, err)
 		}
 		if cp.Marks == nil {
 			cp.Marks = map[uint32]*Mark{}
@@ -301,14 +293,14 @@ func LoadCounters(db *DB, family string, p, fields int, fn func(id uint64, count
 	counts := make([]uint64, fields)
 	return db.View(func(txn *Txn) error {
 		prefix := counterPrefix(family, p)
-		it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
+		it := txn.Iterator(IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
 		defer it.Close()
 		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
-			k := it.Item().Key()
+			k := it.Key()
 			if len(k) != len(prefix)+8 {
 				return fmt.Errorf("%w: counter key of %d bytes", ErrCorrupt, len(k))
 			}
-			if err := it.Item().Value(func(v []byte) error { return unpackCounts(v, counts) }); err != nil {
+			if err := it.Value(func(v []byte) error { return unpackCounts(v, counts) }); err != nil {
 				return fmt.Errorf("%w: counters of %s/%d: %w", ErrCorrupt, family, p, err)
 			}
 			fn(binary.BigEndian.Uint64(k[len(prefix):]), counts)
@@ -361,11 +353,6 @@ func deleteChanges(txn *Txn, family string, p int, seqs []uint64) error {
 // the counter worker's RAM by at most one flush.
 func storedCounts(txn *Txn, family string, p int, id uint64, dst []uint64) error {
 	clear(dst)
-	item, err := txn.get(counterPrefix(family, p).U64(id))
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return nil
-	} else if err != nil {
-		return err
-	}
-	return item.Value(func(v []byte) error { return unpackCounts(v, dst) })
+	_, err := txn.Get(counterPrefix(family, p).U64(id), func(v []byte) error { return unpackCounts(v, dst) })
+	return err
 }

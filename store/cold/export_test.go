@@ -1,14 +1,12 @@
 package cold
 
-import "github.com/dgraph-io/badger/v4"
-
 // FirstKey is, for the package's external tests, the first key of txn under prefix.
 func FirstKey(txn *Txn, prefix []byte) ([]byte, bool) {
-	it := txn.iterator(badger.IteratorOptions{Prefix: prefix})
+	it := txn.Iterator(IteratorOptions{Prefix: prefix})
 	defer it.Close()
 	it.Rewind()
 	if !it.ValidForPrefix(prefix) {
 		return nil, false
 	}
-	return it.Item().KeyCopy(nil), true
+	return it.KeyCopy(nil), true
 }

@@ -1,10 +1,7 @@
 package cold
 
 import (
-	"errors"
 	"fmt"
-
-	"github.com/dgraph-io/badger/v4"
 )
 
 // Delta batches a counter partition holds above a gap (stages/hop) keep their payload
@@ -56,10 +53,10 @@ func HeldRefs(db *DB, family string, p int) ([]HeldRef, error) {
 	var out []HeldRef
 	err := db.View(func(txn *Txn) error {
 		prefix := heldPrefix(family, p)
-		it := txn.iterator(badger.IteratorOptions{Prefix: prefix})
+		it := txn.Iterator(IteratorOptions{Prefix: prefix})
 		defer it.Close()
 		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
-			k := it.Item().Key()
+			k := it.Key()
 			if len(k) != len(prefix)+12 {
 				return fmt.Errorf("%w: held batch key of %d bytes", ErrCorrupt, len(k))
 			}
@@ -77,7 +74,7 @@ func DeleteHeld(db *DB, family string, p int, refs []HeldRef) error {
 	if len(refs) == 0 {
 		return nil
 	}
-	wb := db.db.NewWriteBatch()
+	wb := db.NewBatch()
 	defer wb.Cancel()
 	for _, r := range refs {
 		if err := wb.Delete(heldKey(family, p, r)); err != nil {
@@ -103,11 +100,10 @@ func deleteHeld(txn *Txn, family string, p int, refs []HeldRef) error {
 // stage; a missing one is ErrCorrupt: the marks that hold it were written with or after
 // it.
 func heldPayload(txn *Txn, k key) ([]byte, error) {
-	item, err := txn.get(k)
-	if errors.Is(err, badger.ErrKeyNotFound) {
+	var data []byte
+	found, err := txn.Get(k, func(v []byte) error { data = append([]byte(nil), v...); return nil })
+	if err == nil && !found {
 		return nil, fmt.Errorf("%w: no payload stored", ErrCorrupt)
-	} else if err != nil {
-		return nil, err
 	}
-	return item.ValueCopy(nil)
+	return data, err
 }

@@ -4,12 +4,9 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
-
-	"github.com/dgraph-io/badger/v4"
 
 	"github.com/tally-dev/tally/store/rel"
 )
@@ -246,13 +243,7 @@ func (l *Likes) record(txn *Txn, u uint64) (*likes, error) {
 		}
 	}
 	r := &likes{}
-	item, err := txn.get(likesKey(l.p, u))
-	switch {
-	case err == nil:
-		if err := item.Value(func(v []byte) (err error) { r, err = decodeLikes(v); return err }); err != nil {
-			return nil, err
-		}
-	case !errors.Is(err, badger.ErrKeyNotFound):
+	if _, err := txn.Get(likesKey(l.p, u), func(v []byte) (err error) { r, err = decodeLikes(v); return err }); err != nil {
 		return nil, err
 	}
 	l.users[u] = r
@@ -372,19 +363,18 @@ func (l *Likes) findLiker(txn *Txn, prefix key, e liker) (k, v []byte, err error
 		}
 		from = l.view
 	}
-	it := from.iterator(badger.IteratorOptions{Prefix: prefix})
+	it := from.Iterator(IteratorOptions{Prefix: prefix})
 	defer it.Close()
 	for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
-		item := it.Item()
-		val, ok := l.rewrote[string(item.Key())]
+		val, ok := l.rewrote[string(it.Key())]
 		if !ok {
-			if val, err = item.ValueCopy(nil); err != nil {
+			if val, err = it.ValueCopy(nil); err != nil {
 				return nil, nil, err
 			}
 		}
 		for i := 0; i+likerSize <= len(val); i += likerSize {
 			if u64at(val, i) == e.user && int64(u64at(val, i+8)) == e.ts {
-				return item.KeyCopy(nil), slices.Delete(slices.Clone(val), i, i+likerSize), nil
+				return it.KeyCopy(nil), slices.Delete(slices.Clone(val), i, i+likerSize), nil
 			}
 		}
 	}
@@ -430,14 +420,8 @@ func (l *Likes) Flush(txn *Txn, batch uint64) error {
 
 // chunk reads the liker chunk at k (none when there is none).
 func chunk(txn *Txn, k key) ([]liker, error) {
-	item, err := txn.get(k)
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return nil, nil
-	} else if err != nil {
-		return nil, err
-	}
 	var out []liker
-	err = item.Value(func(v []byte) (err error) { out, err = decodeLikers(v); return err })
+	_, err := txn.Get(k, func(v []byte) (err error) { out, err = decodeLikers(v); return err })
 	return out, err
 }
 
@@ -498,7 +482,7 @@ func likersPage(txn *Txn, p int, post uint64, limit int, from []byte) (items []I
 	if from != nil {
 		start = likersSecond(p, post, secondOf(int64(math.MaxUint64-u64at(from, 0))))
 	}
-	it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
+	it := txn.Iterator(IteratorOptions{Prefix: prefix, PrefetchValues: true})
 	defer it.Close()
 	var second []liker // the likers of the second being read
 	flush := func() bool {
@@ -518,7 +502,7 @@ func likersPage(txn *Txn, p int, post uint64, limit int, from []byte) (items []I
 	}
 	var at []byte // the current second's key prefix
 	for it.Seek(start); it.ValidForPrefix(prefix); it.Next() {
-		kb := it.Item().Key()
+		kb := it.Key()
 		if len(kb) != chunkLen {
 			return nil, "", fmt.Errorf("%w: liker chunk key of %d bytes", ErrCorrupt, len(kb))
 		}
@@ -526,7 +510,7 @@ func likersPage(txn *Txn, p int, post uint64, limit int, from []byte) (items []I
 			return items, next, nil
 		}
 		at = append(at[:0], kb[:chunkLen-8]...)
-		err := it.Item().Value(func(v []byte) error {
+		err := it.Value(func(v []byte) error {
 			ls, err := decodeLikers(v)
 			second = append(second, ls...)
 			return err
@@ -542,11 +526,11 @@ func likersPage(txn *Txn, p int, post uint64, limit int, from []byte) (items []I
 // countLikers counts post's likers kept in partition p, reading its chunks.
 func countLikers(txn *Txn, p int, post uint64) (uint64, error) {
 	prefix := relPrefix(nsLikers, p, Like).U64(post)
-	it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
+	it := txn.Iterator(IteratorOptions{Prefix: prefix, PrefetchValues: true})
 	defer it.Close()
 	var n uint64
 	for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
-		err := it.Item().Value(func(v []byte) error { n += uint64(len(v)) / likerSize; return nil })
+		err := it.Value(func(v []byte) error { n += uint64(len(v)) / likerSize; return nil })
 		if err != nil {
 			return 0, err
 		}

@@ -11,8 +11,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/dgraph-io/badger/v4"
-
 	"github.com/tally-dev/tally/store/rel"
 )
 
@@ -552,10 +550,10 @@ func noLegacyRecords(t *testing.T, db *DB, p int) {
 	t.Helper()
 	err := db.View(func(txn *Txn) error {
 		prefix := newKey(nsLikes, 4).U16(p).U8(legacyRecordKind)
-		it := txn.iterator(badger.IteratorOptions{Prefix: prefix})
+		it := txn.Iterator(IteratorOptions{Prefix: prefix})
 		defer it.Close()
 		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
-			t.Errorf("a like record of the old kind is left: %x", it.Item().Key())
+			t.Errorf("a like record of the old kind is left: %x", it.Key())
 		}
 		return nil
 	})

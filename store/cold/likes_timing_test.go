@@ -79,8 +79,8 @@ func BenchmarkLikes(b *testing.B) {
 // list and the post's list, each a key (what moveLikes moves).
 func likeKeyPerList(txn *Txn, u, post uint64, ts int64, seq uint64) (bool, error) {
 	rel := Rel{A: u, B: post}
-	if _, err := txn.get(relKey(0, Like, rel)); err == nil {
-		return false, nil
+	if found, err := txn.Get(relKey(0, Like, rel), nil); err != nil || found {
+		return false, err
 	}
 	v := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, uint64(ts)), seq)
 	if err := txn.Set(relKey(0, Like, rel), v); err != nil {

@@ -113,16 +113,16 @@ func moveKey(k, v []byte, partitions int, partOf func(uint64) int, set func(key,
 
 // migrate rewrites every key under the namespace byte ns through move and deletes it.
 func (d *DB) migrate(ns byte, move func(k, v []byte, set func(key, []byte) error) error) (int, error) {
-	wb := d.db.NewWriteBatch()
+	wb := d.NewBatch()
 	defer wb.Cancel()
 	n := 0
 	err := d.View(func(txn *Txn) error {
 		prefix := []byte{ns}
-		it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
+		it := txn.Iterator(IteratorOptions{Prefix: prefix, PrefetchValues: true})
 		defer it.Close()
 		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
-			k := it.Item().KeyCopy(nil)
-			v, err := it.Item().ValueCopy(nil)
+			k := it.KeyCopy(nil)
+			v, err := it.ValueCopy(nil)
 			if err != nil {
 				return err
 			}
@@ -285,10 +285,10 @@ func eachLike(db *DB, ns byte, from, to int, fn func(k, v []byte) error) (int, e
 	n := 0
 	err := db.View(func(txn *Txn) error {
 		prefix := []byte{ns}
-		it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: ns == nsRelation})
+		it := txn.Iterator(IteratorOptions{Prefix: prefix, PrefetchValues: ns == nsRelation})
 		defer it.Close()
 		for it.Seek(newKey(ns, 3).U16(from)); it.ValidForPrefix(prefix); {
-			kb := it.Item().Key()
+			kb := it.Key()
 			if len(kb) < relOff {
 				return fmt.Errorf("%w: key %x", ErrCorrupt, kb)
 			}
@@ -306,11 +306,11 @@ func eachLike(db *DB, ns byte, from, to int, fn func(k, v []byte) error) (int, e
 				it.Seek(newKey(ns, 3).U16(p + 1))
 				continue
 			}
-			v, err := it.Item().ValueCopy(nil)
+			v, err := it.ValueCopy(nil)
 			if err != nil {
 				return err
 			}
-			if err := fn(it.Item().KeyCopy(nil), v); err != nil {
+			if err := fn(it.KeyCopy(nil), v); err != nil {
 				return err
 			}
 			n++
@@ -386,10 +386,10 @@ func moveLikeStates(db *DB, w *groupWriter, from, to int) (int, error) {
 	n := 0
 	err := db.View(func(txn *Txn) error {
 		prefix := []byte{nsLikes}
-		it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
+		it := txn.Iterator(IteratorOptions{Prefix: prefix, PrefetchValues: true})
 		defer it.Close()
 		for it.Seek(newKey(nsLikes, 3).U16(from)); it.ValidForPrefix(prefix); it.Next() {
-			kb := it.Item().KeyCopy(nil)
+			kb := it.KeyCopy(nil)
 			if len(kb) < 3 {
 				return fmt.Errorf("%w: key %x", ErrCorrupt, kb)
 			}
@@ -400,7 +400,7 @@ func moveLikeStates(db *DB, w *groupWriter, from, to int) (int, error) {
 			if len(kb) != relOff+8 || kb[relOff-1] != legacyRecordKind {
 				continue
 			}
-			v, err := it.Item().ValueCopy(nil)
+			v, err := it.ValueCopy(nil)
 			if err != nil {
 				return err
 			}

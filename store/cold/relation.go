@@ -3,11 +3,8 @@ package cold
 import (
 	"bytes"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"math"
-
-	"github.com/dgraph-io/badger/v4"
 
 	"github.com/tally-dev/tally/store/rel"
 )
@@ -106,18 +103,14 @@ func toggleKey(txn *Txn, p int, k Kind, r Rel, on bool, e rel.Event) (before, af
 
 // getState reads the relation state at rk (the zero state when there is none).
 func getState(txn *Txn, rk key) (rel.State, error) {
-	item, err := txn.get(rk)
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return rel.State{}, nil
-	} else if err != nil {
-		return rel.State{}, err
-	}
 	var st rel.State
-	err = item.Value(func(v []byte) (err error) { st, err = rel.Unmarshal(v); return err })
-	if err != nil {
-		return st, fmt.Errorf("%w: relation %x: %w", ErrCorrupt, rk, err)
-	}
-	return st, nil
+	_, err := txn.Get(rk, func(v []byte) (err error) {
+		if st, err = rel.Unmarshal(v); err != nil {
+			return fmt.Errorf("%w: relation %x: %w", ErrCorrupt, rk, err)
+		}
+		return nil
+	})
+	return st, err
 }
 
 // putState writes relation r's state after, and moves its subject's list key (kinds
@@ -220,10 +213,10 @@ func Subjects(txn *Txn, p int, k Kind, b uint64, fn func(a uint64, ts int64) boo
 
 func scan(txn *Txn, ns byte, p int, k Kind, id uint64, fn func(other uint64, ts int64) bool) {
 	prefix := relPrefix(ns, p, k).U64(id)
-	it := txn.iterator(badger.IteratorOptions{Prefix: prefix})
+	it := txn.Iterator(IteratorOptions{Prefix: prefix})
 	defer it.Close()
 	for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
-		kb := it.Item().Key()
+		kb := it.Key()
 		if len(kb) == indexLen && !fn(u64at(kb, idxOther), int64(math.MaxUint64-u64at(kb, idxTS))) {
 			return
 		}
@@ -301,11 +294,11 @@ func List(db *DB, p int, k Kind, bySubject bool, id uint64, limit int, before st
 				return err
 			}
 		}
-		it := txn.iterator(badger.IteratorOptions{Prefix: prefix})
+		it := txn.Iterator(IteratorOptions{Prefix: prefix})
 		defer it.Close()
 		var last []byte
 		for it.Seek(start); it.ValidForPrefix(prefix); it.Next() {
-			kb := it.Item().Key()
+			kb := it.Key()
 			if len(kb) != indexLen {
 				return fmt.Errorf("%w: index key of %d bytes", ErrCorrupt, len(kb))
 			}
@@ -369,10 +362,10 @@ func CountRelations(db *DB, parts []int, posts, users []uint64) (Recount, error)
 // countComments adds partition p's comments of the posts at lists the places of.
 func countComments(txn *Txn, p int, at map[uint64][]int, comments []uint64) error {
 	prefix := relPrefix(nsRelation, p, Comment)
-	it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
+	it := txn.Iterator(IteratorOptions{Prefix: prefix, PrefetchValues: true})
 	defer it.Close()
 	for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
-		kb := it.Item().Key()
+		kb := it.Key()
 		if len(kb) != relLen {
 			return fmt.Errorf("%w: comment relation key of %d bytes", ErrCorrupt, len(kb))
 		}
@@ -381,7 +374,7 @@ func countComments(txn *Txn, p int, at map[uint64][]int, comments []uint64) erro
 			continue
 		}
 		var st rel.State
-		err := it.Item().Value(func(v []byte) (err error) { st, err = rel.Unmarshal(v); return err })
+		err := it.Value(func(v []byte) (err error) { st, err = rel.Unmarshal(v); return err })
 		if err != nil {
 			return fmt.Errorf("%w: comment relation %x: %w", ErrCorrupt, kb, err)
 		}
@@ -396,7 +389,7 @@ func countComments(txn *Txn, p int, at map[uint64][]int, comments []uint64) erro
 
 // countPrefix counts the keys under prefix without reading values.
 func countPrefix(txn *Txn, prefix []byte) uint64 {
-	it := txn.iterator(badger.IteratorOptions{Prefix: prefix})
+	it := txn.Iterator(IteratorOptions{Prefix: prefix})
 	defer it.Close()
 	var n uint64
 	for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
@@ -433,26 +426,26 @@ func SampleRelated(db *DB, p int, k Kind, bySubject bool, n int, rand func() uin
 	var out []uint64
 	err := db.View(func(txn *Txn) error {
 		// Pick within the ids present, [lo, hi], or small ids would hardly ever be hit.
-		rev := txn.iterator(badger.IteratorOptions{Prefix: prefix, Reverse: true})
+		rev := txn.Iterator(IteratorOptions{Prefix: prefix, Reverse: true})
 		last := append(append(key{}, prefix...), bytes.Repeat([]byte{0xff}, 32)...) // ≥ every index key
 		rev.Seek(last)
 		if !rev.ValidForPrefix(prefix) {
 			rev.Close()
 			return nil // no relation of this kind at all
 		}
-		hi := u64at(rev.Item().Key(), idxID)
+		hi := u64at(rev.Key(), idxID)
 		rev.Close()
-		it := txn.iterator(badger.IteratorOptions{Prefix: prefix})
+		it := txn.Iterator(IteratorOptions{Prefix: prefix})
 		defer it.Close()
 		it.Seek(prefix)
-		lo := u64at(it.Item().Key(), idxID)
+		lo := u64at(it.Key(), idxID)
 		// next is the first id at or after from, wrapping around past the last.
 		next := func(from uint64) (uint64, error) {
 			it.Seek(append(key{}, prefix...).U64(from))
 			if !it.ValidForPrefix(prefix) {
 				it.Seek(prefix)
 			}
-			kb := it.Item().Key()
+			kb := it.Key()
 			if len(kb) != keyLen {
 				return 0, fmt.Errorf("%w: list key of %d bytes", ErrCorrupt, len(kb))
 			}

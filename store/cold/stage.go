@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/dgraph-io/badger/v4"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -83,21 +82,21 @@ func LoadStage(db *DB, p int) (StageState, []OutboxEntry, error) {
 	st := StageState{Seqs: map[string]uint64{}}
 	var out []OutboxEntry
 	err := db.View(func(txn *Txn) error {
-		if _, err := getValue(txn, stageKey(p), &st, fmt.Sprintf("stage %d state", p)); err != nil {
+		if _, err := txn.GetValue(stageKey(p), &st, fmt.Sprintf("stage %d state", p)); err != nil {
 			return err
 		}
 		if st.Seqs == nil {
 			st.Seqs = map[string]uint64{}
 		}
 		prefix := newKey(nsOutbox, 3).U16(p)
-		it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
+		it := txn.Iterator(IteratorOptions{Prefix: prefix, PrefetchValues: true})
 		defer it.Close()
 		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
 			var e OutboxEntry
-			if err := it.Item().Value(func(v []byte) error { return msgpack.Unmarshal(v, &e) }); err != nil {
+			if err := it.Value(func(v []byte) error { return msgpack.Unmarshal(v, &e) }); err != nil {
 				return fmt.Errorf("%w: stage %d outbox: %w", ErrCorrupt, p, err)
 			}
-			e.Seq = u64at(it.Item().Key(), 3)
+			e.Seq = u64at(it.Key(), 3)
 			out = append(out, e)
 		}
 		return nil
@@ -107,7 +106,7 @@ func LoadStage(db *DB, p int) (StageState, []OutboxEntry, error) {
 
 // PutStage writes partition p's state in txn.
 func PutStage(txn *Txn, p int, st *StageState) error {
-	return putValue(txn, stageKey(p), st)
+	return txn.PutValue(stageKey(p), st)
 }
 
 // PutOutbox writes an outbox entry in txn; e.Seq must be the state's new Outbox value.
