@@ -14,6 +14,7 @@ import (
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/delivery"
 )
 
 // backupRig is a NATS server with the streams and state bucket, and processes that own
@@ -117,7 +118,7 @@ func (r *backupRig) checkpoint(n *proc, pos uint64) {
 	fam := family
 	counts := make([]uint64, len(fam.Fields))
 	counts[0] = pos
-	cp := &cold.Checkpoint{Pos: pos, Marks: map[uint32]*cold.Mark{}}
+	cp := &cold.Checkpoint{Pos: pos, Marks: map[uint32]*delivery.Mark{}}
 	if err := cold.SaveCounters(n.db, fam.Name, 0, []cold.Entry{{ID: 1, Counts: counts}}, cp, cold.Journal{}); err != nil {
 		r.t.Fatal(err)
 	}

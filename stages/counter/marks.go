@@ -10,6 +10,7 @@ import (
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/stages/hop"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/delivery"
 )
 
 // heldStore keeps the payloads of the delta batches the worker holds above a gap in the
@@ -21,19 +22,19 @@ type heldStore struct {
 	p      int
 	// released are the batches handed out since the last checkpoint: the next one
 	// deletes their payloads.
-	released []cold.HeldRef
+	released []delivery.HeldRef
 }
 
 func (s *heldStore) Put(src uint32, seq uint64, data []byte) error {
-	return cold.PutHeld(s.db, s.family, s.p, cold.HeldRef{Src: src, Seq: seq}, data)
+	return cold.PutHeld(s.db, s.family, s.p, delivery.HeldRef{Src: src, Seq: seq}, data)
 }
 
 func (s *heldStore) Get(src uint32, seq uint64) ([]byte, error) {
-	return cold.GetHeld(s.db, s.family, s.p, cold.HeldRef{Src: src, Seq: seq})
+	return cold.GetHeld(s.db, s.family, s.p, delivery.HeldRef{Src: src, Seq: seq})
 }
 
 func (s *heldStore) Delete(src uint32, seq uint64) error {
-	s.released = append(s.released, cold.HeldRef{Src: src, Seq: seq})
+	s.released = append(s.released, delivery.HeldRef{Src: src, Seq: seq})
 	return nil
 }
 
@@ -45,13 +46,13 @@ func (w *Worker) dropOrphans() error {
 	if err != nil || len(refs) == 0 {
 		return err
 	}
-	held := map[cold.HeldRef]bool{}
+	held := map[delivery.HeldRef]bool{}
 	for src, m := range w.cp.Marks {
 		for _, h := range m.Held {
-			held[cold.HeldRef{Src: src, Seq: h.Seq}] = true
+			held[delivery.HeldRef{Src: src, Seq: h.Seq}] = true
 		}
 	}
-	var orphans []cold.HeldRef
+	var orphans []delivery.HeldRef
 	for _, r := range refs {
 		if !held[r] {
 			orphans = append(orphans, r)

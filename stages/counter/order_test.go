@@ -19,6 +19,7 @@ import (
 	"github.com/tally-dev/tally/stages/counter"
 	"github.com/tally-dev/tally/stages/hop/hoptest"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/delivery"
 )
 
 // rig is one counter partition (post/0) on a real NATS server and a real Badger.
@@ -357,7 +358,7 @@ func TestOldCheckpointHeldPayloadsMoved(t *testing.T) {
 	r := newRig(t)
 	const x = 5
 	held := pipeline.DeltaBatch{Source: 1, Seq: 3, Deltas: []pipeline.Delta{{ID: x, Field: 0, Op: pipeline.OpAdd, N: 4}}}
-	cp := &cold.Checkpoint{Marks: map[uint32]*cold.Mark{1: {Through: 1, Held: []cold.Held{{Seq: 3, Data: pipeline.AppendDeltaBatch(nil, &held)}}}}}
+	cp := &cold.Checkpoint{Marks: map[uint32]*delivery.Mark{1: {Through: 1, Held: []delivery.Held{{Seq: 3, Data: pipeline.AppendDeltaBatch(nil, &held)}}}}}
 	if err := cold.SaveCounters(r.db, r.fam.Name, 0, []cold.Entry{{ID: x, Counts: []uint64{1, 0, 0, 0}}}, cp, cold.Journal{}); err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/tally-dev/tally/stages/flow"
 	"github.com/tally-dev/tally/stages/hop"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/delivery"
 	"github.com/tally-dev/tally/store/unread"
 )
 
@@ -217,7 +218,7 @@ func (s *Stage) Run(ctx context.Context) error {
 }
 
 // load takes the committed state and returns the outbox it left unsent.
-func (s *Stage) load() ([]cold.OutboxEntry, error) {
+func (s *Stage) load() ([]delivery.OutboxEntry, error) {
 	p := s.cfg.Partition
 	st, outbox, err := cold.LoadStage(s.db, p)
 	if err != nil {
@@ -382,7 +383,7 @@ const maxDeletes = 4096
 
 // write writes the transaction's likes and reader states, deletes acknowledged outbox entries and writes
 // the new ones and the state in txn. The state names the log record before this transaction's (see StageState.Log).
-func (s *Stage) write(txn *cold.Txn, st *cold.StageState, outbox []cold.OutboxEntry, w *work) error {
+func (s *Stage) write(txn *cold.Txn, st *cold.StageState, outbox []delivery.OutboxEntry, w *work) error {
 	p := s.cfg.Partition
 	if err := w.flush(txn, likesBatch(st)); err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/delivery"
 )
 
 // TestCountRelations recounts a random set of relations against a model.
@@ -111,11 +112,11 @@ func TestStageOutboxBounds(t *testing.T) {
 	}
 	update(func(txn *cold.Txn) error {
 		for seq := uint64(1); seq <= 3; seq++ {
-			if err := cold.PutOutbox(txn, 3, &cold.OutboxEntry{Seq: seq, Subject: "s", MsgID: "m"}); err != nil {
+			if err := cold.PutOutbox(txn, 3, &delivery.OutboxEntry{Seq: seq, Subject: "s", MsgID: "m"}); err != nil {
 				return err
 			}
 		}
-		if err := cold.PutOutbox(txn, 4, &cold.OutboxEntry{Seq: 1, Subject: "s", MsgID: "m"}); err != nil { // another partition
+		if err := cold.PutOutbox(txn, 4, &delivery.OutboxEntry{Seq: 1, Subject: "s", MsgID: "m"}); err != nil { // another partition
 			return err
 		}
 		return cold.PutStage(txn, 3, &cold.StageState{Pos: 9, Outbox: 3, Seqs: map[string]uint64{"post.1": 2}})
@@ -137,7 +138,7 @@ func TestStageHops(t *testing.T) {
 		t.Fatalf("StageHops of no state = %v, %v, %v; want nothing", sent, applied, err)
 	}
 	st := &cold.StageState{Pos: 9, Seqs: map[string]uint64{"post.1": 2}, HopSeqs: map[uint32]uint64{0: 4, 3: 7},
-		Hops: map[uint32]*cold.Mark{0: {Through: 5, Held: []cold.Held{{Seq: 7, Data: make([]byte, 1<<10)}}}, 1: {Through: 2}}}
+		Hops: map[uint32]*delivery.Mark{0: {Through: 5, Held: []delivery.Held{{Seq: 7, Data: make([]byte, 1<<10)}}}, 1: {Through: 2}}}
 	if err := db.Update(func(txn *cold.Txn) error { return cold.PutStage(txn, 2, st) }); err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/delivery"
 )
 
 // A backup of one part restored into another database replaces that part there and
@@ -14,7 +15,7 @@ func TestBackupRestore(t *testing.T) {
 	a, b := open(t), open(t)
 	save := func(db *cold.DB, p int, id, pos uint64) {
 		t.Helper()
-		cp := &cold.Checkpoint{Pos: pos, Marks: map[uint32]*cold.Mark{}}
+		cp := &cold.Checkpoint{Pos: pos, Marks: map[uint32]*delivery.Mark{}}
 		if err := cold.SaveCounters(db, "post", p, []cold.Entry{{ID: id, Counts: []uint64{1, 2, 3, pos}}}, cp, cold.Journal{}); err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/delivery"
 )
 
 // A checkpoint writes its change events to the partition's outbox and deletes the
@@ -25,19 +26,19 @@ func TestChangeOutbox(t *testing.T) {
 		}
 		return s
 	}
-	entry := func(seq uint64) cold.OutboxEntry {
-		return cold.OutboxEntry{Seq: seq, Subject: "tally.chg.post.3", MsgID: "chg", Data: []byte{byte(seq)}}
+	entry := func(seq uint64) delivery.OutboxEntry {
+		return delivery.OutboxEntry{Seq: seq, Subject: "tally.chg.post.3", MsgID: "chg", Data: []byte{byte(seq)}}
 	}
-	cp := &cold.Checkpoint{Marks: map[uint32]*cold.Mark{}}
+	cp := &cold.Checkpoint{Marks: map[uint32]*delivery.Mark{}}
 	save := func(db *cold.DB, p int, ch cold.Changes) {
 		t.Helper()
 		if err := cold.SaveCheckpoint(db, "post", p, []cold.Entry{{ID: 1, Counts: []uint64{1, 0, 0, 0}}}, cp, cold.Journal{}, ch); err != nil {
 			t.Fatal(err)
 		}
 	}
-	save(a, 3, cold.Changes{Put: []cold.OutboxEntry{entry(1<<16 + 1), entry(1 << 16)}})
-	save(a, 3, cold.Changes{Put: []cold.OutboxEntry{entry(2 << 16)}, Published: []uint64{1 << 16}})
-	save(a, 4, cold.Changes{Put: []cold.OutboxEntry{entry(7)}})
+	save(a, 3, cold.Changes{Put: []delivery.OutboxEntry{entry(1<<16 + 1), entry(1 << 16)}})
+	save(a, 3, cold.Changes{Put: []delivery.OutboxEntry{entry(2 << 16)}, Published: []uint64{1 << 16}})
+	save(a, 4, cold.Changes{Put: []delivery.OutboxEntry{entry(7)}})
 	if got, want := seqs(a, 3), []uint64{1<<16 + 1, 2 << 16}; !slices.Equal(got, want) {
 		t.Fatalf("outbox of partition 3: %v, want %v", got, want)
 	}
@@ -79,11 +80,11 @@ func TestChangeOutbox(t *testing.T) {
 // still commits and loads (the value goes to Badger's value log).
 func TestCheckpointHoldsLargeHeld(t *testing.T) {
 	db := open(t)
-	held := make([]cold.Held, 1000)
+	held := make([]delivery.Held, 1000)
 	for i := range held {
-		held[i] = cold.Held{Seq: uint64(i + 2), Data: bytes.Repeat([]byte{byte(i)}, 10<<10)}
+		held[i] = delivery.Held{Seq: uint64(i + 2), Data: bytes.Repeat([]byte{byte(i)}, 10<<10)}
 	}
-	cp := &cold.Checkpoint{Pos: 9, Marks: map[uint32]*cold.Mark{4: {Through: 0, Held: held}}}
+	cp := &cold.Checkpoint{Pos: 9, Marks: map[uint32]*delivery.Mark{4: {Through: 0, Held: held}}}
 	entries := make([]cold.Entry, 8192)
 	for i := range entries {
 		entries[i] = cold.Entry{ID: uint64(i + 1), Counts: []uint64{1, 2, 3, 4}}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/delivery"
 )
 
 func open(t *testing.T) *cold.DB {
@@ -98,7 +99,7 @@ func TestCountersCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cp := &cold.Checkpoint{Pos: 42, Marks: map[uint32]*cold.Mark{3: {Through: 7, Above: []uint64{9}}}}
+	cp := &cold.Checkpoint{Pos: 42, Marks: map[uint32]*delivery.Mark{3: {Through: 7, Above: []uint64{9}}}}
 	entries := []cold.Entry{{ID: 1, Counts: []uint64{1, 0, 1 << 40, 0}}, {ID: 2, Counts: []uint64{5, 5, 5, 5}}}
 	if err := cold.SaveCounters(db, "post", 1, entries, cp, cold.Journal{}); err != nil {
 		t.Fatal(err)
@@ -139,7 +140,7 @@ func TestCountersCheckpoint(t *testing.T) {
 // reads back exactly the later ones, in order; a gap is an error, not a silent skip.
 func TestJournal(t *testing.T) {
 	db := open(t)
-	cp := &cold.Checkpoint{Marks: map[uint32]*cold.Mark{}}
+	cp := &cold.Checkpoint{Marks: map[uint32]*delivery.Mark{}}
 	for i := range uint64(5) {
 		j := cold.Journal{Append: true}
 		if i == 3 {
@@ -175,7 +176,7 @@ func TestStageOutbox(t *testing.T) {
 	}
 	err = db.Update(func(txn *cold.Txn) error {
 		for i := uint64(1); i <= 3; i++ {
-			if err := cold.PutOutbox(txn, 2, &cold.OutboxEntry{Seq: i, Subject: "s", MsgID: "m", Data: []byte{byte(i)}}); err != nil {
+			if err := cold.PutOutbox(txn, 2, &delivery.OutboxEntry{Seq: i, Subject: "s", MsgID: "m", Data: []byte{byte(i)}}); err != nil {
 				return err
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/delivery"
 )
 
 // BenchmarkColdTier stores 1 M post counters (snowflake ids over 30 days, four counters,
@@ -26,7 +27,7 @@ func BenchmarkColdTier(b *testing.B) {
 	ids := make([]uint64, n)
 	ref := make(map[uint64][4]uint64, n)
 	const epoch = 1_700_000_000_000
-	cp := &cold.Checkpoint{Marks: map[uint32]*cold.Mark{}}
+	cp := &cold.Checkpoint{Marks: map[uint32]*delivery.Mark{}}
 	var batch []cold.Entry
 	for i := range ids {
 		ms := epoch + uint64(i)*30*24*3600*1000/uint64(n)
@@ -91,7 +92,7 @@ func BenchmarkPartMove(b *testing.B) {
 	}
 	defer src.Close()
 	r := rand.New(rand.NewPCG(3, 4))
-	cp := &cold.Checkpoint{Marks: map[uint32]*cold.Mark{}}
+	cp := &cold.Checkpoint{Marks: map[uint32]*delivery.Mark{}}
 	batch := make([]cold.Entry, 0, 8192)
 	start := time.Now()
 	for i := range n {

@@ -4,36 +4,16 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/tally-dev/tally/store/delivery"
 	"github.com/vmihailenco/msgpack/v5"
 )
-
-// Mark is what a partition has received from one source of a hop (stages/hop): every
-// batch sequence up to Through is applied, and the batches in Held arrived above a gap
-// and wait, unapplied, for it to fill (a publish retried after later ones succeeded).
-type Mark struct {
-	Through uint64 `msgpack:"t"`
-	// Above is decoded from checkpoints of older versions, which applied batches above a
-	// gap at once: these are applied.
-	Above []uint64 `msgpack:"a,omitempty"`
-	// Held is ascending by Seq, every Seq above Through.
-	Held []Held `msgpack:"h,omitempty"`
-}
-
-// Held is a batch received above a gap, kept until the gap fills. Its payload is stored
-// under its own key (hop.HeldStore): Data is only decoded from marks of older versions,
-// which kept it here, and moved out when they are loaded.
-type Held struct {
-	Seq  uint64 `msgpack:"s"`
-	Size uint32 `msgpack:"n,omitempty"` // the payload's bytes; 0: none (a number filled empty)
-	Data []byte `msgpack:"d,omitempty"`
-}
 
 // Checkpoint is the position a counter partition's stored counters reflect.
 type Checkpoint struct {
 	// Pos is the last stream sequence applied.
 	Pos uint64 `msgpack:"pos"`
 	// Marks are per source partition.
-	Marks map[uint32]*Mark `msgpack:"marks"`
+	Marks map[uint32]*delivery.Mark `msgpack:"marks"`
 	// Seq numbers the checkpoints (SaveCounters increments it); JournalFrom is the oldest
 	// journal entry kept (see SaveCounters).
 	Seq         uint64 `msgpack:"n,omitempty"`
@@ -62,12 +42,12 @@ type Entry struct {
 type Changes struct {
 	// Put are the change events announcing the checkpoint's entries; each Seq must be
 	// unique in the partition's outbox and order the entries as they are to be sent.
-	Put []OutboxEntry
+	Put []delivery.OutboxEntry
 	// Published are the Seqs of entries stored in the changes stream since.
 	Published []uint64
 	// Released are held delta batches applied since the last checkpoint: the marks of
 	// this one no longer hold them, so their payloads are deleted with it.
-	Released []HeldRef
+	Released []delivery.HeldRef
 }
 
 func counterPrefix(family string, p int) key {
@@ -156,8 +136,8 @@ func SaveCheckpoint(db *DB, family string, p int, entries []Entry, cp *Checkpoin
 
 // LoadChanges returns the outbox of (family, p)'s change events, in Seq order: those
 // written by checkpoints and not yet known to be published.
-func LoadChanges(db *DB, family string, p int) ([]OutboxEntry, error) {
-	var out []OutboxEntry
+func LoadChanges(db *DB, family string, p int) ([]delivery.OutboxEntry, error) {
+	var out []delivery.OutboxEntry
 	err := db.View(func(txn *Txn) error {
 		prefix := changePrefix(family, p)
 		it := txn.Iterator(IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 16})
@@ -167,7 +147,7 @@ func LoadChanges(db *DB, family string, p int) ([]OutboxEntry, error) {
 			if len(k) != len(prefix)+8 {
 				return fmt.Errorf("%w: change outbox key of %d bytes", ErrCorrupt, len(k))
 			}
-			var e OutboxEntry
+			var e delivery.OutboxEntry
 			if err := it.Value(func(v []byte) error { return msgpack.Unmarshal(v, &e) }); err != nil {
 				return fmt.Errorf("%w: change outbox of %s/%d: %w", ErrCorrupt, family, p, err)
 			}
@@ -273,14 +253,14 @@ func unpackEntries(b []byte, counts []uint64, fn func(id uint64, counts []uint64
 
 // LoadCheckpoint returns the last checkpoint of (family, p), empty if there is none.
 func LoadCheckpoint(db *DB, family string, p int) (Checkpoint, error) {
-	cp := Checkpoint{Marks: map[uint32]*Mark{}}
+	cp := Checkpoint{Marks: map[uint32]*delivery.Mark{}}
 	err := db.View(func(txn *Txn) error {
 		found, err := txn.GetValue(metaKey(family, p), &cp, fmt.Sprintf("checkpoint %s/%d", family, p))
 		if !found || err != nil {
 			return err
 		}
 		if cp.Marks == nil {
-			cp.Marks = map[uint32]*Mark{}
+			cp.Marks = map[uint32]*delivery.Mark{}
 		}
 		return nil
 	})

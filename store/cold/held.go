@@ -2,6 +2,8 @@ package cold
 
 import (
 	"fmt"
+
+	"github.com/tally-dev/tally/store/delivery"
 )
 
 // Delta batches a counter partition holds above a gap (stages/hop) keep their payload
@@ -13,20 +15,14 @@ import (
 
 const nsHeld = 'h'
 
-// HeldRef names a held batch: its source partition and its sequence from that source.
-type HeldRef struct {
-	Src uint32
-	Seq uint64
-}
-
 func heldPrefix(family string, p int) key { return metaKey(family, p).U8(nsHeld) }
-func heldKey(family string, p int, r HeldRef) key {
+func heldKey(family string, p int, r delivery.HeldRef) key {
 	return heldPrefix(family, p).U32(r.Src).U64(r.Seq)
 }
 
 // PutHeld stores the payload of held batch r of (family, p) at once. Writing it again is
 // harmless: a batch is held with the same payload whoever receives it again.
-func PutHeld(db *DB, family string, p int, r HeldRef, data []byte) error {
+func PutHeld(db *DB, family string, p int, r delivery.HeldRef, data []byte) error {
 	err := db.Update(func(txn *Txn) error { return txn.Set(heldKey(family, p, r), data) })
 	if err != nil {
 		return fmt.Errorf("held batch %d/%d of %s/%d: %w", r.Src, r.Seq, family, p, err)
@@ -36,7 +32,7 @@ func PutHeld(db *DB, family string, p int, r HeldRef, data []byte) error {
 
 // GetHeld returns the payload of held batch r of (family, p); a missing one is
 // ErrCorrupt: the checkpoint that holds it was written after it.
-func GetHeld(db *DB, family string, p int, r HeldRef) ([]byte, error) {
+func GetHeld(db *DB, family string, p int, r delivery.HeldRef) ([]byte, error) {
 	var data []byte
 	err := db.View(func(txn *Txn) (err error) {
 		data, err = heldPayload(txn, heldKey(family, p, r))
@@ -49,8 +45,8 @@ func GetHeld(db *DB, family string, p int, r HeldRef) ([]byte, error) {
 }
 
 // HeldRefs lists the held batches whose payloads (family, p) stores.
-func HeldRefs(db *DB, family string, p int) ([]HeldRef, error) {
-	var out []HeldRef
+func HeldRefs(db *DB, family string, p int) ([]delivery.HeldRef, error) {
+	var out []delivery.HeldRef
 	err := db.View(func(txn *Txn) error {
 		prefix := heldPrefix(family, p)
 		it := txn.Iterator(IteratorOptions{Prefix: prefix})
@@ -60,7 +56,7 @@ func HeldRefs(db *DB, family string, p int) ([]HeldRef, error) {
 			if len(k) != len(prefix)+12 {
 				return fmt.Errorf("%w: held batch key of %d bytes", ErrCorrupt, len(k))
 			}
-			out = append(out, HeldRef{Src: u32at(k, len(prefix)), Seq: u64at(k, len(prefix)+4)})
+			out = append(out, delivery.HeldRef{Src: u32at(k, len(prefix)), Seq: u64at(k, len(prefix)+4)})
 		}
 		return nil
 	})
@@ -70,7 +66,7 @@ func HeldRefs(db *DB, family string, p int) ([]HeldRef, error) {
 // DeleteHeld deletes the payloads of held batches of (family, p) that no checkpoint
 // holds (written just before a crash, and not held again). Not atomically: each is
 // garbage, whatever is deleted of the others.
-func DeleteHeld(db *DB, family string, p int, refs []HeldRef) error {
+func DeleteHeld(db *DB, family string, p int, refs []delivery.HeldRef) error {
 	if len(refs) == 0 {
 		return nil
 	}
@@ -87,7 +83,7 @@ func DeleteHeld(db *DB, family string, p int, refs []HeldRef) error {
 	return nil
 }
 
-func deleteHeld(txn *Txn, family string, p int, refs []HeldRef) error {
+func deleteHeld(txn *Txn, family string, p int, refs []delivery.HeldRef) error {
 	for _, r := range refs {
 		if err := txn.Delete(heldKey(family, p, r)); err != nil {
 			return err

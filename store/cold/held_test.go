@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/delivery"
 )
 
 // The payloads of held delta batches live under the partition's checkpoint: written at
@@ -17,11 +18,11 @@ func TestHeldPayloads(t *testing.T) {
 	a, b := open(t), open(t)
 	put := func(db *cold.DB, p int, src uint32, seq uint64) {
 		t.Helper()
-		if err := cold.PutHeld(db, "post", p, cold.HeldRef{Src: src, Seq: seq}, []byte{byte(src), byte(seq)}); err != nil {
+		if err := cold.PutHeld(db, "post", p, delivery.HeldRef{Src: src, Seq: seq}, []byte{byte(src), byte(seq)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	refs := func(db *cold.DB, p int) []cold.HeldRef {
+	refs := func(db *cold.DB, p int) []delivery.HeldRef {
 		t.Helper()
 		r, err := cold.HeldRefs(db, "post", p)
 		if err != nil {
@@ -34,16 +35,16 @@ func TestHeldPayloads(t *testing.T) {
 	put(a, 3, 2, 9)
 	put(a, 3, 1, 7)
 	put(a, 4, 1, 5)
-	if got, want := refs(a, 3), []cold.HeldRef{{1, 5}, {1, 7}, {2, 9}}; !slices.Equal(got, want) {
+	if got, want := refs(a, 3), []delivery.HeldRef{{Src: 1, Seq: 5}, {Src: 1, Seq: 7}, {Src: 2, Seq: 9}}; !slices.Equal(got, want) {
 		t.Fatalf("held of partition 3: %v, want %v", got, want)
 	}
-	cp := &cold.Checkpoint{Marks: map[uint32]*cold.Mark{1: {Through: 5, Held: []cold.Held{{Seq: 7, Size: 2}}}}}
+	cp := &cold.Checkpoint{Marks: map[uint32]*delivery.Mark{1: {Through: 5, Held: []delivery.Held{{Seq: 7, Size: 2}}}}}
 	err := cold.SaveCheckpoint(a, "post", 3, []cold.Entry{{ID: 1, Counts: []uint64{1, 0, 0, 0}}}, cp, cold.Journal{},
-		cold.Changes{Put: []cold.OutboxEntry{{Seq: 1 << 16, Subject: "s", MsgID: "m"}}, Released: []cold.HeldRef{{1, 5}}})
+		cold.Changes{Put: []delivery.OutboxEntry{{Seq: 1 << 16, Subject: "s", MsgID: "m"}}, Released: []delivery.HeldRef{{Src: 1, Seq: 5}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := refs(a, 3), []cold.HeldRef{{1, 7}, {2, 9}}; !slices.Equal(got, want) {
+	if got, want := refs(a, 3), []delivery.HeldRef{{Src: 1, Seq: 7}, {Src: 2, Seq: 9}}; !slices.Equal(got, want) {
 		t.Fatalf("held of partition 3 after the checkpoint: %v, want %v", got, want)
 	}
 	if ch, err := cold.LoadChanges(a, "post", 3); err != nil || len(ch) != 1 {
@@ -58,13 +59,13 @@ func TestHeldPayloads(t *testing.T) {
 	if err := b.Restore(&buf, cold.CounterPart([]string{"post"}, 3), t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := refs(b, 3), []cold.HeldRef{{1, 7}, {2, 9}}; !slices.Equal(got, want) {
+	if got, want := refs(b, 3), []delivery.HeldRef{{Src: 1, Seq: 7}, {Src: 2, Seq: 9}}; !slices.Equal(got, want) {
 		t.Fatalf("held restored: %v, want %v", got, want)
 	}
-	if data, err := cold.GetHeld(b, "post", 3, cold.HeldRef{Src: 1, Seq: 7}); err != nil || !bytes.Equal(data, []byte{1, 7}) {
+	if data, err := cold.GetHeld(b, "post", 3, delivery.HeldRef{Src: 1, Seq: 7}); err != nil || !bytes.Equal(data, []byte{1, 7}) {
 		t.Fatalf("payload restored: %v, %v", data, err)
 	}
-	if _, err := cold.GetHeld(b, "post", 3, cold.HeldRef{Src: 1, Seq: 5}); !errors.Is(err, cold.ErrCorrupt) {
+	if _, err := cold.GetHeld(b, "post", 3, delivery.HeldRef{Src: 1, Seq: 5}); !errors.Is(err, cold.ErrCorrupt) {
 		t.Fatalf("a released payload: %v, want ErrCorrupt", err)
 	}
 	if err := cold.DeleteHeld(b, "post", 3, refs(b, 3)); err != nil {

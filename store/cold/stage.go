@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/tally-dev/tally/store/delivery"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -29,15 +30,7 @@ type StageState struct {
 	HopSeqs map[uint32]uint64 `msgpack:"hop_seqs,omitempty"`
 	// Hops is what the partition has applied of each other partition's hop batches, and
 	// what it holds above a gap.
-	Hops map[uint32]*Mark `msgpack:"hops,omitempty"`
-}
-
-// OutboxEntry is one message to publish after the transaction that wrote it commits.
-type OutboxEntry struct {
-	Seq     uint64 `msgpack:"q,omitempty"` // also the entry's key in Badger
-	Subject string `msgpack:"s"`
-	MsgID   string `msgpack:"i"`
-	Data    []byte `msgpack:"d"`
+	Hops map[uint32]*delivery.Mark `msgpack:"hops,omitempty"`
 }
 
 // LogRecord is one transaction of an event stage as it is logged to NATS before it
@@ -45,15 +38,15 @@ type OutboxEntry struct {
 // Replaying the records after a state applies the same events with the same cuts and
 // sends the same outbox, so a new owner continues exactly where the last one stopped.
 type LogRecord struct {
-	Prev   uint64        `msgpack:"prev"`
-	State  StageState    `msgpack:"state"`
-	Outbox []OutboxEntry `msgpack:"outbox"`
+	Prev   uint64                 `msgpack:"prev"`
+	State  StageState             `msgpack:"state"`
+	Outbox []delivery.OutboxEntry `msgpack:"outbox"`
 	// Dead lists the stream sequences of messages dead-lettered whole because applying
 	// them would not fit in one transaction: a replay does not try them again.
 	Dead []uint64 `msgpack:"dead,omitempty"`
 	// DeadHops lists the held hop batches the transaction released and dead-lettered
 	// (one that does not fit in a transaction alone): a replay does not apply them.
-	DeadHops []HeldRef `msgpack:"dead_hops,omitempty"`
+	DeadHops []delivery.HeldRef `msgpack:"dead_hops,omitempty"`
 	// Acked lists the outbox entries of earlier transactions this one deleted, their
 	// messages acknowledged: a standby that follows the log deletes them too, so that its
 	// outbox is the owner's and a takeover re-sends only what may be unsent.
@@ -78,9 +71,9 @@ func stageKey(p int) key              { return newKey(nsStage, 3).U16(p) }
 func outboxKey(p int, seq uint64) key { return newKey(nsOutbox, 11).U16(p).U64(seq) }
 
 // LoadStage returns partition p's state and its unpublished outbox, oldest first.
-func LoadStage(db *DB, p int) (StageState, []OutboxEntry, error) {
+func LoadStage(db *DB, p int) (StageState, []delivery.OutboxEntry, error) {
 	st := StageState{Seqs: map[string]uint64{}}
-	var out []OutboxEntry
+	var out []delivery.OutboxEntry
 	err := db.View(func(txn *Txn) error {
 		if _, err := txn.GetValue(stageKey(p), &st, fmt.Sprintf("stage %d state", p)); err != nil {
 			return err
@@ -92,7 +85,7 @@ func LoadStage(db *DB, p int) (StageState, []OutboxEntry, error) {
 		it := txn.Iterator(IteratorOptions{Prefix: prefix, PrefetchValues: true})
 		defer it.Close()
 		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
-			var e OutboxEntry
+			var e delivery.OutboxEntry
 			if err := it.Value(func(v []byte) error { return msgpack.Unmarshal(v, &e) }); err != nil {
 				return fmt.Errorf("%w: stage %d outbox: %w", ErrCorrupt, p, err)
 			}
@@ -110,7 +103,7 @@ func PutStage(txn *Txn, p int, st *StageState) error {
 }
 
 // PutOutbox writes an outbox entry in txn; e.Seq must be the state's new Outbox value.
-func PutOutbox(txn *Txn, p int, e *OutboxEntry) error {
+func PutOutbox(txn *Txn, p int, e *delivery.OutboxEntry) error {
 	v, err := msgpack.Marshal(e)
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/delivery"
 )
 
 // A transaction past what the database takes in one commit fails with cold's own
@@ -19,7 +20,7 @@ func TestTxnTooBig(t *testing.T) {
 	t.Cleanup(func() { db.Close() })
 	err = db.Update(func(txn *cold.Txn) error {
 		for i := range uint64(1 << 20) {
-			if err := cold.PutOutbox(txn, 0, &cold.OutboxEntry{Seq: i, Subject: "s", Data: binary.BigEndian.AppendUint64(nil, i)}); err != nil {
+			if err := cold.PutOutbox(txn, 0, &delivery.OutboxEntry{Seq: i, Subject: "s", Data: binary.BigEndian.AppendUint64(nil, i)}); err != nil {
 				return err
 			}
 		}
