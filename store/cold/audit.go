@@ -2,6 +2,8 @@ package cold
 
 import (
 	"fmt"
+
+	"github.com/tally-dev/tally/store/internal/keys"
 )
 
 // StageOutbox tells how far event-stage partition p's outbox is published, for an audit
@@ -14,11 +16,11 @@ func StageOutbox(db *DB, p int) (last, oldest uint64, err error) {
 		var st struct {
 			Outbox uint64 `msgpack:"outbox"` // StageState.Outbox, the rest not decoded
 		}
-		if _, err := txn.GetValue(stageKey(p), &st, fmt.Sprintf("stage %d state", p)); err != nil {
+		if _, err := txn.GetValue(keys.Stage(p), &st, fmt.Sprintf("stage %d state", p)); err != nil {
 			return err
 		}
 		last = st.Outbox
-		prefix := newKey(nsOutbox, 3).U16(p)
+		prefix := keys.Outbox(p)
 		it := txn.Iterator(IteratorOptions{Prefix: prefix})
 		defer it.Close()
 		if it.Seek(prefix); it.ValidForPrefix(prefix) {
@@ -43,7 +45,7 @@ func StageHops(db *DB, p int) (sent, applied map[uint32]uint64, err error) {
 		} `msgpack:"hops"`
 	}
 	err = db.View(func(txn *Txn) error {
-		_, err := txn.GetValue(stageKey(p), &st, fmt.Sprintf("stage %d state", p))
+		_, err := txn.GetValue(keys.Stage(p), &st, fmt.Sprintf("stage %d state", p))
 		return err
 	})
 	if err != nil {

@@ -19,18 +19,6 @@ import (
 	"github.com/tally-dev/tally/store/internal/keys"
 )
 
-// Key namespaces, the first byte of every key.
-const (
-	nsRelation  = 'R' // R|partition|kind|a|b|c → time, place
-	nsBySubject = 'S' // S|partition|kind|a|^time|b|c: what a liked or follows
-	nsByObject  = 'O' // O|partition|kind|b|^time|a|c: who liked b or follows b
-	nsStage     = 'p'
-	nsOutbox    = 'x'
-	nsCounter   = 'c'
-	nsMeta      = 'w'
-	nsJournal   = 'j' // j|family|p|checkpoint → the checkpoint's entries, packed
-)
-
 // Options configure the Badger database.
 type Options struct {
 	Dir string
@@ -184,10 +172,10 @@ type Part struct {
 // keys starts with its namespace and p.
 func EventPart(p int) Part {
 	var ps []key
-	for _, ns := range append([]byte{nsRelation, nsBySubject, nsByObject, nsLikes, nsLikers, nsStage, nsOutbox}, keys.Unread()...) {
+	for _, ns := range append(append(keys.Graph(), keys.NSStage, keys.NSOutbox), keys.Unread()...) {
 		ps = append(ps, newKey(ns, 3).U16(p))
 	}
-	return Part{prefixes: ps, marks: []key{stageKey(p)}, events: []int{p}}
+	return Part{prefixes: ps, marks: []key{keys.Stage(p)}, events: []int{p}}
 }
 
 // CounterPart is partition p of each family: its counters, checkpoint and journal; under
@@ -195,8 +183,8 @@ func EventPart(p int) Part {
 func CounterPart(families []string, p int) Part {
 	var ps, marks []key
 	for _, f := range families {
-		ps = append(ps, counterPrefix(f, p), metaKey(f, p), journalPrefix(f, p))
-		marks = append(marks, metaKey(f, p))
+		ps = append(ps, keys.Counters(f, p), keys.Meta(f, p), keys.Journal(f, p))
+		marks = append(marks, keys.Meta(f, p))
 	}
 	return Part{prefixes: ps, marks: marks}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/tally-dev/tally/store/delivery"
+	"github.com/tally-dev/tally/store/internal/keys"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -50,18 +51,10 @@ type Changes struct {
 	Released []delivery.HeldRef
 }
 
-func counterPrefix(family string, p int) key {
-	return newKey(nsCounter, 4+len(family)).Str(family).U16(p)
-}
-func metaKey(family string, p int) key { return newKey(nsMeta, 4+len(family)).Str(family).U16(p) }
-func journalPrefix(family string, p int) key {
-	return newKey(nsJournal, 12+len(family)).Str(family).U16(p)
-}
-
 // changePrefix holds the outbox of (family, p)'s change events. It lies under the
 // partition's meta key, so that CounterPart — a backup, a restore, a clear — carries the
 // outbox with the checkpoint that wrote it.
-func changePrefix(family string, p int) key { return metaKey(family, p).U8(nsOutbox) }
+func changePrefix(family string, p int) key { return keys.Meta(family, p).U8(keys.NSOutbox) }
 func changeKey(family string, p int, seq uint64) key {
 	return changePrefix(family, p).U64(seq)
 }
@@ -96,13 +89,13 @@ func SaveCheckpoint(db *DB, family string, p int, entries []Entry, cp *Checkpoin
 		if next.JournalFrom == 0 {
 			next.JournalFrom = next.Seq
 		}
-		if err := txn.Set(journalPrefix(family, p).U64(next.Seq), packEntries(entries)); err != nil {
+		if err := txn.Set(keys.Journal(family, p).U64(next.Seq), packEntries(entries)); err != nil {
 			return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
 		}
 	}
 	if next.JournalFrom != 0 {
 		for ; next.JournalFrom <= j.DropThrough && next.JournalFrom <= next.Seq; next.JournalFrom++ {
-			if err := txn.Delete(journalPrefix(family, p).U64(next.JournalFrom)); err != nil {
+			if err := txn.Delete(keys.Journal(family, p).U64(next.JournalFrom)); err != nil {
 				return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
 			}
 		}
@@ -111,7 +104,7 @@ func SaveCheckpoint(db *DB, family string, p int, entries []Entry, cp *Checkpoin
 	if err != nil {
 		return err
 	}
-	prefix := counterPrefix(family, p)
+	prefix := keys.Counters(family, p)
 	for _, e := range entries {
 		k := append(append(key{}, prefix...), 0, 0, 0, 0, 0, 0, 0, 0)
 		binary.BigEndian.PutUint64(k[len(prefix):], e.ID)
@@ -124,7 +117,7 @@ func SaveCheckpoint(db *DB, family string, p int, entries []Entry, cp *Checkpoin
 			return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
 		}
 	}
-	if err := txn.Set(metaKey(family, p), v); err != nil {
+	if err := txn.Set(keys.Meta(family, p), v); err != nil {
 		return err
 	}
 	if err := txn.Commit(); err != nil {
@@ -180,7 +173,7 @@ func LoadJournal(db *DB, family string, p, fields int, after uint64, fn func(id 
 	last := after
 	counts := make([]uint64, fields)
 	err := db.View(func(txn *Txn) error {
-		prefix := journalPrefix(family, p)
+		prefix := keys.Journal(family, p)
 		it := txn.Iterator(IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 16})
 		defer it.Close()
 		for it.Seek(prefix.U64(after + 1)); it.ValidForPrefix(prefix); it.Next() {
@@ -255,7 +248,7 @@ func unpackEntries(b []byte, counts []uint64, fn func(id uint64, counts []uint64
 func LoadCheckpoint(db *DB, family string, p int) (Checkpoint, error) {
 	cp := Checkpoint{Marks: map[uint32]*delivery.Mark{}}
 	err := db.View(func(txn *Txn) error {
-		found, err := txn.GetValue(metaKey(family, p), &cp, fmt.Sprintf("checkpoint %s/%d", family, p))
+		found, err := txn.GetValue(keys.Meta(family, p), &cp, fmt.Sprintf("checkpoint %s/%d", family, p))
 		if !found || err != nil {
 			return err
 		}
@@ -272,7 +265,7 @@ func LoadCheckpoint(db *DB, family string, p int) (Checkpoint, error) {
 func LoadCounters(db *DB, family string, p, fields int, fn func(id uint64, counts []uint64)) error {
 	counts := make([]uint64, fields)
 	return db.View(func(txn *Txn) error {
-		prefix := counterPrefix(family, p)
+		prefix := keys.Counters(family, p)
 		it := txn.Iterator(IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
 		defer it.Close()
 		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
@@ -333,6 +326,6 @@ func deleteChanges(txn *Txn, family string, p int, seqs []uint64) error {
 // the counter worker's RAM by at most one flush.
 func storedCounts(txn *Txn, family string, p int, id uint64, dst []uint64) error {
 	clear(dst)
-	_, err := txn.Get(counterPrefix(family, p).U64(id), func(v []byte) error { return unpackCounts(v, dst) })
+	_, err := txn.Get(keys.Counters(family, p).U64(id), func(v []byte) error { return unpackCounts(v, dst) })
 	return err
 }

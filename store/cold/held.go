@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/tally-dev/tally/store/delivery"
+	"github.com/tally-dev/tally/store/internal/keys"
 )
 
 // Delta batches a counter partition holds above a gap (stages/hop) keep their payload
@@ -13,9 +14,7 @@ import (
 // is held (before any checkpoint can name it) and deleted by the checkpoint whose marks
 // no longer hold it (Changes.Released), so every checkpoint finds the payloads it holds.
 
-const nsHeld = 'h'
-
-func heldPrefix(family string, p int) key { return metaKey(family, p).U8(nsHeld) }
+func heldPrefix(family string, p int) key { return keys.Meta(family, p).U8(keys.NSHeld) }
 func heldKey(family string, p int, r delivery.HeldRef) key {
 	return heldPrefix(family, p).U32(r.Src).U64(r.Seq)
 }

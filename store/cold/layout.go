@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/tally-dev/tally/store/internal/keys"
 )
 
 // The key layout has a version. A database records the one it is in (after Migrate),
@@ -33,7 +34,7 @@ const (
 )
 
 // layoutKey holds the layout a database is in (none before Migrate first recorded it).
-func layoutKey() key { return newKey(nsLayout, 7).Bytes([]byte("layout")) }
+func layoutKey() key { return newKey(keys.NSLayout, 7).Bytes([]byte("layout")) }
 
 // layout is the layout the database records, 0 when it records none.
 func (d *DB) layout() (int, error) {

@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/tally-dev/tally/store/internal/keys"
 	"github.com/tally-dev/tally/store/rel"
 )
 
@@ -31,10 +32,6 @@ import (
 //
 // Lists order as every relation list does: newest first, then by the other side's id;
 // a cursor is the same 24 bytes (^time, other side, 0) in every partition and shape.
-const (
-	nsLikes  = 'L' // L|partition|'r'|user → like record
-	nsLikers = 'K' // K|partition|'l'|post|^second|batch → liker chunk
-)
 
 // recordKind is the kind byte of a like record's key. Records of the layout before
 // states (L|p|'l'|u: post, time and place per like) are moved by moveLikeStates.
@@ -64,7 +61,9 @@ type likes struct {
 	dirty bool   // changed by the batch: written at Flush
 }
 
-func likesKey(p int, u uint64) key { return newKey(nsLikes, relOff+8).U16(p).U8(recordKind).U64(u) }
+func likesKey(p int, u uint64) key {
+	return newKey(keys.NSLikes, relOff+8).U16(p).U8(recordKind).U64(u)
+}
 
 // likersKey is a chunk's key; second is the like time's second (time in milliseconds).
 func likersKey(p int, post uint64, second int64, batch uint64) key {
@@ -72,7 +71,7 @@ func likersKey(p int, post uint64, second int64, batch uint64) key {
 }
 
 func likersSecond(p int, post uint64, second int64) key {
-	return relPrefix(nsLikers, p, Like).U64(post).U64(math.MaxUint64 - uint64(second))
+	return relPrefix(keys.NSLikers, p, Like).U64(post).U64(math.MaxUint64 - uint64(second))
 }
 
 func secondOf(ts int64) int64 { return ts / 1000 }
@@ -477,7 +476,7 @@ func likedPage(txn *Txn, p int, u uint64, limit int, from []byte) (items []Item,
 // likersPage is List for a post's likers kept in partition p: its chunks a second at a
 // time, newest first, each second's merged.
 func likersPage(txn *Txn, p int, post uint64, limit int, from []byte) (items []Item, next string, err error) {
-	prefix := relPrefix(nsLikers, p, Like).U64(post)
+	prefix := relPrefix(keys.NSLikers, p, Like).U64(post)
 	start := prefix
 	if from != nil {
 		start = likersSecond(p, post, secondOf(int64(math.MaxUint64-u64at(from, 0))))
@@ -525,7 +524,7 @@ func likersPage(txn *Txn, p int, post uint64, limit int, from []byte) (items []I
 
 // countLikers counts post's likers kept in partition p, reading its chunks.
 func countLikers(txn *Txn, p int, post uint64) (uint64, error) {
-	prefix := relPrefix(nsLikers, p, Like).U64(post)
+	prefix := relPrefix(keys.NSLikers, p, Like).U64(post)
 	it := txn.Iterator(IteratorOptions{Prefix: prefix, PrefetchValues: true})
 	defer it.Close()
 	var n uint64

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/tally-dev/tally/store/internal/keys"
 	"github.com/tally-dev/tally/store/rel"
 )
 
@@ -356,9 +357,9 @@ func TestMigrateLikes(t *testing.T) {
 	}
 	checkLikes(t, db, p, m, users, posts, r)
 	err = db.View(func(txn *Txn) error {
-		for _, ns := range []byte{nsRelation, nsBySubject, nsByObject} {
+		for _, ns := range []byte{keys.NSRelation, keys.NSBySubject, keys.NSByObject} {
 			n, err := eachLike(db, ns, 0, math.MaxUint16, func(k, _ []byte) error {
-				if u := u64at(k, relOff); ns == nsByObject || u > 3 {
+				if u := u64at(k, relOff); ns == keys.NSByObject || u > 3 {
 					t.Errorf("a like key of the old shape is left: %x", k)
 				}
 				return nil
@@ -366,7 +367,7 @@ func TestMigrateLikes(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if ns != nsByObject && n == 0 {
+			if ns != keys.NSByObject && n == 0 {
 				t.Errorf("the heavy users' keys in namespace %c are gone", ns)
 			}
 		}
@@ -469,7 +470,7 @@ func writeLegacyRecords(t *testing.T, db *DB, p int, m *likeModel, r *rand.Rand,
 	t.Helper()
 	u64 := func(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
 	err := db.Update(func(txn *Txn) error {
-		if err := txn.Set(newKey(nsLayout, 8).Bytes([]byte("likes")), nil); err != nil {
+		if err := txn.Set(newKey(keys.NSLayout, 8).Bytes([]byte("likes")), nil); err != nil {
 			return err
 		}
 		for u := uint64(1); u <= users; u++ {
@@ -498,7 +499,7 @@ func writeLegacyRecords(t *testing.T, db *DB, p int, m *likeModel, r *rand.Rand,
 			if u == 1 {
 				rec = []byte{0xff}
 			}
-			if err := txn.Set(newKey(nsLikes, relOff+8).U16(p).U8(legacyRecordKind).U64(u), rec); err != nil {
+			if err := txn.Set(newKey(keys.NSLikes, relOff+8).U16(p).U8(legacyRecordKind).U64(u), rec); err != nil {
 				return err
 			}
 		}
@@ -549,7 +550,7 @@ func TestMigrateLikeStates(t *testing.T) {
 func noLegacyRecords(t *testing.T, db *DB, p int) {
 	t.Helper()
 	err := db.View(func(txn *Txn) error {
-		prefix := newKey(nsLikes, 4).U16(p).U8(legacyRecordKind)
+		prefix := newKey(keys.NSLikes, 4).U16(p).U8(legacyRecordKind)
 		it := txn.Iterator(IteratorOptions{Prefix: prefix})
 		defer it.Close()
 		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {

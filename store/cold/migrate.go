@@ -77,7 +77,7 @@ func moveKey(k, v []byte, partitions int, partOf func(uint64) int, set func(key,
 		if (k[0] == nsRelationV0 && len(k) != 26) || (k[0] != nsRelationV0 && len(k) != 34) {
 			return bad
 		}
-		ns := map[byte]byte{nsRelationV0: nsRelation, nsBySubjectV0: nsBySubject, nsByObjectV0: nsByObject}[k[0]]
+		ns := map[byte]byte{nsRelationV0: keys.NSRelation, nsBySubjectV0: keys.NSBySubject, nsByObjectV0: keys.NSByObject}[k[0]]
 		owner := u64at(k, 2) // the subject, first
 		if k[0] == nsByObjectV0 && Kind(k[1]) != Follow {
 			owner = u64at(k, 18) // a like's likers stay with the likers
@@ -142,14 +142,11 @@ func (d *DB) migrate(ns byte, move func(k, v []byte, set func(key, []byte) error
 	return n, wb.Flush()
 }
 
-// nsLayout marks the layout changes a database has been through: Y|name.
-const nsLayout = 'Y'
-
 // migrateOnce runs move over every partition unless the layout mark name says it ran:
 // the mark is set once all has moved, in the last transaction, so a crash halfway moves
 // the rest at the next call, and later calls read one key.
 func migrateOnce(db *DB, name string, move func(db *DB, w *groupWriter, from, to int) (int, error)) (int, error) {
-	done := newKey(nsLayout, 1+len(name)).Bytes([]byte(name))
+	done := newKey(keys.NSLayout, 1+len(name)).Bytes([]byte(name))
 	if err := db.View(func(txn *Txn) error { _, err := txn.get(done); return err }); err == nil {
 		return 0, nil
 	} else if !errors.Is(err, badger.ErrKeyNotFound) {
@@ -199,7 +196,7 @@ func moveLikes(db *DB, w *groupWriter, from, to int) (int, error) {
 			return txn.Set(k, encodeLikers(append(old, group...)))
 		}, len(group)+1)
 	}
-	n, err := eachLike(db, nsByObject, from, to, func(kb, _ []byte) error {
+	n, err := eachLike(db, keys.NSByObject, from, to, func(kb, _ []byte) error {
 		if len(kb) != indexLen {
 			return fmt.Errorf("%w: like list key of %d bytes", ErrCorrupt, len(kb))
 		}
@@ -248,7 +245,7 @@ func moveLikes(db *DB, w *groupWriter, from, to int) (int, error) {
 			return txn.Set(likesKey(p, u), r.encode())
 		}, 2*len(list)+1)
 	}
-	m, err := eachLike(db, nsRelation, from, to, func(kb, v []byte) error {
+	m, err := eachLike(db, keys.NSRelation, from, to, func(kb, v []byte) error {
 		if len(kb) != relLen {
 			return fmt.Errorf("%w: like key of %d bytes", ErrCorrupt, len(kb))
 		}
@@ -285,7 +282,7 @@ func eachLike(db *DB, ns byte, from, to int, fn func(k, v []byte) error) (int, e
 	n := 0
 	err := db.View(func(txn *Txn) error {
 		prefix := []byte{ns}
-		it := txn.Iterator(IteratorOptions{Prefix: prefix, PrefetchValues: ns == nsRelation})
+		it := txn.Iterator(IteratorOptions{Prefix: prefix, PrefetchValues: ns == keys.NSRelation})
 		defer it.Close()
 		for it.Seek(newKey(ns, 3).U16(from)); it.ValidForPrefix(prefix); {
 			kb := it.Key()
@@ -385,10 +382,10 @@ const legacyRecordKind = byte(Like)
 func moveLikeStates(db *DB, w *groupWriter, from, to int) (int, error) {
 	n := 0
 	err := db.View(func(txn *Txn) error {
-		prefix := []byte{nsLikes}
+		prefix := []byte{keys.NSLikes}
 		it := txn.Iterator(IteratorOptions{Prefix: prefix, PrefetchValues: true})
 		defer it.Close()
-		for it.Seek(newKey(nsLikes, 3).U16(from)); it.ValidForPrefix(prefix); it.Next() {
+		for it.Seek(newKey(keys.NSLikes, 3).U16(from)); it.ValidForPrefix(prefix); it.Next() {
 			kb := it.KeyCopy(nil)
 			if len(kb) < 3 {
 				return fmt.Errorf("%w: key %x", ErrCorrupt, kb)

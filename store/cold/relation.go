@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/tally-dev/tally/store/internal/keys"
 	"github.com/tally-dev/tally/store/rel"
 )
 
@@ -42,16 +43,16 @@ const relOff = 4
 func relPrefix(ns byte, p int, k Kind) key { return newKey(ns, relOff+32).U16(p).U8(byte(k)) }
 
 func relKey(p int, k Kind, r Rel) key {
-	return relPrefix(nsRelation, p, k).U64(r.A).U64(r.B).U64(r.C)
+	return relPrefix(keys.NSRelation, p, k).U64(r.A).U64(r.B).U64(r.C)
 }
 
 // Index keys order by descending time: ^ts sorts the newest first.
 func subjectKey(p int, k Kind, r Rel, ts int64) key {
-	return relPrefix(nsBySubject, p, k).U64(r.A).U64(math.MaxUint64 - uint64(ts)).U64(r.B).U64(r.C)
+	return relPrefix(keys.NSBySubject, p, k).U64(r.A).U64(math.MaxUint64 - uint64(ts)).U64(r.B).U64(r.C)
 }
 
 func objectKey(p int, k Kind, r Rel, ts int64) key {
-	return relPrefix(nsByObject, p, k).U64(r.B).U64(math.MaxUint64 - uint64(ts)).U64(r.A).U64(r.C)
+	return relPrefix(keys.NSByObject, p, k).U64(r.B).U64(math.MaxUint64 - uint64(ts)).U64(r.A).U64(r.C)
 }
 
 // indexLen is the length of an index key; idxID, idxTS and idxOther the offsets of its
@@ -201,14 +202,14 @@ func DeleteFollower(txn *Txn, p int, r Rel, ts int64) error {
 // Objects calls fn for the objects of subject a, of partition p (whom a follows, what a
 // liked) with the time each relation was made, newest first, until fn returns false.
 func Objects(txn *Txn, p int, k Kind, a uint64, fn func(b uint64, ts int64) bool) {
-	scan(txn, nsBySubject, p, k, a, fn)
+	scan(txn, keys.NSBySubject, p, k, a, fn)
 }
 
 // Subjects calls fn for the subjects of object b kept in partition p (who follows b, in
 // b's partition; who liked b, in the likers' partition), newest first, until fn returns
 // false. It reads keys only.
 func Subjects(txn *Txn, p int, k Kind, b uint64, fn func(a uint64, ts int64) bool) {
-	scan(txn, nsByObject, p, k, b, fn)
+	scan(txn, keys.NSByObject, p, k, b, fn)
 }
 
 func scan(txn *Txn, ns byte, p int, k Kind, id uint64, fn func(other uint64, ts int64) bool) {
@@ -268,9 +269,9 @@ func List(db *DB, p int, k Kind, bySubject bool, id uint64, limit int, before st
 	if !k.indexed() {
 		return nil, "", fmt.Errorf("relation kind %c has no lists", k)
 	}
-	ns := byte(nsByObject)
+	ns := byte(keys.NSByObject)
 	if bySubject {
-		ns = nsBySubject
+		ns = keys.NSBySubject
 	}
 	prefix := relPrefix(ns, p, k).U64(id)
 	start := prefix
@@ -344,8 +345,8 @@ func CountRelations(db *DB, parts []int, posts, users []uint64) (Recount, error)
 				rc.Likes[i] += n
 			}
 			for i, u := range users {
-				rc.Followers[i] += countPrefix(txn, relPrefix(nsByObject, p, Follow).U64(u))
-				rc.Following[i] += countPrefix(txn, relPrefix(nsBySubject, p, Follow).U64(u))
+				rc.Followers[i] += countPrefix(txn, relPrefix(keys.NSByObject, p, Follow).U64(u))
+				rc.Following[i] += countPrefix(txn, relPrefix(keys.NSBySubject, p, Follow).U64(u))
 			}
 			if len(posts) == 0 {
 				continue
@@ -361,7 +362,7 @@ func CountRelations(db *DB, parts []int, posts, users []uint64) (Recount, error)
 
 // countComments adds partition p's comments of the posts at lists the places of.
 func countComments(txn *Txn, p int, at map[uint64][]int, comments []uint64) error {
-	prefix := relPrefix(nsRelation, p, Comment)
+	prefix := relPrefix(keys.NSRelation, p, Comment)
 	it := txn.Iterator(IteratorOptions{Prefix: prefix, PrefetchValues: true})
 	defer it.Close()
 	for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
@@ -412,14 +413,14 @@ func SampleRelated(db *DB, p int, k Kind, bySubject bool, n int, rand func() uin
 	if !k.indexed() {
 		return nil, fmt.Errorf("relation kind %c has no index to sample", k)
 	}
-	ns, keyLen, kind := byte(nsByObject), indexLen, k
+	ns, keyLen, kind := byte(keys.NSByObject), indexLen, k
 	switch {
 	case k == Like && bySubject:
-		ns, keyLen, kind = nsLikes, relOff+8, recordKind
+		ns, keyLen, kind = keys.NSLikes, relOff+8, recordKind
 	case k == Like:
-		ns, keyLen = nsLikers, chunkLen
+		ns, keyLen = keys.NSLikers, chunkLen
 	case bySubject:
-		ns = nsBySubject
+		ns = keys.NSBySubject
 	}
 	prefix := relPrefix(ns, p, kind)
 	seen := map[uint64]bool{}
@@ -486,7 +487,7 @@ func SampleRelated(db *DB, p int, k Kind, bySubject bool, n int, rand func() uin
 // a user of partition p: the user and whom they follow. fn may write in transactions of
 // its own; an error of it stops the scan.
 func Follows(db *DB, p int, fn func(uid, author uint64) error) error {
-	prefix := relPrefix(nsRelation, p, Follow)
+	prefix := relPrefix(keys.NSRelation, p, Follow)
 	return db.View(func(txn *Txn) error {
 		return txn.Scan(prefix, nil, true, func(k, v []byte) (bool, error) {
 			if len(k) != relLen {

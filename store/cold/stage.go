@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/tally-dev/tally/store/delivery"
+	"github.com/tally-dev/tally/store/internal/keys"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -67,21 +68,20 @@ func DecodeLogRecord(data []byte) (*LogRecord, error) {
 	return &r, nil
 }
 
-func stageKey(p int) key              { return newKey(nsStage, 3).U16(p) }
-func outboxKey(p int, seq uint64) key { return newKey(nsOutbox, 11).U16(p).U64(seq) }
+func outboxKey(p int, seq uint64) key { return newKey(keys.NSOutbox, 11).U16(p).U64(seq) }
 
 // LoadStage returns partition p's state and its unpublished outbox, oldest first.
 func LoadStage(db *DB, p int) (StageState, []delivery.OutboxEntry, error) {
 	st := StageState{Seqs: map[string]uint64{}}
 	var out []delivery.OutboxEntry
 	err := db.View(func(txn *Txn) error {
-		if _, err := txn.GetValue(stageKey(p), &st, fmt.Sprintf("stage %d state", p)); err != nil {
+		if _, err := txn.GetValue(keys.Stage(p), &st, fmt.Sprintf("stage %d state", p)); err != nil {
 			return err
 		}
 		if st.Seqs == nil {
 			st.Seqs = map[string]uint64{}
 		}
-		prefix := newKey(nsOutbox, 3).U16(p)
+		prefix := keys.Outbox(p)
 		it := txn.Iterator(IteratorOptions{Prefix: prefix, PrefetchValues: true})
 		defer it.Close()
 		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
@@ -99,7 +99,7 @@ func LoadStage(db *DB, p int) (StageState, []delivery.OutboxEntry, error) {
 
 // PutStage writes partition p's state in txn.
 func PutStage(txn *Txn, p int, st *StageState) error {
-	return txn.PutValue(stageKey(p), st)
+	return txn.PutValue(keys.Stage(p), st)
 }
 
 // PutOutbox writes an outbox entry in txn; e.Seq must be the state's new Outbox value.
@@ -126,7 +126,7 @@ func DeleteOutbox(txn *Txn, p int, seqs []uint64) error {
 // a restore, a clear — carries them with the state whose marks hold them. They are
 // written and deleted in the stage's own transactions, with the marks.
 func stageHeldKey(p int, src uint32, seq uint64) key {
-	return stageKey(p).U8(nsHeld).U32(src).U64(seq)
+	return keys.Stage(p).U8(keys.NSHeld).U32(src).U64(seq)
 }
 
 // PutStageHeld stores the payload of hop batch seq of src that partition p holds.
