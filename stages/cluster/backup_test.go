@@ -13,6 +13,7 @@ import (
 
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/natstest"
+	"github.com/tally-dev/tally/store/checkpoint"
 	"github.com/tally-dev/tally/store/cold"
 	"github.com/tally-dev/tally/store/delivery"
 )
@@ -63,7 +64,7 @@ func (r *backupRig) process() *proc {
 // piece is counter partition 0 of family, as a process backs it up.
 func (n *proc) piece() Piece {
 	return Piece{Name: "counters.0", Part: cold.CounterPart([]string{family.Name}, 0), Pos: func() ([]uint64, error) {
-		cp, err := cold.LoadCheckpoint(n.db, family.Name, 0)
+		cp, err := checkpoint.LoadCheckpoint(n.db, family.Name, 0)
 		return []uint64{cp.Pos}, err
 	}}
 }
@@ -118,15 +119,15 @@ func (r *backupRig) checkpoint(n *proc, pos uint64) {
 	fam := family
 	counts := make([]uint64, len(fam.Fields))
 	counts[0] = pos
-	cp := &cold.Checkpoint{Pos: pos, Marks: map[uint32]*delivery.Mark{}}
-	if err := cold.SaveCounters(n.db, fam.Name, 0, []cold.Entry{{ID: 1, Counts: counts}}, cp, cold.Journal{}); err != nil {
+	cp := &checkpoint.Checkpoint{Pos: pos, Marks: map[uint32]*delivery.Mark{}}
+	if err := checkpoint.SaveCounters(n.db, fam.Name, 0, []checkpoint.Entry{{ID: 1, Counts: counts}}, cp, checkpoint.Journal{}); err != nil {
 		r.t.Fatal(err)
 	}
 }
 
 func (r *backupRig) pos(n *proc) uint64 {
 	r.t.Helper()
-	cp, err := cold.LoadCheckpoint(n.db, family.Name, 0)
+	cp, err := checkpoint.LoadCheckpoint(n.db, family.Name, 0)
 	if err != nil {
 		r.t.Fatal(err)
 	}

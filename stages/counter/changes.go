@@ -11,7 +11,7 @@ import (
 
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/stages/hop"
-	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/checkpoint"
 	"github.com/tally-dev/tally/store/delivery"
 )
 
@@ -63,7 +63,7 @@ func (w *Worker) loadChanges() error {
 			return nil
 		},
 	})}
-	left, err := cold.LoadChanges(w.db, w.cfg.Family.Name, w.cfg.Partition)
+	left, err := checkpoint.LoadChanges(w.db, w.cfg.Family.Name, w.cfg.Partition)
 	if err != nil {
 		return err
 	}
@@ -83,7 +83,7 @@ func (w *Worker) loadChanges() error {
 
 // changeEntries makes the change events announcing entries, the ids checkpoint cp
 // writes at the worker's position.
-func (w *Worker) changeEntries(cp uint64, entries []cold.Entry) ([]delivery.OutboxEntry, error) {
+func (w *Worker) changeEntries(cp uint64, entries []checkpoint.Entry) ([]delivery.OutboxEntry, error) {
 	size := max(w.cfg.MaxChange, (len(entries)+maxParts-1)/maxParts)
 	var out []delivery.OutboxEntry
 	for part := 0; len(entries) > 0; part++ {
@@ -148,7 +148,7 @@ func (w *Worker) drainChanges(ctx context.Context, wait time.Duration) error {
 		cancel()
 	}
 	w.chg.published = append(w.chg.published, w.chg.out.Published()...)
-	if err := cold.DeleteChanges(w.db, w.cfg.Family.Name, w.cfg.Partition, w.chg.published); err != nil {
+	if err := checkpoint.DeleteChanges(w.db, w.cfg.Family.Name, w.cfg.Partition, w.chg.published); err != nil {
 		return err
 	}
 	w.chg.published = nil

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tally-dev/tally/stages/cluster"
 	"github.com/tally-dev/tally/stages/event"
+	"github.com/tally-dev/tally/store/checkpoint"
 	"github.com/tally-dev/tally/store/cold"
 )
 
@@ -60,7 +61,7 @@ func (n *Node) counterPiece(p int) cluster.Piece {
 	return cluster.Piece{Name: counterObject(p), Part: cold.CounterPart(n.families(), p), Pos: func() ([]uint64, error) {
 		pos := make([]uint64, len(n.cfg.Families))
 		for i, f := range n.cfg.Families {
-			cp, err := cold.LoadCheckpoint(n.db, f.Name, p)
+			cp, err := checkpoint.LoadCheckpoint(n.db, f.Name, p)
 			if err != nil {
 				return nil, err
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/tally-dev/tally/store/checkpoint"
 	"github.com/tally-dev/tally/store/cold"
 	"github.com/tally-dev/tally/store/delivery"
 )
@@ -15,8 +16,8 @@ func TestBackupRestore(t *testing.T) {
 	a, b := open(t), open(t)
 	save := func(db *cold.DB, p int, id, pos uint64) {
 		t.Helper()
-		cp := &cold.Checkpoint{Pos: pos, Marks: map[uint32]*delivery.Mark{}}
-		if err := cold.SaveCounters(db, "post", p, []cold.Entry{{ID: id, Counts: []uint64{1, 2, 3, pos}}}, cp, cold.Journal{}); err != nil {
+		cp := &checkpoint.Checkpoint{Pos: pos, Marks: map[uint32]*delivery.Mark{}}
+		if err := checkpoint.SaveCounters(db, "post", p, []checkpoint.Entry{{ID: id, Counts: []uint64{1, 2, 3, pos}}}, cp, checkpoint.Journal{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -36,10 +37,10 @@ func TestBackupRestore(t *testing.T) {
 	counts := func(db *cold.DB, p int, id uint64) (uint64, uint64) {
 		t.Helper()
 		got := [][]uint64{make([]uint64, 4)}
-		if err := cold.Counts(db, "post", p, []uint64{id}, got); err != nil {
+		if err := checkpoint.Counts(db, "post", p, []uint64{id}, got); err != nil {
 			t.Fatal(err)
 		}
-		cp, err := cold.LoadCheckpoint(db, "post", p)
+		cp, err := checkpoint.LoadCheckpoint(db, "post", p)
 		if err != nil {
 			t.Fatal(err)
 		}

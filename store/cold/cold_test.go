@@ -1,11 +1,9 @@
 package cold_test
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"testing"
 
 	"github.com/tally-dev/tally/store/cold"
@@ -90,81 +88,6 @@ func TestRelationsAndPaging(t *testing.T) {
 	}
 	if _, _, err := cold.List(db, 2, cold.Like, true, 7, 10, "zz"); err == nil {
 		t.Fatal("a garbage cursor was accepted")
-	}
-}
-
-func TestCountersCheckpoint(t *testing.T) {
-	dir := t.TempDir()
-	db, err := cold.Open(cold.Options{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cp := &cold.Checkpoint{Pos: 42, Marks: map[uint32]*delivery.Mark{3: {Through: 7, Above: []uint64{9}}}}
-	entries := []cold.Entry{{ID: 1, Counts: []uint64{1, 0, 1 << 40, 0}}, {ID: 2, Counts: []uint64{5, 5, 5, 5}}}
-	if err := cold.SaveCounters(db, "post", 1, entries, cp, cold.Journal{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := cold.SaveCounters(db, "post", 1, []cold.Entry{{ID: 2, Counts: make([]uint64, 4)}}, cp, cold.Journal{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := cold.SaveCounters(db, "post", 2, []cold.Entry{{ID: 3, Counts: []uint64{1, 1, 1, 1}}}, &cold.Checkpoint{Pos: 1}, cold.Journal{}); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
-	db, err = cold.Open(cold.Options{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	got := map[uint64][]uint64{}
-	if err := cold.LoadCounters(db, "post", 1, 4, func(id uint64, c []uint64) { got[id] = append([]uint64(nil), c...) }); err != nil {
-		t.Fatal(err)
-	}
-	back, err := cold.LoadCheckpoint(db, "post", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 1 || got[1][2] != 1<<40 || back.Pos != 42 || back.Marks[3].Through != 7 || back.Marks[3].Above[0] != 9 || back.Seq != 2 {
-		t.Fatalf("loaded %v %+v", got, back)
-	}
-	out := [][]uint64{make([]uint64, 4), make([]uint64, 4), {9, 9, 9, 9}}
-	if err := cold.Counts(db, "post", 1, []uint64{1, 2, 3}, out); err != nil {
-		t.Fatal(err)
-	}
-	if out[0][2] != 1<<40 || out[1][0] != 0 || out[2][0] != 0 {
-		t.Fatalf("cold reads: %v", out)
-	}
-}
-
-// TestJournal appends checkpoints to the journal, drops the ones a snapshot covers, and
-// reads back exactly the later ones, in order; a gap is an error, not a silent skip.
-func TestJournal(t *testing.T) {
-	db := open(t)
-	cp := &cold.Checkpoint{Marks: map[uint32]*delivery.Mark{}}
-	for i := range uint64(5) {
-		j := cold.Journal{Append: true}
-		if i == 3 {
-			j.DropThrough = 2 // a snapshot taken at checkpoint 2
-		}
-		e := []cold.Entry{{ID: 100 + i, Counts: []uint64{i, 1}}, {ID: 7, Counts: []uint64{i, 0}}}
-		if err := cold.SaveCounters(db, "user", 0, e, cp, j); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if cp.Seq != 5 || cp.JournalFrom != 3 {
-		t.Fatalf("checkpoint %+v, want seq 5 journal from 3", cp)
-	}
-	var got []uint64
-	last, err := cold.LoadJournal(db, "user", 0, 2, 2, func(id uint64, c []uint64) { got = append(got, id, c[0], c[1]) })
-	want := []uint64{102, 2, 1, 7, 2, 0, 103, 3, 1, 7, 3, 0, 104, 4, 1, 7, 4, 0}
-	if err != nil || last != 5 || !slices.Equal(got, want) {
-		t.Fatalf("journal after 2: last %d %v %v, want %v", last, err, got, want)
-	}
-	if _, err := cold.LoadJournal(db, "user", 0, 2, 1, func(uint64, []uint64) {}); !errors.Is(err, cold.ErrCorrupt) {
-		t.Fatalf("journal after 1 (dropped): %v, want ErrCorrupt", err)
-	}
-	if last, err := cold.LoadJournal(db, "user", 0, 2, 5, func(uint64, []uint64) { t.Fatal("entry after the last") }); err != nil || last != 5 {
-		t.Fatalf("journal after 5: %d %v", last, err)
 	}
 }
 

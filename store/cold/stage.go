@@ -4,9 +4,10 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/vmihailenco/msgpack/v5"
+
 	"github.com/tally-dev/tally/store/delivery"
 	"github.com/tally-dev/tally/store/internal/keys"
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 // StageState is what an event-stage partition commits with every transaction: the last
@@ -146,4 +147,16 @@ func GetStageHeld(txn *Txn, p int, src uint32, seq uint64) ([]byte, error) {
 // DeleteStageHeld deletes it once the batch is applied.
 func DeleteStageHeld(txn *Txn, p int, src uint32, seq uint64) error {
 	return txn.Delete(stageHeldKey(p, src, seq))
+}
+
+// heldPayload reads a held batch's payload at k, of a counter partition or an event
+// stage; a missing one is ErrCorrupt: the marks that hold it were written with or after
+// it.
+func heldPayload(txn *Txn, k key) ([]byte, error) {
+	var data []byte
+	found, err := txn.Get(k, func(v []byte) error { data = append([]byte(nil), v...); return nil })
+	if err == nil && !found {
+		return nil, fmt.Errorf("%w: no payload stored", ErrCorrupt)
+	}
+	return data, err
 }

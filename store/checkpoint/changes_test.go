@@ -1,10 +1,11 @@
-package cold_test
+package checkpoint_test
 
 import (
 	"bytes"
 	"slices"
 	"testing"
 
+	"github.com/tally-dev/tally/store/checkpoint"
 	"github.com/tally-dev/tally/store/cold"
 	"github.com/tally-dev/tally/store/delivery"
 )
@@ -16,7 +17,7 @@ func TestChangeOutbox(t *testing.T) {
 	a, b := open(t), open(t)
 	seqs := func(db *cold.DB, p int) []uint64 {
 		t.Helper()
-		es, err := cold.LoadChanges(db, "post", p)
+		es, err := checkpoint.LoadChanges(db, "post", p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -29,28 +30,28 @@ func TestChangeOutbox(t *testing.T) {
 	entry := func(seq uint64) delivery.OutboxEntry {
 		return delivery.OutboxEntry{Seq: seq, Subject: "tally.chg.post.3", MsgID: "chg", Data: []byte{byte(seq)}}
 	}
-	cp := &cold.Checkpoint{Marks: map[uint32]*delivery.Mark{}}
-	save := func(db *cold.DB, p int, ch cold.Changes) {
+	cp := &checkpoint.Checkpoint{Marks: map[uint32]*delivery.Mark{}}
+	save := func(db *cold.DB, p int, ch checkpoint.Changes) {
 		t.Helper()
-		if err := cold.SaveCheckpoint(db, "post", p, []cold.Entry{{ID: 1, Counts: []uint64{1, 0, 0, 0}}}, cp, cold.Journal{}, ch); err != nil {
+		if err := checkpoint.SaveCheckpoint(db, "post", p, []checkpoint.Entry{{ID: 1, Counts: []uint64{1, 0, 0, 0}}}, cp, checkpoint.Journal{}, ch); err != nil {
 			t.Fatal(err)
 		}
 	}
-	save(a, 3, cold.Changes{Put: []delivery.OutboxEntry{entry(1<<16 + 1), entry(1 << 16)}})
-	save(a, 3, cold.Changes{Put: []delivery.OutboxEntry{entry(2 << 16)}, Published: []uint64{1 << 16}})
-	save(a, 4, cold.Changes{Put: []delivery.OutboxEntry{entry(7)}})
+	save(a, 3, checkpoint.Changes{Put: []delivery.OutboxEntry{entry(1<<16 + 1), entry(1 << 16)}})
+	save(a, 3, checkpoint.Changes{Put: []delivery.OutboxEntry{entry(2 << 16)}, Published: []uint64{1 << 16}})
+	save(a, 4, checkpoint.Changes{Put: []delivery.OutboxEntry{entry(7)}})
 	if got, want := seqs(a, 3), []uint64{1<<16 + 1, 2 << 16}; !slices.Equal(got, want) {
 		t.Fatalf("outbox of partition 3: %v, want %v", got, want)
 	}
-	es, _ := cold.LoadChanges(a, "post", 3)
+	es, _ := checkpoint.LoadChanges(a, "post", 3)
 	if e := es[1]; e.Subject != "tally.chg.post.3" || e.MsgID != "chg" || !bytes.Equal(e.Data, []byte{0}) {
 		t.Fatalf("entry read back as %+v", e)
 	}
 	n := 0
-	if err := cold.LoadCounters(a, "post", 3, 4, func(uint64, []uint64) { n++ }); err != nil || n != 1 {
+	if err := checkpoint.LoadCounters(a, "post", 3, 4, func(uint64, []uint64) { n++ }); err != nil || n != 1 {
 		t.Fatalf("counters of partition 3: %d ids, %v", n, err)
 	}
-	if c, err := cold.LoadCheckpoint(a, "post", 3); err != nil || c.Seq != 2 {
+	if c, err := checkpoint.LoadCheckpoint(a, "post", 3); err != nil || c.Seq != 2 {
 		t.Fatalf("checkpoint %+v, %v", c, err)
 	}
 
@@ -67,7 +68,7 @@ func TestChangeOutbox(t *testing.T) {
 	if got := seqs(b, 4); len(got) != 0 {
 		t.Fatalf("partition 4's outbox came with partition 3's backup: %v", got)
 	}
-	if err := cold.DeleteChanges(b, "post", 3, []uint64{1<<16 + 1, 2 << 16}); err != nil {
+	if err := checkpoint.DeleteChanges(b, "post", 3, []uint64{1<<16 + 1, 2 << 16}); err != nil {
 		t.Fatal(err)
 	}
 	if got := seqs(b, 3); len(got) != 0 {
@@ -84,15 +85,15 @@ func TestCheckpointHoldsLargeHeld(t *testing.T) {
 	for i := range held {
 		held[i] = delivery.Held{Seq: uint64(i + 2), Data: bytes.Repeat([]byte{byte(i)}, 10<<10)}
 	}
-	cp := &cold.Checkpoint{Pos: 9, Marks: map[uint32]*delivery.Mark{4: {Through: 0, Held: held}}}
-	entries := make([]cold.Entry, 8192)
+	cp := &checkpoint.Checkpoint{Pos: 9, Marks: map[uint32]*delivery.Mark{4: {Through: 0, Held: held}}}
+	entries := make([]checkpoint.Entry, 8192)
 	for i := range entries {
-		entries[i] = cold.Entry{ID: uint64(i + 1), Counts: []uint64{1, 2, 3, 4}}
+		entries[i] = checkpoint.Entry{ID: uint64(i + 1), Counts: []uint64{1, 2, 3, 4}}
 	}
-	if err := cold.SaveCounters(db, "post", 0, entries, cp, cold.Journal{Append: true}); err != nil {
+	if err := checkpoint.SaveCounters(db, "post", 0, entries, cp, checkpoint.Journal{Append: true}); err != nil {
 		t.Fatal(err)
 	}
-	back, err := cold.LoadCheckpoint(db, "post", 0)
+	back, err := checkpoint.LoadCheckpoint(db, "post", 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,12 +1,14 @@
-package cold
+package checkpoint
 
 import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/tally-dev/tally/store/cold"
 	"github.com/tally-dev/tally/store/delivery"
 	"github.com/tally-dev/tally/store/internal/keys"
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 // Checkpoint is the position a counter partition's stored counters reflect.
@@ -54,22 +56,22 @@ type Changes struct {
 // changePrefix holds the outbox of (family, p)'s change events. It lies under the
 // partition's meta key, so that CounterPart — a backup, a restore, a clear — carries the
 // outbox with the checkpoint that wrote it.
-func changePrefix(family string, p int) key { return keys.Meta(family, p).U8(keys.NSOutbox) }
-func changeKey(family string, p int, seq uint64) key {
+func changePrefix(family string, p int) keys.Key { return keys.Meta(family, p).U8(keys.NSOutbox) }
+func changeKey(family string, p int, seq uint64) keys.Key {
 	return changePrefix(family, p).U64(seq)
 }
 
 // SaveCounters writes entries and the checkpoint of (family, p) in one transaction, so
 // the stored counters and the position they reflect never disagree, and keeps the
 // journal as j says. It increments cp.Seq.
-func SaveCounters(db *DB, family string, p int, entries []Entry, cp *Checkpoint, j Journal) error {
+func SaveCounters(db *cold.DB, family string, p int, entries []Entry, cp *Checkpoint, j Journal) error {
 	return SaveCheckpoint(db, family, p, entries, cp, j, Changes{})
 }
 
 // SaveCheckpoint is SaveCounters that also writes the change events announcing entries
 // to the partition's outbox, and deletes those published, in the same transaction: a
 // crash after the commit leaves them to be sent at the next start, never unannounced.
-func SaveCheckpoint(db *DB, family string, p int, entries []Entry, cp *Checkpoint, j Journal, ch Changes) error {
+func SaveCheckpoint(db *cold.DB, family string, p int, entries []Entry, cp *Checkpoint, j Journal, ch Changes) error {
 	txn := db.NewTxn(true)
 	defer txn.Discard()
 	if err := deleteChanges(txn, family, p, ch.Published); err != nil {
@@ -106,7 +108,7 @@ func SaveCheckpoint(db *DB, family string, p int, entries []Entry, cp *Checkpoin
 	}
 	prefix := keys.Counters(family, p)
 	for _, e := range entries {
-		k := append(append(key{}, prefix...), 0, 0, 0, 0, 0, 0, 0, 0)
+		k := append(append(keys.Key{}, prefix...), 0, 0, 0, 0, 0, 0, 0, 0)
 		binary.BigEndian.PutUint64(k[len(prefix):], e.ID)
 		if zero(e.Counts) {
 			err = txn.Delete(k)
@@ -129,22 +131,22 @@ func SaveCheckpoint(db *DB, family string, p int, entries []Entry, cp *Checkpoin
 
 // LoadChanges returns the outbox of (family, p)'s change events, in Seq order: those
 // written by checkpoints and not yet known to be published.
-func LoadChanges(db *DB, family string, p int) ([]delivery.OutboxEntry, error) {
+func LoadChanges(db *cold.DB, family string, p int) ([]delivery.OutboxEntry, error) {
 	var out []delivery.OutboxEntry
-	err := db.View(func(txn *Txn) error {
+	err := db.View(func(txn *cold.Txn) error {
 		prefix := changePrefix(family, p)
-		it := txn.Iterator(IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 16})
+		it := txn.Iterator(cold.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 16})
 		defer it.Close()
 		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
 			k := it.Key()
 			if len(k) != len(prefix)+8 {
-				return fmt.Errorf("%w: change outbox key of %d bytes", ErrCorrupt, len(k))
+				return fmt.Errorf("%w: change outbox key of %d bytes", cold.ErrCorrupt, len(k))
 			}
 			var e delivery.OutboxEntry
 			if err := it.Value(func(v []byte) error { return msgpack.Unmarshal(v, &e) }); err != nil {
-				return fmt.Errorf("%w: change outbox of %s/%d: %w", ErrCorrupt, family, p, err)
+				return fmt.Errorf("%w: change outbox of %s/%d: %w", cold.ErrCorrupt, family, p, err)
 			}
-			e.Seq = u64at(k, len(prefix))
+			e.Seq = keys.U64At(k, len(prefix))
 			out = append(out, e)
 		}
 		return nil
@@ -154,11 +156,11 @@ func LoadChanges(db *DB, family string, p int) ([]delivery.OutboxEntry, error) {
 
 // DeleteChanges deletes published change events of (family, p) from its outbox, for a
 // partition that stops with no checkpoint left to do it.
-func DeleteChanges(db *DB, family string, p int, seqs []uint64) error {
+func DeleteChanges(db *cold.DB, family string, p int, seqs []uint64) error {
 	if len(seqs) == 0 {
 		return nil
 	}
-	err := db.Update(func(txn *Txn) error { return deleteChanges(txn, family, p, seqs) })
+	err := db.Update(func(txn *cold.Txn) error { return deleteChanges(txn, family, p, seqs) })
 	if err != nil {
 		return fmt.Errorf("change outbox of %s/%d: %w", family, p, err)
 	}
@@ -169,24 +171,24 @@ func DeleteChanges(db *DB, family string, p int, seqs []uint64) error {
 // number after, and returns the number of the last one (after if there is none). The
 // journal must run without a gap from after+1: a gap is ErrCorrupt, since the caller
 // would miss changes. counts is only valid during the call.
-func LoadJournal(db *DB, family string, p, fields int, after uint64, fn func(id uint64, counts []uint64)) (uint64, error) {
+func LoadJournal(db *cold.DB, family string, p, fields int, after uint64, fn func(id uint64, counts []uint64)) (uint64, error) {
 	last := after
 	counts := make([]uint64, fields)
-	err := db.View(func(txn *Txn) error {
+	err := db.View(func(txn *cold.Txn) error {
 		prefix := keys.Journal(family, p)
-		it := txn.Iterator(IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 16})
+		it := txn.Iterator(cold.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 16})
 		defer it.Close()
 		for it.Seek(prefix.U64(after + 1)); it.ValidForPrefix(prefix); it.Next() {
 			k := it.Key()
 			if len(k) != len(prefix)+8 {
-				return fmt.Errorf("%w: journal key of %d bytes", ErrCorrupt, len(k))
+				return fmt.Errorf("%w: journal key of %d bytes", cold.ErrCorrupt, len(k))
 			}
-			if n := u64at(k, len(prefix)); n != last+1 {
-				return fmt.Errorf("%w: journal of %s/%d jumps from checkpoint %d to %d", ErrCorrupt, family, p, last, n)
+			if n := keys.U64At(k, len(prefix)); n != last+1 {
+				return fmt.Errorf("%w: journal of %s/%d jumps from checkpoint %d to %d", cold.ErrCorrupt, family, p, last, n)
 			}
 			last++
 			if err := it.Value(func(v []byte) error { return unpackEntries(v, counts, fn) }); err != nil {
-				return fmt.Errorf("%w: journal of %s/%d at %d: %w", ErrCorrupt, family, p, last, err)
+				return fmt.Errorf("%w: journal of %s/%d at %d: %w", cold.ErrCorrupt, family, p, last, err)
 			}
 		}
 		return nil
@@ -196,8 +198,8 @@ func LoadJournal(db *DB, family string, p, fields int, after uint64, fn func(id 
 
 // Counts reads the stored counters of ids of (family, p) in one read transaction:
 // out[i] gets those of ids[i], all zeros for an id that has none.
-func Counts(db *DB, family string, p int, ids []uint64, out [][]uint64) error {
-	return db.View(func(txn *Txn) error {
+func Counts(db *cold.DB, family string, p int, ids []uint64, out [][]uint64) error {
+	return db.View(func(txn *cold.Txn) error {
 		for i, id := range ids {
 			if err := storedCounts(txn, family, p, id, out[i]); err != nil {
 				return fmt.Errorf("cold counters of %d in %s/%d: %w", id, family, p, err)
@@ -245,9 +247,9 @@ func unpackEntries(b []byte, counts []uint64, fn func(id uint64, counts []uint64
 }
 
 // LoadCheckpoint returns the last checkpoint of (family, p), empty if there is none.
-func LoadCheckpoint(db *DB, family string, p int) (Checkpoint, error) {
+func LoadCheckpoint(db *cold.DB, family string, p int) (Checkpoint, error) {
 	cp := Checkpoint{Marks: map[uint32]*delivery.Mark{}}
-	err := db.View(func(txn *Txn) error {
+	err := db.View(func(txn *cold.Txn) error {
 		found, err := txn.GetValue(keys.Meta(family, p), &cp, fmt.Sprintf("checkpoint %s/%d", family, p))
 		if !found || err != nil {
 			return err
@@ -262,19 +264,19 @@ func LoadCheckpoint(db *DB, family string, p int) (Checkpoint, error) {
 
 // LoadCounters calls fn for every stored id of (family, p). counts is only valid during
 // the call.
-func LoadCounters(db *DB, family string, p, fields int, fn func(id uint64, counts []uint64)) error {
+func LoadCounters(db *cold.DB, family string, p, fields int, fn func(id uint64, counts []uint64)) error {
 	counts := make([]uint64, fields)
-	return db.View(func(txn *Txn) error {
+	return db.View(func(txn *cold.Txn) error {
 		prefix := keys.Counters(family, p)
-		it := txn.Iterator(IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
+		it := txn.Iterator(cold.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
 		defer it.Close()
 		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
 			k := it.Key()
 			if len(k) != len(prefix)+8 {
-				return fmt.Errorf("%w: counter key of %d bytes", ErrCorrupt, len(k))
+				return fmt.Errorf("%w: counter key of %d bytes", cold.ErrCorrupt, len(k))
 			}
 			if err := it.Value(func(v []byte) error { return unpackCounts(v, counts) }); err != nil {
-				return fmt.Errorf("%w: counters of %s/%d: %w", ErrCorrupt, family, p, err)
+				return fmt.Errorf("%w: counters of %s/%d: %w", cold.ErrCorrupt, family, p, err)
 			}
 			fn(binary.BigEndian.Uint64(k[len(prefix):]), counts)
 		}
@@ -313,7 +315,7 @@ func zero(c []uint64) bool {
 }
 
 // deleteChanges removes published change events of family/p from the outbox in txn.
-func deleteChanges(txn *Txn, family string, p int, seqs []uint64) error {
+func deleteChanges(txn *cold.Txn, family string, p int, seqs []uint64) error {
 	for _, s := range seqs {
 		if err := txn.Delete(changeKey(family, p, s)); err != nil {
 			return err
@@ -324,7 +326,7 @@ func deleteChanges(txn *Txn, family string, p int, seqs []uint64) error {
 
 // storedCounts reads the checkpointed counters of one id (all zeros if none). It lags
 // the counter worker's RAM by at most one flush.
-func storedCounts(txn *Txn, family string, p int, id uint64, dst []uint64) error {
+func storedCounts(txn *cold.Txn, family string, p int, id uint64, dst []uint64) error {
 	clear(dst)
 	_, err := txn.Get(keys.Counters(family, p).U64(id), func(v []byte) error { return unpackCounts(v, dst) })
 	return err

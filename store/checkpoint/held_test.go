@@ -1,4 +1,4 @@
-package cold_test
+package checkpoint_test
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/tally-dev/tally/store/checkpoint"
 	"github.com/tally-dev/tally/store/cold"
 	"github.com/tally-dev/tally/store/delivery"
 )
@@ -18,13 +19,13 @@ func TestHeldPayloads(t *testing.T) {
 	a, b := open(t), open(t)
 	put := func(db *cold.DB, p int, src uint32, seq uint64) {
 		t.Helper()
-		if err := cold.PutHeld(db, "post", p, delivery.HeldRef{Src: src, Seq: seq}, []byte{byte(src), byte(seq)}); err != nil {
+		if err := checkpoint.PutHeld(db, "post", p, delivery.HeldRef{Src: src, Seq: seq}, []byte{byte(src), byte(seq)}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	refs := func(db *cold.DB, p int) []delivery.HeldRef {
 		t.Helper()
-		r, err := cold.HeldRefs(db, "post", p)
+		r, err := checkpoint.HeldRefs(db, "post", p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -38,16 +39,16 @@ func TestHeldPayloads(t *testing.T) {
 	if got, want := refs(a, 3), []delivery.HeldRef{{Src: 1, Seq: 5}, {Src: 1, Seq: 7}, {Src: 2, Seq: 9}}; !slices.Equal(got, want) {
 		t.Fatalf("held of partition 3: %v, want %v", got, want)
 	}
-	cp := &cold.Checkpoint{Marks: map[uint32]*delivery.Mark{1: {Through: 5, Held: []delivery.Held{{Seq: 7, Size: 2}}}}}
-	err := cold.SaveCheckpoint(a, "post", 3, []cold.Entry{{ID: 1, Counts: []uint64{1, 0, 0, 0}}}, cp, cold.Journal{},
-		cold.Changes{Put: []delivery.OutboxEntry{{Seq: 1 << 16, Subject: "s", MsgID: "m"}}, Released: []delivery.HeldRef{{Src: 1, Seq: 5}}})
+	cp := &checkpoint.Checkpoint{Marks: map[uint32]*delivery.Mark{1: {Through: 5, Held: []delivery.Held{{Seq: 7, Size: 2}}}}}
+	err := checkpoint.SaveCheckpoint(a, "post", 3, []checkpoint.Entry{{ID: 1, Counts: []uint64{1, 0, 0, 0}}}, cp, checkpoint.Journal{},
+		checkpoint.Changes{Put: []delivery.OutboxEntry{{Seq: 1 << 16, Subject: "s", MsgID: "m"}}, Released: []delivery.HeldRef{{Src: 1, Seq: 5}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got, want := refs(a, 3), []delivery.HeldRef{{Src: 1, Seq: 7}, {Src: 2, Seq: 9}}; !slices.Equal(got, want) {
 		t.Fatalf("held of partition 3 after the checkpoint: %v, want %v", got, want)
 	}
-	if ch, err := cold.LoadChanges(a, "post", 3); err != nil || len(ch) != 1 {
+	if ch, err := checkpoint.LoadChanges(a, "post", 3); err != nil || len(ch) != 1 {
 		t.Fatalf("change outbox: %v, %v", ch, err)
 	}
 
@@ -62,13 +63,13 @@ func TestHeldPayloads(t *testing.T) {
 	if got, want := refs(b, 3), []delivery.HeldRef{{Src: 1, Seq: 7}, {Src: 2, Seq: 9}}; !slices.Equal(got, want) {
 		t.Fatalf("held restored: %v, want %v", got, want)
 	}
-	if data, err := cold.GetHeld(b, "post", 3, delivery.HeldRef{Src: 1, Seq: 7}); err != nil || !bytes.Equal(data, []byte{1, 7}) {
+	if data, err := checkpoint.GetHeld(b, "post", 3, delivery.HeldRef{Src: 1, Seq: 7}); err != nil || !bytes.Equal(data, []byte{1, 7}) {
 		t.Fatalf("payload restored: %v, %v", data, err)
 	}
-	if _, err := cold.GetHeld(b, "post", 3, delivery.HeldRef{Src: 1, Seq: 5}); !errors.Is(err, cold.ErrCorrupt) {
+	if _, err := checkpoint.GetHeld(b, "post", 3, delivery.HeldRef{Src: 1, Seq: 5}); !errors.Is(err, cold.ErrCorrupt) {
 		t.Fatalf("a released payload: %v, want ErrCorrupt", err)
 	}
-	if err := cold.DeleteHeld(b, "post", 3, refs(b, 3)); err != nil {
+	if err := checkpoint.DeleteHeld(b, "post", 3, refs(b, 3)); err != nil {
 		t.Fatal(err)
 	}
 	if got := refs(b, 3); len(got) != 0 {
