@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/stagelog"
 )
 
 // layout1 is testdata/layout1/events.3.tlyb: event partition 3 backed up by Tally at
@@ -39,7 +40,7 @@ func layout1Likes() map[uint64]map[uint64]int64 {
 // eventPiece is event partition p as a process backs it up (as stages/node's is).
 func (n *proc) eventPiece(p int) Piece {
 	return Piece{Name: "events." + strconv.Itoa(p), Part: cold.EventPart(p), Pos: func() ([]uint64, error) {
-		st, _, err := cold.LoadStage(n.db, p)
+		st, _, err := stagelog.Load(n.db, p)
 		return []uint64{st.Log}, err
 	}}
 }
@@ -126,7 +127,7 @@ func checkLayout1(t *testing.T, db *cold.DB, from string) {
 	if items, _, err := cold.List(db, p, cold.Follow, true, 1, 10, ""); err != nil || len(items) != 1 || items[0].ID != 2 {
 		t.Fatalf("restored from %s: user 1 follows %v, %v; want user 2", from, items, err)
 	}
-	if st, _, err := cold.LoadStage(db, p); err != nil || st.Log != 7 || st.Pos != 5000 {
+	if st, _, err := stagelog.Load(db, p); err != nil || st.Log != 7 || st.Pos != 5000 {
 		t.Fatalf("restored from %s: stage at record %d, event %d, %v; want 7, 5000", from, st.Log, st.Pos, err)
 	}
 }

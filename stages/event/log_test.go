@@ -15,6 +15,7 @@ import (
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/stagelog"
 )
 
 // logHarness runs event stages of partition 0 (of parts) on one real NATS server, each
@@ -125,8 +126,8 @@ func (h *logHarness) caughtUp(r *runningStage) {
 	})
 }
 
-func (h *logHarness) state(db *cold.DB) cold.StageState {
-	st, _, err := cold.LoadStage(db, 0)
+func (h *logHarness) state(db *cold.DB) stagelog.State {
+	st, _, err := stagelog.Load(db, 0)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -227,7 +228,7 @@ func TestLogFencesSecondOwner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, err := cold.DecodeLogRecord(last.Data)
+	rec, err := stagelog.DecodeRecord(last.Data)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/stagelog"
 )
 
 // mirror runs a standby of partition 0 on a new database.
@@ -40,7 +41,7 @@ func TestMirrorCopiesOwner(t *testing.T) {
 	natstest.Eventually(t, 10*time.Second, "standby caught up", func() (bool, string) {
 		return f.Position() == a.Position(), fmt.Sprintf("standby at %d, owner at %d", f.Position(), a.Position())
 	})
-	own, _, err := cold.LoadStage(a.db, 0)
+	own, _, err := stagelog.Load(a.db, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/stagelog"
 )
 
 // hop publishes hop batch seq of partition src to partition 0, carrying evs.
@@ -158,7 +159,7 @@ func (h *logHarness) stageKey() []byte {
 		h.t.Fatal(err)
 	}
 	defer db.Close()
-	if err := db.Update(func(txn *cold.Txn) error { return cold.PutStage(txn, 0, &cold.StageState{}) }); err != nil {
+	if err := db.Update(func(txn *cold.Txn) error { return stagelog.Put(txn, 0, &stagelog.State{}) }); err != nil {
 		h.t.Fatal(err)
 	}
 	var k []byte

@@ -17,6 +17,7 @@ import (
 	"github.com/tally-dev/tally/stages/hop"
 	"github.com/tally-dev/tally/store/cold"
 	"github.com/tally-dev/tally/store/delivery"
+	"github.com/tally-dev/tally/store/stagelog"
 	"github.com/tally-dev/tally/store/unread"
 )
 
@@ -101,7 +102,7 @@ type Stage struct {
 	pos       atomic.Uint64 // last stream sequence committed
 	logged    atomic.Uint64 // last log record a following stage applied (see LogBehind)
 	busy      atomic.Bool   // from taking messages until their outbox is acknowledged
-	st        cold.StageState
+	st        stagelog.State
 	held      int64     // hop batches st holds above a gap, as counted in stats
 	published []uint64  // outbox entries acknowledged, deleted in the next transaction
 	budget    int       // held hop batches the next transaction may release: halved when too many did not fit
@@ -220,7 +221,7 @@ func (s *Stage) Run(ctx context.Context) error {
 // load takes the committed state and returns the outbox it left unsent.
 func (s *Stage) load() ([]delivery.OutboxEntry, error) {
 	p := s.cfg.Partition
-	st, outbox, err := cold.LoadStage(s.db, p)
+	st, outbox, err := stagelog.Load(s.db, p)
 	if err != nil {
 		return nil, fmt.Errorf("event partition %d: %w", p, err)
 	}
@@ -245,7 +246,7 @@ func (s *Stage) finish() error {
 	for len(s.published) > 0 {
 		k := min(len(s.published), maxDeletes)
 		err := s.db.Update(func(txn *cold.Txn) error {
-			return cold.DeleteOutbox(txn, s.cfg.Partition, s.published[:k])
+			return stagelog.DeleteOutbox(txn, s.cfg.Partition, s.published[:k])
 		})
 		if err != nil {
 			return err
@@ -345,8 +346,8 @@ func (s *Stage) try(ctx context.Context, msgs []jetstream.Msg, c *coalescer, dea
 		return len(msgs), w.released, tooBig(err)
 	}
 	if s.cfg.Log {
-		rec := cold.LogRecord{Prev: s.st.Pos, State: st, Outbox: outbox, Dead: w.dead, DeadHops: w.deadHops, Acked: s.published[:w.deleted]}
-		data, err := cold.EncodeLogRecord(&rec)
+		rec := stagelog.Record{Prev: s.st.Pos, State: st, Outbox: outbox, Dead: w.dead, DeadHops: w.deadHops, Acked: s.published[:w.deleted]}
+		data, err := stagelog.EncodeRecord(&rec)
 		if err != nil {
 			return len(msgs), w.released, err
 		}
@@ -358,7 +359,7 @@ func (s *Stage) try(ctx context.Context, msgs []jetstream.Msg, c *coalescer, dea
 		}
 		// The state names its own record when there is room for one more write; if
 		// not, it names the one before, and a reload takes this one as its own.
-		if err := cold.PutStage(txn, s.cfg.Partition, &st); err != nil && !errors.Is(err, cold.ErrTxnTooBig) {
+		if err := stagelog.Put(txn, s.cfg.Partition, &st); err != nil && !errors.Is(err, cold.ErrTxnTooBig) {
 			return len(msgs), w.released, err
 		}
 	}
@@ -383,33 +384,33 @@ const maxDeletes = 4096
 
 // write writes the transaction's likes and reader states, deletes acknowledged outbox entries and writes
 // the new ones and the state in txn. The state names the log record before this transaction's (see StageState.Log).
-func (s *Stage) write(txn *cold.Txn, st *cold.StageState, outbox []delivery.OutboxEntry, w *work) error {
+func (s *Stage) write(txn *cold.Txn, st *stagelog.State, outbox []delivery.OutboxEntry, w *work) error {
 	p := s.cfg.Partition
 	if err := w.flush(txn, likesBatch(st)); err != nil {
 		return err
 	}
 	w.deleted = min(len(s.published), maxDeletes)
-	if err := cold.DeleteOutbox(txn, p, s.published[:w.deleted]); err != nil {
+	if err := stagelog.DeleteOutbox(txn, p, s.published[:w.deleted]); err != nil {
 		return err
 	}
 	for i := range outbox {
-		if err := cold.PutOutbox(txn, p, &outbox[i]); err != nil {
+		if err := stagelog.PutOutbox(txn, p, &outbox[i]); err != nil {
 			return err
 		}
 	}
-	return cold.PutStage(txn, p, st)
+	return stagelog.Put(txn, p, st)
 }
 
 // likesBatch names the liker chunks of the transaction that ends in state st: unique in
 // the partition, though a transaction that consumed no message ends at the position of
 // the one before (its number tells them apart), and above every position, which named
 // them before transactions were numbered.
-func likesBatch(st *cold.StageState) uint64 {
+func likesBatch(st *stagelog.State) uint64 {
 	return pipeline.SeqOf(st.Pos, int(st.N%pipeline.SeqSpan))
 }
 
 // committed makes st the stage's state once its transaction has committed.
-func (s *Stage) committed(st cold.StageState, w *work) {
+func (s *Stage) committed(st stagelog.State, w *work) {
 	s.st, s.published = st, s.published[w.deleted:]
 	s.res.Keep(w.readers.Seen(), w.likes)
 	s.stats.Txns.Add(1)

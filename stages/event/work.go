@@ -13,6 +13,7 @@ import (
 	"github.com/tally-dev/tally/stages/hop"
 	"github.com/tally-dev/tally/store/cold"
 	"github.com/tally-dev/tally/store/delivery"
+	"github.com/tally-dev/tally/store/stagelog"
 	"github.com/tally-dev/tally/store/unread"
 )
 
@@ -72,7 +73,7 @@ func (s *Stage) newWork(txn *cold.Txn, c *coalescer, dead []uint64) *work {
 func (w *work) close() { w.likes.Close() }
 
 // stageHeld keeps the payloads of the hop batches a partition holds above a gap in its
-// transaction (cold.PutStageHeld): written with the marks that hold them, deleted with
+// transaction (stagelog.PutHeld): written with the marks that hold them, deleted with
 // the marks that no longer do, never in the state or its log record.
 type stageHeld struct {
 	txn *cold.Txn
@@ -80,15 +81,15 @@ type stageHeld struct {
 }
 
 func (h stageHeld) Put(src uint32, seq uint64, data []byte) error {
-	return cold.PutStageHeld(h.txn, h.p, src, seq, data)
+	return stagelog.PutHeld(h.txn, h.p, src, seq, data)
 }
 
 func (h stageHeld) Get(src uint32, seq uint64) ([]byte, error) {
-	return cold.GetStageHeld(h.txn, h.p, src, seq)
+	return stagelog.GetHeld(h.txn, h.p, src, seq)
 }
 
 func (h stageHeld) Delete(src uint32, seq uint64) error {
-	return cold.DeleteStageHeld(h.txn, h.p, src, seq)
+	return stagelog.DeleteHeld(h.txn, h.p, src, seq)
 }
 
 // flush writes what the transaction changed of likes (its liker chunks under batch) and
@@ -111,7 +112,7 @@ func (w *work) forward(q int, e *pipeline.Event) {
 // next returns the state after the transaction, ending at stream position pos, and its
 // outbox: dead letters, hop batches to other partitions, delta batches, each numbered
 // on without gaps per destination.
-func (s *Stage) next(pos uint64, w *work) (cold.StageState, []delivery.OutboxEntry, error) {
+func (s *Stage) next(pos uint64, w *work) (stagelog.State, []delivery.OutboxEntry, error) {
 	p := s.cfg.Partition
 	st := s.st // maps are copied below, never written in place
 	st.Pos, st.N = pos, s.st.N+1
@@ -159,7 +160,7 @@ func (s *Stage) next(pos uint64, w *work) (cold.StageState, []delivery.OutboxEnt
 // half of MaxPayload (down to one event). Each event is encoded once, and the halving
 // measures the running size of the encoded events, so a batch cut many times costs no
 // more than one; the bytes are those of the whole batch encoded at its final size.
-func (s *Stage) hopEntries(outbox []delivery.OutboxEntry, st *cold.StageState, q int, evs []pipeline.Event) []delivery.OutboxEntry {
+func (s *Stage) hopEntries(outbox []delivery.OutboxEntry, st *stagelog.State, q int, evs []pipeline.Event) []delivery.OutboxEntry {
 	p := s.cfg.Partition
 	enc := make([]byte, 0, 64*len(evs))
 	ends := make([]int, len(evs)) // event i is enc[ends[i-1]:ends[i]]

@@ -14,6 +14,7 @@ import (
 	"github.com/tally-dev/tally/stages/event"
 	"github.com/tally-dev/tally/store/checkpoint"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/stagelog"
 )
 
 // Each partition's state is backed up as two pieces under its one lease: its counters
@@ -27,7 +28,7 @@ func eventObject(p int) string { return "events." + strconv.Itoa(p) }
 
 func (n *Node) eventPiece(p int) cluster.Piece {
 	return cluster.Piece{Name: eventObject(p), Part: cold.EventPart(p), Pos: func() ([]uint64, error) {
-		st, _, err := cold.LoadStage(n.db, p)
+		st, _, err := stagelog.Load(n.db, p)
 		if err != nil {
 			return nil, err
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/stagelog"
 	"github.com/tally-dev/tally/store/unread"
 )
 
@@ -156,7 +157,7 @@ type evReply struct {
 	Error     string   `json:"error,omitempty"`
 	Code      string   `json:"code,omitempty"`
 	// Hops: the last hop batch sent to each partition, and applied, with every one
-	// before it, of each (cold.StageHops).
+	// before it, of each (stagelog.Hops).
 	Sent    map[uint32]uint64 `json:"sent,omitempty"`
 	Applied map[uint32]uint64 `json:"applied,omitempty"`
 }
@@ -310,7 +311,7 @@ func (s *Server) evLocal(ctx context.Context, p int, st Stage, kind string, req 
 	case evSettle:
 		return s.stageSettled(ctx, p, st, req)
 	case evHops:
-		sent, applied, err := cold.StageHops(s.db, p)
+		sent, applied, err := stagelog.Hops(s.db, p)
 		if err != nil {
 			return nil, fmt.Errorf("cannot read the hop marks of event partition %d: %w", p, err)
 		}

@@ -35,7 +35,7 @@ func PutHeld(db *cold.DB, family string, p int, r delivery.HeldRef, data []byte)
 func GetHeld(db *cold.DB, family string, p int, r delivery.HeldRef) ([]byte, error) {
 	var data []byte
 	err := db.View(func(txn *cold.Txn) (err error) {
-		data, err = heldPayload(txn, heldKey(family, p, r))
+		data, err = delivery.Payload(txn, heldKey(family, p, r))
 		return err
 	})
 	if err != nil {
@@ -90,16 +90,4 @@ func deleteHeld(txn *cold.Txn, family string, p int, refs []delivery.HeldRef) er
 		}
 	}
 	return nil
-}
-
-// heldPayload reads a held batch's payload at k, of a counter partition or an event
-// stage; a missing one is ErrCorrupt: the marks that hold it were written with or after
-// it.
-func heldPayload(txn *cold.Txn, k keys.Key) ([]byte, error) {
-	var data []byte
-	found, err := txn.Get(k, func(v []byte) error { data = append([]byte(nil), v...); return nil })
-	if err == nil && !found {
-		return nil, fmt.Errorf("%w: no payload stored", cold.ErrCorrupt)
-	}
-	return data, err
 }

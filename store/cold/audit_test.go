@@ -1,12 +1,10 @@
 package cold_test
 
 import (
-	"maps"
 	"math/rand/v2"
 	"testing"
 
 	"github.com/tally-dev/tally/store/cold"
-	"github.com/tally-dev/tally/store/delivery"
 )
 
 // TestCountRelations recounts a random set of relations against a model.
@@ -90,60 +88,5 @@ func TestCountRelations(t *testing.T) {
 	}
 	if _, err := cold.SampleRelated(db, 0, cold.Comment, false, 1, rnd.Uint64); err == nil {
 		t.Error("comments have no index to sample, want an error")
-	}
-}
-
-// TestStageOutboxBounds: the last entry written and the oldest not deleted yet.
-func TestStageOutboxBounds(t *testing.T) {
-	db := open(t)
-	check := func(wantLast, wantOldest uint64) {
-		t.Helper()
-		last, oldest, err := cold.StageOutbox(db, 3)
-		if err != nil || last != wantLast || oldest != wantOldest {
-			t.Fatalf("StageOutbox = %d, %d, %v; want %d, %d", last, oldest, err, wantLast, wantOldest)
-		}
-	}
-	check(0, 0)
-	update := func(fn func(txn *cold.Txn) error) {
-		t.Helper()
-		if err := db.Update(fn); err != nil {
-			t.Fatal(err)
-		}
-	}
-	update(func(txn *cold.Txn) error {
-		for seq := uint64(1); seq <= 3; seq++ {
-			if err := cold.PutOutbox(txn, 3, &delivery.OutboxEntry{Seq: seq, Subject: "s", MsgID: "m"}); err != nil {
-				return err
-			}
-		}
-		if err := cold.PutOutbox(txn, 4, &delivery.OutboxEntry{Seq: 1, Subject: "s", MsgID: "m"}); err != nil { // another partition
-			return err
-		}
-		return cold.PutStage(txn, 3, &cold.StageState{Pos: 9, Outbox: 3, Seqs: map[string]uint64{"post.1": 2}})
-	})
-	check(3, 1)
-	update(func(txn *cold.Txn) error { return cold.DeleteOutbox(txn, 3, []uint64{1, 2}) })
-	check(3, 3)
-	update(func(txn *cold.Txn) error { return cold.DeleteOutbox(txn, 3, []uint64{3}) })
-	check(3, 0)
-}
-
-// TestStageHops: the hop batches a stage state says it sent and applied, read from the
-// state PutStage writes (so a change of StageState's layout shows here), held batches
-// above a gap not counted as applied.
-func TestStageHops(t *testing.T) {
-	db := open(t)
-	sent, applied, err := cold.StageHops(db, 2)
-	if err != nil || len(sent) != 0 || len(applied) != 0 {
-		t.Fatalf("StageHops of no state = %v, %v, %v; want nothing", sent, applied, err)
-	}
-	st := &cold.StageState{Pos: 9, Seqs: map[string]uint64{"post.1": 2}, HopSeqs: map[uint32]uint64{0: 4, 3: 7},
-		Hops: map[uint32]*delivery.Mark{0: {Through: 5, Held: []delivery.Held{{Seq: 7, Data: make([]byte, 1<<10)}}}, 1: {Through: 2}}}
-	if err := db.Update(func(txn *cold.Txn) error { return cold.PutStage(txn, 2, st) }); err != nil {
-		t.Fatal(err)
-	}
-	sent, applied, err = cold.StageHops(db, 2)
-	if err != nil || !maps.Equal(sent, st.HopSeqs) || !maps.Equal(applied, map[uint32]uint64{0: 5, 1: 2}) {
-		t.Fatalf("StageHops = %v, %v, %v; want sent %v, applied 0:5 1:2", sent, applied, err, st.HopSeqs)
 	}
 }

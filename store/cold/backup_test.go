@@ -8,6 +8,7 @@ import (
 	"github.com/tally-dev/tally/store/checkpoint"
 	"github.com/tally-dev/tally/store/cold"
 	"github.com/tally-dev/tally/store/delivery"
+	"github.com/tally-dev/tally/store/stagelog"
 )
 
 // A backup of one part restored into another database replaces that part there and
@@ -23,7 +24,7 @@ func TestBackupRestore(t *testing.T) {
 	}
 	stage := func(db *cold.DB, pos uint64) {
 		t.Helper()
-		if err := db.Update(func(txn *cold.Txn) error { return cold.PutStage(txn, 0, &cold.StageState{Pos: pos}) }); err != nil {
+		if err := db.Update(func(txn *cold.Txn) error { return stagelog.Put(txn, 0, &stagelog.State{Pos: pos}) }); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -47,7 +48,7 @@ func TestBackupRestore(t *testing.T) {
 		return got[0][3], cp.Pos
 	}
 	pos := func(db *cold.DB) uint64 {
-		st, _, err := cold.LoadStage(db, 0)
+		st, _, err := stagelog.Load(db, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/tally-dev/tally/store/cold"
-	"github.com/tally-dev/tally/store/delivery"
+	"github.com/tally-dev/tally/store/stagelog"
 )
 
 func open(t *testing.T) *cold.DB {
@@ -91,32 +91,6 @@ func TestRelationsAndPaging(t *testing.T) {
 	}
 }
 
-func TestStageOutbox(t *testing.T) {
-	db := open(t)
-	st, out, err := cold.LoadStage(db, 2)
-	if err != nil || st.Pos != 0 || len(out) != 0 {
-		t.Fatalf("fresh stage: %+v %v %v", st, out, err)
-	}
-	err = db.Update(func(txn *cold.Txn) error {
-		for i := uint64(1); i <= 3; i++ {
-			if err := cold.PutOutbox(txn, 2, &delivery.OutboxEntry{Seq: i, Subject: "s", MsgID: "m", Data: []byte{byte(i)}}); err != nil {
-				return err
-			}
-		}
-		return cold.PutStage(txn, 2, &cold.StageState{Pos: 9, Outbox: 3, Seqs: map[string]uint64{"post.1": 4}})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Update(func(txn *cold.Txn) error { return cold.DeleteOutbox(txn, 2, []uint64{1}) }); err != nil {
-		t.Fatal(err)
-	}
-	st, out, err = cold.LoadStage(db, 2)
-	if err != nil || st.Pos != 9 || st.Seqs["post.1"] != 4 || len(out) != 2 || out[0].Seq != 2 || out[1].Data[0] != 3 {
-		t.Fatalf("stage state %+v outbox %+v err %v", st, out, err)
-	}
-}
-
 // TestOpenAfterKillInOpen: a process killed while Badger opened leaves the value log and
 // memtable files it creates at every open empty; the next open removes them and opens.
 func TestOpenAfterKillInOpen(t *testing.T) {
@@ -125,7 +99,7 @@ func TestOpenAfterKillInOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Update(func(txn *cold.Txn) error { return cold.PutStage(txn, 1, &cold.StageState{Pos: 7}) }); err != nil {
+	if err := db.Update(func(txn *cold.Txn) error { return stagelog.Put(txn, 1, &stagelog.State{Pos: 7}) }); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Close(); err != nil {
@@ -143,7 +117,7 @@ func TestOpenAfterKillInOpen(t *testing.T) {
 		t.Fatalf("open after a kill in open: %v", err)
 	}
 	t.Cleanup(func() { db.Close() })
-	if st, _, err := cold.LoadStage(db, 1); err != nil || st.Pos != 7 {
+	if st, _, err := stagelog.Load(db, 1); err != nil || st.Pos != 7 {
 		t.Fatalf("stage state %+v, %v", st, err)
 	}
 }

@@ -3,6 +3,7 @@
 // state (store/stagelog): what it received from each source (Mark), the batches it holds
 // above a gap (Held, HeldRef) and the messages it has to send (OutboxEntry).
 //
-// It owns only these values and their MessagePack names, which are part of what is
-// stored: it writes nothing and reads no database.
+// It owns these values and their MessagePack names, which are part of what is stored,
+// and reads a held batch's payload (Payload); where the values and payloads are stored
+// is the business of the packages that store them: it writes nothing.
 package delivery

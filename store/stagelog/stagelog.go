@@ -1,4 +1,4 @@
-package cold
+package stagelog
 
 import (
 	"fmt"
@@ -6,13 +6,14 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/tally-dev/tally/store/cold"
 	"github.com/tally-dev/tally/store/delivery"
 	"github.com/tally-dev/tally/store/internal/keys"
 )
 
-// StageState is what an event-stage partition commits with every transaction: the last
+// State is what an event-stage partition commits with every transaction: the last
 // stream sequence it consumed and the next sequence of each outbox destination.
-type StageState struct {
+type State struct {
 	Pos uint64 `msgpack:"pos"`
 	// Seqs maps a delta destination ("family.partition") to the last batch sequence sent.
 	Seqs map[string]uint64 `msgpack:"seqs"`
@@ -35,13 +36,13 @@ type StageState struct {
 	Hops map[uint32]*delivery.Mark `msgpack:"hops,omitempty"`
 }
 
-// LogRecord is one transaction of an event stage as it is logged to NATS before it
+// Record is one transaction of an event stage as it is logged to NATS before it
 // commits: the position it started from, the state it committed and the outbox it wrote.
 // Replaying the records after a state applies the same events with the same cuts and
 // sends the same outbox, so a new owner continues exactly where the last one stopped.
-type LogRecord struct {
+type Record struct {
 	Prev   uint64                 `msgpack:"prev"`
-	State  StageState             `msgpack:"state"`
+	State  State                  `msgpack:"state"`
 	Outbox []delivery.OutboxEntry `msgpack:"outbox"`
 	// Dead lists the stream sequences of messages dead-lettered whole because applying
 	// them would not fit in one transaction: a replay does not try them again.
@@ -55,13 +56,13 @@ type LogRecord struct {
 	Acked []uint64 `msgpack:"acked,omitempty"`
 }
 
-// EncodeLogRecord and DecodeLogRecord convert a record to and from its log message.
-func EncodeLogRecord(r *LogRecord) ([]byte, error) { return msgpack.Marshal(r) }
+// EncodeRecord and DecodeRecord convert a record to and from its log message.
+func EncodeRecord(r *Record) ([]byte, error) { return msgpack.Marshal(r) }
 
-func DecodeLogRecord(data []byte) (*LogRecord, error) {
-	var r LogRecord
+func DecodeRecord(data []byte) (*Record, error) {
+	var r Record
 	if err := msgpack.Unmarshal(data, &r); err != nil {
-		return nil, fmt.Errorf("%w: log record: %w", ErrCorrupt, err)
+		return nil, fmt.Errorf("%w: log record: %w", cold.ErrCorrupt, err)
 	}
 	if r.State.Seqs == nil {
 		r.State.Seqs = map[string]uint64{}
@@ -69,13 +70,13 @@ func DecodeLogRecord(data []byte) (*LogRecord, error) {
 	return &r, nil
 }
 
-func outboxKey(p int, seq uint64) key { return newKey(keys.NSOutbox, 11).U16(p).U64(seq) }
+func outboxKey(p int, seq uint64) keys.Key { return keys.New(keys.NSOutbox, 11).U16(p).U64(seq) }
 
-// LoadStage returns partition p's state and its unpublished outbox, oldest first.
-func LoadStage(db *DB, p int) (StageState, []delivery.OutboxEntry, error) {
-	st := StageState{Seqs: map[string]uint64{}}
+// Load returns partition p's state and its unpublished outbox, oldest first.
+func Load(db *cold.DB, p int) (State, []delivery.OutboxEntry, error) {
+	st := State{Seqs: map[string]uint64{}}
 	var out []delivery.OutboxEntry
-	err := db.View(func(txn *Txn) error {
+	err := db.View(func(txn *cold.Txn) error {
 		if _, err := txn.GetValue(keys.Stage(p), &st, fmt.Sprintf("stage %d state", p)); err != nil {
 			return err
 		}
@@ -83,14 +84,14 @@ func LoadStage(db *DB, p int) (StageState, []delivery.OutboxEntry, error) {
 			st.Seqs = map[string]uint64{}
 		}
 		prefix := keys.Outbox(p)
-		it := txn.Iterator(IteratorOptions{Prefix: prefix, PrefetchValues: true})
+		it := txn.Iterator(cold.IteratorOptions{Prefix: prefix, PrefetchValues: true})
 		defer it.Close()
 		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
 			var e delivery.OutboxEntry
 			if err := it.Value(func(v []byte) error { return msgpack.Unmarshal(v, &e) }); err != nil {
-				return fmt.Errorf("%w: stage %d outbox: %w", ErrCorrupt, p, err)
+				return fmt.Errorf("%w: stage %d outbox: %w", cold.ErrCorrupt, p, err)
 			}
-			e.Seq = u64at(it.Key(), 3)
+			e.Seq = keys.U64At(it.Key(), 3)
 			out = append(out, e)
 		}
 		return nil
@@ -98,13 +99,13 @@ func LoadStage(db *DB, p int) (StageState, []delivery.OutboxEntry, error) {
 	return st, out, err
 }
 
-// PutStage writes partition p's state in txn.
-func PutStage(txn *Txn, p int, st *StageState) error {
+// Put writes partition p's state in txn.
+func Put(txn *cold.Txn, p int, st *State) error {
 	return txn.PutValue(keys.Stage(p), st)
 }
 
 // PutOutbox writes an outbox entry in txn; e.Seq must be the state's new Outbox value.
-func PutOutbox(txn *Txn, p int, e *delivery.OutboxEntry) error {
+func PutOutbox(txn *cold.Txn, p int, e *delivery.OutboxEntry) error {
 	v, err := msgpack.Marshal(e)
 	if err != nil {
 		return err
@@ -113,7 +114,7 @@ func PutOutbox(txn *Txn, p int, e *delivery.OutboxEntry) error {
 }
 
 // DeleteOutbox removes published entries of partition p in txn.
-func DeleteOutbox(txn *Txn, p int, seqs []uint64) error {
+func DeleteOutbox(txn *cold.Txn, p int, seqs []uint64) error {
 	for _, s := range seqs {
 		if err := txn.Delete(outboxKey(p, s)); err != nil {
 			return err
@@ -126,37 +127,25 @@ func DeleteOutbox(txn *Txn, p int, seqs []uint64) error {
 // under the partition's stage key, p|partition|'h'|src|seq, so that EventPart — a backup,
 // a restore, a clear — carries them with the state whose marks hold them. They are
 // written and deleted in the stage's own transactions, with the marks.
-func stageHeldKey(p int, src uint32, seq uint64) key {
+func heldKey(p int, src uint32, seq uint64) keys.Key {
 	return keys.Stage(p).U8(keys.NSHeld).U32(src).U64(seq)
 }
 
-// PutStageHeld stores the payload of hop batch seq of src that partition p holds.
-func PutStageHeld(txn *Txn, p int, src uint32, seq uint64, data []byte) error {
-	return txn.Set(stageHeldKey(p, src, seq), slices.Clone(data))
+// PutHeld stores the payload of hop batch seq of src that partition p holds.
+func PutHeld(txn *cold.Txn, p int, src uint32, seq uint64, data []byte) error {
+	return txn.Set(heldKey(p, src, seq), slices.Clone(data))
 }
 
-// GetStageHeld reads it back; a missing one is ErrCorrupt.
-func GetStageHeld(txn *Txn, p int, src uint32, seq uint64) ([]byte, error) {
-	data, err := heldPayload(txn, stageHeldKey(p, src, seq))
+// GetHeld reads it back; a missing one is cold.ErrCorrupt.
+func GetHeld(txn *cold.Txn, p int, src uint32, seq uint64) ([]byte, error) {
+	data, err := delivery.Payload(txn, heldKey(p, src, seq))
 	if err != nil {
 		return nil, fmt.Errorf("hop batch %d of partition %d held by partition %d: %w", seq, src, p, err)
 	}
 	return data, nil
 }
 
-// DeleteStageHeld deletes it once the batch is applied.
-func DeleteStageHeld(txn *Txn, p int, src uint32, seq uint64) error {
-	return txn.Delete(stageHeldKey(p, src, seq))
-}
-
-// heldPayload reads a held batch's payload at k, of a counter partition or an event
-// stage; a missing one is ErrCorrupt: the marks that hold it were written with or after
-// it.
-func heldPayload(txn *Txn, k key) ([]byte, error) {
-	var data []byte
-	found, err := txn.Get(k, func(v []byte) error { data = append([]byte(nil), v...); return nil })
-	if err == nil && !found {
-		return nil, fmt.Errorf("%w: no payload stored", ErrCorrupt)
-	}
-	return data, err
+// DeleteHeld deletes it once the batch is applied.
+func DeleteHeld(txn *cold.Txn, p int, src uint32, seq uint64) error {
+	return txn.Delete(heldKey(p, src, seq))
 }
