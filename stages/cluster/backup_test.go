@@ -16,6 +16,7 @@ import (
 	"github.com/tally-dev/tally/store/checkpoint"
 	"github.com/tally-dev/tally/store/cold"
 	"github.com/tally-dev/tally/store/delivery"
+	"github.com/tally-dev/tally/store/graph"
 )
 
 // backupRig is a NATS server with the streams and state bucket, and processes that own
@@ -53,7 +54,7 @@ func (r *backupRig) process() *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := cold.Open(cold.Options{Dir: filepath.Join(dir, "state"), Logger: log})
+	db, err := cold.Open(cold.Options{Dir: filepath.Join(dir, "state"), Logger: log, Upgrade: graph.Upgrade})
 	if err != nil {
 		t.Fatal(err)
 	}

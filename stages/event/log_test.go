@@ -15,6 +15,7 @@ import (
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/graph"
 	"github.com/tally-dev/tally/store/stagelog"
 )
 
@@ -159,7 +160,7 @@ func TestLogReplay(t *testing.T) {
 	if got.Pos != want.Pos || got.Log != want.Log || fmt.Sprint(got.Seqs) != fmt.Sprint(want.Seqs) {
 		t.Fatalf("replayed state %+v, want %+v", got, want)
 	}
-	liked, err := cold.Related(b.db, 0, cold.Like, 120, []uint64{7, 8})
+	liked, err := graph.Related(b.db, 0, graph.Like, 120, []uint64{7, 8})
 	if err != nil || !liked[0] || liked[1] {
 		t.Fatalf("replayed relations: liked %v, err %v", liked, err)
 	}

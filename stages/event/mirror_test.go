@@ -8,6 +8,7 @@ import (
 
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/graph"
 	"github.com/tally-dev/tally/store/stagelog"
 )
 
@@ -71,7 +72,7 @@ func TestMirrorCopiesOwner(t *testing.T) {
 	if st := h.state(b.db); st.Pos <= own.Pos || st.Log <= own.Log {
 		t.Fatalf("taken-over state %+v, the standby had %+v", st, own)
 	}
-	liked, err := cold.Related(b.db, 0, cold.Like, 905, []uint64{9})
+	liked, err := graph.Related(b.db, 0, graph.Like, 905, []uint64{9})
 	if err != nil || !liked[0] {
 		t.Fatalf("the last record's like: %v, %v", liked, err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/graph"
 	"github.com/tally-dev/tally/store/stagelog"
 )
 
@@ -97,7 +98,7 @@ func releaseBacklog(t *testing.T, h *logHarness, n uint64, per int, pad string, 
 	if got := a.stats.Txns.Load() - txns; cut && got < 2 {
 		t.Fatalf("the release took %d transaction(s): the test does not reach the bound", got)
 	}
-	rc, err := cold.CountRelations(a.db, []int{0}, []uint64{1<<41 + 1, 1<<41 + n/2, 1<<41 + n}, nil)
+	rc, err := graph.CountRelations(a.db, []int{0}, []uint64{1<<41 + 1, 1<<41 + n/2, 1<<41 + n}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +220,7 @@ func TestDeadLetteredHopFillsItsNumber(t *testing.T) {
 	if m == nil || m.Through != 3 || len(m.Held) != 0 {
 		t.Fatalf("marks of partition 1: %+v, want every batch through 3 applied", m)
 	}
-	if liked, err := cold.Related(a.db, 0, cold.Like, 3*3+1, []uint64{1<<41 + 3}); err != nil || !liked[0] {
+	if liked, err := graph.Related(a.db, 0, graph.Like, 3*3+1, []uint64{1<<41 + 3}); err != nil || !liked[0] {
 		t.Fatalf("a like of batch 3: %v, %v", liked, err)
 	}
 	if got := a.stats.Dead.Load(); got != 1 {
@@ -252,7 +253,7 @@ func TestHeldReleaseOnePost(t *testing.T) {
 		m := h.state(a.db).Hops[1]
 		return m != nil && m.Through == n && !a.busy.Load(), fmt.Sprintf("%+v", m)
 	})
-	rc, err := cold.CountRelations(a.db, []int{0}, []uint64{1 << 41}, nil)
+	rc, err := graph.CountRelations(a.db, []int{0}, []uint64{1 << 41}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

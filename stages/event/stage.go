@@ -17,6 +17,7 @@ import (
 	"github.com/tally-dev/tally/stages/hop"
 	"github.com/tally-dev/tally/store/cold"
 	"github.com/tally-dev/tally/store/delivery"
+	"github.com/tally-dev/tally/store/graph"
 	"github.com/tally-dev/tally/store/stagelog"
 	"github.com/tally-dev/tally/store/unread"
 )
@@ -49,7 +50,7 @@ type Config struct {
 	// Publisher sends the outbox (the JetStream context when nil); tests put faults in it.
 	Publisher hop.Publisher
 	// ResidentBytes is the RAM the partition keeps of what its events read of its state
-	// (reader states and like records, cold.Resident): 0 keeps none.
+	// (reader states and like records, graph.Resident): 0 keeps none.
 	ResidentBytes int
 	// MaxPayload is the largest message NATS accepts (the connection's when 0).
 	MaxPayload int
@@ -65,7 +66,7 @@ type Stats struct {
 	Forwarded atomic.Int64 // events handed to another partition (relation events of a batch, notice copies)
 	Deltas    atomic.Int64 // deltas published after coalescing
 	Txns      atomic.Int64 // transactions committed
-	LikeKeys  atomic.Int64 // Badger keys the committed likes and unlikes set or deleted (cold.Likes)
+	LikeKeys  atomic.Int64 // Badger keys the committed likes and unlikes set or deleted (graph.Likes)
 	Splits    atomic.Int64 // transactions cut short because the next messages did not fit
 	Retries   atomic.Int64 // outbox publish retries
 	Pushed    atomic.Int64 // feed counters a post was pushed to
@@ -96,8 +97,8 @@ type Stage struct {
 	fields *fields
 	keys   []pipeline.ID // an id routing to each partition, for hops
 	out    *hop.Outbox
-	pulled *unread.Pulled                     // authors whose posts this partition's readers pull
-	res    *cold.Resident[unread.ReaderState] // what events read of the state, in RAM (see cold.Resident)
+	pulled *unread.Pulled                      // authors whose posts this partition's readers pull
+	res    *graph.Resident[unread.ReaderState] // what events read of the state, in RAM (see graph.Resident)
 
 	pos       atomic.Uint64 // last stream sequence committed
 	logged    atomic.Uint64 // last log record a following stage applied (see LogBehind)
@@ -231,7 +232,7 @@ func (s *Stage) load() ([]delivery.OutboxEntry, error) {
 	} else if n > 0 {
 		s.log.Info("indexed the follows made before follows had places", "follows", n)
 	}
-	s.st, s.res = st, cold.NewResident[unread.ReaderState](s.cfg.ResidentBytes) // the state read afresh: what it knew may be gone
+	s.st, s.res = st, graph.NewResident[unread.ReaderState](s.cfg.ResidentBytes) // the state read afresh: what it knew may be gone
 	s.pos.Store(st.Pos)
 	return outbox, nil
 }

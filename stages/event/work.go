@@ -13,6 +13,7 @@ import (
 	"github.com/tally-dev/tally/stages/hop"
 	"github.com/tally-dev/tally/store/cold"
 	"github.com/tally-dev/tally/store/delivery"
+	"github.com/tally-dev/tally/store/graph"
 	"github.com/tally-dev/tally/store/stagelog"
 	"github.com/tally-dev/tally/store/unread"
 )
@@ -38,7 +39,7 @@ type work struct {
 	in       hop.In                   // a copy of the state's hop marks; payloads in the txn
 	fwd      map[int][]pipeline.Event // events for other partitions
 	fwdOrder []int
-	likes    *cold.Likes     // the transaction's likes, written at its end
+	likes    *graph.Likes    // the transaction's likes, written at its end
 	readers  *unread.Readers // the reader states it read and wrote
 	dlq      []delivery.OutboxEntry
 	deadSeqs []uint64 // messages to dead-letter whole
@@ -63,7 +64,7 @@ func (s *Stage) newWork(txn *cold.Txn, c *coalescer, dead []uint64) *work {
 		marks[src] = &delivery.Mark{Through: m.Through, Above: slices.Clone(m.Above), Held: slices.Clone(m.Held)}
 	}
 	in := hop.In{Marks: marks, Store: stageHeld{txn: txn, p: s.cfg.Partition}, Log: s.log, Stats: &hop.InStats{}}
-	likes := cold.NewLikes(s.cfg.Partition, s.res)
+	likes := graph.NewLikes(s.cfg.Partition, s.res)
 	likes.ReadChunksFrom(s.db)
 	return &work{s: s, c: c, in: in, fwd: map[int][]pipeline.Event{}, deadSeqs: dead,
 		likes: likes, readers: unread.NewReaders(s.cfg.Partition, s.res)}

@@ -15,6 +15,7 @@ import (
 	"github.com/tally-dev/tally/stages/query"
 	"github.com/tally-dev/tally/store/cold"
 	"github.com/tally-dev/tally/store/delivery"
+	"github.com/tally-dev/tally/store/graph"
 	"github.com/tally-dev/tally/store/stagelog"
 )
 
@@ -51,7 +52,7 @@ func auditServer(t *testing.T, part query.Partition, lag uint64, pending bool) *
 	db := openDB(t)
 	err := db.Update(func(txn *cold.Txn) error {
 		for uid := range uint64(3) {
-			if _, err := cold.Relate(txn, 0, cold.Like, cold.Rel{A: uid + 1, B: 7}, 1); err != nil {
+			if _, err := graph.Relate(txn, 0, graph.Like, graph.Rel{A: uid + 1, B: 7}, 1); err != nil {
 				return err
 			}
 		}

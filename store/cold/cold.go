@@ -43,12 +43,16 @@ type Options struct {
 	BlockCacheSize int64
 	IndexCacheSize int64
 	NumCompactors  int
+	// Upgrade moves a restored backup of an older layout to this one (graph.Upgrade);
+	// a database opened without it refuses to restore one.
+	Upgrade Upgrade
 }
 
 // DB is Tally's Badger database.
 type DB struct {
-	db  *badger.DB
-	log *slog.Logger
+	db      *badger.DB
+	log     *slog.Logger
+	upgrade Upgrade
 }
 
 // Open opens or creates the database in o.Dir.
@@ -101,7 +105,7 @@ func Open(o Options) (*DB, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &DB{db: db, log: o.Logger}, nil
+	return &DB{db: db, log: o.Logger, upgrade: o.Upgrade}, nil
 }
 
 // Options are the options the database runs with: those it was opened with, and
@@ -111,7 +115,7 @@ func (d *DB) Options() Options {
 	return Options{
 		Dir: bo.Dir, SyncWrites: bo.SyncWrites, Logger: d.log, MemTableSize: bo.MemTableSize,
 		NumMemtables: bo.NumMemtables, BlockCacheSize: bo.BlockCacheSize,
-		IndexCacheSize: bo.IndexCacheSize, NumCompactors: bo.NumCompactors,
+		IndexCacheSize: bo.IndexCacheSize, NumCompactors: bo.NumCompactors, Upgrade: d.upgrade,
 	}
 }
 
@@ -142,7 +146,7 @@ func (badgerLogger) Debugf(string, ...any) {}
 // (8 bytes) and its CRC-32C (4 bytes), big-endian. A backup is checked whole before
 // anything is loaded, and the loader checks every length, so a damaged one is an error,
 // never a half-loaded database. Backups of backupMagicV2 have no layout: they were
-// written before layouts were recorded (layoutPartitioned or layoutLikes), and versions
+// written before layouts were recorded (LayoutPartitioned or LayoutLikes), and versions
 // that wrote them refuse backupMagic ones as without Tally's header.
 // Badger's own Backup is not used: without managed transactions it reads key ranges in
 // separate transactions, at different moments — counters from one and the checkpoint
@@ -163,7 +167,7 @@ type Part struct {
 	// so a part that has them is whole, whenever a process stopped restoring it.
 	marks []key
 	// events are the event-stage partitions of the part: what a restore of an older
-	// layout moves (see upgrade).
+	// layout moves (see Upgrade).
 	events []int
 }
 
@@ -312,7 +316,7 @@ func (d *DB) Restore(r io.Reader, part Part, tmpDir string) error {
 		return bad("checksum mismatch")
 	}
 	// The keys and values come after the layout, which a backup of format 2 has not.
-	layout, body := uint64(layoutPartitioned), head
+	layout, body := uint64(LayoutPartitioned), head
 	if magic != backupMagicV2 {
 		var v [binary.MaxVarintLen64]byte
 		got, _ := tmp.ReadAt(v[:min(len(v), int(size))], head)
@@ -327,6 +331,9 @@ func (d *DB) Restore(r io.Reader, part Part, tmpDir string) error {
 	}
 	if layout > Layout {
 		return fmt.Errorf("%w: the backup is of layout %d, this tallyd knows layouts up to %d: a tallyd of layout %d or newer must take it", ErrNewerLayout, layout, Layout, layout)
+	}
+	if layout < Layout && len(part.events) > 0 && d.upgrade == nil {
+		return fmt.Errorf("cannot move a backup of layout %d to layout %d: the database was opened without Options.Upgrade", layout, Layout)
 	}
 	if err := scan(func(k, _ []byte) error {
 		if !part.has(k) {
@@ -359,7 +366,7 @@ func (d *DB) Restore(r io.Reader, part Part, tmpDir string) error {
 	}
 	if layout < Layout && len(part.events) > 0 {
 		start := time.Now()
-		moved, err := d.upgrade(part, int(layout))
+		moved, err := d.upgrade(d, part.events, int(layout))
 		if err != nil {
 			return fmt.Errorf("cannot move a backup of layout %d to layout %d: %w", layout, Layout, err)
 		}

@@ -1,10 +1,11 @@
-package cold_test
+package graph_test
 
 import (
 	"math/rand/v2"
 	"testing"
 
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/graph"
 )
 
 // TestCountRelations recounts a random set of relations against a model.
@@ -18,17 +19,17 @@ func TestCountRelations(t *testing.T) {
 	err := db.Update(func(txn *cold.Txn) error {
 		for i := range 600 {
 			a, b := 1+rnd.Uint64N(20), 1+rnd.Uint64N(20)
-			var k cold.Kind
-			var r cold.Rel
+			var k graph.Kind
+			var r graph.Rel
 			switch i % 3 {
 			case 0:
-				k, r = cold.Like, cold.Rel{A: a, B: b}
+				k, r = graph.Like, graph.Rel{A: a, B: b}
 			case 1:
-				k, r = cold.Comment, cold.Rel{A: a, B: b, C: rnd.Uint64N(3)}
+				k, r = graph.Comment, graph.Rel{A: a, B: b, C: rnd.Uint64N(3)}
 			default:
-				k, r = cold.Follow, cold.Rel{A: a, B: b}
+				k, r = graph.Follow, graph.Rel{A: a, B: b}
 			}
-			changed, err := cold.Relate(txn, part(a), k, r, int64(i))
+			changed, err := graph.Relate(txn, part(a), k, r, int64(i))
 			if err != nil {
 				return err
 			}
@@ -36,17 +37,17 @@ func TestCountRelations(t *testing.T) {
 				continue
 			}
 			switch k {
-			case cold.Like:
+			case graph.Like:
 				likes[b]++
 				if part(a) == 1 {
 					likes1[b]++
 				}
-			case cold.Comment:
+			case graph.Comment:
 				comments[b]++
 			default:
 				followers[b]++
 				following[a]++
-				if err := cold.AddFollower(txn, part(b), r, int64(i)); err != nil {
+				if err := graph.AddFollower(txn, part(b), r, int64(i)); err != nil {
 					return err
 				}
 			}
@@ -57,7 +58,7 @@ func TestCountRelations(t *testing.T) {
 		t.Fatal(err)
 	}
 	ids := []uint64{1, 5, 5, 20, 21} // 5 twice, 21 has nothing
-	rc, err := cold.CountRelations(db, []int{0, 1, 2, 3}, ids, ids)
+	rc, err := graph.CountRelations(db, []int{0, 1, 2, 3}, ids, ids)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +69,7 @@ func TestCountRelations(t *testing.T) {
 		}
 	}
 	// A sample is of one partition's lists: the posts liked by users of partition 1.
-	sample, err := cold.SampleRelated(db, 1, cold.Like, false, 10, rnd.Uint64)
+	sample, err := graph.SampleRelated(db, 1, graph.Like, false, 10, rnd.Uint64)
 	if err != nil || len(sample) == 0 || len(sample) > 10 {
 		t.Fatalf("sample = %v, %v", sample, err)
 	}
@@ -80,13 +81,13 @@ func TestCountRelations(t *testing.T) {
 	if len(sample) != min(10, len(likes1)) {
 		t.Errorf("sample %v: want 10 distinct of %d liked posts", sample, len(likes1))
 	}
-	if all, err := cold.SampleRelated(db, 1, cold.Like, false, 100, rnd.Uint64); err != nil || len(all) != len(likes1) {
+	if all, err := graph.SampleRelated(db, 1, graph.Like, false, 100, rnd.Uint64); err != nil || len(all) != len(likes1) {
 		t.Errorf("sample of 100 = %v, %v; want all %d liked posts", all, err, len(likes1))
 	}
-	if got, err := cold.SampleRelated(open(t), 0, cold.Follow, true, 10, rnd.Uint64); err != nil || len(got) != 0 {
+	if got, err := graph.SampleRelated(open(t), 0, graph.Follow, true, 10, rnd.Uint64); err != nil || len(got) != 0 {
 		t.Errorf("sample of an empty db = %v, %v", got, err)
 	}
-	if _, err := cold.SampleRelated(db, 0, cold.Comment, false, 1, rnd.Uint64); err == nil {
+	if _, err := graph.SampleRelated(db, 0, graph.Comment, false, 1, rnd.Uint64); err == nil {
 		t.Error("comments have no index to sample, want an error")
 	}
 }

@@ -1,4 +1,4 @@
-package cold
+package graph
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/tally-dev/tally/store/cold"
 	"github.com/tally-dev/tally/store/internal/keys"
 	"github.com/tally-dev/tally/store/rel"
 )
@@ -100,16 +101,16 @@ func recordOrder(a, b like) int {
 
 func decodeLikes(v []byte) (*likes, error) {
 	if len(v) < 2 || v[0] != recordVersion || v[1]&^recordHeavy != 0 {
-		return nil, fmt.Errorf("%w: like record %x", ErrCorrupt, v[:min(len(v), 2)])
+		return nil, fmt.Errorf("%w: like record %x", cold.ErrCorrupt, v[:min(len(v), 2)])
 	}
 	l := &likes{heavy: v[1]&recordHeavy != 0}
 	for b := v[2:]; len(b) > 0; {
 		if len(b) < 8 || len(l.list) == maxLightLikes {
-			return nil, fmt.Errorf("%w: like record of %d bytes", ErrCorrupt, len(v))
+			return nil, fmt.Errorf("%w: like record of %d bytes", cold.ErrCorrupt, len(v))
 		}
 		st, n, err := rel.Decode(b[8:])
 		if err != nil {
-			return nil, fmt.Errorf("%w: like record: %w", ErrCorrupt, err)
+			return nil, fmt.Errorf("%w: like record: %w", cold.ErrCorrupt, err)
 		}
 		l.list = append(l.list, like{post: u64at(b, 0), State: st})
 		b = b[8+n:]
@@ -143,7 +144,7 @@ type liker struct {
 
 func decodeLikers(v []byte) ([]liker, error) {
 	if len(v)%likerSize != 0 {
-		return nil, fmt.Errorf("%w: liker chunk of %d bytes", ErrCorrupt, len(v))
+		return nil, fmt.Errorf("%w: liker chunk of %d bytes", cold.ErrCorrupt, len(v))
 	}
 	out := make([]liker, len(v)/likerSize)
 	for i := range out {
@@ -184,8 +185,8 @@ type Likes struct {
 	// db, when set, is where stored liker chunks are looked for (see ReadChunksFrom):
 	// view reads it as committed and rewrote holds the chunks the batch rewrote since
 	// (empty: deleted).
-	db      *DB
-	view    *Txn
+	db      *cold.DB
+	view    *cold.Txn
 	rewrote map[string][]byte
 }
 
@@ -196,7 +197,7 @@ type Likes struct {
 // likes a sort of its writes per like (22 % of all CPU draining batches not split by
 // partition). Only the partition's batch writes its chunks, so what is committed is
 // what the transaction would read. Close ends the view.
-func (l *Likes) ReadChunksFrom(db *DB) { l.db = db }
+func (l *Likes) ReadChunksFrom(db *cold.DB) { l.db = db }
 
 // Close discards what the batch opened to read (see ReadChunksFrom).
 func (l *Likes) Close() {
@@ -231,7 +232,7 @@ func NewLikes(p int, res records) *Likes {
 }
 
 // record is user u's like record: the batch's copy, the resident one or the stored one.
-func (l *Likes) record(txn *Txn, u uint64) (*likes, error) {
+func (l *Likes) record(txn *cold.Txn, u uint64) (*likes, error) {
 	if r, ok := l.users[u]; ok {
 		return r, nil
 	}
@@ -254,7 +255,7 @@ func (l *Likes) record(txn *Txn, u uint64) (*likes, error) {
 // before an unlike already applied is undone by it, however late it comes, and a like
 // made twice is made by the copy placed first. forgot is rel's: an older like was
 // forgotten.
-func (l *Likes) Toggle(txn *Txn, u, post uint64, on bool, e rel.Event) (before, after rel.State, forgot bool, err error) {
+func (l *Likes) Toggle(txn *cold.Txn, u, post uint64, on bool, e rel.Event) (before, after rel.State, forgot bool, err error) {
 	e.TS = max(e.TS, 0)
 	r, err := l.record(txn, u)
 	if err != nil {
@@ -292,7 +293,7 @@ func (l *Likes) Toggle(txn *Txn, u, post uint64, on bool, e rel.Event) (before, 
 }
 
 // toggleKey is Toggle for a heavy user: the post's state is a relation key.
-func (l *Likes) toggleKey(txn *Txn, u, post uint64, on bool, e rel.Event) (before, after rel.State, forgot bool, err error) {
+func (l *Likes) toggleKey(txn *cold.Txn, u, post uint64, on bool, e rel.Event) (before, after rel.State, forgot bool, err error) {
 	before, after, forgot, keys, err := toggleKey(txn, l.p, Like, Rel{A: u, B: post}, on, e)
 	l.touch(keys...)
 	if err != nil || len(keys) == 0 {
@@ -302,14 +303,14 @@ func (l *Likes) toggleKey(txn *Txn, u, post uint64, on bool, e rel.Event) (befor
 }
 
 // putKey writes a heavy user's like state, moving its list key with its time.
-func (l *Likes) putKey(txn *Txn, r Rel, before, after rel.State) error {
+func (l *Likes) putKey(txn *cold.Txn, r Rel, before, after rel.State) error {
 	keys, err := putState(txn, l.p, Like, r, before, after)
 	l.touch(keys...)
 	return err
 }
 
 // moveLiker moves user u in post's likers from where before had it to where after has.
-func (l *Likes) moveLiker(txn *Txn, u, post uint64, before, after rel.State) error {
+func (l *Likes) moveLiker(txn *cold.Txn, u, post uint64, before, after rel.State) error {
 	if before.On == after.On && before.Made.TS == after.Made.TS {
 		return nil
 	}
@@ -329,7 +330,7 @@ func (l *Likes) moveLiker(txn *Txn, u, post uint64, before, after rel.State) err
 }
 
 // dropLiker takes user u out of post's likers, from the batch's chunk or a stored one.
-func (l *Likes) dropLiker(txn *Txn, u, post uint64, ts int64) error {
+func (l *Likes) dropLiker(txn *cold.Txn, u, post uint64, ts int64) error {
 	c := chunkAt{post: post, second: secondOf(ts)}
 	if i := slices.Index(l.added[c], liker{user: u, ts: ts}); i >= 0 {
 		l.added[c] = slices.Delete(l.added[c], i, i+1)
@@ -354,7 +355,7 @@ func (l *Likes) dropLiker(txn *Txn, u, post uint64, ts int64) error {
 
 // findLiker finds the stored chunk under prefix that lists e, and returns its key and
 // its value without e (nil, nil when none does).
-func (l *Likes) findLiker(txn *Txn, prefix key, e liker) (k, v []byte, err error) {
+func (l *Likes) findLiker(txn *cold.Txn, prefix key, e liker) (k, v []byte, err error) {
 	from := txn
 	if l.db != nil {
 		if l.view == nil {
@@ -362,7 +363,7 @@ func (l *Likes) findLiker(txn *Txn, prefix key, e liker) (k, v []byte, err error
 		}
 		from = l.view
 	}
-	it := from.Iterator(IteratorOptions{Prefix: prefix})
+	it := from.Iterator(cold.IteratorOptions{Prefix: prefix})
 	defer it.Close()
 	for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
 		val, ok := l.rewrote[string(it.Key())]
@@ -383,7 +384,7 @@ func (l *Likes) findLiker(txn *Txn, prefix key, e liker) (k, v []byte, err error
 // Flush writes the batch's like records and liker chunks in txn, the chunks under
 // batch, which must differ from every other batch's of the partition (the event stage
 // uses its position after the transaction).
-func (l *Likes) Flush(txn *Txn, batch uint64) error {
+func (l *Likes) Flush(txn *cold.Txn, batch uint64) error {
 	for u, r := range l.users {
 		if !r.dirty {
 			continue
@@ -418,14 +419,14 @@ func (l *Likes) Flush(txn *Txn, batch uint64) error {
 }
 
 // chunk reads the liker chunk at k (none when there is none).
-func chunk(txn *Txn, k key) ([]liker, error) {
+func chunk(txn *cold.Txn, k key) ([]liker, error) {
 	var out []liker
 	_, err := txn.Get(k, func(v []byte) (err error) { out, err = decodeLikers(v); return err })
 	return out, err
 }
 
 // relatedLikes is Related for likes: whether user a likes each of bs.
-func relatedLikes(txn *Txn, p int, a uint64, bs []uint64, out []bool) error {
+func relatedLikes(txn *cold.Txn, p int, a uint64, bs []uint64, out []bool) error {
 	r, err := NewLikes(p, nil).record(txn, a)
 	switch {
 	case err != nil:
@@ -453,7 +454,7 @@ func after(ts int64, id uint64, c []byte) bool {
 
 // likedPage is List for a user's likes: from the like record, or the list keys of a
 // heavy user (ok false).
-func likedPage(txn *Txn, p int, u uint64, limit int, from []byte) (items []Item, next string, ok bool, err error) {
+func likedPage(txn *cold.Txn, p int, u uint64, limit int, from []byte) (items []Item, next string, ok bool, err error) {
 	r, err := NewLikes(p, nil).record(txn, u)
 	if err != nil || r.heavy {
 		return nil, "", false, err
@@ -475,13 +476,13 @@ func likedPage(txn *Txn, p int, u uint64, limit int, from []byte) (items []Item,
 
 // likersPage is List for a post's likers kept in partition p: its chunks a second at a
 // time, newest first, each second's merged.
-func likersPage(txn *Txn, p int, post uint64, limit int, from []byte) (items []Item, next string, err error) {
+func likersPage(txn *cold.Txn, p int, post uint64, limit int, from []byte) (items []Item, next string, err error) {
 	prefix := relPrefix(keys.NSLikers, p, Like).U64(post)
 	start := prefix
 	if from != nil {
 		start = likersSecond(p, post, secondOf(int64(math.MaxUint64-u64at(from, 0))))
 	}
-	it := txn.Iterator(IteratorOptions{Prefix: prefix, PrefetchValues: true})
+	it := txn.Iterator(cold.IteratorOptions{Prefix: prefix, PrefetchValues: true})
 	defer it.Close()
 	var second []liker // the likers of the second being read
 	flush := func() bool {
@@ -503,7 +504,7 @@ func likersPage(txn *Txn, p int, post uint64, limit int, from []byte) (items []I
 	for it.Seek(start); it.ValidForPrefix(prefix); it.Next() {
 		kb := it.Key()
 		if len(kb) != chunkLen {
-			return nil, "", fmt.Errorf("%w: liker chunk key of %d bytes", ErrCorrupt, len(kb))
+			return nil, "", fmt.Errorf("%w: liker chunk key of %d bytes", cold.ErrCorrupt, len(kb))
 		}
 		if at != nil && !bytes.Equal(at, kb[:chunkLen-8]) && !flush() {
 			return items, next, nil
@@ -523,9 +524,9 @@ func likersPage(txn *Txn, p int, post uint64, limit int, from []byte) (items []I
 }
 
 // countLikers counts post's likers kept in partition p, reading its chunks.
-func countLikers(txn *Txn, p int, post uint64) (uint64, error) {
+func countLikers(txn *cold.Txn, p int, post uint64) (uint64, error) {
 	prefix := relPrefix(keys.NSLikers, p, Like).U64(post)
-	it := txn.Iterator(IteratorOptions{Prefix: prefix, PrefetchValues: true})
+	it := txn.Iterator(cold.IteratorOptions{Prefix: prefix, PrefetchValues: true})
 	defer it.Close()
 	var n uint64
 	for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {

@@ -1,10 +1,12 @@
-package cold
+package graph
 
 import (
 	"bytes"
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/tally-dev/tally/store/cold"
 )
 
 // BenchmarkRestoreOldLayout restores one event partition of 200 000 likes (20 000 users,
@@ -25,20 +27,20 @@ func BenchmarkRestoreOldLayout(b *testing.B) {
 	for _, ls := range m.likes {
 		likes += len(ls)
 	}
-	old := backupAs(b, src, EventPart(p), backupMagicV2, 0)
-	restore := func(backup []byte) (*DB, time.Duration) {
+	old := backupAs(b, src, cold.EventPart(p), backupMagicV2, 0)
+	restore := func(backup []byte) (*cold.DB, time.Duration) {
 		db := openDB(b)
 		start := time.Now()
-		if err := db.Restore(bytes.NewReader(backup), EventPart(p), b.TempDir()); err != nil {
+		if err := db.Restore(bytes.NewReader(backup), cold.EventPart(p), b.TempDir()); err != nil {
 			b.Fatal(err)
 		}
 		return db, time.Since(start)
 	}
 	var moved, plain time.Duration
 	for b.Loop() {
-		var db *DB
+		var db *cold.DB
 		db, moved = restore(old)
-		_, plain = restore(backupAs(b, db, EventPart(p), backupMagic, Layout))
+		_, plain = restore(backupAs(b, db, cold.EventPart(p), backupMagic, cold.Layout))
 	}
 	b.ReportMetric(float64(moved.Nanoseconds())/float64(likes), "old-layout-ns/like")
 	b.ReportMetric(float64(plain.Nanoseconds())/float64(likes), "this-layout-ns/like")

@@ -1,7 +1,9 @@
-package cold
+package graph
 
 import (
 	"testing"
+
+	"github.com/tally-dev/tally/store/cold"
 )
 
 // testReader stands for store/unread's reader state, which a Resident keeps beside like
@@ -34,7 +36,7 @@ func TestResidentKeepsOnlyWhatCommitted(t *testing.T) {
 
 	// The same, committed and kept: read from RAM afterwards.
 	l = NewLikes(p, res)
-	err := db.Update(func(txn *Txn) error {
+	err := db.Update(func(txn *cold.Txn) error {
 		if changed, err := l.like(txn, liker, post, 1, 1); err != nil || !changed {
 			t.Fatalf("like: changed %v, %v", changed, err)
 		}
@@ -52,7 +54,7 @@ func TestResidentKeepsOnlyWhatCommitted(t *testing.T) {
 		t.Fatal("a reader seen once is resident")
 	}
 	l = NewLikes(p, res)
-	err = db.View(func(txn *Txn) error {
+	err = db.View(func(txn *cold.Txn) error {
 		_, err := l.record(txn, liker)
 		return err
 	})
@@ -90,7 +92,7 @@ func TestResidentBudget(t *testing.T) {
 		res := NewResident[testReader](max)
 		for round := range 20 {
 			rd, l := map[uint64]testReader{}, NewLikes(p, res)
-			err := db.Update(func(txn *Txn) error {
+			err := db.Update(func(txn *cold.Txn) error {
 				for u := range uint64(200) {
 					uid := uint64(round/2)*200 + u + 1 // each user in two rounds
 					rd[uid] = testReader{Like: uid}
