@@ -64,7 +64,7 @@ func (r *backupRig) process() *proc {
 
 // piece is counter partition 0 of family, as a process backs it up.
 func (n *proc) piece() Piece {
-	return Piece{Name: "counters.0", Part: cold.CounterPart([]string{family.Name}, 0), Pos: func() ([]uint64, error) {
+	return Piece{Name: "counters.0", Keys: cold.CounterKeys([]string{family.Name}, 0), Pos: func() ([]uint64, error) {
 		cp, err := checkpoint.LoadCheckpoint(n.db, family.Name, 0)
 		return []uint64{cp.Pos}, err
 	}}
@@ -299,7 +299,7 @@ func TestClaimLegacyBackup(t *testing.T) {
 	a, b := r.process(), r.process()
 	r.checkpoint(a, 10)
 	var buf bytes.Buffer
-	if err := a.db.Backup(&buf, a.piece().Part); err != nil {
+	if err := a.db.Backup(&buf, a.piece().Keys); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := r.obs.PutBytes(t.Context(), "counters.0", buf.Bytes()); err != nil {

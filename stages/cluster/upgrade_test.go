@@ -40,7 +40,7 @@ func layout1Likes() map[uint64]map[uint64]int64 {
 
 // eventPiece is event partition p as a process backs it up (as stages/node's is).
 func (n *proc) eventPiece(p int) Piece {
-	return Piece{Name: "events." + strconv.Itoa(p), Part: cold.EventPart(p), Pos: func() ([]uint64, error) {
+	return Piece{Name: "events." + strconv.Itoa(p), Keys: cold.EventKeys(p), Pos: func() ([]uint64, error) {
 		st, _, err := stagelog.Load(n.db, p)
 		return []uint64{st.Log}, err
 	}}
@@ -182,7 +182,7 @@ func TestRestoreRefusesNewerLayout(t *testing.T) {
 	a, b := r.process(), r.process()
 	la := r.own(a, 10)
 	var buf bytes.Buffer
-	if err := a.db.Backup(&buf, a.piece().Part); err != nil {
+	if err := a.db.Backup(&buf, a.piece().Keys); err != nil {
 		t.Fatal(err)
 	}
 	r.checkpoint(b, 3)

@@ -171,7 +171,7 @@ func TestRestoredOwnerChangeIDsDoNotCollide(t *testing.T) {
 	pos := r.bigBatch(1, 1, 1, want)
 	r.checkpointedAt(r.db, pos)
 	var backup bytes.Buffer
-	if err := r.db.Backup(&backup, cold.CounterPart([]string{r.fam.Name}, 0)); err != nil {
+	if err := r.db.Backup(&backup, cold.CounterKeys([]string{r.fam.Name}, 0)); err != nil {
 		t.Fatal(err)
 	}
 	// After the backup: a checkpoint of ids 1000..4999, announced, then one at P of ids
@@ -195,7 +195,7 @@ func TestRestoredOwnerChangeIDsDoNotCollide(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	if err := db.Restore(&backup, cold.CounterPart([]string{r.fam.Name}, 0), t.TempDir()); err != nil {
+	if err := db.Restore(&backup, cold.CounterKeys([]string{r.fam.Name}, 0), t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
 	r.startOn(db, r.config())

@@ -18,7 +18,7 @@ func (h *logHarness) mirror() *runningStage { return h.run("standby", nil, (*Sta
 // backup is partition 0's event state in db, byte for byte.
 func (h *logHarness) backup(db *cold.DB) []byte {
 	var b bytes.Buffer
-	if err := db.Backup(&b, cold.EventPart(0)); err != nil {
+	if err := db.Backup(&b, cold.EventKeys(0)); err != nil {
 		h.t.Fatal(err)
 	}
 	return b.Bytes()

@@ -56,10 +56,10 @@ func TestChangeOutbox(t *testing.T) {
 	}
 
 	var buf bytes.Buffer
-	if err := a.Backup(&buf, cold.CounterPart([]string{"post"}, 3)); err != nil {
+	if err := a.Backup(&buf, cold.CounterKeys([]string{"post"}, 3)); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Restore(&buf, cold.CounterPart([]string{"post"}, 3), t.TempDir()); err != nil {
+	if err := b.Restore(&buf, cold.CounterKeys([]string{"post"}, 3), t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := seqs(b, 3), []uint64{1<<16 + 1, 2 << 16}; !slices.Equal(got, want) {

@@ -6,6 +6,6 @@
 //
 // A checkpoint writes its counters, marks, journal and outbox in one transaction, so
 // what is stored never disagrees with the position it reflects. Its keys lie under the
-// namespaces of store/internal/keys that cold.CounterPart backs up and restores whole;
+// namespaces of store/internal/keys that cold.CounterKeys backs up and restores whole;
 // it must not write a key outside them, nor know about NATS or the hot table.
 package checkpoint

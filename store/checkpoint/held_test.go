@@ -53,11 +53,11 @@ func TestHeldPayloads(t *testing.T) {
 	}
 
 	var buf bytes.Buffer
-	if err := a.Backup(&buf, cold.CounterPart([]string{"post"}, 3)); err != nil {
+	if err := a.Backup(&buf, cold.CounterKeys([]string{"post"}, 3)); err != nil {
 		t.Fatal(err)
 	}
 	put(b, 3, 9, 9) // what the restore replaces
-	if err := b.Restore(&buf, cold.CounterPart([]string{"post"}, 3), t.TempDir()); err != nil {
+	if err := b.Restore(&buf, cold.CounterKeys([]string{"post"}, 3), t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := refs(b, 3), []delivery.HeldRef{{Src: 1, Seq: 7}, {Src: 2, Seq: 9}}; !slices.Equal(got, want) {

@@ -56,11 +56,11 @@ func TestBackupRestore(t *testing.T) {
 	}
 
 	var buf bytes.Buffer
-	if err := a.Backup(&buf, cold.CounterPart([]string{"post"}, 3)); err != nil {
+	if err := a.Backup(&buf, cold.CounterKeys([]string{"post"}, 3)); err != nil {
 		t.Fatal(err)
 	}
 	backup := buf.Bytes()
-	if err := b.Restore(bytes.NewReader(backup), cold.CounterPart([]string{"post"}, 3), t.TempDir()); err != nil {
+	if err := b.Restore(bytes.NewReader(backup), cold.CounterKeys([]string{"post"}, 3), t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
 	if v, cp := counts(b, 3, 5); v != 9 || cp != 9 {
@@ -74,10 +74,10 @@ func TestBackupRestore(t *testing.T) {
 	}
 
 	buf.Reset()
-	if err := a.Backup(&buf, cold.EventPart(0)); err != nil {
+	if err := a.Backup(&buf, cold.EventKeys(0)); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Restore(&buf, cold.EventPart(0), t.TempDir()); err != nil {
+	if err := b.Restore(&buf, cold.EventKeys(0), t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
 	if v, _ := counts(b, 4, 8); pos(b) != 100 || v != 21 {
@@ -90,11 +90,11 @@ func TestBackupRestore(t *testing.T) {
 		"truncated":    backup[:len(backup)-3],
 		"flipped":      append(append([]byte(nil), backup[:20]...), append([]byte{backup[20] ^ 1}, backup[21:]...)...),
 	} {
-		if err := b.Restore(bytes.NewReader(data), cold.CounterPart([]string{"post"}, 4), t.TempDir()); !errors.Is(err, cold.ErrCorrupt) {
+		if err := b.Restore(bytes.NewReader(data), cold.CounterKeys([]string{"post"}, 4), t.TempDir()); !errors.Is(err, cold.ErrCorrupt) {
 			t.Fatalf("%s: restore error %v, want ErrCorrupt", name, err)
 		}
 	}
-	if err := b.Restore(bytes.NewReader(backup), cold.CounterPart([]string{"post"}, 4), t.TempDir()); !errors.Is(err, cold.ErrCorrupt) {
+	if err := b.Restore(bytes.NewReader(backup), cold.CounterKeys([]string{"post"}, 4), t.TempDir()); !errors.Is(err, cold.ErrCorrupt) {
 		t.Fatalf("partition 3's backup restored as partition 4: %v", err)
 	}
 	if v, cp := counts(b, 4, 8); v != 21 || cp != 21 {

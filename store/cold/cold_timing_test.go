@@ -38,13 +38,13 @@ func BenchmarkPartMove(b *testing.B) {
 		}
 	}
 	fill := time.Since(start)
-	part := cold.CounterPart([]string{"post"}, 3)
+	ks := cold.CounterKeys([]string{"post"}, 3)
 	var backup, restore time.Duration
 	var size int
 	for b.Loop() {
 		var buf bytes.Buffer
 		start := time.Now()
-		if err := src.Backup(&buf, part); err != nil {
+		if err := src.Backup(&buf, ks); err != nil {
 			b.Fatal(err)
 		}
 		backup, size = time.Since(start), buf.Len()
@@ -53,7 +53,7 @@ func BenchmarkPartMove(b *testing.B) {
 			b.Fatal(err)
 		}
 		start = time.Now()
-		if err := dst.Restore(&buf, part, b.TempDir()); err != nil {
+		if err := dst.Restore(&buf, ks, b.TempDir()); err != nil {
 			b.Fatal(err)
 		}
 		restore = time.Since(start)

@@ -2,7 +2,7 @@
 // write through — relations and likes (store/graph), counter checkpoints
 // (store/checkpoint), the event stage's state and outbox (store/stagelog), unread state
 // (store/unread) — and what moves every key of a partition between processes: backups,
-// restores and clears of a set of keys (Part), and the key layout a database and a
+// restores and clears of the keys that move between processes as one (Keys), and the key layout a database and a
 // backup are in (Layout; graph.Migrate and graph.Upgrade move older ones).
 //
 // Writes that must be atomic take a *Txn from the caller (DB.NewTxn, Update, View), so a

@@ -7,7 +7,7 @@
 // Upgrade, which cold.Options.Upgrade takes, for a backup restored from an older process.
 //
 // Every key lies under the graph namespaces of store/internal/keys, in the partition of
-// the event that writes it, which cold.EventPart backs up and restores whole; it must not
+// the event that writes it, which cold.EventKeys backs up and restores whole; it must not
 // write a key outside them (Migrate excepted: it moves the old layout's keys of every
 // package), nor know about NATS or the rules that decide which events relate.
 package graph

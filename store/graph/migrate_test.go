@@ -136,11 +136,11 @@ func TestMigrate(t *testing.T) {
 	// Partition 3's backup holds its own keys only: restored elsewhere, 7's likes are
 	// there and 9's followers (partition 1's) are not.
 	var buf bytes.Buffer
-	if err := db.Backup(&buf, cold.EventPart(3)); err != nil {
+	if err := db.Backup(&buf, cold.EventKeys(3)); err != nil {
 		t.Fatal(err)
 	}
 	other := open(t)
-	if err := other.Restore(&buf, cold.EventPart(3), t.TempDir()); err != nil {
+	if err := other.Restore(&buf, cold.EventKeys(3), t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
 	if items, _, _ := graph.List(other, 3, graph.Like, true, 7, 10, ""); len(items) != 1 {

@@ -28,7 +28,7 @@ func layoutKey() key { return newKey(keys.NSLayout, 7).Bytes([]byte("layout")) }
 
 // backupAs is a backup of part of db in format magic: backupMagicV2 as versions before
 // layouts were recorded wrote it (no layout), or backupMagic saying layout.
-func backupAs(t testing.TB, db *cold.DB, part cold.Part, magic string, layout uint64) []byte {
+func backupAs(t testing.TB, db *cold.DB, part cold.Keys, magic string, layout uint64) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	if err := db.Backup(&buf, part); err != nil {
@@ -149,7 +149,7 @@ func TestRestoreOldLayout(t *testing.T) {
 			t.Fatalf("user 1 has %d likes, user 5 %d: the model wants heavy and light users", len(m.likes[1]), len(m.likes[5]))
 		}
 		dst := newProcess(t, p)
-		if err := dst.Restore(bytes.NewReader(backupAs(t, src, cold.EventPart(p), backupMagicV2, 0)), cold.EventPart(p), t.TempDir()); err != nil {
+		if err := dst.Restore(bytes.NewReader(backupAs(t, src, cold.EventKeys(p), backupMagicV2, 0)), cold.EventKeys(p), t.TempDir()); err != nil {
 			t.Fatalf("restore (already migrated %v): %v", migrated, err)
 		}
 		checkLikes(t, dst, p, m, users, posts, r)
@@ -176,7 +176,7 @@ func TestRestoreNewerLayout(t *testing.T) {
 	m := newLikeModel()
 	src := oldPartition(t, p, m, rand.New(rand.NewPCG(1, 1)), 6, 30, 500, true)
 	dst := newProcess(t, p)
-	err := dst.Restore(bytes.NewReader(backupAs(t, src, cold.EventPart(p), backupMagic, cold.Layout+1)), cold.EventPart(p), t.TempDir())
+	err := dst.Restore(bytes.NewReader(backupAs(t, src, cold.EventKeys(p), backupMagic, cold.Layout+1)), cold.EventKeys(p), t.TempDir())
 	if !errors.Is(err, cold.ErrNewerLayout) || !strings.Contains(err.Error(), fmt.Sprintf("layout %d", cold.Layout+1)) {
 		t.Fatalf("restore of a backup of layout %d: %v, want ErrNewerLayout naming it", cold.Layout+1, err)
 	}
@@ -187,7 +187,7 @@ func TestRestoreNewerLayout(t *testing.T) {
 		t.Fatalf("a refused restore changed the part's likes: %v, %v", liked, err)
 	}
 	// Its own layout restores.
-	if err := dst.Restore(bytes.NewReader(backupAs(t, src, cold.EventPart(p), backupMagic, cold.Layout)), cold.EventPart(p), t.TempDir()); err != nil {
+	if err := dst.Restore(bytes.NewReader(backupAs(t, src, cold.EventKeys(p), backupMagic, cold.Layout)), cold.EventKeys(p), t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
 	if err := dst.Update(func(txn *cold.Txn) error {
@@ -210,7 +210,7 @@ func TestRestoreUpgradeResumes(t *testing.T) {
 	maxGroupOps = 40
 	r := rand.New(rand.NewPCG(5, 5))
 	m := newLikeModel()
-	backup := backupAs(t, oldPartition(t, p, m, r, users, posts, 500, false), cold.EventPart(p), backupMagicV2, 0)
+	backup := backupAs(t, oldPartition(t, p, m, r, users, posts, 500, false), cold.EventKeys(p), backupMagicV2, 0)
 	faults := 0
 	for fail := 1; ; fail++ {
 		dst := newProcess(t, p)
@@ -221,7 +221,7 @@ func TestRestoreUpgradeResumes(t *testing.T) {
 			}
 			return nil
 		}
-		err := dst.Restore(bytes.NewReader(backup), cold.EventPart(p), t.TempDir())
+		err := dst.Restore(bytes.NewReader(backup), cold.EventKeys(p), t.TempDir())
 		commitFault = nil
 		if err == nil {
 			if faults < 5 {
@@ -234,7 +234,7 @@ func TestRestoreUpgradeResumes(t *testing.T) {
 		if st, _, err := stagelog.Load(dst, p); err != nil || st.Pos != 0 {
 			t.Fatalf("a restore stopped at commit %d left position %d, %v; want none", fail, st.Pos, err)
 		}
-		if err := dst.Restore(bytes.NewReader(backup), cold.EventPart(p), t.TempDir()); err != nil {
+		if err := dst.Restore(bytes.NewReader(backup), cold.EventKeys(p), t.TempDir()); err != nil {
 			t.Fatalf("restore after commit %d failed: %v", fail, err)
 		}
 		checkLikes(t, dst, p, m, users, posts, r)
@@ -256,7 +256,7 @@ func TestRestoreLayout2(t *testing.T) {
 		t.Fatal(err)
 	}
 	dst := newProcess(t, p)
-	if err := dst.Restore(bytes.NewReader(backupAs(t, src, cold.EventPart(p), backupMagic, cold.LayoutLikes)), cold.EventPart(p), t.TempDir()); err != nil {
+	if err := dst.Restore(bytes.NewReader(backupAs(t, src, cold.EventKeys(p), backupMagic, cold.LayoutLikes)), cold.EventKeys(p), t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
 	checkLikes(t, dst, p, m, users, posts, r)

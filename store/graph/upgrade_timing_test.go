@@ -27,11 +27,11 @@ func BenchmarkRestoreOldLayout(b *testing.B) {
 	for _, ls := range m.likes {
 		likes += len(ls)
 	}
-	old := backupAs(b, src, cold.EventPart(p), backupMagicV2, 0)
+	old := backupAs(b, src, cold.EventKeys(p), backupMagicV2, 0)
 	restore := func(backup []byte) (*cold.DB, time.Duration) {
 		db := openDB(b)
 		start := time.Now()
-		if err := db.Restore(bytes.NewReader(backup), cold.EventPart(p), b.TempDir()); err != nil {
+		if err := db.Restore(bytes.NewReader(backup), cold.EventKeys(p), b.TempDir()); err != nil {
 			b.Fatal(err)
 		}
 		return db, time.Since(start)
@@ -40,7 +40,7 @@ func BenchmarkRestoreOldLayout(b *testing.B) {
 	for b.Loop() {
 		var db *cold.DB
 		db, moved = restore(old)
-		_, plain = restore(backupAs(b, db, cold.EventPart(p), backupMagic, cold.Layout))
+		_, plain = restore(backupAs(b, db, cold.EventKeys(p), backupMagic, cold.Layout))
 	}
 	b.ReportMetric(float64(moved.Nanoseconds())/float64(likes), "old-layout-ns/like")
 	b.ReportMetric(float64(plain.Nanoseconds())/float64(likes), "this-layout-ns/like")

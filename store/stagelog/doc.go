@@ -5,7 +5,7 @@
 // of a transaction that the stage logs to NATS before it commits, from which a standby
 // or a new owner replays it.
 //
-// Its keys lie under the namespaces of store/internal/keys that cold.EventPart backs up
+// Its keys lie under the namespaces of store/internal/keys that cold.EventKeys backs up
 // and restores whole, the State's key last (what the partition reflects); it must not
 // write a key outside them, nor know about NATS: the stage logs and publishes.
 package stagelog

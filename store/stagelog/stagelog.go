@@ -124,7 +124,7 @@ func DeleteOutbox(txn *cold.Txn, p int, seqs []uint64) error {
 }
 
 // Hop batches an event partition holds above a gap (stages/hop) keep their payloads
-// under the partition's stage key, p|partition|'h'|src|seq, so that EventPart — a backup,
+// under the partition's stage key, p|partition|'h'|src|seq, so that cold.EventKeys — a backup,
 // a restore, a clear — carries them with the state whose marks hold them. They are
 // written and deleted in the stage's own transactions, with the marks.
 func heldKey(p int, src uint32, seq uint64) keys.Key {
