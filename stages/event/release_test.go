@@ -152,8 +152,8 @@ func sameKeys(h *logHarness, a, b *cold.DB) (bool, string) {
 	return true, ""
 }
 
-// stageKey is partition 0's state key, found as the only key LoadStage reads that
-// PutStage writes.
+// stageKey is partition 0's state key, found as the only key stagelog.Load reads that
+// stagelog.Put writes.
 func (h *logHarness) stageKey() []byte {
 	db, err := cold.Open(cold.Options{Dir: h.t.TempDir()})
 	if err != nil {

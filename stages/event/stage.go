@@ -37,7 +37,7 @@ type Config struct {
 	// more is pulled by readers instead.
 	FanoutLimit int
 	// Log stores every transaction in the partition's log before it commits, and makes
-	// Run replay the records its state lacks first (see LogRecord): on when the state can
+	// Run replay the records its state lacks first (see stagelog.Record): on when the state can
 	// move to another process.
 	Log bool
 	// Owner names this ownership of the partition (the node id and the lease revision)
@@ -384,7 +384,7 @@ func tooBig(err error) error {
 const maxDeletes = 4096
 
 // write writes the transaction's likes and reader states, deletes acknowledged outbox entries and writes
-// the new ones and the state in txn. The state names the log record before this transaction's (see StageState.Log).
+// the new ones and the state in txn. The state names the log record before this transaction's (see stagelog.State.Log).
 func (s *Stage) write(txn *cold.Txn, st *stagelog.State, outbox []delivery.OutboxEntry, w *work) error {
 	p := s.cfg.Partition
 	if err := w.flush(txn, likesBatch(st)); err != nil {

@@ -52,7 +52,7 @@ func TestStageOutboxBounds(t *testing.T) {
 		t.Helper()
 		last, oldest, err := stagelog.Outbox(db, 3)
 		if err != nil || last != wantLast || oldest != wantOldest {
-			t.Fatalf("StageOutbox = %d, %d, %v; want %d, %d", last, oldest, err, wantLast, wantOldest)
+			t.Fatalf("Outbox = %d, %d, %v; want %d, %d", last, oldest, err, wantLast, wantOldest)
 		}
 	}
 	check(0, 0)
@@ -81,13 +81,13 @@ func TestStageOutboxBounds(t *testing.T) {
 }
 
 // TestStageHops: the hop batches a stage state says it sent and applied, read from the
-// state PutStage writes (so a change of StageState's layout shows here), held batches
+// state Put writes (so a change of State's layout shows here), held batches
 // above a gap not counted as applied.
 func TestStageHops(t *testing.T) {
 	db := open(t)
 	sent, applied, err := stagelog.Hops(db, 2)
 	if err != nil || len(sent) != 0 || len(applied) != 0 {
-		t.Fatalf("StageHops of no state = %v, %v, %v; want nothing", sent, applied, err)
+		t.Fatalf("Hops of no state = %v, %v, %v; want nothing", sent, applied, err)
 	}
 	st := &stagelog.State{Pos: 9, Seqs: map[string]uint64{"post.1": 2}, HopSeqs: map[uint32]uint64{0: 4, 3: 7},
 		Hops: map[uint32]*delivery.Mark{0: {Through: 5, Held: []delivery.Held{{Seq: 7, Data: make([]byte, 1<<10)}}}, 1: {Through: 2}}}
@@ -96,6 +96,6 @@ func TestStageHops(t *testing.T) {
 	}
 	sent, applied, err = stagelog.Hops(db, 2)
 	if err != nil || !maps.Equal(sent, st.HopSeqs) || !maps.Equal(applied, map[uint32]uint64{0: 5, 1: 2}) {
-		t.Fatalf("StageHops = %v, %v, %v; want sent %v, applied 0:5 1:2", sent, applied, err, st.HopSeqs)
+		t.Fatalf("Hops = %v, %v, %v; want sent %v, applied 0:5 1:2", sent, applied, err, st.HopSeqs)
 	}
 }
