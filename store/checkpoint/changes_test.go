@@ -7,6 +7,7 @@ import (
 
 	"github.com/tally-dev/tally/store/checkpoint"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/cold/coldtest"
 	"github.com/tally-dev/tally/store/delivery"
 )
 
@@ -14,7 +15,7 @@ import (
 // published ones in the same transaction; the outbox moves with the partition's backup
 // and stays out of its counters, its checkpoint and the other partitions.
 func TestChangeOutbox(t *testing.T) {
-	a, b := open(t), open(t)
+	a, b := coldtest.Open(t, cold.Options{}), coldtest.Open(t, cold.Options{})
 	seqs := func(db *cold.DB, p int) []uint64 {
 		t.Helper()
 		es, err := checkpoint.LoadChanges(db, "post", p)
@@ -80,7 +81,7 @@ func TestChangeOutbox(t *testing.T) {
 // load): a checkpoint holding many megabytes of them, with a full flush of counters,
 // still commits and loads (the value goes to Badger's value log).
 func TestCheckpointHoldsLargeHeld(t *testing.T) {
-	db := open(t)
+	db := coldtest.Open(t, cold.Options{})
 	held := make([]delivery.Held, 1000)
 	for i := range held {
 		held[i] = delivery.Held{Seq: uint64(i + 2), Data: bytes.Repeat([]byte{byte(i)}, 10<<10)}

@@ -7,18 +7,9 @@ import (
 
 	"github.com/tally-dev/tally/store/checkpoint"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/cold/coldtest"
 	"github.com/tally-dev/tally/store/delivery"
 )
-
-func open(t *testing.T) *cold.DB {
-	t.Helper()
-	db, err := cold.Open(cold.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
-}
 
 func TestCountersCheckpoint(t *testing.T) {
 	dir := t.TempDir()
@@ -66,7 +57,7 @@ func TestCountersCheckpoint(t *testing.T) {
 // TestJournal appends checkpoints to the journal, drops the ones a snapshot covers, and
 // reads back exactly the later ones, in order; a gap is an error, not a silent skip.
 func TestJournal(t *testing.T) {
-	db := open(t)
+	db := coldtest.Open(t, cold.Options{})
 	cp := &checkpoint.Checkpoint{Marks: map[uint32]*delivery.Mark{}}
 	for i := range uint64(5) {
 		j := checkpoint.Journal{Append: true}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tally-dev/tally/store/checkpoint"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/cold/coldtest"
 	"github.com/tally-dev/tally/store/delivery"
 )
 
@@ -16,7 +17,7 @@ import (
 // by the partition's backup and kept apart from other partitions, its counters and its
 // change outbox.
 func TestHeldPayloads(t *testing.T) {
-	a, b := open(t), open(t)
+	a, b := coldtest.Open(t, cold.Options{}), coldtest.Open(t, cold.Options{})
 	put := func(db *cold.DB, p int, src uint32, seq uint64) {
 		t.Helper()
 		if err := checkpoint.PutHeld(db, "post", p, delivery.HeldRef{Src: src, Seq: seq}, []byte{byte(src), byte(seq)}); err != nil {

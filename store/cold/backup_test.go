@@ -7,6 +7,7 @@ import (
 
 	"github.com/tally-dev/tally/store/checkpoint"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/cold/coldtest"
 	"github.com/tally-dev/tally/store/delivery"
 	"github.com/tally-dev/tally/store/stagelog"
 )
@@ -14,7 +15,7 @@ import (
 // A backup of one part restored into another database replaces that part there and
 // leaves every other key as it was.
 func TestBackupRestore(t *testing.T) {
-	a, b := open(t), open(t)
+	a, b := coldtest.Open(t, cold.Options{}), coldtest.Open(t, cold.Options{})
 	save := func(db *cold.DB, p int, id, pos uint64) {
 		t.Helper()
 		cp := &checkpoint.Checkpoint{Pos: pos, Marks: map[uint32]*delivery.Mark{}}

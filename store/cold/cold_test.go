@@ -10,16 +10,6 @@ import (
 	"github.com/tally-dev/tally/store/stagelog"
 )
 
-func open(t *testing.T) *cold.DB {
-	t.Helper()
-	db, err := cold.Open(cold.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
-}
-
 // TestOpenAfterKillInOpen: a process killed while Badger opened leaves the value log and
 // memtable files it creates at every open empty; the next open removes them and opens.
 func TestOpenAfterKillInOpen(t *testing.T) {

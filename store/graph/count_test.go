@@ -5,12 +5,13 @@ import (
 	"testing"
 
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/cold/coldtest"
 	"github.com/tally-dev/tally/store/graph"
 )
 
 // TestCountRelations recounts a random set of relations against a model.
 func TestCountRelations(t *testing.T) {
-	db := open(t)
+	db := coldtest.Open(t, cold.Options{})
 	rnd := rand.New(rand.NewPCG(1, 2))
 	likes, comments := map[uint64]uint64{}, map[uint64]uint64{}
 	followers, following := map[uint64]uint64{}, map[uint64]uint64{}
@@ -84,7 +85,7 @@ func TestCountRelations(t *testing.T) {
 	if all, err := graph.SampleRelated(db, 1, graph.Like, false, 100, rnd.Uint64); err != nil || len(all) != len(likes1) {
 		t.Errorf("sample of 100 = %v, %v; want all %d liked posts", all, err, len(likes1))
 	}
-	if got, err := graph.SampleRelated(open(t), 0, graph.Follow, true, 10, rnd.Uint64); err != nil || len(got) != 0 {
+	if got, err := graph.SampleRelated(coldtest.Open(t, cold.Options{}), 0, graph.Follow, true, 10, rnd.Uint64); err != nil || len(got) != 0 {
 		t.Errorf("sample of an empty db = %v, %v", got, err)
 	}
 	if _, err := graph.SampleRelated(db, 0, graph.Comment, false, 1, rnd.Uint64); err == nil {

@@ -12,19 +12,10 @@ import (
 	"testing"
 
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/cold/coldtest"
 	"github.com/tally-dev/tally/store/internal/keys"
 	"github.com/tally-dev/tally/store/rel"
 )
-
-func openDB(t testing.TB) *cold.DB {
-	t.Helper()
-	db, err := cold.Open(cold.Options{Dir: t.TempDir(), Upgrade: Upgrade})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
-}
 
 // likeModel is what the likes of one partition should answer: each user's likes, post
 // to the time of the like.
@@ -184,7 +175,7 @@ func TestLikesMatchModel(t *testing.T) {
 	const p, users, posts = 5, 8, 60
 	for seed := range uint64(4) {
 		r := rand.New(rand.NewPCG(seed, 1))
-		db, m := openDB(t), newLikeModel()
+		db, m := coldtest.Open(t, cold.Options{Upgrade: Upgrade}), newLikeModel()
 		// as the event stage keeps it, small enough to forget users on the way
 		res := NewResident[testReader](8 << 10)
 		batch, place := uint64(0), uint64(0)
@@ -274,7 +265,7 @@ func TestLikesMatchModel(t *testing.T) {
 // arrives; for light and heavy users alike, with the liker listed at the time of the like
 // that made it.
 func TestLikesPlace(t *testing.T) {
-	db := openDB(t)
+	db := coldtest.Open(t, cold.Options{Upgrade: Upgrade})
 	type step struct {
 		on        bool
 		place     uint64
@@ -343,7 +334,7 @@ func TestLikesPlace(t *testing.T) {
 func TestMigrateLikes(t *testing.T) {
 	const p, users, posts = 2, 6, 50
 	r := rand.New(rand.NewPCG(3, 3))
-	db, m := openDB(t), newLikeModel()
+	db, m := coldtest.Open(t, cold.Options{Upgrade: Upgrade}), newLikeModel()
 	writeOldLikes(t, db, p, m, r, users, posts, 400, 3, 10)
 	// a follow in the same namespaces stays as it is
 	if err := db.Update(func(txn *cold.Txn) error {
@@ -431,7 +422,7 @@ func TestMigrateLikesResumes(t *testing.T) {
 	faults := 0
 	for fail := 1; ; fail++ {
 		r := rand.New(rand.NewPCG(5, 5))
-		db, m := openDB(t), newLikeModel()
+		db, m := coldtest.Open(t, cold.Options{Upgrade: Upgrade}), newLikeModel()
 		writeOldLikes(t, db, p, m, r, users, posts, 800, 4, 20)
 		if len(m.likes[1]) <= maxLightLikes {
 			t.Fatalf("user 1 has %d likes: not heavy", len(m.likes[1]))
@@ -532,7 +523,7 @@ func writeLegacyRecords(t *testing.T, db *cold.DB, p int, m *likeModel, r *rand.
 func TestMigrateLikeStates(t *testing.T) {
 	const p, users, posts = 3, 8, 60
 	r := rand.New(rand.NewPCG(9, 9))
-	db, m := openDB(t), newLikeModel()
+	db, m := coldtest.Open(t, cold.Options{Upgrade: Upgrade}), newLikeModel()
 	writeLegacyRecords(t, db, p, m, r, users, posts)
 	moved, err := Migrate(db, 4, func(id uint64) int { return int(id % 4) })
 	if err != nil || moved != users {
@@ -595,7 +586,7 @@ func likeAndUnlike(t *testing.T, db *cold.DB, p int, m *likeModel, r *rand.Rand,
 // first rewrote, so neither liker comes back.
 func TestUnlikesOfOneChunkInOneBatch(t *testing.T) {
 	const p, post = 1, 500
-	db := openDB(t)
+	db := coldtest.Open(t, cold.Options{Upgrade: Upgrade})
 	batch := func(n uint64, fn func(txn *cold.Txn, l *Likes) error) {
 		t.Helper()
 		l := NewLikes(p, nil)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/cold/coldtest"
 	"github.com/tally-dev/tally/store/graph"
 	"github.com/tally-dev/tally/store/unread"
 )
@@ -29,7 +30,7 @@ func oldKey(ns byte, fields ...any) []byte {
 // TestMigrate moves a database of the old layout under partitions: each key goes to the
 // partition that owns it now, and the old keys are gone.
 func TestMigrate(t *testing.T) {
-	db := open(t)
+	db := coldtest.Open(t, cold.Options{})
 	u64 := func(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
 	inv := func(ts uint64) uint64 { return math.MaxUint64 - ts }
 	old := map[string][]byte{
@@ -139,7 +140,7 @@ func TestMigrate(t *testing.T) {
 	if err := db.Backup(&buf, cold.EventKeys(3)); err != nil {
 		t.Fatal(err)
 	}
-	other := open(t)
+	other := coldtest.Open(t, cold.Options{})
 	if err := other.Restore(&buf, cold.EventKeys(3), t.TempDir()); err != nil {
 		t.Fatal(err)
 	}

@@ -4,21 +4,12 @@ import (
 	"testing"
 
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/cold/coldtest"
 	"github.com/tally-dev/tally/store/graph"
 )
 
-func open(t *testing.T) *cold.DB {
-	t.Helper()
-	db, err := cold.Open(cold.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
-}
-
 func TestRelationsAndPaging(t *testing.T) {
-	db := open(t)
+	db := coldtest.Open(t, cold.Options{})
 	update := func(fn func(txn *cold.Txn) (bool, error)) bool {
 		t.Helper()
 		var changed bool

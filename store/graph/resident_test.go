@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/cold/coldtest"
 )
 
 // testReader stands for store/unread's reader state, which a Resident keeps beside like
@@ -18,7 +19,7 @@ func (testReader) Cost() int { return 8 + 216 + 40 }
 // one.
 func TestResidentKeepsOnlyWhatCommitted(t *testing.T) {
 	const p, owner, liker, post = 3, 7, 8, 100
-	db, res := openDB(t), NewResident[testReader](1<<20)
+	db, res := coldtest.Open(t, cold.Options{Upgrade: Upgrade}), NewResident[testReader](1<<20)
 
 	// A transaction that is thrown away: nothing of it is kept.
 	txn := db.NewTxn(true)
@@ -87,7 +88,7 @@ func TestResidentKeepsOnlyWhatCommitted(t *testing.T) {
 // and a budget too small for one user keeps nothing.
 func TestResidentBudget(t *testing.T) {
 	const p = 1
-	db := openDB(t)
+	db := coldtest.Open(t, cold.Options{Upgrade: Upgrade})
 	for _, max := range []int{0, 100, 64 << 10} {
 		res := NewResident[testReader](max)
 		for round := range 20 {

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/cold/coldtest"
 	"github.com/tally-dev/tally/store/internal/keys"
 	"github.com/tally-dev/tally/store/stagelog"
 )
@@ -55,7 +56,7 @@ func backupAs(t testing.TB, db *cold.DB, part cold.Keys, magic string, layout ui
 // layouts were recorded kept it (its backups say no layout either).
 func oldPartition(t *testing.T, p int, m *likeModel, r *rand.Rand, users, posts int, pos uint64, migrated bool) *cold.DB {
 	t.Helper()
-	db := openDB(t)
+	db := coldtest.Open(t, cold.Options{Upgrade: Upgrade})
 	writeOldLikes(t, db, p, m, r, users, posts, 600, 3, 12)
 	err := db.Update(func(txn *cold.Txn) error {
 		if _, err := Relate(txn, p, Follow, Rel{A: 1, B: 2}, 5); err != nil {
@@ -79,7 +80,7 @@ func oldPartition(t *testing.T, p int, m *likeModel, r *rand.Rand, users, posts 
 // own likes (which it leaves).
 func newProcess(t *testing.T, p int) *cold.DB {
 	t.Helper()
-	db := openDB(t)
+	db := coldtest.Open(t, cold.Options{Upgrade: Upgrade})
 	if _, err := Migrate(db, 4, func(id uint64) int { return int(id % 4) }); err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +251,7 @@ func TestRestoreUpgradeResumes(t *testing.T) {
 func TestRestoreLayout2(t *testing.T) {
 	const p, users, posts = 2, 8, 60
 	r := rand.New(rand.NewPCG(4, 4))
-	src, m := openDB(t), newLikeModel()
+	src, m := coldtest.Open(t, cold.Options{Upgrade: Upgrade}), newLikeModel()
 	writeLegacyRecords(t, src, p, m, r, users, posts)
 	if err := src.Update(func(txn *cold.Txn) error { return stagelog.Put(txn, p, &stagelog.State{Pos: 500}) }); err != nil {
 		t.Fatal(err)

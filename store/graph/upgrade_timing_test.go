@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/cold/coldtest"
 )
 
 // BenchmarkRestoreOldLayout restores one event partition of 200 000 likes (20 000 users,
@@ -19,7 +20,7 @@ func BenchmarkRestoreOldLayout(b *testing.B) {
 	const p = 2
 	r := rand.New(rand.NewPCG(1, 2))
 	m := newLikeModel()
-	src := openDB(b)
+	src := coldtest.Open(b, cold.Options{Upgrade: Upgrade})
 	for range 20 {
 		writeOldLikes(b, src, p, m, r, 20_000, 50_000, 10_000, 100, 40)
 	}
@@ -29,7 +30,7 @@ func BenchmarkRestoreOldLayout(b *testing.B) {
 	}
 	old := backupAs(b, src, cold.EventKeys(p), backupMagicV2, 0)
 	restore := func(backup []byte) (*cold.DB, time.Duration) {
-		db := openDB(b)
+		db := coldtest.Open(b, cold.Options{Upgrade: Upgrade})
 		start := time.Now()
 		if err := db.Restore(bytes.NewReader(backup), cold.EventKeys(p), b.TempDir()); err != nil {
 			b.Fatal(err)

@@ -5,22 +5,13 @@ import (
 	"testing"
 
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/cold/coldtest"
 	"github.com/tally-dev/tally/store/delivery"
 	"github.com/tally-dev/tally/store/stagelog"
 )
 
-func open(t *testing.T) *cold.DB {
-	t.Helper()
-	db, err := cold.Open(cold.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
-}
-
 func TestStageOutbox(t *testing.T) {
-	db := open(t)
+	db := coldtest.Open(t, cold.Options{})
 	st, out, err := stagelog.Load(db, 2)
 	if err != nil || st.Pos != 0 || len(out) != 0 {
 		t.Fatalf("fresh stage: %+v %v %v", st, out, err)
@@ -47,7 +38,7 @@ func TestStageOutbox(t *testing.T) {
 
 // TestStageOutboxBounds: the last entry written and the oldest not deleted yet.
 func TestStageOutboxBounds(t *testing.T) {
-	db := open(t)
+	db := coldtest.Open(t, cold.Options{})
 	check := func(wantLast, wantOldest uint64) {
 		t.Helper()
 		last, oldest, err := stagelog.Outbox(db, 3)
@@ -84,7 +75,7 @@ func TestStageOutboxBounds(t *testing.T) {
 // state Put writes (so a change of State's layout shows here), held batches
 // above a gap not counted as applied.
 func TestStageHops(t *testing.T) {
-	db := open(t)
+	db := coldtest.Open(t, cold.Options{})
 	sent, applied, err := stagelog.Hops(db, 2)
 	if err != nil || len(sent) != 0 || len(applied) != 0 {
 		t.Fatalf("Hops of no state = %v, %v, %v; want nothing", sent, applied, err)
