@@ -16,7 +16,7 @@ import (
 // workloads: every like by a new user (the end-to-end benchmark's), and 20 000 users
 // liking 100 posts each on average, Zipf-skewed, so that most likes are by heavy users.
 // Posts are Zipf-skewed over 100 000 in both.
-// Run: go test ./store/cold -run XXX -bench Likes -benchtime 1000000x
+// Run: go test ./store/graph -run XXX -bench Likes -benchtime 1000000x
 func BenchmarkLikes(b *testing.B) {
 	for _, w := range []struct {
 		name  string

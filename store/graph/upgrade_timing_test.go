@@ -15,7 +15,7 @@ import (
 // to like records and liker chunks as it restores, beside the baseline: the same
 // partition restored from its backup in this layout. The move is paid once per
 // partition, at its first takeover or standby prime after an upgrade.
-// Run: go test ./store/cold -run XXX -bench RestoreOldLayout -benchtime 1x
+// Run: go test ./store/graph -run XXX -bench RestoreOldLayout -benchtime 1x
 func BenchmarkRestoreOldLayout(b *testing.B) {
 	const p = 2
 	r := rand.New(rand.NewPCG(1, 2))
