@@ -15,8 +15,8 @@ import (
 )
 
 // heldStore keeps the payloads of the delta batches the worker holds above a gap in the
-// partition's Badger keys (checkpoint.PutHeld): each written in a transaction of its own when
-// held, deleted by the checkpoint whose marks no longer hold it.
+// partition's Badger keys (checkpoint.PutHeld): each written in a transaction of its own
+// when held, deleted by the checkpoint whose marks no longer hold it.
 type heldStore struct {
 	db     *cold.DB
 	family string

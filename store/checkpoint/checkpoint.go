@@ -54,8 +54,8 @@ type Changes struct {
 }
 
 // changePrefix holds the outbox of (family, p)'s change events. It lies under the
-// partition's meta key, so that cold.CounterKeys — a backup, a restore, a clear — carries the
-// outbox with the checkpoint that wrote it.
+// partition's meta key, so that cold.CounterKeys — a backup, a restore, a clear —
+// carries the outbox with the checkpoint that wrote it.
 func changePrefix(family string, p int) keys.Key { return keys.Meta(family, p).U8(keys.NSOutbox) }
 func changeKey(family string, p int, seq uint64) keys.Key {
 	return changePrefix(family, p).U64(seq)

@@ -10,8 +10,8 @@ import (
 
 // Delta batches a counter partition holds above a gap (stages/hop) keep their payload
 // under a key of their own, w|family|p|'h'|src|seq: under the partition's meta key, so
-// that cold.CounterKeys — a backup, a restore, a clear — carries them with the checkpoint
-// whose marks hold them. A payload is written in a transaction of its own when the batch
+// that cold.CounterKeys — a backup, a restore, a clear — carries them with the
+// checkpoint whose marks hold them. A payload is written in a transaction of its own when the batch
 // is held (before any checkpoint can name it) and deleted by the checkpoint whose marks
 // no longer hold it (Changes.Released), so every checkpoint finds the payloads it holds.
 

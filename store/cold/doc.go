@@ -2,8 +2,9 @@
 // write through — relations and likes (store/graph), counter checkpoints
 // (store/checkpoint), the event stage's state and outbox (store/stagelog), unread state
 // (store/unread) — and what moves every key of a partition between processes: backups,
-// restores and clears of the keys that move between processes as one (Keys), and the key layout a database and a
-// backup are in (Layout; graph.Migrate and graph.Upgrade move older ones).
+// restores and clears of the keys that move as one (Keys), and the key layout a
+// database and a backup are in (Layout; graph.Migrate and graph.Upgrade move older
+// ones).
 //
 // Writes that must be atomic take a *Txn from the caller (DB.NewTxn, Update, View), so a
 // stage commits its state change, outbox and position in one transaction. Txn is the

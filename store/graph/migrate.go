@@ -158,18 +158,18 @@ func migrateOnce(db *cold.DB, name string, move func(db *cold.DB, w *groupWriter
 }
 
 // layoutStep is how the keys of one partition move to a layout from the one before it,
-// once the keys are under their partitions (cold.LayoutPartitioned): Migrate runs it over
-// every partition of a database once (marked done by mark), Upgrade over a
+// once the keys are under their partitions (cold.LayoutPartitioned): Migrate runs it
+// over every partition of a database once (marked done by mark), Upgrade over a
 // restored partition.
 type layoutStep struct {
-	to   int // the layout it moves to; a part of a layout below takes it
+	to   int // the layout it moves to; a partition of a layout below takes it
 	mark string
 	what string
 	move func(db *cold.DB, w *groupWriter, from, to int) (int, error)
 }
 
-// layoutSteps are the steps from cold.LayoutPartitioned to cold.Layout, in order: a change of
-// layout adds one here.
+// layoutSteps are the steps from cold.LayoutPartitioned to cold.Layout, in order: a
+// change of layout adds one here.
 var layoutSteps = []layoutStep{
 	{cold.LayoutLikes, "likes", "likes to like records", moveLikes},
 	{cold.LayoutStates, "like-states", "like records to relation states", moveLikeStates},

@@ -124,8 +124,8 @@ func DeleteOutbox(txn *cold.Txn, p int, seqs []uint64) error {
 }
 
 // Hop batches an event partition holds above a gap (stages/hop) keep their payloads
-// under the partition's stage key, p|partition|'h'|src|seq, so that cold.EventKeys — a backup,
-// a restore, a clear — carries them with the state whose marks hold them. They are
+// under the partition's stage key, p|partition|'h'|src|seq, so that cold.EventKeys — a
+// backup, a restore, a clear — carries them with the state whose marks hold them. They are
 // written and deleted in the stage's own transactions, with the marks.
 func heldKey(p int, src uint32, seq uint64) keys.Key {
 	return keys.Stage(p).U8(keys.NSHeld).U32(src).U64(seq)
