@@ -54,7 +54,7 @@ func (p pointer) heldBy(l *Lease) bool {
 // or its counters' (every family of them).
 type Piece struct {
 	Name string // of its pointer and, with a unique suffix, of its backups
-	Part cold.Part
+	Keys cold.Keys
 	// pos reads the positions its stored state reflects: the event stage's last log
 	// record, or each family's last delta applied. Read before a backup, they are covered by it.
 	Pos func() ([]uint64, error)
@@ -122,7 +122,7 @@ func (b *Backups) Prime(ctx context.Context, pc Piece, self string) (string, Cur
 		if ptr.Owner == "" { // nobody owned it yet: whatever is here is nobody's
 			return "local", cur, nil
 		}
-		return "empty", cur, b.DB.Clear(pc.Part)
+		return "empty", cur, b.DB.Clear(pc.Keys)
 	}
 	return "backup", cur, b.restore(ctx, pc, ptr)
 }
@@ -181,7 +181,7 @@ func (b *Backups) Store(ctx context.Context, pc Piece, l *Lease) (uint64, []uint
 	read := make(chan struct{})
 	go func() {
 		defer close(read)
-		pw.CloseWithError(b.DB.Backup(pw, pc.Part))
+		pw.CloseWithError(b.DB.Backup(pw, pc.Keys))
 	}()
 	// The layout is in the backup's header too, which a restore goes by; here it lets a
 	// restore refuse a newer one before it reads it, and an operator see it.
@@ -261,7 +261,7 @@ func (b *Backups) Claim(ctx context.Context, pc Piece, l *Lease) (string, error)
 			from = "standby"
 		case last.Object == "":
 			from = "empty"
-			err = b.DB.Clear(pc.Part)
+			err = b.DB.Clear(pc.Keys)
 		default:
 			from = "backup"
 			err = b.restore(ctx, pc, last)
@@ -349,7 +349,7 @@ func (b *Backups) restore(ctx context.Context, pc Piece, ptr pointer) error {
 			return fmt.Errorf("%w: backup %s is of layout %d, this tallyd knows layouts up to %d: a tallyd of a newer version must take %s", cold.ErrNewerLayout, ptr.Object, l, cold.Layout, pc.Name)
 		}
 	}
-	if err := b.DB.Restore(obj, pc.Part, b.TmpDir); err != nil {
+	if err := b.DB.Restore(obj, pc.Keys, b.TmpDir); err != nil {
 		return fmt.Errorf("backup %s: %w", ptr.Object, err)
 	}
 	if ok, err := Reflects(pc, ptr.Pos); err != nil || !ok {

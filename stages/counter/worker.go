@@ -15,6 +15,7 @@ import (
 	"github.com/tally-dev/tally/stages/flow"
 	"github.com/tally-dev/tally/stages/hop"
 	"github.com/tally-dev/tally/store"
+	"github.com/tally-dev/tally/store/checkpoint"
 	"github.com/tally-dev/tally/store/cold"
 )
 
@@ -115,7 +116,7 @@ type Worker struct {
 	bytes      atomic.Int64 // the table's RAM, as of the last flush, when it can tell
 
 	table     store.Table
-	cp        cold.Checkpoint
+	cp        checkpoint.Checkpoint
 	in        hop.In              // the deltas' hop; its Marks are cp.Marks
 	store     heldStore           // the payloads the hop holds
 	held      pipeline.DeltaBatch // a held batch being applied
@@ -290,7 +291,7 @@ func (w *Worker) load() error {
 	w.scratch = make([]uint64, fields)
 	w.table = w.cfg.NewTable(fields)
 	w.tier, _ = w.table.(tiered)
-	cp, err := cold.LoadCheckpoint(w.db, w.cfg.Family.Name, w.cfg.Partition)
+	cp, err := checkpoint.LoadCheckpoint(w.db, w.cfg.Family.Name, w.cfg.Partition)
 	if err != nil {
 		return err
 	}
@@ -314,7 +315,7 @@ func (w *Worker) load() error {
 		source = "counters"
 		// Ids past ColdAge stay in the cold tier.
 		w.cold.below = w.ageLimit()
-		err := cold.LoadCounters(w.db, w.cfg.Family.Name, w.cfg.Partition, fields, func(id uint64, c []uint64) {
+		err := checkpoint.LoadCounters(w.db, w.cfg.Family.Name, w.cfg.Partition, fields, func(id uint64, c []uint64) {
 			if !w.isCold(id) {
 				w.table.Put(id, c)
 			}
@@ -408,21 +409,21 @@ func (w *Worker) flush(ctx context.Context) error {
 	if w.changed == 0 {
 		return nil
 	}
-	var entries []cold.Entry
+	var entries []checkpoint.Entry
 	w.table.Dirty(func(id uint64, counts []uint64) bool {
-		entries = append(entries, cold.Entry{ID: id, Counts: append([]uint64(nil), counts...)})
+		entries = append(entries, checkpoint.Entry{ID: id, Counts: append([]uint64(nil), counts...)})
 		return true
 	})
 	start := time.Now()
 	snaps := w.tier != nil && w.cfg.SnapshotDir != ""
-	j := cold.Journal{Append: snaps, DropThrough: w.snapSeq}
+	j := checkpoint.Journal{Append: snaps, DropThrough: w.snapSeq}
 	chg, err := w.changeEntries(w.cp.Seq+1, entries)
 	if err != nil {
 		return fmt.Errorf("change event of %s/%d: %w", w.cfg.Family.Name, w.cfg.Partition, err)
 	}
 	w.chg.published = append(w.chg.published, w.chg.out.Published()...)
 	err = w.serving(func() error {
-		err := cold.SaveCheckpoint(w.db, w.cfg.Family.Name, w.cfg.Partition, entries, &w.cp, j, cold.Changes{Put: chg, Published: w.chg.published, Released: w.store.released})
+		err := checkpoint.SaveCheckpoint(w.db, w.cfg.Family.Name, w.cfg.Partition, entries, &w.cp, j, checkpoint.Changes{Put: chg, Published: w.chg.published, Released: w.store.released})
 		if err == nil && w.cfg.AfterCheckpoint != nil {
 			err = w.cfg.AfterCheckpoint()
 		}

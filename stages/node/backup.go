@@ -12,7 +12,9 @@ import (
 
 	"github.com/tally-dev/tally/stages/cluster"
 	"github.com/tally-dev/tally/stages/event"
+	"github.com/tally-dev/tally/store/checkpoint"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/stagelog"
 )
 
 // Each partition's state is backed up as two pieces under its one lease: its counters
@@ -25,8 +27,8 @@ const legacyEvents = "events"
 func eventObject(p int) string { return "events." + strconv.Itoa(p) }
 
 func (n *Node) eventPiece(p int) cluster.Piece {
-	return cluster.Piece{Name: eventObject(p), Part: cold.EventPart(p), Pos: func() ([]uint64, error) {
-		st, _, err := cold.LoadStage(n.db, p)
+	return cluster.Piece{Name: eventObject(p), Keys: cold.EventKeys(p), Pos: func() ([]uint64, error) {
+		st, _, err := stagelog.Load(n.db, p)
 		if err != nil {
 			return nil, err
 		}
@@ -57,10 +59,10 @@ func (n *Node) claimEvents(ctx context.Context, p int, l *cluster.Lease, warm bo
 }
 
 func (n *Node) counterPiece(p int) cluster.Piece {
-	return cluster.Piece{Name: counterObject(p), Part: cold.CounterPart(n.families(), p), Pos: func() ([]uint64, error) {
+	return cluster.Piece{Name: counterObject(p), Keys: cold.CounterKeys(n.families(), p), Pos: func() ([]uint64, error) {
 		pos := make([]uint64, len(n.cfg.Families))
 		for i, f := range n.cfg.Families {
-			cp, err := cold.LoadCheckpoint(n.db, f.Name, p)
+			cp, err := checkpoint.LoadCheckpoint(n.db, f.Name, p)
 			if err != nil {
 				return nil, err
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/stages/cluster"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/graph"
 )
 
 // partRig is a NATS server with the streams and state bucket, and processes that own
@@ -41,7 +42,7 @@ func (r *partRig) process() *Node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := cold.Open(cold.Options{Dir: filepath.Join(cfg.DataDir, "state"), Logger: log})
+	db, err := cold.Open(cold.Options{Dir: filepath.Join(cfg.DataDir, "state"), Logger: log, Upgrade: graph.Upgrade})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -75,7 +75,7 @@ type Config struct {
 	// whole process (about 100 bytes each, outside the counter tables' bound).
 	ColdCache int
 	// StateMem is the RAM the event partitions keep of what their events read of their
-	// state (reader states and like records of the users active lately, cold.Resident),
+	// state (reader states and like records of the users active lately, graph.Resident),
 	// shared evenly by the partitions: a like or a notification then costs no Badger
 	// read. 0 keeps none.
 	StateMem int64

@@ -32,6 +32,7 @@ import (
 	"github.com/tally-dev/tally/stages/query"
 	"github.com/tally-dev/tally/store"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/graph"
 	"github.com/tally-dev/tally/store/hot"
 )
 
@@ -185,14 +186,14 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		}
 	}
 	if n.db, err = cold.Open(cold.Options{Dir: filepath.Join(cfg.DataDir, "state"), SyncWrites: cfg.SyncWrites, Logger: log, MemTableSize: memTable,
-		NumMemtables: mem.Memtables, NumCompactors: mem.Compactors, BlockCacheSize: mem.BlockCache, IndexCacheSize: mem.IndexCache}); err != nil {
+		NumMemtables: mem.Memtables, NumCompactors: mem.Compactors, BlockCacheSize: mem.BlockCache, IndexCacheSize: mem.IndexCache, Upgrade: graph.Upgrade}); err != nil {
 		return nil, err
 	}
 	if obs != nil {
 		n.backups = &cluster.Backups{JS: js, Obs: obs, DB: n.db, Subjects: sc.Subjects, Log: log, TmpDir: cfg.DataDir}
 	}
 	partOf := func(id uint64) int { return pipeline.PartitionOf(pipeline.ID(id), cfg.Partitions) }
-	if moved, err := cold.Migrate(n.db, cfg.Partitions, partOf); err != nil {
+	if moved, err := graph.Migrate(n.db, cfg.Partitions, partOf); err != nil {
 		return nil, err
 	} else if moved > 0 {
 		log.Info("moved the event stages' state under its partitions (upgrade)", "keys", moved)

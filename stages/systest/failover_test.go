@@ -21,7 +21,7 @@ import (
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/stages/node"
 	"github.com/tally-dev/tally/stages/systest/rig"
-	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/stagelog"
 )
 
 // failoverTTL is the ownership lease of the failover test: a dead owner's partitions are
@@ -217,7 +217,7 @@ func checkLogHistory(t *testing.T, js jetstream.JetStream, partitions int) {
 			if err != nil {
 				break
 			}
-			rec, err := cold.DecodeLogRecord(m.Data())
+			rec, err := stagelog.DecodeRecord(m.Data())
 			if err != nil {
 				t.Fatal(err)
 			}

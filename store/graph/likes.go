@@ -1,16 +1,13 @@
-package cold
+package graph
 
 import (
 	"bytes"
-	"cmp"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
 
-	"github.com/dgraph-io/badger/v4"
-
+	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/internal/keys"
 	"github.com/tally-dev/tally/store/rel"
 )
 
@@ -34,137 +31,6 @@ import (
 //
 // Lists order as every relation list does: newest first, then by the other side's id;
 // a cursor is the same 24 bytes (^time, other side, 0) in every partition and shape.
-const (
-	nsLikes  = 'L' // L|partition|'r'|user → like record
-	nsLikers = 'K' // K|partition|'l'|post|^second|batch → liker chunk
-)
-
-// recordKind is the kind byte of a like record's key. Records of the layout before
-// states (L|p|'l'|u: post, time and place per like) are moved by moveLikeStates.
-const recordKind = 'r'
-
-// maxLightLikes is the most posts a like record holds before its user turns heavy.
-const maxLightLikes = 32
-
-const (
-	likerSize = 16          // user, time
-	chunkLen  = relOff + 24 // post, ^second, batch
-	// recordVersion starts a like record; recordHeavy is its flag for a heavy user.
-	recordVersion = 2
-	recordHeavy   = 1
-)
-
-// like is one post's state in a like record.
-type like struct {
-	post uint64
-	rel.State
-}
-
-// likes is one user's like record: a light user's like states.
-type likes struct {
-	heavy bool
-	list  []like // made ones newest first, then undone ones
-	dirty bool   // changed by the batch: written at Flush
-}
-
-func likesKey(p int, u uint64) key { return newKey(nsLikes, relOff+8).U16(p).U8(recordKind).U64(u) }
-
-// likersKey is a chunk's key; second is the like time's second (time in milliseconds).
-func likersKey(p int, post uint64, second int64, batch uint64) key {
-	return likersSecond(p, post, second).U64(batch)
-}
-
-func likersSecond(p int, post uint64, second int64) key {
-	return relPrefix(nsLikers, p, Like).U64(post).U64(math.MaxUint64 - uint64(second))
-}
-
-func secondOf(ts int64) int64 { return ts / 1000 }
-
-// newestFirst orders likes and likers as lists are: newest first (like time ts), then
-// by the other side's id.
-func newestFirst(ts int64, id uint64, t int64, o uint64) int {
-	return cmp.Or(cmp.Compare(t, ts), cmp.Compare(id, o))
-}
-
-func likersNewestFirst(a, b liker) int { return newestFirst(a.ts, a.user, b.ts, b.user) }
-
-// recordOrder orders a like record: made likes newest first, then undone ones by post.
-func recordOrder(a, b like) int {
-	switch {
-	case a.On && b.On:
-		return newestFirst(a.Made.TS, a.post, b.Made.TS, b.post)
-	case a.On != b.On:
-		if a.On {
-			return -1
-		}
-		return 1
-	}
-	return cmp.Compare(a.post, b.post)
-}
-
-func decodeLikes(v []byte) (*likes, error) {
-	if len(v) < 2 || v[0] != recordVersion || v[1]&^recordHeavy != 0 {
-		return nil, fmt.Errorf("%w: like record %x", ErrCorrupt, v[:min(len(v), 2)])
-	}
-	l := &likes{heavy: v[1]&recordHeavy != 0}
-	for b := v[2:]; len(b) > 0; {
-		if len(b) < 8 || len(l.list) == maxLightLikes {
-			return nil, fmt.Errorf("%w: like record of %d bytes", ErrCorrupt, len(v))
-		}
-		st, n, err := rel.Decode(b[8:])
-		if err != nil {
-			return nil, fmt.Errorf("%w: like record: %w", ErrCorrupt, err)
-		}
-		l.list = append(l.list, like{post: u64at(b, 0), State: st})
-		b = b[8+n:]
-	}
-	return l, nil
-}
-
-func (l *likes) encode() []byte {
-	v := make([]byte, 2, 2+len(l.list)*24)
-	v[0] = recordVersion
-	if l.heavy {
-		v[1] = recordHeavy
-		return v
-	}
-	for i := range l.list {
-		v = binary.BigEndian.AppendUint64(v, l.list[i].post)
-		v = l.list[i].Append(v)
-	}
-	return v
-}
-
-func (l *likes) find(post uint64) int {
-	return slices.IndexFunc(l.list, func(e like) bool { return e.post == post })
-}
-
-// liker is one entry of a liker chunk.
-type liker struct {
-	user uint64
-	ts   int64
-}
-
-func decodeLikers(v []byte) ([]liker, error) {
-	if len(v)%likerSize != 0 {
-		return nil, fmt.Errorf("%w: liker chunk of %d bytes", ErrCorrupt, len(v))
-	}
-	out := make([]liker, len(v)/likerSize)
-	for i := range out {
-		out[i] = liker{user: u64at(v, i*likerSize), ts: int64(u64at(v, i*likerSize+8))}
-	}
-	return out, nil
-}
-
-func encodeLikers(ls []liker) []byte {
-	slices.SortFunc(ls, likersNewestFirst)
-	v := make([]byte, 0, len(ls)*likerSize)
-	for _, e := range ls {
-		v = binary.BigEndian.AppendUint64(v, e.user)
-		v = binary.BigEndian.AppendUint64(v, uint64(e.ts))
-	}
-	return v
-}
 
 // chunkAt names the chunk of one post and second that a batch adds.
 type chunkAt struct {
@@ -188,8 +54,8 @@ type Likes struct {
 	// db, when set, is where stored liker chunks are looked for (see ReadChunksFrom):
 	// view reads it as committed and rewrote holds the chunks the batch rewrote since
 	// (empty: deleted).
-	db      *DB
-	view    *Txn
+	db      *cold.DB
+	view    *cold.Txn
 	rewrote map[string][]byte
 }
 
@@ -200,7 +66,7 @@ type Likes struct {
 // likes a sort of its writes per like (22 % of all CPU draining batches not split by
 // partition). Only the partition's batch writes its chunks, so what is committed is
 // what the transaction would read. Close ends the view.
-func (l *Likes) ReadChunksFrom(db *DB) { l.db = db }
+func (l *Likes) ReadChunksFrom(db *cold.DB) { l.db = db }
 
 // Close discards what the batch opened to read (see ReadChunksFrom).
 func (l *Likes) Close() {
@@ -235,7 +101,7 @@ func NewLikes(p int, res records) *Likes {
 }
 
 // record is user u's like record: the batch's copy, the resident one or the stored one.
-func (l *Likes) record(txn *Txn, u uint64) (*likes, error) {
+func (l *Likes) record(txn *cold.Txn, u uint64) (*likes, error) {
 	if r, ok := l.users[u]; ok {
 		return r, nil
 	}
@@ -246,13 +112,7 @@ func (l *Likes) record(txn *Txn, u uint64) (*likes, error) {
 		}
 	}
 	r := &likes{}
-	item, err := txn.get(likesKey(l.p, u))
-	switch {
-	case err == nil:
-		if err := item.Value(func(v []byte) (err error) { r, err = decodeLikes(v); return err }); err != nil {
-			return nil, err
-		}
-	case !errors.Is(err, badger.ErrKeyNotFound):
+	if _, err := txn.Get(likesKey(l.p, u), func(v []byte) (err error) { r, err = decodeLikes(v); return err }); err != nil {
 		return nil, err
 	}
 	l.users[u] = r
@@ -264,7 +124,7 @@ func (l *Likes) record(txn *Txn, u uint64) (*likes, error) {
 // before an unlike already applied is undone by it, however late it comes, and a like
 // made twice is made by the copy placed first. forgot is rel's: an older like was
 // forgotten.
-func (l *Likes) Toggle(txn *Txn, u, post uint64, on bool, e rel.Event) (before, after rel.State, forgot bool, err error) {
+func (l *Likes) Toggle(txn *cold.Txn, u, post uint64, on bool, e rel.Event) (before, after rel.State, forgot bool, err error) {
 	e.TS = max(e.TS, 0)
 	r, err := l.record(txn, u)
 	if err != nil {
@@ -302,7 +162,7 @@ func (l *Likes) Toggle(txn *Txn, u, post uint64, on bool, e rel.Event) (before, 
 }
 
 // toggleKey is Toggle for a heavy user: the post's state is a relation key.
-func (l *Likes) toggleKey(txn *Txn, u, post uint64, on bool, e rel.Event) (before, after rel.State, forgot bool, err error) {
+func (l *Likes) toggleKey(txn *cold.Txn, u, post uint64, on bool, e rel.Event) (before, after rel.State, forgot bool, err error) {
 	before, after, forgot, keys, err := toggleKey(txn, l.p, Like, Rel{A: u, B: post}, on, e)
 	l.touch(keys...)
 	if err != nil || len(keys) == 0 {
@@ -312,14 +172,14 @@ func (l *Likes) toggleKey(txn *Txn, u, post uint64, on bool, e rel.Event) (befor
 }
 
 // putKey writes a heavy user's like state, moving its list key with its time.
-func (l *Likes) putKey(txn *Txn, r Rel, before, after rel.State) error {
+func (l *Likes) putKey(txn *cold.Txn, r Rel, before, after rel.State) error {
 	keys, err := putState(txn, l.p, Like, r, before, after)
 	l.touch(keys...)
 	return err
 }
 
 // moveLiker moves user u in post's likers from where before had it to where after has.
-func (l *Likes) moveLiker(txn *Txn, u, post uint64, before, after rel.State) error {
+func (l *Likes) moveLiker(txn *cold.Txn, u, post uint64, before, after rel.State) error {
 	if before.On == after.On && before.Made.TS == after.Made.TS {
 		return nil
 	}
@@ -339,7 +199,7 @@ func (l *Likes) moveLiker(txn *Txn, u, post uint64, before, after rel.State) err
 }
 
 // dropLiker takes user u out of post's likers, from the batch's chunk or a stored one.
-func (l *Likes) dropLiker(txn *Txn, u, post uint64, ts int64) error {
+func (l *Likes) dropLiker(txn *cold.Txn, u, post uint64, ts int64) error {
 	c := chunkAt{post: post, second: secondOf(ts)}
 	if i := slices.Index(l.added[c], liker{user: u, ts: ts}); i >= 0 {
 		l.added[c] = slices.Delete(l.added[c], i, i+1)
@@ -364,7 +224,7 @@ func (l *Likes) dropLiker(txn *Txn, u, post uint64, ts int64) error {
 
 // findLiker finds the stored chunk under prefix that lists e, and returns its key and
 // its value without e (nil, nil when none does).
-func (l *Likes) findLiker(txn *Txn, prefix key, e liker) (k, v []byte, err error) {
+func (l *Likes) findLiker(txn *cold.Txn, prefix key, e liker) (k, v []byte, err error) {
 	from := txn
 	if l.db != nil {
 		if l.view == nil {
@@ -372,19 +232,18 @@ func (l *Likes) findLiker(txn *Txn, prefix key, e liker) (k, v []byte, err error
 		}
 		from = l.view
 	}
-	it := from.iterator(badger.IteratorOptions{Prefix: prefix})
+	it := from.Iterator(cold.IteratorOptions{Prefix: prefix})
 	defer it.Close()
 	for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
-		item := it.Item()
-		val, ok := l.rewrote[string(item.Key())]
+		val, ok := l.rewrote[string(it.Key())]
 		if !ok {
-			if val, err = item.ValueCopy(nil); err != nil {
+			if val, err = it.ValueCopy(nil); err != nil {
 				return nil, nil, err
 			}
 		}
 		for i := 0; i+likerSize <= len(val); i += likerSize {
 			if u64at(val, i) == e.user && int64(u64at(val, i+8)) == e.ts {
-				return item.KeyCopy(nil), slices.Delete(slices.Clone(val), i, i+likerSize), nil
+				return it.KeyCopy(nil), slices.Delete(slices.Clone(val), i, i+likerSize), nil
 			}
 		}
 	}
@@ -394,7 +253,7 @@ func (l *Likes) findLiker(txn *Txn, prefix key, e liker) (k, v []byte, err error
 // Flush writes the batch's like records and liker chunks in txn, the chunks under
 // batch, which must differ from every other batch's of the partition (the event stage
 // uses its position after the transaction).
-func (l *Likes) Flush(txn *Txn, batch uint64) error {
+func (l *Likes) Flush(txn *cold.Txn, batch uint64) error {
 	for u, r := range l.users {
 		if !r.dirty {
 			continue
@@ -429,20 +288,14 @@ func (l *Likes) Flush(txn *Txn, batch uint64) error {
 }
 
 // chunk reads the liker chunk at k (none when there is none).
-func chunk(txn *Txn, k key) ([]liker, error) {
-	item, err := txn.get(k)
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return nil, nil
-	} else if err != nil {
-		return nil, err
-	}
+func chunk(txn *cold.Txn, k key) ([]liker, error) {
 	var out []liker
-	err = item.Value(func(v []byte) (err error) { out, err = decodeLikers(v); return err })
+	_, err := txn.Get(k, func(v []byte) (err error) { out, err = decodeLikers(v); return err })
 	return out, err
 }
 
 // relatedLikes is Related for likes: whether user a likes each of bs.
-func relatedLikes(txn *Txn, p int, a uint64, bs []uint64, out []bool) error {
+func relatedLikes(txn *cold.Txn, p int, a uint64, bs []uint64, out []bool) error {
 	r, err := NewLikes(p, nil).record(txn, a)
 	switch {
 	case err != nil:
@@ -470,7 +323,7 @@ func after(ts int64, id uint64, c []byte) bool {
 
 // likedPage is List for a user's likes: from the like record, or the list keys of a
 // heavy user (ok false).
-func likedPage(txn *Txn, p int, u uint64, limit int, from []byte) (items []Item, next string, ok bool, err error) {
+func likedPage(txn *cold.Txn, p int, u uint64, limit int, from []byte) (items []Item, next string, ok bool, err error) {
 	r, err := NewLikes(p, nil).record(txn, u)
 	if err != nil || r.heavy {
 		return nil, "", false, err
@@ -492,13 +345,13 @@ func likedPage(txn *Txn, p int, u uint64, limit int, from []byte) (items []Item,
 
 // likersPage is List for a post's likers kept in partition p: its chunks a second at a
 // time, newest first, each second's merged.
-func likersPage(txn *Txn, p int, post uint64, limit int, from []byte) (items []Item, next string, err error) {
-	prefix := relPrefix(nsLikers, p, Like).U64(post)
+func likersPage(txn *cold.Txn, p int, post uint64, limit int, from []byte) (items []Item, next string, err error) {
+	prefix := relPrefix(keys.NSLikers, p, Like).U64(post)
 	start := prefix
 	if from != nil {
 		start = likersSecond(p, post, secondOf(int64(math.MaxUint64-u64at(from, 0))))
 	}
-	it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
+	it := txn.Iterator(cold.IteratorOptions{Prefix: prefix, PrefetchValues: true})
 	defer it.Close()
 	var second []liker // the likers of the second being read
 	flush := func() bool {
@@ -518,15 +371,15 @@ func likersPage(txn *Txn, p int, post uint64, limit int, from []byte) (items []I
 	}
 	var at []byte // the current second's key prefix
 	for it.Seek(start); it.ValidForPrefix(prefix); it.Next() {
-		kb := it.Item().Key()
+		kb := it.Key()
 		if len(kb) != chunkLen {
-			return nil, "", fmt.Errorf("%w: liker chunk key of %d bytes", ErrCorrupt, len(kb))
+			return nil, "", fmt.Errorf("%w: liker chunk key of %d bytes", cold.ErrCorrupt, len(kb))
 		}
 		if at != nil && !bytes.Equal(at, kb[:chunkLen-8]) && !flush() {
 			return items, next, nil
 		}
 		at = append(at[:0], kb[:chunkLen-8]...)
-		err := it.Item().Value(func(v []byte) error {
+		err := it.Value(func(v []byte) error {
 			ls, err := decodeLikers(v)
 			second = append(second, ls...)
 			return err
@@ -540,13 +393,13 @@ func likersPage(txn *Txn, p int, post uint64, limit int, from []byte) (items []I
 }
 
 // countLikers counts post's likers kept in partition p, reading its chunks.
-func countLikers(txn *Txn, p int, post uint64) (uint64, error) {
-	prefix := relPrefix(nsLikers, p, Like).U64(post)
-	it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
+func countLikers(txn *cold.Txn, p int, post uint64) (uint64, error) {
+	prefix := relPrefix(keys.NSLikers, p, Like).U64(post)
+	it := txn.Iterator(cold.IteratorOptions{Prefix: prefix, PrefetchValues: true})
 	defer it.Close()
 	var n uint64
 	for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
-		err := it.Item().Value(func(v []byte) error { n += uint64(len(v)) / likerSize; return nil })
+		err := it.Value(func(v []byte) error { n += uint64(len(v)) / likerSize; return nil })
 		if err != nil {
 			return 0, err
 		}

@@ -1,7 +1,10 @@
-package cold
+package graph
 
 import (
 	"testing"
+
+	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/cold/coldtest"
 )
 
 // testReader stands for store/unread's reader state, which a Resident keeps beside like
@@ -16,7 +19,7 @@ func (testReader) Cost() int { return 8 + 216 + 40 }
 // one.
 func TestResidentKeepsOnlyWhatCommitted(t *testing.T) {
 	const p, owner, liker, post = 3, 7, 8, 100
-	db, res := openDB(t), NewResident[testReader](1<<20)
+	db, res := coldtest.Open(t, cold.Options{Upgrade: Upgrade}), NewResident[testReader](1<<20)
 
 	// A transaction that is thrown away: nothing of it is kept.
 	txn := db.NewTxn(true)
@@ -34,7 +37,7 @@ func TestResidentKeepsOnlyWhatCommitted(t *testing.T) {
 
 	// The same, committed and kept: read from RAM afterwards.
 	l = NewLikes(p, res)
-	err := db.Update(func(txn *Txn) error {
+	err := db.Update(func(txn *cold.Txn) error {
 		if changed, err := l.like(txn, liker, post, 1, 1); err != nil || !changed {
 			t.Fatalf("like: changed %v, %v", changed, err)
 		}
@@ -52,7 +55,7 @@ func TestResidentKeepsOnlyWhatCommitted(t *testing.T) {
 		t.Fatal("a reader seen once is resident")
 	}
 	l = NewLikes(p, res)
-	err = db.View(func(txn *Txn) error {
+	err = db.View(func(txn *cold.Txn) error {
 		_, err := l.record(txn, liker)
 		return err
 	})
@@ -85,12 +88,12 @@ func TestResidentKeepsOnlyWhatCommitted(t *testing.T) {
 // and a budget too small for one user keeps nothing.
 func TestResidentBudget(t *testing.T) {
 	const p = 1
-	db := openDB(t)
+	db := coldtest.Open(t, cold.Options{Upgrade: Upgrade})
 	for _, max := range []int{0, 100, 64 << 10} {
 		res := NewResident[testReader](max)
 		for round := range 20 {
 			rd, l := map[uint64]testReader{}, NewLikes(p, res)
-			err := db.Update(func(txn *Txn) error {
+			err := db.Update(func(txn *cold.Txn) error {
 				for u := range uint64(200) {
 					uid := uint64(round/2)*200 + u + 1 // each user in two rounds
 					rd[uid] = testReader{Like: uid}

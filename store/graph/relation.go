@@ -1,14 +1,13 @@
-package cold
+package graph
 
 import (
 	"bytes"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"math"
 
-	"github.com/dgraph-io/badger/v4"
-
+	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/internal/keys"
 	"github.com/tally-dev/tally/store/rel"
 )
 
@@ -45,16 +44,16 @@ const relOff = 4
 func relPrefix(ns byte, p int, k Kind) key { return newKey(ns, relOff+32).U16(p).U8(byte(k)) }
 
 func relKey(p int, k Kind, r Rel) key {
-	return relPrefix(nsRelation, p, k).U64(r.A).U64(r.B).U64(r.C)
+	return relPrefix(keys.NSRelation, p, k).U64(r.A).U64(r.B).U64(r.C)
 }
 
 // Index keys order by descending time: ^ts sorts the newest first.
 func subjectKey(p int, k Kind, r Rel, ts int64) key {
-	return relPrefix(nsBySubject, p, k).U64(r.A).U64(math.MaxUint64 - uint64(ts)).U64(r.B).U64(r.C)
+	return relPrefix(keys.NSBySubject, p, k).U64(r.A).U64(math.MaxUint64 - uint64(ts)).U64(r.B).U64(r.C)
 }
 
 func objectKey(p int, k Kind, r Rel, ts int64) key {
-	return relPrefix(nsByObject, p, k).U64(r.B).U64(math.MaxUint64 - uint64(ts)).U64(r.A).U64(r.C)
+	return relPrefix(keys.NSByObject, p, k).U64(r.B).U64(math.MaxUint64 - uint64(ts)).U64(r.A).U64(r.C)
 }
 
 // indexLen is the length of an index key; idxID, idxTS and idxOther the offsets of its
@@ -74,7 +73,7 @@ const (
 // a making that comes late keeps it undone (the state is kept as a tombstone), and a
 // relation made twice is made by its copy placed first. Its subject's list key follows
 // the time of the event that made it.
-func Toggle(txn *Txn, p int, k Kind, r Rel, on bool, e rel.Event) (before, after rel.State, forgot bool, err error) {
+func Toggle(txn *cold.Txn, p int, k Kind, r Rel, on bool, e rel.Event) (before, after rel.State, forgot bool, err error) {
 	if k == Like {
 		l := NewLikes(p, nil)
 		l.merged = true
@@ -91,7 +90,7 @@ func Toggle(txn *Txn, p int, k Kind, r Rel, on bool, e rel.Event) (before, after
 // toggleKey applies an event to the state relation r keeps in its relation key and
 // writes it back, with its subject's list key (putState); keys are what it wrote, none
 // when the state did not change.
-func toggleKey(txn *Txn, p int, k Kind, r Rel, on bool, e rel.Event) (before, after rel.State, forgot bool, keys []key, err error) {
+func toggleKey(txn *cold.Txn, p int, k Kind, r Rel, on bool, e rel.Event) (before, after rel.State, forgot bool, keys []key, err error) {
 	if before, err = getState(txn, relKey(p, k, r)); err != nil {
 		return before, after, false, nil, err
 	}
@@ -105,24 +104,20 @@ func toggleKey(txn *Txn, p int, k Kind, r Rel, on bool, e rel.Event) (before, af
 }
 
 // getState reads the relation state at rk (the zero state when there is none).
-func getState(txn *Txn, rk key) (rel.State, error) {
-	item, err := txn.get(rk)
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return rel.State{}, nil
-	} else if err != nil {
-		return rel.State{}, err
-	}
+func getState(txn *cold.Txn, rk key) (rel.State, error) {
 	var st rel.State
-	err = item.Value(func(v []byte) (err error) { st, err = rel.Unmarshal(v); return err })
-	if err != nil {
-		return st, fmt.Errorf("%w: relation %x: %w", ErrCorrupt, rk, err)
-	}
-	return st, nil
+	_, err := txn.Get(rk, func(v []byte) (err error) {
+		if st, err = rel.Unmarshal(v); err != nil {
+			return fmt.Errorf("%w: relation %x: %w", cold.ErrCorrupt, rk, err)
+		}
+		return nil
+	})
+	return st, err
 }
 
 // putState writes relation r's state after, and moves its subject's list key (kinds
 // with lists) from before's time to after's. It returns the keys it wrote.
-func putState(txn *Txn, p int, k Kind, r Rel, before, after rel.State) ([]key, error) {
+func putState(txn *cold.Txn, p int, k Kind, r Rel, before, after rel.State) ([]key, error) {
 	rk := relKey(p, k, r)
 	keys := []key{rk}
 	if err := txn.Set(rk, after.Marshal()); err != nil {
@@ -151,19 +146,19 @@ func putState(txn *Txn, p int, k Kind, r Rel, before, after rel.State) ([]key, e
 // Relate makes r at time ts in partition p, placed after every event it has seen; it
 // reports whether anything changed. Unrelate undoes it the same way and reports the
 // time the relation was made. They are for tests and tools, which have no places.
-func Relate(txn *Txn, p int, k Kind, r Rel, ts int64) (bool, error) {
+func Relate(txn *cold.Txn, p int, k Kind, r Rel, ts int64) (bool, error) {
 	before, after, err := toggleLast(txn, p, k, r, true, ts)
 	return after.On && !before.On, err
 }
 
 // Unrelate is Relate's undoing (see Relate).
-func Unrelate(txn *Txn, p int, k Kind, r Rel) (changed bool, since int64, err error) {
+func Unrelate(txn *cold.Txn, p int, k Kind, r Rel) (changed bool, since int64, err error) {
 	before, after, err := toggleLast(txn, p, k, r, false, 0)
 	return before.On && !after.On, before.Made.TS, err
 }
 
 // toggleLast toggles r at a place after every event its state keeps.
-func toggleLast(txn *Txn, p int, k Kind, r Rel, on bool, ts int64) (before, after rel.State, err error) {
+func toggleLast(txn *cold.Txn, p int, k Kind, r Rel, on bool, ts int64) (before, after rel.State, err error) {
 	var st rel.State
 	if k == Like {
 		var heavy bool
@@ -196,34 +191,34 @@ func toggleLast(txn *Txn, p int, k Kind, r Rel, on bool, ts int64) (before, afte
 
 // AddFollower adds r's follower to the object list of the followed user (r.B) in their
 // partition p, with the time the follow was made; DeleteFollower removes it.
-func AddFollower(txn *Txn, p int, r Rel, ts int64) error {
+func AddFollower(txn *cold.Txn, p int, r Rel, ts int64) error {
 	return txn.Set(objectKey(p, Follow, r, max(ts, 0)), nil)
 }
 
 // DeleteFollower removes r's follower from the followed user's list (see AddFollower).
-func DeleteFollower(txn *Txn, p int, r Rel, ts int64) error {
+func DeleteFollower(txn *cold.Txn, p int, r Rel, ts int64) error {
 	return txn.Delete(objectKey(p, Follow, r, max(ts, 0)))
 }
 
 // Objects calls fn for the objects of subject a, of partition p (whom a follows, what a
 // liked) with the time each relation was made, newest first, until fn returns false.
-func Objects(txn *Txn, p int, k Kind, a uint64, fn func(b uint64, ts int64) bool) {
-	scan(txn, nsBySubject, p, k, a, fn)
+func Objects(txn *cold.Txn, p int, k Kind, a uint64, fn func(b uint64, ts int64) bool) {
+	scan(txn, keys.NSBySubject, p, k, a, fn)
 }
 
 // Subjects calls fn for the subjects of object b kept in partition p (who follows b, in
 // b's partition; who liked b, in the likers' partition), newest first, until fn returns
 // false. It reads keys only.
-func Subjects(txn *Txn, p int, k Kind, b uint64, fn func(a uint64, ts int64) bool) {
-	scan(txn, nsByObject, p, k, b, fn)
+func Subjects(txn *cold.Txn, p int, k Kind, b uint64, fn func(a uint64, ts int64) bool) {
+	scan(txn, keys.NSByObject, p, k, b, fn)
 }
 
-func scan(txn *Txn, ns byte, p int, k Kind, id uint64, fn func(other uint64, ts int64) bool) {
+func scan(txn *cold.Txn, ns byte, p int, k Kind, id uint64, fn func(other uint64, ts int64) bool) {
 	prefix := relPrefix(ns, p, k).U64(id)
-	it := txn.iterator(badger.IteratorOptions{Prefix: prefix})
+	it := txn.Iterator(cold.IteratorOptions{Prefix: prefix})
 	defer it.Close()
 	for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
-		kb := it.Item().Key()
+		kb := it.Key()
 		if len(kb) == indexLen && !fn(u64at(kb, idxOther), int64(math.MaxUint64-u64at(kb, idxTS))) {
 			return
 		}
@@ -232,9 +227,9 @@ func scan(txn *Txn, ns byte, p int, k Kind, id uint64, fn func(other uint64, ts 
 
 // Related reports for each b whether (a, b) exists (likes and follows), a being of
 // partition p.
-func Related(db *DB, p int, k Kind, a uint64, bs []uint64) ([]bool, error) {
+func Related(db *cold.DB, p int, k Kind, a uint64, bs []uint64) ([]bool, error) {
 	out := make([]bool, len(bs))
-	err := db.View(func(txn *Txn) error {
+	err := db.View(func(txn *cold.Txn) error {
 		if k == Like {
 			return relatedLikes(txn, p, a, bs, out)
 		}
@@ -244,7 +239,7 @@ func Related(db *DB, p int, k Kind, a uint64, bs []uint64) ([]bool, error) {
 }
 
 // relatedKeys sets out[i] when the relation key (a, bs[i]) exists.
-func relatedKeys(txn *Txn, p int, k Kind, a uint64, bs []uint64, out []bool) error {
+func relatedKeys(txn *cold.Txn, p int, k Kind, a uint64, bs []uint64, out []bool) error {
 	for i, b := range bs {
 		st, err := getState(txn, relKey(p, k, Rel{A: a, B: b}))
 		if err != nil {
@@ -271,13 +266,13 @@ func (it Item) Cursor() string { return hex.EncodeToString(it.cursor) }
 // returned by the previous page ("" for the first); next is "" on the last page. A
 // cursor is the same in every partition (time, then the other side), so the pages of
 // several partitions merge by comparing cursors (see Cursor).
-func List(db *DB, p int, k Kind, bySubject bool, id uint64, limit int, before string) (items []Item, next string, err error) {
+func List(db *cold.DB, p int, k Kind, bySubject bool, id uint64, limit int, before string) (items []Item, next string, err error) {
 	if !k.indexed() {
 		return nil, "", fmt.Errorf("relation kind %c has no lists", k)
 	}
-	ns := byte(nsByObject)
+	ns := byte(keys.NSByObject)
 	if bySubject {
-		ns = nsBySubject
+		ns = keys.NSBySubject
 	}
 	prefix := relPrefix(ns, p, k).U64(id)
 	start := prefix
@@ -290,7 +285,7 @@ func List(db *DB, p int, k Kind, bySubject bool, id uint64, limit int, before st
 		// Seek just past the cursor: append a byte so the cursor key itself is skipped.
 		start, from = append(append(append(key{}, prefix...), c...), 0), c
 	}
-	err = db.View(func(txn *Txn) error {
+	err = db.View(func(txn *cold.Txn) error {
 		if k == Like && !bySubject {
 			items, next, err = likersPage(txn, p, id, limit, from)
 			return err
@@ -301,13 +296,13 @@ func List(db *DB, p int, k Kind, bySubject bool, id uint64, limit int, before st
 				return err
 			}
 		}
-		it := txn.iterator(badger.IteratorOptions{Prefix: prefix})
+		it := txn.Iterator(cold.IteratorOptions{Prefix: prefix})
 		defer it.Close()
 		var last []byte
 		for it.Seek(start); it.ValidForPrefix(prefix); it.Next() {
-			kb := it.Item().Key()
+			kb := it.Key()
 			if len(kb) != indexLen {
-				return fmt.Errorf("%w: index key of %d bytes", ErrCorrupt, len(kb))
+				return fmt.Errorf("%w: index key of %d bytes", cold.ErrCorrupt, len(kb))
 			}
 			if len(items) == limit {
 				next = hex.EncodeToString(last)
@@ -334,10 +329,10 @@ type Recount struct {
 // key-only scan of each id's prefix); comments have no per-post index, so counting them
 // scans every comment relation once — proportional to all comments, which is why audits
 // are on demand or slow samples.
-func CountRelations(db *DB, parts []int, posts, users []uint64) (Recount, error) {
+func CountRelations(db *cold.DB, parts []int, posts, users []uint64) (Recount, error) {
 	rc := Recount{Likes: make([]uint64, len(posts)), Comments: make([]uint64, len(posts)),
 		Followers: make([]uint64, len(users)), Following: make([]uint64, len(users))}
-	err := db.View(func(txn *Txn) error {
+	err := db.View(func(txn *cold.Txn) error {
 		at := make(map[uint64][]int, len(posts)) // a post asked twice is counted for both
 		for i, post := range posts {
 			at[post] = append(at[post], i)
@@ -351,8 +346,8 @@ func CountRelations(db *DB, parts []int, posts, users []uint64) (Recount, error)
 				rc.Likes[i] += n
 			}
 			for i, u := range users {
-				rc.Followers[i] += countPrefix(txn, relPrefix(nsByObject, p, Follow).U64(u))
-				rc.Following[i] += countPrefix(txn, relPrefix(nsBySubject, p, Follow).U64(u))
+				rc.Followers[i] += countPrefix(txn, relPrefix(keys.NSByObject, p, Follow).U64(u))
+				rc.Following[i] += countPrefix(txn, relPrefix(keys.NSBySubject, p, Follow).U64(u))
 			}
 			if len(posts) == 0 {
 				continue
@@ -367,23 +362,23 @@ func CountRelations(db *DB, parts []int, posts, users []uint64) (Recount, error)
 }
 
 // countComments adds partition p's comments of the posts at lists the places of.
-func countComments(txn *Txn, p int, at map[uint64][]int, comments []uint64) error {
-	prefix := relPrefix(nsRelation, p, Comment)
-	it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
+func countComments(txn *cold.Txn, p int, at map[uint64][]int, comments []uint64) error {
+	prefix := relPrefix(keys.NSRelation, p, Comment)
+	it := txn.Iterator(cold.IteratorOptions{Prefix: prefix, PrefetchValues: true})
 	defer it.Close()
 	for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
-		kb := it.Item().Key()
+		kb := it.Key()
 		if len(kb) != relLen {
-			return fmt.Errorf("%w: comment relation key of %d bytes", ErrCorrupt, len(kb))
+			return fmt.Errorf("%w: comment relation key of %d bytes", cold.ErrCorrupt, len(kb))
 		}
 		is := at[u64at(kb, relOff+8)]
 		if len(is) == 0 {
 			continue
 		}
 		var st rel.State
-		err := it.Item().Value(func(v []byte) (err error) { st, err = rel.Unmarshal(v); return err })
+		err := it.Value(func(v []byte) (err error) { st, err = rel.Unmarshal(v); return err })
 		if err != nil {
-			return fmt.Errorf("%w: comment relation %x: %w", ErrCorrupt, kb, err)
+			return fmt.Errorf("%w: comment relation %x: %w", cold.ErrCorrupt, kb, err)
 		}
 		for _, i := range is {
 			if st.On {
@@ -395,8 +390,8 @@ func countComments(txn *Txn, p int, at map[uint64][]int, comments []uint64) erro
 }
 
 // countPrefix counts the keys under prefix without reading values.
-func countPrefix(txn *Txn, prefix []byte) uint64 {
-	it := txn.iterator(badger.IteratorOptions{Prefix: prefix})
+func countPrefix(txn *cold.Txn, prefix []byte) uint64 {
+	it := txn.Iterator(cold.IteratorOptions{Prefix: prefix})
 	defer it.Close()
 	var n uint64
 	for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
@@ -415,46 +410,46 @@ func countPrefix(txn *Txn, prefix []byte) uint64 {
 // The ids are of partition p's lists: a follow's object list is in the followed user's
 // partition, the others in the subject's (see RelateAt). A heavy liker whose likes were
 // all undone is still picked (see Likes).
-func SampleRelated(db *DB, p int, k Kind, bySubject bool, n int, rand func() uint64) ([]uint64, error) {
+func SampleRelated(db *cold.DB, p int, k Kind, bySubject bool, n int, rand func() uint64) ([]uint64, error) {
 	if !k.indexed() {
 		return nil, fmt.Errorf("relation kind %c has no index to sample", k)
 	}
-	ns, keyLen, kind := byte(nsByObject), indexLen, k
+	ns, keyLen, kind := byte(keys.NSByObject), indexLen, k
 	switch {
 	case k == Like && bySubject:
-		ns, keyLen, kind = nsLikes, relOff+8, recordKind
+		ns, keyLen, kind = keys.NSLikes, relOff+8, recordKind
 	case k == Like:
-		ns, keyLen = nsLikers, chunkLen
+		ns, keyLen = keys.NSLikers, chunkLen
 	case bySubject:
-		ns = nsBySubject
+		ns = keys.NSBySubject
 	}
 	prefix := relPrefix(ns, p, kind)
 	seen := map[uint64]bool{}
 	var out []uint64
-	err := db.View(func(txn *Txn) error {
+	err := db.View(func(txn *cold.Txn) error {
 		// Pick within the ids present, [lo, hi], or small ids would hardly ever be hit.
-		rev := txn.iterator(badger.IteratorOptions{Prefix: prefix, Reverse: true})
+		rev := txn.Iterator(cold.IteratorOptions{Prefix: prefix, Reverse: true})
 		last := append(append(key{}, prefix...), bytes.Repeat([]byte{0xff}, 32)...) // ≥ every index key
 		rev.Seek(last)
 		if !rev.ValidForPrefix(prefix) {
 			rev.Close()
 			return nil // no relation of this kind at all
 		}
-		hi := u64at(rev.Item().Key(), idxID)
+		hi := u64at(rev.Key(), idxID)
 		rev.Close()
-		it := txn.iterator(badger.IteratorOptions{Prefix: prefix})
+		it := txn.Iterator(cold.IteratorOptions{Prefix: prefix})
 		defer it.Close()
 		it.Seek(prefix)
-		lo := u64at(it.Item().Key(), idxID)
+		lo := u64at(it.Key(), idxID)
 		// next is the first id at or after from, wrapping around past the last.
 		next := func(from uint64) (uint64, error) {
 			it.Seek(append(key{}, prefix...).U64(from))
 			if !it.ValidForPrefix(prefix) {
 				it.Seek(prefix)
 			}
-			kb := it.Item().Key()
+			kb := it.Key()
 			if len(kb) != keyLen {
-				return 0, fmt.Errorf("%w: list key of %d bytes", ErrCorrupt, len(kb))
+				return 0, fmt.Errorf("%w: list key of %d bytes", cold.ErrCorrupt, len(kb))
 			}
 			return u64at(kb, idxID), nil
 		}
@@ -492,16 +487,16 @@ func SampleRelated(db *DB, p int, k Kind, bySubject bool, n int, rand func() uin
 // Follows calls fn, in one read transaction, with every follow made and not undone by
 // a user of partition p: the user and whom they follow. fn may write in transactions of
 // its own; an error of it stops the scan.
-func Follows(db *DB, p int, fn func(uid, author uint64) error) error {
-	prefix := relPrefix(nsRelation, p, Follow)
-	return db.View(func(txn *Txn) error {
+func Follows(db *cold.DB, p int, fn func(uid, author uint64) error) error {
+	prefix := relPrefix(keys.NSRelation, p, Follow)
+	return db.View(func(txn *cold.Txn) error {
 		return txn.Scan(prefix, nil, true, func(k, v []byte) (bool, error) {
 			if len(k) != relLen {
 				return true, nil
 			}
 			st, err := rel.Unmarshal(v)
 			if err != nil {
-				return false, fmt.Errorf("%w: follow %x: %w", ErrCorrupt, k, err)
+				return false, fmt.Errorf("%w: follow %x: %w", cold.ErrCorrupt, k, err)
 			}
 			if !st.On {
 				return true, nil // undone: a tombstone

@@ -1,10 +1,12 @@
-package cold
+package graph
 
 import (
 	"encoding/binary"
 	"expvar"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/tally-dev/tally/store/cold"
 )
 
 // BenchmarkLikes applies likes in transactions of 1 000, as an event stage does, and
@@ -14,7 +16,7 @@ import (
 // workloads: every like by a new user (the end-to-end benchmark's), and 20 000 users
 // liking 100 posts each on average, Zipf-skewed, so that most likes are by heavy users.
 // Posts are Zipf-skewed over 100 000 in both.
-// Run: go test ./store/cold -run XXX -bench Likes -benchtime 1000000x
+// Run: go test ./store/graph -run XXX -bench Likes -benchtime 1000000x
 func BenchmarkLikes(b *testing.B) {
 	for _, w := range []struct {
 		name  string
@@ -22,7 +24,7 @@ func BenchmarkLikes(b *testing.B) {
 	}{{"new-users", 0}, {"active-users", 20_000}} {
 		for _, layout := range []string{"records-and-chunks", "key-per-list"} {
 			b.Run(w.name+"/"+layout, func(b *testing.B) {
-				db, err := Open(Options{Dir: b.TempDir()})
+				db, err := cold.Open(cold.Options{Dir: b.TempDir()})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -37,7 +39,7 @@ func BenchmarkLikes(b *testing.B) {
 				b.ResetTimer()
 				for i := 0; i < b.N; i += 1000 {
 					var l *Likes
-					err := db.Update(func(txn *Txn) error {
+					err := db.Update(func(txn *cold.Txn) error {
 						l = NewLikes(0, res)
 						for j := i; j < min(i+1000, b.N); j++ {
 							u := uint64(j + 1)
@@ -77,10 +79,10 @@ func BenchmarkLikes(b *testing.B) {
 
 // likeKeyPerList is a like in the layout before like records: relation, the user's
 // list and the post's list, each a key (what moveLikes moves).
-func likeKeyPerList(txn *Txn, u, post uint64, ts int64, seq uint64) (bool, error) {
+func likeKeyPerList(txn *cold.Txn, u, post uint64, ts int64, seq uint64) (bool, error) {
 	rel := Rel{A: u, B: post}
-	if _, err := txn.get(relKey(0, Like, rel)); err == nil {
-		return false, nil
+	if found, err := txn.Get(relKey(0, Like, rel), nil); err != nil || found {
+		return false, err
 	}
 	v := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, uint64(ts)), seq)
 	if err := txn.Set(relKey(0, Like, rel), v); err != nil {

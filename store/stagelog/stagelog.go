@@ -1,16 +1,19 @@
-package cold
+package stagelog
 
 import (
 	"fmt"
 	"slices"
 
-	"github.com/dgraph-io/badger/v4"
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/delivery"
+	"github.com/tally-dev/tally/store/internal/keys"
 )
 
-// StageState is what an event-stage partition commits with every transaction: the last
+// State is what an event-stage partition commits with every transaction: the last
 // stream sequence it consumed and the next sequence of each outbox destination.
-type StageState struct {
+type State struct {
 	Pos uint64 `msgpack:"pos"`
 	// Seqs maps a delta destination ("family.partition") to the last batch sequence sent.
 	Seqs map[string]uint64 `msgpack:"seqs"`
@@ -30,44 +33,36 @@ type StageState struct {
 	HopSeqs map[uint32]uint64 `msgpack:"hop_seqs,omitempty"`
 	// Hops is what the partition has applied of each other partition's hop batches, and
 	// what it holds above a gap.
-	Hops map[uint32]*Mark `msgpack:"hops,omitempty"`
+	Hops map[uint32]*delivery.Mark `msgpack:"hops,omitempty"`
 }
 
-// OutboxEntry is one message to publish after the transaction that wrote it commits.
-type OutboxEntry struct {
-	Seq     uint64 `msgpack:"q,omitempty"` // also the entry's key in Badger
-	Subject string `msgpack:"s"`
-	MsgID   string `msgpack:"i"`
-	Data    []byte `msgpack:"d"`
-}
-
-// LogRecord is one transaction of an event stage as it is logged to NATS before it
+// Record is one transaction of an event stage as it is logged to NATS before it
 // commits: the position it started from, the state it committed and the outbox it wrote.
 // Replaying the records after a state applies the same events with the same cuts and
 // sends the same outbox, so a new owner continues exactly where the last one stopped.
-type LogRecord struct {
-	Prev   uint64        `msgpack:"prev"`
-	State  StageState    `msgpack:"state"`
-	Outbox []OutboxEntry `msgpack:"outbox"`
+type Record struct {
+	Prev   uint64                 `msgpack:"prev"`
+	State  State                  `msgpack:"state"`
+	Outbox []delivery.OutboxEntry `msgpack:"outbox"`
 	// Dead lists the stream sequences of messages dead-lettered whole because applying
 	// them would not fit in one transaction: a replay does not try them again.
 	Dead []uint64 `msgpack:"dead,omitempty"`
 	// DeadHops lists the held hop batches the transaction released and dead-lettered
 	// (one that does not fit in a transaction alone): a replay does not apply them.
-	DeadHops []HeldRef `msgpack:"dead_hops,omitempty"`
+	DeadHops []delivery.HeldRef `msgpack:"dead_hops,omitempty"`
 	// Acked lists the outbox entries of earlier transactions this one deleted, their
 	// messages acknowledged: a standby that follows the log deletes them too, so that its
 	// outbox is the owner's and a takeover re-sends only what may be unsent.
 	Acked []uint64 `msgpack:"acked,omitempty"`
 }
 
-// EncodeLogRecord and DecodeLogRecord convert a record to and from its log message.
-func EncodeLogRecord(r *LogRecord) ([]byte, error) { return msgpack.Marshal(r) }
+// EncodeRecord and DecodeRecord convert a record to and from its log message.
+func EncodeRecord(r *Record) ([]byte, error) { return msgpack.Marshal(r) }
 
-func DecodeLogRecord(data []byte) (*LogRecord, error) {
-	var r LogRecord
+func DecodeRecord(data []byte) (*Record, error) {
+	var r Record
 	if err := msgpack.Unmarshal(data, &r); err != nil {
-		return nil, fmt.Errorf("%w: log record: %w", ErrCorrupt, err)
+		return nil, fmt.Errorf("%w: log record: %w", cold.ErrCorrupt, err)
 	}
 	if r.State.Seqs == nil {
 		r.State.Seqs = map[string]uint64{}
@@ -75,29 +70,28 @@ func DecodeLogRecord(data []byte) (*LogRecord, error) {
 	return &r, nil
 }
 
-func stageKey(p int) key              { return newKey(nsStage, 3).U16(p) }
-func outboxKey(p int, seq uint64) key { return newKey(nsOutbox, 11).U16(p).U64(seq) }
+func outboxKey(p int, seq uint64) keys.Key { return keys.New(keys.NSOutbox, 11).U16(p).U64(seq) }
 
-// LoadStage returns partition p's state and its unpublished outbox, oldest first.
-func LoadStage(db *DB, p int) (StageState, []OutboxEntry, error) {
-	st := StageState{Seqs: map[string]uint64{}}
-	var out []OutboxEntry
-	err := db.View(func(txn *Txn) error {
-		if _, err := getValue(txn, stageKey(p), &st, fmt.Sprintf("stage %d state", p)); err != nil {
+// Load returns partition p's state and its unpublished outbox, oldest first.
+func Load(db *cold.DB, p int) (State, []delivery.OutboxEntry, error) {
+	st := State{Seqs: map[string]uint64{}}
+	var out []delivery.OutboxEntry
+	err := db.View(func(txn *cold.Txn) error {
+		if _, err := txn.GetValue(keys.Stage(p), &st, fmt.Sprintf("stage %d state", p)); err != nil {
 			return err
 		}
 		if st.Seqs == nil {
 			st.Seqs = map[string]uint64{}
 		}
-		prefix := newKey(nsOutbox, 3).U16(p)
-		it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
+		prefix := keys.Outbox(p)
+		it := txn.Iterator(cold.IteratorOptions{Prefix: prefix, PrefetchValues: true})
 		defer it.Close()
 		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
-			var e OutboxEntry
-			if err := it.Item().Value(func(v []byte) error { return msgpack.Unmarshal(v, &e) }); err != nil {
-				return fmt.Errorf("%w: stage %d outbox: %w", ErrCorrupt, p, err)
+			var e delivery.OutboxEntry
+			if err := it.Value(func(v []byte) error { return msgpack.Unmarshal(v, &e) }); err != nil {
+				return fmt.Errorf("%w: stage %d outbox: %w", cold.ErrCorrupt, p, err)
 			}
-			e.Seq = u64at(it.Item().Key(), 3)
+			e.Seq = keys.U64At(it.Key(), 3)
 			out = append(out, e)
 		}
 		return nil
@@ -105,13 +99,13 @@ func LoadStage(db *DB, p int) (StageState, []OutboxEntry, error) {
 	return st, out, err
 }
 
-// PutStage writes partition p's state in txn.
-func PutStage(txn *Txn, p int, st *StageState) error {
-	return putValue(txn, stageKey(p), st)
+// Put writes partition p's state in txn.
+func Put(txn *cold.Txn, p int, st *State) error {
+	return txn.PutValue(keys.Stage(p), st)
 }
 
 // PutOutbox writes an outbox entry in txn; e.Seq must be the state's new Outbox value.
-func PutOutbox(txn *Txn, p int, e *OutboxEntry) error {
+func PutOutbox(txn *cold.Txn, p int, e *delivery.OutboxEntry) error {
 	v, err := msgpack.Marshal(e)
 	if err != nil {
 		return err
@@ -120,7 +114,7 @@ func PutOutbox(txn *Txn, p int, e *OutboxEntry) error {
 }
 
 // DeleteOutbox removes published entries of partition p in txn.
-func DeleteOutbox(txn *Txn, p int, seqs []uint64) error {
+func DeleteOutbox(txn *cold.Txn, p int, seqs []uint64) error {
 	for _, s := range seqs {
 		if err := txn.Delete(outboxKey(p, s)); err != nil {
 			return err
@@ -130,28 +124,28 @@ func DeleteOutbox(txn *Txn, p int, seqs []uint64) error {
 }
 
 // Hop batches an event partition holds above a gap (stages/hop) keep their payloads
-// under the partition's stage key, p|partition|'h'|src|seq, so that EventPart — a backup,
-// a restore, a clear — carries them with the state whose marks hold them. They are
+// under the partition's stage key, p|partition|'h'|src|seq, so that cold.EventKeys — a
+// backup, a restore, a clear — carries them with the state whose marks hold them. They are
 // written and deleted in the stage's own transactions, with the marks.
-func stageHeldKey(p int, src uint32, seq uint64) key {
-	return stageKey(p).U8(nsHeld).U32(src).U64(seq)
+func heldKey(p int, src uint32, seq uint64) keys.Key {
+	return keys.Stage(p).U8(keys.NSHeld).U32(src).U64(seq)
 }
 
-// PutStageHeld stores the payload of hop batch seq of src that partition p holds.
-func PutStageHeld(txn *Txn, p int, src uint32, seq uint64, data []byte) error {
-	return txn.Set(stageHeldKey(p, src, seq), slices.Clone(data))
+// PutHeld stores the payload of hop batch seq of src that partition p holds.
+func PutHeld(txn *cold.Txn, p int, src uint32, seq uint64, data []byte) error {
+	return txn.Set(heldKey(p, src, seq), slices.Clone(data))
 }
 
-// GetStageHeld reads it back; a missing one is ErrCorrupt.
-func GetStageHeld(txn *Txn, p int, src uint32, seq uint64) ([]byte, error) {
-	data, err := heldPayload(txn, stageHeldKey(p, src, seq))
+// GetHeld reads it back; a missing one is cold.ErrCorrupt.
+func GetHeld(txn *cold.Txn, p int, src uint32, seq uint64) ([]byte, error) {
+	data, err := delivery.Payload(txn, heldKey(p, src, seq))
 	if err != nil {
 		return nil, fmt.Errorf("hop batch %d of partition %d held by partition %d: %w", seq, src, p, err)
 	}
 	return data, nil
 }
 
-// DeleteStageHeld deletes it once the batch is applied.
-func DeleteStageHeld(txn *Txn, p int, src uint32, seq uint64) error {
-	return txn.Delete(stageHeldKey(p, src, seq))
+// DeleteHeld deletes it once the batch is applied.
+func DeleteHeld(txn *cold.Txn, p int, src uint32, seq uint64) error {
+	return txn.Delete(heldKey(p, src, seq))
 }

@@ -1,4 +1,4 @@
-package cold
+package graph
 
 import (
 	"bytes"
@@ -9,11 +9,27 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/cold/coldtest"
+	"github.com/tally-dev/tally/store/internal/keys"
+	"github.com/tally-dev/tally/store/stagelog"
 )
+
+// The backup formats of store/cold: TLYB3 says its layout, TLYB2 none.
+const (
+	backupMagic   = "TLYB3"
+	backupMagicV2 = "TLYB2"
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// layoutKey is where store/cold records the layout a database is in.
+func layoutKey() key { return newKey(keys.NSLayout, 7).Bytes([]byte("layout")) }
 
 // backupAs is a backup of part of db in format magic: backupMagicV2 as versions before
 // layouts were recorded wrote it (no layout), or backupMagic saying layout.
-func backupAs(t testing.TB, db *DB, part Part, magic string, layout uint64) []byte {
+func backupAs(t testing.TB, db *cold.DB, part cold.Keys, magic string, layout uint64) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	if err := db.Backup(&buf, part); err != nil {
@@ -38,15 +54,15 @@ func backupAs(t testing.TB, db *DB, part Part, magic string, layout uint64) []by
 // random likes into m (users 1 to 3 heavy), a follow of user 2 by user 1, and the
 // stage's position pos. migrated moves it to this layout, as the version just before
 // layouts were recorded kept it (its backups say no layout either).
-func oldPartition(t *testing.T, p int, m *likeModel, r *rand.Rand, users, posts int, pos uint64, migrated bool) *DB {
+func oldPartition(t *testing.T, p int, m *likeModel, r *rand.Rand, users, posts int, pos uint64, migrated bool) *cold.DB {
 	t.Helper()
-	db := openDB(t)
+	db := coldtest.Open(t, cold.Options{Upgrade: Upgrade})
 	writeOldLikes(t, db, p, m, r, users, posts, 600, 3, 12)
-	err := db.Update(func(txn *Txn) error {
+	err := db.Update(func(txn *cold.Txn) error {
 		if _, err := Relate(txn, p, Follow, Rel{A: 1, B: 2}, 5); err != nil {
 			return err
 		}
-		return PutStage(txn, p, &StageState{Pos: pos, Log: pos / 10})
+		return stagelog.Put(txn, p, &stagelog.State{Pos: pos, Log: pos / 10})
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -62,13 +78,13 @@ func oldPartition(t *testing.T, p int, m *likeModel, r *rand.Rand, users, posts 
 // newProcess is the database of a process of this version: migrated at start, with
 // partition p's keys of an earlier owner (which a restore replaces) and partition p+1's
 // own likes (which it leaves).
-func newProcess(t *testing.T, p int) *DB {
+func newProcess(t *testing.T, p int) *cold.DB {
 	t.Helper()
-	db := openDB(t)
+	db := coldtest.Open(t, cold.Options{Upgrade: Upgrade})
 	if _, err := Migrate(db, 4, func(id uint64) int { return int(id % 4) }); err != nil {
 		t.Fatal(err)
 	}
-	err := db.Update(func(txn *Txn) error {
+	err := db.Update(func(txn *cold.Txn) error {
 		for _, q := range []int{p, p + 1} {
 			l := NewLikes(q, nil)
 			if _, err := l.like(txn, 1, 7, 9000, 3); err != nil {
@@ -78,7 +94,7 @@ func newProcess(t *testing.T, p int) *DB {
 				return err
 			}
 		}
-		return PutStage(txn, p, &StageState{Pos: 1})
+		return stagelog.Put(txn, p, &stagelog.State{Pos: 1})
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -89,9 +105,9 @@ func newProcess(t *testing.T, p int) *DB {
 // checkRelikes likes again every like of m in partition p, and unlikes and likes again
 // one: each like again changes nothing (a counter would count it twice), the unlike and
 // its like again change.
-func checkRelikes(t *testing.T, db *DB, p int, m *likeModel) {
+func checkRelikes(t *testing.T, db *cold.DB, p int, m *likeModel) {
 	t.Helper()
-	err := db.Update(func(txn *Txn) error {
+	err := db.Update(func(txn *cold.Txn) error {
 		l := NewLikes(p, nil)
 		for u, ls := range m.likes {
 			for post, ts := range ls {
@@ -134,11 +150,11 @@ func TestRestoreOldLayout(t *testing.T) {
 			t.Fatalf("user 1 has %d likes, user 5 %d: the model wants heavy and light users", len(m.likes[1]), len(m.likes[5]))
 		}
 		dst := newProcess(t, p)
-		if err := dst.Restore(bytes.NewReader(backupAs(t, src, EventPart(p), backupMagicV2, 0)), EventPart(p), t.TempDir()); err != nil {
+		if err := dst.Restore(bytes.NewReader(backupAs(t, src, cold.EventKeys(p), backupMagicV2, 0)), cold.EventKeys(p), t.TempDir()); err != nil {
 			t.Fatalf("restore (already migrated %v): %v", migrated, err)
 		}
 		checkLikes(t, dst, p, m, users, posts, r)
-		if st, _, err := LoadStage(dst, p); err != nil || st.Pos != 500 {
+		if st, _, err := stagelog.Load(dst, p); err != nil || st.Pos != 500 {
 			t.Fatalf("restored position %d, %v; want 500", st.Pos, err)
 		}
 		if items, _, err := List(dst, p, Follow, true, 1, 10, ""); err != nil || len(items) != 1 || items[0].ID != 2 {
@@ -161,27 +177,27 @@ func TestRestoreNewerLayout(t *testing.T) {
 	m := newLikeModel()
 	src := oldPartition(t, p, m, rand.New(rand.NewPCG(1, 1)), 6, 30, 500, true)
 	dst := newProcess(t, p)
-	err := dst.Restore(bytes.NewReader(backupAs(t, src, EventPart(p), backupMagic, Layout+1)), EventPart(p), t.TempDir())
-	if !errors.Is(err, ErrNewerLayout) || !strings.Contains(err.Error(), fmt.Sprintf("layout %d", Layout+1)) {
-		t.Fatalf("restore of a backup of layout %d: %v, want ErrNewerLayout naming it", Layout+1, err)
+	err := dst.Restore(bytes.NewReader(backupAs(t, src, cold.EventKeys(p), backupMagic, cold.Layout+1)), cold.EventKeys(p), t.TempDir())
+	if !errors.Is(err, cold.ErrNewerLayout) || !strings.Contains(err.Error(), fmt.Sprintf("layout %d", cold.Layout+1)) {
+		t.Fatalf("restore of a backup of layout %d: %v, want ErrNewerLayout naming it", cold.Layout+1, err)
 	}
-	if st, _, _ := LoadStage(dst, p); st.Pos != 1 {
+	if st, _, _ := stagelog.Load(dst, p); st.Pos != 1 {
 		t.Fatalf("a refused restore changed the part: position %d", st.Pos)
 	}
 	if liked, err := Related(dst, p, Like, 1, []uint64{7}); err != nil || !liked[0] {
 		t.Fatalf("a refused restore changed the part's likes: %v, %v", liked, err)
 	}
 	// Its own layout restores.
-	if err := dst.Restore(bytes.NewReader(backupAs(t, src, EventPart(p), backupMagic, Layout)), EventPart(p), t.TempDir()); err != nil {
+	if err := dst.Restore(bytes.NewReader(backupAs(t, src, cold.EventKeys(p), backupMagic, cold.Layout)), cold.EventKeys(p), t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
-	if err := dst.Update(func(txn *Txn) error {
-		return txn.Set(layoutKey(), binary.AppendUvarint(nil, Layout+1))
+	if err := dst.Update(func(txn *cold.Txn) error {
+		return txn.Set(layoutKey(), binary.AppendUvarint(nil, cold.Layout+1))
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Migrate(dst, 4, func(id uint64) int { return int(id % 4) }); !errors.Is(err, ErrNewerLayout) {
-		t.Fatalf("Migrate of a database of layout %d: %v, want ErrNewerLayout", Layout+1, err)
+	if _, err := Migrate(dst, 4, func(id uint64) int { return int(id % 4) }); !errors.Is(err, cold.ErrNewerLayout) {
+		t.Fatalf("Migrate of a database of layout %d: %v, want ErrNewerLayout", cold.Layout+1, err)
 	}
 }
 
@@ -195,7 +211,7 @@ func TestRestoreUpgradeResumes(t *testing.T) {
 	maxGroupOps = 40
 	r := rand.New(rand.NewPCG(5, 5))
 	m := newLikeModel()
-	backup := backupAs(t, oldPartition(t, p, m, r, users, posts, 500, false), EventPart(p), backupMagicV2, 0)
+	backup := backupAs(t, oldPartition(t, p, m, r, users, posts, 500, false), cold.EventKeys(p), backupMagicV2, 0)
 	faults := 0
 	for fail := 1; ; fail++ {
 		dst := newProcess(t, p)
@@ -206,7 +222,7 @@ func TestRestoreUpgradeResumes(t *testing.T) {
 			}
 			return nil
 		}
-		err := dst.Restore(bytes.NewReader(backup), EventPart(p), t.TempDir())
+		err := dst.Restore(bytes.NewReader(backup), cold.EventKeys(p), t.TempDir())
 		commitFault = nil
 		if err == nil {
 			if faults < 5 {
@@ -216,10 +232,10 @@ func TestRestoreUpgradeResumes(t *testing.T) {
 			return
 		}
 		faults++
-		if st, _, err := LoadStage(dst, p); err != nil || st.Pos != 0 {
+		if st, _, err := stagelog.Load(dst, p); err != nil || st.Pos != 0 {
 			t.Fatalf("a restore stopped at commit %d left position %d, %v; want none", fail, st.Pos, err)
 		}
-		if err := dst.Restore(bytes.NewReader(backup), EventPart(p), t.TempDir()); err != nil {
+		if err := dst.Restore(bytes.NewReader(backup), cold.EventKeys(p), t.TempDir()); err != nil {
 			t.Fatalf("restore after commit %d failed: %v", fail, err)
 		}
 		checkLikes(t, dst, p, m, users, posts, r)
@@ -235,13 +251,13 @@ func TestRestoreUpgradeResumes(t *testing.T) {
 func TestRestoreLayout2(t *testing.T) {
 	const p, users, posts = 2, 8, 60
 	r := rand.New(rand.NewPCG(4, 4))
-	src, m := openDB(t), newLikeModel()
+	src, m := coldtest.Open(t, cold.Options{Upgrade: Upgrade}), newLikeModel()
 	writeLegacyRecords(t, src, p, m, r, users, posts)
-	if err := src.Update(func(txn *Txn) error { return PutStage(txn, p, &StageState{Pos: 500}) }); err != nil {
+	if err := src.Update(func(txn *cold.Txn) error { return stagelog.Put(txn, p, &stagelog.State{Pos: 500}) }); err != nil {
 		t.Fatal(err)
 	}
 	dst := newProcess(t, p)
-	if err := dst.Restore(bytes.NewReader(backupAs(t, src, EventPart(p), backupMagic, layoutLikes)), EventPart(p), t.TempDir()); err != nil {
+	if err := dst.Restore(bytes.NewReader(backupAs(t, src, cold.EventKeys(p), backupMagic, cold.LayoutLikes)), cold.EventKeys(p), t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
 	checkLikes(t, dst, p, m, users, posts, r)

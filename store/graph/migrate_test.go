@@ -1,4 +1,4 @@
-package cold_test
+package graph_test
 
 import (
 	"bytes"
@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/cold/coldtest"
+	"github.com/tally-dev/tally/store/graph"
 	"github.com/tally-dev/tally/store/unread"
 )
 
@@ -28,7 +30,7 @@ func oldKey(ns byte, fields ...any) []byte {
 // TestMigrate moves a database of the old layout under partitions: each key goes to the
 // partition that owns it now, and the old keys are gone.
 func TestMigrate(t *testing.T) {
-	db := open(t)
+	db := coldtest.Open(t, cold.Options{})
 	u64 := func(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
 	inv := func(ts uint64) uint64 { return math.MaxUint64 - ts }
 	old := map[string][]byte{
@@ -59,14 +61,14 @@ func TestMigrate(t *testing.T) {
 	}
 	const parts = 4
 	partOf := func(id uint64) int { return int(id % parts) } // 7 → 3, 9 → 1, 100 → 0
-	moved, err := cold.Migrate(db, parts, partOf)
+	moved, err := graph.Migrate(db, parts, partOf)
 	// and then the like's relation and list keys once more, to a like record and a chunk
 	if err != nil || moved != len(old)+2 {
 		t.Fatalf("Migrate moved %d keys, %v; want %d", moved, err, len(old)+2)
 	}
-	list := func(p int, k cold.Kind, bySubject bool, id uint64) []uint64 {
+	list := func(p int, k graph.Kind, bySubject bool, id uint64) []uint64 {
 		t.Helper()
-		items, _, err := cold.List(db, p, k, bySubject, id, 10, "")
+		items, _, err := graph.List(db, p, k, bySubject, id, 10, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -80,19 +82,19 @@ func TestMigrate(t *testing.T) {
 		got  []uint64
 		want uint64
 	}{
-		"likes of user 7 in its partition":                {list(3, cold.Like, true, 7), 100},
-		"likers of post 100 in the liker's partition":     {list(3, cold.Like, false, 100), 7},
-		"whom 7 follows in 7's partition":                 {list(3, cold.Follow, true, 7), 9},
-		"followers of 9 in the followed user's partition": {list(1, cold.Follow, false, 9), 7},
+		"likes of user 7 in its partition":                {list(3, graph.Like, true, 7), 100},
+		"likers of post 100 in the liker's partition":     {list(3, graph.Like, false, 100), 7},
+		"whom 7 follows in 7's partition":                 {list(3, graph.Follow, true, 7), 9},
+		"followers of 9 in the followed user's partition": {list(1, graph.Follow, false, 9), 7},
 	} {
 		if len(c.got) != 1 || c.got[0] != c.want {
 			t.Errorf("%s: %v, want [%d]", name, c.got, c.want)
 		}
 	}
-	if got := list(3, cold.Follow, false, 9); len(got) != 0 {
+	if got := list(3, graph.Follow, false, 9); len(got) != 0 {
 		t.Errorf("followers of 9 left in the follower's partition: %v", got)
 	}
-	if liked, err := cold.Related(db, 3, cold.Like, 7, []uint64{100, 101}); err != nil || !liked[0] || liked[1] {
+	if liked, err := graph.Related(db, 3, graph.Like, 7, []uint64{100, 101}); err != nil || !liked[0] || liked[1] {
 		t.Errorf("Related = %v, %v", liked, err)
 	}
 	err = db.View(func(txn *cold.Txn) error {
@@ -114,7 +116,7 @@ func TestMigrate(t *testing.T) {
 			}
 		}
 		for _, ns := range []byte("rsovneqtuy") {
-			if k, ok := cold.FirstKey(txn, []byte{ns}); ok {
+			if k, ok := graph.FirstKey(txn, []byte{ns}); ok {
 				t.Errorf("an old key is left: %x", k)
 			}
 		}
@@ -129,23 +131,23 @@ func TestMigrate(t *testing.T) {
 			t.Errorf("partition %d's pulled authors: has 9 %v, has 7 %v, %v", q, pl.Has(9), pl.Has(7), err)
 		}
 	}
-	if moved, err := cold.Migrate(db, parts, partOf); moved != 0 || err != nil {
+	if moved, err := graph.Migrate(db, parts, partOf); moved != 0 || err != nil {
 		t.Fatalf("second Migrate moved %d, %v; want nothing", moved, err)
 	}
 	// Partition 3's backup holds its own keys only: restored elsewhere, 7's likes are
 	// there and 9's followers (partition 1's) are not.
 	var buf bytes.Buffer
-	if err := db.Backup(&buf, cold.EventPart(3)); err != nil {
+	if err := db.Backup(&buf, cold.EventKeys(3)); err != nil {
 		t.Fatal(err)
 	}
-	other := open(t)
-	if err := other.Restore(&buf, cold.EventPart(3), t.TempDir()); err != nil {
+	other := coldtest.Open(t, cold.Options{})
+	if err := other.Restore(&buf, cold.EventKeys(3), t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
-	if items, _, _ := cold.List(other, 3, cold.Like, true, 7, 10, ""); len(items) != 1 {
+	if items, _, _ := graph.List(other, 3, graph.Like, true, 7, 10, ""); len(items) != 1 {
 		t.Errorf("partition 3 restored: likes of 7 = %v", items)
 	}
-	if items, _, _ := cold.List(other, 1, cold.Follow, false, 9, 10, ""); len(items) != 0 {
+	if items, _, _ := graph.List(other, 1, graph.Follow, false, 9, 10, ""); len(items) != 0 {
 		t.Errorf("partition 3's backup carried partition 1's followers: %v", items)
 	}
 }

@@ -1,4 +1,4 @@
-package cold
+package graph
 
 import (
 	"cmp"
@@ -11,20 +11,11 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/dgraph-io/badger/v4"
-
+	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/cold/coldtest"
+	"github.com/tally-dev/tally/store/internal/keys"
 	"github.com/tally-dev/tally/store/rel"
 )
-
-func openDB(t testing.TB) *DB {
-	t.Helper()
-	db, err := Open(Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
-}
 
 // likeModel is what the likes of one partition should answer: each user's likes, post
 // to the time of the like.
@@ -69,12 +60,12 @@ func (m *likeModel) unlike(u, post uint64) (int64, bool) {
 
 // like and unlike toggle through a batch at place, as the event stage does, and say
 // what changed.
-func (l *Likes) like(txn *Txn, u, post uint64, ts int64, place uint64) (changed bool, err error) {
+func (l *Likes) like(txn *cold.Txn, u, post uint64, ts int64, place uint64) (changed bool, err error) {
 	before, after, _, err := l.Toggle(txn, u, post, true, rel.Event{Place: place, TS: ts})
 	return after.On && !before.On, err
 }
 
-func (l *Likes) unlike(txn *Txn, u, post uint64, place uint64) (changed bool, since int64, err error) {
+func (l *Likes) unlike(txn *cold.Txn, u, post uint64, place uint64) (changed bool, since int64, err error) {
 	before, after, _, err := l.Toggle(txn, u, post, false, rel.Event{Place: place})
 	return before.On && !after.On, before.Made.TS, err
 }
@@ -97,7 +88,7 @@ func sameItem(a, b Item) bool { return a.ID == b.ID && a.TS == b.TS }
 
 // checkLikes compares every answer about the likes of partition p with the model's:
 // liked, both lists read in pages of random sizes, the likers counted, and both samples.
-func checkLikes(t *testing.T, db *DB, p int, m *likeModel, users, posts uint64, r *rand.Rand) {
+func checkLikes(t *testing.T, db *cold.DB, p int, m *likeModel, users, posts uint64, r *rand.Rand) {
 	t.Helper()
 	likers := map[uint64]map[uint64]int64{}
 	for u, ls := range m.likes {
@@ -184,7 +175,7 @@ func TestLikesMatchModel(t *testing.T) {
 	const p, users, posts = 5, 8, 60
 	for seed := range uint64(4) {
 		r := rand.New(rand.NewPCG(seed, 1))
-		db, m := openDB(t), newLikeModel()
+		db, m := coldtest.Open(t, cold.Options{Upgrade: Upgrade}), newLikeModel()
 		// as the event stage keeps it, small enough to forget users on the way
 		res := NewResident[testReader](8 << 10)
 		batch, place := uint64(0), uint64(0)
@@ -197,7 +188,7 @@ func TestLikesMatchModel(t *testing.T) {
 					l.ReadChunksFrom(db)
 				}
 				puts := badgerPuts()
-				err := db.Update(func(txn *Txn) error {
+				err := db.Update(func(txn *cold.Txn) error {
 					for range 1 + r.IntN(25) {
 						// users 1 and 2 like much more: they turn heavy
 						u := uint64(1 + r.IntN(users))
@@ -257,7 +248,7 @@ func TestLikesMatchModel(t *testing.T) {
 			checkLikes(t, db, p, m, users, posts, r)
 			for u := range uint64(users + 1) {
 				var rec *likes
-				err := db.View(func(txn *Txn) (err error) { rec, err = NewLikes(p, nil).record(txn, u); return err })
+				err := db.View(func(txn *cold.Txn) (err error) { rec, err = NewLikes(p, nil).record(txn, u); return err })
 				if err != nil || rec.heavy != m.heavy[u] {
 					t.Fatalf("seed %d: user %d heavy %v, want %v (%v)", seed, u, rec.heavy, m.heavy[u], err)
 				}
@@ -274,7 +265,7 @@ func TestLikesMatchModel(t *testing.T) {
 // arrives; for light and heavy users alike, with the liker listed at the time of the like
 // that made it.
 func TestLikesPlace(t *testing.T) {
-	db := openDB(t)
+	db := coldtest.Open(t, cold.Options{Upgrade: Upgrade})
 	type step struct {
 		on        bool
 		place     uint64
@@ -298,7 +289,7 @@ func TestLikesPlace(t *testing.T) {
 		} {
 			for i, st := range c.steps {
 				var after rel.State
-				err := db.Update(func(txn *Txn) error {
+				err := db.Update(func(txn *cold.Txn) error {
 					l := NewLikes(0, nil)
 					if heavyUser && i == 0 {
 						for post := range uint64(maxLightLikes + 1) {
@@ -343,10 +334,10 @@ func TestLikesPlace(t *testing.T) {
 func TestMigrateLikes(t *testing.T) {
 	const p, users, posts = 2, 6, 50
 	r := rand.New(rand.NewPCG(3, 3))
-	db, m := openDB(t), newLikeModel()
+	db, m := coldtest.Open(t, cold.Options{Upgrade: Upgrade}), newLikeModel()
 	writeOldLikes(t, db, p, m, r, users, posts, 400, 3, 10)
 	// a follow in the same namespaces stays as it is
-	if err := db.Update(func(txn *Txn) error {
+	if err := db.Update(func(txn *cold.Txn) error {
 		_, err := Relate(txn, p, Follow, Rel{A: 1, B: 2}, 5)
 		return err
 	}); err != nil {
@@ -357,10 +348,10 @@ func TestMigrateLikes(t *testing.T) {
 		t.Fatalf("Migrate moved %d, %v", moved, err)
 	}
 	checkLikes(t, db, p, m, users, posts, r)
-	err = db.View(func(txn *Txn) error {
-		for _, ns := range []byte{nsRelation, nsBySubject, nsByObject} {
+	err = db.View(func(txn *cold.Txn) error {
+		for _, ns := range []byte{keys.NSRelation, keys.NSBySubject, keys.NSByObject} {
 			n, err := eachLike(db, ns, 0, math.MaxUint16, func(k, _ []byte) error {
-				if u := u64at(k, relOff); ns == nsByObject || u > 3 {
+				if u := u64at(k, relOff); ns == keys.NSByObject || u > 3 {
 					t.Errorf("a like key of the old shape is left: %x", k)
 				}
 				return nil
@@ -368,7 +359,7 @@ func TestMigrateLikes(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if ns != nsByObject && n == 0 {
+			if ns != keys.NSByObject && n == 0 {
 				t.Errorf("the heavy users' keys in namespace %c are gone", ns)
 			}
 		}
@@ -390,10 +381,10 @@ func TestMigrateLikes(t *testing.T) {
 // writeOldLikes writes up to n random likes in the layout before like records (a
 // relation key and two list keys per like) and into m: users 1 to heavy are heavy, the
 // others stay light with at most light likes each.
-func writeOldLikes(t testing.TB, db *DB, p int, m *likeModel, r *rand.Rand, users, posts, n int, heavy uint64, light int) {
+func writeOldLikes(t testing.TB, db *cold.DB, p int, m *likeModel, r *rand.Rand, users, posts, n int, heavy uint64, light int) {
 	t.Helper()
 	u64 := func(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
-	err := db.Update(func(txn *Txn) error {
+	err := db.Update(func(txn *cold.Txn) error {
 		for range n {
 			u, post, ts := uint64(1+r.IntN(users)), uint64(1+r.IntN(posts)), int64(r.IntN(3000))
 			if u > heavy && len(m.likes[u]) >= light {
@@ -431,7 +422,7 @@ func TestMigrateLikesResumes(t *testing.T) {
 	faults := 0
 	for fail := 1; ; fail++ {
 		r := rand.New(rand.NewPCG(5, 5))
-		db, m := openDB(t), newLikeModel()
+		db, m := coldtest.Open(t, cold.Options{Upgrade: Upgrade}), newLikeModel()
 		writeOldLikes(t, db, p, m, r, users, posts, 800, 4, 20)
 		if len(m.likes[1]) <= maxLightLikes {
 			t.Fatalf("user 1 has %d likes: not heavy", len(m.likes[1]))
@@ -467,11 +458,11 @@ func TestMigrateLikesResumes(t *testing.T) {
 // relation states (post, time and place per like; 0xff for a heavy user, user 1, whose
 // likes are relation keys of 16 bytes), with their liker chunks, and into m; the layout
 // mark of likes says they were moved from layout 1 already.
-func writeLegacyRecords(t *testing.T, db *DB, p int, m *likeModel, r *rand.Rand, users, posts uint64) {
+func writeLegacyRecords(t *testing.T, db *cold.DB, p int, m *likeModel, r *rand.Rand, users, posts uint64) {
 	t.Helper()
 	u64 := func(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
-	err := db.Update(func(txn *Txn) error {
-		if err := txn.Set(newKey(nsLayout, 8).Bytes([]byte("likes")), nil); err != nil {
+	err := db.Update(func(txn *cold.Txn) error {
+		if err := txn.Set(newKey(keys.NSLayout, 8).Bytes([]byte("likes")), nil); err != nil {
 			return err
 		}
 		for u := uint64(1); u <= users; u++ {
@@ -500,7 +491,7 @@ func writeLegacyRecords(t *testing.T, db *DB, p int, m *likeModel, r *rand.Rand,
 			if u == 1 {
 				rec = []byte{0xff}
 			}
-			if err := txn.Set(newKey(nsLikes, relOff+8).U16(p).U8(legacyRecordKind).U64(u), rec); err != nil {
+			if err := txn.Set(newKey(keys.NSLikes, relOff+8).U16(p).U8(legacyRecordKind).U64(u), rec); err != nil {
 				return err
 			}
 		}
@@ -532,7 +523,7 @@ func writeLegacyRecords(t *testing.T, db *DB, p int, m *likeModel, r *rand.Rand,
 func TestMigrateLikeStates(t *testing.T) {
 	const p, users, posts = 3, 8, 60
 	r := rand.New(rand.NewPCG(9, 9))
-	db, m := openDB(t), newLikeModel()
+	db, m := coldtest.Open(t, cold.Options{Upgrade: Upgrade}), newLikeModel()
 	writeLegacyRecords(t, db, p, m, r, users, posts)
 	moved, err := Migrate(db, 4, func(id uint64) int { return int(id % 4) })
 	if err != nil || moved != users {
@@ -548,14 +539,14 @@ func TestMigrateLikeStates(t *testing.T) {
 }
 
 // noLegacyRecords fails if partition p holds a like record of layout 2.
-func noLegacyRecords(t *testing.T, db *DB, p int) {
+func noLegacyRecords(t *testing.T, db *cold.DB, p int) {
 	t.Helper()
-	err := db.View(func(txn *Txn) error {
-		prefix := newKey(nsLikes, 4).U16(p).U8(legacyRecordKind)
-		it := txn.iterator(badger.IteratorOptions{Prefix: prefix})
+	err := db.View(func(txn *cold.Txn) error {
+		prefix := newKey(keys.NSLikes, 4).U16(p).U8(legacyRecordKind)
+		it := txn.Iterator(cold.IteratorOptions{Prefix: prefix})
 		defer it.Close()
 		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
-			t.Errorf("a like record of the old kind is left: %x", it.Item().Key())
+			t.Errorf("a like record of the old kind is left: %x", it.Key())
 		}
 		return nil
 	})
@@ -566,9 +557,9 @@ func noLegacyRecords(t *testing.T, db *DB, p int) {
 
 // likeAndUnlike likes and unlikes at random in partition p, placed after every event
 // the tests place before (checkRelikes: 2^40 on).
-func likeAndUnlike(t *testing.T, db *DB, p int, m *likeModel, r *rand.Rand, users, posts uint64) {
+func likeAndUnlike(t *testing.T, db *cold.DB, p int, m *likeModel, r *rand.Rand, users, posts uint64) {
 	t.Helper()
-	err := db.Update(func(txn *Txn) error {
+	err := db.Update(func(txn *cold.Txn) error {
 		l := NewLikes(p, nil)
 		for i := range 200 {
 			u, post := uint64(1+r.IntN(int(users))), uint64(1+r.IntN(int(posts)))
@@ -595,13 +586,13 @@ func likeAndUnlike(t *testing.T, db *DB, p int, m *likeModel, r *rand.Rand, user
 // first rewrote, so neither liker comes back.
 func TestUnlikesOfOneChunkInOneBatch(t *testing.T) {
 	const p, post = 1, 500
-	db := openDB(t)
-	batch := func(n uint64, fn func(txn *Txn, l *Likes) error) {
+	db := coldtest.Open(t, cold.Options{Upgrade: Upgrade})
+	batch := func(n uint64, fn func(txn *cold.Txn, l *Likes) error) {
 		t.Helper()
 		l := NewLikes(p, nil)
 		l.ReadChunksFrom(db)
 		defer l.Close()
-		err := db.Update(func(txn *Txn) error {
+		err := db.Update(func(txn *cold.Txn) error {
 			if err := fn(txn, l); err != nil {
 				return err
 			}
@@ -611,7 +602,7 @@ func TestUnlikesOfOneChunkInOneBatch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	batch(1, func(txn *Txn, l *Likes) error { // three likers in one second: one chunk
+	batch(1, func(txn *cold.Txn, l *Likes) error { // three likers in one second: one chunk
 		for u := range uint64(3) {
 			if _, err := l.like(txn, 10+u, post, 5_000+int64(u), 1+u); err != nil {
 				return err
@@ -619,7 +610,7 @@ func TestUnlikesOfOneChunkInOneBatch(t *testing.T) {
 		}
 		return nil
 	})
-	batch(2, func(txn *Txn, l *Likes) error {
+	batch(2, func(txn *cold.Txn, l *Likes) error {
 		for _, u := range []uint64{10, 12} {
 			if changed, _, err := l.unlike(txn, u, post, 10+u); err != nil || !changed {
 				return fmt.Errorf("unlike by %d: changed %v, %w", u, changed, err)
@@ -627,7 +618,7 @@ func TestUnlikesOfOneChunkInOneBatch(t *testing.T) {
 		}
 		return nil
 	})
-	err := db.View(func(txn *Txn) error {
+	err := db.View(func(txn *cold.Txn) error {
 		n, err := countLikers(txn, p, post)
 		if err == nil && n != 1 {
 			t.Fatalf("%d likers after two of three unliked, want 1", n)

@@ -1,41 +1,22 @@
-package cold
+package checkpoint
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 
-	"github.com/dgraph-io/badger/v4"
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/delivery"
+	"github.com/tally-dev/tally/store/internal/keys"
 )
-
-// Mark is what a partition has received from one source of a hop (stages/hop): every
-// batch sequence up to Through is applied, and the batches in Held arrived above a gap
-// and wait, unapplied, for it to fill (a publish retried after later ones succeeded).
-type Mark struct {
-	Through uint64 `msgpack:"t"`
-	// Above is decoded from checkpoints of older versions, which applied batches above a
-	// gap at once: these are applied.
-	Above []uint64 `msgpack:"a,omitempty"`
-	// Held is ascending by Seq, every Seq above Through.
-	Held []Held `msgpack:"h,omitempty"`
-}
-
-// Held is a batch received above a gap, kept until the gap fills. Its payload is stored
-// under its own key (hop.HeldStore): Data is only decoded from marks of older versions,
-// which kept it here, and moved out when they are loaded.
-type Held struct {
-	Seq  uint64 `msgpack:"s"`
-	Size uint32 `msgpack:"n,omitempty"` // the payload's bytes; 0: none (a number filled empty)
-	Data []byte `msgpack:"d,omitempty"`
-}
 
 // Checkpoint is the position a counter partition's stored counters reflect.
 type Checkpoint struct {
 	// Pos is the last stream sequence applied.
 	Pos uint64 `msgpack:"pos"`
 	// Marks are per source partition.
-	Marks map[uint32]*Mark `msgpack:"marks"`
+	Marks map[uint32]*delivery.Mark `msgpack:"marks"`
 	// Seq numbers the checkpoints (SaveCounters increments it); JournalFrom is the oldest
 	// journal entry kept (see SaveCounters).
 	Seq         uint64 `msgpack:"n,omitempty"`
@@ -64,41 +45,33 @@ type Entry struct {
 type Changes struct {
 	// Put are the change events announcing the checkpoint's entries; each Seq must be
 	// unique in the partition's outbox and order the entries as they are to be sent.
-	Put []OutboxEntry
+	Put []delivery.OutboxEntry
 	// Published are the Seqs of entries stored in the changes stream since.
 	Published []uint64
 	// Released are held delta batches applied since the last checkpoint: the marks of
 	// this one no longer hold them, so their payloads are deleted with it.
-	Released []HeldRef
-}
-
-func counterPrefix(family string, p int) key {
-	return newKey(nsCounter, 4+len(family)).Str(family).U16(p)
-}
-func metaKey(family string, p int) key { return newKey(nsMeta, 4+len(family)).Str(family).U16(p) }
-func journalPrefix(family string, p int) key {
-	return newKey(nsJournal, 12+len(family)).Str(family).U16(p)
+	Released []delivery.HeldRef
 }
 
 // changePrefix holds the outbox of (family, p)'s change events. It lies under the
-// partition's meta key, so that CounterPart — a backup, a restore, a clear — carries the
-// outbox with the checkpoint that wrote it.
-func changePrefix(family string, p int) key { return metaKey(family, p).U8(nsOutbox) }
-func changeKey(family string, p int, seq uint64) key {
+// partition's meta key, so that cold.CounterKeys — a backup, a restore, a clear —
+// carries the outbox with the checkpoint that wrote it.
+func changePrefix(family string, p int) keys.Key { return keys.Meta(family, p).U8(keys.NSOutbox) }
+func changeKey(family string, p int, seq uint64) keys.Key {
 	return changePrefix(family, p).U64(seq)
 }
 
 // SaveCounters writes entries and the checkpoint of (family, p) in one transaction, so
 // the stored counters and the position they reflect never disagree, and keeps the
 // journal as j says. It increments cp.Seq.
-func SaveCounters(db *DB, family string, p int, entries []Entry, cp *Checkpoint, j Journal) error {
+func SaveCounters(db *cold.DB, family string, p int, entries []Entry, cp *Checkpoint, j Journal) error {
 	return SaveCheckpoint(db, family, p, entries, cp, j, Changes{})
 }
 
 // SaveCheckpoint is SaveCounters that also writes the change events announcing entries
 // to the partition's outbox, and deletes those published, in the same transaction: a
 // crash after the commit leaves them to be sent at the next start, never unannounced.
-func SaveCheckpoint(db *DB, family string, p int, entries []Entry, cp *Checkpoint, j Journal, ch Changes) error {
+func SaveCheckpoint(db *cold.DB, family string, p int, entries []Entry, cp *Checkpoint, j Journal, ch Changes) error {
 	txn := db.NewTxn(true)
 	defer txn.Discard()
 	if err := deleteChanges(txn, family, p, ch.Published); err != nil {
@@ -108,7 +81,7 @@ func SaveCheckpoint(db *DB, family string, p int, entries []Entry, cp *Checkpoin
 		return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
 	}
 	for i := range ch.Put {
-		if err := putValue(txn, changeKey(family, p, ch.Put[i].Seq), &ch.Put[i]); err != nil {
+		if err := txn.PutValue(changeKey(family, p, ch.Put[i].Seq), &ch.Put[i]); err != nil {
 			return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
 		}
 	}
@@ -118,13 +91,13 @@ func SaveCheckpoint(db *DB, family string, p int, entries []Entry, cp *Checkpoin
 		if next.JournalFrom == 0 {
 			next.JournalFrom = next.Seq
 		}
-		if err := txn.Set(journalPrefix(family, p).U64(next.Seq), packEntries(entries)); err != nil {
+		if err := txn.Set(keys.Journal(family, p).U64(next.Seq), packEntries(entries)); err != nil {
 			return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
 		}
 	}
 	if next.JournalFrom != 0 {
 		for ; next.JournalFrom <= j.DropThrough && next.JournalFrom <= next.Seq; next.JournalFrom++ {
-			if err := txn.Delete(journalPrefix(family, p).U64(next.JournalFrom)); err != nil {
+			if err := txn.Delete(keys.Journal(family, p).U64(next.JournalFrom)); err != nil {
 				return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
 			}
 		}
@@ -133,9 +106,9 @@ func SaveCheckpoint(db *DB, family string, p int, entries []Entry, cp *Checkpoin
 	if err != nil {
 		return err
 	}
-	prefix := counterPrefix(family, p)
+	prefix := keys.Counters(family, p)
 	for _, e := range entries {
-		k := append(append(key{}, prefix...), 0, 0, 0, 0, 0, 0, 0, 0)
+		k := append(append(keys.Key{}, prefix...), 0, 0, 0, 0, 0, 0, 0, 0)
 		binary.BigEndian.PutUint64(k[len(prefix):], e.ID)
 		if zero(e.Counts) {
 			err = txn.Delete(k)
@@ -146,7 +119,7 @@ func SaveCheckpoint(db *DB, family string, p int, entries []Entry, cp *Checkpoin
 			return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
 		}
 	}
-	if err := txn.Set(metaKey(family, p), v); err != nil {
+	if err := txn.Set(keys.Meta(family, p), v); err != nil {
 		return err
 	}
 	if err := txn.Commit(); err != nil {
@@ -158,22 +131,22 @@ func SaveCheckpoint(db *DB, family string, p int, entries []Entry, cp *Checkpoin
 
 // LoadChanges returns the outbox of (family, p)'s change events, in Seq order: those
 // written by checkpoints and not yet known to be published.
-func LoadChanges(db *DB, family string, p int) ([]OutboxEntry, error) {
-	var out []OutboxEntry
-	err := db.View(func(txn *Txn) error {
+func LoadChanges(db *cold.DB, family string, p int) ([]delivery.OutboxEntry, error) {
+	var out []delivery.OutboxEntry
+	err := db.View(func(txn *cold.Txn) error {
 		prefix := changePrefix(family, p)
-		it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 16})
+		it := txn.Iterator(cold.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 16})
 		defer it.Close()
 		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
-			k := it.Item().Key()
+			k := it.Key()
 			if len(k) != len(prefix)+8 {
-				return fmt.Errorf("%w: change outbox key of %d bytes", ErrCorrupt, len(k))
+				return fmt.Errorf("%w: change outbox key of %d bytes", cold.ErrCorrupt, len(k))
 			}
-			var e OutboxEntry
-			if err := it.Item().Value(func(v []byte) error { return msgpack.Unmarshal(v, &e) }); err != nil {
-				return fmt.Errorf("%w: change outbox of %s/%d: %w", ErrCorrupt, family, p, err)
+			var e delivery.OutboxEntry
+			if err := it.Value(func(v []byte) error { return msgpack.Unmarshal(v, &e) }); err != nil {
+				return fmt.Errorf("%w: change outbox of %s/%d: %w", cold.ErrCorrupt, family, p, err)
 			}
-			e.Seq = u64at(k, len(prefix))
+			e.Seq = keys.U64At(k, len(prefix))
 			out = append(out, e)
 		}
 		return nil
@@ -183,11 +156,11 @@ func LoadChanges(db *DB, family string, p int) ([]OutboxEntry, error) {
 
 // DeleteChanges deletes published change events of (family, p) from its outbox, for a
 // partition that stops with no checkpoint left to do it.
-func DeleteChanges(db *DB, family string, p int, seqs []uint64) error {
+func DeleteChanges(db *cold.DB, family string, p int, seqs []uint64) error {
 	if len(seqs) == 0 {
 		return nil
 	}
-	err := db.Update(func(txn *Txn) error { return deleteChanges(txn, family, p, seqs) })
+	err := db.Update(func(txn *cold.Txn) error { return deleteChanges(txn, family, p, seqs) })
 	if err != nil {
 		return fmt.Errorf("change outbox of %s/%d: %w", family, p, err)
 	}
@@ -198,24 +171,24 @@ func DeleteChanges(db *DB, family string, p int, seqs []uint64) error {
 // number after, and returns the number of the last one (after if there is none). The
 // journal must run without a gap from after+1: a gap is ErrCorrupt, since the caller
 // would miss changes. counts is only valid during the call.
-func LoadJournal(db *DB, family string, p, fields int, after uint64, fn func(id uint64, counts []uint64)) (uint64, error) {
+func LoadJournal(db *cold.DB, family string, p, fields int, after uint64, fn func(id uint64, counts []uint64)) (uint64, error) {
 	last := after
 	counts := make([]uint64, fields)
-	err := db.View(func(txn *Txn) error {
-		prefix := journalPrefix(family, p)
-		it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 16})
+	err := db.View(func(txn *cold.Txn) error {
+		prefix := keys.Journal(family, p)
+		it := txn.Iterator(cold.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 16})
 		defer it.Close()
 		for it.Seek(prefix.U64(after + 1)); it.ValidForPrefix(prefix); it.Next() {
-			k := it.Item().Key()
+			k := it.Key()
 			if len(k) != len(prefix)+8 {
-				return fmt.Errorf("%w: journal key of %d bytes", ErrCorrupt, len(k))
+				return fmt.Errorf("%w: journal key of %d bytes", cold.ErrCorrupt, len(k))
 			}
-			if n := u64at(k, len(prefix)); n != last+1 {
-				return fmt.Errorf("%w: journal of %s/%d jumps from checkpoint %d to %d", ErrCorrupt, family, p, last, n)
+			if n := keys.U64At(k, len(prefix)); n != last+1 {
+				return fmt.Errorf("%w: journal of %s/%d jumps from checkpoint %d to %d", cold.ErrCorrupt, family, p, last, n)
 			}
 			last++
-			if err := it.Item().Value(func(v []byte) error { return unpackEntries(v, counts, fn) }); err != nil {
-				return fmt.Errorf("%w: journal of %s/%d at %d: %w", ErrCorrupt, family, p, last, err)
+			if err := it.Value(func(v []byte) error { return unpackEntries(v, counts, fn) }); err != nil {
+				return fmt.Errorf("%w: journal of %s/%d at %d: %w", cold.ErrCorrupt, family, p, last, err)
 			}
 		}
 		return nil
@@ -225,8 +198,8 @@ func LoadJournal(db *DB, family string, p, fields int, after uint64, fn func(id 
 
 // Counts reads the stored counters of ids of (family, p) in one read transaction:
 // out[i] gets those of ids[i], all zeros for an id that has none.
-func Counts(db *DB, family string, p int, ids []uint64, out [][]uint64) error {
-	return db.View(func(txn *Txn) error {
+func Counts(db *cold.DB, family string, p int, ids []uint64, out [][]uint64) error {
+	return db.View(func(txn *cold.Txn) error {
 		for i, id := range ids {
 			if err := storedCounts(txn, family, p, id, out[i]); err != nil {
 				return fmt.Errorf("cold counters of %d in %s/%d: %w", id, family, p, err)
@@ -274,21 +247,15 @@ func unpackEntries(b []byte, counts []uint64, fn func(id uint64, counts []uint64
 }
 
 // LoadCheckpoint returns the last checkpoint of (family, p), empty if there is none.
-func LoadCheckpoint(db *DB, family string, p int) (Checkpoint, error) {
-	cp := Checkpoint{Marks: map[uint32]*Mark{}}
-	err := db.View(func(txn *Txn) error {
-		item, err := txn.get(metaKey(family, p))
-		switch {
-		case errors.Is(err, badger.ErrKeyNotFound):
-			return nil
-		case err != nil:
+func LoadCheckpoint(db *cold.DB, family string, p int) (Checkpoint, error) {
+	cp := Checkpoint{Marks: map[uint32]*delivery.Mark{}}
+	err := db.View(func(txn *cold.Txn) error {
+		found, err := txn.GetValue(keys.Meta(family, p), &cp, fmt.Sprintf("checkpoint %s/%d", family, p))
+		if !found || err != nil {
 			return err
 		}
-		if err := item.Value(func(v []byte) error { return msgpack.Unmarshal(v, &cp) }); err != nil {
-			return fmt.Errorf("%w: checkpoint %s/%d: %w", ErrCorrupt, family, p, err)
-		}
 		if cp.Marks == nil {
-			cp.Marks = map[uint32]*Mark{}
+			cp.Marks = map[uint32]*delivery.Mark{}
 		}
 		return nil
 	})
@@ -297,19 +264,19 @@ func LoadCheckpoint(db *DB, family string, p int) (Checkpoint, error) {
 
 // LoadCounters calls fn for every stored id of (family, p). counts is only valid during
 // the call.
-func LoadCounters(db *DB, family string, p, fields int, fn func(id uint64, counts []uint64)) error {
+func LoadCounters(db *cold.DB, family string, p, fields int, fn func(id uint64, counts []uint64)) error {
 	counts := make([]uint64, fields)
-	return db.View(func(txn *Txn) error {
-		prefix := counterPrefix(family, p)
-		it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
+	return db.View(func(txn *cold.Txn) error {
+		prefix := keys.Counters(family, p)
+		it := txn.Iterator(cold.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
 		defer it.Close()
 		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
-			k := it.Item().Key()
+			k := it.Key()
 			if len(k) != len(prefix)+8 {
-				return fmt.Errorf("%w: counter key of %d bytes", ErrCorrupt, len(k))
+				return fmt.Errorf("%w: counter key of %d bytes", cold.ErrCorrupt, len(k))
 			}
-			if err := it.Item().Value(func(v []byte) error { return unpackCounts(v, counts) }); err != nil {
-				return fmt.Errorf("%w: counters of %s/%d: %w", ErrCorrupt, family, p, err)
+			if err := it.Value(func(v []byte) error { return unpackCounts(v, counts) }); err != nil {
+				return fmt.Errorf("%w: counters of %s/%d: %w", cold.ErrCorrupt, family, p, err)
 			}
 			fn(binary.BigEndian.Uint64(k[len(prefix):]), counts)
 		}
@@ -348,7 +315,7 @@ func zero(c []uint64) bool {
 }
 
 // deleteChanges removes published change events of family/p from the outbox in txn.
-func deleteChanges(txn *Txn, family string, p int, seqs []uint64) error {
+func deleteChanges(txn *cold.Txn, family string, p int, seqs []uint64) error {
 	for _, s := range seqs {
 		if err := txn.Delete(changeKey(family, p, s)); err != nil {
 			return err
@@ -359,13 +326,8 @@ func deleteChanges(txn *Txn, family string, p int, seqs []uint64) error {
 
 // storedCounts reads the checkpointed counters of one id (all zeros if none). It lags
 // the counter worker's RAM by at most one flush.
-func storedCounts(txn *Txn, family string, p int, id uint64, dst []uint64) error {
+func storedCounts(txn *cold.Txn, family string, p int, id uint64, dst []uint64) error {
 	clear(dst)
-	item, err := txn.get(counterPrefix(family, p).U64(id))
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return nil
-	} else if err != nil {
-		return err
-	}
-	return item.Value(func(v []byte) error { return unpackCounts(v, dst) })
+	_, err := txn.Get(keys.Counters(family, p).U64(id), func(v []byte) error { return unpackCounts(v, dst) })
+	return err
 }
