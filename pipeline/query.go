@@ -37,8 +37,11 @@ type GetReply struct {
 	Counts      [][]uint64 `json:"counts,omitempty"`
 	Unavailable []ID       `json:"unavailable,omitempty"`
 	Stale       []Stale    `json:"stale,omitempty"`
-	Error       string     `json:"error,omitempty"`
-	Code        string     `json:"code,omitempty"`
+	// Estimated (1.3) names the fields whose counts may be estimates: a post's viewers,
+	// exact up to 128 distinct users and within 0.81 % (one standard error) past that.
+	Estimated []string `json:"estimated,omitempty"`
+	Error     string   `json:"error,omitempty"`
+	Code      string   `json:"code,omitempty"`
 }
 
 // Stale is a group of ids of a get reply answered by one partition's standby, with how

@@ -20,7 +20,9 @@ package pipeline
 // answered by its standby and are then listed in GetReply.Stale with how far behind it
 // was; GetRequest.Exact refuses that (those ids are unavailable, as in 1.1). A reader of
 // 1.1 that does not know Stale takes such counts as exact.
-const ProtocolVersion = "1.2"
+// 1.3 added the post family's viewers, counted from views that carry a uid, and
+// GetReply.Estimated, the fields whose counts may be estimates (viewers past 128).
+const ProtocolVersion = "1.3"
 
 // ServiceVersion is ProtocolVersion as a semantic version (major.minor.0), the version
 // of the NATS micro service that answers the queries.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -47,6 +48,10 @@ func runGet(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env) erro
 			behind[i] = st.BehindMs
 		}
 	}
+	estimated := make([]bool, len(r.Fields)) // shown as ~n past ExactViewers
+	for i, f := range r.Fields {
+		estimated[i] = slices.Contains(r.Estimated, f)
+	}
 	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprint(w, tabRow(append([]string{"id"}, r.Fields...)...))
 	for i, id := range list {
@@ -57,8 +62,12 @@ func runGet(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env) erro
 			}
 			row = append(row, "unavailable")
 		}
-		for _, v := range r.Counts[i] {
-			row = append(row, strconv.FormatUint(v, 10))
+		for j, v := range r.Counts[i] {
+			n := strconv.FormatUint(v, 10)
+			if j < len(estimated) && estimated[j] && v > pipeline.ExactViewers {
+				n = "~" + n
+			}
+			row = append(row, n)
 		}
 		if ms, ok := behind[i]; ok {
 			row = append(row, fmt.Sprintf("stale (%d ms behind)", ms))

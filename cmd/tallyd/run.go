@@ -135,6 +135,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 		}
 		return nil
 	})
+	viewers := fs.Bool("viewers", false, "count the distinct users who viewed each post (post.viewers, from views with a uid): 4 more bytes a post in RAM, and the viewers' sketches")
 	var logs logConfig
 	fs.TextVar(&logs.level, "log-level", slog.LevelInfo, "debug, info, warn or error")
 	fs.StringVar(&logs.format, "log-format", "text", "text or json")
@@ -144,6 +145,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 	}
 	if err := fs.Parse(args); err != nil {
 		return cfg, logs, err
+	}
+	if *viewers {
+		cfg.Families = pipeline.WithViewers(cfg.Families)
 	}
 	if *showVersion {
 		return cfg, logs, errVersion

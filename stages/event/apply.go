@@ -46,6 +46,9 @@ func (s *Stage) apply(txn *cold.Txn, e *pipeline.Event, w *work) error {
 		return s.post(txn, e, w)
 	case pipeline.TypeView:
 		add(f.view, e.Post, max(e.N, 1))
+		if f.counted && e.UID != 0 {
+			return w.viewers.Add(txn, uint64(e.Post), uint64(e.UID))
+		}
 	case pipeline.TypeMention, pipeline.TypeDM:
 		if e.Target != e.UID {
 			return s.notify(txn, w, e.Type, e.Target, e.Seq, 0)

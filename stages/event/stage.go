@@ -20,6 +20,7 @@ import (
 	"github.com/tally-dev/tally/store/graph"
 	"github.com/tally-dev/tally/store/stagelog"
 	"github.com/tally-dev/tally/store/unread"
+	"github.com/tally-dev/tally/store/viewers"
 )
 
 // Config configures one event-stage partition.
@@ -50,7 +51,8 @@ type Config struct {
 	// Publisher sends the outbox (the JetStream context when nil); tests put faults in it.
 	Publisher hop.Publisher
 	// ResidentBytes is the RAM the partition keeps of what its events read of its state
-	// (reader states and like records, graph.Resident): 0 keeps none.
+	// (reader states and like records, graph.Resident, three quarters; the sketches of
+	// posts' viewers, viewers.Cache, a quarter): 0 keeps none.
 	ResidentBytes int
 	// MaxPayload is the largest message NATS accepts (the connection's when 0).
 	MaxPayload int
@@ -99,6 +101,7 @@ type Stage struct {
 	out    *hop.Outbox
 	pulled *unread.Pulled                      // authors whose posts this partition's readers pull
 	res    *graph.Resident[unread.ReaderState] // what events read of the state, in RAM (see graph.Resident)
+	seen   *viewers.Cache                      // the sketches of the posts viewed lately, in RAM
 
 	pos       atomic.Uint64 // last stream sequence committed
 	logged    atomic.Uint64 // last log record a following stage applied (see LogBehind)
@@ -232,7 +235,10 @@ func (s *Stage) load() ([]delivery.OutboxEntry, error) {
 	} else if n > 0 {
 		s.log.Info("indexed the follows made before follows had places", "follows", n)
 	}
-	s.st, s.res = st, graph.NewResident[unread.ReaderState](s.cfg.ResidentBytes) // the state read afresh: what it knew may be gone
+	// The state read afresh: what it knew may be gone. Views' sketches get a quarter of
+	// the RAM, reader states and like records the rest.
+	s.st, s.res = st, graph.NewResident[unread.ReaderState](s.cfg.ResidentBytes-s.cfg.ResidentBytes/4)
+	s.seen = viewers.NewCache(s.cfg.ResidentBytes / 4)
 	s.pos.Store(st.Pos)
 	return outbox, nil
 }
@@ -338,6 +344,10 @@ func (s *Stage) try(ctx context.Context, msgs []jetstream.Msg, c *coalescer, dea
 	if err := s.release(txn, w, pos, nil, nil); err != nil {
 		return len(msgs), w.released, tooBig(err)
 	}
+	// A post's count of viewers is set to what its sketch counts at the end of the
+	// transaction (counting a dense sketch reads all of it: once, not per view), by
+	// the one partition that applies the post's views, in order.
+	w.viewers.Counts(func(p, n uint64) { w.c.add(s.fields.viewers, pipeline.ID(p), pipeline.OpSet, int64(n)) })
 	st, outbox, err := s.next(pos, w)
 	if err != nil {
 		return len(msgs), w.released, err
@@ -414,6 +424,7 @@ func likesBatch(st *stagelog.State) uint64 {
 func (s *Stage) committed(st stagelog.State, w *work) {
 	s.st, s.published = st, s.published[w.deleted:]
 	s.res.Keep(w.readers.Seen(), w.likes)
+	s.seen.Keep(w.viewers)
 	s.stats.Txns.Add(1)
 	s.stats.LikeKeys.Add(int64(w.likes.Writes()))
 	s.stats.HopDups.Add(w.dups)
@@ -510,7 +521,9 @@ func (s *Stage) applyEvent(txn *cold.Txn, e *pipeline.Event, local bool, w *work
 				}
 			}
 		}
-		if q := pipeline.PartitionOf(e.Key(), s.cfg.Partitions); e.Relational() && q != s.cfg.Partition {
+		// A view with a uid counts a viewer in the post's sketch, kept in its partition.
+		owned := e.Relational() || (s.fields.counted && e.Type == pipeline.TypeView && e.UID != 0)
+		if q := pipeline.PartitionOf(e.Key(), s.cfg.Partitions); owned && q != s.cfg.Partition {
 			w.forward(q, e)
 			return nil
 		}

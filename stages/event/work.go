@@ -16,6 +16,7 @@ import (
 	"github.com/tally-dev/tally/store/graph"
 	"github.com/tally-dev/tally/store/stagelog"
 	"github.com/tally-dev/tally/store/unread"
+	"github.com/tally-dev/tally/store/viewers"
 )
 
 // maxDeltas is the most deltas in one delta batch: a transaction's deltas for one
@@ -39,8 +40,9 @@ type work struct {
 	in       hop.In                   // a copy of the state's hop marks; payloads in the txn
 	fwd      map[int][]pipeline.Event // events for other partitions
 	fwdOrder []int
-	likes    *graph.Likes    // the transaction's likes, written at its end
-	readers  *unread.Readers // the reader states it read and wrote
+	likes    *graph.Likes     // the transaction's likes, written at its end
+	readers  *unread.Readers  // the reader states it read and wrote
+	viewers  *viewers.Viewers // the sketches of the posts it counted views of
 	dlq      []delivery.OutboxEntry
 	deadSeqs []uint64 // messages to dead-letter whole
 	dead     []uint64 // those dead-lettered so far
@@ -67,7 +69,7 @@ func (s *Stage) newWork(txn *cold.Txn, c *coalescer, dead []uint64) *work {
 	likes := graph.NewLikes(s.cfg.Partition, s.res)
 	likes.ReadChunksFrom(s.db)
 	return &work{s: s, c: c, in: in, fwd: map[int][]pipeline.Event{}, deadSeqs: dead,
-		likes: likes, readers: unread.NewReaders(s.cfg.Partition, s.res)}
+		likes: likes, readers: unread.NewReaders(s.cfg.Partition, s.res), viewers: viewers.New(s.cfg.Partition, s.seen)}
 }
 
 // close ends what the transaction's work opened besides the transaction.
@@ -97,6 +99,9 @@ func (h stageHeld) Delete(src uint32, seq uint64) error {
 // reader states, each once.
 func (w *work) flush(txn *cold.Txn, batch uint64) error {
 	if err := w.likes.Flush(txn, batch); err != nil {
+		return err
+	}
+	if err := w.viewers.Flush(txn); err != nil {
 		return err
 	}
 	return w.readers.Flush(txn)

@@ -366,7 +366,7 @@ func (s *Server) get(r *request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return pipeline.GetReply{Fields: fam.Fields, Counts: counts, Unavailable: unavailable, Stale: stale}, nil
+	return pipeline.GetReply{Fields: fam.Fields, Estimated: fam.Estimated(), Counts: counts, Unavailable: unavailable, Stale: stale}, nil
 }
 
 // errUnavailable marks an answer withheld because a partition is not here or did not
@@ -393,7 +393,7 @@ func (s *Server) part(key partKey) func(*request) (any, error) {
 		if err := o.Get(r.ctx, ids, out); err != nil {
 			return nil, err
 		}
-		return pipeline.GetReply{Fields: fam.Fields, Counts: out}, nil
+		return pipeline.GetReply{Fields: fam.Fields, Estimated: fam.Estimated(), Counts: out}, nil
 	}
 }
 

@@ -93,6 +93,6 @@ func (s *Server) standby(key partKey, sb Standby) func(*request) (any, error) {
 		}
 		// Rounded up: a standby a moment behind is never said to be exact.
 		ms := (b.Age.Nanoseconds() + 999_999) / 1_000_000
-		return pipeline.GetReply{Fields: fam.Fields, Counts: out, Stale: []pipeline.Stale{{IDs: req.IDs, At: at, BehindMs: ms, BehindMsgs: b.Msgs}}}, nil
+		return pipeline.GetReply{Fields: fam.Fields, Estimated: fam.Estimated(), Counts: out, Stale: []pipeline.Stale{{IDs: req.IDs, At: at, BehindMs: ms, BehindMsgs: b.Msgs}}}, nil
 	}
 }

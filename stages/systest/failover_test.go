@@ -83,6 +83,7 @@ func TestFailover(t *testing.T) {
 		cfg := node.DefaultConfig()
 		cfg.DataDir, cfg.NATSURL, cfg.Partitions, cfg.FlushInterval = t.TempDir(), cl.URLs(), partitions, 20*time.Millisecond
 		cfg.Join, cfg.BackupEvery, cfg.LeaseTTL = true, 300*time.Millisecond, failoverTTL
+		cfg.Families = pipeline.WithViewers(cfg.Families) // as the owner's (runChild)
 		n, err := node.Start(ctx, cfg, rig.Logger())
 		if err != nil {
 			t.Fatal(err)

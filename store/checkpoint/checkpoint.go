@@ -297,8 +297,13 @@ func unpackCounts(b []byte, dst []uint64) error {
 	clear(dst)
 	for i := 0; len(b) > 0; i++ {
 		v, n := binary.Uvarint(b)
-		if n <= 0 || i >= len(dst) {
+		if n <= 0 {
 			return fmt.Errorf("bad packed counters")
+		}
+		if i >= len(dst) {
+			// A family's fields may only be added: one that is gone (post's viewers,
+			// counted with --viewers and then not) would be read into the wrong field.
+			return fmt.Errorf("more counters stored than the family's %d fields: a field was taken out of the family (was tallyd started without --viewers after counting viewers?)", len(dst))
 		}
 		dst[i], b = v, b[n:]
 	}

@@ -3,6 +3,7 @@ package checkpoint_test
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/tally-dev/tally/store/checkpoint"
@@ -83,5 +84,27 @@ func TestJournal(t *testing.T) {
 	}
 	if last, err := checkpoint.LoadJournal(db, "user", 0, 2, 5, func(uint64, []uint64) { t.Fatal("entry after the last") }); err != nil || last != 5 {
 		t.Fatalf("journal after 5: %d %v", last, err)
+	}
+}
+
+// TestFieldTakenOut: counters stored with five fields read with four (post's viewers
+// counted, then tallyd started without --viewers) are an error that says so, never
+// counts read into the wrong fields.
+func TestFieldTakenOut(t *testing.T) {
+	db := coldtest.Open(t, cold.Options{})
+	var cp checkpoint.Checkpoint
+	if err := checkpoint.SaveCounters(db, "post", 0, []checkpoint.Entry{{ID: 42, Counts: []uint64{1, 2, 3, 4, 5}}}, &cp, checkpoint.Journal{}); err != nil {
+		t.Fatal(err)
+	}
+	err := checkpoint.LoadCounters(db, "post", 0, 4, func(uint64, []uint64) {})
+	if err == nil || !strings.Contains(err.Error(), "taken out of the family") {
+		t.Fatalf("five stored counters read as four: %v", err)
+	}
+	if err := checkpoint.LoadCounters(db, "post", 0, 6, func(id uint64, c []uint64) {
+		if id != 42 || !slices.Equal(c, []uint64{1, 2, 3, 4, 5, 0}) {
+			t.Errorf("id %d: %v, want the five and a new field at 0", id, c)
+		}
+	}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -177,7 +177,7 @@ type Keys struct {
 // one of those keys starts with its namespace and p.
 func EventKeys(p int) Keys {
 	var ps []key
-	for _, ns := range append(append(keys.Graph(), keys.NSStage, keys.NSOutbox), keys.Unread()...) {
+	for _, ns := range append(append(keys.Graph(), keys.NSStage, keys.NSOutbox, keys.NSViewers), keys.Unread()...) {
 		ps = append(ps, newKey(ns, 3).U16(p))
 	}
 	return Keys{prefixes: ps, marks: []key{keys.Stage(p)}, events: []int{p}}

@@ -87,3 +87,8 @@ const (
 func Unread() []byte {
 	return []byte{NSReader, NSNotified, NSPosts, NSPulled, NSPulledAt, NSArrived, NSFollowed, NSNotice, NSAuthor, NSFeedRead}
 }
+
+// NSViewers holds the distinct viewers of posts (store/viewers):
+// U|partition|post|piece → a piece of the post's sketch (store/sketch). Like the unread
+// namespaces, every key of it is partition p's under ns|p.
+const NSViewers = 'U'
