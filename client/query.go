@@ -57,9 +57,34 @@ func toIDs(ids []uint64) []pipeline.ID {
 // Counts entries are nil, never zeros; every other id is counted as usual and err is nil.
 // Check len(r.Unavailable) before reading Counts, and ask again for those ids shortly. When
 // no partition could answer, err wraps ErrRemote instead.
+//
+// While a partition has no owner at all (its tallyd was killed, until its standby takes
+// it over), its ids are counted by its standby, a moment behind: r.Stale lists them with
+// how far behind (tallyd 1.2). GetWith with Exact refuses those counts.
 func (c *Client) Get(ctx context.Context, family string, ids ...uint64) (*pipeline.GetReply, error) {
+	return c.GetWith(ctx, family, ids)
+}
+
+// GetOption changes what a get asks.
+type GetOption func(*pipeline.GetRequest) error
+
+// Exact asks for exact counts only: ids whose partition has no owner are listed in
+// Unavailable rather than counted by its standby (Stale). A tallyd before protocol 1.2
+// refuses the request (ErrBadRequest).
+func Exact() GetOption {
+	return func(r *pipeline.GetRequest) error { r.Exact = true; return nil }
+}
+
+// GetWith is Get with options.
+func (c *Client) GetWith(ctx context.Context, family string, ids []uint64, opts ...GetOption) (*pipeline.GetReply, error) {
+	req := pipeline.GetRequest{IDs: toIDs(ids)}
+	for _, o := range opts {
+		if err := o(&req); err != nil {
+			return nil, err
+		}
+	}
 	var r pipeline.GetReply
-	err := c.request(ctx, c.subj.Get(family), pipeline.GetRequest{IDs: toIDs(ids)}, &r, &r.Error, &r.Code)
+	err := c.request(ctx, c.subj.Get(family), req, &r, &r.Error, &r.Code)
 	return &r, err
 }
 

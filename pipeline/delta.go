@@ -75,8 +75,8 @@ type WindowDelta struct {
 // The internal wire form is a MessagePack array [source, seq, [id, field, op, n, …]]:
 // deltas are the highest-volume messages and never leave Tally, so they carry no names.
 // A batch with windows has a fourth element, [id, field, minute, n, …]: a reader
-// without windows (before 1.2) refuses such a batch as undecodable, so a cluster turns
-// windows on only once every tallyd runs 1.2 (docs/operations.md).
+// without windows (before 1.4) refuses such a batch as undecodable, so a cluster turns
+// windows on only once every tallyd runs 1.4 (docs/operations.md).
 
 // AppendDeltaBatch appends the encoded batch to dst.
 func AppendDeltaBatch(dst []byte, b *DeltaBatch) []byte {

@@ -119,7 +119,8 @@ func (e *Event) Privileged() bool { return e.Type == TypeSystem || e.Type == Typ
 
 // Relational reports whether the event reads and writes state owned by its key's
 // partition (relations, a reader's state, an author's followers and posts), so that
-// it must be handled there.
+// it must be handled there. A view that says who viewed is too where viewers are
+// counted (see stages/event).
 func (e *Event) Relational() bool {
 	switch e.Type {
 	case TypeLike, TypeUnlike, TypeComment, TypeUncomment, TypeFollow, TypeUnfollow, TypeRead, TypePost:

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 )
 
 // Family is a kind of counted thing with a fixed list of counter fields. Families are
@@ -19,6 +20,31 @@ const (
 	FamilyUser   = "user"
 	FamilyUnread = "unread"
 )
+
+// FieldViewers is the post family's count of distinct users who viewed a post (views
+// that carry a uid): exact up to ExactViewers, an estimate past that (see
+// docs/contract.md). It is not one of the default fields, since it adds a 16-bit pair of
+// counters to every post in RAM (16 bytes a post instead of 12): WithViewers, tallyd
+// --viewers or a families file that lists it count viewers.
+const FieldViewers = "viewers"
+
+// ExactViewers is the most viewers a post's count gives exactly (store/sketch's
+// ExactMax).
+const ExactViewers = 128
+
+// optionalField reports whether a field may be added at the end of a default family.
+func optionalField(family, name string) bool { return family == FamilyPost && name == FieldViewers }
+
+// WithViewers is fams with viewers added to the post family, which then counts them.
+func WithViewers(fams Families) Families {
+	out := slices.Clone(fams)
+	for i, f := range out {
+		if f.Name == FamilyPost && !slices.Contains(f.Fields, FieldViewers) {
+			out[i].Fields = append(slices.Clone(f.Fields), FieldViewers)
+		}
+	}
+	return out
+}
 
 // DefaultFamilies are post, user and unread.
 func DefaultFamilies() []Family {
@@ -37,6 +63,15 @@ func (f Family) Field(name string) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("%w %q in family %s (fields: %v)", ErrUnknownField, name, f.Name, f.Fields)
+}
+
+// Estimated names f's fields whose counts may be estimates (GetReply.Estimated): the
+// post family's viewers.
+func (f Family) Estimated() []string {
+	if f.Name == FamilyPost && slices.Contains(f.Fields, FieldViewers) {
+		return []string{FieldViewers}
+	}
+	return nil
 }
 
 // Families is an ordered set of families looked up by name.
@@ -87,8 +122,9 @@ func validToken(s string) bool {
 
 // ReadFamilies reads families from JSON, a list of {"name", "fields"} (tallyd
 // --families), and returns the default families followed by them, validated. A default
-// family may be listed only exactly as it is: the event types write to its fields, and
-// the stored counters are read by field position, so neither may change.
+// family may be listed only as it is — the event types write to its fields, and the
+// stored counters are read by field position, so neither may change — or with optional
+// fields added at its end: a post family listed with viewers counts them.
 func ReadFamilies(data []byte) (Families, error) {
 	var extra []Family
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -100,12 +136,15 @@ func ReadFamilies(data []byte) (Families, error) {
 		return nil, fmt.Errorf("families: trailing data after the list")
 	}
 	defaults := Families(DefaultFamilies())
-	fams := defaults
+	fams := slices.Clone(defaults)
 	for _, f := range extra {
-		if def, err := defaults.Lookup(f.Name); err == nil {
-			if fmt.Sprint(def.Fields) != fmt.Sprint(f.Fields) {
-				return nil, fmt.Errorf("family %q is built in with fields %v; it cannot be changed", f.Name, def.Fields)
+		if i := slices.IndexFunc(defaults, func(d Family) bool { return d.Name == f.Name }); i >= 0 {
+			def := defaults[i]
+			if len(f.Fields) < len(def.Fields) || !slices.Equal(f.Fields[:len(def.Fields)], def.Fields) ||
+				slices.ContainsFunc(f.Fields[len(def.Fields):], func(name string) bool { return !optionalField(f.Name, name) }) {
+				return nil, fmt.Errorf("family %q is built in with fields %v; it cannot be changed (beyond adding %s to post)", f.Name, def.Fields, FieldViewers)
 			}
+			fams[i] = f
 			continue
 		}
 		seen := map[string]bool{}

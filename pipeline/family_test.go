@@ -29,11 +29,34 @@ func TestReadFamilies(t *testing.T) {
 	f(`[]`, "", "post", "user", "unread")
 	f(`[{"name":"video","fields":["play","share"]}]`, "", "post", "user", "unread", "video")
 	f(`[{"name":"post","fields":["like","repost","comment","view"]},{"name":"video","fields":["play"]}]`, "", "post", "user", "unread", "video")
+	f(`[{"name":"post","fields":["like","repost","comment","view","viewers"]}]`, "", "post", "user", "unread")
 	f(`[{"name":"post","fields":["like"]}]`, "cannot be changed")
+	f(`[{"name":"post","fields":["like","repost","comment","view","x"]}]`, "cannot be changed")
+	f(`[{"name":"user","fields":["follower","following","post","viewers"]}]`, "cannot be changed")
+	f(`[{"name":"post","fields":["like","repost","view","comment"]}]`, "cannot be changed")
 	f(`[{"name":"video","fields":[]}]`, "1 to 255 fields")
 	f(`[{"name":"video","fields":["a","a"]}]`, "listed twice")
 	f(`[{"name":"video","fields":["a"]},{"name":"video","fields":["b"]}]`, "defined twice")
 	f(`[{"name":"v","fields":["a"],"kind":"x"}]`, "unknown field")
 	f(`{"name":"v"}`, "JSON list")
 	f(`[] []`, "trailing")
+}
+
+// TestFamiliesWithViewers: the post family counts viewers only when a families file
+// lists them after its fields, or WithViewers adds them; the default does not (they cost
+// RAM in every post).
+func TestFamiliesWithViewers(t *testing.T) {
+	fams, err := pipeline.ReadFamilies([]byte(`[{"name":"post","fields":["like","repost","comment","view","viewers"]}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	has := func(fams pipeline.Families) bool {
+		post, _ := fams.Lookup(pipeline.FamilyPost)
+		_, err := post.Field(pipeline.FieldViewers)
+		return err == nil
+	}
+	def := pipeline.Families(pipeline.DefaultFamilies())
+	if !has(fams) || has(def) || !has(pipeline.WithViewers(def)) || has(def) {
+		t.Errorf("viewers: listed %v, default %v, WithViewers %v (and the default after %v)", has(fams), has(def), has(pipeline.WithViewers(def)), has(def))
+	}
 }

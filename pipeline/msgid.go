@@ -69,7 +69,7 @@ func DeadLetterMsgID(stage string, p int, seq uint64, index int) string {
 }
 
 // LogMsgID names the log record of event partition p's transaction number n (see
-// cold.StageState.N), ending at stream position pos, written by owner (the node and its
+// stagelog.State.N), ending at stream position pos, written by owner (the node and its
 // lease), so that a record of another owner is never taken for a re-sent one of ours,
 // nor a transaction that consumed no message (it released held hop batches) for the one
 // before it at the same position.

@@ -22,11 +22,6 @@ func checkMsgpack(data []byte) error {
 
 const maxMsgpackDepth = 32
 
-var (
-	errTruncated = fmt.Errorf("truncated MessagePack")
-	errTrailing  = fmt.Errorf("trailing data after the MessagePack value")
-)
-
 func skipMsgpack(b []byte, depth int) ([]byte, error) {
 	if depth > maxMsgpackDepth {
 		return nil, fmt.Errorf("MessagePack nested deeper than %d", maxMsgpackDepth)

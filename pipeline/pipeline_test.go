@@ -149,7 +149,7 @@ func TestDeltaBatchWindowsRoundTrip(t *testing.T) {
 	if fmt.Sprint(in) != fmt.Sprint(out) {
 		t.Fatalf("got %+v want %+v", out, in)
 	}
-	// Without windows a batch keeps the form readers before 1.2 decode: three elements.
+	// Without windows a batch keeps the form readers before 1.4 decode: three elements.
 	in.Windows = nil
 	if data := pipeline.AppendDeltaBatch(nil, &in); data[0] != 0x93 {
 		t.Fatalf("a batch without windows starts %#x, want a 3-element array", data[0])

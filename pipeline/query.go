@@ -14,9 +14,13 @@ const MaxQueryIDs = 10_000
 const MaxPage = 1_000
 
 // GetRequest asks tally.get.<family> for the counters of many ids.
+//
+// Exact (1.2) refuses answers from a standby: the ids of a partition that has no owner
+// are then Unavailable, as before 1.2, rather than counted a moment behind (Stale).
 type GetRequest struct {
-	IDs []ID `json:"ids"`
-	// Window, when set, asks for the net change of each counter over the last 5
+	IDs   []ID `json:"ids"`
+	Exact bool `json:"exact,omitempty"`
+	// Window (1.4), when set, asks for the net change of each counter over the last 5
 	// minutes, hour or day ("5m", "1h", "1d") instead of its value (docs/contract.md).
 	Window string `json:"window,omitempty"`
 }
@@ -28,16 +32,39 @@ type GetRequest struct {
 // did not answer. Their Counts entries are nil (null in JSON), never zeros; every other
 // id is counted as usual. A reply in which no partition could answer is an Error instead.
 //
-// A windowed get (GetRequest.Window) answers in Changes instead of Counts, signed (more
-// unlikes than likes in the window is negative), and names the window it answers.
+// Stale (1.2) lists the ids counted by a standby of their partition because no process
+// owned it (a killed owner, until its standby takes it over): their counts are real but
+// may miss the last moment's events, as each entry says. A request with Exact gets none.
+//
+// A windowed get (GetRequest.Window, 1.4) answers in Changes instead of Counts, signed
+// (more unlikes than likes in the window is negative), and names the window it answers.
 type GetReply struct {
 	Fields      []string   `json:"fields,omitempty"`
 	Counts      [][]uint64 `json:"counts,omitempty"`
 	Window      string     `json:"window,omitempty"`
 	Changes     [][]int64  `json:"changes,omitempty"`
 	Unavailable []ID       `json:"unavailable,omitempty"`
-	Error       string     `json:"error,omitempty"`
-	Code        string     `json:"code,omitempty"`
+	Stale       []Stale    `json:"stale,omitempty"`
+	// Estimated (1.3) names the fields whose counts may be estimates: a post's viewers,
+	// exact up to 128 distinct users and within 0.81 % (one standard error) past that.
+	Estimated []string `json:"estimated,omitempty"`
+	Error     string   `json:"error,omitempty"`
+	Code      string   `json:"code,omitempty"`
+}
+
+// Stale is a group of ids of a get reply answered by one partition's standby, with how
+// far behind its owner that standby was. At gives their positions in the request (from
+// 0), so that a JavaScript client, which cannot hold every 64-bit id as a number, marks
+// them by position as it marks unavailable ones by their null counts.
+type Stale struct {
+	IDs []ID  `json:"ids"`
+	At  []int `json:"at"`
+	// BehindMs is how long ago the oldest delta of the partition the standby had not
+	// applied yet was stored, as it knew when it answered (0: it had applied every
+	// delta stored); BehindMsgs how many stream messages it had still to apply. Events
+	// the dead owner had not yet turned into deltas are not in either.
+	BehindMs   int64  `json:"behind_ms"`
+	BehindMsgs uint64 `json:"behind_msgs,omitempty"`
 }
 
 // Change is published on tally.chg.<family>.<p> after a flush: the new values of every

@@ -19,7 +19,20 @@ import (
 // field GetRequest.ids of type []pipeline.ID"): whoever reads it wrote JSON or
 // MessagePack, not Go.
 func DecodeRequest(data []byte, asJSON bool, v any) error {
-	err := Unmarshal(data, asJSON, v)
+	return decodeRequest(data, asJSON, v, true)
+}
+
+// DecodePeerRequest decodes a request one tallyd sends another (the part and standby
+// subjects) as DecodeRequest does, except that a field it does not know is skipped, as
+// UnmarshalReply skips one in a reply: in a rolling upgrade the tallyd already upgraded
+// may send a field the others do not know yet, and they must still answer it. A typo
+// cannot hide here: both ends are Tally's code.
+func DecodePeerRequest(data []byte, asJSON bool, v any) error {
+	return decodeRequest(data, asJSON, v, false)
+}
+
+func decodeRequest(data []byte, asJSON bool, v any, strict bool) error {
+	err := unmarshal(data, asJSON, v, strict)
 	if err == nil {
 		return nil
 	}
@@ -27,13 +40,14 @@ func DecodeRequest(data []byte, asJSON bool, v any) error {
 	if t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct {
 		return fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
-	return fmt.Errorf("%w: %s", ErrBadRequest, explainRequest(data, asJSON, t.Elem(), err))
+	return fmt.Errorf("%w: %s", ErrBadRequest, explainRequest(data, asJSON, t.Elem(), err, strict))
 }
 
-// explainRequest says why data is not a request of type t, Unmarshal having failed with
+// explainRequest says why data is not a request of type t, unmarshal having failed with
 // err. It runs on failures only: it decodes the payload again, field by field, to find
-// the first one at fault (in the order of their names).
-func explainRequest(data []byte, asJSON bool, t reflect.Type, err error) string {
+// the first one at fault (in the order of their names); unknown fields are at fault only
+// when strict.
+func explainRequest(data []byte, asJSON bool, t reflect.Type, err error, strict bool) string {
 	form := "a MessagePack map"
 	if asJSON {
 		form = "a JSON object"
@@ -72,7 +86,9 @@ func explainRequest(data []byte, asJSON bool, t reflect.Type, err error) string 
 	names := requestFields(t)
 	for _, key := range slices.Sorted(maps.Keys(raw)) {
 		i := slices.IndexFunc(names, func(n string) bool { return n == key || asJSON && strings.EqualFold(n, key) })
-		if i < 0 {
+		if i < 0 && !strict {
+			continue
+		} else if i < 0 {
 			return fmt.Sprintf("unknown field %q: this request has %s", key, quoted(names))
 		}
 		f := t.Field(i)

@@ -2,6 +2,8 @@ package pipeline_test
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/tally-dev/tally/pipeline"
@@ -20,7 +22,31 @@ func FuzzDecodeRequest(f *testing.F) {
 				if err := pipeline.DecodeRequest(data, asJSON, v); err != nil && !errors.Is(err, pipeline.ErrBadRequest) {
 					t.Fatalf("%q (json %v) into %T: %v, not a bad request", data, asJSON, v, err)
 				}
+				if err := pipeline.DecodePeerRequest(data, asJSON, v); err != nil && !errors.Is(err, pipeline.ErrBadRequest) {
+					t.Fatalf("%q (json %v) into %T from a peer: %v, not a bad request", data, asJSON, v, err)
+				}
 			}
 		}
 	})
+}
+
+// A peer's request skips the fields it does not know, which a client's names; a field it
+// knows with a wrong value is explained alike.
+func TestDecodePeerRequest(t *testing.T) {
+	f := func(t *testing.T, data string, wantIDs []pipeline.ID, wantErr, wantClientErr string) {
+		t.Helper()
+		var r pipeline.GetRequest
+		err := pipeline.DecodePeerRequest([]byte(data), true, &r)
+		if got := fmt.Sprint(err); err != nil && got != wantErr || err == nil && (wantErr != "" || !slices.Equal(r.IDs, wantIDs)) {
+			t.Errorf("peer %s: %v %v, want %v %q", data, r.IDs, err, wantIDs, wantErr)
+		}
+		if err := pipeline.DecodeRequest([]byte(data), true, &pipeline.GetRequest{}); fmt.Sprint(err) != wantClientErr {
+			t.Errorf("client %s: %v, want %q", data, err, wantClientErr)
+		}
+	}
+	f(t, `{"ids":[1,"2"],"later":{"x":[1]}}`, []pipeline.ID{1, 2}, "",
+		`bad request: unknown field "later": this request has "ids", "exact"`)
+	const ids = `bad request: "ids" must be an array of unsigned 64-bit integers (numbers or decimal strings)`
+	f(t, `{"a_later":1,"ids":"x"}`, nil, ids, `bad request: unknown field "a_later": this request has "ids", "exact"`)
+	f(t, `{"ids":[1]}`, []pipeline.ID{1}, "", "<nil>")
 }

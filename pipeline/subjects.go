@@ -65,6 +65,14 @@ func (s Subjects) Get(family string) string { return s.join("get", family) }
 // requests for the counters of ids in that partition (a GetRequest, a GetReply).
 func (s Subjects) Part(family string, p int) string { return s.join("part", family, strconv.Itoa(p)) }
 
+// Standby is where a process keeping a standby of partition p of a family answers the
+// counters of ids in it from the state the standby has applied (a GetRequest, a
+// GetReply whose Stale says how far behind it is): what a get asks when no process owns
+// the partition.
+func (s Subjects) Standby(family string, p int) string {
+	return s.join("standby", family, strconv.Itoa(p))
+}
+
 // PartEvents is where the process owning event partition p answers the relation queries
 // (and audit recounts) that read that partition's state, for other processes:
 // <prefix>.part.ev.<p>. No family may be named "ev", or its Part subjects would be these.

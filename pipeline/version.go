@@ -11,12 +11,20 @@ package pipeline
 // takes a new major version. Requests and events stay strict — a field the server does
 // not know is a bad request or a dead-lettered event naming it — so a typo is never
 // silently dropped; a client uses a newer request field only once every tallyd it talks
-// to announces the minor version that brought it.
+// to announces the minor version that brought it. Requests between tallyd processes
+// (the part and standby subjects) are no client's: they skip unknown fields as replies
+// do (DecodePeerRequest), so that a rolling upgrade may add one.
 //
-// 1.1 added this version to health replies, and the tolerance of unknown reply fields;
-// 1.2 the window of a get (GetRequest.Window, GetReply.Window and Changes) and the window
-// changes of internal delta batches.
-const ProtocolVersion = "1.2"
+// 1.1 added this version to health replies, and the tolerance of unknown reply fields.
+// 1.2 added reads from standbys: a get's ids whose partition has no owner may be
+// answered by its standby and are then listed in GetReply.Stale with how far behind it
+// was; GetRequest.Exact refuses that (those ids are unavailable, as in 1.1). A reader of
+// 1.1 that does not know Stale takes such counts as exact.
+// 1.3 added the post family's viewers, counted from views that carry a uid, and
+// GetReply.Estimated, the fields whose counts may be estimates (viewers past 128).
+// 1.4 added the window of a get (GetRequest.Window, GetReply.Window and Changes), where
+// tallyd keeps windows (--windows), and the window changes of internal delta batches.
+const ProtocolVersion = "1.4"
 
 // ServiceVersion is ProtocolVersion as a semantic version (major.minor.0), the version
 // of the NATS micro service that answers the queries.

@@ -32,3 +32,23 @@ func TestOnlyTheStoreImportsBadger(t *testing.T) {
 		}
 	}
 }
+
+// The database knows the store packages that write through it (store/graph,
+// store/checkpoint, store/stagelog, store/unread…) by their keys alone, named in
+// store/internal/keys: store/cold depends on none of them, so that each imports it.
+func TestColdDependsOnNoOtherStorePackage(t *testing.T) {
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command on PATH:", err)
+	}
+	const module = "github.com/tally-dev/tally/"
+	out, err := exec.Command(gobin, "list", "-f", `{{join .Deps " "}}`, module+"store/cold").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for dep := range strings.FieldsSeq(string(out)) {
+		if strings.HasPrefix(dep, module) && dep != module+"store/internal/keys" {
+			t.Errorf("store/cold depends on %s", dep)
+		}
+	}
+}

@@ -26,15 +26,15 @@ type env struct {
 	nc *nats.Conn
 }
 
-// errUsage marks a mistake in the command line: exit code 2.
-var errUsage = errors.New("usage")
-
 const usage = `tally — Tally's command-line client
 
   tally pub [file]                         publish NDJSON events (stdin without a file)
-  tally get [--json] <family> <id>...      counts of ids (--json: the raw reply); exit 1 if
-                                           any is unavailable (partition hand-over);
-                                           --window 5m|1h|1d: the net change over it
+  tally get [--json] [--exact] [--window 5m|1h|1d] <family> <id>...
+                                           counts of ids (--json: the raw reply); exit 1 if
+                                           any is unavailable (partition hand-over); ids
+                                           a standby counted while their partition had no
+                                           owner are marked stale (--exact: unavailable);
+                                           --window: the net change over it
   tally liked <uid> <post>...              did uid like these posts
   tally likes user <uid> | post <post>     who liked / what was liked, newest first
   tally following <uid> | followers <uid>  follow lists, newest first

@@ -82,3 +82,22 @@ func TestGetUnavailable(t *testing.T) {
 		t.Errorf("--json: exit %d, %q, want %s and null counts", code, out, wantJSON)
 	}
 }
+
+// TestGetEstimated: a count the reply names estimated is shown as ~n past the counts it
+// gives exactly (a post's viewers past 128), as a number below.
+func TestGetEstimated(t *testing.T) {
+	s := natstest.Start(t)
+	owners := map[string][]query.Partition{"post": {fixedPart{}}}
+	fams := pipeline.WithViewers(pipeline.DefaultFamilies())
+	srv := query.New(query.Config{Subjects: pipeline.NewSubjects(""), Families: fams, Partitions: 1, Timeout: 10 * time.Second},
+		natstest.Connect(t, s), nil, owners, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	code, out, errOut := tally(t, "", "get", "post", "1", "20", "--server", s.ClientURL())
+	want := "id  like  repost  comment  view  viewers\n1   10    11      12       13    14\n20  200   201     202      203   ~204\n"
+	if code != 0 || out != want {
+		t.Errorf("exit %d\nout:\n%s\nwant:\n%s\nerr: %s", code, out, want, errOut)
+	}
+}

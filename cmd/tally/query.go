@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -20,6 +21,7 @@ import (
 func getFlags(fs *flag.FlagSet) {
 	fs.Bool("json", false, "print the raw JSON reply")
 	fs.String("window", "", "the net change over the last 5m, 1h or 1d instead of the counts")
+	fs.Bool("exact", false, "exact counts only: ids whose partition has no owner are unavailable rather than counted by its standby (stale)")
 }
 
 func runGet(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env) error {
@@ -37,9 +39,23 @@ func runGet(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env) erro
 	if window != "" {
 		return getWindow(ctx, c, fs.Arg(0), window, list, e)
 	}
-	r, err := c.Get(ctx, fs.Arg(0), list...)
+	var opts []client.GetOption
+	if exact(fs) {
+		opts = append(opts, client.Exact())
+	}
+	r, err := c.GetWith(ctx, fs.Arg(0), list, opts...)
 	if err != nil {
 		return err
+	}
+	behind := map[int]int64{} // position → ms behind, of the ids a standby counted
+	for _, st := range r.Stale {
+		for _, i := range st.At {
+			behind[i] = st.BehindMs
+		}
+	}
+	estimated := make([]bool, len(r.Fields)) // shown as ~n past ExactViewers
+	for i, f := range r.Fields {
+		estimated[i] = slices.Contains(r.Estimated, f)
 	}
 	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprint(w, tabRow(append([]string{"id"}, r.Fields...)...))
@@ -51,8 +67,15 @@ func runGet(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env) erro
 			}
 			row = append(row, "unavailable")
 		}
-		for _, v := range r.Counts[i] {
-			row = append(row, strconv.FormatUint(v, 10))
+		for j, v := range r.Counts[i] {
+			n := strconv.FormatUint(v, 10)
+			if j < len(estimated) && estimated[j] && v > pipeline.ExactViewers {
+				n = "~" + n
+			}
+			row = append(row, n)
+		}
+		if ms, ok := behind[i]; ok {
+			row = append(row, fmt.Sprintf("stale (%d ms behind)", ms))
 		}
 		fmt.Fprint(w, tabRow(row...))
 	}
@@ -61,6 +84,8 @@ func runGet(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env) erro
 	}
 	return unavailable(r)
 }
+
+func exact(fs *flag.FlagSet) bool { return fs.Lookup("exact").Value.(flag.Getter).Get().(bool) }
 
 // unavailable fails when a get reply lists ids its partitions could not answer.
 func unavailable(r *pipeline.GetReply) error {
@@ -74,7 +99,6 @@ func unavailable(r *pipeline.GetReply) error {
 	return fmt.Errorf("%d ids unavailable (their partition is being handed over; try again): %s", len(r.Unavailable), strings.Join(s, " "))
 }
 
-// getRaw asks in JSON, so that the server answers in JSON, and prints the reply as is.
 // getWindow prints the net changes over window of list, signed, one row an id.
 func getWindow(ctx context.Context, c *client.Client, family, window string, list []uint64, e env) error {
 	r, err := c.GetWindow(ctx, family, window, list...)
@@ -103,8 +127,9 @@ func getWindow(ctx context.Context, c *client.Client, family, window string, lis
 	return unavailable(r)
 }
 
+// getRaw asks in JSON, so that the server answers in JSON, and prints the reply as is.
 func getRaw(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env, list []uint64, window string) error {
-	req := pipeline.GetRequest{IDs: make([]pipeline.ID, len(list)), Window: window}
+	req := pipeline.GetRequest{IDs: make([]pipeline.ID, len(list)), Exact: exact(fs), Window: window}
 	for i, id := range list {
 		req.IDs[i] = pipeline.ID(id)
 	}

@@ -46,9 +46,6 @@ func envName(flagName string) string {
 	return "TALLY_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-// errVersion asks run to print the version and exit.
-var errVersion = errors.New("version asked")
-
 // version is the version Tally was built as (pipeline/buildinfo: -ldflags -X for a
 // release or an image, else the module version and VCS revision), and the layout of the
 // state it keeps.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/natstest"
+	"github.com/tally-dev/tally/stages/cluster"
 )
 
 // buildTallyd builds this command into a temporary directory, with ldflags.
@@ -62,6 +63,24 @@ func TestConfigErrorsExit2(t *testing.T) {
 	if _, err := js.UpdateStream(context.Background(), edited); err != nil {
 		t.Fatal(err)
 	}
+	// Another tallyd live on the prefix: a restart without --join meets it again.
+	other := natstest.Start(t)
+	ojs, _ := jetstream.New(natstest.Connect(t, other))
+	owners, err := cluster.Open(context.Background(), ojs, cluster.Bucket{Name: sc.Subjects.OwnersBucket()}, t.TempDir(), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := owners.Register(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// An ownership bucket an operator made in memory, where a lease would not survive a
+	// NATS restart.
+	mem := natstest.Start(t)
+	mjs, _ := jetstream.New(natstest.Connect(t, mem))
+	if _, err := mjs.CreateKeyValue(context.Background(), jetstream.KeyValueConfig{Bucket: sc.Subjects.OwnersBucket(),
+		Storage: jetstream.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
 	f := func(code int, want string, args ...string) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -88,5 +107,7 @@ func TestConfigErrorsExit2(t *testing.T) {
 	f(2, "cannot be changed", "--families", write("post.json", `[{"name":"post","fields":["like"]}]`))
 	f(2, "no such file", "--families", filepath.Join(dir, "missing.json"))
 	f(2, "discard new, Tally needs old", "--nats", srv.ClientURL())
+	f(2, "start this one with --join", "--nats", other.ClientURL(), "--lease-ttl", "1m")
+	f(2, "storage Memory, Tally needs File", "--nats", mem.ClientURL())
 	f(1, "address already in use", "--listen", busy.Addr().String())
 }

@@ -73,7 +73,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 	fs.IntVar(&cfg.Partitions, "partitions", cfg.Partitions, "number of partitions; fixed once the streams exist")
 	fs.StringVar(&cfg.Prefix, "prefix", cfg.Prefix, "subject prefix")
 	fs.DurationVar(&cfg.FlushInterval, "flush", cfg.FlushInterval, "coalescing window: counters are written and announced at most this often")
-	fs.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "stream replicas; 0 keeps an existing stream's, and makes a new one with 3 on a NATS cluster of three or more servers, else 1")
+	fs.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "replicas of the streams and buckets; 0 keeps an existing one's, and makes a new one with 3 on a NATS cluster of three or more servers, else 1")
 	fs.DurationVar(&cfg.DupWindow, "dup-window", cfg.DupWindow, "how long a re-sent Nats-Msg-Id is recognised and dropped; 0 keeps the events stream's (2m when new)")
 	fs.BoolVar(&cfg.SyncWrites, "sync", cfg.SyncWrites, "fsync every Badger commit (exact across power loss, slower)")
 	fs.StringVar(&cfg.Table, "table", cfg.Table, "in-RAM counter table: hot (packed, ~13 B a post) or map (a Go map, the reference)")
@@ -98,7 +98,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 		return err
 	})
 	fs.IntVar(&cfg.ColdCache, "cold-cache", cfg.ColdCache, "most cold ids whose counters stay in RAM after a read")
-	fs.BoolVar(&cfg.Windows, "windows", cfg.Windows, "keep the net change of every counter over the last 5 minutes, hour and day (get with window); turn on only once every tallyd of the prefix runs protocol 1.2")
+	fs.BoolVar(&cfg.Windows, "windows", cfg.Windows, "keep the net change of every counter over the last 5 minutes, hour and day (get with window); turn on only once every tallyd of the prefix runs protocol 1.4")
 	fs.BoolVar(&cfg.Snapshots, "snapshots", cfg.Snapshots, "keep hot-table snapshots in <data>/snapshots for a fast restart")
 	fs.BoolVar(&cfg.Join, "join", cfg.Join, "share the partitions (event stages and counters) with the other tallyd of the prefix and take a share of theirs over when one stops or dies, instead of refusing to start (needs --backup-every)")
 	fs.DurationVar(&cfg.BackupEvery, "backup-every", cfg.BackupEvery, "back the state up to the NATS object store <PREFIX>_STATE this often and log every event-stage transaction, so partitions can move to another machine; 0 never")
@@ -136,6 +136,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 		}
 		return nil
 	})
+	viewers := fs.Bool("viewers", false, "count the distinct users who viewed each post (post.viewers, from views with a uid): 4 more bytes a post in RAM, and the viewers' sketches")
 	var logs logConfig
 	fs.TextVar(&logs.level, "log-level", slog.LevelInfo, "debug, info, warn or error")
 	fs.StringVar(&logs.format, "log-format", "text", "text or json")
@@ -145,6 +146,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 	}
 	if err := fs.Parse(args); err != nil {
 		return cfg, logs, err
+	}
+	if *viewers {
+		cfg.Families = pipeline.WithViewers(cfg.Families)
 	}
 	if *showVersion {
 		return cfg, logs, errVersion

@@ -1,7 +1,6 @@
 package embedded
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,9 +9,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 )
-
-// ErrAuth is a security configuration the embedded server cannot run with.
-var ErrAuth = errors.New("embedded NATS security")
 
 // Auth secures the embedded server: who may connect (users, nkeys) and TLS, from flags,
 // or anything a nats-server configuration file can say (accounts, per-user permissions,

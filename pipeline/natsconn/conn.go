@@ -1,7 +1,6 @@
 package natsconn
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"path/filepath"
@@ -10,10 +9,6 @@ import (
 	"github.com/nats-io/jsm.go/natscontext"
 	"github.com/nats-io/nats.go"
 )
-
-// ErrConfig is a connection configuration that cannot work (a certificate without its
-// key, a context that does not exist).
-var ErrConfig = errors.New("NATS connection configuration")
 
 // Auth says how to authenticate to NATS and secure the connection. The zero value is a
 // plain connection, with whatever credentials the URL carries (nats://user:pw@host).

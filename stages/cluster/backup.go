@@ -20,15 +20,6 @@ import (
 	"github.com/tally-dev/tally/store/cold"
 )
 
-// ErrStaleBackup is a restore refused: the backup the pointer names is gone, or older
-// than the pointer says. Starting from it (or from nothing) would lose what was purged
-// after the backup the pointer records.
-var ErrStaleBackup = errors.New("the state backup is missing or older than its pointer says")
-
-// ErrSuperseded is a backup that cannot become current: another owner, under a newer
-// lease, has claimed the partition since this one's lease was checked.
-var ErrSuperseded = errors.New("another owner has claimed the partition")
-
 // A state backup is an object of its own, under a name no other write uses, and becomes
 // current only through its pointer: a record in the log stream (Subjects.BackupPointer),
 // which never ages out, written by compare-and-set on the subject's last sequence. A new
@@ -63,7 +54,7 @@ func (p pointer) heldBy(l *Lease) bool {
 // or its counters' (every family of them).
 type Piece struct {
 	Name string // of its pointer and, with a unique suffix, of its backups
-	Part cold.Part
+	Keys cold.Keys
 	// pos reads the positions its stored state reflects: the event stage's last log
 	// record, or each family's last delta applied. Read before a backup, they are covered by it.
 	Pos func() ([]uint64, error)
@@ -131,7 +122,7 @@ func (b *Backups) Prime(ctx context.Context, pc Piece, self string) (string, Cur
 		if ptr.Owner == "" { // nobody owned it yet: whatever is here is nobody's
 			return "local", cur, nil
 		}
-		return "empty", cur, b.DB.Clear(pc.Part)
+		return "empty", cur, b.DB.Clear(pc.Keys)
 	}
 	return "backup", cur, b.restore(ctx, pc, ptr)
 }
@@ -190,7 +181,7 @@ func (b *Backups) Store(ctx context.Context, pc Piece, l *Lease) (uint64, []uint
 	read := make(chan struct{})
 	go func() {
 		defer close(read)
-		pw.CloseWithError(b.DB.Backup(pw, pc.Part))
+		pw.CloseWithError(b.DB.Backup(pw, pc.Keys))
 	}()
 	// The layout is in the backup's header too, which a restore goes by; here it lets a
 	// restore refuse a newer one before it reads it, and an operator see it.
@@ -270,7 +261,7 @@ func (b *Backups) Claim(ctx context.Context, pc Piece, l *Lease) (string, error)
 			from = "standby"
 		case last.Object == "":
 			from = "empty"
-			err = b.DB.Clear(pc.Part)
+			err = b.DB.Clear(pc.Keys)
 		default:
 			from = "backup"
 			err = b.restore(ctx, pc, last)
@@ -358,7 +349,7 @@ func (b *Backups) restore(ctx context.Context, pc Piece, ptr pointer) error {
 			return fmt.Errorf("%w: backup %s is of layout %d, this tallyd knows layouts up to %d: a tallyd of a newer version must take %s", cold.ErrNewerLayout, ptr.Object, l, cold.Layout, pc.Name)
 		}
 	}
-	if err := b.DB.Restore(obj, pc.Part, b.TmpDir); err != nil {
+	if err := b.DB.Restore(obj, pc.Keys, b.TmpDir); err != nil {
 		return fmt.Errorf("backup %s: %w", ptr.Object, err)
 	}
 	if ok, err := Reflects(pc, ptr.Pos); err != nil || !ok {

@@ -13,7 +13,10 @@ import (
 
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/natstest"
+	"github.com/tally-dev/tally/store/checkpoint"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/delivery"
+	"github.com/tally-dev/tally/store/graph"
 )
 
 // backupRig is a NATS server with the streams and state bucket, and processes that own
@@ -47,11 +50,11 @@ func (r *backupRig) process() *proc {
 	t.Helper()
 	dir := t.TempDir()
 	log := slog.New(slog.DiscardHandler)
-	o, err := Open(t.Context(), r.js, r.sj.OwnersBucket(), 1, dir, time.Minute)
+	o, err := Open(t.Context(), r.js, Bucket{Name: r.sj.OwnersBucket()}, dir, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := cold.Open(cold.Options{Dir: filepath.Join(dir, "state"), Logger: log})
+	db, err := cold.Open(cold.Options{Dir: filepath.Join(dir, "state"), Logger: log, Upgrade: graph.Upgrade})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,8 +64,8 @@ func (r *backupRig) process() *proc {
 
 // piece is counter partition 0 of family, as a process backs it up.
 func (n *proc) piece() Piece {
-	return Piece{Name: "counters.0", Part: cold.CounterPart([]string{family.Name}, 0), Pos: func() ([]uint64, error) {
-		cp, err := cold.LoadCheckpoint(n.db, family.Name, 0)
+	return Piece{Name: "counters.0", Keys: cold.CounterKeys([]string{family.Name}, 0), Pos: func() ([]uint64, error) {
+		cp, err := checkpoint.LoadCheckpoint(n.db, family.Name, 0)
 		return []uint64{cp.Pos}, err
 	}}
 }
@@ -117,15 +120,15 @@ func (r *backupRig) checkpoint(n *proc, pos uint64) {
 	fam := family
 	counts := make([]uint64, len(fam.Fields))
 	counts[0] = pos
-	cp := &cold.Checkpoint{Pos: pos, Marks: map[uint32]*cold.Mark{}}
-	if err := cold.SaveCounters(n.db, fam.Name, 0, []cold.Entry{{ID: 1, Counts: counts}}, cp, cold.Journal{}); err != nil {
+	cp := &checkpoint.Checkpoint{Pos: pos, Marks: map[uint32]*delivery.Mark{}}
+	if err := checkpoint.SaveCounters(n.db, fam.Name, 0, []checkpoint.Entry{{ID: 1, Counts: counts}}, cp, checkpoint.Journal{}); err != nil {
 		r.t.Fatal(err)
 	}
 }
 
 func (r *backupRig) pos(n *proc) uint64 {
 	r.t.Helper()
-	cp, err := cold.LoadCheckpoint(n.db, family.Name, 0)
+	cp, err := checkpoint.LoadCheckpoint(n.db, family.Name, 0)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -296,7 +299,7 @@ func TestClaimLegacyBackup(t *testing.T) {
 	a, b := r.process(), r.process()
 	r.checkpoint(a, 10)
 	var buf bytes.Buffer
-	if err := a.db.Backup(&buf, a.piece().Part); err != nil {
+	if err := a.db.Backup(&buf, a.piece().Keys); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := r.obs.PutBytes(t.Context(), "counters.0", buf.Bytes()); err != nil {

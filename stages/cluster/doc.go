@@ -5,5 +5,5 @@
 // members; and state backups in a NATS object store, each current only through a
 // pointer written under the owner's lease, restored by a new owner (Backups). It knows
 // nothing of what a partition holds: stages/node wires partitions to leases and says
-// which keys (cold.Part) make up each piece of state.
+// which keys (cold.Keys) make up each piece of state.
 package cluster

@@ -22,13 +22,6 @@ import (
 	"github.com/tally-dev/tally/stages/flow"
 )
 
-// ErrOwned is returned by Start when another tallyd runs on this prefix and this one was
-// not told to join it; and by a lease taken by another process.
-var ErrOwned = errors.New("the partitions are owned by another tallyd")
-
-// ErrLost is a lease found taken by another process, or not renewed in time.
-var ErrLost = errors.New("lease lost")
-
 // DefaultLeaseTTL is how long an ownership lease lives without renewal; it is renewed
 // five times within it. A crashed owner's partitions are free this long after its last
 // renewal, and taken over within a fifth more: short enough for every partition to answer
@@ -106,20 +99,20 @@ type Owners struct {
 	seen    map[string]bool // the members the last View found
 }
 
-// Open opens (or makes) the ownership bucket with the TTL ttl, as the process whose node
-// id is kept in dataDir.
-func Open(ctx context.Context, js jetstream.JetStream, bucket string, replicas int, dataDir string, ttl time.Duration) (*Owners, error) {
+// Open opens (or makes) the ownership bucket b with the TTL ttl (see openOwners), as the
+// process whose node id is kept in dataDir.
+func Open(ctx context.Context, js jetstream.JetStream, b Bucket, dataDir string, ttl time.Duration) (*Owners, error) {
 	id, err := NodeID(dataDir)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second) // a missing permission only times out
 	defer cancel()
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: bucket, Description: "Tally partition ownership and live processes", TTL: ttl, History: 1, Replicas: replicas,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("cannot set up the ownership bucket %s: %w", bucket, err)
+	kv, err := openOwners(ctx, js, b, ttl)
+	if errors.Is(err, ErrBucketConfig) {
+		return nil, err
+	} else if err != nil {
+		return nil, fmt.Errorf("cannot set up the ownership bucket %s: %w", b.Name, err)
 	}
 	host, _ := os.Hostname()
 	return &Owners{kv: kv, id: id, value: []byte(id + " " + host), ttl: ttl}, nil

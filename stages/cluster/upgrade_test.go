@@ -16,6 +16,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/graph"
+	"github.com/tally-dev/tally/store/stagelog"
 )
 
 // layout1 is testdata/layout1/events.3.tlyb: event partition 3 backed up by Tally at
@@ -38,8 +40,8 @@ func layout1Likes() map[uint64]map[uint64]int64 {
 
 // eventPiece is event partition p as a process backs it up (as stages/node's is).
 func (n *proc) eventPiece(p int) Piece {
-	return Piece{Name: "events." + strconv.Itoa(p), Part: cold.EventPart(p), Pos: func() ([]uint64, error) {
-		st, _, err := cold.LoadStage(n.db, p)
+	return Piece{Name: "events." + strconv.Itoa(p), Keys: cold.EventKeys(p), Pos: func() ([]uint64, error) {
+		st, _, err := stagelog.Load(n.db, p)
 		return []uint64{st.Log}, err
 	}}
 }
@@ -61,7 +63,7 @@ func (r *backupRig) storeOld(n *proc, pc Piece, l *Lease, data []byte, pos []uin
 
 // checkLayout1 compares partition 3 of db, restored from layout1, with its likes: every
 // user's liked of every post, each post's likers newest first, the recount the audit
-// makes (cold.CountRelations) against the likes counted, a like again changing
+// makes (graph.CountRelations) against the likes counted, a like again changing
 // nothing (a counter would count it twice), the follow and the stage's position.
 func checkLayout1(t *testing.T, db *cold.DB, from string) {
 	t.Helper()
@@ -71,9 +73,9 @@ func checkLayout1(t *testing.T, db *cold.DB, from string) {
 	for i := range posts {
 		posts[i] = uint64(1000 + i)
 	}
-	likers := map[uint64][]cold.Item{}
+	likers := map[uint64][]graph.Item{}
 	for u, ls := range likes {
-		liked, err := cold.Related(db, p, cold.Like, u, posts)
+		liked, err := graph.Related(db, p, graph.Like, u, posts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -83,11 +85,11 @@ func checkLayout1(t *testing.T, db *cold.DB, from string) {
 				t.Fatalf("restored from %s: user %d liked post %d: %v, want %v", from, u, post, liked[i], want)
 			}
 			if want {
-				likers[post] = append(likers[post], cold.Item{ID: u, TS: ts})
+				likers[post] = append(likers[post], graph.Item{ID: u, TS: ts})
 			}
 		}
 	}
-	rc, err := cold.CountRelations(db, []int{p}, posts, nil)
+	rc, err := graph.CountRelations(db, []int{p}, posts, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,24 +98,24 @@ func checkLayout1(t *testing.T, db *cold.DB, from string) {
 			t.Fatalf("restored from %s: post %d recounted %d likes, counted %d", from, post, rc.Likes[i], len(likers[post]))
 		}
 		want := likers[post]
-		slices.SortFunc(want, func(a, b cold.Item) int {
+		slices.SortFunc(want, func(a, b graph.Item) int {
 			if a.TS != b.TS {
 				return int(b.TS - a.TS)
 			}
 			return int(a.ID) - int(b.ID)
 		})
-		got, _, err := cold.List(db, p, cold.Like, false, post, 100, "")
+		got, _, err := graph.List(db, p, graph.Like, false, post, 100, "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !slices.EqualFunc(got, want, func(a, b cold.Item) bool { return a.ID == b.ID && a.TS == b.TS }) {
+		if !slices.EqualFunc(got, want, func(a, b graph.Item) bool { return a.ID == b.ID && a.TS == b.TS }) {
 			t.Fatalf("restored from %s: likers of post %d %v, want %v", from, post, got, want)
 		}
 	}
 	err = db.Update(func(txn *cold.Txn) error {
 		for u, ls := range likes {
 			for post, ts := range ls {
-				if changed, err := cold.Relate(txn, p, cold.Like, cold.Rel{A: u, B: post}, ts+5); err != nil || changed {
+				if changed, err := graph.Relate(txn, p, graph.Like, graph.Rel{A: u, B: post}, ts+5); err != nil || changed {
 					return fmt.Errorf("user %d's like of post %d again: changed %v, %v; want nothing", u, post, changed, err)
 				}
 			}
@@ -123,10 +125,10 @@ func checkLayout1(t *testing.T, db *cold.DB, from string) {
 	if err != nil {
 		t.Fatalf("restored from %s: %v", from, err)
 	}
-	if items, _, err := cold.List(db, p, cold.Follow, true, 1, 10, ""); err != nil || len(items) != 1 || items[0].ID != 2 {
+	if items, _, err := graph.List(db, p, graph.Follow, true, 1, 10, ""); err != nil || len(items) != 1 || items[0].ID != 2 {
 		t.Fatalf("restored from %s: user 1 follows %v, %v; want user 2", from, items, err)
 	}
-	if st, _, err := cold.LoadStage(db, p); err != nil || st.Log != 7 || st.Pos != 5000 {
+	if st, _, err := stagelog.Load(db, p); err != nil || st.Log != 7 || st.Pos != 5000 {
 		t.Fatalf("restored from %s: stage at record %d, event %d, %v; want 7, 5000", from, st.Log, st.Pos, err)
 	}
 }
@@ -180,7 +182,7 @@ func TestRestoreRefusesNewerLayout(t *testing.T) {
 	a, b := r.process(), r.process()
 	la := r.own(a, 10)
 	var buf bytes.Buffer
-	if err := a.db.Backup(&buf, a.piece().Part); err != nil {
+	if err := a.db.Backup(&buf, a.piece().Keys); err != nil {
 		t.Fatal(err)
 	}
 	r.checkpoint(b, 3)

@@ -11,7 +11,8 @@ import (
 
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/stages/hop"
-	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/checkpoint"
+	"github.com/tally-dev/tally/store/delivery"
 )
 
 // Change events go through an outbox: a checkpoint writes them to Badger in its own
@@ -39,7 +40,7 @@ const maxParts = 1 << 16
 type changes struct {
 	out *hop.Outbox
 	// pending are written and not yet sent, one group per checkpoint, oldest first.
-	pending [][]cold.OutboxEntry
+	pending [][]delivery.OutboxEntry
 	// published are stored in the stream, to be deleted by the next checkpoint.
 	published []uint64
 }
@@ -54,7 +55,7 @@ func (w *Worker) loadChanges() error {
 		MaxInflight: 64,
 		Retries:     &w.stats.ChangeErrs,
 		Log:         w.log,
-		Permanent: func(e cold.OutboxEntry, err error) []cold.OutboxEntry {
+		Permanent: func(e delivery.OutboxEntry, err error) []delivery.OutboxEntry {
 			// No stream for tally.chg.>, or larger than the server takes: sending it
 			// again cannot help, and holding it would hold every later change.
 			w.stats.ChangeErrs.Add(1)
@@ -62,7 +63,7 @@ func (w *Worker) loadChanges() error {
 			return nil
 		},
 	})}
-	left, err := cold.LoadChanges(w.db, w.cfg.Family.Name, w.cfg.Partition)
+	left, err := checkpoint.LoadChanges(w.db, w.cfg.Family.Name, w.cfg.Partition)
 	if err != nil {
 		return err
 	}
@@ -82,9 +83,9 @@ func (w *Worker) loadChanges() error {
 
 // changeEntries makes the change events announcing entries, the ids checkpoint cp
 // writes at the worker's position.
-func (w *Worker) changeEntries(cp uint64, entries []cold.Entry) ([]cold.OutboxEntry, error) {
+func (w *Worker) changeEntries(cp uint64, entries []checkpoint.Entry) ([]delivery.OutboxEntry, error) {
 	size := max(w.cfg.MaxChange, (len(entries)+maxParts-1)/maxParts)
-	var out []cold.OutboxEntry
+	var out []delivery.OutboxEntry
 	for part := 0; len(entries) > 0; part++ {
 		n := min(len(entries), size)
 		ch := pipeline.Change{Fields: w.cfg.Family.Fields, IDs: make([]pipeline.ID, n), Counts: make([][]uint64, n)}
@@ -96,7 +97,7 @@ func (w *Worker) changeEntries(cp uint64, entries []cold.Entry) ([]cold.OutboxEn
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, cold.OutboxEntry{
+		out = append(out, delivery.OutboxEntry{
 			Seq:     changeSeq(cp, part),
 			Subject: w.cfg.Subjects.Change(w.cfg.Family.Name, w.cfg.Partition),
 			MsgID:   pipeline.ChangeMsgID(w.cfg.Family.Name, w.cfg.Partition, w.cp.Pos, w.lastPos, w.owner, cp, part),
@@ -147,7 +148,7 @@ func (w *Worker) drainChanges(ctx context.Context, wait time.Duration) error {
 		cancel()
 	}
 	w.chg.published = append(w.chg.published, w.chg.out.Published()...)
-	if err := cold.DeleteChanges(w.db, w.cfg.Family.Name, w.cfg.Partition, w.chg.published); err != nil {
+	if err := checkpoint.DeleteChanges(w.db, w.cfg.Family.Name, w.cfg.Partition, w.chg.published); err != nil {
 		return err
 	}
 	w.chg.published = nil

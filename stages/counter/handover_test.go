@@ -17,6 +17,7 @@ import (
 
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/natstest"
+	"github.com/tally-dev/tally/store/checkpoint"
 	"github.com/tally-dev/tally/store/cold"
 )
 
@@ -66,7 +67,7 @@ func (r *rig) bigBatch(seq uint64, first uint64, n int, want map[uint64]uint64) 
 func (r *rig) checkpointedAt(db *cold.DB, pos uint64) {
 	r.t.Helper()
 	natstest.Eventually(r.t, 10*time.Second, "a checkpoint at "+strconv.FormatUint(pos, 10), func() (bool, string) {
-		cp, err := cold.LoadCheckpoint(db, r.fam.Name, 0)
+		cp, err := checkpoint.LoadCheckpoint(db, r.fam.Name, 0)
 		return err == nil && cp.Pos >= pos, fmt.Sprint("checkpoint at ", cp.Pos, " ", err)
 	})
 }
@@ -123,7 +124,7 @@ func TestStandbyKeepsACheckpointAnnouncedInPart(t *testing.T) {
 		r.checkpointedAt(standby, pos)
 	}
 	r.mirrorEquals(want)
-	first, err := cold.LoadChanges(standby, r.fam.Name, 0)
+	first, err := checkpoint.LoadChanges(standby, r.fam.Name, 0)
 	if err != nil || len(first) == 0 {
 		t.Fatalf("the standby's outbox: %d change events, %v", len(first), err)
 	}
@@ -143,7 +144,7 @@ func TestStandbyKeepsACheckpointAnnouncedInPart(t *testing.T) {
 	natstest.Eventually(t, 10*time.Second, "the standby to trim its first checkpoint's events", func() (bool, string) {
 		seq++
 		r.bigBatch(seq, 2, 1, want)
-		left, err := cold.LoadChanges(standby, r.fam.Name, 0)
+		left, err := checkpoint.LoadChanges(standby, r.fam.Name, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -170,7 +171,7 @@ func TestRestoredOwnerChangeIDsDoNotCollide(t *testing.T) {
 	pos := r.bigBatch(1, 1, 1, want)
 	r.checkpointedAt(r.db, pos)
 	var backup bytes.Buffer
-	if err := r.db.Backup(&backup, cold.CounterPart([]string{r.fam.Name}, 0)); err != nil {
+	if err := r.db.Backup(&backup, cold.CounterKeys([]string{r.fam.Name}, 0)); err != nil {
 		t.Fatal(err)
 	}
 	// After the backup: a checkpoint of ids 1000..4999, announced, then one at P of ids
@@ -194,12 +195,12 @@ func TestRestoredOwnerChangeIDsDoNotCollide(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	if err := db.Restore(&backup, cold.CounterPart([]string{r.fam.Name}, 0), t.TempDir()); err != nil {
+	if err := db.Restore(&backup, cold.CounterKeys([]string{r.fam.Name}, 0), t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
 	r.startOn(db, r.config())
 	r.checkpointedAt(db, big)
-	if cp, err := cold.LoadCheckpoint(db, r.fam.Name, 0); err != nil || cp.Pos != big {
+	if cp, err := checkpoint.LoadCheckpoint(db, r.fam.Name, 0); err != nil || cp.Pos != big {
 		t.Fatalf("the new owner's first checkpoint is at %d (%v), want %d", cp.Pos, err, big)
 	}
 	r.mirrorEquals(want)

@@ -9,31 +9,33 @@ import (
 
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/stages/hop"
+	"github.com/tally-dev/tally/store/checkpoint"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/delivery"
 )
 
 // heldStore keeps the payloads of the delta batches the worker holds above a gap in the
-// partition's Badger keys (cold.PutHeld): each written in a transaction of its own when
-// held, deleted by the checkpoint whose marks no longer hold it.
+// partition's Badger keys (checkpoint.PutHeld): each written in a transaction of its own
+// when held, deleted by the checkpoint whose marks no longer hold it.
 type heldStore struct {
 	db     *cold.DB
 	family string
 	p      int
 	// released are the batches handed out since the last checkpoint: the next one
 	// deletes their payloads.
-	released []cold.HeldRef
+	released []delivery.HeldRef
 }
 
 func (s *heldStore) Put(src uint32, seq uint64, data []byte) error {
-	return cold.PutHeld(s.db, s.family, s.p, cold.HeldRef{Src: src, Seq: seq}, data)
+	return checkpoint.PutHeld(s.db, s.family, s.p, delivery.HeldRef{Src: src, Seq: seq}, data)
 }
 
 func (s *heldStore) Get(src uint32, seq uint64) ([]byte, error) {
-	return cold.GetHeld(s.db, s.family, s.p, cold.HeldRef{Src: src, Seq: seq})
+	return checkpoint.GetHeld(s.db, s.family, s.p, delivery.HeldRef{Src: src, Seq: seq})
 }
 
 func (s *heldStore) Delete(src uint32, seq uint64) error {
-	s.released = append(s.released, cold.HeldRef{Src: src, Seq: seq})
+	s.released = append(s.released, delivery.HeldRef{Src: src, Seq: seq})
 	return nil
 }
 
@@ -41,23 +43,23 @@ func (s *heldStore) Delete(src uint32, seq uint64) error {
 // after the last checkpoint by a run that crashed, or released by it. What the stream
 // holds after the checkpoint is received again, and held again if it must be.
 func (w *Worker) dropOrphans() error {
-	refs, err := cold.HeldRefs(w.db, w.cfg.Family.Name, w.cfg.Partition)
+	refs, err := checkpoint.HeldRefs(w.db, w.cfg.Family.Name, w.cfg.Partition)
 	if err != nil || len(refs) == 0 {
 		return err
 	}
-	held := map[cold.HeldRef]bool{}
+	held := map[delivery.HeldRef]bool{}
 	for src, m := range w.cp.Marks {
 		for _, h := range m.Held {
-			held[cold.HeldRef{Src: src, Seq: h.Seq}] = true
+			held[delivery.HeldRef{Src: src, Seq: h.Seq}] = true
 		}
 	}
-	var orphans []cold.HeldRef
+	var orphans []delivery.HeldRef
 	for _, r := range refs {
 		if !held[r] {
 			orphans = append(orphans, r)
 		}
 	}
-	return cold.DeleteHeld(w.db, w.cfg.Family.Name, w.cfg.Partition, orphans)
+	return checkpoint.DeleteHeld(w.db, w.cfg.Family.Name, w.cfg.Partition, orphans)
 }
 
 // accept hands the decoded batch b (whose encoding is data) to the deltas' hop and

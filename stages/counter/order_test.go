@@ -18,7 +18,9 @@ import (
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/stages/counter"
 	"github.com/tally-dev/tally/stages/hop/hoptest"
+	"github.com/tally-dev/tally/store/checkpoint"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/delivery"
 )
 
 // rig is one counter partition (post/0) on a real NATS server and a real Badger.
@@ -143,7 +145,7 @@ func TestHeldBatchesSurviveRestart(t *testing.T) {
 		t.Fatalf("likes of %d: %d, want 1", z, got)
 	}
 	natstest.Eventually(t, 5*time.Second, "a checkpoint holding batch 3", func() (bool, string) {
-		cp, err := cold.LoadCheckpoint(r.db, r.fam.Name, 0)
+		cp, err := checkpoint.LoadCheckpoint(r.db, r.fam.Name, 0)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -236,7 +238,7 @@ func TestChangeEventsSurviveCrash(t *testing.T) {
 		like(id + 1)
 	}
 	natstest.Eventually(t, 5*time.Second, "a checkpoint", func() (bool, string) {
-		cp, err := cold.LoadCheckpoint(r.db, r.fam.Name, 0)
+		cp, err := checkpoint.LoadCheckpoint(r.db, r.fam.Name, 0)
 		return err == nil && cp.Seq > 0, fmt.Sprint("checkpoint ", cp.Seq, " ", err)
 	})
 	if err := stop(); !errors.Is(err, errCrash) {
@@ -271,7 +273,7 @@ func TestChangeEventsSurviveCrash(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	if left, err := cold.LoadChanges(r.db, r.fam.Name, 0); err != nil || len(left) != 0 {
+	if left, err := checkpoint.LoadChanges(r.db, r.fam.Name, 0); err != nil || len(left) != 0 {
 		t.Fatalf("after a clean stop the outbox holds %d change events (%v), want none", len(left), err)
 	}
 }
@@ -357,8 +359,8 @@ func TestOldCheckpointHeldPayloadsMoved(t *testing.T) {
 	r := newRig(t)
 	const x = 5
 	held := pipeline.DeltaBatch{Source: 1, Seq: 3, Deltas: []pipeline.Delta{{ID: x, Field: 0, Op: pipeline.OpAdd, N: 4}}}
-	cp := &cold.Checkpoint{Marks: map[uint32]*cold.Mark{1: {Through: 1, Held: []cold.Held{{Seq: 3, Data: pipeline.AppendDeltaBatch(nil, &held)}}}}}
-	if err := cold.SaveCounters(r.db, r.fam.Name, 0, []cold.Entry{{ID: x, Counts: []uint64{1, 0, 0, 0}}}, cp, cold.Journal{}); err != nil {
+	cp := &checkpoint.Checkpoint{Marks: map[uint32]*delivery.Mark{1: {Through: 1, Held: []delivery.Held{{Seq: 3, Data: pipeline.AppendDeltaBatch(nil, &held)}}}}}
+	if err := checkpoint.SaveCounters(r.db, r.fam.Name, 0, []checkpoint.Entry{{ID: x, Counts: []uint64{1, 0, 0, 0}}}, cp, checkpoint.Journal{}); err != nil {
 		t.Fatal(err)
 	}
 	w, _ := r.start(r.config())
@@ -370,8 +372,8 @@ func TestOldCheckpointHeldPayloadsMoved(t *testing.T) {
 		t.Fatalf("likes of %d: %d, want 1 - 1 + 4", x, got)
 	}
 	natstest.Eventually(t, 5*time.Second, "a checkpoint holding nothing, no payload left", func() (bool, string) {
-		cp, err := cold.LoadCheckpoint(r.db, r.fam.Name, 0)
-		refs, err2 := cold.HeldRefs(r.db, r.fam.Name, 0)
+		cp, err := checkpoint.LoadCheckpoint(r.db, r.fam.Name, 0)
+		refs, err2 := checkpoint.HeldRefs(r.db, r.fam.Name, 0)
 		m := cp.Marks[1]
 		return err == nil && err2 == nil && m != nil && m.Through == 3 && len(m.Held) == 0 && len(refs) == 0,
 			fmt.Sprintf("mark %+v, %d payloads, %v %v", m, len(refs), err, err2)

@@ -15,7 +15,7 @@ import (
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/stages/counter"
-	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/checkpoint"
 )
 
 // run starts a worker on r's database and returns it with the channel Run's result
@@ -203,7 +203,7 @@ func TestHeldBacklogReleasedInPieces(t *testing.T) {
 	case <-time.After(120 * time.Second):
 		t.Fatal("the worker did not checkpoint during the release")
 	}
-	cp, err := cold.LoadCheckpoint(r.db, r.fam.Name, 0)
+	cp, err := checkpoint.LoadCheckpoint(r.db, r.fam.Name, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +227,7 @@ func TestHeldBacklogReleasedInPieces(t *testing.T) {
 		t.Fatalf("a checkpoint of %d ids, want at most MaxDirty (%d) and a batch's", n, maxDirty)
 	}
 	natstest.Eventually(t, 10*time.Second, "the released payloads deleted", func() (bool, string) {
-		refs, err := cold.HeldRefs(r.db, r.fam.Name, 0)
+		refs, err := checkpoint.HeldRefs(r.db, r.fam.Name, 0)
 		return err == nil && len(refs) == 0, fmt.Sprint(len(refs), " payloads stored ", err)
 	})
 	if r.stats.Hop.GapsSkipped.Load() != 0 || r.stats.Hop.HeldBytes.Load() != 0 {

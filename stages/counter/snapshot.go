@@ -12,7 +12,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/checkpoint"
 )
 
 // A snapshot file holds a partition's hot table as of one checkpoint, with the cold set
@@ -22,7 +22,7 @@ import (
 //	the table's own snapshot (see hot.Table.WriteTo)
 //
 // All integers big-endian. Restart = snapshot + the journal of the checkpoints after seq
-// (cold.LoadJournal) + the deltas after the last checkpoint.
+// (checkpoint.LoadJournal) + the deltas after the last checkpoint.
 const (
 	snapMagic   = "TLYS"
 	snapVersion = 1
@@ -137,7 +137,7 @@ func (w *Worker) snapFailed(err error) {
 // loadSnapshot rebuilds the table from the snapshot file and the journal after it,
 // reporting false (with the reason logged) when there is none or it cannot be used: the
 // caller then loads every stored counter instead.
-func (w *Worker) loadSnapshot(cp cold.Checkpoint) bool {
+func (w *Worker) loadSnapshot(cp checkpoint.Checkpoint) bool {
 	if w.tier == nil || w.cfg.SnapshotDir == "" {
 		return false
 	}
@@ -159,7 +159,7 @@ func (w *Worker) loadSnapshot(cp cold.Checkpoint) bool {
 	return true
 }
 
-func (w *Worker) readSnapshot(r io.Reader, cp cold.Checkpoint) error {
+func (w *Worker) readSnapshot(r io.Reader, cp checkpoint.Checkpoint) error {
 	h := make([]byte, 4+1+8+4+4)
 	if _, err := io.ReadFull(r, h); err != nil {
 		return fmt.Errorf("%w: %w", errSnapshotFile, err)
@@ -196,7 +196,7 @@ func (w *Worker) readSnapshot(r io.Reader, cp cold.Checkpoint) error {
 		w.cold.groups = append(w.cold.groups, g)
 	}
 	w.journaled = 0
-	last, err := cold.LoadJournal(w.db, w.cfg.Family.Name, w.cfg.Partition, len(w.cfg.Family.Fields), seq, func(id uint64, counts []uint64) {
+	last, err := checkpoint.LoadJournal(w.db, w.cfg.Family.Name, w.cfg.Partition, len(w.cfg.Family.Fields), seq, func(id uint64, counts []uint64) {
 		w.table.Put(id, counts)
 		w.journaled++
 	})

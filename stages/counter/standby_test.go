@@ -11,6 +11,7 @@ import (
 
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/natstest"
+	"github.com/tally-dev/tally/store/checkpoint"
 	"github.com/tally-dev/tally/store/cold"
 )
 
@@ -46,7 +47,7 @@ func TestStandbyWorkerTrimsAnnounced(t *testing.T) {
 		r.publish(0, seq, id, 1)
 	}
 	outbox := func() int {
-		left, err := cold.LoadChanges(standby, r.fam.Name, 0)
+		left, err := checkpoint.LoadChanges(standby, r.fam.Name, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/stages/counter"
+	"github.com/tally-dev/tally/store/checkpoint"
 	"github.com/tally-dev/tally/store/cold"
 )
 
@@ -72,7 +73,7 @@ func TestInvalidWorkerPublishesNoChange(t *testing.T) {
 	}
 	checkpointed := func(pos uint64) func() (bool, string) {
 		return func() (bool, string) {
-			cp, err := cold.LoadCheckpoint(db, fam.Name, 0)
+			cp, err := checkpoint.LoadCheckpoint(db, fam.Name, 0)
 			return err == nil && cp.Pos >= pos, fmt.Sprint("checkpoint at ", cp.Pos, " ", err)
 		}
 	}
@@ -91,7 +92,7 @@ func TestInvalidWorkerPublishesNoChange(t *testing.T) {
 	if err := w.Get(ctx, []uint64{7}, out); !errors.Is(err, counter.ErrNotOwned) {
 		t.Fatalf("query to a partition not certainly owned: %v, want ErrNotOwned", err)
 	}
-	if err := cold.Counts(db, fam.Name, 0, []uint64{7}, out); err != nil || out[0][0] != 2 {
+	if err := checkpoint.Counts(db, fam.Name, 0, []uint64{7}, out); err != nil || out[0][0] != 2 {
 		t.Fatalf("likes of 7 checkpointed: %v, %v; want 2 applied locally", out[0], err)
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/tally-dev/tally/pipeline"
-	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/checkpoint"
 	"github.com/tally-dev/tally/store/window"
 )
 
@@ -41,7 +41,7 @@ func (w *Worker) loadWindows() error {
 	w.win = windows{table: window.New(), top: w.cp.WindowTop, dirty: map[uint64]struct{}{}}
 	w.win.table.SetFloor(floorOf(w.win.top))
 	w.win.pruned = w.win.table.Floor()
-	return cold.LoadWindows(w.db, w.cfg.Family.Name, w.cfg.Partition, func(id uint64, rec []byte) error {
+	return checkpoint.LoadWindows(w.db, w.cfg.Family.Name, w.cfg.Partition, func(id uint64, rec []byte) error {
 		left, err := w.win.table.Put(id, rec)
 		if err != nil {
 			return err
@@ -74,7 +74,7 @@ func (w *Worker) applyWindows(b *pipeline.DeltaBatch) {
 // ids changed since the last one, and up to maxGone deletions of forgotten ones. First it
 // compacts the windows when the floor has moved on pruneEvery minutes or half the arena
 // is garbage, so that the ids that leaves with nothing are deleted with it.
-func (w *Worker) windowEntries() []cold.WindowEntry {
+func (w *Worker) windowEntries() []checkpoint.WindowEntry {
 	if f := w.win.table.Floor(); f >= w.win.pruned+pruneEvery || w.win.table.Worth() {
 		w.win.table.Prune(func(id uint64) {
 			if _, ok := w.win.dirty[id]; !ok {
@@ -87,14 +87,14 @@ func (w *Worker) windowEntries() []cold.WindowEntry {
 	if len(w.win.dirty) == 0 && len(gone) == 0 {
 		return nil
 	}
-	out := make([]cold.WindowEntry, 0, len(w.win.dirty)+len(gone))
+	out := make([]checkpoint.WindowEntry, 0, len(w.win.dirty)+len(gone))
 	// The records share one buffer: a checkpoint holds thousands.
 	var buf []byte
 	ends := make([]int, 0, len(w.win.dirty))
 	for id := range w.win.dirty {
 		buf = w.win.table.Record(buf, id)
 		ends = append(ends, len(buf))
-		out = append(out, cold.WindowEntry{ID: id})
+		out = append(out, checkpoint.WindowEntry{ID: id})
 	}
 	from := 0
 	for i, end := range ends {
@@ -102,13 +102,13 @@ func (w *Worker) windowEntries() []cold.WindowEntry {
 		from = end
 	}
 	for _, id := range gone {
-		out = append(out, cold.WindowEntry{ID: id})
+		out = append(out, checkpoint.WindowEntry{ID: id})
 	}
 	return out
 }
 
 // windowsSaved takes note that a checkpoint wrote entries (windowEntries).
-func (w *Worker) windowsSaved(entries []cold.WindowEntry) {
+func (w *Worker) windowsSaved(entries []checkpoint.WindowEntry) {
 	if len(entries) > 0 { // the deletions windowEntries took
 		w.win.gone = w.win.gone[min(len(w.win.gone), maxGone):]
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/stages/counter"
+	"github.com/tally-dev/tally/store/checkpoint"
 	"github.com/tally-dev/tally/store/cold"
 )
 
@@ -88,7 +89,7 @@ func TestWindowsSurviveRestart(t *testing.T) {
 		t.Fatalf("a day on, restarted: got %s, want [1 0 1]", got)
 	}
 	stored := map[uint64]bool{}
-	if err := cold.LoadWindows(r.db, r.fam.Name, 0, func(id uint64, _ []byte) error { stored[id] = true; return nil }); err != nil {
+	if err := checkpoint.LoadWindows(r.db, r.fam.Name, 0, func(id uint64, _ []byte) error { stored[id] = true; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if stored[43] || !stored[42] || !stored[44] {
@@ -128,7 +129,7 @@ func TestWindowsOfStandbyAndBackup(t *testing.T) {
 		t.Fatal(err)
 	}
 	var backup bytes.Buffer
-	if err := r.db.Backup(&backup, cold.CounterPart([]string{r.fam.Name}, 0)); err != nil {
+	if err := r.db.Backup(&backup, cold.CounterKeys([]string{r.fam.Name}, 0)); err != nil {
 		t.Fatal(err)
 	}
 	promoted.Store(true)
@@ -140,7 +141,7 @@ func TestWindowsOfStandbyAndBackup(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { restored.Close() })
-	if err := restored.Restore(&backup, cold.CounterPart([]string{r.fam.Name}, 0), t.TempDir()); err != nil {
+	if err := restored.Restore(&backup, cold.CounterKeys([]string{r.fam.Name}, 0), t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
 	w, _ := r.startOn(restored, r.config())

@@ -15,6 +15,7 @@ import (
 	"github.com/tally-dev/tally/stages/flow"
 	"github.com/tally-dev/tally/stages/hop"
 	"github.com/tally-dev/tally/store"
+	"github.com/tally-dev/tally/store/checkpoint"
 	"github.com/tally-dev/tally/store/cold"
 )
 
@@ -115,7 +116,7 @@ type Worker struct {
 	bytes      atomic.Int64 // the table's RAM, as of the last flush, when it can tell
 
 	table     store.Table
-	cp        cold.Checkpoint
+	cp        checkpoint.Checkpoint
 	in        hop.In              // the deltas' hop; its Marks are cp.Marks
 	store     heldStore           // the payloads the hop holds
 	held      pipeline.DeltaBatch // a held batch being applied
@@ -131,16 +132,17 @@ type Worker struct {
 	scratch   []uint64
 
 	// The cold tier, when the table is tiered.
-	tier      tiered
-	cold      coldSet
-	cache     coldCache
-	lastAged  time.Time
-	reported  int64 // bytes last told to the budget
-	snapSeq   uint64
-	snapping  bool
-	snapDone  chan snapResult
-	journaled int  // entries journaled since the last snapshot
-	snapDue   bool // a snapshot is wanted at the next checkpoint
+	tier        tiered
+	cold        coldSet
+	cache       coldCache
+	lastAged    time.Time
+	reported    int64 // bytes last told to the budget
+	snapSeq     uint64
+	snapping    bool
+	snapDone    chan snapResult
+	staleBehind staleBehind // see Stale
+	journaled   int         // entries journaled since the last snapshot
+	snapDue     bool        // a snapshot is wanted at the next checkpoint
 
 	win windows // the windowed counts
 }
@@ -151,6 +153,7 @@ type query struct {
 	// changes, for a windowed query, has Fields() changes for ids[i] since minute since.
 	changes [][]int64
 	since   uint32
+	pos     uint64 // the position the answer reflects
 	err     error
 	done    chan struct{}
 }
@@ -297,7 +300,7 @@ func (w *Worker) load() error {
 	w.scratch = make([]uint64, fields)
 	w.table = w.cfg.NewTable(fields)
 	w.tier, _ = w.table.(tiered)
-	cp, err := cold.LoadCheckpoint(w.db, w.cfg.Family.Name, w.cfg.Partition)
+	cp, err := checkpoint.LoadCheckpoint(w.db, w.cfg.Family.Name, w.cfg.Partition)
 	if err != nil {
 		return err
 	}
@@ -324,7 +327,7 @@ func (w *Worker) load() error {
 		source = "counters"
 		// Ids past ColdAge stay in the cold tier.
 		w.cold.below = w.ageLimit()
-		err := cold.LoadCounters(w.db, w.cfg.Family.Name, w.cfg.Partition, fields, func(id uint64, c []uint64) {
+		err := checkpoint.LoadCounters(w.db, w.cfg.Family.Name, w.cfg.Partition, fields, func(id uint64, c []uint64) {
 			if !w.isCold(id) {
 				w.table.Put(id, c)
 			}
@@ -368,6 +371,7 @@ func (w *Worker) waitSnapshot() {
 }
 
 func (w *Worker) answer(q *query) {
+	q.pos = w.pos.Load() // cp.Pos is the checkpoint's while one is taken (serving)
 	if q.changes != nil {
 		w.answerWindow(q)
 		return
@@ -421,14 +425,14 @@ func (w *Worker) flush(ctx context.Context) error {
 	if w.changed == 0 && len(w.win.gone) == 0 {
 		return nil
 	}
-	var entries []cold.Entry
+	var entries []checkpoint.Entry
 	w.table.Dirty(func(id uint64, counts []uint64) bool {
-		entries = append(entries, cold.Entry{ID: id, Counts: append([]uint64(nil), counts...)})
+		entries = append(entries, checkpoint.Entry{ID: id, Counts: append([]uint64(nil), counts...)})
 		return true
 	})
 	start := time.Now()
 	snaps := w.tier != nil && w.cfg.SnapshotDir != ""
-	j := cold.Journal{Append: snaps, DropThrough: w.snapSeq}
+	j := checkpoint.Journal{Append: snaps, DropThrough: w.snapSeq}
 	chg, err := w.changeEntries(w.cp.Seq+1, entries)
 	if err != nil {
 		return fmt.Errorf("change event of %s/%d: %w", w.cfg.Family.Name, w.cfg.Partition, err)
@@ -437,7 +441,7 @@ func (w *Worker) flush(ctx context.Context) error {
 	wins := w.windowEntries()
 	w.cp.WindowTop = w.win.top
 	err = w.serving(func() error {
-		err := cold.SaveCheckpoint(w.db, w.cfg.Family.Name, w.cfg.Partition, entries, &w.cp, j, cold.Changes{Put: chg, Published: w.chg.published, Released: w.store.released, Windows: wins})
+		err := checkpoint.SaveCheckpoint(w.db, w.cfg.Family.Name, w.cfg.Partition, entries, &w.cp, j, checkpoint.Changes{Put: chg, Published: w.chg.published, Released: w.store.released, Windows: wins})
 		if err == nil && w.cfg.AfterCheckpoint != nil {
 			err = w.cfg.AfterCheckpoint()
 		}

@@ -3,6 +3,7 @@ package event
 import (
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/graph"
 	"github.com/tally-dev/tally/store/rel"
 	"github.com/tally-dev/tally/store/unread"
 )
@@ -23,16 +24,16 @@ func (s *Stage) apply(txn *cold.Txn, e *pipeline.Event, w *work) error {
 		}
 		return s.related(txn, w, e, "like", f.like, before, after, forgot)
 	case pipeline.TypeComment, pipeline.TypeUncomment:
-		r := cold.Rel{A: uint64(e.UID), B: uint64(e.Post), C: uint64(e.Comment)}
-		before, after, forgot, err := cold.Toggle(txn, p, cold.Comment, r, e.Type == pipeline.TypeComment, ev)
+		r := graph.Rel{A: uint64(e.UID), B: uint64(e.Post), C: uint64(e.Comment)}
+		before, after, forgot, err := graph.Toggle(txn, p, graph.Comment, r, e.Type == pipeline.TypeComment, ev)
 		if err != nil {
 			return err
 		}
 		return s.related(txn, w, e, "comment", f.comment, before, after, forgot)
 	case pipeline.TypeFollow, pipeline.TypeUnfollow:
 		ev.Owner = 0 // a follow notifies nobody
-		r := cold.Rel{A: uint64(e.UID), B: uint64(e.Target)}
-		before, after, forgot, err := cold.Toggle(txn, p, cold.Follow, r, e.Type == pipeline.TypeFollow, ev)
+		r := graph.Rel{A: uint64(e.UID), B: uint64(e.Target)}
+		before, after, forgot, err := graph.Toggle(txn, p, graph.Follow, r, e.Type == pipeline.TypeFollow, ev)
 		if err != nil {
 			return err
 		}
@@ -45,6 +46,9 @@ func (s *Stage) apply(txn *cold.Txn, e *pipeline.Event, w *work) error {
 		return s.post(txn, e, w)
 	case pipeline.TypeView:
 		add(f.view, e.Post, max(e.N, 1))
+		if f.counted && e.UID != 0 {
+			return w.viewers.Add(txn, uint64(e.Post), uint64(e.UID))
+		}
 	case pipeline.TypeMention, pipeline.TypeDM:
 		if e.Target != e.UID {
 			return s.notify(txn, w, e.Type, e.Target, e.Seq, 0)

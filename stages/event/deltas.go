@@ -2,6 +2,7 @@ package event
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/tally-dev/tally/pipeline"
 )
@@ -20,6 +21,10 @@ type fields struct {
 	unComment, unMention, unLike fieldRef
 	unDM, unFeed                 fieldRef
 	unread                       map[string]fieldRef
+	// viewers is the post family's count of distinct viewers, when the family has that
+	// field (counted): views with a uid are then counted in store/viewers' sketches.
+	viewers fieldRef
+	counted bool
 }
 
 func resolveFields(fams pipeline.Families) (*fields, error) {
@@ -50,6 +55,9 @@ func resolveFields(fams pipeline.Families) (*fields, error) {
 		return nil, fmt.Errorf("the event types need families post, user and unread: %w", err)
 	}
 	f.unread = map[string]fieldRef{"comment": f.unComment, "mention": f.unMention, "like": f.unLike, "dm": f.unDM, "feed": f.unFeed}
+	if post, _ := fams.Lookup(pipeline.FamilyPost); slices.Contains(post.Fields, pipeline.FieldViewers) {
+		f.viewers, f.counted = ref(pipeline.FamilyPost, pipeline.FieldViewers), true
+	}
 	return f, nil
 }
 

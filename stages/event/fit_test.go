@@ -12,6 +12,7 @@ import (
 
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/graph"
 )
 
 // A transaction takes what Badger accepts, by Badger's own checks: with a database
@@ -58,11 +59,11 @@ func TestTransactionsThatFit(t *testing.T) {
 		t.Fatalf("deltas add up to %d likes, want %d", got, want)
 	}
 	// The dead-lettered message's likes were not made; the others were.
-	liked, err := cold.Related(db, 0, cold.Like, uint64(msgs/2*per+1), []uint64{7})
+	liked, err := graph.Related(db, 0, graph.Like, uint64(msgs/2*per+1), []uint64{7})
 	if err != nil || liked[0] {
 		t.Fatalf("a like of the dead-lettered message was made: %v %v", liked, err)
 	}
-	liked, err = cold.Related(db, 0, cold.Like, uint64(msgs/2*per+huge+1), []uint64{7})
+	liked, err = graph.Related(db, 0, graph.Like, uint64(msgs/2*per+huge+1), []uint64{7})
 	if err != nil || !liked[0] {
 		t.Fatalf("a like after the dead-lettered message is missing: %v %v", liked, err)
 	}

@@ -3,6 +3,7 @@ package event
 import (
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/graph"
 	"github.com/tally-dev/tally/store/unread"
 )
 
@@ -14,11 +15,11 @@ func (s *Stage) follower(txn *cold.Txn, w *work, e *pipeline.Event) error {
 		w.forward(q, e)
 		return nil
 	}
-	r := cold.Rel{A: uint64(e.UID), B: uint64(e.Target)}
+	r := graph.Rel{A: uint64(e.UID), B: uint64(e.Target)}
 	if e.N < 0 {
-		return cold.DeleteFollower(txn, p, r, e.TS)
+		return graph.DeleteFollower(txn, p, r, e.TS)
 	}
-	return cold.AddFollower(txn, p, r, e.TS)
+	return graph.AddFollower(txn, p, r, e.TS)
 }
 
 // follow indexes a follow by the partition's reader uid of author, made at place, and

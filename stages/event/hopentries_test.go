@@ -7,13 +7,14 @@ import (
 	"testing"
 
 	"github.com/tally-dev/tally/pipeline"
-	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/delivery"
+	"github.com/tally-dev/tally/store/stagelog"
 )
 
 // hopEntriesByMarshal is how hop batches were cut before their events were encoded
 // once: the whole batch marshalled again at each halving.
-func hopEntriesByMarshal(t *testing.T, s *Stage, st *cold.StageState, q int, evs []pipeline.Event) []cold.OutboxEntry {
-	var outbox []cold.OutboxEntry
+func hopEntriesByMarshal(t *testing.T, s *Stage, st *stagelog.State, q int, evs []pipeline.Event) []delivery.OutboxEntry {
+	var outbox []delivery.OutboxEntry
 	p := s.cfg.Partition
 	for len(evs) > 0 {
 		k := min(len(evs), maxHopEvents)
@@ -28,7 +29,7 @@ func hopEntriesByMarshal(t *testing.T, s *Stage, st *cold.StageState, q int, evs
 				continue
 			}
 			st.HopSeqs[uint32(q)] = b.Seq
-			outbox = append(outbox, cold.OutboxEntry{Subject: s.cfg.Subjects.Event(pipeline.TypeHop, s.keys[q]), MsgID: pipeline.HopMsgID(p, q, b.Seq), Data: data})
+			outbox = append(outbox, delivery.OutboxEntry{Subject: s.cfg.Subjects.Event(pipeline.TypeHop, s.keys[q]), MsgID: pipeline.HopMsgID(p, q, b.Seq), Data: data})
 			break
 		}
 		evs = evs[k:]
@@ -54,9 +55,9 @@ func TestHopEntriesCutAsBefore(t *testing.T) {
 	for _, c := range []struct{ maxPayload, events int }{{1 << 20, 5000}, {8 << 10, 5000}, {1000, 2000}, {100, 300}} {
 		maxPayload, evs := c.maxPayload, all[:c.events]
 		s := &Stage{cfg: Config{Partition: 2, Partitions: 4, Subjects: pipeline.NewSubjects(""), MaxPayload: maxPayload}, keys: partitionKeys(4)}
-		st := cold.StageState{HopSeqs: map[uint32]uint64{1: 41}}
-		want := hopEntriesByMarshal(t, s, &cold.StageState{HopSeqs: map[uint32]uint64{1: 41}}, 1, evs)
-		got := s.hopEntries([]cold.OutboxEntry{{MsgID: "before"}}, &st, 1, evs)
+		st := stagelog.State{HopSeqs: map[uint32]uint64{1: 41}}
+		want := hopEntriesByMarshal(t, s, &stagelog.State{HopSeqs: map[uint32]uint64{1: 41}}, 1, evs)
+		got := s.hopEntries([]delivery.OutboxEntry{{MsgID: "before"}}, &st, 1, evs)
 		if got[0].MsgID != "before" || len(got)-1 != len(want) || st.HopSeqs[1] != 41+uint64(len(want)) {
 			t.Fatalf("max payload %d: %d entries after what was there (%q), hop seq %d; want %d, %d", maxPayload, len(got)-1, got[0].MsgID, st.HopSeqs[1], len(want), 41+len(want))
 		}
@@ -76,8 +77,8 @@ func TestHopEntriesEncodeOnce(t *testing.T) {
 	s := &Stage{cfg: Config{Partition: 2, Partitions: 4, Subjects: pipeline.NewSubjects(""), MaxPayload: 8 << 10}, keys: partitionKeys(4)}
 	var batches int
 	allocs := testing.AllocsPerRun(10, func() {
-		st := cold.StageState{HopSeqs: map[uint32]uint64{}}
-		batches = len(s.hopEntries(make([]cold.OutboxEntry, 0, 1000), &st, 1, evs))
+		st := stagelog.State{HopSeqs: map[uint32]uint64{}}
+		batches = len(s.hopEntries(make([]delivery.OutboxEntry, 0, 1000), &st, 1, evs))
 	})
 	// A batch's payload and message id, and the encoded events once: 2 a batch (more
 	// under -race, which moves some values to the heap); re-encoding made ~120.

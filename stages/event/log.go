@@ -11,7 +11,7 @@ import (
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/backoff"
 	"github.com/tally-dev/tally/stages/flow"
-	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/stagelog"
 )
 
 // appendLog stores the record of a transaction before it commits and returns its
@@ -116,14 +116,14 @@ func (s *Stage) logRecord(ctx context.Context, m jetstream.Msg, r *flow.Reader, 
 	if err != nil {
 		return false, fmt.Errorf("log message without metadata: %w", err)
 	}
-	rec, err := cold.DecodeLogRecord(m.Data())
+	rec, err := stagelog.DecodeRecord(m.Data())
 	if err != nil {
 		return false, fmt.Errorf("log record %d: %w", md.Sequence.Stream, err)
 	}
 	own := rec.Prev != s.st.Pos || (rec.State.N != 0 && rec.State.N == s.st.N)
 	if first && own && rec.State.Pos == s.st.Pos {
 		// The state's transaction committed naming the record before its own (see
-		// cold.StageState.Log): this record is the state's own. (A transaction that
+		// stagelog.State.Log): this record is the state's own. (A transaction that
 		// consumed no message ends where the one before did: N tells them apart.)
 		s.st.Log = md.Sequence.Stream
 		return false, nil
@@ -155,7 +155,7 @@ func (s *Stage) logRecord(ctx context.Context, m jetstream.Msg, r *flow.Reader, 
 
 // applyRecord applies msgs in one transaction that commits rec's state and outbox, and
 // deletes the entries rec's owner deleted; send sends the outbox.
-func (s *Stage) applyRecord(ctx context.Context, msgs []jetstream.Msg, rec *cold.LogRecord, seq uint64, c *coalescer, send bool) error {
+func (s *Stage) applyRecord(ctx context.Context, msgs []jetstream.Msg, rec *stagelog.Record, seq uint64, c *coalescer, send bool) error {
 	txn := s.db.NewTxn(true)
 	defer txn.Discard()
 	w := s.newWork(txn, c, rec.Dead)
@@ -172,7 +172,7 @@ func (s *Stage) applyRecord(ctx context.Context, msgs []jetstream.Msg, rec *cold
 	if err := s.release(txn, w, pos, rec.State.Hops, rec.DeadHops); err != nil {
 		return err
 	}
-	if err := cold.DeleteOutbox(txn, s.cfg.Partition, rec.Acked); err != nil {
+	if err := stagelog.DeleteOutbox(txn, s.cfg.Partition, rec.Acked); err != nil {
 		return err
 	}
 	st := rec.State

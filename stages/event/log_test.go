@@ -15,6 +15,8 @@ import (
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/graph"
+	"github.com/tally-dev/tally/store/stagelog"
 )
 
 // logHarness runs event stages of partition 0 (of parts) on one real NATS server, each
@@ -125,8 +127,8 @@ func (h *logHarness) caughtUp(r *runningStage) {
 	})
 }
 
-func (h *logHarness) state(db *cold.DB) cold.StageState {
-	st, _, err := cold.LoadStage(db, 0)
+func (h *logHarness) state(db *cold.DB) stagelog.State {
+	st, _, err := stagelog.Load(db, 0)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -158,7 +160,7 @@ func TestLogReplay(t *testing.T) {
 	if got.Pos != want.Pos || got.Log != want.Log || fmt.Sprint(got.Seqs) != fmt.Sprint(want.Seqs) {
 		t.Fatalf("replayed state %+v, want %+v", got, want)
 	}
-	liked, err := cold.Related(b.db, 0, cold.Like, 120, []uint64{7, 8})
+	liked, err := graph.Related(b.db, 0, graph.Like, 120, []uint64{7, 8})
 	if err != nil || !liked[0] || liked[1] {
 		t.Fatalf("replayed relations: liked %v, err %v", liked, err)
 	}
@@ -227,7 +229,7 @@ func TestLogFencesSecondOwner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, err := cold.DecodeLogRecord(last.Data)
+	rec, err := stagelog.DecodeRecord(last.Data)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/graph"
+	"github.com/tally-dev/tally/store/stagelog"
 )
 
 // mirror runs a standby of partition 0 on a new database.
@@ -16,7 +18,7 @@ func (h *logHarness) mirror() *runningStage { return h.run("standby", nil, (*Sta
 // backup is partition 0's event state in db, byte for byte.
 func (h *logHarness) backup(db *cold.DB) []byte {
 	var b bytes.Buffer
-	if err := db.Backup(&b, cold.EventPart(0)); err != nil {
+	if err := db.Backup(&b, cold.EventKeys(0)); err != nil {
 		h.t.Fatal(err)
 	}
 	return b.Bytes()
@@ -40,7 +42,7 @@ func TestMirrorCopiesOwner(t *testing.T) {
 	natstest.Eventually(t, 10*time.Second, "standby caught up", func() (bool, string) {
 		return f.Position() == a.Position(), fmt.Sprintf("standby at %d, owner at %d", f.Position(), a.Position())
 	})
-	own, _, err := cold.LoadStage(a.db, 0)
+	own, _, err := stagelog.Load(a.db, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +72,7 @@ func TestMirrorCopiesOwner(t *testing.T) {
 	if st := h.state(b.db); st.Pos <= own.Pos || st.Log <= own.Log {
 		t.Fatalf("taken-over state %+v, the standby had %+v", st, own)
 	}
-	liked, err := cold.Related(b.db, 0, cold.Like, 905, []uint64{9})
+	liked, err := graph.Related(b.db, 0, graph.Like, 905, []uint64{9})
 	if err != nil || !liked[0] {
 		t.Fatalf("the last record's like: %v, %v", liked, err)
 	}

@@ -3,6 +3,7 @@ package event
 import (
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/graph"
 	"github.com/tally-dev/tally/store/unread"
 )
 
@@ -15,7 +16,7 @@ func (s *Stage) post(txn *cold.Txn, e *pipeline.Event, w *work) error {
 	// and pulled posts are told apart for ever whatever the follows do later.
 	p, limit := s.cfg.Partition, s.cfg.FanoutLimit
 	n := 0
-	cold.Subjects(txn, p, cold.Follow, uint64(e.UID), func(uint64, int64) bool {
+	graph.Subjects(txn, p, graph.Follow, uint64(e.UID), func(uint64, int64) bool {
 		n++
 		return n <= limit
 	})

@@ -3,6 +3,7 @@ package event
 import (
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/graph"
 	"github.com/tally-dev/tally/store/unread"
 )
 
@@ -70,7 +71,7 @@ func (s *Stage) feedAfter(txn *cold.Txn, uid, seq uint64) (uint64, error) {
 	p := s.cfg.Partition
 	var n uint64
 	var err error
-	cold.Objects(txn, p, cold.Follow, uid, func(author uint64, _ int64) bool {
+	graph.Objects(txn, p, graph.Follow, uid, func(author uint64, _ int64) bool {
 		var followed uint64
 		var a unread.AuthorState
 		if followed, _, err = unread.GetFollowed(txn, p, author, uid); err != nil {

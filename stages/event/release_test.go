@@ -15,6 +15,8 @@ import (
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/graph"
+	"github.com/tally-dev/tally/store/stagelog"
 )
 
 // hop publishes hop batch seq of partition src to partition 0, carrying evs.
@@ -96,7 +98,7 @@ func releaseBacklog(t *testing.T, h *logHarness, n uint64, per int, pad string, 
 	if got := a.stats.Txns.Load() - txns; cut && got < 2 {
 		t.Fatalf("the release took %d transaction(s): the test does not reach the bound", got)
 	}
-	rc, err := cold.CountRelations(a.db, []int{0}, []uint64{1<<41 + 1, 1<<41 + n/2, 1<<41 + n}, nil)
+	rc, err := graph.CountRelations(a.db, []int{0}, []uint64{1<<41 + 1, 1<<41 + n/2, 1<<41 + n}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,15 +152,15 @@ func sameKeys(h *logHarness, a, b *cold.DB) (bool, string) {
 	return true, ""
 }
 
-// stageKey is partition 0's state key, found as the only key LoadStage reads that
-// PutStage writes.
+// stageKey is partition 0's state key, found as the only key stagelog.Load reads that
+// stagelog.Put writes.
 func (h *logHarness) stageKey() []byte {
 	db, err := cold.Open(cold.Options{Dir: h.t.TempDir()})
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	defer db.Close()
-	if err := db.Update(func(txn *cold.Txn) error { return cold.PutStage(txn, 0, &cold.StageState{}) }); err != nil {
+	if err := db.Update(func(txn *cold.Txn) error { return stagelog.Put(txn, 0, &stagelog.State{}) }); err != nil {
 		h.t.Fatal(err)
 	}
 	var k []byte
@@ -218,7 +220,7 @@ func TestDeadLetteredHopFillsItsNumber(t *testing.T) {
 	if m == nil || m.Through != 3 || len(m.Held) != 0 {
 		t.Fatalf("marks of partition 1: %+v, want every batch through 3 applied", m)
 	}
-	if liked, err := cold.Related(a.db, 0, cold.Like, 3*3+1, []uint64{1<<41 + 3}); err != nil || !liked[0] {
+	if liked, err := graph.Related(a.db, 0, graph.Like, 3*3+1, []uint64{1<<41 + 3}); err != nil || !liked[0] {
 		t.Fatalf("a like of batch 3: %v, %v", liked, err)
 	}
 	if got := a.stats.Dead.Load(); got != 1 {
@@ -251,7 +253,7 @@ func TestHeldReleaseOnePost(t *testing.T) {
 		m := h.state(a.db).Hops[1]
 		return m != nil && m.Through == n && !a.busy.Load(), fmt.Sprintf("%+v", m)
 	})
-	rc, err := cold.CountRelations(a.db, []int{0}, []uint64{1 << 41}, nil)
+	rc, err := graph.CountRelations(a.db, []int{0}, []uint64{1 << 41}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,11 @@ import (
 	"github.com/tally-dev/tally/stages/flow"
 	"github.com/tally-dev/tally/stages/hop"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/delivery"
+	"github.com/tally-dev/tally/store/graph"
+	"github.com/tally-dev/tally/store/stagelog"
 	"github.com/tally-dev/tally/store/unread"
+	"github.com/tally-dev/tally/store/viewers"
 )
 
 // Config configures one event-stage partition.
@@ -34,7 +38,7 @@ type Config struct {
 	// more is pulled by readers instead.
 	FanoutLimit int
 	// Log stores every transaction in the partition's log before it commits, and makes
-	// Run replay the records its state lacks first (see LogRecord): on when the state can
+	// Run replay the records its state lacks first (see stagelog.Record): on when the state can
 	// move to another process.
 	Log bool
 	// Owner names this ownership of the partition (the node id and the lease revision)
@@ -47,13 +51,14 @@ type Config struct {
 	// Publisher sends the outbox (the JetStream context when nil); tests put faults in it.
 	Publisher hop.Publisher
 	// ResidentBytes is the RAM the partition keeps of what its events read of its state
-	// (reader states and like records, cold.Resident): 0 keeps none.
+	// (reader states and like records, graph.Resident, three quarters; the sketches of
+	// posts' viewers, viewers.Cache, a quarter): 0 keeps none.
 	ResidentBytes int
 	// MaxPayload is the largest message NATS accepts (the connection's when 0).
 	MaxPayload int
 	// Windows sends, with the deltas, the changes by minute the windowed counts are made
-	// of (pipeline.WindowDelta). Counter workers of versions before 1.2 cannot decode
-	// such batches: on only once every tallyd runs 1.2.
+	// of (pipeline.WindowDelta). Counter workers of versions before 1.4 cannot decode
+	// such batches: on only once every tallyd runs 1.4.
 	Windows bool
 }
 
@@ -67,7 +72,7 @@ type Stats struct {
 	Forwarded atomic.Int64 // events handed to another partition (relation events of a batch, notice copies)
 	Deltas    atomic.Int64 // deltas published after coalescing
 	Txns      atomic.Int64 // transactions committed
-	LikeKeys  atomic.Int64 // Badger keys the committed likes and unlikes set or deleted (cold.Likes)
+	LikeKeys  atomic.Int64 // Badger keys the committed likes and unlikes set or deleted (graph.Likes)
 	Splits    atomic.Int64 // transactions cut short because the next messages did not fit
 	Retries   atomic.Int64 // outbox publish retries
 	Pushed    atomic.Int64 // feed counters a post was pushed to
@@ -98,8 +103,9 @@ type Stage struct {
 	fields *fields
 	keys   []pipeline.ID // an id routing to each partition, for hops
 	out    *hop.Outbox
-	pulled *unread.Pulled                     // authors whose posts this partition's readers pull
-	res    *cold.Resident[unread.ReaderState] // what events read of the state, in RAM (see cold.Resident)
+	pulled *unread.Pulled                      // authors whose posts this partition's readers pull
+	res    *graph.Resident[unread.ReaderState] // what events read of the state, in RAM (see graph.Resident)
+	seen   *viewers.Cache                      // the sketches of the posts viewed lately, in RAM
 
 	pos atomic.Uint64 // last stream sequence committed
 	// now is the Unix minute the newest message committed was stored at, with windows
@@ -107,7 +113,7 @@ type Stage struct {
 	now       uint32
 	logged    atomic.Uint64 // last log record a following stage applied (see LogBehind)
 	busy      atomic.Bool   // from taking messages until their outbox is acknowledged
-	st        cold.StageState
+	st        stagelog.State
 	held      int64     // hop batches st holds above a gap, as counted in stats
 	published []uint64  // outbox entries acknowledged, deleted in the next transaction
 	budget    int       // held hop batches the next transaction may release: halved when too many did not fit
@@ -224,9 +230,9 @@ func (s *Stage) Run(ctx context.Context) error {
 }
 
 // load takes the committed state and returns the outbox it left unsent.
-func (s *Stage) load() ([]cold.OutboxEntry, error) {
+func (s *Stage) load() ([]delivery.OutboxEntry, error) {
 	p := s.cfg.Partition
-	st, outbox, err := cold.LoadStage(s.db, p)
+	st, outbox, err := stagelog.Load(s.db, p)
 	if err != nil {
 		return nil, fmt.Errorf("event partition %d: %w", p, err)
 	}
@@ -236,7 +242,10 @@ func (s *Stage) load() ([]cold.OutboxEntry, error) {
 	} else if n > 0 {
 		s.log.Info("indexed the follows made before follows had places", "follows", n)
 	}
-	s.st, s.res = st, cold.NewResident[unread.ReaderState](s.cfg.ResidentBytes) // the state read afresh: what it knew may be gone
+	// The state read afresh: what it knew may be gone. Views' sketches get a quarter of
+	// the RAM, reader states and like records the rest.
+	s.st, s.res = st, graph.NewResident[unread.ReaderState](s.cfg.ResidentBytes-s.cfg.ResidentBytes/4)
+	s.seen = viewers.NewCache(s.cfg.ResidentBytes / 4)
 	s.pos.Store(st.Pos)
 	return outbox, nil
 }
@@ -251,7 +260,7 @@ func (s *Stage) finish() error {
 	for len(s.published) > 0 {
 		k := min(len(s.published), maxDeletes)
 		err := s.db.Update(func(txn *cold.Txn) error {
-			return cold.DeleteOutbox(txn, s.cfg.Partition, s.published[:k])
+			return stagelog.DeleteOutbox(txn, s.cfg.Partition, s.published[:k])
 		})
 		if err != nil {
 			return err
@@ -342,6 +351,10 @@ func (s *Stage) try(ctx context.Context, msgs []jetstream.Msg, c *coalescer, dea
 	if err := s.release(txn, w, pos, nil, nil); err != nil {
 		return len(msgs), w.released, tooBig(err)
 	}
+	// A post's count of viewers is set to what its sketch counts at the end of the
+	// transaction (counting a dense sketch reads all of it: once, not per view), by
+	// the one partition that applies the post's views, in order.
+	w.viewers.Counts(func(p, n uint64) { w.c.add(s.fields.viewers, pipeline.ID(p), pipeline.OpSet, int64(n)) })
 	st, outbox, err := s.next(pos, w)
 	if err != nil {
 		return len(msgs), w.released, err
@@ -351,8 +364,8 @@ func (s *Stage) try(ctx context.Context, msgs []jetstream.Msg, c *coalescer, dea
 		return len(msgs), w.released, tooBig(err)
 	}
 	if s.cfg.Log {
-		rec := cold.LogRecord{Prev: s.st.Pos, State: st, Outbox: outbox, Dead: w.dead, DeadHops: w.deadHops, Acked: s.published[:w.deleted]}
-		data, err := cold.EncodeLogRecord(&rec)
+		rec := stagelog.Record{Prev: s.st.Pos, State: st, Outbox: outbox, Dead: w.dead, DeadHops: w.deadHops, Acked: s.published[:w.deleted]}
+		data, err := stagelog.EncodeRecord(&rec)
 		if err != nil {
 			return len(msgs), w.released, err
 		}
@@ -364,7 +377,7 @@ func (s *Stage) try(ctx context.Context, msgs []jetstream.Msg, c *coalescer, dea
 		}
 		// The state names its own record when there is room for one more write; if
 		// not, it names the one before, and a reload takes this one as its own.
-		if err := cold.PutStage(txn, s.cfg.Partition, &st); err != nil && !errors.Is(err, cold.ErrTxnTooBig) {
+		if err := stagelog.Put(txn, s.cfg.Partition, &st); err != nil && !errors.Is(err, cold.ErrTxnTooBig) {
 			return len(msgs), w.released, err
 		}
 	}
@@ -388,36 +401,37 @@ func tooBig(err error) error {
 const maxDeletes = 4096
 
 // write writes the transaction's likes and reader states, deletes acknowledged outbox entries and writes
-// the new ones and the state in txn. The state names the log record before this transaction's (see StageState.Log).
-func (s *Stage) write(txn *cold.Txn, st *cold.StageState, outbox []cold.OutboxEntry, w *work) error {
+// the new ones and the state in txn. The state names the log record before this transaction's (see stagelog.State.Log).
+func (s *Stage) write(txn *cold.Txn, st *stagelog.State, outbox []delivery.OutboxEntry, w *work) error {
 	p := s.cfg.Partition
 	if err := w.flush(txn, likesBatch(st)); err != nil {
 		return err
 	}
 	w.deleted = min(len(s.published), maxDeletes)
-	if err := cold.DeleteOutbox(txn, p, s.published[:w.deleted]); err != nil {
+	if err := stagelog.DeleteOutbox(txn, p, s.published[:w.deleted]); err != nil {
 		return err
 	}
 	for i := range outbox {
-		if err := cold.PutOutbox(txn, p, &outbox[i]); err != nil {
+		if err := stagelog.PutOutbox(txn, p, &outbox[i]); err != nil {
 			return err
 		}
 	}
-	return cold.PutStage(txn, p, st)
+	return stagelog.Put(txn, p, st)
 }
 
 // likesBatch names the liker chunks of the transaction that ends in state st: unique in
 // the partition, though a transaction that consumed no message ends at the position of
 // the one before (its number tells them apart), and above every position, which named
 // them before transactions were numbered.
-func likesBatch(st *cold.StageState) uint64 {
+func likesBatch(st *stagelog.State) uint64 {
 	return pipeline.SeqOf(st.Pos, int(st.N%pipeline.SeqSpan))
 }
 
 // committed makes st the stage's state once its transaction has committed.
-func (s *Stage) committed(st cold.StageState, w *work) {
+func (s *Stage) committed(st stagelog.State, w *work) {
 	s.st, s.published = st, s.published[w.deleted:]
 	s.res.Keep(w.readers.Seen(), w.likes)
+	s.seen.Keep(w.viewers)
 	s.stats.Txns.Add(1)
 	s.stats.LikeKeys.Add(int64(w.likes.Writes()))
 	s.stats.HopDups.Add(w.dups)
@@ -520,7 +534,9 @@ func (s *Stage) applyEvent(txn *cold.Txn, e *pipeline.Event, local bool, w *work
 				}
 			}
 		}
-		if q := pipeline.PartitionOf(e.Key(), s.cfg.Partitions); e.Relational() && q != s.cfg.Partition {
+		// A view with a uid counts a viewer in the post's sketch, kept in its partition.
+		owned := e.Relational() || (s.fields.counted && e.Type == pipeline.TypeView && e.UID != 0)
+		if q := pipeline.PartitionOf(e.Key(), s.cfg.Partitions); owned && q != s.cfg.Partition {
 			w.forward(q, e)
 			return nil
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/stages/reference"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/graph"
 	"github.com/tally-dev/tally/store/unread"
 )
 
@@ -58,7 +59,7 @@ func newSim(t *testing.T, parts, fanout int) *sim {
 			t.Fatal(err)
 		}
 		// A resident state small enough to forget users on the way, as a stage keeps it.
-		res := cold.NewResident[unread.ReaderState](4 << 10)
+		res := graph.NewResident[unread.ReaderState](4 << 10)
 		s.stages = append(s.stages, &Stage{cfg: cfg, db: db, log: slog.New(slog.DiscardHandler), stats: NewStats(), fields: f, pulled: pulled, res: res})
 	}
 	return s
@@ -141,7 +142,7 @@ func (s *sim) unread(u uint64) pipeline.Unread {
 			return err
 		}
 		w.System = unread.CountNotices(txn, p, rs.System)
-		cold.Objects(txn, p, cold.Follow, u, func(author uint64, _ int64) bool {
+		graph.Objects(txn, p, graph.Follow, u, func(author uint64, _ int64) bool {
 			followed, _, _ := unread.GetFollowed(txn, p, author, u)
 			w.Feed += unread.CountPulled(txn, p, author, max(rs.Feed, followed), 1<<20)
 			return true
@@ -206,7 +207,7 @@ func (s *sim) check(m *reference.Model, users int, posts []uint64, what string) 
 			s.t.Fatalf("%s: unread of %d = %+v, stream order %+v", what, id, got, want)
 		}
 		st := at(id)
-		liked, err := cold.Related(st.db, st.cfg.Partition, cold.Like, id, posts)
+		liked, err := graph.Related(st.db, st.cfg.Partition, graph.Like, id, posts)
 		if err != nil {
 			s.t.Fatal(err)
 		}
@@ -216,11 +217,11 @@ func (s *sim) check(m *reference.Model, users int, posts []uint64, what string) 
 			}
 		}
 		for _, l := range []struct {
-			k         cold.Kind
+			k         graph.Kind
 			bySubject bool
 			want      []reference.Item
-		}{{cold.Like, true, m.Likes(id)}, {cold.Follow, false, m.Followers(id)}, {cold.Follow, true, m.Following(id)}} {
-			items, _, err := cold.List(st.db, st.cfg.Partition, l.k, l.bySubject, id, 1000, "")
+		}{{graph.Like, true, m.Likes(id)}, {graph.Follow, false, m.Followers(id)}, {graph.Follow, true, m.Following(id)}} {
+			items, _, err := graph.List(st.db, st.cfg.Partition, l.k, l.bySubject, id, 1000, "")
 			if err != nil {
 				s.t.Fatal(err)
 			}
@@ -389,7 +390,7 @@ func TestFanoutReadsOwnPartition(t *testing.T) {
 	}
 	s.publish(2, pipeline.Event{Type: "follow", UID: f2, Target: author})
 	s.drain()
-	items, _, err := cold.List(s.stages[0].db, 0, cold.Follow, false, uint64(author), 10, "")
+	items, _, err := graph.List(s.stages[0].db, 0, graph.Follow, false, uint64(author), 10, "")
 	if err != nil || len(items) != 2 {
 		t.Fatalf("the author's partition lists %v followers (%v), want both", items, err)
 	}
@@ -406,7 +407,7 @@ func TestFanoutReadsOwnPartition(t *testing.T) {
 	}
 	s.publish(1, pipeline.Event{Type: "unfollow", UID: f1, Target: author})
 	s.drain()
-	if items, _, _ := cold.List(s.stages[0].db, 0, cold.Follow, false, uint64(author), 10, ""); len(items) != 1 || items[0].ID != uint64(f2) {
+	if items, _, _ := graph.List(s.stages[0].db, 0, graph.Follow, false, uint64(author), 10, ""); len(items) != 1 || items[0].ID != uint64(f2) {
 		t.Fatalf("after an unfollow the author's partition lists %v, want the second follower", items)
 	}
 }

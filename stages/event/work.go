@@ -12,7 +12,11 @@ import (
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/stages/hop"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/delivery"
+	"github.com/tally-dev/tally/store/graph"
+	"github.com/tally-dev/tally/store/stagelog"
 	"github.com/tally-dev/tally/store/unread"
+	"github.com/tally-dev/tally/store/viewers"
 )
 
 // maxDeltas is the most deltas in one delta batch: a transaction's deltas for one
@@ -36,9 +40,10 @@ type work struct {
 	in       hop.In                   // a copy of the state's hop marks; payloads in the txn
 	fwd      map[int][]pipeline.Event // events for other partitions
 	fwdOrder []int
-	likes    *cold.Likes     // the transaction's likes, written at its end
-	readers  *unread.Readers // the reader states it read and wrote
-	dlq      []cold.OutboxEntry
+	likes    *graph.Likes     // the transaction's likes, written at its end
+	readers  *unread.Readers  // the reader states it read and wrote
+	viewers  *viewers.Viewers // the sketches of the posts it counted views of
+	dlq      []delivery.OutboxEntry
 	deadSeqs []uint64 // messages to dead-letter whole
 	dead     []uint64 // those dead-lettered so far
 
@@ -47,7 +52,7 @@ type work struct {
 	// deadHops those dead-lettered.
 	budget   int
 	released int
-	deadHops []cold.HeldRef
+	deadHops []delivery.HeldRef
 
 	hop                     bool   // applying events of a hop batch: handed over from another partition
 	now                     uint32 // the Unix minute the newest message applied was stored at (windows)
@@ -58,22 +63,22 @@ type work struct {
 
 func (s *Stage) newWork(txn *cold.Txn, c *coalescer, dead []uint64) *work {
 	c.reset()
-	marks := make(map[uint32]*cold.Mark, len(s.st.Hops))
+	marks := make(map[uint32]*delivery.Mark, len(s.st.Hops))
 	for src, m := range s.st.Hops {
-		marks[src] = &cold.Mark{Through: m.Through, Above: slices.Clone(m.Above), Held: slices.Clone(m.Held)}
+		marks[src] = &delivery.Mark{Through: m.Through, Above: slices.Clone(m.Above), Held: slices.Clone(m.Held)}
 	}
 	in := hop.In{Marks: marks, Store: stageHeld{txn: txn, p: s.cfg.Partition}, Log: s.log, Stats: &hop.InStats{}}
-	likes := cold.NewLikes(s.cfg.Partition, s.res)
+	likes := graph.NewLikes(s.cfg.Partition, s.res)
 	likes.ReadChunksFrom(s.db)
 	return &work{s: s, c: c, in: in, fwd: map[int][]pipeline.Event{}, deadSeqs: dead, now: s.now,
-		likes: likes, readers: unread.NewReaders(s.cfg.Partition, s.res)}
+		likes: likes, readers: unread.NewReaders(s.cfg.Partition, s.res), viewers: viewers.New(s.cfg.Partition, s.seen)}
 }
 
 // close ends what the transaction's work opened besides the transaction.
 func (w *work) close() { w.likes.Close() }
 
 // stageHeld keeps the payloads of the hop batches a partition holds above a gap in its
-// transaction (cold.PutStageHeld): written with the marks that hold them, deleted with
+// transaction (stagelog.PutHeld): written with the marks that hold them, deleted with
 // the marks that no longer do, never in the state or its log record.
 type stageHeld struct {
 	txn *cold.Txn
@@ -81,21 +86,24 @@ type stageHeld struct {
 }
 
 func (h stageHeld) Put(src uint32, seq uint64, data []byte) error {
-	return cold.PutStageHeld(h.txn, h.p, src, seq, data)
+	return stagelog.PutHeld(h.txn, h.p, src, seq, data)
 }
 
 func (h stageHeld) Get(src uint32, seq uint64) ([]byte, error) {
-	return cold.GetStageHeld(h.txn, h.p, src, seq)
+	return stagelog.GetHeld(h.txn, h.p, src, seq)
 }
 
 func (h stageHeld) Delete(src uint32, seq uint64) error {
-	return cold.DeleteStageHeld(h.txn, h.p, src, seq)
+	return stagelog.DeleteHeld(h.txn, h.p, src, seq)
 }
 
 // flush writes what the transaction changed of likes (its liker chunks under batch) and
 // reader states, each once.
 func (w *work) flush(txn *cold.Txn, batch uint64) error {
 	if err := w.likes.Flush(txn, batch); err != nil {
+		return err
+	}
+	if err := w.viewers.Flush(txn); err != nil {
 		return err
 	}
 	return w.readers.Flush(txn)
@@ -112,7 +120,7 @@ func (w *work) forward(q int, e *pipeline.Event) {
 // next returns the state after the transaction, ending at stream position pos, and its
 // outbox: dead letters, hop batches to other partitions, delta batches, each numbered
 // on without gaps per destination.
-func (s *Stage) next(pos uint64, w *work) (cold.StageState, []cold.OutboxEntry, error) {
+func (s *Stage) next(pos uint64, w *work) (stagelog.State, []delivery.OutboxEntry, error) {
 	p := s.cfg.Partition
 	st := s.st // maps are copied below, never written in place
 	st.Pos, st.N = pos, s.st.N+1
@@ -140,7 +148,7 @@ func (s *Stage) next(pos uint64, w *work) (cold.StageState, []cold.OutboxEntry, 
 			st.Seqs[key]++
 			b := pipeline.DeltaBatch{Source: uint32(p), Seq: st.Seqs[key], Deltas: deltas[:k], Windows: windows[:kw]}
 			windows = windows[kw:]
-			outbox = append(outbox, cold.OutboxEntry{
+			outbox = append(outbox, delivery.OutboxEntry{
 				Subject: s.cfg.Subjects.Delta(d.family, d.partition),
 				MsgID:   pipeline.DeltaMsgID(p, key, b.Seq),
 				Data:    pipeline.AppendDeltaBatch(nil, &b),
@@ -161,7 +169,7 @@ func (s *Stage) next(pos uint64, w *work) (cold.StageState, []cold.OutboxEntry, 
 // half of MaxPayload (down to one event). Each event is encoded once, and the halving
 // measures the running size of the encoded events, so a batch cut many times costs no
 // more than one; the bytes are those of the whole batch encoded at its final size.
-func (s *Stage) hopEntries(outbox []cold.OutboxEntry, st *cold.StageState, q int, evs []pipeline.Event) []cold.OutboxEntry {
+func (s *Stage) hopEntries(outbox []delivery.OutboxEntry, st *stagelog.State, q int, evs []pipeline.Event) []delivery.OutboxEntry {
 	p := s.cfg.Partition
 	enc := make([]byte, 0, 64*len(evs))
 	ends := make([]int, len(evs)) // event i is enc[ends[i-1]:ends[i]]
@@ -186,7 +194,7 @@ func (s *Stage) hopEntries(outbox []cold.OutboxEntry, st *cold.StageState, q int
 		data := make([]byte, 0, len(head)+ends[i+k-1]-from)
 		data = append(append(data, head...), enc[from:ends[i+k-1]]...)
 		st.HopSeqs[uint32(q)] = seq
-		outbox = append(outbox, cold.OutboxEntry{
+		outbox = append(outbox, delivery.OutboxEntry{
 			Subject: subject,
 			MsgID:   pipeline.HopMsgID(p, q, seq),
 			Data:    data,
@@ -253,13 +261,13 @@ func (s *Stage) applyHopEvents(txn *cold.Txn, b *pipeline.HopBatch, place uint64
 // replaying a log record, each source's up to the marks of the record's state (until)
 // and dead-lettering those the record dead-lettered (deadHops). place is where events
 // sent without one are placed.
-func (s *Stage) release(txn *cold.Txn, w *work, place uint64, until map[uint32]*cold.Mark, deadHops []cold.HeldRef) error {
+func (s *Stage) release(txn *cold.Txn, w *work, place uint64, until map[uint32]*delivery.Mark, deadHops []delivery.HeldRef) error {
 	apply := func(src uint32, seq uint64, data []byte) error {
 		w.released++
 		switch {
 		case len(data) == 0:
 			return nil // a number filled by a dead-lettered batch
-		case w.budget < 0 || slices.Contains(deadHops, cold.HeldRef{Src: src, Seq: seq}):
+		case w.budget < 0 || slices.Contains(deadHops, delivery.HeldRef{Src: src, Seq: seq}):
 			w.deadHop(src, seq, data)
 			return nil
 		}
@@ -308,8 +316,8 @@ func (w *work) deadHop(src uint32, seq uint64, data []byte) {
 	s := w.s
 	s.stats.Dead.Add(1)
 	s.log.Warn("a held hop batch does not fit in one transaction: dead-lettered", "source", src, "seq", seq)
-	w.deadHops = append(w.deadHops, cold.HeldRef{Src: src, Seq: seq})
-	w.dlq = append(w.dlq, cold.OutboxEntry{
+	w.deadHops = append(w.deadHops, delivery.HeldRef{Src: src, Seq: seq})
+	w.dlq = append(w.dlq, delivery.OutboxEntry{
 		Subject: s.cfg.Subjects.DLQ("event", s.cfg.Partition),
 		MsgID:   pipeline.DeadLetterMsgID("held", s.cfg.Partition, seq, int(src)),
 		Data: s.deadLetterData(DeadLetter{
@@ -336,7 +344,7 @@ type DeadLetter struct {
 func (w *work) deadLetter(m jetstream.Msg, seq uint64, index int, data []byte, reason error) {
 	s := w.s
 	s.stats.Dead.Add(1)
-	w.dlq = append(w.dlq, cold.OutboxEntry{
+	w.dlq = append(w.dlq, delivery.OutboxEntry{
 		Subject: s.cfg.Subjects.DLQ("event", s.cfg.Partition),
 		MsgID:   pipeline.DeadLetterMsgID("event", s.cfg.Partition, seq, index),
 		Data:    s.deadLetterData(DeadLetter{Error: reason.Error(), Subject: m.Subject(), Seq: seq, Index: index, Header: m.Headers()}, data),
@@ -369,16 +377,16 @@ func (s *Stage) deadLetterData(dl DeadLetter, data []byte) []byte {
 // stream for its subject, too large): it says why, and the partition goes on. A delta or
 // hop batch is also replaced by an empty batch under its number, or its destination
 // would wait at the gap and then give it up, and what follows with it.
-func (s *Stage) unpublishable(e cold.OutboxEntry, err error) []cold.OutboxEntry {
+func (s *Stage) unpublishable(e delivery.OutboxEntry, err error) []delivery.OutboxEntry {
 	s.stats.Dead.Add(1)
 	s.log.Error("an outbox message cannot be published: dead-lettered", "subject", e.Subject, "id", e.MsgID, "err", err)
-	out := []cold.OutboxEntry{{
+	out := []delivery.OutboxEntry{{
 		Subject: s.cfg.Subjects.DLQ("event", s.cfg.Partition),
 		MsgID:   pipeline.DeadLetterMsgID("outbox", s.cfg.Partition, e.Seq, -1),
 		Data:    s.deadLetterData(DeadLetter{Error: fmt.Sprintf("cannot publish %s: %v", e.MsgID, err), Subject: e.Subject, Index: -1}, e.Data),
 	}}
 	if data, ok := pipeline.EmptyBatch(e.MsgID); ok {
-		out = append(out, cold.OutboxEntry{Subject: e.Subject, MsgID: e.MsgID, Data: data})
+		out = append(out, delivery.OutboxEntry{Subject: e.Subject, MsgID: e.MsgID, Data: data})
 	}
 	return out
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tally-dev/tally/pipeline/backoff"
-	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/delivery"
 )
 
 // Publisher is what an Outbox sends through; a jetstream.JetStream is one.
@@ -51,7 +51,7 @@ type OutboxOptions struct {
 	// (reported by Published) once the last of them is stored; one of them that can
 	// never be stored either is dropped, never replaced in turn. Without Permanent such
 	// an entry is retried like any other failure.
-	Permanent func(e cold.OutboxEntry, err error) []cold.OutboxEntry
+	Permanent func(e delivery.OutboxEntry, err error) []delivery.OutboxEntry
 	// Retries, when set, counts failed publishes that are sent again.
 	Retries *atomic.Int64
 	// Log receives at most one line a second about failed publishes.
@@ -87,8 +87,8 @@ type Outbox struct {
 }
 
 type inflight struct {
-	entry cold.OutboxEntry
-	rest  []cold.OutboxEntry // replacements to publish once entry is stored
+	entry delivery.OutboxEntry
+	rest  []delivery.OutboxEntry // replacements to publish once entry is stored
 	// entry is a replacement (or the last of them): it is dropped, not replaced again,
 	// when it cannot be stored either
 	replaced bool
@@ -161,7 +161,7 @@ func (o *Outbox) Published() []uint64 {
 // Entries come in the order of their Seq. It returns early only when ctx ends;
 // whatever is not stored then stays in the caller's outbox and is sent again at its
 // next start.
-func (o *Outbox) Send(ctx context.Context, entries []cold.OutboxEntry) error {
+func (o *Outbox) Send(ctx context.Context, entries []delivery.OutboxEntry) error {
 	for _, e := range entries {
 		for len(o.inflight) >= o.opts.MaxInflight || !o.room(&e) {
 			if err := o.reap(ctx, o.opts.MaxInflight-1, &e); err != nil {
@@ -188,7 +188,7 @@ func (o *Outbox) Reap(ctx context.Context, wait bool) error {
 }
 
 // room reports whether e may be published now: its window is empty, or has room for it.
-func (o *Outbox) room(e *cold.OutboxEntry) bool {
+func (o *Outbox) room(e *delivery.OutboxEntry) bool {
 	w := o.windows[e.Subject]
 	return w == nil || w.n == 0 || w.next-w.oldest < Window && w.nextAt+uint64(len(e.Data))-w.oldestAt <= WindowBytes &&
 		o.holesAt(e) == w.oldestHoles
@@ -196,7 +196,7 @@ func (o *Outbox) room(e *cold.OutboxEntry) bool {
 
 // holesAt is the number of gaps in Seq before e, were Send to take it next. Before the
 // first entry there is none: whatever was deleted below it was stored.
-func (o *Outbox) holesAt(e *cold.OutboxEntry) uint64 {
+func (o *Outbox) holesAt(e *delivery.OutboxEntry) uint64 {
 	if o.lastSeq != 0 && e.Seq > o.lastSeq+1 {
 		return o.holes + 1
 	}
@@ -204,7 +204,7 @@ func (o *Outbox) holesAt(e *cold.OutboxEntry) uint64 {
 }
 
 // enter gives e its place in its destination's window.
-func (o *Outbox) enter(e cold.OutboxEntry) inflight {
+func (o *Outbox) enter(e delivery.OutboxEntry) inflight {
 	o.holes = o.holesAt(&e)
 	o.lastSeq = max(o.lastSeq, e.Seq)
 	w := o.windows[e.Subject]
@@ -229,7 +229,7 @@ func (o *Outbox) leave(f *inflight) { f.w.n-- }
 
 // reap waits until at most left entries are outstanding and, unless next is nil, next
 // may be published.
-func (o *Outbox) reap(ctx context.Context, left int, next *cold.OutboxEntry) error {
+func (o *Outbox) reap(ctx context.Context, left int, next *delivery.OutboxEntry) error {
 	wait := backoff.New(o.opts.Backoff, o.opts.MaxBackoff)
 	ready := func() bool { return len(o.inflight) <= left && (next == nil || o.room(next)) }
 	dest := ""
@@ -381,7 +381,7 @@ func (o *Outbox) replace(ctx context.Context, f *inflight, err error) (keep, rep
 // advance makes f the first of next, the replacements of its entry still to be sent
 // (under the entry's Seq, so that storing the last one retires the entry), and reports
 // whether there was one; with none left, the entry is retired: reported by Published.
-func (o *Outbox) advance(f *inflight, next []cold.OutboxEntry) bool {
+func (o *Outbox) advance(f *inflight, next []delivery.OutboxEntry) bool {
 	if len(next) == 0 {
 		o.published = append(o.published, f.entry.Seq)
 		return false

@@ -11,8 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/delivery"
 )
 
 // fakePub is a Publisher whose every publish fails, is stored or is left hanging as the
@@ -73,10 +72,10 @@ func (p *fakePub) StreamNameBySubject(_ context.Context, subject string) (string
 	return "", jetstream.ErrStreamNotFound
 }
 
-func entries(from, n int, subject string) []cold.OutboxEntry {
-	var out []cold.OutboxEntry
+func entries(from, n int, subject string) []delivery.OutboxEntry {
+	var out []delivery.OutboxEntry
 	for i := from; i < from+n; i++ {
-		out = append(out, cold.OutboxEntry{Seq: uint64(i), Subject: subject, MsgID: fmt.Sprint("m", i), Data: []byte{byte(i)}})
+		out = append(out, delivery.OutboxEntry{Seq: uint64(i), Subject: subject, MsgID: fmt.Sprint("m", i), Data: []byte{byte(i)}})
 	}
 	return out
 }
@@ -177,9 +176,9 @@ func TestOutboxPermanentErrors(t *testing.T) {
 		return nil, nil, false
 	}
 	var reasons []error
-	o := NewOutbox(p, OutboxOptions{Permanent: func(e cold.OutboxEntry, err error) []cold.OutboxEntry {
+	o := NewOutbox(p, OutboxOptions{Permanent: func(e delivery.OutboxEntry, err error) []delivery.OutboxEntry {
 		reasons = append(reasons, err)
-		return []cold.OutboxEntry{{Subject: "dlq", MsgID: "dlq." + e.MsgID}}
+		return []delivery.OutboxEntry{{Subject: "dlq", MsgID: "dlq." + e.MsgID}}
 	}})
 	es := append(append(entries(0, 1, "big"), entries(1, 1, "nostream")...), entries(2, 1, "ok")...)
 	if err := o.Send(t.Context(), es); err != nil {
@@ -214,7 +213,7 @@ func TestOutboxDropsAtOnce(t *testing.T) {
 		}
 		return nil, nil, false
 	}
-	o := NewOutbox(p, OutboxOptions{Permanent: func(cold.OutboxEntry, error) []cold.OutboxEntry { return nil }})
+	o := NewOutbox(p, OutboxOptions{Permanent: func(delivery.OutboxEntry, error) []delivery.OutboxEntry { return nil }})
 	if err := o.Send(t.Context(), append(entries(1, 1, "big"), entries(2, 1, "ok")...)); err != nil {
 		t.Fatal(err)
 	}
@@ -243,13 +242,13 @@ func TestOutboxReplacements(t *testing.T) {
 		return nil, nil, false
 	}
 	calls := 0
-	o := NewOutbox(p, OutboxOptions{Permanent: func(e cold.OutboxEntry, err error) []cold.OutboxEntry {
+	o := NewOutbox(p, OutboxOptions{Permanent: func(e delivery.OutboxEntry, err error) []delivery.OutboxEntry {
 		calls++
 		dlq := "dlq"
 		if e.MsgID == "m3" {
 			dlq = "nostream"
 		}
-		return []cold.OutboxEntry{
+		return []delivery.OutboxEntry{
 			{Subject: dlq, MsgID: "dlq." + e.MsgID},
 			{Subject: e.Subject, MsgID: e.MsgID, Data: []byte{0}}, // fills the number
 		}

@@ -6,8 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/delivery"
 )
 
 // ackedPub acknowledges every publish at once.
@@ -27,14 +26,14 @@ func BenchmarkOutbox(b *testing.B) {
 		subjects[i] = fmt.Sprint("tally.delta.post.", i)
 	}
 	o := NewOutbox(ackedPub{}, OutboxOptions{})
-	txn := make([]cold.OutboxEntry, 20)
+	txn := make([]delivery.OutboxEntry, 20)
 	data := make([]byte, 1000)
 	b.ReportAllocs()
 	var seq uint64
 	for i := 0; i < b.N; i += len(txn) {
 		for j := range txn {
 			seq++
-			txn[j] = cold.OutboxEntry{Seq: seq, Subject: subjects[j%len(subjects)], MsgID: "m", Data: data}
+			txn[j] = delivery.OutboxEntry{Seq: seq, Subject: subjects[j%len(subjects)], MsgID: "m", Data: data}
 		}
 		if err := o.Send(b.Context(), txn); err != nil {
 			b.Fatal(err)

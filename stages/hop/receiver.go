@@ -7,7 +7,7 @@ import (
 	"slices"
 	"sync/atomic"
 
-	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/delivery"
 )
 
 // DefaultMaxHeld is the most batches held above a gap per source: a sender keeps within
@@ -67,7 +67,7 @@ type In struct {
 	// one transaction, so a crash neither loses a held batch nor applies one twice.
 	// Marks of older versions whose held batches carry their payload are moved into
 	// Store by the first call.
-	Marks map[uint32]*cold.Mark
+	Marks map[uint32]*delivery.Mark
 	// Store keeps the held payloads; it must be set.
 	Store HeldStore
 	// MaxHeld is the most batches held per source above a gap (DefaultMaxHeld when 0).
@@ -96,7 +96,7 @@ func (in *In) Offer(src uint32, seq uint64, data []byte) (Verdict, error) {
 	}
 	m := in.Marks[src]
 	if m == nil {
-		m = &cold.Mark{}
+		m = &delivery.Mark{}
 		in.Marks[src] = m
 	}
 	i, found := slices.BinarySearchFunc(m.Held, seq, bySeq)
@@ -113,7 +113,7 @@ func (in *In) Offer(src uint32, seq uint64, data []byte) (Verdict, error) {
 		}
 		return Apply, nil
 	}
-	h := cold.Held{Seq: seq, Size: uint32(len(data))}
+	h := delivery.Held{Seq: seq, Size: uint32(len(data))}
 	if len(data) > 0 {
 		if err := in.Store.Put(src, seq, data); err != nil {
 			return Dup, fmt.Errorf("cannot hold batch %d of source %d: %w", seq, src, err)
@@ -174,7 +174,7 @@ func (in *In) NextFrom(src uint32) (seq uint64, data []byte, ok bool, err error)
 // Releasable reports whether marks hold a batch that is next in its source's order —
 // what Next of an In over them would hand out — without changing them: a caller that
 // makes a new In for each transaction asks whether another is due.
-func Releasable(marks map[uint32]*cold.Mark) bool {
+func Releasable(marks map[uint32]*delivery.Mark) bool {
 	for _, m := range marks {
 		through := m.Through
 		for slices.Contains(m.Above, through+1) {
@@ -211,7 +211,7 @@ func (in *In) load() error {
 		return nil
 	}
 	if in.Marks == nil {
-		in.Marks = map[uint32]*cold.Mark{}
+		in.Marks = map[uint32]*delivery.Mark{}
 	}
 	for src, m := range in.Marks {
 		for i := range m.Held {
@@ -260,7 +260,7 @@ func (in *In) hold(batches, bytes int) {
 }
 
 // take reads and deletes the payload of held batch h of src.
-func (in *In) take(src uint32, h cold.Held) ([]byte, error) {
+func (in *In) take(src uint32, h delivery.Held) ([]byte, error) {
 	if h.Size == 0 {
 		return nil, nil // a number filled with nothing
 	}
@@ -276,7 +276,7 @@ func (in *In) take(src uint32, h cold.Held) ([]byte, error) {
 
 // passAbove moves Through over the legacy Above entries that are next (batches older
 // versions applied above a gap), and reports whether m's oldest held batch is next.
-func passAbove(m *cold.Mark) bool {
+func passAbove(m *delivery.Mark) bool {
 	for len(m.Above) > 0 {
 		i := slices.Index(m.Above, m.Through+1)
 		if i < 0 {
@@ -294,7 +294,7 @@ func passAbove(m *cold.Mark) bool {
 // skipGap gives up the gap below the oldest held batch of m: whatever was missing there
 // is taken as lost (its sender cannot have it in flight: see Window), so the batches
 // above it can be applied rather than held for ever.
-func (in *In) skipGap(src uint32, m *cold.Mark) {
+func (in *In) skipGap(src uint32, m *delivery.Mark) {
 	first := m.Held[0].Seq
 	for _, a := range m.Above {
 		first = min(first, a)
@@ -319,4 +319,4 @@ func (in *In) maxHeld() int {
 	return DefaultMaxHeld
 }
 
-func bySeq(h cold.Held, seq uint64) int { return cmp.Compare(h.Seq, seq) }
+func bySeq(h delivery.Held, seq uint64) int { return cmp.Compare(h.Seq, seq) }

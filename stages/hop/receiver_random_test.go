@@ -5,9 +5,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/tally-dev/tally/store/delivery"
 	"github.com/vmihailenco/msgpack/v5"
-
-	"github.com/tally-dev/tally/store/cold"
 )
 
 // A random model test in the style of goka's tester: several sources send gap-free
@@ -99,7 +98,7 @@ func TestInRandomExactlyOnce(t *testing.T) {
 				crashes++
 				store.discard()
 				in.Close()
-				marks := map[uint32]*cold.Mark{}
+				marks := map[uint32]*delivery.Mark{}
 				if cpMarks != nil {
 					if err := msgpack.Unmarshal(cpMarks, &marks); err != nil {
 						t.Fatal(err)

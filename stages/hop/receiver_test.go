@@ -6,9 +6,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/tally-dev/tally/store/delivery"
 	"github.com/vmihailenco/msgpack/v5"
-
-	"github.com/tally-dev/tally/store/cold"
 )
 
 // payload is what source src sends as batch seq.
@@ -125,7 +124,7 @@ func takeAll(t *testing.T, in *In, n int) []uint64 {
 	return got
 }
 
-func heldSeqs(m *cold.Mark) []uint64 {
+func heldSeqs(m *delivery.Mark) []uint64 {
 	var h []uint64
 	if m == nil {
 		return nil
@@ -250,7 +249,7 @@ func TestInIncrementalNext(t *testing.T) {
 		if st.Held.Load() != 0 || st.HeldBytes.Load() != 0 {
 			t.Fatalf("gauges %d, %d after Close", st.Held.Load(), st.HeldBytes.Load())
 		}
-		marks := map[uint32]*cold.Mark{}
+		marks := map[uint32]*delivery.Mark{}
 		if err := msgpack.Unmarshal(saved, &marks); err != nil {
 			t.Fatal(err)
 		}
@@ -335,7 +334,7 @@ func TestInMovesOldPayloads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	marks := map[uint32]*cold.Mark{}
+	marks := map[uint32]*delivery.Mark{}
 	if err := msgpack.Unmarshal(b, &marks); err != nil {
 		t.Fatal(err)
 	}
@@ -359,7 +358,7 @@ func TestInMovesOldPayloads(t *testing.T) {
 // Checkpoints of older versions listed batches applied above a gap in Above: they stay
 // applied, and Through passes over them.
 func TestInLegacyAbove(t *testing.T) {
-	in := &In{Store: newFakeStore(false), Marks: map[uint32]*cold.Mark{7: {Through: 2, Above: []uint64{4, 6}}}}
+	in := &In{Store: newFakeStore(false), Marks: map[uint32]*delivery.Mark{7: {Through: 2, Above: []uint64{4, 6}}}}
 	step := func(seq uint64, want []uint64, wantDup bool) {
 		t.Helper()
 		got, v := feed(t, in, 7, seq, payload(7, seq))
@@ -376,7 +375,7 @@ func TestInLegacyAbove(t *testing.T) {
 		t.Fatalf("mark %+v, want through 7", m)
 	}
 	// A gap given up below an Above entry stops at it.
-	in = &In{Store: newFakeStore(false), MaxHeld: 1, Marks: map[uint32]*cold.Mark{7: {Through: 1, Above: []uint64{3}}}}
+	in = &In{Store: newFakeStore(false), MaxHeld: 1, Marks: map[uint32]*delivery.Mark{7: {Through: 1, Above: []uint64{3}}}}
 	step(5, nil, false)
 	step(6, []uint64{5, 6}, false)
 	if m := in.Marks[7]; m.Through != 6 || m.Above != nil || m.Held != nil {
@@ -385,9 +384,9 @@ func TestInLegacyAbove(t *testing.T) {
 }
 
 func TestReleasable(t *testing.T) {
-	f := func(t *testing.T, m cold.Mark, want bool) {
+	f := func(t *testing.T, m delivery.Mark, want bool) {
 		t.Helper()
-		marks := map[uint32]*cold.Mark{1: &m}
+		marks := map[uint32]*delivery.Mark{1: &m}
 		if got := Releasable(marks); got != want {
 			t.Fatalf("%+v: releasable %v, want %v", m, got, want)
 		}
@@ -395,8 +394,10 @@ func TestReleasable(t *testing.T) {
 			t.Fatalf("Releasable changed the marks")
 		}
 	}
-	t.Run("next held", func(t *testing.T) { f(t, cold.Mark{Through: 2, Held: []cold.Held{{Seq: 3}}}, true) })
-	t.Run("above a gap", func(t *testing.T) { f(t, cold.Mark{Through: 2, Held: []cold.Held{{Seq: 4}}}, false) })
-	t.Run("none held", func(t *testing.T) { f(t, cold.Mark{Through: 2}, false) })
-	t.Run("after legacy above", func(t *testing.T) { f(t, cold.Mark{Through: 2, Above: []uint64{3}, Held: []cold.Held{{Seq: 4}}}, true) })
+	t.Run("next held", func(t *testing.T) { f(t, delivery.Mark{Through: 2, Held: []delivery.Held{{Seq: 3}}}, true) })
+	t.Run("above a gap", func(t *testing.T) { f(t, delivery.Mark{Through: 2, Held: []delivery.Held{{Seq: 4}}}, false) })
+	t.Run("none held", func(t *testing.T) { f(t, delivery.Mark{Through: 2}, false) })
+	t.Run("after legacy above", func(t *testing.T) {
+		f(t, delivery.Mark{Through: 2, Above: []uint64{3}, Held: []delivery.Held{{Seq: 4}}}, true)
+	})
 }

@@ -13,8 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/delivery"
 )
 
 // lossyPub stores every publish at once, except those lose picks: they are dropped
@@ -38,11 +37,11 @@ func newLossyPub(lose func(string, uint64, int) bool) *lossyPub {
 }
 
 // numbered makes n entries to subject, numbered from..from+n-1 (message id subject.number).
-func numbered(seq *uint64, subject string, from, n int) []cold.OutboxEntry {
-	out := make([]cold.OutboxEntry, n)
+func numbered(seq *uint64, subject string, from, n int) []delivery.OutboxEntry {
+	out := make([]delivery.OutboxEntry, n)
 	for i := range out {
 		*seq++
-		out[i] = cold.OutboxEntry{Seq: *seq, Subject: subject, MsgID: fmt.Sprintf("%s.%d", subject, from+i)}
+		out[i] = delivery.OutboxEntry{Seq: *seq, Subject: subject, MsgID: fmt.Sprintf("%s.%d", subject, from+i)}
 	}
 	return out
 }
@@ -177,7 +176,7 @@ func TestOutboxWindowAcrossRestart(t *testing.T) {
 		for _, s := range o.Published() {
 			stored[s] = true
 		}
-		var left []cold.OutboxEntry
+		var left []delivery.OutboxEntry
 		for _, e := range all {
 			if !stored[e.Seq] {
 				left = append(left, e)
@@ -237,7 +236,7 @@ func TestOutboxWindowPerDestination(t *testing.T) {
 		p := newLossyPub(func(subject string, n uint64, attempt int) bool { return subject == "a" && n == 0 && attempt == 1 })
 		o := NewOutbox(p, OutboxOptions{})
 		var seq uint64
-		var es []cold.OutboxEntry
+		var es []delivery.OutboxEntry
 		es = append(es, numbered(&seq, "a", 0, Window)...) // a.0 is lost: the window to a is full
 		es = append(es, numbered(&seq, "b", 0, 100)...)    // b flows
 		es = append(es, numbered(&seq, "a", Window, 1)...) // waits for a.0
@@ -279,7 +278,7 @@ func TestOutboxWindowRandom(t *testing.T) {
 			next := map[string]int{}
 			var seq uint64
 			for range 300 {
-				var es []cold.OutboxEntry
+				var es []delivery.OutboxEntry
 				for range 1 + r.IntN(3) {
 					d := dests[r.IntN(len(dests))]
 					k := 1 + r.IntN(20)

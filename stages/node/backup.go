@@ -12,17 +12,14 @@ import (
 
 	"github.com/tally-dev/tally/stages/cluster"
 	"github.com/tally-dev/tally/stages/event"
+	"github.com/tally-dev/tally/store/checkpoint"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/stagelog"
 )
 
 // Each partition's state is backed up as two pieces under its one lease: its counters
 // (counterObject) and its event stage (eventObject), whose log a new owner replays from
 // the backup on (see event.Config.Log).
-
-// ErrLegacyState refuses to take a partition whose event state is still in the one
-// backup of every event stage that versions before per-partition stages stored: the
-// process that owned those stages moves it into per-partition backups when started first.
-var ErrLegacyState = errors.New("the event stages' state is in a backup of an older version")
 
 // legacyEvents is the pointer of that one backup.
 const legacyEvents = "events"
@@ -30,8 +27,8 @@ const legacyEvents = "events"
 func eventObject(p int) string { return "events." + strconv.Itoa(p) }
 
 func (n *Node) eventPiece(p int) cluster.Piece {
-	return cluster.Piece{Name: eventObject(p), Part: cold.EventPart(p), Pos: func() ([]uint64, error) {
-		st, _, err := cold.LoadStage(n.db, p)
+	return cluster.Piece{Name: eventObject(p), Keys: cold.EventKeys(p), Pos: func() ([]uint64, error) {
+		st, _, err := stagelog.Load(n.db, p)
 		if err != nil {
 			return nil, err
 		}
@@ -62,10 +59,10 @@ func (n *Node) claimEvents(ctx context.Context, p int, l *cluster.Lease, warm bo
 }
 
 func (n *Node) counterPiece(p int) cluster.Piece {
-	return cluster.Piece{Name: counterObject(p), Part: cold.CounterPart(n.families(), p), Pos: func() ([]uint64, error) {
+	return cluster.Piece{Name: counterObject(p), Keys: cold.CounterKeys(n.families(), p), Pos: func() ([]uint64, error) {
 		pos := make([]uint64, len(n.cfg.Families))
 		for i, f := range n.cfg.Families {
-			cp, err := cold.LoadCheckpoint(n.db, f.Name, p)
+			cp, err := checkpoint.LoadCheckpoint(n.db, f.Name, p)
 			if err != nil {
 				return nil, err
 			}

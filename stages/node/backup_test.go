@@ -14,6 +14,7 @@ import (
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/stages/cluster"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/graph"
 )
 
 // partRig is a NATS server with the streams and state bucket, and processes that own
@@ -37,11 +38,11 @@ func (r *partRig) process() *Node {
 	cfg := DefaultConfig()
 	cfg.DataDir, cfg.Partitions = t.TempDir(), 2
 	log := slog.New(slog.DiscardHandler)
-	o, err := cluster.Open(t.Context(), r.js, r.sj.OwnersBucket(), 1, cfg.DataDir, time.Minute)
+	o, err := cluster.Open(t.Context(), r.js, cluster.Bucket{Name: r.sj.OwnersBucket()}, cfg.DataDir, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := cold.Open(cold.Options{Dir: filepath.Join(cfg.DataDir, "state"), Logger: log})
+	db, err := cold.Open(cold.Options{Dir: filepath.Join(cfg.DataDir, "state"), Logger: log, Upgrade: graph.Upgrade})
 	if err != nil {
 		t.Fatal(err)
 	}

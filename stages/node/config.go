@@ -30,8 +30,8 @@ type Config struct {
 	Families   []pipeline.Family
 	// FlushInterval is the counter workers' coalescing window.
 	FlushInterval time.Duration
-	// Replicas of every stream; 0 keeps an existing stream's, and makes a new one with 3
-	// on a NATS cluster of three or more servers, else 1.
+	// Replicas of every stream and bucket; 0 keeps an existing one's, and makes a new one
+	// with 3 on a NATS cluster of three or more servers, else 1.
 	Replicas int
 	// The stream settings below are applied when set; 0 (or "") keeps what an existing
 	// stream has (an operator's nats stream edit survives a restart) and gives a new one
@@ -75,7 +75,7 @@ type Config struct {
 	// whole process (about 100 bytes each, outside the counter tables' bound).
 	ColdCache int
 	// StateMem is the RAM the event partitions keep of what their events read of their
-	// state (reader states and like records of the users active lately, cold.Resident),
+	// state (reader states and like records of the users active lately, graph.Resident),
 	// shared evenly by the partitions: a like or a notification then costs no Badger
 	// read. 0 keeps none.
 	StateMem int64

@@ -32,6 +32,7 @@ import (
 	"github.com/tally-dev/tally/stages/query"
 	"github.com/tally-dev/tally/store"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/graph"
 	"github.com/tally-dev/tally/store/hot"
 )
 
@@ -172,26 +173,27 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	if err != nil {
 		return nil, err
 	}
-	if n.owners, err = cluster.Open(ctx, ctlJS, sc.Subjects.OwnersBucket(), replicas, cfg.DataDir, cfg.LeaseTTL); err != nil {
-		return nil, err
+	bucket := func(name string) cluster.Bucket {
+		return cluster.Bucket{Name: name, Replicas: cfg.Replicas, NewReplicas: replicas}
+	}
+	if n.owners, err = cluster.Open(ctx, ctlJS, bucket(sc.Subjects.OwnersBucket()), cfg.DataDir, cfg.LeaseTTL); err != nil {
+		return nil, bucketErr(err)
 	}
 	var obs jetstream.ObjectStore
 	if cfg.BackupEvery > 0 {
-		obs, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: sc.Subjects.StateBucket(), Replicas: replicas,
-			Description: "Tally state backups: what a new owner of a partition starts from"})
-		if err != nil {
-			return nil, fmt.Errorf("cannot set up the state bucket %s: %w", sc.Subjects.StateBucket(), err)
+		if obs, err = cluster.OpenState(ctx, js, bucket(sc.Subjects.StateBucket())); err != nil {
+			return nil, bucketErr(err)
 		}
 	}
 	if n.db, err = cold.Open(cold.Options{Dir: filepath.Join(cfg.DataDir, "state"), SyncWrites: cfg.SyncWrites, Logger: log, MemTableSize: memTable,
-		NumMemtables: mem.Memtables, NumCompactors: mem.Compactors, BlockCacheSize: mem.BlockCache, IndexCacheSize: mem.IndexCache}); err != nil {
+		NumMemtables: mem.Memtables, NumCompactors: mem.Compactors, BlockCacheSize: mem.BlockCache, IndexCacheSize: mem.IndexCache, Upgrade: graph.Upgrade}); err != nil {
 		return nil, err
 	}
 	if obs != nil {
 		n.backups = &cluster.Backups{JS: js, Obs: obs, DB: n.db, Subjects: sc.Subjects, Log: log, TmpDir: cfg.DataDir}
 	}
 	partOf := func(id uint64) int { return pipeline.PartitionOf(pipeline.ID(id), cfg.Partitions) }
-	if moved, err := cold.Migrate(n.db, cfg.Partitions, partOf); err != nil {
+	if moved, err := graph.Migrate(n.db, cfg.Partitions, partOf); err != nil {
 		return nil, err
 	} else if moved > 0 {
 		log.Info("moved the event stages' state under its partitions (upgrade)", "keys", moved)
@@ -216,7 +218,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	}
 	if !cfg.Join { // alone: refuse before taking any partition
 		if err := n.owners.Alone(ctx); err != nil {
-			return nil, fmt.Errorf("%w; to share the partitions with it and take them over when it stops, start this one with --join", err)
+			// A restart meets the same live process: a configuration error (exit 2).
+			return nil, fmt.Errorf("%w: %w; to share the partitions with it and take them over when it stops, start this one with --join", ErrConfig, err)
 		}
 	}
 	if err := n.renew(ctx); err != nil { // registers this process as a member
@@ -241,6 +244,15 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		"families", len(cfg.Families), "data", cfg.DataDir, "max-mem", Bytes(mem.Budget), "hot-max-mem", Bytes(mem.Hot))
 	log.Debug("memory", "split", mem)
 	return n, nil
+}
+
+// bucketErr marks a bucket setting that would break Tally a configuration error: a
+// restart finds the bucket as it is.
+func bucketErr(err error) error {
+	if errors.Is(err, cluster.ErrBucketConfig) {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return err
 }
 
 // connect opens one of the process's connections to NATS, named name. It reconnects

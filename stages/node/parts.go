@@ -261,6 +261,9 @@ func (n *Node) startPart(ctx context.Context, p int) error {
 	for i, fam := range n.cfg.Families {
 		n.query.SetOwner(fam.Name, p, pt.workers[i])
 	}
+	if sb != nil { // its reads were served as a standby's until the owner's were
+		sb.stopServing()
+	}
 	n.query.SetStage(p, pt.stage)
 	switch from {
 	case "local":

@@ -46,6 +46,9 @@ type standby struct {
 	caughtUp      atomic.Bool   // within StandbyLag of the owner's log and deltas (as last checked)
 	broken        atomic.Bool   // cannot follow any more: to start again from the newest backup
 	watch         [2]backupWatch
+	// unserve stops serving its workers' reads (see serveStandby); set by the following
+	// once its workers run, read once it has ended.
+	unserve func()
 }
 
 // warm reports whether sb is ready to take its partition over at once (see Standbys).
@@ -124,6 +127,7 @@ func (n *Node) keepStandbys(members, want []string, due []int) {
 func (sb *standby) stop() {
 	sb.cancel()
 	<-sb.done
+	sb.stopServing()
 	sb.workersCancel()
 	sb.workersWG.Wait()
 }
@@ -187,6 +191,7 @@ func (n *Node) follow(ctx, wctx context.Context, sb *standby) error {
 		sb.broken.Store(true)
 		n.StandbyRestarts.Add(1)
 	})
+	sb.unserve = n.serveStandby(sb)
 	ec := event.Config{Partition: p, Partitions: n.cfg.Partitions, Subjects: n.subjects, Families: n.cfg.Families, FanoutLimit: n.cfg.FanoutLimit, ResidentBytes: n.residentBytes(), Windows: n.cfg.Windows, Log: true}
 	st, err := event.New(ec, n.js, n.db, n.log, n.standbyEvents)
 	if err != nil {
@@ -214,9 +219,6 @@ func (n *Node) follow(ctx, wctx context.Context, sb *standby) error {
 		return nil
 	}
 }
-
-// errBehind stops a standby that did not reach a backup before it could be purged past.
-var errBehind = errors.New("the standby did not reach a backup while it was current")
 
 // checkStandby reads the pointers of sb's pieces and stops the standby when it missed a
 // backup (see backupWatch). NATS not answering is no reason to stop: the next check
@@ -304,6 +306,7 @@ func (n *Node) warmStandby(ctx context.Context, p int) (*standby, bool) {
 			return sb, true
 		}
 	}
+	sb.stopServing()
 	sb.workersCancel()
 	sb.workersWG.Wait()
 	return nil, warm

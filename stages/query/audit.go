@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tally-dev/tally/pipeline"
-	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/graph"
 )
 
 // An audit recounts counters from the relations they are made of and compares the two
@@ -103,7 +103,7 @@ type audited struct {
 }
 
 // recount returns, per id in the order of a.ids, the value of each recounted field.
-func (a *audited) recount(rc cold.Recount) [][]uint64 {
+func (a *audited) recount(rc graph.Recount) [][]uint64 {
 	out := make([][]uint64, len(a.ids))
 	for i := range a.ids {
 		if a.fam.Name == pipeline.FamilyPost {
@@ -292,7 +292,7 @@ func (s *Server) compare(ctx context.Context, groups []*audited, reply *pipeline
 			var counts [][]uint64
 			var r2 [][][]uint64
 			if slices.Contains(why[k], "") { // some ids settled: read them
-				if counts, _, err = s.counts(ctx, g.fam, g.ids); errors.Is(err, errUnavailable) {
+				if counts, _, _, err = s.counts(ctx, g.fam, g.ids, true); errors.Is(err, errUnavailable) { // a repair compares exact counts only
 					counts = make([][]uint64, len(g.ids)) // no partition answered: every id unavailable
 				} else if err != nil {
 					return err
@@ -370,7 +370,7 @@ func (s *Server) recount(ctx context.Context, groups []*audited) ([][][]uint64, 
 	if err != nil {
 		return nil, fmt.Errorf("cannot recount the relations: %w", err)
 	}
-	rc := cold.Recount{Likes: make([]uint64, len(posts)), Comments: make([]uint64, len(posts)),
+	rc := graph.Recount{Likes: make([]uint64, len(posts)), Comments: make([]uint64, len(posts)),
 		Followers: make([]uint64, len(users)), Following: make([]uint64, len(users))}
 	for p, sh := range shares {
 		r := sh.Recount

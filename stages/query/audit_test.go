@@ -14,6 +14,9 @@ import (
 	"github.com/tally-dev/tally/stages/flow"
 	"github.com/tally-dev/tally/stages/query"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/delivery"
+	"github.com/tally-dev/tally/store/graph"
+	"github.com/tally-dev/tally/store/stagelog"
 )
 
 // scriptedPart is a counter partition whose like count of every id is read from likes,
@@ -49,17 +52,17 @@ func auditServer(t *testing.T, part query.Partition, lag uint64, pending bool) *
 	db := openDB(t)
 	err := db.Update(func(txn *cold.Txn) error {
 		for uid := range uint64(3) {
-			if _, err := cold.Relate(txn, 0, cold.Like, cold.Rel{A: uid + 1, B: 7}, 1); err != nil {
+			if _, err := graph.Relate(txn, 0, graph.Like, graph.Rel{A: uid + 1, B: 7}, 1); err != nil {
 				return err
 			}
 		}
 		if !pending {
 			return nil
 		}
-		if err := cold.PutOutbox(txn, 0, &cold.OutboxEntry{Seq: 1, Subject: "tally.delta.post.0", MsgID: "d"}); err != nil {
+		if err := stagelog.PutOutbox(txn, 0, &delivery.OutboxEntry{Seq: 1, Subject: "tally.delta.post.0", MsgID: "d"}); err != nil {
 			return err
 		}
-		return cold.PutStage(txn, 0, &cold.StageState{Outbox: 1})
+		return stagelog.Put(txn, 0, &stagelog.State{Outbox: 1})
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -136,10 +139,10 @@ func TestAuditSettlesRemoteStages(t *testing.T) {
 	_, nodes, _ := twoServers(t, n, 5*time.Second)
 	const p = 3 // owned by nodes[1]
 	err := nodes[1].db.Update(func(txn *cold.Txn) error {
-		if err := cold.PutOutbox(txn, p, &cold.OutboxEntry{Seq: 1, Subject: "tally.delta.post.3", MsgID: "d"}); err != nil {
+		if err := stagelog.PutOutbox(txn, p, &delivery.OutboxEntry{Seq: 1, Subject: "tally.delta.post.3", MsgID: "d"}); err != nil {
 			return err
 		}
-		return cold.PutStage(txn, p, &cold.StageState{Outbox: 1})
+		return stagelog.Put(txn, p, &stagelog.State{Outbox: 1})
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -171,15 +174,15 @@ func TestAuditSettlesRemoteStages(t *testing.T) {
 func TestAuditWaitsForHops(t *testing.T) {
 	const n = 4
 	_, nodes, _ := twoServers(t, n, 5*time.Second)
-	put := func(nd *node, p int, st *cold.StageState) {
+	put := func(nd *node, p int, st *stagelog.State) {
 		t.Helper()
-		if err := nd.db.Update(func(txn *cold.Txn) error { return cold.PutStage(txn, p, st) }); err != nil {
+		if err := nd.db.Update(func(txn *cold.Txn) error { return stagelog.Put(txn, p, st) }); err != nil {
 			t.Fatal(err)
 		}
 	}
-	put(nodes[0], 0, &cold.StageState{HopSeqs: map[uint32]uint64{1: 2, 3: 5}}) // partition 0 sent 2 to 1, 5 to 3
-	put(nodes[0], 1, &cold.StageState{Hops: map[uint32]*cold.Mark{0: {Through: 2}}})
-	put(nodes[1], 3, &cold.StageState{Hops: map[uint32]*cold.Mark{0: {Through: 3, Held: []cold.Held{{Seq: 5, Data: []byte{1}}}}}})
+	put(nodes[0], 0, &stagelog.State{HopSeqs: map[uint32]uint64{1: 2, 3: 5}}) // partition 0 sent 2 to 1, 5 to 3
+	put(nodes[0], 1, &stagelog.State{Hops: map[uint32]*delivery.Mark{0: {Through: 2}}})
+	put(nodes[1], 3, &stagelog.State{Hops: map[uint32]*delivery.Mark{0: {Through: 3, Held: []delivery.Held{{Seq: 5, Data: []byte{1}}}}}})
 	var ids []pipeline.ID // a user of each partition
 	for p := range n {
 		id := pipeline.ID(1)
@@ -204,7 +207,7 @@ func TestAuditWaitsForHops(t *testing.T) {
 		r.Skipped[0].ID != ids[3] || !strings.Contains(r.Skipped[0].Reason, "in flight") {
 		t.Errorf("audit while partition 3 has not applied the hops sent to it = %+v, want user %d skipped in flight, 6 counters checked", r, ids[3])
 	}
-	put(nodes[1], 3, &cold.StageState{Hops: map[uint32]*cold.Mark{0: {Through: 5}}})
+	put(nodes[1], 3, &stagelog.State{Hops: map[uint32]*delivery.Mark{0: {Through: 5}}})
 	if r := audit(4500 * time.Millisecond); r.Checked != 8 || len(r.Drift) != 0 || len(r.Skipped) != 0 {
 		t.Errorf("audit once partition 3 has applied them = %+v, want all 8 counters checked", r)
 	}

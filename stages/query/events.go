@@ -11,7 +11,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/tally-dev/tally/pipeline"
-	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/graph"
+	"github.com/tally-dev/tally/store/stagelog"
 	"github.com/tally-dev/tally/store/unread"
 )
 
@@ -84,10 +85,10 @@ func (s *Server) relationHandlers() map[string]func(*request) (any, error) {
 	sj := s.cfg.Subjects
 	return map[string]func(*request) (any, error){
 		sj.Liked():     s.liked,
-		sj.LikesUser(): s.list(cold.Like, true, "uid"),
-		sj.LikesPost(): s.list(cold.Like, false, "post"),
-		sj.Following(): s.list(cold.Follow, true, "uid"),
-		sj.Followers(): s.list(cold.Follow, false, "uid"),
+		sj.LikesUser(): s.list(graph.Like, true, "uid"),
+		sj.LikesPost(): s.list(graph.Like, false, "post"),
+		sj.Following(): s.list(graph.Follow, true, "uid"),
+		sj.Followers(): s.list(graph.Follow, false, "uid"),
 		sj.Unread():    s.unreadCounts,
 		sj.Health():    s.health,
 		sj.Audit():     s.audit,
@@ -144,9 +145,9 @@ type evReply struct {
 	Next  string   `json:"next,omitempty"`
 	// System and Feed are, per uid of an unread, the notices and pulled posts the
 	// counters do not hold.
-	System  []uint64      `json:"system,omitempty"`
-	Feed    []uint64      `json:"feed,omitempty"`
-	Recount *cold.Recount `json:"recount,omitempty"`
+	System  []uint64       `json:"system,omitempty"`
+	Feed    []uint64       `json:"feed,omitempty"`
+	Recount *graph.Recount `json:"recount,omitempty"`
 	// A sample: liked posts, followed users, users following.
 	Posts     []uint64 `json:"posts,omitempty"`
 	Followed  []uint64 `json:"followed,omitempty"`
@@ -156,7 +157,7 @@ type evReply struct {
 	Error     string   `json:"error,omitempty"`
 	Code      string   `json:"code,omitempty"`
 	// Hops: the last hop batch sent to each partition, and applied, with every one
-	// before it, of each (cold.StageHops).
+	// before it, of each (stagelog.Hops).
 	Sent    map[uint32]uint64 `json:"sent,omitempty"`
 	Applied map[uint32]uint64 `json:"applied,omitempty"`
 }
@@ -181,7 +182,7 @@ func (s *Server) ev(ctx context.Context, p int, kind string, req *evRequest) (*e
 		msg.Header.Set(queryHeader, kind)
 		msg.Data = data
 		return msg
-	})
+	}, nil) // relation queries are the owner's only: a standby's event state answers nothing
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return nil, fmt.Errorf("%w: event partition %d is owned by no process (hand-over?)", errUnavailable, p)
@@ -273,11 +274,11 @@ func (s *Server) evLocal(ctx context.Context, p int, st Stage, kind string, req 
 		if err := s.inPart(p, req.ID); err != nil {
 			return nil, err
 		}
-		liked, err := cold.Related(s.db, p, cold.Like, req.ID, req.IDs)
+		liked, err := graph.Related(s.db, p, graph.Like, req.ID, req.IDs)
 		return &evReply{Liked: liked}, err
 	case evList:
-		k := cold.Kind(req.Kind)
-		if req.BySubject || k == cold.Follow { // likes of a post are in every partition
+		k := graph.Kind(req.Kind)
+		if req.BySubject || k == graph.Follow { // likes of a post are in every partition
 			if err := s.inPart(p, req.ID); err != nil {
 				return nil, err
 			}
@@ -285,7 +286,7 @@ func (s *Server) evLocal(ctx context.Context, p int, st Stage, kind string, req 
 		if req.Limit < 1 || req.Limit > pipeline.MaxPage {
 			return nil, fmt.Errorf("%w: limit %d out of range 1..%d", pipeline.ErrBadRequest, req.Limit, pipeline.MaxPage)
 		}
-		items, next, err := cold.List(s.db, p, k, req.BySubject, req.ID, req.Limit, req.Before)
+		items, next, err := graph.List(s.db, p, k, req.BySubject, req.ID, req.Limit, req.Before)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", pipeline.ErrBadRequest, err)
 		}
@@ -300,7 +301,7 @@ func (s *Server) evLocal(ctx context.Context, p int, st Stage, kind string, req 
 		}
 		return s.pulledOf(p, st.Pulled(), req.IDs)
 	case evRecount:
-		rc, err := cold.CountRelations(s.db, []int{p}, req.IDs, req.Users)
+		rc, err := graph.CountRelations(s.db, []int{p}, req.IDs, req.Users)
 		if err != nil {
 			return nil, fmt.Errorf("cannot recount the relations of partition %d: %w", p, err)
 		}
@@ -310,7 +311,7 @@ func (s *Server) evLocal(ctx context.Context, p int, st Stage, kind string, req 
 	case evSettle:
 		return s.stageSettled(ctx, p, st, req)
 	case evHops:
-		sent, applied, err := cold.StageHops(s.db, p)
+		sent, applied, err := stagelog.Hops(s.db, p)
 		if err != nil {
 			return nil, fmt.Errorf("cannot read the hop marks of event partition %d: %w", p, err)
 		}

@@ -16,12 +16,19 @@ const DefaultHandOver = time.Second
 // request sends the message msg makes and, while no process serves its partition (a
 // hand-over: one process has stopped it, the next has not started it yet), sends it
 // again until HandOver has passed or ctx ends, so that a read waits out a hand-over
-// rather than fail.
-func (s *Server) request(ctx context.Context, msg func() *nats.Msg) (*nats.Msg, error) {
+// rather than fail. Each time no process serves it, meanwhile (when set) is called, and
+// when that answered the read (true), request returns no message and no error.
+func (s *Server) request(ctx context.Context, msg func() *nats.Msg, meanwhile func() bool) (*nats.Msg, error) {
 	deadline := time.Now().Add(s.cfg.HandOver)
 	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
 		m, err := s.nc.RequestMsgWithContext(ctx, msg())
-		if !errors.Is(err, nats.ErrNoResponders) || time.Now().Add(wait).After(deadline) {
+		if !errors.Is(err, nats.ErrNoResponders) {
+			return m, err
+		}
+		if meanwhile != nil && meanwhile() {
+			return nil, nil
+		}
+		if time.Now().Add(wait).After(deadline) {
 			return m, err
 		}
 		select {

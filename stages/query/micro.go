@@ -75,7 +75,7 @@ func (s *Server) endpoint(kind string, h func(*request) (any, error)) micro.Hand
 		if m.Reply == "" {
 			return // a publish, not a request: there is no one to answer
 		}
-		data, hdr, code, failure := s.answer(kind, h, m)
+		data, hdr, code, failure := s.answer(kind, h, m, false)
 		opts := []micro.RespondOpt{micro.WithHeaders(micro.Headers(hdr))}
 		if code == "" {
 			_ = r.Respond(data, opts...)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/graph"
 	"github.com/tally-dev/tally/store/unread"
 )
 
@@ -53,7 +54,7 @@ func (s *Server) liked(r *request) (any, error) {
 var quotedID = regexp.MustCompile(`"(uid|post)"\s*:\s*"`)
 
 // list answers a newest-first page of one kind of relation, keyed by uid or post.
-func (s *Server) list(k cold.Kind, bySubject bool, keyName string) func(*request) (any, error) {
+func (s *Server) list(k graph.Kind, bySubject bool, keyName string) func(*request) (any, error) {
 	return func(r *request) (any, error) {
 		var req pipeline.ListRequest
 		if err := r.decode(&req); err != nil {
@@ -75,7 +76,7 @@ func (s *Server) list(k cold.Kind, bySubject bool, keyName string) func(*request
 		ask := &evRequest{ID: uint64(id), Kind: byte(k), BySubject: bySubject, Limit: req.Limit, Before: req.Before}
 		var page *evReply
 		var err error
-		if bySubject || k == cold.Follow {
+		if bySubject || k == graph.Follow {
 			page, err = s.ev(r.ctx, s.partOf(uint64(id)), evList, ask)
 		} else { // the likes of a post: each liker's partition keeps theirs
 			var pages []*evReply
@@ -101,7 +102,7 @@ func (s *Server) list(k cold.Kind, bySubject bool, keyName string) func(*request
 
 // mergePages merges pages of several partitions, each newest first after the same
 // cursor, into the first limit items of them all. Cursors compare alike in every
-// partition (cold.Item.Cursor) and no two partitions hold the same entry, so the next
+// partition (graph.Item.Cursor) and no two partitions hold the same entry, so the next
 // page starts after the last item kept; there is one whenever an item was left out or a
 // partition had more.
 func mergePages(pages []*evReply, limit int) *evReply {
@@ -167,7 +168,7 @@ func (s *Server) unreadCounts(r *request) (any, error) {
 			partUIDs[p] = append(partUIDs[p], uint64(uids[i]))
 		}
 	}
-	wg.Go(func() { counts, unavailable, countErr = s.counts(r.ctx, s.unread, uids) })
+	wg.Go(func() { counts, unavailable, _, countErr = s.counts(r.ctx, s.unread, uids, true) }) // owner-only, as the rest of unread
 	for _, p := range partitions {
 		wg.Go(func() {
 			reply, err := s.ev(r.ctx, p, evUnread, &evRequest{IDs: partUIDs[p]})
@@ -238,7 +239,7 @@ func (s *Server) pulledOf(p int, pulled *unread.Pulled, uids []uint64) (*evReply
 			if pulled == nil {
 				continue
 			}
-			cold.Objects(txn, p, cold.Follow, uid, func(author uint64, _ int64) bool {
+			graph.Objects(txn, p, graph.Follow, uid, func(author uint64, _ int64) bool {
 				if !pulled.Has(author) {
 					return true
 				}
@@ -259,20 +260,20 @@ func (s *Server) pulledOf(p int, pulled *unread.Pulled, uids []uint64) (*evReply
 }
 
 // sample picks up to n ids of each kind among partition p's relations, for an audit:
-// liked posts, followed users, users following (see cold.SampleRelated).
+// liked posts, followed users, users following (see graph.SampleRelated).
 func (s *Server) sample(p, n int) (*evReply, error) {
 	if n < 0 || n > pipeline.MaxAuditSample {
 		return nil, fmt.Errorf("%w: sample %d out of range 0..%d", pipeline.ErrBadRequest, n, pipeline.MaxAuditSample)
 	}
-	liked, err := cold.SampleRelated(s.db, p, cold.Like, false, n, rand.Uint64)
+	liked, err := graph.SampleRelated(s.db, p, graph.Like, false, n, rand.Uint64)
 	if err != nil {
 		return nil, fmt.Errorf("cannot sample posts: %w", err)
 	}
-	followed, err := cold.SampleRelated(s.db, p, cold.Follow, false, n, rand.Uint64)
+	followed, err := graph.SampleRelated(s.db, p, graph.Follow, false, n, rand.Uint64)
 	if err != nil {
 		return nil, fmt.Errorf("cannot sample users: %w", err)
 	}
-	following, err := cold.SampleRelated(s.db, p, cold.Follow, true, n, rand.Uint64)
+	following, err := graph.SampleRelated(s.db, p, graph.Follow, true, n, rand.Uint64)
 	if err != nil {
 		return nil, fmt.Errorf("cannot sample users: %w", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/tally-dev/tally/stages/flow"
 	"github.com/tally-dev/tally/stages/query"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/graph"
 	"github.com/tally-dev/tally/store/unread"
 )
 
@@ -67,7 +68,7 @@ func newWorld(t *testing.T, n int, dbs []*cold.DB, owner func(p int) int) *world
 		for _, post := range likes {
 			ts++
 			update(pu, func(txn *cold.Txn) error {
-				_, err := cold.Relate(txn, pu, cold.Like, cold.Rel{A: u, B: post}, ts)
+				_, err := graph.Relate(txn, pu, graph.Like, graph.Rel{A: u, B: post}, ts)
 				return err
 			})
 			w.liked[u] = slices.Insert(w.liked[u], 0, post)
@@ -83,9 +84,9 @@ func newWorld(t *testing.T, n int, dbs []*cold.DB, owner func(p int) int) *world
 		}
 		for _, g := range followed {
 			ts++
-			r := cold.Rel{A: u, B: g}
-			update(pu, func(txn *cold.Txn) error { _, err := cold.Relate(txn, pu, cold.Follow, r, ts); return err })
-			update(part(g), func(txn *cold.Txn) error { return cold.AddFollower(txn, part(g), r, ts) })
+			r := graph.Rel{A: u, B: g}
+			update(pu, func(txn *cold.Txn) error { _, err := graph.Relate(txn, pu, graph.Follow, r, ts); return err })
+			update(part(g), func(txn *cold.Txn) error { return graph.AddFollower(txn, part(g), r, ts) })
 			w.follows[u] = slices.Insert(w.follows[u], 0, g)
 			w.fans[g] = slices.Insert(w.fans[g], 0, u)
 			w.ts[[3]uint64{'f', u, g}] = ts
@@ -93,7 +94,7 @@ func newWorld(t *testing.T, n int, dbs []*cold.DB, owner func(p int) int) *world
 		if u%4 == 0 {
 			ts++
 			update(pu, func(txn *cold.Txn) error {
-				_, err := cold.Relate(txn, pu, cold.Comment, cold.Rel{A: u, B: posts[0], C: u}, ts)
+				_, err := graph.Relate(txn, pu, graph.Comment, graph.Rel{A: u, B: posts[0], C: u}, ts)
 				return err
 			})
 			w.comments[posts[0]]++

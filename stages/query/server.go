@@ -83,6 +83,8 @@ type Server struct {
 	subs     []*nats.Subscription
 	svcs     services                       // the query service's instances (see micro.go)
 	partSubs map[partKey]*nats.Subscription // <prefix>.part.<family>.<p> of each registered partition
+	standbys map[partKey]Standby            // the standbys kept here (see standby.go)
+	sbSubs   map[partKey]*nats.Subscription // <prefix>.standby.<family>.<p> of each of them
 	evSubs   map[int]*nats.Subscription     // <prefix>.part.ev.<p> of each registered stage
 }
 
@@ -105,7 +107,8 @@ func New(cfg Config, nc *nats.Conn, db *cold.DB, owners map[string][]Partition, 
 	}
 	un, _ := cfg.Families.Lookup(pipeline.FamilyUnread)
 	s := &Server{cfg: cfg, nc: nc, db: db, log: log.With("stage", "query"), unread: un,
-		partSubs: map[partKey]*nats.Subscription{}, evSubs: map[int]*nats.Subscription{}}
+		partSubs: map[partKey]*nats.Subscription{}, evSubs: map[int]*nats.Subscription{},
+		standbys: map[partKey]Standby{}, sbSubs: map[partKey]*nats.Subscription{}}
 	stages := make([]Stage, cfg.Partitions)
 	s.stages.Store(&stages)
 	reg := make(map[string][]Partition, len(cfg.Families))
@@ -233,6 +236,11 @@ func (s *Server) start() error {
 			}
 		}
 	}
+	for key, sb := range s.standbys {
+		if err := s.subscribeStandby(key, sb); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -242,7 +250,7 @@ func (s *Server) start() error {
 func (s *Server) Stop() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	subs := slices.Concat(s.subs, slices.Collect(maps.Values(s.partSubs)), slices.Collect(maps.Values(s.evSubs)))
+	subs := slices.Concat(s.subs, slices.Collect(maps.Values(s.partSubs)), slices.Collect(maps.Values(s.evSubs)), slices.Collect(maps.Values(s.sbSubs)))
 	s.stop()
 	// A draining subscription is valid until it has handed its last message over; a
 	// service's endpoints say nothing, so the answers under way are counted too, until
@@ -270,6 +278,10 @@ func (s *Server) stop() {
 		_ = sub.Drain()
 		delete(s.evSubs, p)
 	}
+	for k, sub := range s.sbSubs {
+		_ = sub.Drain()
+		delete(s.sbSubs, k)
+	}
 	s.started = false
 }
 
@@ -277,9 +289,15 @@ type request struct {
 	msg    *nats.Msg
 	asJSON bool
 	ctx    context.Context
+	// peer: sent by another tallyd (the part and standby subjects), whose unknown fields
+	// are skipped (pipeline.DecodePeerRequest) so that a rolling upgrade may add some.
+	peer bool
 }
 
 func (r *request) decode(v any) error {
+	if r.peer {
+		return pipeline.DecodePeerRequest(r.msg.Data, r.asJSON, v)
+	}
 	return pipeline.DecodeRequest(r.msg.Data, r.asJSON, v)
 }
 
@@ -297,20 +315,20 @@ func (s *Server) handle(kind string, h func(*request) (any, error)) nats.MsgHand
 		if m.Reply == "" {
 			return // a publish, not a request: there is no one to answer
 		}
-		data, hdr, _, _ := s.answer(kind, h, m)
+		data, hdr, _, _ := s.answer(kind, h, m, true)
 		_ = m.RespondMsg(&nats.Msg{Subject: m.Reply, Data: data, Header: hdr})
 	}
 }
 
 // answer runs h for m and encodes its reply (JSON to a JSON request); a failed request
 // gets an errorReply, and its code and error text are returned too.
-func (s *Server) answer(kind string, h func(*request) (any, error), m *nats.Msg) (data []byte, hdr nats.Header, code, failure string) {
+func (s *Server) answer(kind string, h func(*request) (any, error), m *nats.Msg, peer bool) (data []byte, hdr nats.Header, code, failure string) {
 	s.inFlight.Add(1)
 	defer s.inFlight.Add(-1)
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
 	defer cancel()
-	r := &request{msg: m, asJSON: pipeline.IsJSON(m.Data, m.Header), ctx: ctx}
+	r := &request{msg: m, asJSON: pipeline.IsJSON(m.Data, m.Header), ctx: ctx, peer: peer}
 	reply, err := h(r)
 	failed := err != nil
 	if err != nil {
@@ -344,14 +362,14 @@ func (s *Server) get(r *request) (any, error) {
 	if err := r.decode(&req); err != nil {
 		return nil, err
 	}
-	if req.Window != "" {
+	if req.Window != "" { // answered by owners only: a windowed get is never stale
 		return s.getWindow(r.ctx, fam, &req)
 	}
-	counts, unavailable, err := s.counts(r.ctx, fam, req.IDs)
+	counts, unavailable, stale, err := s.counts(r.ctx, fam, req.IDs, req.Exact)
 	if err != nil {
 		return nil, err
 	}
-	return pipeline.GetReply{Fields: fam.Fields, Counts: counts, Unavailable: unavailable}, nil
+	return pipeline.GetReply{Fields: fam.Fields, Estimated: fam.Estimated(), Counts: counts, Unavailable: unavailable, Stale: stale}, nil
 }
 
 // errUnavailable marks an answer withheld because a partition is not here or did not
@@ -367,19 +385,9 @@ func (s *Server) part(key partKey) func(*request) (any, error) {
 		if asked := r.msg.Header.Get(lagHeader); asked != "" {
 			return s.partHealth(r.ctx, key, asked)
 		}
-		var req pipeline.GetRequest
-		if err := r.decode(&req); err != nil {
+		req, ids, out, err := s.partRequest(r, key, len(fam.Fields))
+		if err != nil {
 			return nil, err
-		}
-		if len(req.IDs) == 0 || len(req.IDs) > pipeline.MaxQueryIDs {
-			return nil, fmt.Errorf("%w: ids must hold 1 to %d ids, not %d", pipeline.ErrBadRequest, pipeline.MaxQueryIDs, len(req.IDs))
-		}
-		ids := make([]uint64, len(req.IDs))
-		for i, id := range req.IDs {
-			if q := pipeline.PartitionOf(id, s.cfg.Partitions); q != key.p {
-				return nil, fmt.Errorf("%w: id %d is in partition %d of %d, not %d", pipeline.ErrBadRequest, id, q, s.cfg.Partitions, key.p)
-			}
-			ids[i] = uint64(id)
 		}
 		o := (*s.owners.Load())[key.family][key.p]
 		if o == nil { // removed while this request was queued
@@ -388,69 +396,118 @@ func (s *Server) part(key partKey) func(*request) (any, error) {
 		if req.Window != "" {
 			return partWindow(r, fam, o, ids, &req)
 		}
-		nf := len(fam.Fields)
-		flat := make([]uint64, len(ids)*nf)
-		out := make([][]uint64, len(ids))
-		for i := range out {
-			out[i] = flat[i*nf : (i+1)*nf : (i+1)*nf]
-		}
 		if err := o.Get(r.ctx, ids, out); err != nil {
 			return nil, err
 		}
-		return pipeline.GetReply{Fields: fam.Fields, Counts: out}, nil
+		return pipeline.GetReply{Fields: fam.Fields, Estimated: fam.Estimated(), Counts: out}, nil
 	}
+}
+
+// partRequest decodes a request of another process for the counters of ids in the
+// partition of key, and makes room for nf counters of each.
+func (s *Server) partRequest(r *request, key partKey, nf int) (req pipeline.GetRequest, ids []uint64, out [][]uint64, err error) {
+	if err := r.decode(&req); err != nil {
+		return req, nil, nil, err
+	}
+	if len(req.IDs) == 0 || len(req.IDs) > pipeline.MaxQueryIDs {
+		return req, nil, nil, fmt.Errorf("%w: ids must hold 1 to %d ids, not %d", pipeline.ErrBadRequest, pipeline.MaxQueryIDs, len(req.IDs))
+	}
+	ids = make([]uint64, len(req.IDs))
+	for i, id := range req.IDs {
+		if q := pipeline.PartitionOf(id, s.cfg.Partitions); q != key.p {
+			return req, nil, nil, fmt.Errorf("%w: id %d is in partition %d of %d, not %d", pipeline.ErrBadRequest, id, q, s.cfg.Partitions, key.p)
+		}
+		ids[i] = uint64(id)
+	}
+	flat := make([]uint64, len(ids)*nf)
+	out = make([][]uint64, len(ids))
+	for i := range out {
+		out[i] = flat[i*nf : (i+1)*nf : (i+1)*nf]
+	}
+	return req, ids, out, nil
 }
 
 // counts gathers the counters of ids from their partitions, in parallel: in-process from
 // the partitions registered here, over NATS (<prefix>.part.<family>.<p>) from the others.
-// The ids of a partition that is not owned anywhere, does not answer before ctx ends or
-// answers an error are returned as unavailable, in the order asked, with nil counts. Only
-// when no partition could answer is it an error.
-func (s *Server) counts(ctx context.Context, fam pipeline.Family, ids []pipeline.ID) (counts [][]uint64, unavailable []pipeline.ID, err error) {
-	return gather(s, ctx, fam, ids,
-		func(o Partition, ids []uint64, out [][]uint64) error { return o.Get(ctx, ids, out) },
-		func(p int, ids []uint64, out [][]uint64) error {
-			return s.remote(ctx, fam.Name, fam.Fields, p, ids, out)
-		})
-}
-
-// remote asks the process owning partition p of fam for the counters of ids. It fails at
-// once when no process owns the partition (no responders), when ctx ends first, or when
-// the owner answers an error.
-func (s *Server) remote(ctx context.Context, family string, fields []string, p int, ids []uint64, out [][]uint64) error {
-	req := pipeline.GetRequest{IDs: make([]pipeline.ID, len(ids))}
+// The ids of a partition that no process owns are answered by its standby unless exact,
+// and returned in stale, one entry per partition in the order of their first id asked.
+// The ids of a partition that is not owned anywhere (and, unless exact, has no standby
+// that answers), does not answer before ctx ends or answers an error are returned as
+// unavailable, in the order asked, with nil counts. Only when no partition could answer
+// is it an error.
+func (s *Server) counts(ctx context.Context, fam pipeline.Family, ids []pipeline.ID, exact bool) (counts [][]uint64, unavailable []pipeline.ID, stale []pipeline.Stale, err error) {
+	if len(ids) == 0 {
+		return nil, nil, nil, fmt.Errorf("%w: ids is empty", pipeline.ErrBadRequest)
+	}
+	if len(ids) > pipeline.MaxQueryIDs {
+		return nil, nil, nil, fmt.Errorf("%w: %d ids, at most %d per request", pipeline.ErrBadRequest, len(ids), pipeline.MaxQueryIDs)
+	}
+	owners := (*s.owners.Load())[fam.Name]
+	if len(owners) != s.cfg.Partitions {
+		return nil, nil, nil, fmt.Errorf("family %s is not served here", fam.Name)
+	}
+	nf := len(fam.Fields)
+	flat := make([]uint64, len(ids)*nf)
+	out := make([][]uint64, len(ids))
+	type part struct {
+		ids   []uint64
+		out   [][]uint64
+		stale *pipeline.Stale // answered by its standby
+		err   error
+	}
+	parts := map[int]*part{}
 	for i, id := range ids {
-		req.IDs[i] = pipeline.ID(id)
+		out[i] = flat[i*nf : (i+1)*nf : (i+1)*nf]
+		p := pipeline.PartitionOf(id, s.cfg.Partitions)
+		pp := parts[p]
+		if pp == nil {
+			pp = &part{}
+			parts[p] = pp
+		}
+		pp.ids = append(pp.ids, uint64(id))
+		pp.out = append(pp.out, out[i])
 	}
-	data, err := pipeline.Marshal(req, false)
-	if err != nil {
-		return err
-	}
-	subj := s.cfg.Subjects.Part(family, p)
-	msg, err := s.request(ctx, func() *nats.Msg { return &nats.Msg{Subject: subj, Data: data} })
-	switch {
-	case errors.Is(err, nats.ErrNoResponders):
-		return fmt.Errorf("partition %s/%d is owned by no process (hand-over?)", family, p)
-	case err != nil:
-		return fmt.Errorf("partition %s/%d did not answer: %w", family, p, err)
-	}
-	var reply pipeline.GetReply
-	if err := pipeline.UnmarshalReply(msg.Data, false, &reply); err != nil {
-		return fmt.Errorf("partition %s/%d: cannot decode its reply: %w", family, p, err)
-	}
-	if reply.Error != "" {
-		return fmt.Errorf("partition %s/%d answered: %s", family, p, reply.Error)
-	}
-	if !slices.Equal(reply.Fields, fields) || len(reply.Counts) != len(ids) {
-		return fmt.Errorf("partition %s/%d answered %d ids with fields %v, want %d with %v", family, p, len(reply.Counts), reply.Fields, len(ids), fields)
-	}
-	for i, c := range reply.Counts {
-		if len(c) != len(out[i]) {
-			return fmt.Errorf("partition %s/%d answered %d fields for id %d, want %d", family, p, len(c), ids[i], len(out[i]))
+	var wg sync.WaitGroup
+	for p, pp := range parts {
+		if o := owners[p]; o != nil {
+			wg.Go(func() { pp.err = o.Get(ctx, pp.ids, pp.out) })
+		} else {
+			wg.Go(func() { pp.stale, pp.err = s.remote(ctx, fam.Name, fam.Fields, p, pp.ids, pp.out, exact) })
 		}
 	}
-	for i, c := range reply.Counts {
-		copy(out[i], c)
+	wg.Wait()
+	var errs []error
+	for p, pp := range parts {
+		if pp.err != nil {
+			errs = append(errs, pp.err)
+			if owners[p] != nil { // a partition of this process failed: not a hand-over
+				s.log.Warn("partition query failed", "family", fam.Name, "partition", p, "err", pp.err)
+			}
+		}
 	}
-	return nil
+	if len(errs) == len(parts) {
+		return nil, nil, nil, fmt.Errorf("%w: no partition of %s could answer: %w", errUnavailable, fam.Name, errors.Join(errs...))
+	}
+	byPart := map[int]int{} // partition → its entry in stale
+	for i, id := range ids {
+		p := pipeline.PartitionOf(id, s.cfg.Partitions)
+		switch pp := parts[p]; {
+		case pp.err != nil:
+			out[i] = nil
+			unavailable = append(unavailable, id)
+		case pp.stale != nil:
+			k, ok := byPart[p]
+			if !ok {
+				k = len(stale)
+				byPart[p] = k
+				stale = append(stale, pipeline.Stale{BehindMs: pp.stale.BehindMs, BehindMsgs: pp.stale.BehindMsgs})
+			}
+			stale[k].IDs = append(stale[k].IDs, id)
+			stale[k].At = append(stale[k].At, i)
+		}
+	}
+	if len(errs) > 0 {
+		s.log.Debug("some partitions unavailable", "family", fam.Name, "ids", len(unavailable), "of", len(ids), "err", errors.Join(errs...))
+	}
+	return out, unavailable, stale, nil
 }

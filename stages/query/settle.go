@@ -11,7 +11,7 @@ import (
 
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/stages/flow"
-	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/stagelog"
 )
 
 // positioned is a counter partition that tells the last sequence of its deltas stream
@@ -239,7 +239,7 @@ func (s *Server) counterCaughtUp(ctx context.Context, family string, p int) bool
 // the last outbox entry its stage has written (the one to wait for, when req does not
 // say it already), and whether it is acknowledged, or the stage is caught up.
 func (s *Server) stageSettled(ctx context.Context, p int, st Stage, req *evRequest) (*evReply, error) {
-	last, oldest, err := cold.StageOutbox(s.db, p)
+	last, oldest, err := stagelog.Outbox(s.db, p)
 	if err != nil {
 		return nil, fmt.Errorf("cannot read the outbox of event partition %d: %w", p, err)
 	}

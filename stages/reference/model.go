@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/store/sketch"
 )
 
 // Made is where and when a relation was made, and whom it notified (0: nobody).
@@ -33,6 +34,12 @@ type Model struct {
 
 	counts map[string]map[uint64][]uint64 // family → id → counters
 
+	// viewers are the distinct users who viewed each post, as a set and as the sketch
+	// Tally keeps (store/sketch): a post's viewers count is what the sketch of its set
+	// counts, which is the set's size up to sketch.ExactMax.
+	viewers  map[uint64]map[uint64]bool
+	sketches map[uint64]*sketch.Sketch
+
 	notes    map[uint64]map[string]map[uint64]bool // user → kind → places of live notifications
 	read     map[uint64]map[string]uint64          // user → kind → place of the last read
 	notices  []uint64                              // places of system notices
@@ -47,12 +54,17 @@ type Model struct {
 }
 
 // New returns an empty model of the default families.
-func New() *Model {
+func New() *Model { return NewOf(pipeline.DefaultFamilies()) }
+
+// NewOf returns an empty model of fams: the defaults, with post's viewers if counted,
+// and others that incr events count.
+func NewOf(fams pipeline.Families) *Model {
 	return &Model{
-		fams:  pipeline.DefaultFamilies(),
+		fams:  fams,
 		likes: newRelations(), comments: map[[3]uint64]Made{}, follows: newRelations(),
-		counts: map[string]map[uint64][]uint64{},
-		notes:  map[uint64]map[string]map[uint64]bool{}, read: map[uint64]map[string]uint64{},
+		counts:  map[string]map[uint64][]uint64{},
+		viewers: map[uint64]map[uint64]bool{}, sketches: map[uint64]*sketch.Sketch{},
+		notes: map[uint64]map[string]map[uint64]bool{}, read: map[uint64]map[string]uint64{},
 		sysRead: map[uint64]uint64{}, posted: map[uint64][]uint64{}, feedRead: map[uint64]uint64{},
 		Applied: map[string]int{},
 	}
@@ -98,6 +110,9 @@ func (m *Model) Apply(e pipeline.Event) error {
 		m.posted[uid] = append(m.posted[uid], e.Seq)
 	case pipeline.TypeView:
 		m.Add("post", post, "view", max(e.N, 1))
+		if uid != 0 {
+			return m.view(post, uid)
+		}
 	case pipeline.TypeMention, pipeline.TypeDM:
 		if uid != target {
 			m.note(target, e.Type, e.Seq, true)
@@ -243,6 +258,36 @@ func (m *Model) Add(family string, id uint64, field string, n int64) {
 	}
 	c[i] = uint64(max(int64(c[i])+n, 0))
 }
+
+// view counts uid among post's viewers. The sketch's exact bound is the protocol's.
+func (m *Model) view(post, uid uint64) error {
+	if sketch.ExactMax != pipeline.ExactViewers {
+		return fmt.Errorf("store/sketch is exact up to %d viewers, the protocol says %d", sketch.ExactMax, pipeline.ExactViewers)
+	}
+	return m.viewed(post, uid)
+}
+
+// viewed counts uid among post's viewers.
+func (m *Model) viewed(post, uid uint64) error {
+	if m.viewers[post] == nil {
+		m.viewers[post], m.sketches[post] = map[uint64]bool{}, &sketch.Sketch{}
+	}
+	m.viewers[post][uid] = true
+	m.sketches[post].Add(uid)
+	n, exact := m.sketches[post].Count()
+	if distinct := len(m.viewers[post]); distinct <= sketch.ExactMax && (!exact || n != uint64(distinct)) {
+		return fmt.Errorf("post %d: the sketch of its %d viewers counts %d (exact %v)", post, distinct, n, exact)
+	}
+	f, _ := m.fams.Lookup(pipeline.FamilyPost)
+	if i, err := f.Field(pipeline.FieldViewers); err == nil {
+		m.Add(pipeline.FamilyPost, post, pipeline.FieldViewers, int64(n)-int64(m.Counts(pipeline.FamilyPost, post)[i]))
+	}
+	return nil
+}
+
+// Viewers is how many distinct users viewed post: exactly, where Counts gives what
+// Tally's sketch counts.
+func (m *Model) Viewers(post uint64) int { return len(m.viewers[post]) }
 
 // Counts returns the counters of id in family (zeros for an id never counted), in the
 // family's field order.

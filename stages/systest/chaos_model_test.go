@@ -128,7 +128,11 @@ func (g *chaosGen) event() pipeline.Event {
 	case n < 30:
 		return pipeline.Event{Type: "unlike", UID: u, Post: p}
 	case n < 37:
-		return pipeline.Event{Type: "view", Post: p, N: int64(g.r.IntN(4))}
+		e := pipeline.Event{Type: "view", Post: p, N: int64(g.r.IntN(4))}
+		if n%2 == 0 { // half the views say who viewed: the post's distinct viewers
+			e.UID = u
+		}
+		return e
 	case n < 40:
 		return pipeline.Event{Type: "repost", UID: u, Post: p}
 	case n < 47:

@@ -93,8 +93,10 @@ var failoverIDs = flag.Int("failover.ids", 0, "ids BenchmarkFailover's large cas
 
 // BenchmarkFailover is the time from a SIGKILL of the tallyd owning the most partitions
 // (of three processes on a three-server NATS cluster, default lease TTL) until every
-// partition answers again: a tally.get of an id in each partition (failover-s), and a
-// tally.liked of a user in each (liked-s), polled every 50 ms. ids-1M first preloads a
+// partition answers again: a tally.get of an id in each partition asking exact counts
+// (failover-s), and a tally.liked of a user in each (liked-s), polled every 50 ms;
+// stale-get-s is when a plain tally.get of them all answers every id, counted by the
+// standbys before they take over (stale). ids-1M first preloads a
 // million ids (views of distinct posts) and waits for a backup round, so the survivors
 // restore that state; killed-parts and killed-ids say how much the killed process held.
 // Every preloaded count is checked after. One failover per run whatever b.N: run with
@@ -197,8 +199,9 @@ func benchFailover(b *testing.B, bin string, ids int) {
 		}
 		return sum >= benchPartitions && lag == 0, fmt.Sprint(sum, " standbys ready, ", lag, " messages behind")
 	})
-	askGet, askLiked := probeAsks(c, probes)
-	for _, ask := range []func(context.Context) error{askGet, askLiked} {
+	askGet, askLiked := probeAsks(c, probes, client.Exact())
+	askStale, _ := probeAsks(c, probes)
+	for _, ask := range []func(context.Context) error{askGet, askLiked, askStale} {
 		if err := ask(ctx); err != nil {
 			b.Fatalf("before the kill: %v", err)
 		}
@@ -220,15 +223,21 @@ func benchFailover(b *testing.B, bin string, ids int) {
 	b.ResetTimer()
 	ps[victim].Kill()
 	killed := time.Now()
-	var got, liked time.Duration
-	var errGot, errLiked error
+	var got, liked, stale time.Duration
+	var errGot, errLiked, errStale error
 	var wg sync.WaitGroup
 	wg.Go(func() { got, errGot = untilAnswers(killed, askGet) })
 	wg.Go(func() { liked, errLiked = untilAnswers(killed, askLiked) })
+	wg.Go(func() { stale, errStale = untilAnswers(killed, askStale) })
 	wg.Wait()
 	b.StopTimer()
-	b.Logf("killed process %d (owning %.0f partitions; event stages %v): get answered after %v, liked after %v",
-		victim, owned, best > owned, got.Round(time.Millisecond), liked.Round(time.Millisecond))
+	b.Logf("killed process %d (owning %.0f partitions; event stages %v): exact get answered after %v, liked after %v, get after %v",
+		victim, owned, best > owned, got.Round(time.Millisecond), liked.Round(time.Millisecond), stale.Round(time.Millisecond))
+	if errStale != nil {
+		b.Errorf("tally.get (stale allowed): %v", errStale)
+	} else {
+		b.ReportMetric(stale.Seconds(), "stale-get-s")
+	}
 	if errGot != nil {
 		b.Fatalf("tally.get: %v", errGot)
 	}
@@ -304,9 +313,9 @@ func rejoin(b *testing.B, p *rig.TallydProc, want float64, askGet func(context.C
 }
 
 // probeAsks returns two questions about the probes, each an error until every partition
-// answers it right: a tally.get of each probe's post (its like and view) and user, and a
-// tally.liked of each probe's user and post.
-func probeAsks(c *client.Client, probes []failoverProbe) (get, liked func(context.Context) error) {
+// answers it right: a tally.get of each probe's post (its like and view) and user, with
+// opts, and a tally.liked of each probe's user and post.
+func probeAsks(c *client.Client, probes []failoverProbe, opts ...client.GetOption) (get, liked func(context.Context) error) {
 	var posts, users []uint64
 	for _, pr := range probes {
 		posts, users = append(posts, pr.post), append(users, pr.user)
@@ -317,7 +326,7 @@ func probeAsks(c *client.Client, probes []failoverProbe) (get, liked func(contex
 			if family == "user" {
 				ids = users
 			}
-			r, err := c.Get(ctx, family, ids...)
+			r, err := c.GetWith(ctx, family, ids, opts...)
 			if err != nil {
 				return err
 			}

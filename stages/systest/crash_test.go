@@ -44,6 +44,9 @@ func runChild(dir string) int {
 	// A hot tier of 16 KiB and a snapshot every 200 journaled ids: kills also land in
 	// evictions, cold reads and snapshot writes.
 	cfg.HotMaxMem, cfg.SnapshotMin = 16<<10, 200
+	// Posts count their viewers (compare checks them): through kills, failovers and
+	// hand-overs too.
+	cfg.Families = pipeline.WithViewers(cfg.Families)
 	// The failover test runs the child on a NATS cluster, backing its state up there.
 	if url := os.Getenv("TALLY_CRASH_NATS"); url != "" {
 		cfg.NATSURL, cfg.BackupEvery, cfg.LeaseTTL, cfg.Join = url, 300*time.Millisecond, failoverTTL, true

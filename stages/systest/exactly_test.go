@@ -138,7 +138,7 @@ func getAll(ctx context.Context, c *client.Client, ids []uint64) (*pipeline.GetR
 	all := &pipeline.GetReply{}
 	for len(ids) > 0 {
 		k := min(len(ids), 10_000)
-		r, err := c.Get(ctx, "post", ids[:k]...)
+		r, err := c.GetWith(ctx, "post", ids[:k], client.Exact()) // no standby's count
 		if err != nil {
 			return nil, err
 		}

@@ -24,9 +24,11 @@ import (
 
 // jsonEvents makes n events as a producer in another language sends them: 75% likes of
 // 20 000 posts of the last hour by 100 000 users, each naming the post's owner (so a like of another
-// user's post notifies its owner, in the owner's partition), 25% views. It returns the
-// expected like and view count of every post, as the reference model counts them.
-func jsonEvents(tb testing.TB, n int) ([]pipeline.Event, map[uint64][2]uint64) {
+// user's post notifies its owner, in the owner's partition), 25% views — each by one of
+// the users when viewers is set (counted in the post's viewers), by nobody said
+// otherwise. It returns the expected like and view count of every post, as the
+// reference model counts them.
+func jsonEvents(tb testing.TB, n int, viewers bool) ([]pipeline.Event, map[uint64][2]uint64) {
 	const posts, users = 20_000, 100_000
 	r := rand.New(rand.NewSource(2))
 	z := rand.NewZipf(r, 1.1, 1, posts-1)
@@ -43,6 +45,9 @@ func jsonEvents(tb testing.TB, n int) ([]pipeline.Event, map[uint64][2]uint64) {
 			evs[i] = pipeline.Event{Type: "like", UID: pipeline.ID(uid), Post: pipeline.ID(post), Owner: pipeline.ID(1 + post%users)}
 		} else {
 			evs[i] = pipeline.Event{Type: "view", Post: pipeline.ID(post), N: 1}
+			if viewers {
+				evs[i].UID = pipeline.ID(1 + uint64(r.Intn(users)))
+			}
 		}
 		e := evs[i]
 		e.Seq = uint64(i + 1) // in the order produced: only counts are read, which no order changes
@@ -133,22 +138,23 @@ func publishJSON(b *testing.B, js jetstream.JetStream, subj pipeline.Subjects, m
 
 // BenchmarkJSON is events applied per second when a producer in another language sends
 // JSON: batches of 1 000 split by partition, batches as they come, and one event a
-// message, each beside a trivial consumer of the same messages in the same stream.
+// message, each beside a trivial consumer of the same messages in the same stream;
+// split-viewers is split with every view saying who viewed, and tallyd counting viewers.
 // Run: go test ./stages/systest -run XXX -bench JSON -benchtime 200000x
 func BenchmarkJSON(b *testing.B) {
 	for _, c := range []struct {
-		name  string
-		batch int
-		split bool
-	}{{"split", 1000, true}, {"unsplit", 1000, false}, {"single", 1, false}} {
-		b.Run(c.name+"/consume", func(b *testing.B) { benchJSONConsume(b, c.batch, c.split) })
-		b.Run(c.name+"/tally", func(b *testing.B) { benchJSONTally(b, c.batch, c.split) })
+		name           string
+		batch          int
+		split, viewers bool
+	}{{"split", 1000, true, false}, {"split-viewers", 1000, true, true}, {"unsplit", 1000, false, false}, {"single", 1, false, false}} {
+		b.Run(c.name+"/consume", func(b *testing.B) { benchJSONConsume(b, c.batch, c.split, c.viewers) })
+		b.Run(c.name+"/tally", func(b *testing.B) { benchJSONTally(b, c.batch, c.split, c.viewers) })
 	}
 }
 
 // benchJSONConsume is the trivial consumer (consumeAll) of the same JSON messages.
-func benchJSONConsume(b *testing.B, batch int, split bool) {
-	evs, want := jsonEvents(b, b.N)
+func benchJSONConsume(b *testing.B, batch int, split, viewers bool) {
+	evs, want := jsonEvents(b, b.N, viewers)
 	msgs := jsonMessages(b, evs, batch, split)
 	got := make(map[uint64][2]uint64, len(want))
 	liked := map[[2]uint64]bool{}
@@ -175,13 +181,18 @@ func benchJSONConsume(b *testing.B, batch int, split bool) {
 
 // benchJSONTally is the same messages published to one tallyd in this process, timed
 // until every partition has applied them; then every count is checked.
-func benchJSONTally(b *testing.B, batch int, split bool) {
-	n, c := rig.StartNode(b, func(c *node.Config) { c.Partitions, c.FlushInterval = 16, 100*time.Millisecond })
+func benchJSONTally(b *testing.B, batch int, split, viewers bool) {
+	n, c := rig.StartNode(b, func(c *node.Config) {
+		c.Partitions, c.FlushInterval = 16, 100*time.Millisecond
+		if viewers {
+			c.Families = pipeline.WithViewers(c.Families)
+		}
+	})
 	js, err := jetstream.New(c.Conn(), jetstream.WithPublishAsyncMaxPending(8192))
 	if err != nil {
 		b.Fatal(err)
 	}
-	evs, want := jsonEvents(b, b.N)
+	evs, want := jsonEvents(b, b.N, viewers)
 	msgs := jsonMessages(b, evs, batch, split)
 	allocs, puts := mallocs(), badgerPuts()
 	b.ResetTimer()
@@ -217,7 +228,7 @@ func BenchmarkGet20Loaded(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	evs, want := jsonEvents(b, 200_000)
+	evs, want := jsonEvents(b, 200_000, false)
 	msgs := jsonMessages(b, evs, 1000, true)
 	posts := slices.Collect(maps.Keys(want))
 	ctx, cancel := context.WithCancel(context.Background())

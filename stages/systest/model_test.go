@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -52,7 +53,11 @@ func (g *gen) event() pipeline.Event {
 	case n < 50:
 		return pipeline.Event{Type: "unlike", UID: u, Post: p}
 	case n < 62:
-		return pipeline.Event{Type: "view", Post: p, N: int64(g.r.IntN(4))}
+		e := pipeline.Event{Type: "view", Post: p, N: int64(g.r.IntN(4))}
+		if n%2 == 0 { // half the views say who viewed: the post's distinct viewers
+			e.UID = u
+		}
+		return e
 	case n < 67:
 		return pipeline.Event{Type: "repost", UID: u, Post: p}
 	case n < 74:
@@ -105,7 +110,9 @@ func TestModel(t *testing.T) {
 // restart, for its statistics.
 func testModel(t *testing.T, total int, mod func(*node.Config)) *node.Node {
 	dir := t.TempDir()
-	cfgMod := func(c *node.Config) { c.DataDir = dir; c.Partitions = 16; mod(c) }
+	// Posts count their viewers: half the views say who viewed.
+	fams := pipeline.WithViewers(pipeline.DefaultFamilies())
+	cfgMod := func(c *node.Config) { c.DataDir = dir; c.Partitions = 16; c.Families = fams; mod(c) }
 	n, c := rig.StartNode(t, cfgMod)
 	ctx := context.Background()
 	g := &gen{r: rand.New(rand.NewPCG(7, 11)), users: 3000, posts: 2000}
@@ -202,10 +209,18 @@ func testModel(t *testing.T, total int, mod func(*node.Config)) *node.Node {
 
 // compare checks every count, unread count and relation of g's users and posts against
 // the reference model of the stored stream (liked and lists for a sample), and returns
-// the model.
+// the model. The model counts posts' viewers when Tally's post family has them.
 func compare(t *testing.T, c *client.Client, g *gen) *reference.Model {
 	t.Helper()
-	ref := rig.StoredModel(t, c)
+	fams := pipeline.Families(pipeline.DefaultFamilies())
+	rig.RetryUnavailable(t, "the post family's fields", func() error {
+		r, err := c.Get(context.Background(), pipeline.FamilyPost, 1)
+		if err == nil && slices.Contains(r.Fields, pipeline.FieldViewers) {
+			fams = pipeline.WithViewers(fams)
+		}
+		return err
+	})
+	ref := rig.StoredModel(t, c, fams...)
 	var posts, users []uint64
 	for p := range g.posts {
 		posts = append(posts, uint64(1<<41+p))

@@ -16,6 +16,7 @@ import (
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/stages/node"
 	"github.com/tally-dev/tally/stages/systest/rig"
+	"github.com/tally-dev/tally/store/checkpoint"
 	"github.com/tally-dev/tally/store/cold"
 )
 
@@ -122,10 +123,10 @@ func writeCheckpoints(b *testing.B, cfg node.Config, ids int) {
 	}
 	defer db.Close()
 	const base = uint64(1_700_000_000_000) << 22
-	parts := make([][]cold.Entry, cfg.Partitions)
+	parts := make([][]checkpoint.Entry, cfg.Partitions)
 	counts := []uint64{0, 0, 0, 1}
 	flush := func(p int) {
-		if err := cold.SaveCounters(db, "post", p, parts[p], &cold.Checkpoint{}, cold.Journal{}); err != nil {
+		if err := checkpoint.SaveCounters(db, "post", p, parts[p], &checkpoint.Checkpoint{}, checkpoint.Journal{}); err != nil {
 			b.Fatal(err)
 		}
 		parts[p] = parts[p][:0]
@@ -133,7 +134,7 @@ func writeCheckpoints(b *testing.B, cfg node.Config, ids int) {
 	for i := range ids {
 		id := base + uint64(i)
 		p := pipeline.PartitionOf(pipeline.ID(id), cfg.Partitions)
-		parts[p] = append(parts[p], cold.Entry{ID: id, Counts: counts})
+		parts[p] = append(parts[p], checkpoint.Entry{ID: id, Counts: counts})
 		if len(parts[p]) == 10_000 {
 			flush(p)
 		}

@@ -5,23 +5,27 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/tally-dev/tally/store/checkpoint"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/cold/coldtest"
+	"github.com/tally-dev/tally/store/delivery"
+	"github.com/tally-dev/tally/store/stagelog"
 )
 
 // A backup of one part restored into another database replaces that part there and
 // leaves every other key as it was.
 func TestBackupRestore(t *testing.T) {
-	a, b := open(t), open(t)
+	a, b := coldtest.Open(t, cold.Options{}), coldtest.Open(t, cold.Options{})
 	save := func(db *cold.DB, p int, id, pos uint64) {
 		t.Helper()
-		cp := &cold.Checkpoint{Pos: pos, Marks: map[uint32]*cold.Mark{}}
-		if err := cold.SaveCounters(db, "post", p, []cold.Entry{{ID: id, Counts: []uint64{1, 2, 3, pos}}}, cp, cold.Journal{}); err != nil {
+		cp := &checkpoint.Checkpoint{Pos: pos, Marks: map[uint32]*delivery.Mark{}}
+		if err := checkpoint.SaveCounters(db, "post", p, []checkpoint.Entry{{ID: id, Counts: []uint64{1, 2, 3, pos}}}, cp, checkpoint.Journal{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	stage := func(db *cold.DB, pos uint64) {
 		t.Helper()
-		if err := db.Update(func(txn *cold.Txn) error { return cold.PutStage(txn, 0, &cold.StageState{Pos: pos}) }); err != nil {
+		if err := db.Update(func(txn *cold.Txn) error { return stagelog.Put(txn, 0, &stagelog.State{Pos: pos}) }); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -35,17 +39,17 @@ func TestBackupRestore(t *testing.T) {
 	counts := func(db *cold.DB, p int, id uint64) (uint64, uint64) {
 		t.Helper()
 		got := [][]uint64{make([]uint64, 4)}
-		if err := cold.Counts(db, "post", p, []uint64{id}, got); err != nil {
+		if err := checkpoint.Counts(db, "post", p, []uint64{id}, got); err != nil {
 			t.Fatal(err)
 		}
-		cp, err := cold.LoadCheckpoint(db, "post", p)
+		cp, err := checkpoint.LoadCheckpoint(db, "post", p)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return got[0][3], cp.Pos
 	}
 	pos := func(db *cold.DB) uint64 {
-		st, _, err := cold.LoadStage(db, 0)
+		st, _, err := stagelog.Load(db, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,11 +57,11 @@ func TestBackupRestore(t *testing.T) {
 	}
 
 	var buf bytes.Buffer
-	if err := a.Backup(&buf, cold.CounterPart([]string{"post"}, 3)); err != nil {
+	if err := a.Backup(&buf, cold.CounterKeys([]string{"post"}, 3)); err != nil {
 		t.Fatal(err)
 	}
 	backup := buf.Bytes()
-	if err := b.Restore(bytes.NewReader(backup), cold.CounterPart([]string{"post"}, 3), t.TempDir()); err != nil {
+	if err := b.Restore(bytes.NewReader(backup), cold.CounterKeys([]string{"post"}, 3), t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
 	if v, cp := counts(b, 3, 5); v != 9 || cp != 9 {
@@ -71,10 +75,10 @@ func TestBackupRestore(t *testing.T) {
 	}
 
 	buf.Reset()
-	if err := a.Backup(&buf, cold.EventPart(0)); err != nil {
+	if err := a.Backup(&buf, cold.EventKeys(0)); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Restore(&buf, cold.EventPart(0), t.TempDir()); err != nil {
+	if err := b.Restore(&buf, cold.EventKeys(0), t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
 	if v, _ := counts(b, 4, 8); pos(b) != 100 || v != 21 {
@@ -87,11 +91,11 @@ func TestBackupRestore(t *testing.T) {
 		"truncated":    backup[:len(backup)-3],
 		"flipped":      append(append([]byte(nil), backup[:20]...), append([]byte{backup[20] ^ 1}, backup[21:]...)...),
 	} {
-		if err := b.Restore(bytes.NewReader(data), cold.CounterPart([]string{"post"}, 4), t.TempDir()); !errors.Is(err, cold.ErrCorrupt) {
+		if err := b.Restore(bytes.NewReader(data), cold.CounterKeys([]string{"post"}, 4), t.TempDir()); !errors.Is(err, cold.ErrCorrupt) {
 			t.Fatalf("%s: restore error %v, want ErrCorrupt", name, err)
 		}
 	}
-	if err := b.Restore(bytes.NewReader(backup), cold.CounterPart([]string{"post"}, 4), t.TempDir()); !errors.Is(err, cold.ErrCorrupt) {
+	if err := b.Restore(bytes.NewReader(backup), cold.CounterKeys([]string{"post"}, 4), t.TempDir()); !errors.Is(err, cold.ErrCorrupt) {
 		t.Fatalf("partition 3's backup restored as partition 4: %v", err)
 	}
 	if v, cp := counts(b, 4, 8); v != 21 || cp != 21 {

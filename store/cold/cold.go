@@ -19,18 +19,6 @@ import (
 	"github.com/tally-dev/tally/store/internal/keys"
 )
 
-// Key namespaces, the first byte of every key.
-const (
-	nsRelation  = 'R' // R|partition|kind|a|b|c → time, place
-	nsBySubject = 'S' // S|partition|kind|a|^time|b|c: what a liked or follows
-	nsByObject  = 'O' // O|partition|kind|b|^time|a|c: who liked b or follows b
-	nsStage     = 'p'
-	nsOutbox    = 'x'
-	nsCounter   = 'c'
-	nsMeta      = 'w'
-	nsJournal   = 'j' // j|family|p|checkpoint → the checkpoint's entries, packed
-)
-
 // Options configure the Badger database.
 type Options struct {
 	Dir string
@@ -55,12 +43,16 @@ type Options struct {
 	BlockCacheSize int64
 	IndexCacheSize int64
 	NumCompactors  int
+	// Upgrade moves a restored backup of an older layout to this one (graph.Upgrade);
+	// a database opened without it refuses to restore one.
+	Upgrade Upgrade
 }
 
 // DB is Tally's Badger database.
 type DB struct {
-	db  *badger.DB
-	log *slog.Logger
+	db      *badger.DB
+	log     *slog.Logger
+	upgrade Upgrade
 }
 
 // Open opens or creates the database in o.Dir.
@@ -113,7 +105,7 @@ func Open(o Options) (*DB, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &DB{db: db, log: o.Logger}, nil
+	return &DB{db: db, log: o.Logger, upgrade: o.Upgrade}, nil
 }
 
 // Options are the options the database runs with: those it was opened with, and
@@ -123,7 +115,7 @@ func (d *DB) Options() Options {
 	return Options{
 		Dir: bo.Dir, SyncWrites: bo.SyncWrites, Logger: d.log, MemTableSize: bo.MemTableSize,
 		NumMemtables: bo.NumMemtables, BlockCacheSize: bo.BlockCacheSize,
-		IndexCacheSize: bo.IndexCacheSize, NumCompactors: bo.NumCompactors,
+		IndexCacheSize: bo.IndexCacheSize, NumCompactors: bo.NumCompactors, Upgrade: d.upgrade,
 	}
 }
 
@@ -154,7 +146,7 @@ func (badgerLogger) Debugf(string, ...any) {}
 // (8 bytes) and its CRC-32C (4 bytes), big-endian. A backup is checked whole before
 // anything is loaded, and the loader checks every length, so a damaged one is an error,
 // never a half-loaded database. Backups of backupMagicV2 have no layout: they were
-// written before layouts were recorded (layoutPartitioned or layoutLikes), and versions
+// written before layouts were recorded (LayoutPartitioned or LayoutLikes), and versions
 // that wrote them refuse backupMagic ones as without Tally's header.
 // Badger's own Backup is not used: without managed transactions it reads key ranges in
 // separate transactions, at different moments — counters from one and the checkpoint
@@ -166,50 +158,51 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// A Part is a set of keys that moves between processes as one: one partition's state
-// (PartitionPart), its event stage's (EventPart) or its counters' (CounterPart).
-type Part struct {
+// Keys are a set of keys that move between processes as one: one partition's state
+// (PartitionKeys), its event stage's (EventKeys) or its counters' (CounterKeys). The
+// store packages that write them name them in store/internal/keys.
+type Keys struct {
 	prefixes []key
-	// marks are the keys that say what the part reflects (a stage's position, a
+	// marks are the keys that say what the set reflects (a stage's position, a
 	// family's checkpoint): a restore writes them last and a clear deletes them first,
-	// so a part that has them is whole, whenever a process stopped restoring it.
+	// so a set that has them is whole, whenever a process stopped restoring it.
 	marks []key
-	// events are the event-stage partitions of the part: what a restore of an older
-	// layout moves (see upgrade).
+	// events are the event-stage partitions of the set: what a restore of an older
+	// layout moves (see Upgrade).
 	events []int
 }
 
-// EventPart is everything partition p's event stage keeps: relations and likes, its position and
-// outbox, readers, posts, pushed and pulled posts and system notices. Every one of those
-// keys starts with its namespace and p.
-func EventPart(p int) Part {
+// EventKeys are everything partition p's event stage keeps: relations and likes, its
+// position and outbox, readers, posts, pushed and pulled posts and system notices. Every
+// one of those keys starts with its namespace and p.
+func EventKeys(p int) Keys {
 	var ps []key
-	for _, ns := range append([]byte{nsRelation, nsBySubject, nsByObject, nsLikes, nsLikers, nsStage, nsOutbox}, keys.Unread()...) {
+	for _, ns := range append(append(keys.Graph(), keys.NSStage, keys.NSOutbox, keys.NSViewers), keys.Unread()...) {
 		ps = append(ps, newKey(ns, 3).U16(p))
 	}
-	return Part{prefixes: ps, marks: []key{stageKey(p)}, events: []int{p}}
+	return Keys{prefixes: ps, marks: []key{keys.Stage(p)}, events: []int{p}}
 }
 
-// CounterPart is partition p of each family: its counters, checkpoint and journal; under
+// CounterKeys are partition p of each family: its counters, checkpoint and journal; under
 // the checkpoint's key, its change outbox and the payloads of the delta batches it holds.
-func CounterPart(families []string, p int) Part {
+func CounterKeys(families []string, p int) Keys {
 	var ps, marks []key
 	for _, f := range families {
-		ps = append(ps, counterPrefix(f, p), metaKey(f, p), journalPrefix(f, p))
-		marks = append(marks, metaKey(f, p))
+		ps = append(ps, keys.Counters(f, p), keys.Meta(f, p), keys.Journal(f, p))
+		marks = append(marks, keys.Meta(f, p))
 	}
-	return Part{prefixes: ps, marks: marks}
+	return Keys{prefixes: ps, marks: marks}
 }
 
-// PartitionPart is partition p whole: its event stage and its counters of every family,
+// PartitionKeys are partition p whole: its event stage and its counters of every family,
 // which one process owns together.
-func PartitionPart(families []string, p int) Part {
-	e, c := EventPart(p), CounterPart(families, p)
-	return Part{prefixes: append(e.prefixes, c.prefixes...), marks: append(e.marks, c.marks...), events: e.events}
+func PartitionKeys(families []string, p int) Keys {
+	e, c := EventKeys(p), CounterKeys(families, p)
+	return Keys{prefixes: append(e.prefixes, c.prefixes...), marks: append(e.marks, c.marks...), events: e.events}
 }
 
-func (pt Part) has(k []byte) bool {
-	for _, p := range pt.prefixes {
+func (ks Keys) has(k []byte) bool {
+	for _, p := range ks.prefixes {
 		if bytes.HasPrefix(k, p) {
 			return true
 		}
@@ -217,9 +210,9 @@ func (pt Part) has(k []byte) bool {
 	return false
 }
 
-// mark reports whether k is one of the part's marks.
-func (pt Part) mark(k []byte) bool {
-	for _, m := range pt.marks {
+// mark reports whether k is one of the marks.
+func (ks Keys) mark(k []byte) bool {
+	for _, m := range ks.marks {
 		if bytes.Equal(k, m) {
 			return true
 		}
@@ -227,8 +220,8 @@ func (pt Part) mark(k []byte) bool {
 	return false
 }
 
-// Backup writes a consistent copy of part to w: one read transaction.
-func (d *DB) Backup(w io.Writer, part Part) error {
+// Backup writes a consistent copy of ks to w: one read transaction.
+func (d *DB) Backup(w io.Writer, ks Keys) error {
 	if _, err := io.WriteString(w, backupMagic); err != nil {
 		return err
 	}
@@ -239,13 +232,12 @@ func (d *DB) Backup(w io.Writer, part Part) error {
 	}
 	err := d.View(func(txn *Txn) error {
 		var buf []byte
-		for _, prefix := range part.prefixes {
-			it := txn.iterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
+		for _, prefix := range ks.prefixes {
+			it := txn.Iterator(IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
 			for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
-				item := it.Item()
-				buf = binary.AppendUvarint(buf[:0], uint64(len(item.Key())))
-				buf = append(buf, item.Key()...)
-				v, err := item.ValueCopy(nil)
+				buf = binary.AppendUvarint(buf[:0], uint64(len(it.Key())))
+				buf = append(buf, it.Key()...)
+				v, err := it.ValueCopy(nil)
 				if err == nil {
 					buf = binary.AppendUvarint(buf, uint64(len(v)))
 					_, err = bw.Write(append(buf, v...))
@@ -280,15 +272,15 @@ func (c *crcWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// Restore replaces part of the database with a backup of it read from r. The backup is
-// first copied to a file in tmpDir and checked (length, checksum, layout, every key in
-// part); only then is what the database holds of part deleted and the backup loaded.
-// Keys outside part are not touched, and may be written meanwhile (another partition's).
-// A backup of an older layout is moved to this one before the part's marks are written,
+// Restore replaces keys ks of the database with a backup of them read from r. The backup
+// is first copied to a file in tmpDir and checked (length, checksum, layout, every key
+// in ks); only then is what the database holds of ks deleted and the backup loaded.
+// Keys outside ks are not touched, and may be written meanwhile (another partition's).
+// A backup of an older layout is moved to this one before the marks of ks are written,
 // in transactions that fit; one of a newer layout is refused (ErrNewerLayout). A restore
-// stopped halfway (a crash) leaves the part without its marks: what it reflects reads as
-// nothing, and the part is restored again.
-func (d *DB) Restore(r io.Reader, part Part, tmpDir string) error {
+// stopped halfway (a crash) leaves ks without their marks: what they reflect reads as
+// nothing, and they are restored again.
+func (d *DB) Restore(r io.Reader, ks Keys, tmpDir string) error {
 	tmp, err := os.CreateTemp(tmpDir, "restore-*")
 	if err != nil {
 		return fmt.Errorf("cannot stage the backup: %w", err)
@@ -325,7 +317,7 @@ func (d *DB) Restore(r io.Reader, part Part, tmpDir string) error {
 		return bad("checksum mismatch")
 	}
 	// The keys and values come after the layout, which a backup of format 2 has not.
-	layout, body := uint64(layoutPartitioned), head
+	layout, body := uint64(LayoutPartitioned), head
 	if magic != backupMagicV2 {
 		var v [binary.MaxVarintLen64]byte
 		got, _ := tmp.ReadAt(v[:min(len(v), int(size))], head)
@@ -341,24 +333,27 @@ func (d *DB) Restore(r io.Reader, part Part, tmpDir string) error {
 	if layout > Layout {
 		return fmt.Errorf("%w: the backup is of layout %d, this tallyd knows layouts up to %d: a tallyd of layout %d or newer must take it", ErrNewerLayout, layout, Layout, layout)
 	}
+	if layout < Layout && len(ks.events) > 0 && d.upgrade == nil {
+		return fmt.Errorf("cannot move a backup of layout %d to layout %d: the database was opened without Options.Upgrade", layout, Layout)
+	}
 	if err := scan(func(k, _ []byte) error {
-		if !part.has(k) {
+		if !ks.has(k) {
 			return bad("with a key of another part")
 		}
 		return nil
 	}); err != nil {
 		return err
 	}
-	if err := d.Clear(part); err != nil {
+	if err := d.Clear(ks); err != nil {
 		return fmt.Errorf("cannot clear the part to restore: %w", err)
 	}
 	// The marks are held back (a key per stage or family, holding what it keeps above a
 	// gap) and written once the rest is in.
 	var marks [][2][]byte
-	wb := d.db.NewWriteBatch()
+	wb := d.NewBatch()
 	defer wb.Cancel()
 	err = scan(func(k, v []byte) error {
-		if part.mark(k) {
+		if ks.mark(k) {
 			marks = append(marks, [2][]byte{k, v})
 			return nil
 		}
@@ -370,15 +365,15 @@ func (d *DB) Restore(r io.Reader, part Part, tmpDir string) error {
 	if err != nil {
 		return fmt.Errorf("cannot restore the backup: %w", err)
 	}
-	if layout < Layout && len(part.events) > 0 {
+	if layout < Layout && len(ks.events) > 0 {
 		start := time.Now()
-		moved, err := d.upgrade(part, int(layout))
+		moved, err := d.upgrade(d, ks.events, int(layout))
 		if err != nil {
 			return fmt.Errorf("cannot move a backup of layout %d to layout %d: %w", layout, Layout, err)
 		}
 		d.log.Info("restored a backup of an older layout and moved it to this one", "from", layout, "to", Layout, "keys", moved, "took", time.Since(start))
 	}
-	// The marks in one transaction: a part that has any has them all.
+	// The marks in one transaction: keys that have any have them all.
 	err = d.Update(func(txn *Txn) error {
 		for _, m := range marks {
 			if err := txn.Set(m[0], m[1]); err != nil {
@@ -393,12 +388,12 @@ func (d *DB) Restore(r io.Reader, part Part, tmpDir string) error {
 	return nil
 }
 
-// Clear deletes every key of part: deletes rather than Badger's DropPrefix, which
+// Clear deletes every key of ks: deletes rather than Badger's DropPrefix, which
 // blocks every other writer of the database (the partitions still running) meanwhile.
-// The part's marks go first, so a part cleared halfway reflects nothing.
-func (d *DB) Clear(part Part) error {
+// The marks go first, so keys cleared halfway reflect nothing.
+func (d *DB) Clear(ks Keys) error {
 	if err := d.Update(func(txn *Txn) error {
-		for _, m := range part.marks {
+		for _, m := range ks.marks {
 			if err := txn.Delete(m); err != nil {
 				return err
 			}
@@ -407,13 +402,13 @@ func (d *DB) Clear(part Part) error {
 	}); err != nil {
 		return err
 	}
-	wb := d.db.NewWriteBatch()
+	wb := d.NewBatch()
 	defer wb.Cancel()
 	err := d.View(func(txn *Txn) error {
-		for _, prefix := range part.prefixes {
-			it := txn.iterator(badger.IteratorOptions{Prefix: prefix})
+		for _, prefix := range ks.prefixes {
+			it := txn.Iterator(IteratorOptions{Prefix: prefix})
 			for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
-				if err := wb.Delete(it.Item().KeyCopy(nil)); err != nil {
+				if err := wb.Delete(it.KeyCopy(nil)); err != nil {
 					it.Close()
 					return err
 				}

@@ -1,197 +1,14 @@
 package cold_test
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"testing"
 
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/stagelog"
 )
-
-func open(t *testing.T) *cold.DB {
-	t.Helper()
-	db, err := cold.Open(cold.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
-}
-
-func TestRelationsAndPaging(t *testing.T) {
-	db := open(t)
-	update := func(fn func(txn *cold.Txn) (bool, error)) bool {
-		t.Helper()
-		var changed bool
-		if err := db.Update(func(txn *cold.Txn) (err error) { changed, err = fn(txn); return err }); err != nil {
-			t.Fatal(err)
-		}
-		return changed
-	}
-	for post := uint64(1); post <= 25; post++ {
-		if !update(func(txn *cold.Txn) (bool, error) {
-			return cold.Relate(txn, 2, cold.Like, cold.Rel{A: 7, B: post}, int64(post*10))
-		}) {
-			t.Fatalf("first like of %d changed nothing", post)
-		}
-	}
-	if update(func(txn *cold.Txn) (bool, error) { return cold.Relate(txn, 2, cold.Like, cold.Rel{A: 7, B: 3}, 999) }) {
-		t.Fatal("liking twice changed something")
-	}
-	if update(func(txn *cold.Txn) (bool, error) {
-		c, _, err := cold.Unrelate(txn, 2, cold.Like, cold.Rel{A: 7, B: 99})
-		return c, err
-	}) {
-		t.Fatal("unliking what was never liked changed something")
-	}
-	if !update(func(txn *cold.Txn) (bool, error) {
-		c, _, err := cold.Unrelate(txn, 2, cold.Like, cold.Rel{A: 7, B: 20})
-		return c, err
-	}) {
-		t.Fatal("unlike changed nothing")
-	}
-	liked, err := cold.Related(db, 2, cold.Like, 7, []uint64{1, 20, 25, 26})
-	if err != nil || liked[0] != true || liked[1] || !liked[2] || liked[3] {
-		t.Fatalf("Related = %v, %v", liked, err)
-	}
-	var got []uint64
-	cursor := ""
-	for page := 0; ; page++ {
-		items, next, err := cold.List(db, 2, cold.Like, true, 7, 10, cursor)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, it := range items {
-			got = append(got, it.ID)
-			if it.TS != int64(it.ID*10) {
-				t.Fatalf("item %d has ts %d", it.ID, it.TS)
-			}
-		}
-		if next == "" {
-			break
-		}
-		cursor = next
-	}
-	if len(got) != 24 || got[0] != 25 || got[len(got)-1] != 1 {
-		t.Fatalf("pages gave %v, want 25..1 newest first without 20", got)
-	}
-	for i := 1; i < len(got); i++ {
-		if got[i] >= got[i-1] || got[i] == 20 {
-			t.Fatalf("pages out of order or hold the unliked post: %v", got)
-		}
-	}
-	items, _, err := cold.List(db, 2, cold.Like, false, 25, 10, "")
-	if err != nil || len(items) != 1 || items[0].ID != 7 {
-		t.Fatalf("likers of 25 = %v, %v", items, err)
-	}
-	if _, _, err := cold.List(db, 2, cold.Like, true, 7, 10, "zz"); err == nil {
-		t.Fatal("a garbage cursor was accepted")
-	}
-}
-
-func TestCountersCheckpoint(t *testing.T) {
-	dir := t.TempDir()
-	db, err := cold.Open(cold.Options{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cp := &cold.Checkpoint{Pos: 42, Marks: map[uint32]*cold.Mark{3: {Through: 7, Above: []uint64{9}}}}
-	entries := []cold.Entry{{ID: 1, Counts: []uint64{1, 0, 1 << 40, 0}}, {ID: 2, Counts: []uint64{5, 5, 5, 5}}}
-	if err := cold.SaveCounters(db, "post", 1, entries, cp, cold.Journal{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := cold.SaveCounters(db, "post", 1, []cold.Entry{{ID: 2, Counts: make([]uint64, 4)}}, cp, cold.Journal{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := cold.SaveCounters(db, "post", 2, []cold.Entry{{ID: 3, Counts: []uint64{1, 1, 1, 1}}}, &cold.Checkpoint{Pos: 1}, cold.Journal{}); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
-	db, err = cold.Open(cold.Options{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	got := map[uint64][]uint64{}
-	if err := cold.LoadCounters(db, "post", 1, 4, func(id uint64, c []uint64) { got[id] = append([]uint64(nil), c...) }); err != nil {
-		t.Fatal(err)
-	}
-	back, err := cold.LoadCheckpoint(db, "post", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 1 || got[1][2] != 1<<40 || back.Pos != 42 || back.Marks[3].Through != 7 || back.Marks[3].Above[0] != 9 || back.Seq != 2 {
-		t.Fatalf("loaded %v %+v", got, back)
-	}
-	out := [][]uint64{make([]uint64, 4), make([]uint64, 4), {9, 9, 9, 9}}
-	if err := cold.Counts(db, "post", 1, []uint64{1, 2, 3}, out); err != nil {
-		t.Fatal(err)
-	}
-	if out[0][2] != 1<<40 || out[1][0] != 0 || out[2][0] != 0 {
-		t.Fatalf("cold reads: %v", out)
-	}
-}
-
-// TestJournal appends checkpoints to the journal, drops the ones a snapshot covers, and
-// reads back exactly the later ones, in order; a gap is an error, not a silent skip.
-func TestJournal(t *testing.T) {
-	db := open(t)
-	cp := &cold.Checkpoint{Marks: map[uint32]*cold.Mark{}}
-	for i := range uint64(5) {
-		j := cold.Journal{Append: true}
-		if i == 3 {
-			j.DropThrough = 2 // a snapshot taken at checkpoint 2
-		}
-		e := []cold.Entry{{ID: 100 + i, Counts: []uint64{i, 1}}, {ID: 7, Counts: []uint64{i, 0}}}
-		if err := cold.SaveCounters(db, "user", 0, e, cp, j); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if cp.Seq != 5 || cp.JournalFrom != 3 {
-		t.Fatalf("checkpoint %+v, want seq 5 journal from 3", cp)
-	}
-	var got []uint64
-	last, err := cold.LoadJournal(db, "user", 0, 2, 2, func(id uint64, c []uint64) { got = append(got, id, c[0], c[1]) })
-	want := []uint64{102, 2, 1, 7, 2, 0, 103, 3, 1, 7, 3, 0, 104, 4, 1, 7, 4, 0}
-	if err != nil || last != 5 || !slices.Equal(got, want) {
-		t.Fatalf("journal after 2: last %d %v %v, want %v", last, err, got, want)
-	}
-	if _, err := cold.LoadJournal(db, "user", 0, 2, 1, func(uint64, []uint64) {}); !errors.Is(err, cold.ErrCorrupt) {
-		t.Fatalf("journal after 1 (dropped): %v, want ErrCorrupt", err)
-	}
-	if last, err := cold.LoadJournal(db, "user", 0, 2, 5, func(uint64, []uint64) { t.Fatal("entry after the last") }); err != nil || last != 5 {
-		t.Fatalf("journal after 5: %d %v", last, err)
-	}
-}
-
-func TestStageOutbox(t *testing.T) {
-	db := open(t)
-	st, out, err := cold.LoadStage(db, 2)
-	if err != nil || st.Pos != 0 || len(out) != 0 {
-		t.Fatalf("fresh stage: %+v %v %v", st, out, err)
-	}
-	err = db.Update(func(txn *cold.Txn) error {
-		for i := uint64(1); i <= 3; i++ {
-			if err := cold.PutOutbox(txn, 2, &cold.OutboxEntry{Seq: i, Subject: "s", MsgID: "m", Data: []byte{byte(i)}}); err != nil {
-				return err
-			}
-		}
-		return cold.PutStage(txn, 2, &cold.StageState{Pos: 9, Outbox: 3, Seqs: map[string]uint64{"post.1": 4}})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Update(func(txn *cold.Txn) error { return cold.DeleteOutbox(txn, 2, []uint64{1}) }); err != nil {
-		t.Fatal(err)
-	}
-	st, out, err = cold.LoadStage(db, 2)
-	if err != nil || st.Pos != 9 || st.Seqs["post.1"] != 4 || len(out) != 2 || out[0].Seq != 2 || out[1].Data[0] != 3 {
-		t.Fatalf("stage state %+v outbox %+v err %v", st, out, err)
-	}
-}
 
 // TestOpenAfterKillInOpen: a process killed while Badger opened leaves the value log and
 // memtable files it creates at every open empty; the next open removes them and opens.
@@ -201,7 +18,7 @@ func TestOpenAfterKillInOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Update(func(txn *cold.Txn) error { return cold.PutStage(txn, 1, &cold.StageState{Pos: 7}) }); err != nil {
+	if err := db.Update(func(txn *cold.Txn) error { return stagelog.Put(txn, 1, &stagelog.State{Pos: 7}) }); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Close(); err != nil {
@@ -219,7 +36,7 @@ func TestOpenAfterKillInOpen(t *testing.T) {
 		t.Fatalf("open after a kill in open: %v", err)
 	}
 	t.Cleanup(func() { db.Close() })
-	if st, _, err := cold.LoadStage(db, 1); err != nil || st.Pos != 7 {
+	if st, _, err := stagelog.Load(db, 1); err != nil || st.Pos != 7 {
 		t.Fatalf("stage state %+v, %v", st, err)
 	}
 }

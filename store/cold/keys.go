@@ -6,6 +6,3 @@ import "github.com/tally-dev/tally/store/internal/keys"
 type key = keys.Key
 
 func newKey(ns byte, capacity int) key { return keys.New(ns, capacity) }
-
-func u32at(b []byte, off int) uint32 { return keys.U32At(b, off) }
-func u64at(b []byte, off int) uint64 { return keys.U64At(b, off) }

@@ -41,8 +41,6 @@ func (t *Txn) Delete(k []byte) error { return tooBig(t.b.Delete(k)) }
 
 func (t *Txn) get(k []byte) (*badger.Item, error) { return t.b.Get(k) }
 
-func (t *Txn) iterator(o badger.IteratorOptions) *badger.Iterator { return t.b.NewIterator(o) }
-
 // tooBig maps Badger's ErrTxnTooBig to ErrTxnTooBig, and passes any other error as it is.
 func tooBig(err error) error {
 	if err != nil && errors.Is(err, badger.ErrTxnTooBig) {

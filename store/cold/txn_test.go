@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/delivery"
+	"github.com/tally-dev/tally/store/stagelog"
 )
 
 // A transaction past what the database takes in one commit fails with cold's own
@@ -19,7 +21,7 @@ func TestTxnTooBig(t *testing.T) {
 	t.Cleanup(func() { db.Close() })
 	err = db.Update(func(txn *cold.Txn) error {
 		for i := range uint64(1 << 20) {
-			if err := cold.PutOutbox(txn, 0, &cold.OutboxEntry{Seq: i, Subject: "s", Data: binary.BigEndian.AppendUint64(nil, i)}); err != nil {
+			if err := stagelog.PutOutbox(txn, 0, &delivery.OutboxEntry{Seq: i, Subject: "s", Data: binary.BigEndian.AppendUint64(nil, i)}); err != nil {
 				return err
 			}
 		}
@@ -29,7 +31,7 @@ func TestTxnTooBig(t *testing.T) {
 		t.Fatalf("a transaction of a million writes: %v, want ErrTxnTooBig", err)
 	}
 	// The refused transaction wrote nothing.
-	if _, out, err := cold.LoadStage(db, 0); err != nil || len(out) != 0 {
+	if _, out, err := stagelog.Load(db, 0); err != nil || len(out) != 0 {
 		t.Fatalf("after the refused transaction: %d outbox entries, %v", len(out), err)
 	}
 }

@@ -8,10 +8,10 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 )
 
-// getValue decodes the MessagePack value of k into v and reports whether k was there;
+// GetValue decodes the MessagePack value of k into v and reports whether k was there;
 // v is left as it is when not. A value that does not decode is ErrCorrupt, named what.
-func getValue(txn *Txn, k key, v any, what string) (bool, error) {
-	item, err := txn.get(k)
+func (t *Txn) GetValue(k []byte, v any, what string) (bool, error) {
+	item, err := t.get(k)
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return false, nil
 	} else if err != nil {
@@ -23,11 +23,11 @@ func getValue(txn *Txn, k key, v any, what string) (bool, error) {
 	return true, nil
 }
 
-// putValue stores v as the MessagePack value of k.
-func putValue(txn *Txn, k key, v any) error {
+// PutValue stores v as the MessagePack value of k.
+func (t *Txn) PutValue(k []byte, v any) error {
 	b, err := msgpack.Marshal(v)
 	if err != nil {
 		return err
 	}
-	return txn.Set(k, b)
+	return t.Set(k, b)
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/graph"
 	"github.com/tally-dev/tally/store/internal/keys"
 )
 
@@ -174,7 +175,7 @@ func IndexFollows(db *cold.DB, p int, batch int) (int, error) {
 		pending = pending[:0]
 		return err
 	}
-	err := cold.Follows(db, p, func(uid, author uint64) error {
+	err := graph.Follows(db, p, func(uid, author uint64) error {
 		pending = append(pending, [2]uint64{uid, author})
 		if len(pending) == batch {
 			return flush()

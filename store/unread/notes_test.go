@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/cold/coldtest"
 )
 
 // TestNotesMatchModel adds, takes back, counts and drops notifications at random, many
@@ -16,7 +17,7 @@ func TestNotesMatchModel(t *testing.T) {
 	const p, uid = 2, 11
 	for seed := range uint64(6) {
 		r := rand.New(rand.NewPCG(seed, 9))
-		db := openDB(t)
+		db := coldtest.Open(t, cold.Options{})
 		model := map[uint64]bool{} // places recorded, not covered by a read
 		read, prev := uint64(0), uint64(0)
 		place := uint64(0)

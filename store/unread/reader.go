@@ -69,7 +69,7 @@ func (r *ReaderState) Read(kind string) *uint64 {
 	return nil
 }
 
-// Cost is what the state costs held in RAM, for cold.Resident's budget: a map entry, its
+// Cost is what the state costs held in RAM, for graph.Resident's budget: a map entry, its
 // key and the state as Go holds them.
 func (r ReaderState) Cost() int {
 	n := readerCost

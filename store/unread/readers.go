@@ -1,22 +1,25 @@
 package unread
 
-import "github.com/tally-dev/tally/store/cold"
+import (
+	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/graph"
+)
 
 // Readers reads and writes the reader states of partition p in one transaction: from
-// what the transaction changed, the partition's cold.Resident, or the database, and
+// what the transaction changed, the partition's graph.Resident, or the database, and
 // keeps what it read and changed for Resident.Keep (Seen). Flush writes each changed
 // state once, however many notifications changed it. A Readers is not safe for
 // concurrent use.
 type Readers struct {
 	p     int
-	res   *cold.Resident[ReaderState]
+	res   *graph.Resident[ReaderState]
 	seen  map[uint64]ReaderState
 	dirty map[uint64]bool
 }
 
 // NewReaders starts a transaction's reader states of partition p, read through res
 // (which may be nil).
-func NewReaders(p int, res *cold.Resident[ReaderState]) *Readers {
+func NewReaders(p int, res *graph.Resident[ReaderState]) *Readers {
 	return &Readers{p: p, res: res, seen: map[uint64]ReaderState{}, dirty: map[uint64]bool{}}
 }
 

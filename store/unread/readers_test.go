@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/cold/coldtest"
+	"github.com/tally-dev/tally/store/graph"
 )
 
 // TestReadersThroughResident: a reader state read and written by one committed
@@ -13,7 +15,7 @@ import (
 // nothing resident.
 func TestReadersThroughResident(t *testing.T) {
 	const p, owner = 3, 7
-	db, res := openDB(t), cold.NewResident[ReaderState](1<<20)
+	db, res := coldtest.Open(t, cold.Options{}), graph.NewResident[ReaderState](1<<20)
 
 	txn := db.NewTxn(true)
 	rd := NewReaders(p, res)

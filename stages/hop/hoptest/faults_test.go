@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tally-dev/tally/stages/hop"
-	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/delivery"
 )
 
 func TestParseFaults(t *testing.T) {
@@ -320,7 +320,7 @@ func TestOutboxAckTimeoutOfPublisher(t *testing.T) {
 			defer p.Close()
 			o := hop.NewOutbox(p, opts)
 			start := time.Now()
-			if err := o.Send(t.Context(), []cold.OutboxEntry{{Seq: 1, Subject: "s", MsgID: "1"}}); err != nil {
+			if err := o.Send(t.Context(), []delivery.OutboxEntry{{Seq: 1, Subject: "s", MsgID: "1"}}); err != nil {
 				t.Fatal(err)
 			}
 			p.f.Lose = 0 // the publish sent again goes through
@@ -348,9 +348,9 @@ func TestOutboxThroughFaults(t *testing.T) {
 		p := NewFaultyPublisher(js, Faults{Fail: 0.2, Delay: 0.2, Reorder: 0.2, Lose: 0.1, Seed: 11})
 		defer p.Close()
 		o := hop.NewOutbox(p, hop.OutboxOptions{MaxInflight: 16})
-		var entries []cold.OutboxEntry
+		var entries []delivery.OutboxEntry
 		for i := range 500 {
-			entries = append(entries, cold.OutboxEntry{Seq: uint64(i + 1), Subject: "s", MsgID: fmt.Sprint(i)})
+			entries = append(entries, delivery.OutboxEntry{Seq: uint64(i + 1), Subject: "s", MsgID: fmt.Sprint(i)})
 		}
 		for i := 0; i < len(entries); i += 50 {
 			if err := o.Send(t.Context(), entries[i:i+50]); err != nil {

@@ -1,0 +1,70 @@
+package counter
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/tally-dev/tally/stages/flow"
+)
+
+// staleEvery is how long one reading of how far the worker is behind its stream serves
+// the reads of a standby: each costs JetStream requests, and a standby answers reads
+// only while its partition has no owner, when every reader of the partition asks it.
+const staleEvery = 100 * time.Millisecond
+
+// staleBehind keeps the last reading of Behind for Stale.
+type staleBehind struct {
+	mu     sync.Mutex
+	at     time.Time
+	pos    uint64
+	behind flow.Behind
+}
+
+// Stale fills out[i] with the counters of ids[i] as the worker has applied them so far,
+// whether or not the partition is this process's (a standby answering while its owner
+// is gone), and says how far behind its stream that state is. The state is consistent:
+// every delta up to the worker's position applied, in order, and none after it.
+func (w *Worker) Stale(ctx context.Context, ids []uint64, out [][]uint64) (flow.Behind, error) {
+	q := &query{ids: ids, out: out, done: make(chan struct{})}
+	select {
+	case w.queries <- q:
+	case <-ctx.Done():
+		return flow.Behind{}, fmt.Errorf("partition %s/%d did not answer: %w", w.cfg.Family.Name, w.cfg.Partition, ctx.Err())
+	}
+	select {
+	case <-q.done:
+	case <-ctx.Done():
+		return flow.Behind{}, fmt.Errorf("partition %s/%d did not answer: %w", w.cfg.Family.Name, w.cfg.Partition, ctx.Err())
+	}
+	if q.err != nil {
+		return flow.Behind{}, q.err
+	}
+	return w.behindAt(ctx, q.pos)
+}
+
+// behindAt is how far behind its stream the state at position pos is, as the worker
+// knew at most staleEvery ago: a reading that young of a position at or before pos
+// serves, aged by the time since when it lagged (the oldest delta not applied at pos is
+// no older than the one not applied then), less the messages applied since.
+func (w *Worker) behindAt(ctx context.Context, pos uint64) (flow.Behind, error) {
+	sb := &w.staleBehind
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	now := time.Now()
+	if since := now.Sub(sb.at); since < staleEvery && sb.pos <= pos && !sb.at.IsZero() {
+		b := sb.behind
+		if b.Msgs > 0 {
+			b.Age += since
+		}
+		b.Msgs -= min(b.Msgs, pos-sb.pos)
+		return b, nil
+	}
+	b, err := flow.BehindOf(ctx, w.js, w.cfg.Subjects.DeltasStream(), w.cfg.Subjects.Delta(w.cfg.Family.Name, w.cfg.Partition), pos, now)
+	if err != nil {
+		return flow.Behind{}, fmt.Errorf("partition %s/%d: cannot tell how far behind it is: %w", w.cfg.Family.Name, w.cfg.Partition, err)
+	}
+	sb.at, sb.pos, sb.behind = now, pos, b
+	return b, nil
+}

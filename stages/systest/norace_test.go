@@ -1,0 +1,5 @@
+//go:build !race
+
+package systest
+
+const raceEnabled = false

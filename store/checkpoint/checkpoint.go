@@ -1,0 +1,347 @@
+package checkpoint
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/delivery"
+	"github.com/tally-dev/tally/store/internal/keys"
+)
+
+// Checkpoint is the position a counter partition's stored counters reflect.
+type Checkpoint struct {
+	// Pos is the last stream sequence applied.
+	Pos uint64 `msgpack:"pos"`
+	// Marks are per source partition.
+	Marks map[uint32]*delivery.Mark `msgpack:"marks"`
+	// Seq numbers the checkpoints (SaveCounters increments it); JournalFrom is the oldest
+	// journal entry kept (see SaveCounters).
+	Seq         uint64 `msgpack:"n,omitempty"`
+	JournalFrom uint64 `msgpack:"jf,omitempty"`
+	// WindowTop is the newest minute of a window change applied (Unix minutes): the
+	// windows keep the day up to it (store/window's floor), whatever the clock says.
+	WindowTop uint32 `msgpack:"wt,omitempty"`
+}
+
+// Journal says what SaveCounters does with the partition's journal.
+type Journal struct {
+	// Append writes the checkpoint's entries, packed in one value, under its number as
+	// well: a snapshot of the hot table taken at checkpoint s plus the journal after s
+	// rebuild the table without reading every counter key.
+	Append bool
+	// DropThrough deletes the journal up to this checkpoint number (a durable snapshot
+	// covers it).
+	DropThrough uint64
+}
+
+// Entry is one id's counters; all zeros deletes it.
+type Entry struct {
+	ID     uint64
+	Counts []uint64
+}
+
+// Changes is what a checkpoint writes to, and deletes from, its partition besides the
+// counters: the outbox of its change events, the payloads of held delta batches.
+type Changes struct {
+	// Put are the change events announcing the checkpoint's entries; each Seq must be
+	// unique in the partition's outbox and order the entries as they are to be sent.
+	Put []delivery.OutboxEntry
+	// Published are the Seqs of entries stored in the changes stream since.
+	Published []uint64
+	// Released are held delta batches applied since the last checkpoint: the marks of
+	// this one no longer hold them, so their payloads are deleted with it.
+	Released []delivery.HeldRef
+	// Windows are the window records of the ids whose windowed counts changed since the
+	// last checkpoint (or were forgotten: empty records).
+	Windows []WindowEntry
+}
+
+// changePrefix holds the outbox of (family, p)'s change events. It lies under the
+// partition's meta key, so that cold.CounterKeys — a backup, a restore, a clear —
+// carries the outbox with the checkpoint that wrote it.
+func changePrefix(family string, p int) keys.Key { return keys.Meta(family, p).U8(keys.NSOutbox) }
+func changeKey(family string, p int, seq uint64) keys.Key {
+	return changePrefix(family, p).U64(seq)
+}
+
+// SaveCounters writes entries and the checkpoint of (family, p) in one transaction, so
+// the stored counters and the position they reflect never disagree, and keeps the
+// journal as j says. It increments cp.Seq.
+func SaveCounters(db *cold.DB, family string, p int, entries []Entry, cp *Checkpoint, j Journal) error {
+	return SaveCheckpoint(db, family, p, entries, cp, j, Changes{})
+}
+
+// SaveCheckpoint is SaveCounters that also writes the change events announcing entries
+// to the partition's outbox, and deletes those published, in the same transaction: a
+// crash after the commit leaves them to be sent at the next start, never unannounced.
+func SaveCheckpoint(db *cold.DB, family string, p int, entries []Entry, cp *Checkpoint, j Journal, ch Changes) error {
+	txn := db.NewTxn(true)
+	defer txn.Discard()
+	if err := deleteChanges(txn, family, p, ch.Published); err != nil {
+		return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
+	}
+	if err := deleteHeld(txn, family, p, ch.Released); err != nil {
+		return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
+	}
+	if err := putWindows(txn, family, p, ch.Windows); err != nil {
+		return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
+	}
+	for i := range ch.Put {
+		if err := txn.PutValue(changeKey(family, p, ch.Put[i].Seq), &ch.Put[i]); err != nil {
+			return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
+		}
+	}
+	next := *cp
+	next.Seq++
+	if j.Append {
+		if next.JournalFrom == 0 {
+			next.JournalFrom = next.Seq
+		}
+		if err := txn.Set(keys.Journal(family, p).U64(next.Seq), packEntries(entries)); err != nil {
+			return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
+		}
+	}
+	if next.JournalFrom != 0 {
+		for ; next.JournalFrom <= j.DropThrough && next.JournalFrom <= next.Seq; next.JournalFrom++ {
+			if err := txn.Delete(keys.Journal(family, p).U64(next.JournalFrom)); err != nil {
+				return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
+			}
+		}
+	}
+	v, err := msgpack.Marshal(&next)
+	if err != nil {
+		return err
+	}
+	prefix := keys.Counters(family, p)
+	for _, e := range entries {
+		k := append(append(keys.Key{}, prefix...), 0, 0, 0, 0, 0, 0, 0, 0)
+		binary.BigEndian.PutUint64(k[len(prefix):], e.ID)
+		if zero(e.Counts) {
+			err = txn.Delete(k)
+		} else {
+			err = txn.Set(k, packCounts(e.Counts))
+		}
+		if err != nil {
+			return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
+		}
+	}
+	if err := txn.Set(keys.Meta(family, p), v); err != nil {
+		return err
+	}
+	if err := txn.Commit(); err != nil {
+		return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
+	}
+	*cp = next
+	return nil
+}
+
+// LoadChanges returns the outbox of (family, p)'s change events, in Seq order: those
+// written by checkpoints and not yet known to be published.
+func LoadChanges(db *cold.DB, family string, p int) ([]delivery.OutboxEntry, error) {
+	var out []delivery.OutboxEntry
+	err := db.View(func(txn *cold.Txn) error {
+		prefix := changePrefix(family, p)
+		it := txn.Iterator(cold.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 16})
+		defer it.Close()
+		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
+			k := it.Key()
+			if len(k) != len(prefix)+8 {
+				return fmt.Errorf("%w: change outbox key of %d bytes", cold.ErrCorrupt, len(k))
+			}
+			var e delivery.OutboxEntry
+			if err := it.Value(func(v []byte) error { return msgpack.Unmarshal(v, &e) }); err != nil {
+				return fmt.Errorf("%w: change outbox of %s/%d: %w", cold.ErrCorrupt, family, p, err)
+			}
+			e.Seq = keys.U64At(k, len(prefix))
+			out = append(out, e)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// DeleteChanges deletes published change events of (family, p) from its outbox, for a
+// partition that stops with no checkpoint left to do it.
+func DeleteChanges(db *cold.DB, family string, p int, seqs []uint64) error {
+	if len(seqs) == 0 {
+		return nil
+	}
+	err := db.Update(func(txn *cold.Txn) error { return deleteChanges(txn, family, p, seqs) })
+	if err != nil {
+		return fmt.Errorf("change outbox of %s/%d: %w", family, p, err)
+	}
+	return nil
+}
+
+// LoadJournal calls fn, oldest first, for every entry journaled by the checkpoints after
+// number after, and returns the number of the last one (after if there is none). The
+// journal must run without a gap from after+1: a gap is ErrCorrupt, since the caller
+// would miss changes. counts is only valid during the call.
+func LoadJournal(db *cold.DB, family string, p, fields int, after uint64, fn func(id uint64, counts []uint64)) (uint64, error) {
+	last := after
+	counts := make([]uint64, fields)
+	err := db.View(func(txn *cold.Txn) error {
+		prefix := keys.Journal(family, p)
+		it := txn.Iterator(cold.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 16})
+		defer it.Close()
+		for it.Seek(prefix.U64(after + 1)); it.ValidForPrefix(prefix); it.Next() {
+			k := it.Key()
+			if len(k) != len(prefix)+8 {
+				return fmt.Errorf("%w: journal key of %d bytes", cold.ErrCorrupt, len(k))
+			}
+			if n := keys.U64At(k, len(prefix)); n != last+1 {
+				return fmt.Errorf("%w: journal of %s/%d jumps from checkpoint %d to %d", cold.ErrCorrupt, family, p, last, n)
+			}
+			last++
+			if err := it.Value(func(v []byte) error { return unpackEntries(v, counts, fn) }); err != nil {
+				return fmt.Errorf("%w: journal of %s/%d at %d: %w", cold.ErrCorrupt, family, p, last, err)
+			}
+		}
+		return nil
+	})
+	return last, err
+}
+
+// Counts reads the stored counters of ids of (family, p) in one read transaction:
+// out[i] gets those of ids[i], all zeros for an id that has none.
+func Counts(db *cold.DB, family string, p int, ids []uint64, out [][]uint64) error {
+	return db.View(func(txn *cold.Txn) error {
+		for i, id := range ids {
+			if err := storedCounts(txn, family, p, id, out[i]); err != nil {
+				return fmt.Errorf("cold counters of %d in %s/%d: %w", id, family, p, err)
+			}
+		}
+		return nil
+	})
+}
+
+// packEntries packs a checkpoint's entries: per entry the id (8 bytes BE), the number
+// of counters and the counters, all uvarints.
+func packEntries(entries []Entry) []byte {
+	b := make([]byte, 0, 12*len(entries))
+	for _, e := range entries {
+		b = binary.BigEndian.AppendUint64(b, e.ID)
+		b = binary.AppendUvarint(b, uint64(len(e.Counts)))
+		for _, v := range e.Counts {
+			b = binary.AppendUvarint(b, v)
+		}
+	}
+	return b
+}
+
+func unpackEntries(b []byte, counts []uint64, fn func(id uint64, counts []uint64)) error {
+	for len(b) > 0 {
+		if len(b) < 9 {
+			return fmt.Errorf("truncated entry")
+		}
+		id := binary.BigEndian.Uint64(b)
+		n, k := binary.Uvarint(b[8:])
+		if k <= 0 || n != uint64(len(counts)) {
+			return fmt.Errorf("entry of %d counters, want %d", n, len(counts))
+		}
+		b = b[8+k:]
+		for f := range counts {
+			v, k := binary.Uvarint(b)
+			if k <= 0 {
+				return fmt.Errorf("truncated counters")
+			}
+			counts[f], b = v, b[k:]
+		}
+		fn(id, counts)
+	}
+	return nil
+}
+
+// LoadCheckpoint returns the last checkpoint of (family, p), empty if there is none.
+func LoadCheckpoint(db *cold.DB, family string, p int) (Checkpoint, error) {
+	cp := Checkpoint{Marks: map[uint32]*delivery.Mark{}}
+	err := db.View(func(txn *cold.Txn) error {
+		found, err := txn.GetValue(keys.Meta(family, p), &cp, fmt.Sprintf("checkpoint %s/%d", family, p))
+		if !found || err != nil {
+			return err
+		}
+		if cp.Marks == nil {
+			cp.Marks = map[uint32]*delivery.Mark{}
+		}
+		return nil
+	})
+	return cp, err
+}
+
+// LoadCounters calls fn for every stored id of (family, p). counts is only valid during
+// the call.
+func LoadCounters(db *cold.DB, family string, p, fields int, fn func(id uint64, counts []uint64)) error {
+	counts := make([]uint64, fields)
+	return db.View(func(txn *cold.Txn) error {
+		prefix := keys.Counters(family, p)
+		it := txn.Iterator(cold.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
+		defer it.Close()
+		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
+			k := it.Key()
+			if len(k) != len(prefix)+8 {
+				return fmt.Errorf("%w: counter key of %d bytes", cold.ErrCorrupt, len(k))
+			}
+			if err := it.Value(func(v []byte) error { return unpackCounts(v, counts) }); err != nil {
+				return fmt.Errorf("%w: counters of %s/%d: %w", cold.ErrCorrupt, family, p, err)
+			}
+			fn(binary.BigEndian.Uint64(k[len(prefix):]), counts)
+		}
+		return nil
+	})
+}
+
+// packCounts stores counters as uvarints: small counts, the common case, take a byte.
+func packCounts(c []uint64) []byte {
+	b := make([]byte, 0, len(c)*2)
+	for _, v := range c {
+		b = binary.AppendUvarint(b, v)
+	}
+	return b
+}
+
+func unpackCounts(b []byte, dst []uint64) error {
+	clear(dst)
+	for i := 0; len(b) > 0; i++ {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			return fmt.Errorf("bad packed counters")
+		}
+		if i >= len(dst) {
+			// A family's fields may only be added: one that is gone (post's viewers,
+			// counted with --viewers and then not) would be read into the wrong field.
+			return fmt.Errorf("more counters stored than the family's %d fields: a field was taken out of the family (was tallyd started without --viewers after counting viewers?)", len(dst))
+		}
+		dst[i], b = v, b[n:]
+	}
+	return nil
+}
+
+func zero(c []uint64) bool {
+	for _, v := range c {
+		if v != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// deleteChanges removes published change events of family/p from the outbox in txn.
+func deleteChanges(txn *cold.Txn, family string, p int, seqs []uint64) error {
+	for _, s := range seqs {
+		if err := txn.Delete(changeKey(family, p, s)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// storedCounts reads the checkpointed counters of one id (all zeros if none). It lags
+// the counter worker's RAM by at most one flush.
+func storedCounts(txn *cold.Txn, family string, p int, id uint64, dst []uint64) error {
+	clear(dst)
+	_, err := txn.Get(keys.Counters(family, p).U64(id), func(v []byte) error { return unpackCounts(v, dst) })
+	return err
+}

@@ -1,0 +1,24 @@
+// Package coldtest opens a database for the store packages' tests: a new one in the
+// test's temporary directory, closed when the test ends.
+package coldtest
+
+import (
+	"testing"
+
+	"github.com/tally-dev/tally/store/cold"
+)
+
+// Open opens a database with options o, in a new directory of t's when o.Dir is empty,
+// and closes it when t ends.
+func Open(t testing.TB, o cold.Options) *cold.DB {
+	t.Helper()
+	if o.Dir == "" {
+		o.Dir = t.TempDir()
+	}
+	db, err := cold.Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}

@@ -1,0 +1,10 @@
+package graph
+
+import "github.com/tally-dev/tally/store/internal/keys"
+
+// key builds keys from a namespace byte and big-endian fields (see store/internal/keys).
+type key = keys.Key
+
+func newKey(ns byte, capacity int) key { return keys.New(ns, capacity) }
+
+func u64at(b []byte, off int) uint64 { return keys.U64At(b, off) }

@@ -1,0 +1,408 @@
+package graph
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/internal/keys"
+	"github.com/tally-dev/tally/store/rel"
+)
+
+// Likes are kept so that most cost one write, where a follow costs three (its relation
+// and a list key on each side):
+//
+//   - A user's likes, in the user's partition p, are one like record L|p|r|u: the state
+//     (rel.State: made or undone, by place) of each post the user liked or unliked, while
+//     there are at most maxLightLikes; those made are kept newest first, then the undone
+//     ones (tombstones: a like placed before its unlike, handed over late, must find it).
+//     A like rewrites it: one write, whose Get also answers liked and likes.user. Past
+//     that the user is heavy: the record says so, and each post's state is a relation key
+//     R|p|l|u|post, with a list key S|p|l|u|^time|post|0 while the like is made, as a
+//     follow's subject side is. Heavy users stay heavy.
+//   - A post's likers, in the likers' partition p, are liker chunks
+//     K|p|l|post|^second|batch: the likers of one post in one second of like time that
+//     one batch (an event-stage transaction) added, newest first, user and time, 16
+//     bytes each. A batch writes one chunk per post and second it liked, however many
+//     likes that post had in it: a popular post costs a fraction of a write per like.
+//     An unlike, or a like whose place moves, rewrites the chunk that holds it.
+//
+// Lists order as every relation list does: newest first, then by the other side's id;
+// a cursor is the same 24 bytes (^time, other side, 0) in every partition and shape.
+
+// chunkAt names the chunk of one post and second that a batch adds.
+type chunkAt struct {
+	post   uint64
+	second int64
+}
+
+// Likes makes the likes and unlikes of one batch of partition p in a transaction: it
+// keeps the like records it reads and the likers it adds until Flush writes them, once
+// each. A Likes is not safe for concurrent use.
+type Likes struct {
+	res     records
+	p       int
+	users   map[uint64]*likes
+	added   map[chunkAt][]liker
+	posts   []chunkAt       // the chunks of added in the order first added, for Flush
+	merged  bool            // Flush merges into an existing chunk of the same batch
+	writes  int             // keys Flush set or deleted
+	touched map[string]bool // keys set or deleted before Flush
+
+	// db, when set, is where stored liker chunks are looked for (see ReadChunksFrom):
+	// view reads it as committed and rewrote holds the chunks the batch rewrote since
+	// (empty: deleted).
+	db      *cold.DB
+	view    *cold.Txn
+	rewrote map[string][]byte
+}
+
+// ReadChunksFrom makes the batch look for the stored liker chunk an unlike or a moved
+// like takes its liker out of in db as committed, with what the batch rewrote on top,
+// rather than through the batch's transaction: Badger sorts everything a transaction
+// has written each time it makes an iterator of it, which cost a long batch of late
+// likes a sort of its writes per like (22 % of all CPU draining batches not split by
+// partition). Only the partition's batch writes its chunks, so what is committed is
+// what the transaction would read. Close ends the view.
+func (l *Likes) ReadChunksFrom(db *cold.DB) { l.db = db }
+
+// Close discards what the batch opened to read (see ReadChunksFrom).
+func (l *Likes) Close() {
+	if l.view != nil {
+		l.view.Discard()
+		l.view = nil
+	}
+}
+
+// Writes is how many keys the batch has set or deleted so far, each counted once.
+func (l *Likes) Writes() int { return l.writes + len(l.touched) }
+
+func (l *Likes) touch(keys ...key) {
+	if l.touched == nil {
+		l.touched = map[string]bool{}
+	}
+	for _, k := range keys {
+		l.touched[string(k)] = true
+	}
+}
+
+// records are the like records kept in RAM: a Resident's.
+type records interface {
+	record(u uint64) (*likes, bool)
+}
+
+// NewLikes starts a batch of partition p, which reads like records through res (a
+// *Resident, or nil): Resident.Keep takes in what the batch read and wrote once it
+// commits.
+func NewLikes(p int, res records) *Likes {
+	return &Likes{p: p, res: res, users: map[uint64]*likes{}, added: map[chunkAt][]liker{}}
+}
+
+// record is user u's like record: the batch's copy, the resident one or the stored one.
+func (l *Likes) record(txn *cold.Txn, u uint64) (*likes, error) {
+	if r, ok := l.users[u]; ok {
+		return r, nil
+	}
+	if l.res != nil {
+		if r, ok := l.res.record(u); ok {
+			l.users[u] = r
+			return r, nil
+		}
+	}
+	r := &likes{}
+	if _, err := txn.Get(likesKey(l.p, u), func(v []byte) (err error) { r, err = decodeLikes(v); return err }); err != nil {
+		return nil, err
+	}
+	l.users[u] = r
+	return r, nil
+}
+
+// Toggle applies a like (on) or an unlike of post by user u, placed at e.Place, and
+// returns the like's state before and after it (see rel.State.Apply): a like placed
+// before an unlike already applied is undone by it, however late it comes, and a like
+// made twice is made by the copy placed first. forgot is rel's: an older like was
+// forgotten.
+func (l *Likes) Toggle(txn *cold.Txn, u, post uint64, on bool, e rel.Event) (before, after rel.State, forgot bool, err error) {
+	e.TS = max(e.TS, 0)
+	r, err := l.record(txn, u)
+	if err != nil {
+		return before, after, false, err
+	}
+	if r.heavy {
+		return l.toggleKey(txn, u, post, on, e)
+	}
+	i := r.find(post)
+	if i < 0 && len(r.list) == maxLightLikes { // turns heavy: its states become relation keys
+		for _, x := range r.list {
+			if err := l.putKey(txn, Rel{A: u, B: x.post}, rel.State{}, x.State); err != nil {
+				return before, after, false, err
+			}
+		}
+		*r = likes{heavy: true, dirty: true}
+		return l.toggleKey(txn, u, post, on, e)
+	}
+	var st rel.State
+	if i >= 0 {
+		before = r.list[i].Clone()
+		st = before.Clone()
+	}
+	_, forgot = st.Apply(on, e)
+	if st.Equal(before) {
+		return before, st, forgot, nil
+	}
+	if i < 0 {
+		r.list = append(r.list, like{post: post})
+		i = len(r.list) - 1
+	}
+	r.list[i].State, r.dirty = st, true
+	slices.SortStableFunc(r.list, recordOrder)
+	return before, st, forgot, l.moveLiker(txn, u, post, before, st)
+}
+
+// toggleKey is Toggle for a heavy user: the post's state is a relation key.
+func (l *Likes) toggleKey(txn *cold.Txn, u, post uint64, on bool, e rel.Event) (before, after rel.State, forgot bool, err error) {
+	before, after, forgot, keys, err := toggleKey(txn, l.p, Like, Rel{A: u, B: post}, on, e)
+	l.touch(keys...)
+	if err != nil || len(keys) == 0 {
+		return before, after, forgot, err
+	}
+	return before, after, forgot, l.moveLiker(txn, u, post, before, after)
+}
+
+// putKey writes a heavy user's like state, moving its list key with its time.
+func (l *Likes) putKey(txn *cold.Txn, r Rel, before, after rel.State) error {
+	keys, err := putState(txn, l.p, Like, r, before, after)
+	l.touch(keys...)
+	return err
+}
+
+// moveLiker moves user u in post's likers from where before had it to where after has.
+func (l *Likes) moveLiker(txn *cold.Txn, u, post uint64, before, after rel.State) error {
+	if before.On == after.On && before.Made.TS == after.Made.TS {
+		return nil
+	}
+	if before.On {
+		if err := l.dropLiker(txn, u, post, before.Made.TS); err != nil {
+			return err
+		}
+	}
+	if after.On {
+		c := chunkAt{post: post, second: secondOf(after.Made.TS)}
+		if _, ok := l.added[c]; !ok {
+			l.posts = append(l.posts, c)
+		}
+		l.added[c] = append(l.added[c], liker{user: u, ts: after.Made.TS})
+	}
+	return nil
+}
+
+// dropLiker takes user u out of post's likers, from the batch's chunk or a stored one.
+func (l *Likes) dropLiker(txn *cold.Txn, u, post uint64, ts int64) error {
+	c := chunkAt{post: post, second: secondOf(ts)}
+	if i := slices.Index(l.added[c], liker{user: u, ts: ts}); i >= 0 {
+		l.added[c] = slices.Delete(l.added[c], i, i+1)
+		return nil
+	}
+	k, v, err := l.findLiker(txn, likersSecond(l.p, post, c.second), liker{user: u, ts: ts})
+	switch {
+	case err != nil:
+		return err
+	case k == nil:
+		return nil // not listed: nothing to take out
+	}
+	l.touch(k)
+	if l.rewrote != nil {
+		l.rewrote[string(k)] = v
+	}
+	if len(v) == 0 {
+		return txn.Delete(k)
+	}
+	return txn.Set(k, v)
+}
+
+// findLiker finds the stored chunk under prefix that lists e, and returns its key and
+// its value without e (nil, nil when none does).
+func (l *Likes) findLiker(txn *cold.Txn, prefix key, e liker) (k, v []byte, err error) {
+	from := txn
+	if l.db != nil {
+		if l.view == nil {
+			l.view, l.rewrote = l.db.NewTxn(false), map[string][]byte{}
+		}
+		from = l.view
+	}
+	it := from.Iterator(cold.IteratorOptions{Prefix: prefix})
+	defer it.Close()
+	for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
+		val, ok := l.rewrote[string(it.Key())]
+		if !ok {
+			if val, err = it.ValueCopy(nil); err != nil {
+				return nil, nil, err
+			}
+		}
+		for i := 0; i+likerSize <= len(val); i += likerSize {
+			if u64at(val, i) == e.user && int64(u64at(val, i+8)) == e.ts {
+				return it.KeyCopy(nil), slices.Delete(slices.Clone(val), i, i+likerSize), nil
+			}
+		}
+	}
+	return nil, nil, nil
+}
+
+// Flush writes the batch's like records and liker chunks in txn, the chunks under
+// batch, which must differ from every other batch's of the partition (the event stage
+// uses its position after the transaction).
+func (l *Likes) Flush(txn *cold.Txn, batch uint64) error {
+	for u, r := range l.users {
+		if !r.dirty {
+			continue
+		}
+		if err := txn.Set(likesKey(l.p, u), r.encode()); err != nil {
+			return err
+		}
+		r.dirty = false
+		l.writes++
+	}
+	for _, c := range l.posts {
+		ls := l.added[c]
+		k := likersKey(l.p, c.post, c.second, batch)
+		if l.merged {
+			old, err := chunk(txn, k)
+			if err != nil {
+				return err
+			}
+			ls = append(old, ls...)
+		}
+		if len(ls) == 0 {
+			continue
+		}
+		if err := txn.Set(k, encodeLikers(ls)); err != nil {
+			return err
+		}
+		l.writes++
+	}
+	clear(l.added)
+	l.posts = l.posts[:0]
+	return nil
+}
+
+// chunk reads the liker chunk at k (none when there is none).
+func chunk(txn *cold.Txn, k key) ([]liker, error) {
+	var out []liker
+	_, err := txn.Get(k, func(v []byte) (err error) { out, err = decodeLikers(v); return err })
+	return out, err
+}
+
+// relatedLikes is Related for likes: whether user a likes each of bs.
+func relatedLikes(txn *cold.Txn, p int, a uint64, bs []uint64, out []bool) error {
+	r, err := NewLikes(p, nil).record(txn, a)
+	switch {
+	case err != nil:
+		return err
+	case r.heavy:
+		return relatedKeys(txn, p, Like, a, bs, out)
+	}
+	for i, b := range bs {
+		j := r.find(b)
+		out[i] = j >= 0 && r.list[j].On
+	}
+	return nil
+}
+
+// cursor is a list entry's place: ^time, other side, third part (0 for likes).
+func cursor(ts int64, other uint64) []byte {
+	return key{}.U64(math.MaxUint64 - uint64(ts)).U64(other).U64(0)
+}
+
+// after reports whether an entry at time ts with other side id comes after cursor c (nil:
+// the start of the list).
+func after(ts int64, id uint64, c []byte) bool {
+	return c == nil || bytes.Compare(cursor(ts, id), c) > 0
+}
+
+// likedPage is List for a user's likes: from the like record, or the list keys of a
+// heavy user (ok false).
+func likedPage(txn *cold.Txn, p int, u uint64, limit int, from []byte) (items []Item, next string, ok bool, err error) {
+	r, err := NewLikes(p, nil).record(txn, u)
+	if err != nil || r.heavy {
+		return nil, "", false, err
+	}
+	for _, e := range r.list {
+		if !e.On {
+			break // the undone ones come last
+		}
+		if !after(e.Made.TS, e.post, from) {
+			continue
+		}
+		if len(items) == limit {
+			return items, items[limit-1].Cursor(), true, nil
+		}
+		items = append(items, Item{ID: e.post, TS: e.Made.TS, cursor: cursor(e.Made.TS, e.post)})
+	}
+	return items, "", true, nil
+}
+
+// likersPage is List for a post's likers kept in partition p: its chunks a second at a
+// time, newest first, each second's merged.
+func likersPage(txn *cold.Txn, p int, post uint64, limit int, from []byte) (items []Item, next string, err error) {
+	prefix := relPrefix(keys.NSLikers, p, Like).U64(post)
+	start := prefix
+	if from != nil {
+		start = likersSecond(p, post, secondOf(int64(math.MaxUint64-u64at(from, 0))))
+	}
+	it := txn.Iterator(cold.IteratorOptions{Prefix: prefix, PrefetchValues: true})
+	defer it.Close()
+	var second []liker // the likers of the second being read
+	flush := func() bool {
+		slices.SortFunc(second, likersNewestFirst)
+		for _, e := range second {
+			if !after(e.ts, e.user, from) {
+				continue
+			}
+			if len(items) == limit {
+				next = items[limit-1].Cursor()
+				return false
+			}
+			items = append(items, Item{ID: e.user, TS: e.ts, cursor: cursor(e.ts, e.user)})
+		}
+		second = second[:0]
+		return true
+	}
+	var at []byte // the current second's key prefix
+	for it.Seek(start); it.ValidForPrefix(prefix); it.Next() {
+		kb := it.Key()
+		if len(kb) != chunkLen {
+			return nil, "", fmt.Errorf("%w: liker chunk key of %d bytes", cold.ErrCorrupt, len(kb))
+		}
+		if at != nil && !bytes.Equal(at, kb[:chunkLen-8]) && !flush() {
+			return items, next, nil
+		}
+		at = append(at[:0], kb[:chunkLen-8]...)
+		err := it.Value(func(v []byte) error {
+			ls, err := decodeLikers(v)
+			second = append(second, ls...)
+			return err
+		})
+		if err != nil {
+			return nil, "", err
+		}
+	}
+	flush()
+	return items, next, nil
+}
+
+// countLikers counts post's likers kept in partition p, reading its chunks.
+func countLikers(txn *cold.Txn, p int, post uint64) (uint64, error) {
+	prefix := relPrefix(keys.NSLikers, p, Like).U64(post)
+	it := txn.Iterator(cold.IteratorOptions{Prefix: prefix, PrefetchValues: true})
+	defer it.Close()
+	var n uint64
+	for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
+		err := it.Value(func(v []byte) error { n += uint64(len(v)) / likerSize; return nil })
+		if err != nil {
+			return 0, err
+		}
+	}
+	return n, nil
+}

@@ -1,0 +1,145 @@
+package graph
+
+import (
+	"cmp"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/internal/keys"
+	"github.com/tally-dev/tally/store/rel"
+)
+
+// The shapes of like records and liker chunks (see likes.go): their keys, order and
+// encoding.
+
+// recordKind is the kind byte of a like record's key. Records of the layout before
+// states (L|p|'l'|u: post, time and place per like) are moved by moveLikeStates.
+const recordKind = 'r'
+
+// maxLightLikes is the most posts a like record holds before its user turns heavy.
+const maxLightLikes = 32
+
+const (
+	likerSize = 16          // user, time
+	chunkLen  = relOff + 24 // post, ^second, batch
+	// recordVersion starts a like record; recordHeavy is its flag for a heavy user.
+	recordVersion = 2
+	recordHeavy   = 1
+)
+
+// like is one post's state in a like record.
+type like struct {
+	post uint64
+	rel.State
+}
+
+// likes is one user's like record: a light user's like states.
+type likes struct {
+	heavy bool
+	list  []like // made ones newest first, then undone ones
+	dirty bool   // changed by the batch: written at Flush
+}
+
+func likesKey(p int, u uint64) key {
+	return newKey(keys.NSLikes, relOff+8).U16(p).U8(recordKind).U64(u)
+}
+
+// likersKey is a chunk's key; second is the like time's second (time in milliseconds).
+func likersKey(p int, post uint64, second int64, batch uint64) key {
+	return likersSecond(p, post, second).U64(batch)
+}
+
+func likersSecond(p int, post uint64, second int64) key {
+	return relPrefix(keys.NSLikers, p, Like).U64(post).U64(math.MaxUint64 - uint64(second))
+}
+
+func secondOf(ts int64) int64 { return ts / 1000 }
+
+// newestFirst orders likes and likers as lists are: newest first (like time ts), then
+// by the other side's id.
+func newestFirst(ts int64, id uint64, t int64, o uint64) int {
+	return cmp.Or(cmp.Compare(t, ts), cmp.Compare(id, o))
+}
+
+func likersNewestFirst(a, b liker) int { return newestFirst(a.ts, a.user, b.ts, b.user) }
+
+// recordOrder orders a like record: made likes newest first, then undone ones by post.
+func recordOrder(a, b like) int {
+	switch {
+	case a.On && b.On:
+		return newestFirst(a.Made.TS, a.post, b.Made.TS, b.post)
+	case a.On != b.On:
+		if a.On {
+			return -1
+		}
+		return 1
+	}
+	return cmp.Compare(a.post, b.post)
+}
+
+func decodeLikes(v []byte) (*likes, error) {
+	if len(v) < 2 || v[0] != recordVersion || v[1]&^recordHeavy != 0 {
+		return nil, fmt.Errorf("%w: like record %x", cold.ErrCorrupt, v[:min(len(v), 2)])
+	}
+	l := &likes{heavy: v[1]&recordHeavy != 0}
+	for b := v[2:]; len(b) > 0; {
+		if len(b) < 8 || len(l.list) == maxLightLikes {
+			return nil, fmt.Errorf("%w: like record of %d bytes", cold.ErrCorrupt, len(v))
+		}
+		st, n, err := rel.Decode(b[8:])
+		if err != nil {
+			return nil, fmt.Errorf("%w: like record: %w", cold.ErrCorrupt, err)
+		}
+		l.list = append(l.list, like{post: u64at(b, 0), State: st})
+		b = b[8+n:]
+	}
+	return l, nil
+}
+
+func (l *likes) encode() []byte {
+	v := make([]byte, 2, 2+len(l.list)*24)
+	v[0] = recordVersion
+	if l.heavy {
+		v[1] = recordHeavy
+		return v
+	}
+	for i := range l.list {
+		v = binary.BigEndian.AppendUint64(v, l.list[i].post)
+		v = l.list[i].Append(v)
+	}
+	return v
+}
+
+func (l *likes) find(post uint64) int {
+	return slices.IndexFunc(l.list, func(e like) bool { return e.post == post })
+}
+
+// liker is one entry of a liker chunk.
+type liker struct {
+	user uint64
+	ts   int64
+}
+
+func decodeLikers(v []byte) ([]liker, error) {
+	if len(v)%likerSize != 0 {
+		return nil, fmt.Errorf("%w: liker chunk of %d bytes", cold.ErrCorrupt, len(v))
+	}
+	out := make([]liker, len(v)/likerSize)
+	for i := range out {
+		out[i] = liker{user: u64at(v, i*likerSize), ts: int64(u64at(v, i*likerSize+8))}
+	}
+	return out, nil
+}
+
+func encodeLikers(ls []liker) []byte {
+	slices.SortFunc(ls, likersNewestFirst)
+	v := make([]byte, 0, len(ls)*likerSize)
+	for _, e := range ls {
+		v = binary.BigEndian.AppendUint64(v, e.user)
+		v = binary.BigEndian.AppendUint64(v, uint64(e.ts))
+	}
+	return v
+}
