@@ -88,6 +88,20 @@ func (c *Client) GetWith(ctx context.Context, family string, ids []uint64, opts 
 	return &r, err
 }
 
+// GetWindow returns the net change of the counters of ids over the last window ("5m",
+// "1h" or "1d"; any other is ErrBadRequest), in the order asked: r.Changes[i][f] is what
+// the events of the window's minutes added to field f of ids[i] (an unlike counts -1 at
+// its own minute), and r.Window names the window answered. Unavailable ids are as for
+// Get, their Changes entries nil. It needs tallyd 1.2 with --windows.
+func (c *Client) GetWindow(ctx context.Context, family, window string, ids ...uint64) (*pipeline.GetReply, error) {
+	if _, err := pipeline.ParseWindow(window); err != nil {
+		return nil, err
+	}
+	var r pipeline.GetReply
+	err := c.request(ctx, c.subj.Get(family), pipeline.GetRequest{IDs: toIDs(ids), Window: window}, &r, &r.Error, &r.Code)
+	return &r, err
+}
+
 // Liked reports whether uid liked each of posts.
 func (c *Client) Liked(ctx context.Context, uid uint64, posts ...uint64) ([]bool, error) {
 	var r pipeline.LikedReply

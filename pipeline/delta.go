@@ -3,6 +3,7 @@ package pipeline
 import (
 	"bytes"
 	"fmt"
+	"math"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -56,16 +57,36 @@ type DeltaBatch struct {
 	Source uint32
 	Seq    uint64
 	Deltas []Delta
+	// Windows are the same transaction's changes by the minute of the events that made
+	// them, for the windowed counts; empty when windows are off.
+	Windows []WindowDelta
+}
+
+// WindowDelta is the net change the events of one minute made to one counter of one
+// id: an add of N (a like +1, an unlike -1) at Minute (Unix minutes of the event's
+// time). Sets (a read resetting unread) make none: a window counts what events added.
+type WindowDelta struct {
+	ID     uint64
+	Field  uint8
+	Minute uint32
+	N      int64
 }
 
 // The internal wire form is a MessagePack array [source, seq, [id, field, op, n, …]]:
 // deltas are the highest-volume messages and never leave Tally, so they carry no names.
+// A batch with windows has a fourth element, [id, field, minute, n, …]: a reader
+// without windows (before 1.4) refuses such a batch as undecodable, so a cluster turns
+// windows on only once every tallyd runs 1.4 (docs/operations.md).
 
 // AppendDeltaBatch appends the encoded batch to dst.
 func AppendDeltaBatch(dst []byte, b *DeltaBatch) []byte {
 	buf := bytes.NewBuffer(dst)
 	e := msgpack.NewEncoder(buf)
-	_ = e.EncodeArrayLen(3)
+	if len(b.Windows) > 0 {
+		_ = e.EncodeArrayLen(4)
+	} else {
+		_ = e.EncodeArrayLen(3)
+	}
 	_ = e.EncodeUint(uint64(b.Source))
 	_ = e.EncodeUint(b.Seq)
 	_ = e.EncodeArrayLen(4 * len(b.Deltas))
@@ -74,6 +95,15 @@ func AppendDeltaBatch(dst []byte, b *DeltaBatch) []byte {
 		_ = e.EncodeUint(uint64(d.Field))
 		_ = e.EncodeUint(uint64(d.Op))
 		_ = e.EncodeInt(d.N)
+	}
+	if len(b.Windows) > 0 {
+		_ = e.EncodeArrayLen(4 * len(b.Windows))
+		for _, w := range b.Windows {
+			_ = e.EncodeUint(w.ID)
+			_ = e.EncodeUint(uint64(w.Field))
+			_ = e.EncodeUint(uint64(w.Minute))
+			_ = e.EncodeInt(w.N)
+		}
 	}
 	return buf.Bytes()
 }
@@ -85,9 +115,10 @@ func DecodeDeltaBatch(data []byte, b *DeltaBatch) error {
 	}
 	d := msgpack.NewDecoder(bytes.NewReader(data))
 	n, err := d.DecodeArrayLen()
-	if err != nil || n != 3 {
-		return fmt.Errorf("delta batch: want a 3-element array (len %d): %v", n, err)
+	if err != nil || (n != 3 && n != 4) {
+		return fmt.Errorf("delta batch: want a 3- or 4-element array (len %d): %v", n, err)
 	}
+	parts := n
 	src, err := d.DecodeUint32()
 	if err != nil {
 		return fmt.Errorf("delta batch source: %w", err)
@@ -118,6 +149,37 @@ func DecodeDeltaBatch(data []byte, b *DeltaBatch) error {
 		}
 		x.Field, x.Op = uint8(f), Op(op)
 		b.Deltas = append(b.Deltas, x)
+	}
+	b.Windows = b.Windows[:0]
+	if parts == 4 {
+		return decodeWindows(d, len(data), b)
+	}
+	return nil
+}
+
+func decodeWindows(d *msgpack.Decoder, size int, b *DeltaBatch) error {
+	n, err := d.DecodeArrayLen()
+	if err != nil || n < 0 || n%4 != 0 || n > size {
+		return fmt.Errorf("delta batch: bad window list (len %d): %v", n, err)
+	}
+	for range n / 4 {
+		var x WindowDelta
+		var f, m uint64
+		if x.ID, err = d.DecodeUint64(); err == nil {
+			if f, err = d.DecodeUint64(); err == nil {
+				if m, err = d.DecodeUint64(); err == nil {
+					x.N, err = d.DecodeInt64()
+				}
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("delta batch windows: %w", err)
+		}
+		if f > 255 || m > math.MaxUint32 {
+			return fmt.Errorf("delta batch windows: field %d or minute %d out of range", f, m)
+		}
+		x.Field, x.Minute = uint8(f), uint32(m)
+		b.Windows = append(b.Windows, x)
 	}
 	return nil
 }

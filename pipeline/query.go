@@ -20,6 +20,9 @@ const MaxPage = 1_000
 type GetRequest struct {
 	IDs   []ID `json:"ids"`
 	Exact bool `json:"exact,omitempty"`
+	// Window (1.4), when set, asks for the net change of each counter over the last 5
+	// minutes, hour or day ("5m", "1h", "1d") instead of its value (docs/contract.md).
+	Window string `json:"window,omitempty"`
 }
 
 // GetReply holds counts in the order the ids were asked; unknown ids are zeros.
@@ -32,9 +35,14 @@ type GetRequest struct {
 // Stale (1.2) lists the ids counted by a standby of their partition because no process
 // owned it (a killed owner, until its standby takes it over): their counts are real but
 // may miss the last moment's events, as each entry says. A request with Exact gets none.
+//
+// A windowed get (GetRequest.Window, 1.4) answers in Changes instead of Counts, signed
+// (more unlikes than likes in the window is negative), and names the window it answers.
 type GetReply struct {
 	Fields      []string   `json:"fields,omitempty"`
 	Counts      [][]uint64 `json:"counts,omitempty"`
+	Window      string     `json:"window,omitempty"`
+	Changes     [][]int64  `json:"changes,omitempty"`
 	Unavailable []ID       `json:"unavailable,omitempty"`
 	Stale       []Stale    `json:"stale,omitempty"`
 	// Estimated (1.3) names the fields whose counts may be estimates: a post's viewers,

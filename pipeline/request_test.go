@@ -45,8 +45,8 @@ func TestDecodePeerRequest(t *testing.T) {
 		}
 	}
 	f(t, `{"ids":[1,"2"],"later":{"x":[1]}}`, []pipeline.ID{1, 2}, "",
-		`bad request: unknown field "later": this request has "ids", "exact"`)
+		`bad request: unknown field "later": this request has "ids", "exact", "window"`)
 	const ids = `bad request: "ids" must be an array of unsigned 64-bit integers (numbers or decimal strings)`
-	f(t, `{"a_later":1,"ids":"x"}`, nil, ids, `bad request: unknown field "a_later": this request has "ids", "exact"`)
+	f(t, `{"a_later":1,"ids":"x"}`, nil, ids, `bad request: unknown field "a_later": this request has "ids", "exact", "window"`)
 	f(t, `{"ids":[1]}`, []pipeline.ID{1}, "", "<nil>")
 }

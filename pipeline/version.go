@@ -22,7 +22,9 @@ package pipeline
 // 1.1 that does not know Stale takes such counts as exact.
 // 1.3 added the post family's viewers, counted from views that carry a uid, and
 // GetReply.Estimated, the fields whose counts may be estimates (viewers past 128).
-const ProtocolVersion = "1.3"
+// 1.4 added the window of a get (GetRequest.Window, GetReply.Window and Changes), where
+// tallyd keeps windows (--windows), and the window changes of internal delta batches.
+const ProtocolVersion = "1.4"
 
 // ServiceVersion is ProtocolVersion as a semantic version (major.minor.0), the version
 // of the NATS micro service that answers the queries.

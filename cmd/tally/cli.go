@@ -29,11 +29,12 @@ type env struct {
 const usage = `tally — Tally's command-line client
 
   tally pub [file]                         publish NDJSON events (stdin without a file)
-  tally get [--json] [--exact] <family> <id>...
+  tally get [--json] [--exact] [--window 5m|1h|1d] <family> <id>...
                                            counts of ids (--json: the raw reply); exit 1 if
                                            any is unavailable (partition hand-over); ids
                                            a standby counted while their partition had no
-                                           owner are marked stale (--exact: unavailable)
+                                           owner are marked stale (--exact: unavailable);
+                                           --window: the net change over it
   tally liked <uid> <post>...              did uid like these posts
   tally likes user <uid> | post <post>     who liked / what was liked, newest first
   tally following <uid> | followers <uid>  follow lists, newest first

@@ -20,6 +20,7 @@ import (
 
 func getFlags(fs *flag.FlagSet) {
 	fs.Bool("json", false, "print the raw JSON reply")
+	fs.String("window", "", "the net change over the last 5m, 1h or 1d instead of the counts")
 	fs.Bool("exact", false, "exact counts only: ids whose partition has no owner are unavailable rather than counted by its standby (stale)")
 }
 
@@ -31,8 +32,12 @@ func runGet(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env) erro
 	if err != nil {
 		return err
 	}
+	window := fs.Lookup("window").Value.String()
 	if fs.Lookup("json").Value.(flag.Getter).Get().(bool) {
-		return getRaw(ctx, c, fs, e, list)
+		return getRaw(ctx, c, fs, e, list, window)
+	}
+	if window != "" {
+		return getWindow(ctx, c, fs.Arg(0), window, list, e)
 	}
 	var opts []client.GetOption
 	if exact(fs) {
@@ -94,9 +99,37 @@ func unavailable(r *pipeline.GetReply) error {
 	return fmt.Errorf("%d ids unavailable (their partition is being handed over; try again): %s", len(r.Unavailable), strings.Join(s, " "))
 }
 
+// getWindow prints the net changes over window of list, signed, one row an id.
+func getWindow(ctx context.Context, c *client.Client, family, window string, list []uint64, e env) error {
+	r, err := c.GetWindow(ctx, family, window, list...)
+	if err != nil {
+		return err
+	}
+	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprint(w, tabRow(append([]string{"id"}, r.Fields...)...))
+	for i, id := range list {
+		row := []string{strconv.FormatUint(id, 10)}
+		if r.Changes[i] == nil {
+			for range r.Fields {
+				row = append(row, "-")
+			}
+			row = append(row, "unavailable")
+		}
+		for _, v := range r.Changes[i] {
+			row = append(row, strconv.FormatInt(v, 10))
+		}
+		fmt.Fprint(w, tabRow(row...))
+	}
+	fmt.Fprint(w, tabRow("window", r.Window))
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	return unavailable(r)
+}
+
 // getRaw asks in JSON, so that the server answers in JSON, and prints the reply as is.
-func getRaw(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env, list []uint64) error {
-	req := pipeline.GetRequest{IDs: make([]pipeline.ID, len(list)), Exact: exact(fs)}
+func getRaw(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env, list []uint64, window string) error {
+	req := pipeline.GetRequest{IDs: make([]pipeline.ID, len(list)), Exact: exact(fs), Window: window}
 	for i, id := range list {
 		req.IDs[i] = pipeline.ID(id)
 	}

@@ -170,6 +170,7 @@ func (w *Worker) applyDeltas(b *pipeline.DeltaBatch) error {
 		}
 		w.changed++
 	}
+	w.applyWindows(b)
 	w.stats.Batches.Add(1)
 	w.stats.Deltas.Add(int64(len(b.Deltas)))
 	return nil

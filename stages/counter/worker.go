@@ -143,14 +143,19 @@ type Worker struct {
 	staleBehind staleBehind // see Stale
 	journaled   int         // entries journaled since the last snapshot
 	snapDue     bool        // a snapshot is wanted at the next checkpoint
+
+	win windows // the windowed counts
 }
 
 type query struct {
-	ids  []uint64
-	out  [][]uint64 // out[i] has Fields() counters for ids[i]
-	pos  uint64     // the position the answer reflects
-	err  error
-	done chan struct{}
+	ids []uint64
+	out [][]uint64 // out[i] has Fields() counters for ids[i]
+	// changes, for a windowed query, has Fields() changes for ids[i] since minute since.
+	changes [][]int64
+	since   uint32
+	pos     uint64 // the position the answer reflects
+	err     error
+	done    chan struct{}
 }
 
 // New returns a worker; Run starts it.
@@ -210,7 +215,11 @@ func (w *Worker) Get(ctx context.Context, ids []uint64, out [][]uint64) error {
 	if w.cfg.Valid != nil && !w.cfg.Valid() {
 		return fmt.Errorf("%w: partition %s/%d", ErrNotOwned, w.cfg.Family.Name, w.cfg.Partition)
 	}
-	q := &query{ids: ids, out: out, done: make(chan struct{})}
+	return w.ask(ctx, &query{ids: ids, out: out, done: make(chan struct{})})
+}
+
+// ask hands q to the worker's goroutine and waits for its answer.
+func (w *Worker) ask(ctx context.Context, q *query) error {
 	select {
 	case w.queries <- q:
 	case <-ctx.Done():
@@ -299,6 +308,9 @@ func (w *Worker) load() error {
 	if err := w.loadChanges(); err != nil {
 		return err
 	}
+	if err := w.loadWindows(); err != nil {
+		return err
+	}
 	w.store = heldStore{db: w.db, family: w.cfg.Family.Name, p: w.cfg.Partition}
 	if err := w.dropOrphans(); err != nil {
 		return err
@@ -360,6 +372,10 @@ func (w *Worker) waitSnapshot() {
 
 func (w *Worker) answer(q *query) {
 	q.pos = w.pos.Load() // cp.Pos is the checkpoint's while one is taken (serving)
+	if q.changes != nil {
+		w.answerWindow(q)
+		return
+	}
 	var cold []int
 	for i, id := range q.ids {
 		if !w.table.Get(id, q.out[i]) && w.isCold(id) {
@@ -406,7 +422,7 @@ func (w *Worker) apply(ctx context.Context, m jetstream.Msg, b *pipeline.DeltaBa
 // flush writes every changed id with the position and watermarks in one transaction,
 // then announces the new values.
 func (w *Worker) flush(ctx context.Context) error {
-	if w.changed == 0 {
+	if w.changed == 0 && len(w.win.gone) == 0 {
 		return nil
 	}
 	var entries []checkpoint.Entry
@@ -422,8 +438,10 @@ func (w *Worker) flush(ctx context.Context) error {
 		return fmt.Errorf("change event of %s/%d: %w", w.cfg.Family.Name, w.cfg.Partition, err)
 	}
 	w.chg.published = append(w.chg.published, w.chg.out.Published()...)
+	wins := w.windowEntries()
+	w.cp.WindowTop = w.win.top
 	err = w.serving(func() error {
-		err := checkpoint.SaveCheckpoint(w.db, w.cfg.Family.Name, w.cfg.Partition, entries, &w.cp, j, checkpoint.Changes{Put: chg, Published: w.chg.published, Released: w.store.released})
+		err := checkpoint.SaveCheckpoint(w.db, w.cfg.Family.Name, w.cfg.Partition, entries, &w.cp, j, checkpoint.Changes{Put: chg, Published: w.chg.published, Released: w.store.released, Windows: wins})
 		if err == nil && w.cfg.AfterCheckpoint != nil {
 			err = w.cfg.AfterCheckpoint()
 		}
@@ -433,6 +451,7 @@ func (w *Worker) flush(ctx context.Context) error {
 		return err
 	}
 	w.chg.published, w.store.released = nil, nil
+	w.windowsSaved(wins)
 	w.lastPos = w.cp.Pos
 	if len(chg) > 0 {
 		w.chg.pending = append(w.chg.pending, chg)
@@ -466,42 +485,6 @@ func (w *Worker) flush(ctx context.Context) error {
 	}
 	return nil
 }
-
-// purge drops the deltas the last checkpoint covers, at most every PurgeEvery. A failed
-// purge is logged and tried again later: it only costs disk.
-func (w *Worker) purge(ctx context.Context) {
-	upTo := w.cp.Pos
-	if w.cfg.BoundPurge {
-		upTo = min(upTo, w.purgeLimit.Load())
-	}
-	if w.cfg.PurgeEvery <= 0 || time.Since(w.lastPurge) < w.cfg.PurgeEvery || upTo < w.purgedTo.Load() || w.purging.Load() {
-		return
-	}
-	w.lastPurge = time.Now()
-	// A JetStream request: off the worker's goroutine, so that a slow or absent NATS
-	// delays the purge, not the partition's queries.
-	w.purging.Store(true)
-	w.purges.Go(func() {
-		defer w.purging.Store(false)
-		st, err := w.js.Stream(ctx, w.cfg.Subjects.DeltasStream())
-		if err == nil {
-			err = st.Purge(ctx, jetstream.WithPurgeSubject(w.cfg.Subjects.Delta(w.cfg.Family.Name, w.cfg.Partition)),
-				jetstream.WithPurgeSequence(upTo+1))
-		}
-		if err != nil {
-			if ctx.Err() == nil {
-				w.log.Warn("cannot purge applied deltas", "err", err)
-			}
-			return
-		}
-		w.purgedTo.Store(upTo + 1)
-	})
-}
-
-// SetPurgeLimit lets the worker purge deltas up to pos when BoundPurge is set: pos is
-// covered by a backup of its state stored in NATS, so a new owner restoring that backup
-// finds every delta after it still in the stream.
-func (w *Worker) SetPurgeLimit(pos uint64) { w.purgeLimit.Store(pos) }
 
 // Partition is the worker's family and partition.
 func (w *Worker) Partition() (family string, p int) { return w.cfg.Family.Name, w.cfg.Partition }

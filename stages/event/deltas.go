@@ -76,16 +76,40 @@ type counterKey struct {
 
 // coalescer merges the deltas of one transaction per counter (+1 +1 +1 → +3) where that
 // is exact whatever the counter holds (pipeline.Delta.Then), keeps the others apart in
-// their order (+3 then -1), and groups them by destination partition.
+// their order (+3 then -1), and groups them by destination partition. With windows on,
+// it also sums the adds per counter and minute of the event that made them (minute, set
+// before each event is applied; 0: none) for the windowed counts.
 type coalescer struct {
 	partitions int
 	byDest     map[dest]*destDeltas
 	order      []dest // first-touched order, so output is deterministic
+	minute     uint32
 }
 
 type destDeltas struct {
-	index  map[counterKey]int // the last delta of each counter
-	deltas []pipeline.Delta
+	index   map[counterKey]int // the last delta of each counter
+	deltas  []pipeline.Delta
+	windows map[windowKey]int // each counter and minute's entry in windowed
+	// windowed are the window changes in first-touched order; those that net to 0 are
+	// dropped when sent (windowDeltas).
+	windowed []pipeline.WindowDelta
+}
+
+type windowKey struct {
+	id     uint64
+	field  uint8
+	minute uint32
+}
+
+// windowDeltas returns the window changes of dd that change something.
+func (dd *destDeltas) windowDeltas() []pipeline.WindowDelta {
+	out := dd.windowed[:0:0]
+	for _, w := range dd.windowed {
+		if w.N != 0 {
+			out = append(out, w)
+		}
+	}
+	return out
 }
 
 func newCoalescer(partitions int) *coalescer {
@@ -99,6 +123,18 @@ func (c *coalescer) add(f fieldRef, id pipeline.ID, op pipeline.Op, n int64) {
 		dd = &destDeltas{index: map[counterKey]int{}}
 		c.byDest[d] = dd
 		c.order = append(c.order, d)
+	}
+	if c.minute != 0 && op == pipeline.OpAdd && n != 0 {
+		if dd.windows == nil {
+			dd.windows = map[windowKey]int{}
+		}
+		wk := windowKey{uint64(id), f.field, c.minute}
+		if i, ok := dd.windows[wk]; ok {
+			dd.windowed[i].N += n
+		} else {
+			dd.windows[wk] = len(dd.windowed)
+			dd.windowed = append(dd.windowed, pipeline.WindowDelta{ID: uint64(id), Field: f.field, Minute: c.minute, N: n})
+		}
 	}
 	x := pipeline.Delta{ID: uint64(id), Field: f.field, Op: op, N: n}
 	k := counterKey{uint64(id), f.field}
@@ -115,4 +151,25 @@ func (c *coalescer) add(f fieldRef, id pipeline.ID, op pipeline.Op, n int64) {
 func (c *coalescer) reset() {
 	clear(c.byDest)
 	c.order = c.order[:0]
+	c.minute = 0
+}
+
+// windowMinute is the minute an event at ts (ms) counts in for the windows, in a
+// transaction whose newest message was stored at minute now (0: not known, after a
+// restart that applied no message yet), or 0 when it counts in none: an event claiming
+// a time after it was stored counts when it was stored, and one a day or more before
+// now counts in no window (pipeline.WindowDay) and costs nothing. Both depend on the
+// stream alone, never on a clock, so a replay makes the same windows.
+func windowMinute(ts int64, now uint32) uint32 {
+	m := pipeline.MinuteOf(ts)
+	if now == 0 {
+		return m
+	}
+	if m > now {
+		return now
+	}
+	if m+pipeline.WindowDay <= now {
+		return 0
+	}
+	return m
 }

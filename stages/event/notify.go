@@ -13,6 +13,9 @@ import (
 func (s *Stage) notify(txn *cold.Txn, w *work, kind string, owner pipeline.ID, seq, moved uint64) error {
 	if q := pipeline.PartitionOf(owner, s.cfg.Partitions); q != s.cfg.Partition {
 		n := pipeline.Event{Type: pipeline.TypeNotify, Target: owner, Field: kind, Seq: seq, ID: pipeline.ID(moved)}
+		if s.cfg.Windows { // the unread counter it changes there counts at the minute here
+			n.TS = w.ts
+		}
 		if seq == 0 { // only taken back
 			n.Seq, n.ID, n.N = moved, 0, -1
 		}

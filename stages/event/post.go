@@ -25,6 +25,9 @@ func (s *Stage) post(txn *cold.Txn, e *pipeline.Event, w *work) error {
 		return err
 	}
 	push := pipeline.Event{Type: pipeline.TypePush, UID: e.UID, Post: e.Post, Seq: e.Seq}
+	if s.cfg.Windows { // the feed counters it adds to count at the post's minute
+		push.TS = e.TS
+	}
 	if !pushed {
 		push.Field = pipeline.PushPulled
 		s.stats.Pulled.Add(1)

@@ -56,6 +56,10 @@ type Config struct {
 	ResidentBytes int
 	// MaxPayload is the largest message NATS accepts (the connection's when 0).
 	MaxPayload int
+	// Windows sends, with the deltas, the changes by minute the windowed counts are made
+	// of (pipeline.WindowDelta). Counter workers of versions before 1.4 cannot decode
+	// such batches: on only once every tallyd runs 1.4.
+	Windows bool
 }
 
 // Stats counts what a stage did; safe to read from any goroutine.
@@ -103,7 +107,10 @@ type Stage struct {
 	res    *graph.Resident[unread.ReaderState] // what events read of the state, in RAM (see graph.Resident)
 	seen   *viewers.Cache                      // the sketches of the posts viewed lately, in RAM
 
-	pos       atomic.Uint64 // last stream sequence committed
+	pos atomic.Uint64 // last stream sequence committed
+	// now is the Unix minute the newest message committed was stored at, with windows
+	// on: where a transaction that consumes no message starts from.
+	now       uint32
 	logged    atomic.Uint64 // last log record a following stage applied (see LogBehind)
 	busy      atomic.Bool   // from taking messages until their outbox is acknowledged
 	st        stagelog.State
@@ -431,6 +438,7 @@ func (s *Stage) committed(st stagelog.State, w *work) {
 	s.stats.HopGaps.Add(w.in.Stats.GapsSkipped.Load())
 	s.stats.Forwarded.Add(w.forwarded)
 	s.stats.Deltas.Add(w.deltas)
+	s.now = max(s.now, w.now)
 	s.pos.Store(st.Pos)
 	s.countHeld()
 }
@@ -473,6 +481,11 @@ func (s *Stage) applyMsg(txn *cold.Txn, m jetstream.Msg, seq uint64, w *work) er
 			return s.fillHop(m, w)
 		}
 		return nil
+	}
+	if s.cfg.Windows {
+		if md, err := m.Metadata(); err == nil {
+			w.now = max(w.now, pipeline.MinuteOf(md.Timestamp.UnixMilli()))
+		}
 	}
 	if err == nil && typ == pipeline.TypeHop {
 		return s.applyHop(txn, m, seq, w)
@@ -527,6 +540,9 @@ func (s *Stage) applyEvent(txn *cold.Txn, e *pipeline.Event, local bool, w *work
 			w.forward(q, e)
 			return nil
 		}
+	}
+	if s.cfg.Windows {
+		w.c.minute, w.ts = windowMinute(e.TS, w.now), e.TS
 	}
 	if err := s.apply(txn, e, w); err != nil {
 		return err

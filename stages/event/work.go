@@ -54,9 +54,11 @@ type work struct {
 	released int
 	deadHops []delivery.HeldRef
 
-	hop                     bool  // applying events of a hop batch: handed over from another partition
-	dups, forwarded, deltas int64 // counted once the transaction commits
-	deleted                 int   // acknowledged outbox entries the transaction deletes
+	hop                     bool   // applying events of a hop batch: handed over from another partition
+	now                     uint32 // the Unix minute the newest message applied was stored at (windows)
+	ts                      int64  // the time of the event being applied (windows), for those it causes elsewhere
+	dups, forwarded, deltas int64  // counted once the transaction commits
+	deleted                 int    // acknowledged outbox entries the transaction deletes
 }
 
 func (s *Stage) newWork(txn *cold.Txn, c *coalescer, dead []uint64) *work {
@@ -68,7 +70,7 @@ func (s *Stage) newWork(txn *cold.Txn, c *coalescer, dead []uint64) *work {
 	in := hop.In{Marks: marks, Store: stageHeld{txn: txn, p: s.cfg.Partition}, Log: s.log, Stats: &hop.InStats{}}
 	likes := graph.NewLikes(s.cfg.Partition, s.res)
 	likes.ReadChunksFrom(s.db)
-	return &work{s: s, c: c, in: in, fwd: map[int][]pipeline.Event{}, deadSeqs: dead,
+	return &work{s: s, c: c, in: in, fwd: map[int][]pipeline.Event{}, deadSeqs: dead, now: s.now,
 		likes: likes, readers: unread.NewReaders(s.cfg.Partition, s.res), viewers: viewers.New(s.cfg.Partition, s.seen)}
 }
 
@@ -140,11 +142,12 @@ func (s *Stage) next(pos uint64, w *work) (stagelog.State, []delivery.OutboxEntr
 	}
 	for _, d := range w.c.order {
 		key := d.String()
-		deltas := w.c.byDest[d].deltas
-		for len(deltas) > 0 {
-			k := min(len(deltas), maxDeltas)
+		deltas, windows := w.c.byDest[d].deltas, w.c.byDest[d].windowDeltas()
+		for len(deltas) > 0 || len(windows) > 0 {
+			k, kw := min(len(deltas), maxDeltas), min(len(windows), maxDeltas)
 			st.Seqs[key]++
-			b := pipeline.DeltaBatch{Source: uint32(p), Seq: st.Seqs[key], Deltas: deltas[:k]}
+			b := pipeline.DeltaBatch{Source: uint32(p), Seq: st.Seqs[key], Deltas: deltas[:k], Windows: windows[:kw]}
+			windows = windows[kw:]
 			outbox = append(outbox, delivery.OutboxEntry{
 				Subject: s.cfg.Subjects.Delta(d.family, d.partition),
 				MsgID:   pipeline.DeltaMsgID(p, key, b.Seq),

@@ -75,7 +75,7 @@ func (n *Node) counterPiece(p int) cluster.Piece {
 // startStage starts partition p's event stage in pt, under pt's lease.
 func (n *Node) startStage(ctx context.Context, pt *part) error {
 	p := pt.p
-	ec := event.Config{Partition: p, Partitions: n.cfg.Partitions, Subjects: n.subjects, Families: n.cfg.Families, FanoutLimit: n.cfg.FanoutLimit, ResidentBytes: n.residentBytes()}
+	ec := event.Config{Partition: p, Partitions: n.cfg.Partitions, Subjects: n.subjects, Families: n.cfg.Families, FanoutLimit: n.cfg.FanoutLimit, ResidentBytes: n.residentBytes(), Windows: n.cfg.Windows}
 	ec.Publisher = n.cfg.publisher(n.js, uint64(1<<20+p))
 	if n.backups != nil { // the state moves between processes: log every transaction
 		ec.Log, ec.Owner, ec.Valid = true, pt.lease.Token(), pt.lease.Valid

@@ -79,6 +79,11 @@ type Config struct {
 	// shared evenly by the partitions: a like or a notification then costs no Badger
 	// read. 0 keeps none.
 	StateMem int64
+	// Windows keeps the windowed counts (the net change of every counter over the last
+	// 5 minutes, hour and day, docs/contract.md): the event stages send the changes by
+	// minute with their deltas. Counter workers before 1.2 cannot decode those: on only
+	// once every tallyd of the prefix runs 1.2.
+	Windows bool
 	// Snapshots keeps a snapshot of every counter table in DataDir/snapshots, so a
 	// restart loads RAM in one read per partition.
 	Snapshots bool
@@ -180,6 +185,7 @@ func DefaultConfig() Config {
 		ColdCache:     1 << 18,
 		StateMem:      128 << 20,
 		Snapshots:     true,
+		Windows:       true,
 		LeaseTTL:      DefaultLeaseTTL,
 		Standbys:      true,
 		AuditSample:   100,

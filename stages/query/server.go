@@ -362,6 +362,9 @@ func (s *Server) get(r *request) (any, error) {
 	if err := r.decode(&req); err != nil {
 		return nil, err
 	}
+	if req.Window != "" { // answered by owners only: a windowed get is never stale
+		return s.getWindow(r.ctx, fam, &req)
+	}
 	counts, unavailable, stale, err := s.counts(r.ctx, fam, req.IDs, req.Exact)
 	if err != nil {
 		return nil, err
@@ -382,13 +385,16 @@ func (s *Server) part(key partKey) func(*request) (any, error) {
 		if asked := r.msg.Header.Get(lagHeader); asked != "" {
 			return s.partHealth(r.ctx, key, asked)
 		}
-		_, ids, out, err := s.partRequest(r, key, len(fam.Fields))
+		req, ids, out, err := s.partRequest(r, key, len(fam.Fields))
 		if err != nil {
 			return nil, err
 		}
 		o := (*s.owners.Load())[key.family][key.p]
 		if o == nil { // removed while this request was queued
 			return nil, fmt.Errorf("%w: partition %s/%d is no longer in this process", errUnavailable, key.family, key.p)
+		}
+		if req.Window != "" {
+			return partWindow(r, fam, o, ids, &req)
 		}
 		if err := o.Get(r.ctx, ids, out); err != nil {
 			return nil, err

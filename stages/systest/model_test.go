@@ -229,5 +229,6 @@ func compare(t *testing.T, c *client.Client, g *gen) *reference.Model {
 		users = append(users, uint64(u))
 	}
 	rig.CheckReference(t, c, ref, users, posts, 1+len(users)/100)
+	compareWindows(t, c, posts, users)
 	return ref
 }

@@ -82,6 +82,8 @@ func BenchmarkEndToEnd(b *testing.B) {
 	})
 	b.Run("jetstream-consume", func(b *testing.B) { benchConsume(b, 7) })
 	b.Run("tally", func(b *testing.B) { benchTally(b, 7, nil) })
+	// The same without the windowed counts (--windows=false): what they cost.
+	b.Run("tally-nowindows", func(b *testing.B) { benchTally(b, 7, func(c *node.Config) { c.Windows = false }) })
 	b.Run("tally-views-only", func(b *testing.B) { benchTally(b, 0, nil) })
 	b.Run("tally-likes-only", func(b *testing.B) { benchTally(b, 10, nil) })
 	// One and three tallyd processes on the same three-server cluster: streams R3, state

@@ -21,6 +21,9 @@ type Checkpoint struct {
 	// journal entry kept (see SaveCounters).
 	Seq         uint64 `msgpack:"n,omitempty"`
 	JournalFrom uint64 `msgpack:"jf,omitempty"`
+	// WindowTop is the newest minute of a window change applied (Unix minutes): the
+	// windows keep the day up to it (store/window's floor), whatever the clock says.
+	WindowTop uint32 `msgpack:"wt,omitempty"`
 }
 
 // Journal says what SaveCounters does with the partition's journal.
@@ -51,6 +54,9 @@ type Changes struct {
 	// Released are held delta batches applied since the last checkpoint: the marks of
 	// this one no longer hold them, so their payloads are deleted with it.
 	Released []delivery.HeldRef
+	// Windows are the window records of the ids whose windowed counts changed since the
+	// last checkpoint (or were forgotten: empty records).
+	Windows []WindowEntry
 }
 
 // changePrefix holds the outbox of (family, p)'s change events. It lies under the
@@ -78,6 +84,9 @@ func SaveCheckpoint(db *cold.DB, family string, p int, entries []Entry, cp *Chec
 		return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
 	}
 	if err := deleteHeld(txn, family, p, ch.Released); err != nil {
+		return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
+	}
+	if err := putWindows(txn, family, p, ch.Windows); err != nil {
 		return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
 	}
 	for i := range ch.Put {

@@ -1,0 +1,151 @@
+package counter_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/stages/counter"
+	"github.com/tally-dev/tally/store/checkpoint"
+	"github.com/tally-dev/tally/store/cold"
+)
+
+// publishWindows sends batch seq of source src: a like count change n of id, and its
+// window changes.
+func (r *rig) publishWindows(src uint32, seq uint64, id uint64, n int64, wins ...pipeline.WindowDelta) {
+	r.t.Helper()
+	b := pipeline.DeltaBatch{Source: src, Seq: seq, Deltas: []pipeline.Delta{{ID: id, Op: pipeline.OpAdd, N: n}}, Windows: wins}
+	r.publishRaw(src, seq, pipeline.AppendDeltaBatch(nil, &b))
+}
+
+// windowLikes waits until w applied everything published and returns the like change of
+// each id since minute since.
+func (r *rig) windowLikes(w *counter.Worker, since uint32, ids ...uint64) []int64 {
+	r.t.Helper()
+	r.likes(w, ids[0]) // waits for every delta
+	out := make([][]int64, len(ids))
+	for i := range out {
+		out[i] = make([]int64, len(r.fam.Fields))
+	}
+	if err := w.GetWindow(context.Background(), ids, since, out); err != nil {
+		r.t.Fatal(err)
+	}
+	got := make([]int64, len(ids))
+	for i := range out {
+		got[i] = out[i][0]
+	}
+	return got
+}
+
+// TestWindowsSurviveRestart: a worker keeps the changes by minute it applied — each
+// batch once, in its source's order, whatever was sent again — writes them with its
+// checkpoints, and a worker started afresh on the same Badger answers the same windows.
+// Past a day from the newest minute applied, a change is forgotten, in RAM and on disk.
+func TestWindowsSurviveRestart(t *testing.T) {
+	r := newRig(t)
+	const now = 29_000_000
+	at := func(id uint64, minute uint32, n int64) pipeline.WindowDelta {
+		return pipeline.WindowDelta{ID: id, Minute: minute, N: n}
+	}
+	w, stop := r.start(r.config())
+	r.publishWindows(1, 1, 42, 1, at(42, now-70, 1))
+	r.publishWindows(1, 2, 42, 1, at(42, now-30, 1))
+	r.publishWindows(1, 2, 42, 1, at(42, now-30, 1)) // sent again: skipped
+	r.publishWindows(1, 4, 42, -1, at(42, now, -1))  // above a gap: held until 3 comes
+	r.publishWindows(1, 3, 42, 2, at(42, now-3, 2), at(43, now-4, 1))
+	r.publishWindows(2, 1, 43, 1, at(43, now-5, 1)) // just outside 5 minutes
+	check := func(w *counter.Worker, when string) {
+		t.Helper()
+		for _, c := range []struct {
+			since uint32
+			want  string
+		}{{now - 4, "[1 1]"}, {now - 59, "[2 2]"}, {now - 1439, "[3 2]"}} {
+			if got := fmt.Sprint(r.windowLikes(w, c.since, 42, 43)); got != c.want {
+				t.Fatalf("%s: since %d: got %s, want %s", when, c.since, got, c.want)
+			}
+		}
+	}
+	check(w, "applied")
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	w, stop = r.start(r.config())
+	check(w, "restarted")
+
+	// A change a day after now-4 moves the day on: what is older is forgotten, and
+	// 43's record, with nothing left, is deleted from Badger.
+	r.publishWindows(1, 5, 44, 1, at(44, now-4+pipeline.WindowDay, 1))
+	if got := fmt.Sprint(r.windowLikes(w, 0, 42, 43, 44)); got != "[1 0 1]" {
+		t.Fatalf("a day on: got %s, want [1 0 1]", got)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	w, _ = r.start(r.config())
+	if got := fmt.Sprint(r.windowLikes(w, 0, 42, 43, 44)); got != "[1 0 1]" {
+		t.Fatalf("a day on, restarted: got %s, want [1 0 1]", got)
+	}
+	stored := map[uint64]bool{}
+	if err := checkpoint.LoadWindows(r.db, r.fam.Name, 0, func(id uint64, _ []byte) error { stored[id] = true; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if stored[43] || !stored[42] || !stored[44] {
+		t.Fatalf("stored window records %v, want 42 and 44 (43's forgotten)", stored)
+	}
+}
+
+// TestWindowsOfStandbyAndBackup: a standby's worker, applying the same batches on a
+// database of its own, answers the owner's windows once promoted; and a backup of the
+// owner's counter partition, restored into another database, starts a worker that
+// answers them too (a hand-over by restore).
+func TestWindowsOfStandbyAndBackup(t *testing.T) {
+	r := newRig(t)
+	const now = 29_000_000
+	at := func(id uint64, minute uint32, n int64) pipeline.WindowDelta {
+		return pipeline.WindowDelta{ID: id, Minute: minute, N: n}
+	}
+	owner, stopOwner := r.start(r.config())
+	standbyDB, err := cold.Open(cold.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { standbyDB.Close() })
+	promoted := new(atomic.Bool)
+	cfg := r.config()
+	cfg.Valid = promoted.Load
+	standby, _ := r.startOn(standbyDB, cfg)
+	r.publishWindows(1, 1, 42, 1, at(42, now-70, 1))
+	r.publishWindows(1, 3, 42, -1, at(42, now, -1)) // above a gap
+	r.publishWindows(1, 2, 42, 2, at(42, now-3, 2), at(43, now-4, 1))
+	r.publishWindows(1, 2, 42, 2, at(42, now-3, 2), at(43, now-4, 1)) // sent again
+	const want = "[1 1]"                                              // since now-4: 42 +2 -1, 43 +1
+	if got := fmt.Sprint(r.windowLikes(owner, now-4, 42, 43)); got != want {
+		t.Fatalf("owner: got %s, want %s", got, want)
+	}
+	if err := stopOwner(); err != nil {
+		t.Fatal(err)
+	}
+	var backup bytes.Buffer
+	if err := r.db.Backup(&backup, cold.CounterKeys([]string{r.fam.Name}, 0)); err != nil {
+		t.Fatal(err)
+	}
+	promoted.Store(true)
+	if got := fmt.Sprint(r.windowLikes(standby, now-4, 42, 43)); got != want {
+		t.Fatalf("promoted standby: got %s, want %s", got, want)
+	}
+	restored, err := cold.Open(cold.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { restored.Close() })
+	if err := restored.Restore(&backup, cold.CounterKeys([]string{r.fam.Name}, 0), t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	w, _ := r.startOn(restored, r.config())
+	if got := fmt.Sprint(r.windowLikes(w, now-4, 42, 43)); got != want {
+		t.Fatalf("restored from a backup: got %s, want %s", got, want)
+	}
+}
