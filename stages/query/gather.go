@@ -9,27 +9,30 @@ import (
 	"github.com/tally-dev/tally/pipeline"
 )
 
-// gather asks the partitions of ids for their values, local ones through local and the
-// others through remote, as counts describes.
+// gather asks the partitions of ids for their values, in parallel: the partitions
+// registered here through local, the others through remote, which says when a standby
+// answered (stale), as counts describes. It serves counts and window changes alike.
 func gather[T uint64 | int64](s *Server, ctx context.Context, fam pipeline.Family, ids []pipeline.ID,
-	local func(o Partition, ids []uint64, out [][]T) error, remote func(p int, ids []uint64, out [][]T) error) (counts [][]T, unavailable []pipeline.ID, err error) {
+	local func(o Partition, ids []uint64, out [][]T) error,
+	remote func(p int, ids []uint64, out [][]T) (*pipeline.Stale, error)) (values [][]T, unavailable []pipeline.ID, stale []pipeline.Stale, err error) {
 	if len(ids) == 0 {
-		return nil, nil, fmt.Errorf("%w: ids is empty", pipeline.ErrBadRequest)
+		return nil, nil, nil, fmt.Errorf("%w: ids is empty", pipeline.ErrBadRequest)
 	}
 	if len(ids) > pipeline.MaxQueryIDs {
-		return nil, nil, fmt.Errorf("%w: %d ids, at most %d per request", pipeline.ErrBadRequest, len(ids), pipeline.MaxQueryIDs)
+		return nil, nil, nil, fmt.Errorf("%w: %d ids, at most %d per request", pipeline.ErrBadRequest, len(ids), pipeline.MaxQueryIDs)
 	}
 	owners := (*s.owners.Load())[fam.Name]
 	if len(owners) != s.cfg.Partitions {
-		return nil, nil, fmt.Errorf("family %s is not served here", fam.Name)
+		return nil, nil, nil, fmt.Errorf("family %s is not served here", fam.Name)
 	}
 	nf := len(fam.Fields)
 	flat := make([]T, len(ids)*nf)
 	out := make([][]T, len(ids))
 	type part struct {
-		ids []uint64
-		out [][]T
-		err error
+		ids   []uint64
+		out   [][]T
+		stale *pipeline.Stale // answered by its standby
+		err   error
 	}
 	parts := map[int]*part{}
 	for i, id := range ids {
@@ -48,7 +51,7 @@ func gather[T uint64 | int64](s *Server, ctx context.Context, fam pipeline.Famil
 		if o := owners[p]; o != nil {
 			wg.Go(func() { pp.err = local(o, pp.ids, pp.out) })
 		} else {
-			wg.Go(func() { pp.err = remote(p, pp.ids, pp.out) })
+			wg.Go(func() { pp.stale, pp.err = remote(p, pp.ids, pp.out) })
 		}
 	}
 	wg.Wait()
@@ -61,18 +64,29 @@ func gather[T uint64 | int64](s *Server, ctx context.Context, fam pipeline.Famil
 			}
 		}
 	}
-	if len(errs) == 0 {
-		return out, nil, nil
-	}
 	if len(errs) == len(parts) {
-		return nil, nil, fmt.Errorf("%w: no partition of %s could answer: %w", errUnavailable, fam.Name, errors.Join(errs...))
+		return nil, nil, nil, fmt.Errorf("%w: no partition of %s could answer: %w", errUnavailable, fam.Name, errors.Join(errs...))
 	}
+	byPart := map[int]int{} // partition → its entry in stale
 	for i, id := range ids {
-		if parts[pipeline.PartitionOf(id, s.cfg.Partitions)].err != nil {
+		p := pipeline.PartitionOf(id, s.cfg.Partitions)
+		switch pp := parts[p]; {
+		case pp.err != nil:
 			out[i] = nil
 			unavailable = append(unavailable, id)
+		case pp.stale != nil:
+			k, ok := byPart[p]
+			if !ok {
+				k = len(stale)
+				byPart[p] = k
+				stale = append(stale, pipeline.Stale{BehindMs: pp.stale.BehindMs, BehindMsgs: pp.stale.BehindMsgs})
+			}
+			stale[k].IDs = append(stale[k].IDs, id)
+			stale[k].At = append(stale[k].At, i)
 		}
 	}
-	s.log.Debug("some partitions unavailable", "family", fam.Name, "ids", len(unavailable), "of", len(ids), "err", errors.Join(errs...))
-	return out, unavailable, nil
+	if len(errs) > 0 {
+		s.log.Debug("some partitions unavailable", "family", fam.Name, "ids", len(unavailable), "of", len(ids), "err", errors.Join(errs...))
+	}
+	return out, unavailable, stale, nil
 }

@@ -436,78 +436,9 @@ func (s *Server) partRequest(r *request, key partKey, nf int) (req pipeline.GetR
 // unavailable, in the order asked, with nil counts. Only when no partition could answer
 // is it an error.
 func (s *Server) counts(ctx context.Context, fam pipeline.Family, ids []pipeline.ID, exact bool) (counts [][]uint64, unavailable []pipeline.ID, stale []pipeline.Stale, err error) {
-	if len(ids) == 0 {
-		return nil, nil, nil, fmt.Errorf("%w: ids is empty", pipeline.ErrBadRequest)
-	}
-	if len(ids) > pipeline.MaxQueryIDs {
-		return nil, nil, nil, fmt.Errorf("%w: %d ids, at most %d per request", pipeline.ErrBadRequest, len(ids), pipeline.MaxQueryIDs)
-	}
-	owners := (*s.owners.Load())[fam.Name]
-	if len(owners) != s.cfg.Partitions {
-		return nil, nil, nil, fmt.Errorf("family %s is not served here", fam.Name)
-	}
-	nf := len(fam.Fields)
-	flat := make([]uint64, len(ids)*nf)
-	out := make([][]uint64, len(ids))
-	type part struct {
-		ids   []uint64
-		out   [][]uint64
-		stale *pipeline.Stale // answered by its standby
-		err   error
-	}
-	parts := map[int]*part{}
-	for i, id := range ids {
-		out[i] = flat[i*nf : (i+1)*nf : (i+1)*nf]
-		p := pipeline.PartitionOf(id, s.cfg.Partitions)
-		pp := parts[p]
-		if pp == nil {
-			pp = &part{}
-			parts[p] = pp
-		}
-		pp.ids = append(pp.ids, uint64(id))
-		pp.out = append(pp.out, out[i])
-	}
-	var wg sync.WaitGroup
-	for p, pp := range parts {
-		if o := owners[p]; o != nil {
-			wg.Go(func() { pp.err = o.Get(ctx, pp.ids, pp.out) })
-		} else {
-			wg.Go(func() { pp.stale, pp.err = s.remote(ctx, fam.Name, fam.Fields, p, pp.ids, pp.out, exact) })
-		}
-	}
-	wg.Wait()
-	var errs []error
-	for p, pp := range parts {
-		if pp.err != nil {
-			errs = append(errs, pp.err)
-			if owners[p] != nil { // a partition of this process failed: not a hand-over
-				s.log.Warn("partition query failed", "family", fam.Name, "partition", p, "err", pp.err)
-			}
-		}
-	}
-	if len(errs) == len(parts) {
-		return nil, nil, nil, fmt.Errorf("%w: no partition of %s could answer: %w", errUnavailable, fam.Name, errors.Join(errs...))
-	}
-	byPart := map[int]int{} // partition → its entry in stale
-	for i, id := range ids {
-		p := pipeline.PartitionOf(id, s.cfg.Partitions)
-		switch pp := parts[p]; {
-		case pp.err != nil:
-			out[i] = nil
-			unavailable = append(unavailable, id)
-		case pp.stale != nil:
-			k, ok := byPart[p]
-			if !ok {
-				k = len(stale)
-				byPart[p] = k
-				stale = append(stale, pipeline.Stale{BehindMs: pp.stale.BehindMs, BehindMsgs: pp.stale.BehindMsgs})
-			}
-			stale[k].IDs = append(stale[k].IDs, id)
-			stale[k].At = append(stale[k].At, i)
-		}
-	}
-	if len(errs) > 0 {
-		s.log.Debug("some partitions unavailable", "family", fam.Name, "ids", len(unavailable), "of", len(ids), "err", errors.Join(errs...))
-	}
-	return out, unavailable, stale, nil
+	return gather(s, ctx, fam, ids,
+		func(o Partition, ids []uint64, out [][]uint64) error { return o.Get(ctx, ids, out) },
+		func(p int, ids []uint64, out [][]uint64) (*pipeline.Stale, error) {
+			return s.remote(ctx, fam.Name, fam.Fields, p, ids, out, exact)
+		})
 }

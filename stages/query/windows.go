@@ -33,10 +33,10 @@ func (s *Server) getWindow(ctx context.Context, fam pipeline.Family, req *pipeli
 		return nil, err
 	}
 	since := pipeline.WindowSince(time.Now(), minutes)
-	changes, unavailable, err := gather(s, ctx, fam, req.IDs,
+	changes, unavailable, _, err := gather(s, ctx, fam, req.IDs,
 		func(o Partition, ids []uint64, out [][]int64) error { return localWindow(ctx, o, ids, since, out) },
-		func(p int, ids []uint64, out [][]int64) error {
-			return s.remoteWindow(ctx, fam, p, req.Window, since, ids, out)
+		func(p int, ids []uint64, out [][]int64) (*pipeline.Stale, error) { // owners only: never stale
+			return nil, s.remoteWindow(ctx, fam, p, req.Window, since, ids, out)
 		})
 	if err != nil {
 		return nil, err
