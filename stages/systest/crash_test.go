@@ -63,6 +63,31 @@ func runChild(dir string) int {
 	return 0
 }
 
+// startChild starts a Tally process the test can kill, with its embedded NATS server,
+// and a client of it that rides out its restarts; both end with the test.
+func startChild(t *testing.T) (*child, *client.Client) {
+	t.Helper()
+	ch := &child{t: t, dir: t.TempDir(), listen: rig.FreeAddr(t)}
+	ch.start()
+	t.Cleanup(func() {
+		ch.kill()
+		if t.Failed() {
+			t.Logf("children's stderr:\n%s", ch.stderr.String())
+		}
+	})
+	nc, err := nats.Connect("nats://"+ch.listen, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond),
+		nats.RetryOnFailedConnect(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	c, err := client.New(nc, client.WithPartitions(8), client.WithTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch, c
+}
+
 // child is a Tally process the test can kill.
 type child struct {
 	t      *testing.T
@@ -101,24 +126,7 @@ func TestCrashKill9(t *testing.T) {
 	if testing.Short() {
 		kills, total = 3, 10_000
 	}
-	ch := &child{t: t, dir: t.TempDir(), listen: rig.FreeAddr(t)}
-	ch.start()
-	t.Cleanup(func() {
-		ch.kill()
-		if t.Failed() {
-			t.Logf("children's stderr:\n%s", ch.stderr.String())
-		}
-	})
-	nc, err := nats.Connect("nats://"+ch.listen, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond),
-		nats.RetryOnFailedConnect(true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	c, err := client.New(nc, client.WithPartitions(8), client.WithTimeout(2*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch, c := startChild(t)
 	g := &gen{r: rand.New(rand.NewPCG(21, 22)), users: 800, posts: 600}
 	// Kills are placed among the chunks, each a few milliseconds after a publish, so
 	// they land while the process is consuming, committing, checkpointing, publishing.

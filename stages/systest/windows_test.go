@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/tally-dev/tally/client"
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/stages/systest/rig"
@@ -44,24 +42,7 @@ func (m windowModel) sum(post uint64, window string, now time.Time) int64 {
 // real Tally process, answer each window as the model does, an unlike at its own
 // minute and what is a day old in none; after a SIGKILL and a restart, the same.
 func TestWindowsEndToEnd(t *testing.T) {
-	ch := &child{t: t, dir: t.TempDir(), listen: rig.FreeAddr(t)}
-	ch.start()
-	t.Cleanup(func() {
-		ch.kill()
-		if t.Failed() {
-			t.Logf("children's stderr:\n%s", ch.stderr.String())
-		}
-	})
-	nc, err := nats.Connect("nats://"+ch.listen, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond),
-		nats.RetryOnFailedConnect(true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	c, err := client.New(nc, client.WithPartitions(8), client.WithTimeout(2*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ch, c := startChild(t)
 	ctx := context.Background()
 	now := time.Now()
 	ago := func(d time.Duration) int64 { return now.Add(-d).UnixMilli() }
