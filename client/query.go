@@ -102,6 +102,17 @@ func (c *Client) GetWindow(ctx context.Context, family, window string, ids ...ui
 	return &r, err
 }
 
+// Top returns the limit ids of family (100 when 0) whose field changed the most over
+// window ("5m", "1h" or "1d"), best first, exact: trending (tallyd 1.5 with windows).
+func (c *Client) Top(ctx context.Context, family, field, window string, limit int) (*pipeline.TopReply, error) {
+	if _, err := pipeline.ParseWindow(window); err != nil {
+		return nil, err
+	}
+	var r pipeline.TopReply
+	err := c.request(ctx, c.subj.Top(family), pipeline.TopRequest{Field: field, Window: window, Limit: limit}, &r, &r.Error, &r.Code)
+	return &r, err
+}
+
 // Liked reports whether uid liked each of posts.
 func (c *Client) Liked(ctx context.Context, uid uint64, posts ...uint64) ([]bool, error) {
 	var r pipeline.LikedReply

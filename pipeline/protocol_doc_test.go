@@ -18,6 +18,8 @@ import (
 var docTypes = map[string]func() any{
 	"GetRequest":    func() any { return &pipeline.GetRequest{} },
 	"GetReply":      func() any { return &pipeline.GetReply{} },
+	"TopRequest":    func() any { return &pipeline.TopRequest{} },
+	"TopReply":      func() any { return &pipeline.TopReply{} },
 	"LikedRequest":  func() any { return &pipeline.LikedRequest{} },
 	"LikedReply":    func() any { return &pipeline.LikedReply{} },
 	"ListRequest":   func() any { return &pipeline.ListRequest{} },

@@ -67,6 +67,30 @@ type Stale struct {
 	BehindMsgs uint64 `json:"behind_msgs,omitempty"`
 }
 
+// MaxTop bounds the limit of a top request.
+const MaxTop = 1_000
+
+// TopRequest asks tally.top.<family> for the Limit ids (100 when 0, at most MaxTop)
+// whose Field changed the most over Window ("5m", "1h" or "1d"): trending (1.5).
+type TopRequest struct {
+	Field  string `json:"field"`
+	Window string `json:"window"`
+	Limit  int    `json:"limit,omitempty"`
+}
+
+// TopReply lists the ids best first, each with its net change over the window (Changes,
+// positive: an id whose change is not is not trending), ties by the smaller id. It is
+// exact: every partition ranks all its ids and the lists are merged; when a partition
+// cannot answer, the reply is an error (unavailable), never a partial list.
+type TopReply struct {
+	Field   string  `json:"field,omitempty"`
+	Window  string  `json:"window,omitempty"`
+	IDs     []ID    `json:"ids,omitempty"`
+	Changes []int64 `json:"changes,omitempty"`
+	Error   string  `json:"error,omitempty"`
+	Code    string  `json:"code,omitempty"`
+}
+
 // Change is published on tally.chg.<family>.<p> after a flush: the new values of every
 // id that changed. A consumer keeps an exact mirror by taking the last value per id.
 type Change struct {

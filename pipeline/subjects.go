@@ -61,6 +61,10 @@ func (s Subjects) BackupPointer(name string) string { return s.join("log", "back
 // Get is the batch query subject of a family.
 func (s Subjects) Get(family string) string { return s.join("get", family) }
 
+// Top is where the ids of a family whose field changed most over a window are asked
+// (a TopRequest, a TopReply).
+func (s Subjects) Top(family string) string { return s.join("top", family) }
+
 // Part is where the process owning partition p of a family answers other processes'
 // requests for the counters of ids in that partition (a GetRequest, a GetReply).
 func (s Subjects) Part(family string, p int) string { return s.join("part", family, strconv.Itoa(p)) }

@@ -24,7 +24,9 @@ package pipeline
 // GetReply.Estimated, the fields whose counts may be estimates (viewers past 128).
 // 1.4 added the window of a get (GetRequest.Window, GetReply.Window and Changes), where
 // tallyd keeps windows (--windows), and the window changes of internal delta batches.
-const ProtocolVersion = "1.4"
+// 1.5 added trending: tally.top.<family> (TopRequest, TopReply), the ids whose field
+// changed most over a window, exact.
+const ProtocolVersion = "1.5"
 
 // ServiceVersion is ProtocolVersion as a semantic version (major.minor.0), the version
 // of the NATS micro service that answers the queries.

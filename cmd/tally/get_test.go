@@ -13,6 +13,7 @@ import (
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/stages/flow"
 	"github.com/tally-dev/tally/stages/query"
+	"github.com/tally-dev/tally/store/window"
 )
 
 // fixedPart stands in for a counter worker: field f of id counts id*10+f.
@@ -99,5 +100,38 @@ func TestGetEstimated(t *testing.T) {
 	want := "id  like  repost  comment  view  viewers\n1   10    11      12       13    14\n20  200   201     202      203   ~204\n"
 	if code != 0 || out != want {
 		t.Errorf("exit %d\nout:\n%s\nwant:\n%s\nerr: %s", code, out, want, errOut)
+	}
+}
+
+// topFixed stands in for a counter worker with windows: id i of 1..30 changed by i%7.
+type topFixed struct{ fixedPart }
+
+func (topFixed) Top(_ context.Context, _ uint8, _ uint32, k int) ([]window.Ranked, error) {
+	var all []window.Ranked
+	for i := uint64(1); i <= 30; i++ {
+		if i%7 > 0 {
+			all = append(all, window.Ranked{ID: i, N: int64(i % 7)})
+		}
+	}
+	return window.Merge(k, all), nil
+}
+
+// TestTop: tally top prints the ids best first with their change, ties by id, and a
+// field the family lacks is the server's bad request.
+func TestTop(t *testing.T) {
+	s := natstest.Start(t)
+	srv := query.New(query.Config{Subjects: pipeline.NewSubjects(""), Families: pipeline.DefaultFamilies(), Partitions: 1, Timeout: 10 * time.Second},
+		natstest.Connect(t, s), nil, map[string][]query.Partition{"post": {topFixed{}}}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	code, out, errOut := tally(t, "", "top", "--limit", "3", "post", "like", "--server", s.ClientURL())
+	want := "id  like over 1h\n6   +6\n13  +6\n20  +6\n"
+	if code != 0 || out != want {
+		t.Errorf("exit %d\nout:\n%s\nwant:\n%s\nerr: %s", code, out, want, errOut)
+	}
+	if code, _, errOut := tally(t, "", "top", "post", "nope", "--server", s.ClientURL()); code == 0 || !strings.Contains(errOut, "nope") {
+		t.Errorf("top of a field post lacks: exit %d, %s", code, errOut)
 	}
 }

@@ -156,6 +156,33 @@ func getRaw(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env, list
 	return unavailable(&r)
 }
 
+func topFlags(fs *flag.FlagSet) {
+	fs.String("window", "1h", "the window to rank by: 5m, 1h or 1d")
+	fs.Int("limit", 10, "how many ids")
+}
+
+// runTop prints the top ids, one a line with its change: trending.
+func runTop(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env) error {
+	if err := needArgs(fs, 2, "a family and a field"); err != nil {
+		return err
+	}
+	if fs.NArg() > 2 {
+		return fmt.Errorf("%w: top takes a family and a field, not %q", errUsage, fs.Args()[2:])
+	}
+	window := fs.Lookup("window").Value.String()
+	limit := fs.Lookup("limit").Value.(flag.Getter).Get().(int)
+	r, err := c.Top(ctx, fs.Arg(0), fs.Arg(1), window, limit)
+	if err != nil {
+		return err
+	}
+	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprint(w, tabRow("id", fs.Arg(1)+" over "+window))
+	for i, id := range r.IDs {
+		fmt.Fprint(w, tabRow(id.String(), "+"+strconv.FormatInt(r.Changes[i], 10)))
+	}
+	return w.Flush()
+}
+
 func runLiked(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env) error {
 	if err := needArgs(fs, 2, "a uid and at least one post"); err != nil {
 		return err

@@ -153,9 +153,11 @@ type query struct {
 	// changes, for a windowed query, has Fields() changes for ids[i] since minute since.
 	changes [][]int64
 	since   uint32
-	pos     uint64 // the position the answer reflects
-	err     error
-	done    chan struct{}
+	// top, for a top query, is what it asks and gets (see Top).
+	top  *topQuery
+	pos  uint64 // the position the answer reflects
+	err  error
+	done chan struct{}
 }
 
 // New returns a worker; Run starts it.
@@ -372,6 +374,11 @@ func (w *Worker) waitSnapshot() {
 
 func (w *Worker) answer(q *query) {
 	q.pos = w.pos.Load() // cp.Pos is the checkpoint's while one is taken (serving)
+	if q.top != nil {
+		q.top.ranked = w.win.table.Top(q.top.field, q.since, q.top.k)
+		close(q.done)
+		return
+	}
 	if q.changes != nil {
 		w.answerWindow(q)
 		return

@@ -214,6 +214,7 @@ func (s *Server) start() error {
 	sj := s.cfg.Subjects
 	handlers := s.relationHandlers()
 	handlers[sj.Prefix+".get.*"] = s.get
+	handlers[sj.Prefix+".top.*"] = s.top
 	if err := s.startServices(); err != nil {
 		return err
 	}
@@ -384,6 +385,13 @@ func (s *Server) part(key partKey) func(*request) (any, error) {
 	return func(r *request) (any, error) {
 		if asked := r.msg.Header.Get(lagHeader); asked != "" {
 			return s.partHealth(r.ctx, key, asked)
+		}
+		if h := r.msg.Header.Get(topHeader); h != "" {
+			o := (*s.owners.Load())[key.family][key.p]
+			if o == nil { // removed while this request was queued
+				return nil, fmt.Errorf("%w: partition %s/%d is no longer in this process", errUnavailable, key.family, key.p)
+			}
+			return partTop(r, o, h)
 		}
 		req, ids, out, err := s.partRequest(r, key, len(fam.Fields))
 		if err != nil {

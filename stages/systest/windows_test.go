@@ -3,6 +3,7 @@ package systest
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/tally-dev/tally/client"
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/stages/systest/rig"
+	"github.com/tally-dev/tally/store/window"
 )
 
 // windowModel is the reference of the windowed counts: every change of a post's like
@@ -162,4 +164,56 @@ func compareWindows(t *testing.T, c *client.Client, posts, users []uint64) {
 			})
 		}
 	}
+}
+
+// TestTopEndToEnd: trending through a real Tally process — the posts whose likes grew
+// most over the hour, each partition's top merged — is the reference model's top by
+// like count (every like and unlike here is of the last minutes, so a post's change over
+// the hour is its count), ties by id; through a SIGKILL in the middle, the same.
+func TestTopEndToEnd(t *testing.T) {
+	ch, c := startChild(t)
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(5, 6))
+	round := func(name string, n int) {
+		evs := make([]pipeline.Event, n)
+		for i := range evs {
+			// Zipf-like: a few posts liked a lot, many a little; one like in five undone.
+			post := pipeline.ID(1000 + r.IntN(1+r.IntN(300)))
+			evs[i] = pipeline.Event{Type: "like", UID: pipeline.ID(1 + r.IntN(2000)), Post: post}
+			if r.IntN(5) == 0 {
+				evs[i].Type = "unlike"
+			}
+		}
+		publishRetrying(t, c, name, evs)
+	}
+	check := func(when string) {
+		t.Helper()
+		ref := rig.StoredModel(t, c)
+		var want []window.Ranked
+		for p := uint64(1000); p < 1300; p++ {
+			if n := ref.Counts("post", p)[0]; n > 0 {
+				want = append(want, window.Ranked{ID: p, N: int64(n)})
+			}
+		}
+		for _, k := range []int{1, 25, 1000} {
+			rig.Eventually(t, fmt.Sprintf("%s: the top %d", when, k), func() (bool, string) {
+				top, err := c.Top(ctx, "post", "like", "1h", k)
+				if err != nil {
+					return false, err.Error()
+				}
+				var got []window.Ranked
+				for i, id := range top.IDs {
+					got = append(got, window.Ranked{ID: uint64(id), N: top.Changes[i]})
+				}
+				w := window.Merge(k, want)
+				return slices.Equal(got, w), fmt.Sprintf("%d ranked, first %v; want %d, first %v", len(got), got[:min(3, len(got))], len(w), w[:min(3, len(w))])
+			})
+		}
+	}
+	round("top1", 6000)
+	check("before the kill")
+	ch.kill()
+	ch.start()
+	round("top2", 6000)
+	check("after the kill")
 }

@@ -1,0 +1,157 @@
+package query
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/store/window"
+)
+
+// Topped is a partition that ranks its ids by their change over a window
+// (stages/counter's worker, from its windowed counts).
+type Topped interface {
+	Top(ctx context.Context, field uint8, since uint32, k int) ([]window.Ranked, error)
+}
+
+// topHeader asks the owner of a partition (its part subject) for its top instead of
+// counts: "<field index>,<first minute>,<k>", the minute fixed where the request
+// arrived, so that every partition ranks the same minutes.
+const topHeader = "Tally-Top"
+
+// defaultTop is the limit of a top request that gives none.
+const defaultTop = 100
+
+// top answers tally.top.<family>: every partition's top k merged, exact. A top needs
+// every partition — an id missing from it would be a wrong list, not a shorter one — so
+// a partition that cannot answer makes the reply unavailable.
+func (s *Server) top(r *request) (any, error) {
+	family := strings.TrimPrefix(r.msg.Subject, s.cfg.Subjects.Prefix+".top.")
+	fam, err := s.cfg.Families.Lookup(family)
+	if err != nil {
+		return nil, err
+	}
+	var req pipeline.TopRequest
+	if err := r.decode(&req); err != nil {
+		return nil, err
+	}
+	f, err := fam.Field(req.Field)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", pipeline.ErrBadRequest, err)
+	}
+	if slices.Contains(fam.Estimated(), req.Field) {
+		return nil, fmt.Errorf("%w: %s is set, not added: it has no window to rank by", pipeline.ErrBadRequest, req.Field)
+	}
+	minutes, err := pipeline.ParseWindow(req.Window)
+	if err != nil {
+		return nil, err
+	}
+	k := cmp0(req.Limit, defaultTop)
+	if k < 1 || k > pipeline.MaxTop {
+		return nil, fmt.Errorf("%w: limit %d, want 1 to %d", pipeline.ErrBadRequest, req.Limit, pipeline.MaxTop)
+	}
+	since := pipeline.WindowSince(time.Now(), minutes)
+	owners := (*s.owners.Load())[fam.Name]
+	if len(owners) != s.cfg.Partitions {
+		return nil, fmt.Errorf("family %s is not served here", fam.Name)
+	}
+	lists := make([][]window.Ranked, s.cfg.Partitions)
+	errs := make([]error, s.cfg.Partitions)
+	var wg sync.WaitGroup
+	for p, o := range owners {
+		if o != nil {
+			wg.Go(func() { lists[p], errs[p] = localTop(r.ctx, o, uint8(f), since, k) })
+		} else {
+			wg.Go(func() { lists[p], errs[p] = s.remoteTop(r.ctx, fam.Name, p, uint8(f), since, k) })
+		}
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("%w: a top of %s needs every partition: %w", errUnavailable, fam.Name, err)
+	}
+	merged := window.Merge(k, lists...)
+	reply := pipeline.TopReply{Field: req.Field, Window: req.Window, IDs: make([]pipeline.ID, len(merged)), Changes: make([]int64, len(merged))}
+	for i, r := range merged {
+		reply.IDs[i], reply.Changes[i] = pipeline.ID(r.ID), r.N
+	}
+	return reply, nil
+}
+
+func cmp0(v, dflt int) int {
+	if v == 0 {
+		return dflt
+	}
+	return v
+}
+
+func localTop(ctx context.Context, o Partition, f uint8, since uint32, k int) ([]window.Ranked, error) {
+	t, ok := o.(Topped)
+	if !ok {
+		return nil, fmt.Errorf("%w: this partition keeps no windows", pipeline.ErrBadRequest)
+	}
+	return t.Top(ctx, f, since, k)
+}
+
+// partTop answers another process's request for this partition's top (topHeader h).
+func partTop(r *request, o Partition, h string) (any, error) {
+	var f, since, k uint64
+	parts := strings.Split(h, ",")
+	err := fmt.Errorf("%w: %s %q", pipeline.ErrBadRequest, topHeader, h)
+	if len(parts) != 3 {
+		return nil, err
+	}
+	var e1, e2, e3 error
+	f, e1 = strconv.ParseUint(parts[0], 10, 8)
+	since, e2 = strconv.ParseUint(parts[1], 10, 32)
+	k, e3 = strconv.ParseUint(parts[2], 10, 16)
+	if e1 != nil || e2 != nil || e3 != nil || k == 0 {
+		return nil, err
+	}
+	ranked, err := localTop(r.ctx, o, uint8(f), uint32(since), int(k))
+	if err != nil {
+		return nil, err
+	}
+	reply := pipeline.TopReply{IDs: make([]pipeline.ID, len(ranked)), Changes: make([]int64, len(ranked))}
+	for i, x := range ranked {
+		reply.IDs[i], reply.Changes[i] = pipeline.ID(x.ID), x.N
+	}
+	return reply, nil
+}
+
+// remoteTop asks the process owning partition p of family for its top.
+func (s *Server) remoteTop(ctx context.Context, family string, p int, f uint8, since uint32, k int) ([]window.Ranked, error) {
+	subj := s.cfg.Subjects.Part(family, p)
+	hdr := fmt.Sprintf("%d,%d,%d", f, since, k)
+	msg, err := s.request(ctx, func() *nats.Msg {
+		return &nats.Msg{Subject: subj, Header: nats.Header{topHeader: []string{hdr}}}
+	}, nil) // windows are the owner's only
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return nil, fmt.Errorf("partition %s/%d is owned by no process (hand-over?)", family, p)
+	case err != nil:
+		return nil, fmt.Errorf("partition %s/%d did not answer: %w", family, p, err)
+	}
+	var reply pipeline.TopReply
+	if err := pipeline.UnmarshalReply(msg.Data, false, &reply); err != nil {
+		return nil, fmt.Errorf("partition %s/%d: cannot decode its reply: %w", family, p, err)
+	}
+	if reply.Error != "" {
+		return nil, fmt.Errorf("partition %s/%d answered: %s", family, p, reply.Error)
+	}
+	if len(reply.Changes) != len(reply.IDs) || len(reply.IDs) > k {
+		return nil, fmt.Errorf("partition %s/%d answered %d ids and %d changes for a top %d", family, p, len(reply.IDs), len(reply.Changes), k)
+	}
+	ranked := make([]window.Ranked, len(reply.IDs))
+	for i, id := range reply.IDs {
+		ranked[i] = window.Ranked{ID: uint64(id), N: reply.Changes[i]}
+	}
+	return ranked, nil
+}

@@ -1,0 +1,108 @@
+package query_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/pipeline/natstest"
+	"github.com/tally-dev/tally/stages/flow"
+	"github.com/tally-dev/tally/stages/query"
+	"github.com/tally-dev/tally/store/window"
+)
+
+// topPart stands in for a counter worker's partition p of 4 with windows: its ids are
+// those of 1..200 in p; id i changed by i%37 in field 0, nothing in the others.
+type topPart struct{ p int }
+
+func (topPart) Get(context.Context, []uint64, [][]uint64) error { return nil }
+func (t topPart) Top(_ context.Context, f uint8, _ uint32, k int) ([]window.Ranked, error) {
+	var all []window.Ranked
+	for i := uint64(1); i <= 200; i++ {
+		if n := int64(i % 37); f == 0 && n > 0 && pipeline.PartitionOf(pipeline.ID(i), 4) == t.p {
+			all = append(all, window.Ranked{ID: i, N: n})
+		}
+	}
+	return window.Merge(k, all), nil
+}
+func (topPart) Ready() bool                                 { return true }
+func (topPart) Behind(context.Context) (flow.Behind, error) { return flow.Behind{}, nil }
+
+// TestTopAcrossProcesses: a top of ids in partitions of two processes is the exact top
+// of them all, for the same minutes, ties by id; a partition owned by no process makes
+// it unavailable, not shorter; bad requests name what is wrong.
+func TestTopAcrossProcesses(t *testing.T) {
+	const n = 4
+	s := natstest.Start(t)
+	start := func(owned ...int) *query.Server {
+		parts := make([]query.Partition, n)
+		for _, p := range owned {
+			parts[p] = topPart{p}
+		}
+		fams := pipeline.WithViewers(pipeline.DefaultFamilies())
+		srv := query.New(query.Config{Subjects: pipeline.NewSubjects(""), Families: fams, Partitions: n, Timeout: 10 * time.Second, HandOver: 100 * time.Millisecond},
+			natstest.Connect(t, s), nil, map[string][]query.Partition{"post": parts}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		if err := srv.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(srv.Stop)
+		return srv
+	}
+	start(0, 1)
+	other := start(2, 3)
+	nc := natstest.Connect(t, s)
+	ask := func(req string) pipeline.TopReply {
+		t.Helper()
+		m, err := nc.Request("tally.top.post", []byte(req), 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r pipeline.TopReply
+		if err := pipeline.UnmarshalReply(m.Data, true, &r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	for _, k := range []int{1, 7, 100, 1000} {
+		for range 4 { // each server takes some of the requests
+			r := ask(fmt.Sprintf(`{"field":"like","window":"1h","limit":%d}`, k))
+			if r.Error != "" {
+				t.Fatalf("limit %d: %s", k, r.Error)
+			}
+			var want, got []window.Ranked
+			for i := uint64(1); i <= 200; i++ {
+				if n := int64(i % 37); n > 0 { // a change of 0 is not ranked
+					want = append(want, window.Ranked{ID: i, N: n})
+				}
+			}
+			for i, id := range r.IDs {
+				got = append(got, window.Ranked{ID: uint64(id), N: r.Changes[i]})
+			}
+			if want = window.Merge(k, want); !slices.Equal(got, want) {
+				t.Fatalf("limit %d: %d ranked, first %v, want %d, first %v", k, len(got), got[:min(3, len(got))], len(want), want[:min(3, len(want))])
+			}
+		}
+	}
+	for req, wantErr := range map[string]string{
+		`{"field":"nope","window":"1h"}`:              "nope",
+		`{"field":"viewers","window":"1h"}`:           "no window",
+		`{"field":"like","window":"2h"}`:              `window "2h"`,
+		`{"field":"like","window":"1h","limit":1001}`: "limit 1001",
+		`{"field":"like","window":"1h","limits":1}`:   `unknown field "limits"`,
+		`{"field":"like","window":"1h","limit":-1}`:   "limit -1",
+	} {
+		if r := ask(req); r.Code != pipeline.CodeBadRequest || !strings.Contains(r.Error, wantErr) {
+			t.Errorf("%s: %+v, want a bad request naming %q", req, r, wantErr)
+		}
+	}
+	other.Stop()
+	if r := ask(`{"field":"like","window":"1h"}`); r.Code != pipeline.CodeUnavailable || len(r.IDs) != 0 {
+		t.Errorf("a top with two partitions owned by nobody: %+v, want unavailable", r)
+	}
+}

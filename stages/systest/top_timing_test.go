@@ -1,0 +1,65 @@
+package systest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/stages/node"
+	"github.com/tally-dev/tally/stages/systest/rig"
+)
+
+// BenchmarkTop is the latency of a top 100 by likes over the hour (tally.top.post) on one
+// tallyd of 16 partitions whose posts were liked in the last minutes — 20 000 and 100 000
+// of them — beside a 20-id get of the same posts asked in turn, in the same run. Each
+// partition ranks every post it holds changes of, per request.
+// Run: go test ./stages/systest -run XXX -bench Top -benchtime 300x
+func BenchmarkTop(b *testing.B) {
+	for _, posts := range []int{20_000, 100_000} {
+		b.Run(fmt.Sprint(posts), func(b *testing.B) {
+			_, c := rig.StartNode(b, func(c *node.Config) { c.Partitions, c.FlushInterval = 16, 100*time.Millisecond })
+			ctx := context.Background()
+			r := rand.New(rand.NewPCG(1, 2))
+			evs := make([]pipeline.Event, 0, 3*posts)
+			for range 3 * posts {
+				evs = append(evs, pipeline.Event{Type: "like", UID: pipeline.ID(1 + r.IntN(1_000_000)), Post: pipeline.ID(1 + r.IntN(posts))})
+			}
+			for i := 0; i < len(evs); i += pipeline.MaxBatch {
+				if err := c.PublishBatch(ctx, fmt.Sprint("b", i), evs[i:min(i+pipeline.MaxBatch, len(evs))]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			rig.WaitCaughtUp(b, c)
+			ids := make([]uint64, 20)
+			var top, get []time.Duration
+			b.ResetTimer()
+			for i := range b.N {
+				start := time.Now()
+				t, err := c.Top(ctx, "post", "like", "1h", 100)
+				if err != nil || len(t.IDs) != 100 {
+					b.Fatalf("top: %v, %d ids", err, len(t.IDs))
+				}
+				top = append(top, time.Since(start))
+				for j := range ids {
+					ids[j] = uint64(1 + (i*20+j)%posts)
+				}
+				start = time.Now()
+				if _, err := c.Get(ctx, "post", ids...); err != nil {
+					b.Fatal(err)
+				}
+				get = append(get, time.Since(start))
+			}
+			b.StopTimer()
+			slices.Sort(top)
+			slices.Sort(get)
+			b.ReportMetric(float64(top[len(top)/2].Microseconds()), "top-p50-µs")
+			b.ReportMetric(float64(top[len(top)*99/100].Microseconds()), "top-p99-µs")
+			b.ReportMetric(float64(get[len(get)/2].Microseconds()), "get20-p50-µs")
+			b.ReportMetric(float64(get[len(get)*99/100].Microseconds()), "get20-p99-µs")
+		})
+	}
+}
