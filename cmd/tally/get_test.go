@@ -106,7 +106,7 @@ func TestGetEstimated(t *testing.T) {
 // topFixed stands in for a counter worker with windows: id i of 1..30 changed by i%7.
 type topFixed struct{ fixedPart }
 
-func (topFixed) Top(_ context.Context, _ uint8, _ uint32, k int) ([]window.Ranked, error) {
+func (topFixed) Top(_ context.Context, _ uint8, _, _ uint32, k int) ([]window.Ranked, error) {
 	var all []window.Ranked
 	for i := uint64(1); i <= 30; i++ {
 		if i%7 > 0 {

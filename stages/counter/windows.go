@@ -125,27 +125,6 @@ func (w *Worker) GetWindow(ctx context.Context, ids []uint64, since uint32, out 
 	return w.ask(ctx, q)
 }
 
-// topQuery asks for the k ids whose field changed most since a minute.
-type topQuery struct {
-	field  uint8
-	k      int
-	ranked []window.Ranked
-}
-
-// Top returns, best first, the k ids of the partition whose field changed most in the
-// minutes since, and after (window.Table.Top: exact, every id with changes ranked); it
-// blocks until the worker answers or ctx ends.
-func (w *Worker) Top(ctx context.Context, field uint8, since uint32, k int) ([]window.Ranked, error) {
-	if w.cfg.Valid != nil && !w.cfg.Valid() {
-		return nil, fmt.Errorf("%w: partition %s/%d", ErrNotOwned, w.cfg.Family.Name, w.cfg.Partition)
-	}
-	q := &query{since: since, top: &topQuery{field: field, k: k}, done: make(chan struct{})}
-	if err := w.ask(ctx, q); err != nil {
-		return nil, err
-	}
-	return q.top.ranked, nil
-}
-
 // answerWindow answers a windowed query.
 func (w *Worker) answerWindow(q *query) {
 	for i, id := range q.ids {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/stages/counter"
@@ -147,5 +148,42 @@ func TestWindowsOfStandbyAndBackup(t *testing.T) {
 	w, _ := r.startOn(restored, r.config())
 	if got := fmt.Sprint(r.windowLikes(w, now-4, 42, 43)); got != want {
 		t.Fatalf("restored from a backup: got %s, want %s", got, want)
+	}
+}
+
+// TestTopKept: a top asked is ranked at once over the minutes asked, then kept and ranked
+// again at each flush tick, so that changes applied since reach it within a tick; a top
+// over other minutes is ranked when asked.
+func TestTopKept(t *testing.T) {
+	r := newRig(t)
+	now := pipeline.WindowSince(time.Now(), 1) // the current minute: the worker's ticks rank over it
+	at := func(id uint64, n int64) pipeline.WindowDelta { return pipeline.WindowDelta{ID: id, Minute: now, N: n} }
+	w, _ := r.start(r.config())
+	r.publishWindows(1, 1, 42, 2, at(42, 2))
+	r.publishWindows(1, 2, 43, 1, at(43, 1))
+	r.likes(w, 42) // applied
+	since := pipeline.WindowSince(time.Now(), 60)
+	top := func(since uint32) string {
+		t.Helper()
+		ranked, err := w.Top(context.Background(), 0, 60, since, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprint(ranked)
+	}
+	if got := top(since); got != "[{42 2} {43 1}]" {
+		t.Fatalf("first asked: %s", got)
+	}
+	r.publishWindows(1, 3, 43, 5, at(43, 5))
+	r.likes(w, 43)
+	deadline := time.Now().Add(10 * time.Second)
+	for top(pipeline.WindowSince(time.Now(), 60)) != "[{43 6} {42 2}]" {
+		if time.Now().After(deadline) {
+			t.Fatalf("the kept top never ranked the change since: %s", top(since))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := top(now + 1); got != "[]" { // minutes past everything applied
+		t.Fatalf("a top over other minutes: %s, want none ranked", got)
 	}
 }

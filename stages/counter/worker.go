@@ -144,7 +144,8 @@ type Worker struct {
 	journaled   int         // entries journaled since the last snapshot
 	snapDue     bool        // a snapshot is wanted at the next checkpoint
 
-	win windows // the windowed counts
+	win  windows // the windowed counts
+	tops tops    // the tops asked lately, ranked again at each flush tick
 }
 
 type query struct {
@@ -275,6 +276,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 			_ = w.sendChanges(ctx) // only when ctx ends: the outbox keeps them
 			w.evict()
+			w.refreshTops(time.Now())
 		case m := <-r.C:
 			batch = r.Drain(append(batch[:0], m), cap(batch))
 			for _, m := range batch {
@@ -375,8 +377,7 @@ func (w *Worker) waitSnapshot() {
 func (w *Worker) answer(q *query) {
 	q.pos = w.pos.Load() // cp.Pos is the checkpoint's while one is taken (serving)
 	if q.top != nil {
-		q.top.ranked = w.win.table.Top(q.top.field, q.since, q.top.k)
-		close(q.done)
+		w.answerTop(q)
 		return
 	}
 	if q.changes != nil {

@@ -19,12 +19,13 @@ import (
 // Topped is a partition that ranks its ids by their change over a window
 // (stages/counter's worker, from its windowed counts).
 type Topped interface {
-	Top(ctx context.Context, field uint8, since uint32, k int) ([]window.Ranked, error)
+	// Top ranks over the window of minutes that starts at minute since.
+	Top(ctx context.Context, field uint8, minutes, since uint32, k int) ([]window.Ranked, error)
 }
 
 // topHeader asks the owner of a partition (its part subject) for its top instead of
-// counts: "<field index>,<first minute>,<k>", the minute fixed where the request
-// arrived, so that every partition ranks the same minutes.
+// counts: "<field index>,<window minutes>,<first minute>,<k>", the first minute fixed
+// where the request arrived, so that every partition ranks the same minutes.
 const topHeader = "Tally-Top"
 
 // defaultTop is the limit of a top request that gives none.
@@ -68,9 +69,9 @@ func (s *Server) top(r *request) (any, error) {
 	var wg sync.WaitGroup
 	for p, o := range owners {
 		if o != nil {
-			wg.Go(func() { lists[p], errs[p] = localTop(r.ctx, o, uint8(f), since, k) })
+			wg.Go(func() { lists[p], errs[p] = localTop(r.ctx, o, uint8(f), minutes, since, k) })
 		} else {
-			wg.Go(func() { lists[p], errs[p] = s.remoteTop(r.ctx, fam.Name, p, uint8(f), since, k) })
+			wg.Go(func() { lists[p], errs[p] = s.remoteTop(r.ctx, fam.Name, p, uint8(f), minutes, since, k) })
 		}
 	}
 	wg.Wait()
@@ -92,30 +93,33 @@ func cmp0(v, dflt int) int {
 	return v
 }
 
-func localTop(ctx context.Context, o Partition, f uint8, since uint32, k int) ([]window.Ranked, error) {
+func localTop(ctx context.Context, o Partition, f uint8, minutes, since uint32, k int) ([]window.Ranked, error) {
 	t, ok := o.(Topped)
 	if !ok {
 		return nil, fmt.Errorf("%w: this partition keeps no windows", pipeline.ErrBadRequest)
 	}
-	return t.Top(ctx, f, since, k)
+	return t.Top(ctx, f, minutes, since, k)
 }
 
 // partTop answers another process's request for this partition's top (topHeader h).
 func partTop(r *request, o Partition, h string) (any, error) {
-	var f, since, k uint64
 	parts := strings.Split(h, ",")
-	err := fmt.Errorf("%w: %s %q", pipeline.ErrBadRequest, topHeader, h)
-	if len(parts) != 3 {
-		return nil, err
+	bad := fmt.Errorf("%w: %s %q", pipeline.ErrBadRequest, topHeader, h)
+	if len(parts) != 4 {
+		return nil, bad
 	}
-	var e1, e2, e3 error
-	f, e1 = strconv.ParseUint(parts[0], 10, 8)
-	since, e2 = strconv.ParseUint(parts[1], 10, 32)
-	k, e3 = strconv.ParseUint(parts[2], 10, 16)
-	if e1 != nil || e2 != nil || e3 != nil || k == 0 {
-		return nil, err
+	var v [4]uint64
+	for i, bits := range []int{8, 32, 32, 16} {
+		n, err := strconv.ParseUint(parts[i], 10, bits)
+		if err != nil {
+			return nil, bad
+		}
+		v[i] = n
 	}
-	ranked, err := localTop(r.ctx, o, uint8(f), uint32(since), int(k))
+	if v[1] == 0 || v[3] == 0 {
+		return nil, bad
+	}
+	ranked, err := localTop(r.ctx, o, uint8(v[0]), uint32(v[1]), uint32(v[2]), int(v[3]))
 	if err != nil {
 		return nil, err
 	}
@@ -127,9 +131,9 @@ func partTop(r *request, o Partition, h string) (any, error) {
 }
 
 // remoteTop asks the process owning partition p of family for its top.
-func (s *Server) remoteTop(ctx context.Context, family string, p int, f uint8, since uint32, k int) ([]window.Ranked, error) {
+func (s *Server) remoteTop(ctx context.Context, family string, p int, f uint8, minutes, since uint32, k int) ([]window.Ranked, error) {
 	subj := s.cfg.Subjects.Part(family, p)
-	hdr := fmt.Sprintf("%d,%d,%d", f, since, k)
+	hdr := fmt.Sprintf("%d,%d,%d,%d", f, minutes, since, k)
 	msg, err := s.request(ctx, func() *nats.Msg {
 		return &nats.Msg{Subject: subj, Header: nats.Header{topHeader: []string{hdr}}}
 	}, nil) // windows are the owner's only

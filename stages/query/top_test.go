@@ -22,7 +22,7 @@ import (
 type topPart struct{ p int }
 
 func (topPart) Get(context.Context, []uint64, [][]uint64) error { return nil }
-func (t topPart) Top(_ context.Context, f uint8, _ uint32, k int) ([]window.Ranked, error) {
+func (t topPart) Top(_ context.Context, f uint8, _, _ uint32, k int) ([]window.Ranked, error) {
 	var all []window.Ranked
 	for i := uint64(1); i <= 200; i++ {
 		if n := int64(i % 37); f == 0 && n > 0 && pipeline.PartitionOf(pipeline.ID(i), 4) == t.p {
