@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
+	"slices"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -183,4 +186,47 @@ func (c *Client) Health(ctx context.Context) (*pipeline.HealthReply, error) {
 	var r pipeline.HealthReply
 	err := c.request(ctx, c.subj.Health(), struct{}{}, &r, &r.Error, &r.Code)
 	return &r, err
+}
+
+// WatchTop yields family's top (as Top asks it) at once and then each time it changes,
+// asking every interval (1 s when 0), until ctx ends (which is no error) or the caller
+// stops: the change stream of a trending list for a gateway to push. A partition keeps
+// a top asked lately and ranks it again at each flush tick, so each ask costs the
+// servers a merge, not a ranking. A failed ask is yielded as an error and the watch goes
+// on if the caller goes on; an unchanged top is not yielded again.
+//
+//	for top, err := range c.WatchTop(ctx, "post", "like", "1h", 10, time.Second) {
+//		if err != nil { log(err); continue }
+//		push(top.IDs, top.Changes)
+//	}
+func (c *Client) WatchTop(ctx context.Context, family, field, window string, limit int, interval time.Duration) iter.Seq2[*pipeline.TopReply, error] {
+	if interval <= 0 {
+		interval = time.Second
+	}
+	return func(yield func(*pipeline.TopReply, error) bool) {
+		var last *pipeline.TopReply
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			top, err := c.Top(ctx, family, field, window, limit)
+			switch {
+			case ctx.Err() != nil:
+				return
+			case err != nil:
+				if !yield(nil, err) {
+					return
+				}
+			case last == nil || !slices.Equal(top.IDs, last.IDs) || !slices.Equal(top.Changes, last.Changes):
+				last = top
+				if !yield(top, nil) {
+					return
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}
 }

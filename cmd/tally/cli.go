@@ -35,9 +35,10 @@ const usage = `tally — Tally's command-line client
                                            a standby counted while their partition had no
                                            owner are marked stale (--exact: unavailable);
                                            --window: the net change over it
-  tally top [--window 5m|1h|1d] [--limit N] <family> <field>
+  tally top [--window 5m|1h|1d] [--limit N] [--watch D] <family> <field>
                                            trending: the N ids (10) whose field changed
-                                           most over the window (1h), exact
+                                           most over the window (1h), exact; --watch:
+                                           again every D, printed when it changes
   tally liked <uid> <post>...              did uid like these posts
   tally likes user <uid> | post <post>     who liked / what was liked, newest first
   tally following <uid> | followers <uid>  follow lists, newest first

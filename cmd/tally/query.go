@@ -159,6 +159,7 @@ func getRaw(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env, list
 func topFlags(fs *flag.FlagSet) {
 	fs.String("window", "1h", "the window to rank by: 5m, 1h or 1d")
 	fs.Int("limit", 10, "how many ids")
+	fs.Duration("watch", 0, "ask again at this interval and print the top each time it changes, until Ctrl-C")
 }
 
 // runTop prints the top ids, one a line with its change: trending.
@@ -171,16 +172,31 @@ func runTop(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env) erro
 	}
 	window := fs.Lookup("window").Value.String()
 	limit := fs.Lookup("limit").Value.(flag.Getter).Get().(int)
+	show := func(r *pipeline.TopReply) error {
+		w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprint(w, tabRow("id", fs.Arg(1)+" over "+window))
+		for i, id := range r.IDs {
+			fmt.Fprint(w, tabRow(id.String(), "+"+strconv.FormatInt(r.Changes[i], 10)))
+		}
+		return w.Flush()
+	}
+	if every := fs.Lookup("watch").Value.(flag.Getter).Get().(time.Duration); every > 0 {
+		for r, err := range c.WatchTop(ctx, fs.Arg(0), fs.Arg(1), window, limit, every) {
+			if err != nil {
+				fmt.Fprintln(e.stderr, "tally top:", err)
+				continue
+			}
+			if err := show(r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	r, err := c.Top(ctx, fs.Arg(0), fs.Arg(1), window, limit)
 	if err != nil {
 		return err
 	}
-	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprint(w, tabRow("id", fs.Arg(1)+" over "+window))
-	for i, id := range r.IDs {
-		fmt.Fprint(w, tabRow(id.String(), "+"+strconv.FormatInt(r.Changes[i], 10)))
-	}
-	return w.Flush()
+	return show(r)
 }
 
 func runLiked(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env) error {
