@@ -76,7 +76,7 @@ func (r *rig) checkpointedAt(db *cold.DB, pos uint64) {
 // want.
 func (r *rig) mirrorEquals(want map[uint64]uint64) {
 	r.t.Helper()
-	natstest.Eventually(r.t, 10*time.Second, "the mirror of the changes stream to equal the counts", func() (bool, string) {
+	natstest.Eventually(r.t, time.Minute, "the mirror of the changes stream to equal the counts", func() (bool, string) {
 		got := r.mirror()
 		if maps.Equal(got, want) {
 			return true, ""
