@@ -96,10 +96,12 @@ func (n *Node) keepStandbys(members, want []string, due []int) {
 		if sb.broken.Load() || (sbs[p] != id && want[p] != id && !slices.Contains(due, p)) {
 			n.log.Debug("standby stopped", "partition", p, "broken", sb.broken.Load(), "standby now", sbs[p], "owner now", want[p])
 			delete(n.standbys, p)
-			n.wg.Go(sb.stop)
+			n.stopStandby(p, sb)
 		}
 	}
-	free := func(p int) bool { return n.parts[p] == nil && !n.stopping[p] && n.standbys[p] == nil }
+	free := func(p int) bool {
+		return n.parts[p] == nil && !n.stopping[p] && n.standbys[p] == nil && !n.standbyStops[p]
+	}
 	for _, p := range due { // nothing moves here before these are warm: they go first
 		if free(p) {
 			n.standbys[p] = n.startStandby(p)
@@ -121,6 +123,34 @@ func (n *Node) keepStandbys(members, want []string, due []int) {
 			n.standbys[p] = n.startStandby(p)
 		}
 	}
+}
+
+// stopStandby stops standby sb of partition p, no longer kept here, on its own
+// goroutine. Until its workers have made their last checkpoint and snapshot, p counts as
+// still here: no standby of it starts again here, nor the partition (see rebalance). A
+// standby restarted at once, as a broken one is, would otherwise run beside the stopping
+// workers on the same keys and file — their last checkpoint written over the backup the
+// new one restored, their snapshot over the one the new one dropped — and count deltas
+// twice or not at all. Under mu.
+func (n *Node) stopStandby(p int, sb *standby) {
+	if n.standbyStops == nil {
+		n.standbyStops = map[int]bool{}
+	}
+	n.standbyStops[p] = true
+	n.wg.Go(func() {
+		sb.stop()
+		n.mu.Lock()
+		delete(n.standbyStops, p)
+		n.mu.Unlock()
+		n.kickRound() // what waited for the stop goes on now
+	})
+}
+
+// standbyStopping reports whether a standby of partition p is still stopping here.
+func (n *Node) standbyStopping(p int) bool {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	return n.standbyStops[p]
 }
 
 // stop ends a standby that is not taken over: its workers checkpoint what they hold.

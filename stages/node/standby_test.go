@@ -1,11 +1,15 @@
 package node
 
 import (
+	"context"
+	"fmt"
 	"log/slog"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/stages/query"
 )
 
@@ -66,4 +70,42 @@ func TestNoRestartWhileStopping(t *testing.T) {
 	if n.holds(1) {
 		t.Fatal("a stopped partition is still held: it would never start again here")
 	}
+}
+
+// A standby stopped on its own goroutine (a broken one, started again in the same
+// round) holds its partition until its workers have stopped: a new standby of it must
+// not start meanwhile, or the two write the same checkpoint, counters and snapshot file
+// (TestRollingRestart: unread counts of one partition off by one).
+func TestNoStandbyWhileOneStops(t *testing.T) {
+	r := newPartRig(t)
+	n := r.process()
+	ctx, cancel := context.WithCancel(t.Context())
+	n.runCtx, n.standbys, n.parts = ctx, map[int]*standby{}, map[int]*part{}
+	release, stopped := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(func() {
+		unblock()
+		cancel()
+		n.wg.Wait()
+	})
+	old := &standby{p: 1, cancel: func() {}, done: release, workersCancel: func() { close(stopped) }}
+	old.broken.Store(true) // fell behind a backup: it starts again from the newest
+	n.standbys[1] = old
+	id := n.owners.ID()
+	keep := func() *standby {
+		n.keepStandbys([]string{id, "other"}, []string{"other", "other"}, []int{1})
+		n.mu.RLock()
+		defer n.mu.RUnlock()
+		return n.standbys[1]
+	}
+	if sb := keep(); sb != nil {
+		t.Fatal("a standby of partition 1 started while the last one's workers were still stopping")
+	}
+	unblock()
+	<-stopped
+	natstest.Eventually(t, 5*time.Second, "a standby of partition 1 once the last one stopped", func() (bool, string) {
+		sb := keep()
+		return sb != nil && sb != old, fmt.Sprint(sb)
+	})
 }
