@@ -45,7 +45,10 @@ type standby struct {
 	current       atomic.Bool   // its state reflects both current backups (as last checked)
 	caughtUp      atomic.Bool   // within StandbyLag of the owner's log and deltas (as last checked)
 	broken        atomic.Bool   // cannot follow any more: to start again from the newest backup
-	watch         [2]backupWatch
+	// retired is when this process last found it no longer needed it (Unix ns; 0 while
+	// it does): no longer said to be warm, it follows on a moment (see keepStandbys).
+	retired atomic.Int64
+	watch   [2]backupWatch
 	// unserve stops serving its workers' reads (see serveStandby); set by the following
 	// once its workers run, read once it has ended.
 	unserve func()
@@ -53,7 +56,7 @@ type standby struct {
 
 // warm reports whether sb is ready to take its partition over at once (see Standbys).
 func (sb *standby) warm() bool {
-	return sb.ready.Load() && sb.current.Load() && sb.caughtUp.Load() && !sb.broken.Load() && loaded(sb.workers)
+	return sb.ready.Load() && sb.current.Load() && sb.caughtUp.Load() && !sb.broken.Load() && sb.retired.Load() == 0 && loaded(sb.workers)
 }
 
 func (sb *standby) valid() bool {
@@ -86,18 +89,34 @@ func (w *backupWatch) observe(gen uint64, reached bool) bool {
 // keepStandbys starts the standbys this process should keep now and stops the others:
 // those cluster.Standbys names it for, and one of each partition due to move here
 // (cluster.Due), which moves once that standby is warm.
+//
+// A ready standby no longer needed is retired before it stops: no longer said to be
+// warm, it follows on for half a lease TTL, so that a holder whose view of the
+// ownership bucket still has it warm (read a moment before this round, or computed
+// from a membership this one no longer sees) and hands the partition over finds it
+// here and it moves warm, not as a restore.
 func (n *Node) keepStandbys(members, want []string, due []int) {
 	id := n.owners.ID()
 	sbs := cluster.Standbys(members, want)
+	now := time.Now().UnixNano()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for p, sb := range n.standbys {
 		// One this process is to own stays for startPart to take over (warmStandby).
-		if sb.broken.Load() || (sbs[p] != id && want[p] != id && !slices.Contains(due, p)) {
-			n.log.Debug("standby stopped", "partition", p, "broken", sb.broken.Load(), "standby now", sbs[p], "owner now", want[p])
-			delete(n.standbys, p)
-			n.stopStandby(p, sb)
+		if !sb.broken.Load() && (sbs[p] == id || want[p] == id || slices.Contains(due, p)) {
+			sb.retired.Store(0)
+			continue
 		}
+		retired := sb.retired.Load()
+		if !sb.broken.Load() && sb.ready.Load() && (retired == 0 || now-retired < int64(n.cfg.LeaseTTL/2)) {
+			if retired == 0 {
+				sb.retired.Store(now)
+			}
+			continue
+		}
+		n.log.Debug("standby stopped", "partition", p, "broken", sb.broken.Load(), "standby now", sbs[p], "owner now", want[p])
+		delete(n.standbys, p)
+		n.stopStandby(p, sb)
 	}
 	free := func(p int) bool {
 		return n.parts[p] == nil && !n.stopping[p] && n.standbys[p] == nil && !n.standbyStops[p]

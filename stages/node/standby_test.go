@@ -109,3 +109,37 @@ func TestNoStandbyWhileOneStops(t *testing.T) {
 		return sb != nil && sb != old, fmt.Sprint(sb)
 	})
 }
+
+// A warm standby this process no longer needs is retired before it stops: said not to
+// be warm any more, it follows on for half a lease TTL, so that a holder that still saw
+// it warm and hands the partition over finds it (a planned move restored otherwise:
+// TestRollingRestart's partitions restored from backups).
+func TestStandbyRetiresBeforeStopping(t *testing.T) {
+	r := newPartRig(t)
+	n := r.process()
+	n.cfg.LeaseTTL = 200 * time.Millisecond
+	n.runCtx, n.standbys, n.parts = t.Context(), map[int]*standby{}, map[int]*part{}
+	t.Cleanup(n.wg.Wait)
+	done := make(chan struct{})
+	close(done)
+	sb := &standby{p: 1, cancel: func() {}, done: done, workersCancel: func() {}}
+	sb.ready.Store(true)
+	sb.current.Store(true)
+	sb.caughtUp.Store(true)
+	n.standbys[1] = sb
+	kept := func() bool {
+		n.keepStandbys([]string{"other"}, []string{"other", "other"}, nil) // no longer this process's to keep
+		n.mu.RLock()
+		defer n.mu.RUnlock()
+		return n.standbys[1] == sb
+	}
+	if !kept() {
+		t.Fatal("a warm standby no longer needed was stopped at once: a holder that saw it warm a moment ago hands its partition over to nothing here")
+	}
+	if ps := n.Standbys(); len(ps) > 0 {
+		t.Fatalf("a retired standby is still said to be warm: %v", ps)
+	}
+	natstest.Eventually(t, 5*time.Second, "the retired standby stopped", func() (bool, string) {
+		return !kept(), "kept"
+	})
+}
