@@ -158,11 +158,38 @@ func (n *Node) stopStandby(p int, sb *standby) {
 	n.standbyStops[p] = true
 	n.wg.Go(func() {
 		sb.stop()
+		if sb.broken.Load() {
+			n.distrust(p)
+		}
 		n.mu.Lock()
 		delete(n.standbyStops, p)
 		n.mu.Unlock()
 		n.kickRound() // what waited for the stop goes on now
 	})
+}
+
+// distrust clears partition p's counters here after a broken standby of it stopped,
+// so that the next standby or start restores them from the backup. A standby that
+// fell behind the owner's purges may have had its workers read on past deltas that
+// were gone — the event stage stops at the first missing log record, the deltas' hop
+// holds what comes above the hole — and its checkpoint then reflects the positions of
+// the newest backup all the same: taken as it is, the hole would stay for good. Not
+// when this process is the counters' last owner, whose state a claim takes as it is.
+func (n *Node) distrust(p int) {
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.LeaseTTL) // on Close too
+	defer cancel()
+	last, err := n.backups.LastOwner(ctx, counterObject(p))
+	if err == nil && last == n.owners.ID() {
+		return
+	}
+	if err == nil {
+		err = n.db.Clear(n.counterPiece(p).Part)
+	}
+	if err != nil {
+		n.log.Warn("cannot clear a broken standby's counters; the next standby takes them as they are if they reflect the backup", "partition", p, "err", err)
+		return
+	}
+	n.dropSnapshots(p)
 }
 
 // standbyStopping reports whether a standby of partition p is still stopping here.
@@ -440,7 +467,10 @@ func (n *Node) stopStandbys() {
 	sbs := n.standbys
 	n.standbys = map[int]*standby{}
 	n.mu.Unlock()
-	for _, sb := range sbs {
+	for p, sb := range sbs {
 		sb.stop()
+		if sb.broken.Load() {
+			n.distrust(p)
+		}
 	}
 }

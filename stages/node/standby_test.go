@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/tally-dev/tally/pipeline/natstest"
+	"github.com/tally-dev/tally/stages/cluster"
 	"github.com/tally-dev/tally/stages/query"
+	"github.com/tally-dev/tally/store/cold"
 )
 
 // A standby must see each backup of a piece reached while that backup is current: the
@@ -142,4 +144,42 @@ func TestStandbyRetiresBeforeStopping(t *testing.T) {
 	natstest.Eventually(t, 5*time.Second, "the retired standby stopped", func() (bool, string) {
 		return !kept(), "kept"
 	})
+}
+
+// A broken standby's counters are cleared once it has stopped: it may have fallen
+// behind the owner's purges, its workers reading on past deltas that were gone, and its
+// checkpoint reflect the newest backup all the same — taken as they are by the next
+// standby (Prime's "local"), the hole would stay for good.
+func TestBrokenStandbyCountersCleared(t *testing.T) {
+	r := newPartRig(t)
+	n := r.process()
+	n.runCtx, n.standbys, n.parts = t.Context(), map[int]*standby{}, map[int]*part{}
+	t.Cleanup(n.wg.Wait)
+	for _, f := range n.cfg.Families {
+		cp := cold.Checkpoint{Pos: 1000}
+		if err := cold.SaveCheckpoint(n.db, f.Name, 1, nil, &cp, cold.Journal{}, cold.Changes{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reflects := func() bool {
+		ok, err := cluster.Reflects(n.counterPiece(1), []uint64{1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if !reflects() {
+		t.Fatal("the checkpoints written do not reflect position 1000")
+	}
+	done := make(chan struct{})
+	close(done)
+	sb := &standby{p: 1, cancel: func() {}, done: done, workersCancel: func() {}}
+	sb.ready.Store(true)
+	sb.broken.Store(true) // did not reach a backup while it was current
+	n.standbys[1] = sb
+	n.keepStandbys([]string{"other"}, []string{"other", "other"}, nil)
+	n.wg.Wait()
+	if reflects() {
+		t.Fatal("a broken standby's counters still reflect its last checkpoint: the next standby takes them as they are")
+	}
 }
