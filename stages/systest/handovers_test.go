@@ -16,21 +16,39 @@ import (
 
 // TestHandOversExact hands every partition over again and again as rolling restarts
 // do — each of three tallyd in this process closed in turn and started again on its
-// data directory, its partitions moving to warm standbys and back — under a stream of
+// data directory, its partitions moving to other processes and back — under a stream of
 // events that moves unread counts (notifications, posts pushed to followers, reads,
 // system notices) and with the availability tests' settings (a hot tier of 16 KiB, so
-// counters are evicted and read back from Badger; snapshots every 200 journaled ids;
-// backups every 300 ms). Every count, unread count and relation must equal the
-// reference model of the stored stream at the end.
+// counters are evicted and read back from Badger; snapshots every 200 journaled ids).
+// Every count, unread count and relation must equal the reference model of the stored
+// stream at the end.
+//
+// "following": backups every 300 ms, each partition moving to a warm standby.
+// "falling behind": backups every 50 ms and standbys that look at them once a second,
+// so that they fall behind the owners' purges and start again and again, and partitions
+// move once out of patience: a broken standby started again at once ran beside its
+// stopping workers, which wrote their last checkpoint and snapshot over its state (one
+// run in one before the fix: two users of one partition counted one too many).
 func TestHandOversExact(t *testing.T) {
 	skipUnderRace(t)
-	const partitions = 8
 	rounds := 6
 	if testing.Short() {
 		rounds = 3
 	}
+	t.Run("following", func(t *testing.T) {
+		testHandOvers(t, rounds, false, func(cfg *node.Config) { cfg.BackupEvery = 300 * time.Millisecond })
+	})
+	t.Run("falling behind", func(t *testing.T) {
+		testHandOvers(t, rounds, true, func(cfg *node.Config) {
+			cfg.BackupEvery, cfg.StandbyCheck, cfg.MovePatience = 50*time.Millisecond, time.Second, 3*time.Second
+		})
+	})
+}
+
+func testHandOvers(t *testing.T, rounds int, behind bool, mod func(*node.Config)) {
+	const partitions = 8
 	url, c := rig.NATSServer(t)
-	h := &handOvers{t: t, url: url, nodes: make([]*node.Node, 3)}
+	h := &handOvers{t: t, url: url, mod: mod, behind: behind, nodes: make([]*node.Node, 3)}
 	t.Cleanup(h.closeAll)
 	for i := range h.nodes {
 		h.dirs = append(h.dirs, t.TempDir())
@@ -66,11 +84,14 @@ func TestHandOversExact(t *testing.T) {
 	}
 	halt()
 	rig.WaitCaughtUp(t, c)
-	var restored, warm, restarts int64
+	restored, warm, restarts := h.moved.restored, h.moved.warm, h.moved.restarts
 	for _, n := range h.nodes {
 		restored, warm, restarts = restored+n.PartsRestored.Load(), warm+n.PartsWarm.Load(), restarts+n.StandbyRestarts.Load()
 	}
-	t.Logf("%d rounds: partitions taken over warm %d, restored %d (since each last start); standbys started again %d times", rounds, warm, restored, restarts)
+	t.Logf("%d rounds: partitions taken over warm %d, restored %d; standbys started again %d times", rounds, warm, restored, restarts)
+	if h.behind && restarts == 0 {
+		t.Fatal("no standby fell behind a backup: the test did not test that")
+	}
 	users := make([]uint64, g.users)
 	for i := range users {
 		users[i] = uint64(i + 1)
@@ -81,11 +102,16 @@ func TestHandOversExact(t *testing.T) {
 // handOvers runs three tallyd in this process on one NATS server, each started again
 // on its own data directory after it is closed.
 type handOvers struct {
-	t     *testing.T
-	url   string
-	dirs  []string
-	mu    sync.Mutex
-	nodes []*node.Node
+	t      *testing.T
+	url    string
+	mod    func(*node.Config)
+	behind bool // standbys fall behind the backups: never warm for long
+	dirs   []string
+	mu     sync.Mutex
+	nodes  []*node.Node
+	// moved counts what the tallyd closed did: partitions taken over warm and restored,
+	// standbys started again.
+	moved struct{ warm, restored, restarts int64 }
 }
 
 func (h *handOvers) start(i int) {
@@ -93,8 +119,8 @@ func (h *handOvers) start(i int) {
 	cfg := node.DefaultConfig()
 	cfg.DataDir, cfg.NATSURL, cfg.Join = h.dirs[i], h.url, true
 	cfg.Partitions, cfg.FlushInterval = 8, 20*time.Millisecond
-	cfg.BackupEvery, cfg.LeaseTTL = 300*time.Millisecond, failoverTTL
-	cfg.HotMaxMem, cfg.SnapshotMin = 16<<10, 200
+	cfg.LeaseTTL, cfg.HotMaxMem, cfg.SnapshotMin = failoverTTL, 16<<10, 200
+	h.mod(&cfg)
 	n, err := node.Start(context.Background(), cfg, rig.Logger())
 	if err != nil {
 		h.t.Fatalf("start tallyd %d: %v", i, err)
@@ -114,6 +140,9 @@ func (h *handOvers) close(i, round int) {
 	if err := n.Close(); err != nil {
 		h.t.Fatalf("round %d: close tallyd %d: %v", round, i, err)
 	}
+	h.moved.restored += n.PartsRestored.Load()
+	h.moved.warm += n.PartsWarm.Load()
+	h.moved.restarts += n.StandbyRestarts.Load()
 }
 
 func (h *handOvers) closeAll() {
@@ -127,10 +156,10 @@ func (h *handOvers) closeAll() {
 }
 
 // waitSpread waits until every partition is owned, each tallyd owning its share, and
-// each has a warm standby.
+// each has a warm standby — unless standbys fall behind, never warm for long.
 func (h *handOvers) waitSpread(partitions int) {
 	h.t.Helper()
-	rig.Eventually(h.t, "the partitions spread, each with a warm standby", func() (bool, string) {
+	rig.Eventually(h.t, "the partitions spread", func() (bool, string) {
 		owned, warm := 0, 0
 		var each []int
 		for _, n := range h.nodes {
@@ -140,7 +169,7 @@ func (h *handOvers) waitSpread(partitions int) {
 				return false, fmt.Sprint("owned ", each)
 			}
 		}
-		return owned == partitions && warm == partitions, fmt.Sprint("owned ", each, ", warm standbys ", warm)
+		return owned == partitions && (h.behind || warm == partitions), fmt.Sprint("owned ", each, ", warm standbys ", warm)
 	})
 }
 
