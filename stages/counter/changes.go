@@ -133,12 +133,17 @@ func (w *Worker) sendChanges(ctx context.Context) error {
 
 // drainChanges sends what is pending, for at most wait, and deletes from the outbox
 // what was stored: a clean stop leaves nothing to send again at the next start, unless
-// NATS did not answer in time.
+// NATS did not answer in time, or the partition may be another's by now (its lease
+// lapsed meanwhile: sendChanges then sends nothing, and nothing is left in flight to
+// wait for).
 func (w *Worker) drainChanges(ctx context.Context, wait time.Duration) error {
 	if w.cfg.Valid == nil || w.cfg.Valid() {
 		dctx, cancel := context.WithTimeout(ctx, wait)
 		for {
-			if err := w.chg.out.Reap(dctx, true); err != nil || len(w.chg.pending) == 0 {
+			if err := w.chg.out.Reap(dctx, true); err != nil || len(w.chg.pending) == 0 || dctx.Err() != nil {
+				break
+			}
+			if w.cfg.Valid != nil && !w.cfg.Valid() {
 				break
 			}
 			if err := w.sendChanges(dctx); err != nil {

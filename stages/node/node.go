@@ -75,6 +75,7 @@ type Node struct {
 	stopping     map[int]bool           // partitions whose stop is under way, under mu
 	claiming     map[int]*cluster.Lease // leases of partitions being started, under mu
 	standbys     map[int]*standby       // warm copies of partitions owned elsewhere, under mu
+	standbyStops map[int]bool           // partitions whose standby's stop is under way, under mu
 	priming      chan struct{}          // one standby restores its backups at a time
 	lastStart    atomic.Int64           // when a partition last started here (Unix ns)
 	rounds       sync.Mutex             // one ownership round (or hand-over on Close) at a time

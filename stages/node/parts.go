@@ -65,7 +65,7 @@ func (n *Node) rebalance(ctx context.Context) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(want))
 	for p, owner := range want {
-		if owner == id && !n.holds(p) {
+		if owner == id && !n.holds(p) && !n.standbyStopping(p) { // the next round, once stopped
 			wg.Go(func() { errs[p] = n.startPart(ctx, p) })
 		}
 	}

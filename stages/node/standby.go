@@ -45,7 +45,10 @@ type standby struct {
 	current       atomic.Bool   // its state reflects both current backups (as last checked)
 	caughtUp      atomic.Bool   // within StandbyLag of the owner's log and deltas (as last checked)
 	broken        atomic.Bool   // cannot follow any more: to start again from the newest backup
-	watch         [2]backupWatch
+	// retired is when this process last found it no longer needed it (Unix ns; 0 while
+	// it does): no longer said to be warm, it follows on a moment (see keepStandbys).
+	retired atomic.Int64
+	watch   [2]backupWatch
 	// unserve stops serving its workers' reads (see serveStandby); set by the following
 	// once its workers run, read once it has ended.
 	unserve func()
@@ -53,7 +56,7 @@ type standby struct {
 
 // warm reports whether sb is ready to take its partition over at once (see Standbys).
 func (sb *standby) warm() bool {
-	return sb.ready.Load() && sb.current.Load() && sb.caughtUp.Load() && !sb.broken.Load() && loaded(sb.workers)
+	return sb.ready.Load() && sb.current.Load() && sb.caughtUp.Load() && !sb.broken.Load() && sb.retired.Load() == 0 && loaded(sb.workers)
 }
 
 func (sb *standby) valid() bool {
@@ -86,20 +89,38 @@ func (w *backupWatch) observe(gen uint64, reached bool) bool {
 // keepStandbys starts the standbys this process should keep now and stops the others:
 // those cluster.Standbys names it for, and one of each partition due to move here
 // (cluster.Due), which moves once that standby is warm.
+//
+// A ready standby no longer needed is retired before it stops: no longer said to be
+// warm, it follows on for half a lease TTL, so that a holder whose view of the
+// ownership bucket still has it warm (read a moment before this round, or computed
+// from a membership this one no longer sees) and hands the partition over finds it
+// here and it moves warm, not as a restore.
 func (n *Node) keepStandbys(members, want []string, due []int) {
 	id := n.owners.ID()
 	sbs := cluster.Standbys(members, want)
+	now := time.Now().UnixNano()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for p, sb := range n.standbys {
 		// One this process is to own stays for startPart to take over (warmStandby).
-		if sb.broken.Load() || (sbs[p] != id && want[p] != id && !slices.Contains(due, p)) {
-			n.log.Debug("standby stopped", "partition", p, "broken", sb.broken.Load(), "standby now", sbs[p], "owner now", want[p])
-			delete(n.standbys, p)
-			n.wg.Go(sb.stop)
+		if !sb.broken.Load() && (sbs[p] == id || want[p] == id || slices.Contains(due, p)) {
+			sb.retired.Store(0)
+			continue
 		}
+		retired := sb.retired.Load()
+		if !sb.broken.Load() && sb.ready.Load() && (retired == 0 || now-retired < int64(n.cfg.LeaseTTL/2)) {
+			if retired == 0 {
+				sb.retired.Store(now)
+			}
+			continue
+		}
+		n.log.Debug("standby stopped", "partition", p, "broken", sb.broken.Load(), "standby now", sbs[p], "owner now", want[p])
+		delete(n.standbys, p)
+		n.stopStandby(p, sb)
 	}
-	free := func(p int) bool { return n.parts[p] == nil && !n.stopping[p] && n.standbys[p] == nil }
+	free := func(p int) bool {
+		return n.parts[p] == nil && !n.stopping[p] && n.standbys[p] == nil && !n.standbyStops[p]
+	}
 	for _, p := range due { // nothing moves here before these are warm: they go first
 		if free(p) {
 			n.standbys[p] = n.startStandby(p)
@@ -121,6 +142,61 @@ func (n *Node) keepStandbys(members, want []string, due []int) {
 			n.standbys[p] = n.startStandby(p)
 		}
 	}
+}
+
+// stopStandby stops standby sb of partition p, no longer kept here, on its own
+// goroutine. Until its workers have made their last checkpoint and snapshot, p counts as
+// still here: no standby of it starts again here, nor the partition (see rebalance). A
+// standby restarted at once, as a broken one is, would otherwise run beside the stopping
+// workers on the same keys and file — their last checkpoint written over the backup the
+// new one restored, their snapshot over the one the new one dropped — and count deltas
+// twice or not at all. Under mu.
+func (n *Node) stopStandby(p int, sb *standby) {
+	if n.standbyStops == nil {
+		n.standbyStops = map[int]bool{}
+	}
+	n.standbyStops[p] = true
+	n.wg.Go(func() {
+		sb.stop()
+		if sb.broken.Load() {
+			n.distrust(p)
+		}
+		n.mu.Lock()
+		delete(n.standbyStops, p)
+		n.mu.Unlock()
+		n.kickRound() // what waited for the stop goes on now
+	})
+}
+
+// distrust clears partition p's counters here after a broken standby of it stopped,
+// so that the next standby or start restores them from the backup. A standby that
+// fell behind the owner's purges may have had its workers read on past deltas that
+// were gone — the event stage stops at the first missing log record, the deltas' hop
+// holds what comes above the hole — and its checkpoint then reflects the positions of
+// the newest backup all the same: taken as it is, the hole would stay for good. Not
+// when this process is the counters' last owner, whose state a claim takes as it is.
+func (n *Node) distrust(p int) {
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.LeaseTTL) // on Close too
+	defer cancel()
+	last, err := n.backups.LastOwner(ctx, counterObject(p))
+	if err == nil && last == n.owners.ID() {
+		return
+	}
+	if err == nil {
+		err = n.db.Clear(n.counterPiece(p).Part)
+	}
+	if err != nil {
+		n.log.Warn("cannot clear a broken standby's counters; the next standby takes them as they are if they reflect the backup", "partition", p, "err", err)
+		return
+	}
+	n.dropSnapshots(p)
+}
+
+// standbyStopping reports whether a standby of partition p is still stopping here.
+func (n *Node) standbyStopping(p int) bool {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	return n.standbyStops[p]
 }
 
 // stop ends a standby that is not taken over: its workers checkpoint what they hold.
@@ -388,7 +464,10 @@ func (n *Node) stopStandbys() {
 	sbs := n.standbys
 	n.standbys = map[int]*standby{}
 	n.mu.Unlock()
-	for _, sb := range sbs {
+	for p, sb := range sbs {
 		sb.stop()
+		if sb.broken.Load() {
+			n.distrust(p)
+		}
 	}
 }
