@@ -183,7 +183,7 @@ func (n *Node) distrust(p int) {
 		return
 	}
 	if err == nil {
-		err = n.db.Clear(n.counterPiece(p).Part)
+		err = n.db.Clear(n.counterPiece(p).Keys)
 	}
 	if err != nil {
 		n.log.Warn("cannot clear a broken standby's counters; the next standby takes them as they are if they reflect the backup", "partition", p, "err", err)
