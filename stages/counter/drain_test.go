@@ -8,6 +8,7 @@ import (
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/stages/hop"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/delivery"
 )
 
 // A worker whose lease lapses while it drains its change events on a stop (owned when
@@ -26,7 +27,7 @@ func TestDrainEndsWhenNoLongerOwned(t *testing.T) {
 		asked++
 		return asked == 1 // held when the drain begins, lapsed after
 	}}}
-	w.chg = changes{out: hop.NewOutbox(nil, hop.OutboxOptions{}), pending: [][]cold.OutboxEntry{{{Seq: changeSeq(1, 0), Subject: "tally.chg.post.0", MsgID: "c", Data: []byte("{}")}}}}
+	w.chg = changes{out: hop.NewOutbox(nil, hop.OutboxOptions{}), pending: [][]delivery.OutboxEntry{{{Seq: changeSeq(1, 0), Subject: "tally.chg.post.0", MsgID: "c", Data: []byte("{}")}}}}
 	done := make(chan error, 1)
 	go func() { done <- w.drainChanges(context.Background(), time.Second) }()
 	select {

@@ -12,7 +12,7 @@ import (
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/stages/cluster"
 	"github.com/tally-dev/tally/stages/query"
-	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/checkpoint"
 )
 
 // A standby must see each backup of a piece reached while that backup is current: the
@@ -158,8 +158,8 @@ func TestBrokenStandbyCountersCleared(t *testing.T) {
 	n.runCtx, n.standbys, n.parts = t.Context(), map[int]*standby{}, map[int]*part{}
 	t.Cleanup(n.wg.Wait)
 	for _, f := range n.cfg.Families {
-		cp := cold.Checkpoint{Pos: 1000}
-		if err := cold.SaveCheckpoint(n.db, f.Name, 1, nil, &cp, cold.Journal{}, cold.Changes{}); err != nil {
+		cp := checkpoint.Checkpoint{Pos: 1000}
+		if err := checkpoint.SaveCheckpoint(n.db, f.Name, 1, nil, &cp, checkpoint.Journal{}, checkpoint.Changes{}); err != nil {
 			t.Fatal(err)
 		}
 	}
