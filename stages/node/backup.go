@@ -73,7 +73,7 @@ func (n *Node) counterPiece(p int) cluster.Piece {
 }
 
 // startStage starts partition p's event stage in pt, under pt's lease.
-func (n *Node) startStage(ctx context.Context, pt *part) error {
+func (n *Node) startStage(ctx context.Context, pt *owned) error {
 	p := pt.p
 	ec := event.Config{Partition: p, Partitions: n.cfg.Partitions, Subjects: n.subjects, Families: n.cfg.Families, FanoutLimit: n.cfg.FanoutLimit, ResidentBytes: n.residentBytes(), Windows: n.cfg.Windows}
 	ec.Publisher = n.cfg.publisher(n.js, uint64(1<<20+p))
@@ -128,7 +128,7 @@ func (n *Node) backupLoop(ctx context.Context) error {
 // one's, not this one's: a standby reaches a backup's positions a moment after it is
 // stored, and sees it while it is current; so nothing is purged that a standby
 // following the owner has not applied (see standby.go).
-func (n *Node) backupPart(ctx context.Context, pt *part) (uint64, error) {
+func (n *Node) backupPart(ctx context.Context, pt *owned) (uint64, error) {
 	pt.backup.Lock()
 	defer pt.backup.Unlock()
 	size, limits, err := n.backups.Store(ctx, n.counterPiece(pt.p), pt.lease)

@@ -71,7 +71,7 @@ type Node struct {
 	takeover     atomic.Value     // where the last event stage taken over came from
 	backups      *cluster.Backups // state backups; nil without BackupEvery
 	mu           sync.RWMutex
-	parts        map[int]*part          // partitions owned here
+	parts        map[int]*owned         // partitions owned here
 	stopping     map[int]bool           // partitions whose stop is under way, under mu
 	claiming     map[int]*cluster.Lease // leases of partitions being started, under mu
 	standbys     map[int]*standby       // warm copies of partitions owned elsewhere, under mu
@@ -121,7 +121,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	n := &Node{cfg: cfg, log: log, failed: make(chan struct{}), EventStats: event.NewStats(), budget: counter.NewBudget(mem.Hot),
-		parts: map[int]*part{}, claiming: map[int]*cluster.Lease{}, standbys: map[int]*standby{}, priming: make(chan struct{}, 1), standbyEvents: event.NewStats(), kick: make(chan struct{}, 1), waiting: map[int]time.Time{}}
+		parts: map[int]*owned{}, claiming: map[int]*cluster.Lease{}, standbys: map[int]*standby{}, priming: make(chan struct{}, 1), standbyEvents: event.NewStats(), kick: make(chan struct{}, 1), waiting: map[int]time.Time{}}
 	defer func() {
 		if err != nil {
 			n.Close()

@@ -26,9 +26,9 @@ import (
 // process that cannot renew one in time stops that partition, and one that was paused
 // past its TTL finds every lease gone and stops them all before doing anything else.
 
-// part is one partition owned by this process: its event stage and its counters of
+// owned is one partition owned by this process: its event stage and its counters of
 // every family, under one lease.
-type part struct {
+type owned struct {
 	p       int
 	lease   *cluster.Lease
 	stage   *event.Stage
@@ -147,14 +147,14 @@ func (n *Node) own(ctx context.Context) error {
 	}
 }
 
-func (n *Node) heldParts() []*part {
+func (n *Node) heldParts() []*owned {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
-	out := make([]*part, 0, len(n.parts))
+	out := make([]*owned, 0, len(n.parts))
 	for _, pt := range n.parts {
 		out = append(out, pt)
 	}
-	slices.SortFunc(out, func(a, b *part) int { return a.p - b.p })
+	slices.SortFunc(out, func(a, b *owned) int { return a.p - b.p })
 	return out
 }
 
@@ -215,7 +215,7 @@ func (n *Node) startPart(ctx context.Context, p int) error {
 		delete(n.claiming, p)
 		n.mu.Unlock()
 	}()
-	pt, begun := &part{p: p, lease: l}, time.Now()
+	pt, begun := &owned{p: p, lease: l}, time.Now()
 	sb, evWarm := n.warmStandby(ctx, p)
 	from, evFrom := "local", "local"
 	if n.backups != nil {

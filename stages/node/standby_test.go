@@ -44,9 +44,9 @@ func TestBackupWatch(t *testing.T) {
 // in this process until the stop is over, or two runs of it write the same keys (a lease
 // lost and retaken at once lost counts: TestNATSClusterServerLoss under -race).
 func TestNoRestartWhileStopping(t *testing.T) {
-	n := &Node{parts: map[int]*part{}, log: slog.New(slog.DiscardHandler),
+	n := &Node{parts: map[int]*owned{}, log: slog.New(slog.DiscardHandler),
 		query: query.New(query.Config{Partitions: 2}, nil, nil, nil, slog.New(slog.DiscardHandler))}
-	pt := &part{p: 1, cancel: func() {}}
+	pt := &owned{p: 1, cancel: func() {}}
 	pt.wg.Add(1) // its stage and workers, still stopping
 	n.parts[1] = pt
 	stopped := make(chan struct{})
@@ -84,7 +84,7 @@ func TestNoStandbyWhileOneStops(t *testing.T) {
 	r := newPartRig(t)
 	n := r.process()
 	ctx, cancel := context.WithCancel(t.Context())
-	n.runCtx, n.standbys, n.parts = ctx, map[int]*standby{}, map[int]*part{}
+	n.runCtx, n.standbys, n.parts = ctx, map[int]*standby{}, map[int]*owned{}
 	release, stopped := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	unblock := func() { once.Do(func() { close(release) }) }
@@ -122,7 +122,7 @@ func TestStandbyRetiresBeforeStopping(t *testing.T) {
 	r := newPartRig(t)
 	n := r.process()
 	n.cfg.LeaseTTL = 200 * time.Millisecond
-	n.runCtx, n.standbys, n.parts = t.Context(), map[int]*standby{}, map[int]*part{}
+	n.runCtx, n.standbys, n.parts = t.Context(), map[int]*standby{}, map[int]*owned{}
 	t.Cleanup(n.wg.Wait)
 	done := make(chan struct{})
 	close(done)
@@ -155,7 +155,7 @@ func TestStandbyRetiresBeforeStopping(t *testing.T) {
 func TestBrokenStandbyCountersCleared(t *testing.T) {
 	r := newPartRig(t)
 	n := r.process()
-	n.runCtx, n.standbys, n.parts = t.Context(), map[int]*standby{}, map[int]*part{}
+	n.runCtx, n.standbys, n.parts = t.Context(), map[int]*standby{}, map[int]*owned{}
 	t.Cleanup(n.wg.Wait)
 	for _, f := range n.cfg.Families {
 		cp := checkpoint.Checkpoint{Pos: 1000}
