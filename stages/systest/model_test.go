@@ -93,14 +93,16 @@ func TestModel(t *testing.T) {
 	}
 	t.Run("defaults", func(t *testing.T) {
 		n := testModel(t, total, func(*node.Config) {})
-		if st := &n.CounterStats; st.ColdReads.Load() == 0 || st.Restored.Load() != 16*3 {
+		// At least the 48: a machine loaded enough to let the node's leases lapse stops
+		// and starts its partitions again, each restored from its snapshot once more.
+		if st := &n.CounterStats; st.ColdReads.Load() == 0 || st.Restored.Load() < 16*3 {
 			t.Fatalf("%d cold reads of aged posts; %d of 48 partitions restored from snapshots", st.ColdReads.Load(), st.Restored.Load())
 		}
 	})
 	t.Run("evict-all", func(t *testing.T) {
 		n := testModel(t, total/2, func(c *node.Config) { c.HotMaxMem, c.ColdCache, c.ColdAge = 1, 16*64, 0 })
 		st := &n.CounterStats
-		if st.Evicted.Load() < 20 || st.ColdReads.Load() < 1000 || st.Restored.Load() != 16*3 {
+		if st.Evicted.Load() < 20 || st.ColdReads.Load() < 1000 || st.Restored.Load() < 16*3 {
 			t.Fatalf("cold tier barely used: %d groups evicted, %d cold reads; %d of 48 partitions restored from snapshots", st.Evicted.Load(), st.ColdReads.Load(), st.Restored.Load())
 		}
 	})
