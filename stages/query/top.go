@@ -1,6 +1,7 @@
 package query
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -55,7 +56,7 @@ func (s *Server) top(r *request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	k := cmp0(req.Limit, defaultTop)
+	k := cmp.Or(req.Limit, defaultTop)
 	if k < 1 || k > pipeline.MaxTop {
 		return nil, fmt.Errorf("%w: limit %d, want 1 to %d", pipeline.ErrBadRequest, req.Limit, pipeline.MaxTop)
 	}
@@ -78,19 +79,18 @@ func (s *Server) top(r *request) (any, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("%w: a top of %s needs every partition: %w", errUnavailable, fam.Name, err)
 	}
-	merged := window.Merge(k, lists...)
-	reply := pipeline.TopReply{Field: req.Field, Window: req.Window, IDs: make([]pipeline.ID, len(merged)), Changes: make([]int64, len(merged))}
-	for i, r := range merged {
-		reply.IDs[i], reply.Changes[i] = pipeline.ID(r.ID), r.N
-	}
+	reply := topReply(window.Merge(k, lists...))
+	reply.Field, reply.Window = req.Field, req.Window
 	return reply, nil
 }
 
-func cmp0(v, dflt int) int {
-	if v == 0 {
-		return dflt
+// topReply is the reply listing ranked.
+func topReply(ranked []window.Ranked) pipeline.TopReply {
+	reply := pipeline.TopReply{IDs: make([]pipeline.ID, len(ranked)), Changes: make([]int64, len(ranked))}
+	for i, r := range ranked {
+		reply.IDs[i], reply.Changes[i] = pipeline.ID(r.ID), r.N
 	}
-	return v
+	return reply
 }
 
 func localTop(ctx context.Context, o Partition, f uint8, minutes, since uint32, k int) ([]window.Ranked, error) {
@@ -123,11 +123,7 @@ func partTop(r *request, o Partition, h string) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	reply := pipeline.TopReply{IDs: make([]pipeline.ID, len(ranked)), Changes: make([]int64, len(ranked))}
-	for i, x := range ranked {
-		reply.IDs[i], reply.Changes[i] = pipeline.ID(x.ID), x.N
-	}
-	return reply, nil
+	return topReply(ranked), nil
 }
 
 // remoteTop asks the process owning partition p of family for its top.

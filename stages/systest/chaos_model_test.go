@@ -128,11 +128,7 @@ func (g *chaosGen) event() pipeline.Event {
 	case n < 30:
 		return pipeline.Event{Type: "unlike", UID: u, Post: p}
 	case n < 37:
-		e := pipeline.Event{Type: "view", Post: p, N: int64(g.r.IntN(4))}
-		if n%2 == 0 { // half the views say who viewed: the post's distinct viewers
-			e.UID = u
-		}
-		return e
+		return view(u, p, int64(g.r.IntN(4)), n%2 == 0)
 	case n < 40:
 		return pipeline.Event{Type: "repost", UID: u, Post: p}
 	case n < 47:

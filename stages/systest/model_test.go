@@ -17,6 +17,16 @@ import (
 	"github.com/tally-dev/tally/stages/systest/rig"
 )
 
+// view is a view of post p, n times; by u when byUser (half the generators' views say
+// who viewed: the post's distinct viewers).
+func view(u, p pipeline.ID, n int64, byUser bool) pipeline.Event {
+	e := pipeline.Event{Type: "view", Post: p, N: n}
+	if byUser {
+		e.UID = u
+	}
+	return e
+}
+
 // gen makes random events over a small id space so that relations collide often.
 type gen struct {
 	r            *rand.Rand
@@ -53,11 +63,7 @@ func (g *gen) event() pipeline.Event {
 	case n < 50:
 		return pipeline.Event{Type: "unlike", UID: u, Post: p}
 	case n < 62:
-		e := pipeline.Event{Type: "view", Post: p, N: int64(g.r.IntN(4))}
-		if n%2 == 0 { // half the views say who viewed: the post's distinct viewers
-			e.UID = u
-		}
-		return e
+		return view(u, p, int64(g.r.IntN(4)), n%2 == 0)
 	case n < 67:
 		return pipeline.Event{Type: "repost", UID: u, Post: p}
 	case n < 74:

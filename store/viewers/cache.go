@@ -45,9 +45,8 @@ func (c *Cache) Keep(v *Viewers) {
 		if old, ok := c.posts[p]; ok {
 			c.bytes -= old.Size() + sketchOverhead
 		}
-		s := ps.s
-		c.posts[p] = &s
-		c.bytes += s.Size() + sketchOverhead
+		c.posts[p] = &ps.s // the transaction is over: its copy is the partition's now
+		c.bytes += ps.s.Size() + sketchOverhead
 	}
 	for c.bytes > c.max {
 		target := c.max - c.max/8
