@@ -57,6 +57,9 @@ type Likes struct {
 	db      *cold.DB
 	view    *cold.Txn
 	rewrote map[string][]byte
+
+	get key   // the key of a record being read: Badger copies it, so one buffer serves
+	buf arena // the keys and values Flush sets, which Badger holds until the commit
 }
 
 // ReadChunksFrom makes the batch look for the stored liker chunk an unlike or a moved
@@ -100,6 +103,20 @@ func NewLikes(p int, res records) *Likes {
 	return &Likes{p: p, res: res, users: map[uint64]*likes{}, added: map[chunkAt][]liker{}}
 }
 
+// Reset makes l a new batch of its partition, reading through res, keeping what it
+// allocated (its maps' room) but nothing it held: an event stage reuses one Likes for
+// every transaction rather than growing new maps each time. The records of the batch
+// before must have been handed over (Resident.Keep) or dropped with it.
+func (l *Likes) Reset(res records) {
+	l.Close()
+	l.res = res
+	clear(l.users)
+	clear(l.added)
+	clear(l.touched)
+	l.posts, l.merged, l.writes, l.db, l.rewrote = l.posts[:0], false, 0, nil, nil
+	l.buf = arena{}
+}
+
 // record is user u's like record: the batch's copy, the resident one or the stored one.
 func (l *Likes) record(txn *cold.Txn, u uint64) (*likes, error) {
 	if r, ok := l.users[u]; ok {
@@ -112,7 +129,8 @@ func (l *Likes) record(txn *cold.Txn, u uint64) (*likes, error) {
 		}
 	}
 	r := &likes{}
-	if _, err := txn.Get(likesKey(l.p, u), func(v []byte) (err error) { r, err = decodeLikes(v); return err }); err != nil {
+	l.get = likesKeyTo(l.get[:0], l.p, u)
+	if _, err := txn.Get(l.get, func(v []byte) (err error) { r, err = decodeLikes(v); return err }); err != nil {
 		return nil, err
 	}
 	l.users[u] = r
@@ -258,7 +276,8 @@ func (l *Likes) Flush(txn *cold.Txn, batch uint64) error {
 		if !r.dirty {
 			continue
 		}
-		if err := txn.Set(likesKey(l.p, u), r.encode()); err != nil {
+		k := likesKeyTo(l.buf.alloc(likesKeyLen), l.p, u)
+		if err := txn.Set(k, r.appendTo(l.buf.alloc(r.size()))); err != nil {
 			return err
 		}
 		r.dirty = false
@@ -266,7 +285,7 @@ func (l *Likes) Flush(txn *cold.Txn, batch uint64) error {
 	}
 	for _, c := range l.posts {
 		ls := l.added[c]
-		k := likersKey(l.p, c.post, c.second, batch)
+		k := likersKeyTo(l.buf.alloc(chunkLen), l.p, c.post, c.second, batch)
 		if l.merged {
 			old, err := chunk(txn, k)
 			if err != nil {
@@ -277,7 +296,7 @@ func (l *Likes) Flush(txn *cold.Txn, batch uint64) error {
 		if len(ls) == 0 {
 			continue
 		}
-		if err := txn.Set(k, encodeLikers(ls)); err != nil {
+		if err := txn.Set(k, appendLikers(l.buf.alloc(len(ls)*likerSize), ls)); err != nil {
 			return err
 		}
 		l.writes++

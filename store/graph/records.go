@@ -43,8 +43,14 @@ type likes struct {
 	dirty bool   // changed by the batch: written at Flush
 }
 
-func likesKey(p int, u uint64) key {
-	return newKey(keys.NSLikes, relOff+8).U16(p).U8(recordKind).U64(u)
+func likesKey(p int, u uint64) key { return likesKeyTo(make(key, 0, likesKeyLen), p, u) }
+
+// likesKeyLen is the length of a like record's key.
+const likesKeyLen = relOff + 8
+
+// likesKeyTo appends the key of u's like record in partition p to b.
+func likesKeyTo(b key, p int, u uint64) key {
+	return append(b, keys.NSLikes).U16(p).U8(recordKind).U64(u)
 }
 
 // likersKey is a chunk's key; second is the like time's second (time in milliseconds).
@@ -54,6 +60,11 @@ func likersKey(p int, post uint64, second int64, batch uint64) key {
 
 func likersSecond(p int, post uint64, second int64) key {
 	return relPrefix(keys.NSLikers, p, Like).U64(post).U64(math.MaxUint64 - uint64(second))
+}
+
+// likersKeyTo appends likersKey(p, post, second, batch) to b.
+func likersKeyTo(b key, p int, post uint64, second int64, batch uint64) key {
+	return append(b, keys.NSLikers).U16(p).U8(byte(Like)).U64(post).U64(math.MaxUint64 - uint64(second)).U64(batch)
 }
 
 func secondOf(ts int64) int64 { return ts / 1000 }
@@ -99,11 +110,16 @@ func decodeLikes(v []byte) (*likes, error) {
 	return l, nil
 }
 
-func (l *likes) encode() []byte {
-	v := make([]byte, 2, 2+len(l.list)*24)
-	v[0] = recordVersion
+func (l *likes) encode() []byte { return l.appendTo(make([]byte, 0, l.size())) }
+
+// size is about what the record's encoding takes: room enough for most.
+func (l *likes) size() int { return 2 + len(l.list)*24 }
+
+// appendTo appends the record's encoding to v.
+func (l *likes) appendTo(v []byte) []byte {
+	v = append(v, recordVersion, 0)
 	if l.heavy {
-		v[1] = recordHeavy
+		v[len(v)-1] = recordHeavy
 		return v
 	}
 	for i := range l.list {
@@ -134,9 +150,11 @@ func decodeLikers(v []byte) ([]liker, error) {
 	return out, nil
 }
 
-func encodeLikers(ls []liker) []byte {
+func encodeLikers(ls []liker) []byte { return appendLikers(make([]byte, 0, len(ls)*likerSize), ls) }
+
+// appendLikers sorts ls as a chunk lists them and appends their encoding to v.
+func appendLikers(v []byte, ls []liker) []byte {
 	slices.SortFunc(ls, likersNewestFirst)
-	v := make([]byte, 0, len(ls)*likerSize)
 	for _, e := range ls {
 		v = binary.BigEndian.AppendUint64(v, e.user)
 		v = binary.BigEndian.AppendUint64(v, uint64(e.ts))
