@@ -81,12 +81,22 @@ type counterKey struct {
 // before each event is applied; 0: none) for the windowed counts.
 type coalescer struct {
 	partitions int
-	byDest     map[dest]*destDeltas
-	order      []dest // first-touched order, so output is deterministic
-	minute     uint32
+	// byDest keeps every destination a transaction touched, emptied for the next
+	// (reset) rather than dropped, so that its maps and slices keep their room.
+	byDest map[dest]*destDeltas
+	order  []dest // first-touched order, so output is deterministic
+	minute uint32
+	// discard drops every delta: a standby applying its owner's log record takes the
+	// record's outbox, so what its events would send is never looked at.
+	discard bool
 }
 
+// keepDeltas is the most deltas a destination keeps room for after a transaction: a
+// backlog's large transactions do not hold their maps' room for ever.
+const keepDeltas = 1 << 14
+
 type destDeltas struct {
+	used    bool               // touched by this transaction (in order)
 	index   map[counterKey]int // the last delta of each counter
 	deltas  []pipeline.Delta
 	windows map[windowKey]int // each counter and minute's entry in windowed
@@ -117,11 +127,17 @@ func newCoalescer(partitions int) *coalescer {
 }
 
 func (c *coalescer) add(f fieldRef, id pipeline.ID, op pipeline.Op, n int64) {
+	if c.discard {
+		return
+	}
 	d := dest{f.family, pipeline.PartitionOf(id, c.partitions)}
 	dd := c.byDest[d]
 	if dd == nil {
 		dd = &destDeltas{index: map[counterKey]int{}}
 		c.byDest[d] = dd
+	}
+	if !dd.used {
+		dd.used = true
 		c.order = append(c.order, d)
 	}
 	if c.minute != 0 && op == pipeline.OpAdd && n != 0 {
@@ -149,7 +165,16 @@ func (c *coalescer) add(f fieldRef, id pipeline.ID, op pipeline.Op, n int64) {
 }
 
 func (c *coalescer) reset() {
-	clear(c.byDest)
+	for _, d := range c.order {
+		dd := c.byDest[d]
+		if len(dd.deltas) > keepDeltas || len(dd.windowed) > keepDeltas {
+			delete(c.byDest, d)
+			continue
+		}
+		clear(dd.index)
+		clear(dd.windows)
+		dd.deltas, dd.windowed, dd.used = dd.deltas[:0], dd.windowed[:0], false
+	}
 	c.order = c.order[:0]
 	c.minute = 0
 }

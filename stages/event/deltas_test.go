@@ -12,33 +12,41 @@ import (
 
 func TestCoalescer(t *testing.T) {
 	c := newCoalescer(4)
-	like := fieldRef{family: "post", field: 0}
-	unread := fieldRef{family: "unread", field: 2}
-	for range 3 {
-		c.add(like, 42, pipeline.OpAdd, 1)
-	}
-	c.add(like, 42, pipeline.OpAdd, -1)
-	c.add(like, 42, pipeline.OpAdd, -2)
-	c.add(unread, 7, pipeline.OpAdd, 1)
-	c.add(unread, 7, pipeline.OpSet, 0)
-	c.add(unread, 7, pipeline.OpAdd, 1)
-	got := map[string][]string{}
-	for _, d := range c.order {
-		for _, x := range c.byDest[d].deltas {
-			got[d.family] = append(got[d.family], fmt.Sprint(x.Op, x.N))
+	// Twice: the second round reuses what reset emptied.
+	for round := range 2 {
+		like := fieldRef{family: "post", field: 0}
+		unread := fieldRef{family: "unread", field: 2}
+		for range 3 {
+			c.add(like, 42, pipeline.OpAdd, 1)
 		}
-		if d.partition != pipeline.PartitionOf(pipeline.ID(c.byDest[d].deltas[0].ID), 4) {
-			t.Fatalf("delta for %d routed to partition %d", c.byDest[d].deltas[0].ID, d.partition)
+		c.add(like, 42, pipeline.OpAdd, -1)
+		c.add(like, 42, pipeline.OpAdd, -2)
+		c.add(unread, 7, pipeline.OpAdd, 1)
+		c.add(unread, 7, pipeline.OpSet, 0)
+		c.add(unread, 7, pipeline.OpAdd, 1)
+		got := map[string][]string{}
+		for _, d := range c.order {
+			for _, x := range c.byDest[d].deltas {
+				got[d.family] = append(got[d.family], fmt.Sprint(x.Op, x.N))
+			}
+			if d.partition != pipeline.PartitionOf(pipeline.ID(c.byDest[d].deltas[0].ID), 4) {
+				t.Fatalf("delta for %d routed to partition %d", c.byDest[d].deltas[0].ID, d.partition)
+			}
 		}
-	}
-	// +1 +1 +1 is +3; -1 -2 is -3, kept after it (+3 -3 is not +0 on a counter at 1);
-	// +1, set 0, +1 is set 1.
-	if len(got) != 2 || !slices.Equal(got["post"], []string{"0 3", "0 -3"}) || !slices.Equal(got["unread"], []string{"1 1"}) {
-		t.Fatalf("coalesced to %v", got)
-	}
-	c.reset()
-	if len(c.order) != 0 || len(c.byDest) != 0 {
-		t.Fatal("reset left deltas")
+		// +1 +1 +1 is +3; -1 -2 is -3, kept after it (+3 -3 is not +0 on a counter at 1);
+		// +1, set 0, +1 is set 1.
+		if len(got) != 2 || !slices.Equal(got["post"], []string{"0 3", "0 -3"}) || !slices.Equal(got["unread"], []string{"1 1"}) {
+			t.Fatalf("round %d: coalesced to %v", round, got)
+		}
+		c.reset()
+		if len(c.order) != 0 {
+			t.Fatal("reset left destinations")
+		}
+		for d, dd := range c.byDest {
+			if len(dd.deltas) != 0 || len(dd.index) != 0 || dd.used {
+				t.Fatalf("reset left deltas of %v: %v", d, dd.deltas)
+			}
+		}
 	}
 }
 

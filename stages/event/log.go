@@ -156,6 +156,10 @@ func (s *Stage) logRecord(ctx context.Context, m jetstream.Msg, r *flow.Reader, 
 // applyRecord applies msgs in one transaction that commits rec's state and outbox, and
 // deletes the entries rec's owner deleted; send sends the outbox.
 func (s *Stage) applyRecord(ctx context.Context, msgs []jetstream.Msg, rec *stagelog.Record, seq uint64, c *coalescer, send bool) error {
+	// The record's outbox is what the transaction sends: the deltas and hop batches its
+	// events would make again are not needed.
+	c.discard = true
+	defer func() { c.discard = false }()
 	txn := s.db.NewTxn(true)
 	defer txn.Discard()
 	w := s.newWork(txn, c, rec.Dead)

@@ -106,6 +106,7 @@ type Stage struct {
 	pulled *unread.Pulled                      // authors whose posts this partition's readers pull
 	res    *graph.Resident[unread.ReaderState] // what events read of the state, in RAM (see graph.Resident)
 	seen   *viewers.Cache                      // the sketches of the posts viewed lately, in RAM
+	likes  *graph.Likes                        // reused by every transaction (graph.Likes.Reset)
 
 	pos atomic.Uint64 // last stream sequence committed
 	// now is the Unix minute the newest message committed was stored at, with windows

@@ -68,7 +68,12 @@ func (s *Stage) newWork(txn *cold.Txn, c *coalescer, dead []uint64) *work {
 		marks[src] = &delivery.Mark{Through: m.Through, Above: slices.Clone(m.Above), Held: slices.Clone(m.Held)}
 	}
 	in := hop.In{Marks: marks, Store: stageHeld{txn: txn, p: s.cfg.Partition}, Log: s.log, Stats: &hop.InStats{}}
-	likes := graph.NewLikes(s.cfg.Partition, s.res)
+	if s.likes == nil {
+		s.likes = graph.NewLikes(s.cfg.Partition, s.res)
+	} else {
+		s.likes.Reset(s.res) // the last transaction's records are the Resident's now, or dropped
+	}
+	likes := s.likes
 	likes.ReadChunksFrom(s.db)
 	return &work{s: s, c: c, in: in, fwd: map[int][]pipeline.Event{}, deadSeqs: dead, now: s.now,
 		likes: likes, readers: unread.NewReaders(s.cfg.Partition, s.res), viewers: viewers.New(s.cfg.Partition, s.seen)}
@@ -110,11 +115,14 @@ func (w *work) flush(txn *cold.Txn, batch uint64) error {
 }
 
 func (w *work) forward(q int, e *pipeline.Event) {
+	w.forwarded++
+	if w.c.discard {
+		return // a standby's: the record's outbox carries what its owner forwarded
+	}
 	if w.fwd[q] == nil {
 		w.fwdOrder = append(w.fwdOrder, q)
 	}
 	w.fwd[q] = append(w.fwd[q], *e)
-	w.forwarded++
 }
 
 // next returns the state after the transaction, ending at stream position pos, and its
