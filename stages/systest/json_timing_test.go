@@ -3,6 +3,7 @@ package systest
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"math/rand"
 	"os"
@@ -194,11 +195,12 @@ func benchJSONTally(b *testing.B, batch int, split, viewers bool) {
 	}
 	evs, want := jsonEvents(b, b.N, viewers)
 	msgs := jsonMessages(b, evs, batch, split)
-	allocs, puts := mallocs(), badgerPuts()
+	allocs, puts, cpu := mallocs(), badgerPuts(), cpuTime()
 	b.ResetTimer()
 	publishJSON(b, js, c.Subjects(), msgs)
 	rig.WaitCaughtUp(b, c)
 	b.StopTimer()
+	reportCPU(b, cpu)
 	b.ReportMetric(float64(mallocs()-allocs)/float64(b.N), "allocs/event")
 	b.ReportMetric(float64(badgerPuts()-puts)/float64(b.N), "badger-puts/event")
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
@@ -214,56 +216,10 @@ func benchJSONTally(b *testing.B, batch int, split, viewers bool) {
 func BenchmarkGet20Loaded(b *testing.B) {
 	n, c := rig.StartNode(b, func(c *node.Config) { c.Partitions, c.FlushInterval = 16, 100*time.Millisecond })
 	nc := c.Conn()
-	// The producer has a connection of its own, as it would in a process of its own:
-	// on the readers' one, their requests would wait behind its batches.
-	pc, err := nats.Connect(n.ClientURL())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer pc.Close()
 	if _, err := nc.Subscribe("echo", func(m *nats.Msg) { _ = m.Respond(make([]byte, 200)) }); err != nil {
 		b.Fatal(err)
 	}
-	js, err := jetstream.New(pc, jetstream.WithPublishAsyncMaxPending(256))
-	if err != nil {
-		b.Fatal(err)
-	}
-	evs, want := jsonEvents(b, 200_000, false)
-	msgs := jsonMessages(b, evs, 1000, true)
-	posts := slices.Collect(maps.Keys(want))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	loaded := make(chan struct{})
-	var published atomic.Int64
-	rate := 100_000 // events a second: what tallyd here applies with room to spare
-	if v, err := strconv.Atoi(os.Getenv("TALLY_LOAD_RATE")); err == nil && v > 0 {
-		rate = v
-	}
-	go func() { // the load: the same messages again and again, each time under new ids
-		defer close(loaded)
-		start, sent := time.Now(), 0
-		for round := 0; ctx.Err() == nil; round++ {
-			for _, m := range msgs {
-				if ctx.Err() != nil {
-					return
-				}
-				// paced: a message is sent when the rate says it is due
-				if due := start.Add(time.Duration(sent) * time.Second / time.Duration(rate)); time.Until(due) > 0 {
-					time.Sleep(time.Until(due))
-				}
-				msg := nats.NewMsg(c.Subjects().Event(m.typ, m.key))
-				msg.Data = m.data
-				msg.Header.Set("Content-Type", "application/json")
-				if _, err := js.PublishMsgAsync(msg, jetstream.WithMsgID(strconv.Itoa(round)+"."+m.id)); err != nil {
-					b.Error(err)
-					return
-				}
-				k := strings.Count(string(m.data), `"type"`)
-				sent += k
-				published.Add(int64(k))
-			}
-		}
-	}()
+	posts, stop := steadyLoad(b, n, c)
 	req, _ := pipeline.Marshal(pipeline.GetRequest{IDs: make([]pipeline.ID, 20)}, false)
 	r := rand.New(rand.NewSource(2))
 	ids := make([]uint64, 20)
@@ -286,14 +242,115 @@ func BenchmarkGet20Loaded(b *testing.B) {
 		get = append(get, time.Since(t0))
 	}
 	b.StopTimer()
-	cancel()
-	<-loaded
-	b.ReportMetric(float64(published.Load())/b.Elapsed().Seconds(), "load-events/s")
-	slices.Sort(echo)
-	slices.Sort(get)
-	b.ReportMetric(float64(echo[len(echo)*99/100].Microseconds()), "echo-p99-µs")
-	b.ReportMetric(float64(get[len(get)*99/100].Microseconds()), "get-p99-µs")
-	b.ReportMetric(float64(get[len(get)/2].Microseconds()), "get-p50-µs")
-	b.ReportMetric(float64(echo[len(echo)/2].Microseconds()), "echo-p50-µs")
+	stop()
+	reportLatency(b, "echo", echo)
+	reportLatency(b, "get", get)
 	b.ReportMetric(float64(get[len(get)*99/100])/float64(echo[len(echo)*99/100]), "p99-ratio")
+}
+
+// BenchmarkTopLoaded is the latency of a top 100 by likes over the hour (tally.top.post)
+// under the steady load of BenchmarkGet20Loaded — 75 % of it likes of 20 000 posts, so
+// every ranking changes while it is asked — beside a 20-id get asked in turn.
+// Run: go test ./stages/systest -run XXX -bench TopLoaded -benchtime 2000x
+func BenchmarkTopLoaded(b *testing.B) {
+	n, c := rig.StartNode(b, func(c *node.Config) { c.Partitions, c.FlushInterval = 16, 100*time.Millisecond })
+	ctx := context.Background()
+	posts, stop := steadyLoad(b, n, c)
+	rig.Eventually(b, "the load ranks 100 posts", func() (bool, string) {
+		t, err := c.Top(ctx, "post", "like", "1h", 100)
+		return err == nil && len(t.IDs) == 100, fmt.Sprint(err)
+	})
+	r := rand.New(rand.NewSource(2))
+	ids := make([]uint64, 20)
+	var top, get []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		t, err := c.Top(ctx, "post", "like", "1h", 100)
+		if err != nil || len(t.IDs) != 100 {
+			b.Fatalf("top: %v, %d ids", err, len(t.IDs))
+		}
+		top = append(top, time.Since(t0))
+		for i := range ids {
+			ids[i] = posts[r.Intn(len(posts))]
+		}
+		t0 = time.Now()
+		if _, err := c.Get(ctx, "post", ids...); err != nil {
+			b.Fatal(err)
+		}
+		get = append(get, time.Since(t0))
+	}
+	b.StopTimer()
+	stop()
+	reportLatency(b, "top", top)
+	reportLatency(b, "get20", get)
+}
+
+// reportLatency reports the p50 and p99 of lat, in µs, named name.
+func reportLatency(b *testing.B, name string, lat []time.Duration) {
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), name+"-p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), name+"-p99-µs")
+}
+
+// steadyLoad starts a JSON producer on a connection of its own publishing split batches
+// (jsonEvents, 75 % likes of 20 000 posts of the last hour) to n at a steady rate
+// (TALLY_LOAD_RATE events a second, 100 000), the same messages again and again under new
+// ids. It returns the posts the load touches, and stop, which ends the load and reports
+// the rate it kept (load-events/s).
+func steadyLoad(b *testing.B, n *node.Node, c interface{ Subjects() pipeline.Subjects }) ([]uint64, func()) {
+	// The producer has a connection of its own, as it would in a process of its own:
+	// on the readers' one, their requests would wait behind its batches.
+	pc, err := nats.Connect(n.ClientURL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	js, err := jetstream.New(pc, jetstream.WithPublishAsyncMaxPending(256))
+	if err != nil {
+		b.Fatal(err)
+	}
+	evs, want := jsonEvents(b, 200_000, false)
+	msgs := jsonMessages(b, evs, 1000, true)
+	posts := slices.Collect(maps.Keys(want))
+	ctx, cancel := context.WithCancel(context.Background())
+	loaded := make(chan struct{})
+	var published atomic.Int64
+	rate := 100_000 // events a second: what tallyd here applies with room to spare
+	if v, err := strconv.Atoi(os.Getenv("TALLY_LOAD_RATE")); err == nil && v > 0 {
+		rate = v
+	}
+	go func() { // the load: the same messages again and again, each time under new ids
+		defer close(loaded)
+		start, sent := time.Now(), 0
+		for round := 0; ctx.Err() == nil; round++ {
+			for _, m := range msgs {
+				if ctx.Err() != nil {
+					return
+				}
+				// paced: a message is sent when the rate says it is due
+				if due := start.Add(time.Duration(sent) * time.Second / time.Duration(rate)); time.Until(due) > 0 {
+					time.Sleep(time.Until(due))
+				}
+				msg := nats.NewMsg(c.Subjects().Event(m.typ, m.key))
+				msg.Data = m.data
+				msg.Header.Set("Content-Type", "application/json")
+				// A loaded machine may not keep the rate: the producer then waits, and
+				// load-events/s says what was kept.
+				if _, err := js.PublishMsgAsync(msg, jetstream.WithMsgID(strconv.Itoa(round)+"."+m.id), jetstream.WithStallWait(time.Minute)); err != nil {
+					b.Error(err)
+					return
+				}
+				k := strings.Count(string(m.data), `"type"`)
+				sent += k
+				published.Add(int64(k))
+			}
+		}
+	}()
+	start := time.Now()
+	return posts, func() {
+		cancel()
+		<-loaded
+		pc.Close()
+		b.ReportMetric(float64(published.Load())/time.Since(start).Seconds(), "load-events/s")
+	}
 }

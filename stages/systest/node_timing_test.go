@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -150,7 +151,7 @@ func consumeAll(b *testing.B, publish func(jetstream.JetStream), count func(*pip
 	counted := 0
 	done := make(chan struct{})
 	fams := pipeline.Families(pipeline.DefaultFamilies())
-	allocs := mallocs()
+	allocs, cpu := mallocs(), cpuTime()
 	b.ResetTimer()
 	cons, err := js.OrderedConsumer(ctx, sc.Subjects.EventsStream(), jetstream.OrderedConsumerConfig{})
 	if err != nil {
@@ -178,6 +179,7 @@ func consumeAll(b *testing.B, publish func(jetstream.JetStream), count func(*pip
 	published := b.Elapsed()
 	<-done
 	b.StopTimer()
+	reportCPU(b, cpu)
 	b.ReportMetric(float64(mallocs()-allocs)/float64(b.N), "allocs/event")
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	return published
@@ -194,12 +196,13 @@ func benchTally(b *testing.B, likes int, mod func(*node.Config)) {
 		}
 	})
 	evs, want := benchMix(b.N, likes)
-	puts, allocs := badgerPuts(), mallocs()
+	puts, allocs, cpu := badgerPuts(), mallocs(), cpuTime()
 	b.ResetTimer()
 	publishBench(b, c, evs)
 	published := b.Elapsed()
 	rig.WaitCaughtUp(b, c)
 	b.StopTimer()
+	reportCPU(b, cpu)
 	b.ReportMetric(float64(mallocs()-allocs)/float64(b.N), "allocs/event")
 	b.ReportMetric(float64(b.N)/published.Seconds(), "published/s")
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
@@ -210,6 +213,23 @@ func benchTally(b *testing.B, likes int, mod func(*node.Config)) {
 	if nl := likesIn(evs); nl > 0 {
 		b.ReportMetric(float64(n.EventStats.LikeKeys.Load())/float64(nl), "like-keys/like")
 	}
+}
+
+// cpuTime is the CPU time (user and system) this process has spent so far: tallyd, the
+// embedded NATS server and the benchmark's producer together. CPU per event compares
+// runs on a machine that other work shares, where events per second would mostly
+// measure the others.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU reports the CPU spent since from per event, in µs.
+func reportCPU(b *testing.B, from time.Duration) {
+	b.ReportMetric(float64((cpuTime()-from).Microseconds())/float64(b.N), "cpu-µs/event")
 }
 
 // mallocs is how many heap allocations this process has made: tallyd, the embedded NATS
