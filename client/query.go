@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -189,43 +190,76 @@ func (c *Client) Health(ctx context.Context) (*pipeline.HealthReply, error) {
 }
 
 // WatchTop yields family's top (as Top asks it) at once and then each time it changes,
-// asking every interval (1 s when 0), until ctx ends (which is no error) or the caller
-// stops: the change stream of a trending list for a gateway to push. A partition keeps
-// a top asked lately and ranks it again at each flush tick, so each ask costs the
-// servers a merge, not a ranking. A failed ask is yielded as an error and the watch goes
-// on if the caller goes on; an unchanged top is not yielded again.
+// until ctx ends (which is no error) or the caller stops: the change stream of a
+// trending list for a gateway to push. The top is pushed (tallyd 1.6): the watch
+// request has the server publish it whole on Subjects.TopChanges each time a flush
+// changes it, and WatchTop asks again every interval (10 s when 0, at most
+// pipeline.TopWatchFor) to keep it watched, which also makes up for a message lost on
+// the way. A failed ask, or a message that cannot be read, is yielded as an error and
+// the watch goes on if the caller goes on; an unchanged top is not yielded again.
 //
-//	for top, err := range c.WatchTop(ctx, "post", "like", "1h", 10, time.Second) {
+//	for top, err := range c.WatchTop(ctx, "post", "like", "1h", 10, 0) {
 //		if err != nil { log(err); continue }
 //		push(top.IDs, top.Changes)
 //	}
 func (c *Client) WatchTop(ctx context.Context, family, field, window string, limit int, interval time.Duration) iter.Seq2[*pipeline.TopReply, error] {
 	if interval <= 0 {
-		interval = time.Second
+		interval = 10 * time.Second
 	}
+	interval = min(interval, pipeline.TopWatchFor/2)
 	return func(yield func(*pipeline.TopReply, error) bool) {
+		if _, err := pipeline.ParseWindow(window); err != nil {
+			yield(nil, err)
+			return
+		}
+		// Subscribed before the first watch request, so no change after it is missed.
+		pushed := make(chan *nats.Msg, 64)
+		sub, err := c.nc.ChanSubscribe(c.subj.TopChanges(family, field, window, cmp.Or(limit, pipeline.DefaultTop)), pushed)
+		if err != nil {
+			yield(nil, fmt.Errorf("cannot watch a top: %w", err))
+			return
+		}
+		defer func() { _ = sub.Unsubscribe() }()
 		var last *pipeline.TopReply
+		next := func(top *pipeline.TopReply, err error) bool {
+			switch {
+			case ctx.Err() != nil:
+				return false
+			case err != nil:
+				return yield(nil, err)
+			case last != nil && slices.Equal(top.IDs, last.IDs) && slices.Equal(top.Changes, last.Changes):
+				return true
+			}
+			last = top
+			return yield(top, nil)
+		}
+		watch := func() bool {
+			var r pipeline.TopReply
+			err := c.request(ctx, c.subj.Top(family), pipeline.TopRequest{Field: field, Window: window, Limit: limit, Watch: true}, &r, &r.Error, &r.Code)
+			return next(&r, err)
+		}
+		if !watch() {
+			return
+		}
 		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
-			top, err := c.Top(ctx, family, field, window, limit)
-			switch {
-			case ctx.Err() != nil:
-				return
-			case err != nil:
-				if !yield(nil, err) {
-					return
-				}
-			case last == nil || !slices.Equal(top.IDs, last.IDs) || !slices.Equal(top.Changes, last.Changes):
-				last = top
-				if !yield(top, nil) {
-					return
-				}
-			}
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
+				if !watch() {
+					return
+				}
+			case m := <-pushed:
+				var r pipeline.TopReply
+				err := pipeline.UnmarshalReply(m.Data, pipeline.IsJSON(m.Data, m.Header), &r)
+				if err != nil {
+					err = fmt.Errorf("%s: cannot decode a watched top: %w", m.Subject, err)
+				}
+				if !next(&r, err) {
+					return
+				}
 			}
 		}
 	}

@@ -1,6 +1,9 @@
 package pipeline
 
-import "errors"
+import (
+	"errors"
+	"time"
+)
 
 // Request and reply payloads of the query subjects. Each is a JSON object or a
 // MessagePack map with the same field names; a reply always has Error set when the
@@ -70,13 +73,22 @@ type Stale struct {
 // MaxTop bounds the limit of a top request.
 const MaxTop = 1_000
 
-// TopRequest asks tally.top.<family> for the Limit ids (100 when 0, at most MaxTop)
-// whose Field changed the most over Window ("5m", "1h" or "1d"): trending (1.5).
+// DefaultTop is the limit of a top request that gives none.
+const DefaultTop = 100
+
+// TopRequest asks tally.top.<family> for the Limit ids (DefaultTop when 0, at most
+// MaxTop) whose Field changed the most over Window ("5m", "1h" or "1d"): trending (1.5).
+// Watch (1.6) also has the top published on Subjects.TopChanges, whole, each time it
+// changes, for TopWatchFor after the request: a watcher asks again before that.
 type TopRequest struct {
 	Field  string `json:"field"`
 	Window string `json:"window"`
 	Limit  int    `json:"limit,omitempty"`
+	Watch  bool   `json:"watch,omitempty"`
 }
+
+// TopWatchFor is how long a watched top is published after its last watch request.
+const TopWatchFor = 30 * time.Second
 
 // TopReply lists the ids best first, each with its net change over the window (Changes,
 // positive: an id whose change is not is not trending), ties by the smaller id. It is

@@ -65,6 +65,13 @@ func (s Subjects) Get(family string) string { return s.join("get", family) }
 // (a TopRequest, a TopReply).
 func (s Subjects) Top(family string) string { return s.join("top", family) }
 
+// TopChanges is where a watched top (TopRequest.Watch) is published whole each time it
+// changes: <prefix>.topchg.<family>.<field>.<window>.<limit>, the limit as answered (100
+// for 0).
+func (s Subjects) TopChanges(family, field, window string, limit int) string {
+	return s.join("topchg", family, field, window, strconv.Itoa(limit))
+}
+
 // Part is where the process owning partition p of a family answers other processes'
 // requests for the counters of ids in that partition (a GetRequest, a GetReply).
 func (s Subjects) Part(family string, p int) string { return s.join("part", family, strconv.Itoa(p)) }

@@ -26,7 +26,9 @@ package pipeline
 // tallyd keeps windows (--windows), and the window changes of internal delta batches.
 // 1.5 added trending: tally.top.<family> (TopRequest, TopReply), the ids whose field
 // changed most over a window, exact.
-const ProtocolVersion = "1.5"
+// 1.6 added watched tops: TopRequest.Watch has the top published on
+// <prefix>.topchg.<family>.<field>.<window>.<limit> each time it changes.
+const ProtocolVersion = "1.6"
 
 // ServiceVersion is ProtocolVersion as a semantic version (major.minor.0), the version
 // of the NATS micro service that answers the queries.

@@ -38,7 +38,8 @@ const usage = `tally — Tally's command-line client
   tally top [--window 5m|1h|1d] [--limit N] [--watch D] <family> <field>
                                            trending: the N ids (10) whose field changed
                                            most over the window (1h), exact; --watch:
-                                           again every D, printed when it changes
+                                           printed each time tallyd pushes a change,
+                                           the watch asked again every D
   tally liked <uid> <post>...              did uid like these posts
   tally likes user <uid> | post <post>     who liked / what was liked, newest first
   tally following <uid> | followers <uid>  follow lists, newest first

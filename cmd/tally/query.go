@@ -159,7 +159,7 @@ func getRaw(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env, list
 func topFlags(fs *flag.FlagSet) {
 	fs.String("window", "1h", "the window to rank by: 5m, 1h or 1d")
 	fs.Int("limit", 10, "how many ids")
-	fs.Duration("watch", 0, "ask again at this interval and print the top each time it changes, until Ctrl-C")
+	fs.Duration("watch", 0, "watch the top: print it each time tallyd pushes a change, asking again at this interval to keep the watch, until Ctrl-C")
 }
 
 // runTop prints the top ids, one a line with its change: trending.

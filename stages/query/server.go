@@ -53,6 +53,11 @@ type Config struct {
 	// MaxLag is how far a partition may lag and be ready (see health.go); the zero
 	// value allows no lag.
 	MaxLag MaxLag
+	// TopEvery is how often watched tops are ranked again and published when changed
+	// (see topwatch.go; 100 ms when 0: the partitions rank them at each flush tick), and
+	// TopWatchFor how long after its last watch request (pipeline.TopWatchFor when 0).
+	TopEvery    time.Duration
+	TopWatchFor time.Duration
 }
 
 // Server answers queries. It keeps a registry of the counter partitions this process
@@ -76,6 +81,9 @@ type Server struct {
 	stages atomic.Pointer[[]Stage]
 
 	auditing auditState // repairs, one at a time (see audit.go)
+	watches  watches    // the tops watched (see topwatch.go)
+	// watchStop ends, and watchDone tells the end of, the publishing of watched tops.
+	watchStop, watchDone chan struct{}
 
 	mu       sync.Mutex // serialises SetOwner, SetStage, Start and Stop
 	started  bool
@@ -104,6 +112,12 @@ func New(cfg Config, nc *nats.Conn, db *cold.DB, owners map[string][]Partition, 
 	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = 4
+	}
+	if cfg.TopEvery <= 0 {
+		cfg.TopEvery = 100 * time.Millisecond
+	}
+	if cfg.TopWatchFor <= 0 {
+		cfg.TopWatchFor = pipeline.TopWatchFor
 	}
 	un, _ := cfg.Families.Lookup(pipeline.FamilyUnread)
 	s := &Server{cfg: cfg, nc: nc, db: db, log: log.With("stage", "query"), unread: un,
@@ -242,6 +256,8 @@ func (s *Server) start() error {
 			return err
 		}
 	}
+	s.watchStop, s.watchDone = make(chan struct{}), make(chan struct{})
+	go s.publishWatched(s.watchStop, s.watchDone)
 	return nil
 }
 
@@ -282,6 +298,11 @@ func (s *Server) stop() {
 	for k, sub := range s.sbSubs {
 		_ = sub.Drain()
 		delete(s.sbSubs, k)
+	}
+	if s.watchStop != nil {
+		close(s.watchStop)
+		<-s.watchDone
+		s.watchStop, s.watchDone = nil, nil
 	}
 	s.started = false
 }

@@ -29,9 +29,6 @@ type Topped interface {
 // where the request arrived, so that every partition ranks the same minutes.
 const topHeader = "Tally-Top"
 
-// defaultTop is the limit of a top request that gives none.
-const defaultTop = 100
-
 // top answers tally.top.<family>: every partition's top k merged, exact. A top needs
 // every partition — an id missing from it would be a wrong list, not a shorter one — so
 // a partition that cannot answer makes the reply unavailable.
@@ -56,32 +53,46 @@ func (s *Server) top(r *request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	k := cmp.Or(req.Limit, defaultTop)
+	k := cmp.Or(req.Limit, pipeline.DefaultTop)
 	if k < 1 || k > pipeline.MaxTop {
 		return nil, fmt.Errorf("%w: limit %d, want 1 to %d", pipeline.ErrBadRequest, req.Limit, pipeline.MaxTop)
 	}
-	since := pipeline.WindowSince(time.Now(), minutes)
-	owners := (*s.owners.Load())[fam.Name]
+	ranked, err := s.rank(r.ctx, fam.Name, uint8(f), minutes, k, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	if req.Watch {
+		w := topWatch{family: fam.Name, field: req.Field, window: req.Window, f: uint8(f), minutes: minutes, k: k, asJSON: r.asJSON}
+		s.watches.watch(w, ranked, time.Now(), s.cfg.TopWatchFor)
+	}
+	reply := topReply(ranked)
+	reply.Field, reply.Window = req.Field, req.Window
+	return reply, nil
+}
+
+// rank merges every partition's top k of field f of family over the window of minutes
+// that ends at now.
+func (s *Server) rank(ctx context.Context, family string, f uint8, minutes uint32, k int, now time.Time) ([]window.Ranked, error) {
+	since := pipeline.WindowSince(now, minutes)
+	owners := (*s.owners.Load())[family]
 	if len(owners) != s.cfg.Partitions {
-		return nil, fmt.Errorf("family %s is not served here", fam.Name)
+		return nil, fmt.Errorf("family %s is not served here", family)
 	}
 	lists := make([][]window.Ranked, s.cfg.Partitions)
 	errs := make([]error, s.cfg.Partitions)
 	var wg sync.WaitGroup
 	for p, o := range owners {
 		if o != nil {
-			wg.Go(func() { lists[p], errs[p] = localTop(r.ctx, o, uint8(f), minutes, since, k) })
+			wg.Go(func() { lists[p], errs[p] = localTop(ctx, o, f, minutes, since, k) })
 		} else {
-			wg.Go(func() { lists[p], errs[p] = s.remoteTop(r.ctx, fam.Name, p, uint8(f), minutes, since, k) })
+			wg.Go(func() { lists[p], errs[p] = s.remoteTop(ctx, family, p, f, minutes, since, k) })
 		}
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("%w: a top of %s needs every partition: %w", errUnavailable, fam.Name, err)
+		return nil, fmt.Errorf("%w: a top of %s needs every partition: %w", errUnavailable, family, err)
 	}
-	reply := topReply(window.Merge(k, lists...))
-	reply.Field, reply.Window = req.Field, req.Window
-	return reply, nil
+	return window.Merge(k, lists...), nil
 }
 
 // topReply is the reply listing ranked.
