@@ -61,7 +61,7 @@ func (w *Worker) behindAt(ctx context.Context, pos uint64) (flow.Behind, error) 
 		b.Msgs -= min(b.Msgs, pos-sb.pos)
 		return b, nil
 	}
-	b, err := flow.BehindOf(ctx, w.js, w.cfg.Subjects.DeltasStream(), w.cfg.Subjects.Delta(w.cfg.Family.Name, w.cfg.Partition), pos, now)
+	b, err := w.behind.Behind(ctx, pos, now)
 	if err != nil {
 		return flow.Behind{}, fmt.Errorf("partition %s/%d: cannot tell how far behind it is: %w", w.cfg.Family.Name, w.cfg.Partition, err)
 	}

@@ -104,6 +104,7 @@ type Stats struct {
 type Worker struct {
 	cfg     Config
 	js      jetstream.JetStream
+	behind  *flow.Meter // how far the partition is behind its deltas (health, metrics, stale reads)
 	db      *cold.DB
 	log     *slog.Logger
 	stats   *Stats
@@ -183,9 +184,10 @@ func New(cfg Config, js jetstream.JetStream, db *cold.DB, log *slog.Logger, stat
 	}
 	return &Worker{
 		cfg: cfg, js: js, db: db, stats: stats, queries: make(chan *query), snapDone: make(chan snapResult, 1),
-		owner: rand.Uint32(),
-		cache: coldCache{size: cfg.ColdCache},
-		log:   log.With("stage", "counter", "family", cfg.Family.Name, "partition", cfg.Partition),
+		owner:  rand.Uint32(),
+		cache:  coldCache{size: cfg.ColdCache},
+		log:    log.With("stage", "counter", "family", cfg.Family.Name, "partition", cfg.Partition),
+		behind: flow.NewMeter(js, cfg.Subjects.DeltasStream(), cfg.Subjects.Delta(cfg.Family.Name, cfg.Partition)),
 	}
 }
 
@@ -200,7 +202,7 @@ func (w *Worker) Lag(ctx context.Context) (uint64, error) {
 
 // Behind is Lag with the age of the oldest delta not applied yet, for health and metrics.
 func (w *Worker) Behind(ctx context.Context) (flow.Behind, error) {
-	return flow.BehindOf(ctx, w.js, w.cfg.Subjects.DeltasStream(), w.cfg.Subjects.Delta(w.cfg.Family.Name, w.cfg.Partition), w.pos.Load(), time.Now())
+	return w.behind.Behind(ctx, w.pos.Load(), time.Now())
 }
 
 // Entries is the number of ids in RAM as of the last flush.

@@ -64,8 +64,7 @@ func (s *Stage) Mirror(ctx context.Context) error {
 // of the oldest record the owner appended that it has not applied tells whether a
 // standby is caught up, whatever the rate of the log.
 func (s *Stage) LogBehind(ctx context.Context) (flow.Behind, error) {
-	sj := s.cfg.Subjects
-	return flow.BehindOf(ctx, s.js, sj.LogStream(), sj.Log(s.cfg.Partition), s.logged.Load(), time.Now())
+	return s.logBehind.Behind(ctx, s.logged.Load(), time.Now())
 }
 
 // Position is the last events-stream sequence the stage's state reflects.

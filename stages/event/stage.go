@@ -107,6 +107,9 @@ type Stage struct {
 	res    *graph.Resident[unread.ReaderState] // what events read of the state, in RAM (see graph.Resident)
 	seen   *viewers.Cache                      // the sketches of the posts viewed lately, in RAM
 	likes  *graph.Likes                        // reused by every transaction (graph.Likes.Reset)
+	// behind and logBehind measure how far the stage is behind its events and, as a
+	// standby, its owner's log (health, metrics, warmth: asked often).
+	behind, logBehind *flow.Meter
 
 	pos atomic.Uint64 // last stream sequence committed
 	// now is the Unix minute the newest message committed was stored at, with windows
@@ -144,7 +147,9 @@ func New(cfg Config, js jetstream.JetStream, db *cold.DB, log *slog.Logger, stat
 	if err != nil {
 		return nil, err
 	}
-	s := &Stage{cfg: cfg, js: js, db: db, log: log.With("stage", "event", "partition", cfg.Partition), stats: stats, fields: f, keys: partitionKeys(cfg.Partitions), pulled: pulled, budget: maxRelease}
+	s := &Stage{cfg: cfg, js: js, db: db, log: log.With("stage", "event", "partition", cfg.Partition), stats: stats, fields: f, keys: partitionKeys(cfg.Partitions), pulled: pulled, budget: maxRelease,
+		behind:    flow.NewMeter(js, cfg.Subjects.EventsStream(), cfg.Subjects.EventsStored(cfg.Partition)),
+		logBehind: flow.NewMeter(js, cfg.Subjects.LogStream(), cfg.Subjects.Log(cfg.Partition))}
 	s.out = hop.NewOutbox(cfg.Publisher, hop.OutboxOptions{Permanent: s.unpublishable, Retries: &stats.Retries, Log: s.log})
 	return s, nil
 }
@@ -167,7 +172,7 @@ func (s *Stage) Lag(ctx context.Context) (uint64, error) {
 
 // Behind is Lag with the age of the oldest event not applied yet, for health and metrics.
 func (s *Stage) Behind(ctx context.Context) (flow.Behind, error) {
-	b, err := flow.BehindOf(ctx, s.js, s.cfg.Subjects.EventsStream(), s.cfg.Subjects.EventsStored(s.cfg.Partition), s.pos.Load(), time.Now())
+	b, err := s.behind.Behind(ctx, s.pos.Load(), time.Now())
 	if s.busy.Load() && b.Msgs == 0 { // as in Lag
 		b.Msgs = 1
 	}

@@ -3,6 +3,7 @@ package flow
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -21,12 +22,53 @@ type Behind struct {
 }
 
 // BehindOf tells how far a reader at position pos of filter in stream is, as of now.
-// Age costs one more request, made only when the reader lags.
+// Age costs one more request, made only when the reader lags. It looks the stream up
+// each time: what asks again and again keeps a Meter.
 func BehindOf(ctx context.Context, js jetstream.JetStream, stream, filter string, pos uint64, now time.Time) (Behind, error) {
-	st, err := js.Stream(ctx, stream)
-	if err != nil {
-		return Behind{}, err
+	return NewMeter(js, stream, filter).Behind(ctx, pos, now)
+}
+
+// Meter tells how far a reader of filter in stream is behind, keeping the stream's handle:
+// looking a stream up asks JetStream for its whole info, the dearest of the requests a
+// lag takes, and a health check or a metrics scrape asks the lag of every partition.
+// The handle is looked up again after a request through it fails (the stream deleted,
+// recreated or moved). Safe for concurrent use.
+type Meter struct {
+	js             jetstream.JetStream
+	stream, filter string
+	mu             sync.Mutex
+	handle         jetstream.Stream
+}
+
+// NewMeter returns the Meter of a reader of filter in stream.
+func NewMeter(js jetstream.JetStream, stream, filter string) *Meter {
+	return &Meter{js: js, stream: stream, filter: filter}
+}
+
+// Behind tells how far a reader at position pos is, as of now (see BehindOf).
+func (l *Meter) Behind(ctx context.Context, pos uint64, now time.Time) (Behind, error) {
+	l.mu.Lock()
+	st := l.handle
+	l.mu.Unlock()
+	if st == nil {
+		var err error
+		if st, err = l.js.Stream(ctx, l.stream); err != nil {
+			return Behind{}, err
+		}
+		l.mu.Lock()
+		l.handle = st
+		l.mu.Unlock()
 	}
+	b, err := behind(ctx, st, l.filter, pos, now)
+	if err != nil {
+		l.mu.Lock()
+		l.handle = nil
+		l.mu.Unlock()
+	}
+	return b, err
+}
+
+func behind(ctx context.Context, st jetstream.Stream, filter string, pos uint64, now time.Time) (Behind, error) {
 	last, err := st.GetLastMsgForSubject(ctx, filter)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return Behind{}, nil

@@ -53,3 +53,56 @@ func TestBehindOf(t *testing.T) {
 	}
 	f(t, "s.a", 1, stored(5).Add(time.Second), flow.Behind{Msgs: 4, Age: time.Second})
 }
+
+// TestMeterKeepsTheStream: a Meter asked again and again looks its stream up once — a
+// health check or a scrape asks the lag of every partition, and a stream's info is the
+// dearest request of a lag — and again only after a request through it failed.
+func TestMeterKeepsTheStream(t *testing.T) {
+	ctx := context.Background()
+	s := natstest.Start(t)
+	js, err := jetstream.New(natstest.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, AllowDirect: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "s.a", nil); err != nil {
+		t.Fatal(err)
+	}
+	monitor := natstest.Connect(t, s)
+	infos, err := monitor.SubscribeSync("$JS.API.STREAM.INFO.S")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := flow.NewMeter(js, "S", "s.a")
+	for range 10 {
+		if b, err := m.Behind(ctx, 0, time.Now()); err != nil || b.Msgs != 1 {
+			t.Fatalf("Behind = %+v %v, want 1 message", b, err)
+		}
+	}
+	if err := js.DeleteStream(ctx, "S"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Behind(ctx, 0, time.Now()); err == nil {
+		t.Fatal("the lag of a deleted stream told")
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, AllowDirect: true}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := js.Publish(ctx, "s.a", nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b, err := m.Behind(ctx, 0, time.Now()); err != nil || b.Msgs != 2 {
+		t.Fatalf("Behind of the stream made again = %+v %v, want 2 messages", b, err)
+	}
+	if err := monitor.Flush(); err != nil { // the copies of the requests made are in
+		t.Fatal(err)
+	}
+	n, _, err := infos.Pending()
+	if err != nil || n != 2 {
+		t.Fatalf("%d stream info requests (%v), want 2: one at first, one after the failure", n, err)
+	}
+}
