@@ -153,6 +153,13 @@ func chaosCompare(t *testing.T, c *client.Client, js jetstream.JetStream, ref *r
 		}
 		r.done("counts."+fam, len(tally[fam]), fam+" counts of every id")
 	}
+	viewed, most := 0, 0
+	for _, p := range posts {
+		if n := ref.Viewers(p); n > 0 {
+			viewed, most = viewed+1, max(most, n)
+		}
+	}
+	r.done("counts.viewers", viewed, fmt.Sprintf("posts viewed by a user named, their distinct viewers among the post counts (at most %d a post: exact)", most))
 
 	unread := map[uint64]pipeline.Unread{}
 	for rest := users; len(rest) > 0; {

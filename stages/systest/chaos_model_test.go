@@ -26,7 +26,7 @@ type chaosStored struct {
 func chaosStoredEvents(ctx context.Context, js jetstream.JetStream, sj pipeline.Subjects) (*reference.Model, *chaosStored, error) {
 	st := &chaosStored{perTx: map[string]int{}}
 	seen := map[string]bool{}
-	m := reference.New()
+	m := reference.NewOf(chaosFamilies())
 	n, err := m.Stored(ctx, js, sj, "chaos.", func(msg jetstream.Msg, valid, invalid int) {
 		id := msg.Headers().Get(jetstream.MsgIDHeader)
 		tx := strings.Join(strings.SplitN(id, ".", 3)[:2], ".")

@@ -38,9 +38,16 @@ func init() {
 // after it and only Tally's own exactly-once channel can keep it from counting twice.
 const chaosDupWindow = time.Second
 
+// chaosFamilies are the chaos test's families: posts count their viewers, so that the
+// sketches go through the same kills, NATS restarts and failed, reordered and lost hop
+// publishes as the counters (views with a uid are applied in their post's partition,
+// handed there when a batch brings them elsewhere).
+func chaosFamilies() pipeline.Families { return pipeline.WithViewers(pipeline.DefaultFamilies()) }
+
 func runChaosChild(dir string) int {
 	cfg := node.DefaultConfig()
 	cfg.DataDir = dir
+	cfg.Families = chaosFamilies()
 	cfg.NATSURL = os.Getenv("TALLY_CHAOS_NATS")
 	cfg.Partitions = envInt("TALLY_CHAOS_PARTITIONS", 4)
 	cfg.FlushInterval = 20 * time.Millisecond
