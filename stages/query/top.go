@@ -63,7 +63,9 @@ func (s *Server) top(r *request) (any, error) {
 	}
 	if req.Watch {
 		w := topWatch{family: fam.Name, field: req.Field, window: req.Window, f: uint8(f), minutes: minutes, k: k, asJSON: r.asJSON}
-		s.watches.watch(w, ranked, time.Now(), s.cfg.TopWatchFor)
+		if err := s.watches.watch(w, ranked, time.Now(), s.cfg.TopWatchFor); err != nil {
+			return nil, err
+		}
 	}
 	reply := topReply(ranked)
 	reply.Field, reply.Window = req.Field, req.Window

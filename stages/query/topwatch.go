@@ -2,6 +2,7 @@ package query
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -43,9 +44,14 @@ type watches struct {
 	m  map[topWatch]*watchState
 }
 
-// watch makes w watched until for TopWatchFor after now; ranked is the top as just
-// answered to the watcher, which is not published again until it changes.
-func (ws *watches) watch(w topWatch, ranked []window.Ranked, now time.Time, watchFor time.Duration) {
+// maxWatched bounds the tops one server ranks at every tick for watchers: a watch of
+// one more is refused (every watcher of a top already watched is served).
+const maxWatched = 256
+
+// watch makes w watched for watchFor after now; ranked is the top as just answered to
+// the watcher, which is not published again until it changes. It refuses a new top past
+// maxWatched.
+func (ws *watches) watch(w topWatch, ranked []window.Ranked, now time.Time, watchFor time.Duration) error {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	if ws.m == nil {
@@ -53,10 +59,14 @@ func (ws *watches) watch(w topWatch, ranked []window.Ranked, now time.Time, watc
 	}
 	st := ws.m[w]
 	if st == nil {
+		if len(ws.m) >= maxWatched {
+			return fmt.Errorf("%w: %d tops are watched through this tallyd, the most it ranks at every flush; watch one of them (the same field, window and limit)", errUnavailable, maxWatched)
+		}
 		st = &watchState{last: ranked}
 		ws.m[w] = st
 	}
 	st.until = now.Add(watchFor)
+	return nil
 }
 
 // live returns the tops watched at now, forgetting those whose time is up.
