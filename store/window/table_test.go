@@ -1,8 +1,10 @@
 package window
 
 import (
+	"cmp"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"testing"
 )
 
@@ -84,12 +86,6 @@ func TestTableMatchesModel(t *testing.T) {
 			m.add(id, c)
 		}
 		switch {
-		case step%5000 == 4999:
-			floor += uint32(r.IntN(10))
-			tb.SetFloor(floor)
-			if r.IntN(2) == 0 {
-				tb.Prune(nil)
-			}
 		case step%20000 == 19999: // a restart: every record stored and loaded again
 			again := New()
 			again.SetFloor(floor)
@@ -101,6 +97,12 @@ func TestTableMatchesModel(t *testing.T) {
 				}
 			}
 			tb = again
+		case step%5000 == 4999:
+			floor += uint32(r.IntN(10))
+			tb.SetFloor(floor)
+			if r.IntN(2) == 0 {
+				tb.Prune(nil)
+			}
 		}
 		if step%4999 == 0 {
 			for id := range uint64(3000) {
@@ -113,6 +115,72 @@ func TestTableMatchesModel(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestEveryStep checks every change against the model as it is added, over more ids
+// than fresh holds before the leaves are rebuilt with them (minFresh), so that ids move
+// from the leaves to fresh and back many times, as the floor moves on; the records and
+// the top too, now and then.
+func TestEveryStep(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	tb, m := New(), model{}
+	// Fields past 6 take a byte of their own in a body, changes past ±63 more than one,
+	// and the few hot ids bodies longer than 127 bytes.
+	const ids, fields = 8 * minFresh, 9
+	floor := uint32(1000)
+	tb.SetFloor(floor)
+	for step := range 200_000 {
+		// Ids mostly ascending, as snowflakes arrive, some of them old.
+		id := uint64(step/8) * 3
+		switch r.IntN(10) {
+		case 0, 1, 2, 3, 4:
+			id = uint64(r.IntN(ids)) * 3
+		case 5:
+			id = uint64(r.IntN(16)) * 3
+		}
+		if step%30_000 == 29_999 { // the day moves on, and now and then a Prune
+			floor += 5
+			tb.SetFloor(floor)
+			if step%60_000 == 59_999 {
+				tb.Prune(nil)
+			}
+		}
+		c := Change{Minute: floor + uint32(r.IntN(60)), Field: uint8(r.IntN(fields)), N: int64(r.IntN(5)) - 2}
+		if r.IntN(10) == 0 {
+			c.N *= 1000
+		}
+		tb.Add(id, c)
+		m.add(id, c)
+		got, since := make([]int64, fields), floor+uint32(r.IntN(60))
+		tb.Sum(id, since, got)
+		if want := m.sum(id, since, floor, fields); !equal(got, want) {
+			t.Fatalf("step %d id %d: got %v, want %v", step, id, got, want)
+		}
+		if step%20_000 == 19_999 {
+			for id := range m {
+				if got, want := tb.Record(nil, id), AppendRecord(nil, merge(toChanges(m[id]), Change{}, floor)); string(got) != string(want) {
+					t.Fatalf("step %d id %d: record %x, want %x", step, id, got, want)
+				}
+			}
+			if got, want := tb.Top(8, floor+30, 50), topOf(m, 8, floor+30, floor, 50); !slices.Equal(got, want) {
+				t.Fatalf("step %d: top %v, want %v", step, got, want)
+			}
+		}
+	}
+}
+
+// toChanges is an id's changes in the model, in (minute, field) order, none of 0.
+func toChanges(byKey map[[2]uint32]int64) []Change {
+	var cs []Change
+	for k, n := range byKey {
+		if n != 0 {
+			cs = append(cs, Change{Minute: k[1], Field: uint8(k[0]), N: n})
+		}
+	}
+	slices.SortFunc(cs, func(a, b Change) int {
+		return cmp.Or(cmp.Compare(a.Minute, b.Minute), cmp.Compare(a.Field, b.Field))
+	})
+	return cs
 }
 
 func equal(a, b []int64) bool {
@@ -171,5 +239,25 @@ func TestMemoryPerID(t *testing.T) {
 			t.Fatalf("%.1f B per id per field", perField)
 		}
 		runtime.KeepAlive(tb)
+	}
+}
+
+// TestWorth: an id rewritten again and again leaves garbage until Worth asks for a
+// Prune, which frees it.
+func TestWorth(t *testing.T) {
+	tb := New()
+	tb.SetFloor(1000)
+	for id := range uint64(100) {
+		tb.Add(id*7, Change{Minute: 1000, N: 1})
+	}
+	for i := 0; !tb.Worth(); i++ {
+		if i > 100_000 {
+			t.Fatal("100 000 rewrites, and no Prune is worth it")
+		}
+		tb.Add(uint64(i%50)*7, Change{Minute: 1001 + uint32(i%300), N: 1})
+	}
+	tb.Prune(nil)
+	if tb.Worth() || tb.Len() != 100 {
+		t.Fatalf("pruned: worth %v, %d ids", tb.Worth(), tb.Len())
 	}
 }

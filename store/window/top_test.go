@@ -30,7 +30,7 @@ func filled(seed uint64, n int, now uint32) (*Table, model) {
 func topOf(m model, f uint8, since, floor uint32, k int) []Ranked {
 	var all []Ranked
 	for id := range m {
-		if n := m.sum(id, since, floor, 3)[f]; n > 0 {
+		if n := m.sum(id, since, floor, 256)[f]; n > 0 {
 			all = append(all, Ranked{ID: id, N: n})
 		}
 	}
@@ -90,12 +90,7 @@ func BenchmarkTop(b *testing.B) {
 	for _, n := range []int{10_000, 100_000} {
 		tbl, _ := filled(3, n, now)
 		byID := map[uint64][]Change{}
-		for i, ref := range tbl.refs {
-			if ref != 0 {
-				cs, _ := DecodeRecord(nil, tbl.record(i))
-				byID[tbl.keys[i]] = cs
-			}
-		}
+		tbl.each(func(id uint64, cs []Change) { byID[id] = slices.Clone(cs) })
 		b.Run(fmt.Sprintf("table/%d", n), func(b *testing.B) {
 			for range b.N {
 				tbl.Top(1, now-59, 100)
