@@ -29,6 +29,14 @@ type leaves struct {
 	last   uint64 // the id at place n-1
 	// deadBytes is the bytes of data the dead ids take.
 	deadBytes int
+	// dir finds a leaf in a step or two where a binary search of before takes a dozen
+	// mispredicted ones: dir[k] is the leaf that holds id lo + k<<shift, over the ids
+	// the leaves held when last rebuilt (index), one entry for two leaves, 0.125 bytes
+	// an id. Snowflakes of a day spread evenly enough for that; where they do not, the
+	// search between two entries is a binary search of a few more leaves.
+	dir   []uint32
+	lo    uint64
+	shift uint8
 }
 
 // at is where find found an id: its place, the offset of its item, of its body and of
@@ -45,6 +53,20 @@ func (l *leaves) bytes() int {
 // (before[i], before[i+1]], and leaf 0 every id up to before[1].
 func (l *leaves) leaf(id uint64) int {
 	lo, hi := 1, len(l.before) // before[lo-1] < id <= before[hi]
+	if len(l.dir) > 0 {
+		// The last entry is the last leaf when dir was made, which may have grown
+		// leaves after it since: only the entries before it bound hi.
+		switch k := (id - l.lo) >> l.shift; {
+		case id <= l.lo:
+			return 0
+		case k < uint64(len(l.dir)-2):
+			lo, hi = int(l.dir[k])+1, int(l.dir[k+1])+1
+		case k < uint64(len(l.dir)):
+			lo = int(l.dir[k]) + 1
+		default:
+			lo = int(l.dir[len(l.dir)-1]) + 1
+		}
+	}
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
 		if l.before[m] < id {
@@ -54,6 +76,39 @@ func (l *leaves) leaf(id uint64) int {
 		}
 	}
 	return lo - 1
+}
+
+// indexed is the leaves dir was made for.
+func (l *leaves) indexed() int {
+	if len(l.dir) == 0 {
+		return 0
+	}
+	return int(l.dir[len(l.dir)-1]) + 1
+}
+
+// index makes dir for the leaves as they are.
+func (l *leaves) index() {
+	n := len(l.before)
+	l.dir = nil
+	if n < 8 {
+		return
+	}
+	l.lo = l.before[1]
+	span, want := l.before[n-1]-l.lo, uint64(n/2)
+	l.shift = 0
+	for span>>l.shift >= want {
+		l.shift++
+	}
+	l.dir = make([]uint32, span>>l.shift+2)
+	leaf := 0
+	for k := range len(l.dir) - 1 {
+		x := l.lo + uint64(k)<<l.shift
+		for leaf+1 < n && l.before[leaf+1] < x {
+			leaf++
+		}
+		l.dir[k] = uint32(leaf)
+	}
+	l.dir[len(l.dir)-1] = uint32(n - 1)
 }
 
 func (l *leaves) end(leaf int) int {
@@ -70,16 +125,37 @@ func (l *leaves) find(id uint64) (at, bool) {
 	}
 	leaf := l.leaf(id)
 	p, end := int(l.start[leaf]), l.end(leaf)
-	cur := l.before[leaf]
+	cur, data := l.before[leaf], l.data[:end]
+	// item's reading, written out: this loop is most of a lookup.
 	for place := leaf * leafIDs; p < end; place++ {
-		d, body, next := l.item(p)
+		item := p
+		var d uint64
+		if b := data[p]; b < 0x80 {
+			d = uint64(b)
+			p++
+		} else if c := data[p+1]; c < 0x80 {
+			d = uint64(b&0x7f) | uint64(c)<<7
+			p += 2
+		} else {
+			var k int
+			d, k = binary.Uvarint(data[p:])
+			p += k
+		}
+		n := uint64(data[p])
+		if n < 0x80 {
+			p++
+		} else {
+			var k int
+			n, k = uvarint2(data[p:])
+			p += k
+		}
 		if cur += d; cur >= id {
 			if cur > id || l.isDead(place) {
 				return at{}, false
 			}
-			return at{place: place, item: p, body: body, end: next}, true
+			return at{place: place, item: item, body: p, end: p + int(n)}, true
 		}
-		p = next
+		p += int(n)
 	}
 	return at{}, false
 }
@@ -125,6 +201,11 @@ func (l *leaves) cut(off int) {
 	if l.n%leafIDs == 0 {
 		l.before = append(l.before, l.last)
 		l.start = append(l.start, uint32(off))
+		if len(l.before) >= 2*l.indexed()+16 {
+			// Grown by appends (a checkpoint loaded, ids in order): index them, in
+			// time that the appends pay for as a slice's growth does.
+			l.index()
+		}
 	}
 	if l.n%64 == 0 {
 		l.dead = append(l.dead, 0)

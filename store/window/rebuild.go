@@ -102,5 +102,6 @@ func (t *Table) rebuild(prune bool, gone func(id uint64)) {
 		// settles: what a table holds most of the time.
 		out.data = slices.Clone(out.data)
 	}
+	out.index()
 	t.leaves, t.fresh = out, newFresh()
 }
