@@ -17,42 +17,45 @@ const leafIDs = 16
 // and any other id whose body changes is marked dead here and kept in fresh: so fresh
 // must stay a small share of the ids for the rebuilds' passes to stay cheap.
 type leaves struct {
-	// before[i] is the id of the item before leaf i's first (0 for leaf 0), from which
-	// that item's distance counts: the distances run on across leaves, so a rebuild
-	// copies runs of items as they are.
-	before []uint64
-	start  []uint32 // the offset in data of each leaf; a leaf ends where the next starts
-	data   []byte
-	dead   []uint64 // a bit per id, by its place in the leaves: moved to fresh, or empty
-	n      int      // ids, the dead ones included
-	live   int
-	last   uint64 // the id at place n-1
+	// heads[i] is where leaf i starts in data (it ends where the next starts) and the
+	// id of the item before its first (0 for leaf 0), from which that item's distance
+	// counts: the distances run on across leaves, so a rebuild copies runs of items as
+	// they are.
+	heads []head
+	data  []byte
+	n     int // ids, the dead ones included
+	live  int
+	last  uint64 // the last id
 	// deadBytes is the bytes of data the dead ids take.
 	deadBytes int
-	// dir finds a leaf in a step or two where a binary search of before takes a dozen
+	// dir finds a leaf in a step or two where a binary search of heads takes a dozen
 	// mispredicted ones: dir[k] is the leaf that holds id lo + k<<shift, over the ids
-	// the leaves held when last rebuilt (index), one entry for two leaves, 0.125 bytes
-	// an id. Snowflakes of a day spread evenly enough for that; where they do not, the
+	// the leaves held when last indexed, about one entry a leaf, 0.25 bytes an id. Snowflakes of a day spread evenly enough for that; where they do not, the
 	// search between two entries is a binary search of a few more leaves.
 	dir   []uint32
 	lo    uint64
 	shift uint8
 }
 
-// at is where find found an id: its place, the offset of its item, of its body and of
-// its end.
+// head is a leaf's entry in heads: 12 bytes, the id split in two words where a uint64
+// would pad it to 16, and one cache line for the id and the offset a lookup reads.
+type head struct{ hi, lo, start uint32 }
+
+func (h head) before() uint64 { return uint64(h.hi)<<32 | uint64(h.lo) }
+
+// at is where find found an id: the offset of its item, of its body and of its end.
 type at struct {
-	place, item, body, end int
+	item, body, end int
 }
 
 func (l *leaves) bytes() int {
-	return cap(l.data) + 8*cap(l.before) + 4*cap(l.start) + 8*cap(l.dead)
+	return cap(l.data) + 12*cap(l.heads) + 4*cap(l.dir)
 }
 
 // leaf returns the leaf that holds id if any does: leaf i holds the ids in
-// (before[i], before[i+1]], and leaf 0 every id up to before[1].
+// (before[i], before[i+1]], and leaf 0 every id up to before[1] (heads[i].before).
 func (l *leaves) leaf(id uint64) int {
-	lo, hi := 1, len(l.before) // before[lo-1] < id <= before[hi]
+	lo, hi := 1, len(l.heads) // before[lo-1] < id <= before[hi]
 	if len(l.dir) > 0 {
 		// The last entry is the last leaf when dir was made, which may have grown
 		// leaves after it since: only the entries before it bound hi.
@@ -69,7 +72,7 @@ func (l *leaves) leaf(id uint64) int {
 	}
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		if l.before[m] < id {
+		if l.heads[m].before() < id {
 			lo = m + 1
 		} else {
 			hi = m
@@ -88,13 +91,13 @@ func (l *leaves) indexed() int {
 
 // index makes dir for the leaves as they are.
 func (l *leaves) index() {
-	n := len(l.before)
+	n := len(l.heads)
 	l.dir = nil
 	if n < 8 {
 		return
 	}
-	l.lo = l.before[1]
-	span, want := l.before[n-1]-l.lo, uint64(n/2)
+	l.lo = l.heads[1].before()
+	span, want := l.heads[n-1].before()-l.lo, uint64(n)
 	l.shift = 0
 	for span>>l.shift >= want {
 		l.shift++
@@ -103,7 +106,7 @@ func (l *leaves) index() {
 	leaf := 0
 	for k := range len(l.dir) - 1 {
 		x := l.lo + uint64(k)<<l.shift
-		for leaf+1 < n && l.before[leaf+1] < x {
+		for leaf+1 < n && l.heads[leaf+1].before() < x {
 			leaf++
 		}
 		l.dir[k] = uint32(leaf)
@@ -112,8 +115,8 @@ func (l *leaves) index() {
 }
 
 func (l *leaves) end(leaf int) int {
-	if leaf+1 < len(l.start) {
-		return int(l.start[leaf+1])
+	if leaf+1 < len(l.heads) {
+		return int(l.heads[leaf+1].start)
 	}
 	return len(l.data)
 }
@@ -124,10 +127,10 @@ func (l *leaves) find(id uint64) (at, bool) {
 		return at{}, false
 	}
 	leaf := l.leaf(id)
-	p, end := int(l.start[leaf]), l.end(leaf)
-	cur, data := l.before[leaf], l.data[:end]
+	p, end := int(l.heads[leaf].start), l.end(leaf)
+	cur, data := l.heads[leaf].before(), l.data[:end]
 	// item's reading, written out: this loop is most of a lookup.
-	for place := leaf * leafIDs; p < end; place++ {
+	for p < end {
 		item := p
 		var d uint64
 		if b := data[p]; b < 0x80 {
@@ -150,10 +153,10 @@ func (l *leaves) find(id uint64) (at, bool) {
 			p += k
 		}
 		if cur += d; cur >= id {
-			if cur > id || l.isDead(place) {
+			if cur > id || l.isDead(p) {
 				return at{}, false
 			}
-			return at{place: place, item: item, body: p, end: p + int(n)}, true
+			return at{item: item, body: p, end: p + int(n)}, true
 		}
 		p += int(n)
 	}
@@ -165,11 +168,15 @@ func (l *leaves) find(id uint64) (at, bool) {
 // here, where the compiler does not call a function for them.
 func (l *leaves) item(p int) (d uint64, body, end int) {
 	data := l.data
-	if d = uint64(data[p]); d < 0x80 {
+	if b := data[p]; b < 0x80 {
+		d = uint64(b)
 		p++
+	} else if c := data[p+1]; c < 0x80 {
+		d = uint64(b&0x7f) | uint64(c)<<7
+		p += 2
 	} else {
 		var k int
-		d, k = uvarint2(data[p:])
+		d, k = binary.Uvarint(data[p:])
 		p += k
 	}
 	n := uint64(data[p])
@@ -186,11 +193,15 @@ func (l *leaves) item(p int) (d uint64, body, end int) {
 // body returns the body of the id find found at a.
 func (l *leaves) body(a at) []byte { return l.data[a.body:a.end] }
 
-func (l *leaves) isDead(place int) bool { return l.dead[place/64]&(1<<(place%64)) != 0 }
+// A dead item's body starts 0x80 0x00, a uvarint no body starts with (AppendUvarint
+// writes 0 as one byte), and every body has two bytes at least (a change's header and
+// its change): the mark is read from the cache line the lookup reads anyway, and costs
+// no bitmap.
+func (l *leaves) isDead(body int) bool { return l.data[body] == 0x80 && l.data[body+1] == 0 }
 
 // kill marks the id found at a dead.
 func (l *leaves) kill(a at) {
-	l.dead[a.place/64] |= 1 << (a.place % 64)
+	l.data[a.body], l.data[a.body+1] = 0x80, 0
 	l.live--
 	l.deadBytes += a.end - a.item
 }
@@ -199,19 +210,19 @@ func (l *leaves) kill(a at) {
 // of one.
 func (l *leaves) cut(off int) {
 	if l.n%leafIDs == 0 {
-		l.before = append(l.before, l.last)
-		l.start = append(l.start, uint32(off))
-		if len(l.before) >= 2*l.indexed()+16 {
-			// Grown by appends (a checkpoint loaded, ids in order): index them, in
-			// time that the appends pay for as a slice's growth does.
-			l.index()
-		}
-	}
-	if l.n%64 == 0 {
-		l.dead = append(l.dead, 0)
+		l.newLeaf(off)
 	}
 	l.n++
 	l.live++
+}
+
+func (l *leaves) newLeaf(off int) {
+	l.heads = append(l.heads, head{hi: uint32(l.last >> 32), lo: uint32(l.last), start: uint32(off)})
+	if len(l.heads) >= 2*l.indexed()+16 {
+		// Grown by appends (a checkpoint loaded, ids in order): index them, in time
+		// that the appends pay for as a slice's growth does.
+		l.index()
+	}
 }
 
 // push appends id, which is above every id of the leaves, with body.
@@ -237,12 +248,12 @@ func (l *leaves) rewrite(a at, body []byte) {
 
 // each calls fn with every live id and its body, in id order.
 func (l *leaves) each(fn func(id uint64, body []byte)) {
-	for leaf, cur := range l.before {
-		p, end := int(l.start[leaf]), l.end(leaf)
-		for place := leaf * leafIDs; p < end; place++ {
+	for leaf, h := range l.heads {
+		p, end, cur := int(h.start), l.end(leaf), h.before()
+		for p < end {
 			d, body, next := l.item(p)
 			cur += d
-			if !l.isDead(place) {
+			if !l.isDead(body) {
 				fn(cur, l.data[body:next])
 			}
 			p = next

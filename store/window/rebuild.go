@@ -1,6 +1,7 @@
 package window
 
 import (
+	"cmp"
 	"encoding/binary"
 	"slices"
 )
@@ -11,13 +12,15 @@ import (
 // as they are, a run of them at a time, and only those after a dead id or a fresh one
 // are encoded again.
 func (t *Table) rebuild(prune bool, gone func(id uint64)) {
-	ids := make([]uint64, 0, t.fresh.ids)
+	// Fresh's ids in order, each with its body's offset: reading them in that order
+	// probes no hash table again.
+	ids := make([]freshID, 0, t.fresh.ids)
 	for i, r := range t.fresh.refs {
 		if r != 0 {
-			ids = append(ids, t.fresh.keys[i])
+			ids = append(ids, freshID{t.fresh.keys[i], r - 1})
 		}
 	}
-	slices.Sort(ids)
+	slices.SortFunc(ids, func(a, b freshID) int { return cmp.Compare(a.id, b.id) })
 	old, epoch := &t.leaves, t.epoch
 	if prune {
 		t.epoch = t.floor
@@ -25,9 +28,7 @@ func (t *Table) rebuild(prune bool, gone func(id uint64)) {
 	n := old.live + len(ids)
 	cuts := (n + leafIDs - 1) / leafIDs
 	out := leaves{
-		before: make([]uint64, 0, cuts),
-		start:  make([]uint32, 0, cuts),
-		dead:   make([]uint64, 0, (n+63)/64),
+		heads: make([]head, 0, cuts),
 		// A distance may take a byte more than it did, once a leaf, or three where
 		// fresh held none.
 		data: make([]byte, 0, len(old.data)-old.deadBytes+len(t.fresh.arena)-t.fresh.garbage+3*len(ids)+cuts),
@@ -50,11 +51,9 @@ func (t *Table) rebuild(prune bool, gone func(id uint64)) {
 		}
 		out.pushItem(id, item)
 	}
-	putFresh := func(id uint64) {
-		i, _ := t.fresh.slot(id)
-		off := int(t.fresh.refs[i] - 1)
-		n, k := uvarint(t.fresh.arena[off:])
-		put(id, t.fresh.arena[off:off+k+int(n)])
+	putFresh := func(f freshID) {
+		n, k := uvarint(t.fresh.arena[f.off:])
+		put(f.id, t.fresh.arena[f.off:int(f.off)+k+int(n)])
 	}
 	// old.data[from:to] is a run of items copied as they are, not yet appended.
 	from, to := 0, 0
@@ -63,24 +62,47 @@ func (t *Table) rebuild(prune bool, gone func(id uint64)) {
 		from = to
 	}
 	j := 0 // the next of ids
-	for leaf, id := range old.before {
-		p, end := int(old.start[leaf]), old.end(leaf)
-		for place := leaf * leafIDs; p < end; place++ {
-			d, body, next := old.item(p)
+	data := old.data
+	for leaf, h := range old.heads {
+		p, end, id := int(h.start), old.end(leaf), h.before()
+		for p < end {
+			// old.item, written out: this loop is most of a rebuild.
+			var d uint64
+			body := p
+			if b := data[p]; b < 0x80 {
+				d = uint64(b)
+				body++
+			} else if c := data[p+1]; c < 0x80 {
+				d = uint64(b&0x7f) | uint64(c)<<7
+				body += 2
+			} else {
+				var k int
+				d, k = binary.Uvarint(data[p:])
+				body += k
+			}
+			next := body
+			if n := data[body]; n < 0x80 {
+				body++
+				next = body + int(n)
+			} else {
+				n, k := uvarint2(data[body:])
+				body += k
+				next = body + int(n)
+			}
 			prev := id
 			id += d
-			if old.isDead(place) {
+			if old.isDead(body) {
 				p = next
 				continue
 			}
-			for ; j < len(ids) && ids[j] < id; j++ {
+			for ; j < len(ids) && ids[j].id < id; j++ {
 				flush()
 				putFresh(ids[j])
 			}
 			switch {
 			case prune || out.last != prev:
 				flush()
-				put(id, old.data[body-uvarintLen(next-body):next])
+				put(id, data[body-uvarintLen(next-body):next])
 			default: // its distance holds: copied
 				if to != p {
 					flush()
@@ -94,8 +116,8 @@ func (t *Table) rebuild(prune bool, gone func(id uint64)) {
 		}
 	}
 	flush()
-	for _, id := range ids[j:] {
-		putFresh(id)
+	for _, f := range ids[j:] {
+		putFresh(f)
 	}
 	if prune && cap(out.data) > len(out.data)+len(out.data)/64 {
 		// The changes dropped made the estimate high, and Prune is when the arena
@@ -104,4 +126,10 @@ func (t *Table) rebuild(prune bool, gone func(id uint64)) {
 	}
 	out.index()
 	t.leaves, t.fresh = out, newFresh()
+}
+
+// freshID is an id of fresh and the offset of its body in fresh's arena.
+type freshID struct {
+	id  uint64
+	off uint32
 }

@@ -52,14 +52,18 @@ type where struct {
 	leaves bool
 }
 
+// find looks in the leaves first: an id live there is not in fresh, and fresh is
+// probed (a cache miss) only for the ids the leaves do not hold.
 func (t *Table) find(id uint64) where {
+	if a, ok := t.leaves.find(id); ok {
+		return where{a: a, leaves: true}
+	}
 	if t.fresh.ids > 0 {
 		if i, ok := t.fresh.slot(id); ok {
 			return where{slot: i, fresh: true}
 		}
 	}
-	a, ok := t.leaves.find(id)
-	return where{a: a, leaves: ok}
+	return where{}
 }
 
 func (t *Table) body(w where) []byte {
@@ -123,7 +127,7 @@ func (t *Table) store(id uint64, w where, cs []Change) {
 		t.fresh.delete(w.slot)
 	case w.fresh:
 		t.fresh.set(w.slot, true, id, t.buf)
-	case w.leaves && w.a.place == t.leaves.n-1 && len(cs) > 0:
+	case w.leaves && w.a.end == len(t.leaves.data) && len(cs) > 0:
 		t.leaves.rewrite(w.a, t.buf) // the newest id, as it takes its first changes
 	case w.leaves:
 		t.leaves.kill(w.a)

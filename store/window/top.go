@@ -44,12 +44,12 @@ func (t *Table) Top(f uint8, since uint32, k int) []Ranked {
 		}
 	}
 	l := &t.leaves
-	for leaf, id := range l.before {
-		p, end := int(l.start[leaf]), l.end(leaf)
-		for place := leaf * leafIDs; p < end; place++ {
+	for leaf, h := range l.heads {
+		p, end, id := int(h.start), l.end(leaf), h.before()
+		for p < end {
 			d, body, next := l.item(p)
 			id += d
-			if !l.isDead(place) {
+			if !l.isDead(body) {
 				if n := sumField(l.data[body:next], t.epoch, since, f); n > 0 {
 					keep(id, n)
 				}
