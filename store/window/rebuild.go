@@ -1,7 +1,6 @@
 package window
 
 import (
-	"cmp"
 	"encoding/binary"
 	"slices"
 )
@@ -20,7 +19,7 @@ func (t *Table) rebuild(prune bool, gone func(id uint64)) {
 			ids = append(ids, freshID{t.fresh.keys[i], r - 1})
 		}
 	}
-	slices.SortFunc(ids, func(a, b freshID) int { return cmp.Compare(a.id, b.id) })
+	ids = sortIDs(ids, make([]freshID, len(ids)))
 	old, epoch := &t.leaves, t.epoch
 	if prune {
 		t.epoch = t.floor
@@ -132,4 +131,37 @@ func (t *Table) rebuild(prune bool, gone func(id uint64)) {
 type freshID struct {
 	id  uint64
 	off uint32
+}
+
+// sortIDs sorts ids by id, by bytes from the lowest (a radix sort, using tmp, as long as
+// ids), skipping the bytes every id shares: the high bytes of a partition's snowflakes.
+// It is several times as fast as a sort by comparisons, which a rebuild paid a tenth
+// of its time for.
+func sortIDs(ids, tmp []freshID) []freshID {
+	if len(ids) < 2 {
+		return ids
+	}
+	var differ uint64
+	for _, f := range ids {
+		differ |= f.id ^ ids[0].id
+	}
+	for shift := 0; shift < 64; shift += 8 {
+		if (differ>>shift)&0xFF == 0 {
+			continue
+		}
+		var count [257]int
+		for _, f := range ids {
+			count[(f.id>>shift)&0xFF+1]++
+		}
+		for i := 1; i < 257; i++ {
+			count[i] += count[i-1]
+		}
+		for _, f := range ids {
+			b := (f.id >> shift) & 0xFF
+			tmp[count[b]] = f
+			count[b]++
+		}
+		ids, tmp = tmp, ids
+	}
+	return ids
 }

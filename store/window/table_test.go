@@ -2,6 +2,7 @@ package window
 
 import (
 	"cmp"
+	"math/bits"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -203,9 +204,10 @@ func TestDecodeRecordRefusesDamage(t *testing.T) {
 
 // TestMemoryPerID measures the RAM of 0.75 M and 1 M ids active in the last day, each
 // with a change in a random minute of the day in each of its active fields and, for a
-// quarter of them, an unlike in the last hour: the table's bytes and the Go heap's
-// growth, per id per field, with one field active and with four (a post liked,
-// reposted, commented and viewed). The ids come in order, as snowflakes do, or shuffled
+// quarter of them, an unlike in the last hour, 2^12 apart (1 M ids in a partition's
+// second of snowflakes) or 2^30: the table's bytes and the Go heap's growth, per id per
+// field, with one field active and with four (a post liked, reposted, commented and
+// viewed). The ids come in order, as snowflakes do, or shuffled
 // (every id out of order: the most fresh holds); settled is after a Prune, the form a
 // table has most of the time, and the most on the way is what fresh and the leaves'
 // slack add before a rebuild.
@@ -213,7 +215,7 @@ func TestMemoryPerID(t *testing.T) {
 	if testing.Short() {
 		t.Skip("1 M ids")
 	}
-	f := func(ids, fields int, shuffled bool, want float64) {
+	f := func(ids, fields int, apart uint64, shuffled bool, want float64) {
 		t.Helper()
 		const now = 29_000_000
 		var before, after runtime.MemStats
@@ -225,7 +227,7 @@ func TestMemoryPerID(t *testing.T) {
 		base := uint64(1) << 50
 		order := make([]uint64, ids)
 		for i := range order {
-			order[i] = base + uint64(i)*4096 + uint64(r.IntN(4096))
+			order[i] = base + uint64(i)*apart + r.Uint64N(apart)
 		}
 		if shuffled {
 			r.Shuffle(ids, func(i, j int) { order[i], order[j] = order[j], order[i] })
@@ -248,8 +250,8 @@ func TestMemoryPerID(t *testing.T) {
 		runtime.ReadMemStats(&after)
 		settled := float64(tb.Bytes()) / float64(ids) / float64(fields)
 		heap := float64(after.HeapAlloc-before.HeapAlloc) / float64(ids) / float64(fields)
-		t.Logf("%.2f M ids, %d field(s), %s: settled %.1f B per id per field (heap %.1f), at most %.1f on the way (goal 8)",
-			float64(ids)/(1<<20), fields, map[bool]string{false: "in order", true: "shuffled"}[shuffled], settled, heap, peak)
+		t.Logf("%.2f M ids 2^%d apart, %d field(s), %s: settled %.1f B per id per field (heap %.1f), at most %.1f on the way (goal 8)",
+			float64(ids)/(1<<20), bits.Len64(apart)-1, fields, map[bool]string{false: "in order", true: "shuffled"}[shuffled], settled, heap, peak)
 		if settled > want || heap > want+0.5 {
 			t.Errorf("settled %.1f B per id per field (heap %.1f), want at most %.1f", settled, heap, want)
 		}
@@ -262,11 +264,16 @@ func TestMemoryPerID(t *testing.T) {
 	// 10.7 B settled at 1 M ids (just past its growth to 2 M slots), 21.4 and 8.0 at
 	// 0.75 M.
 	for _, ids := range []int{3 << 18, 1 << 20} {
-		f(ids, 1, false, 8)
-		f(ids, 4, false, 4.5)
-		f(ids, 1, true, 8)
-		f(ids, 4, true, 4.5)
+		f(ids, 1, 4096, false, 8)
+		f(ids, 4, 4096, false, 4.5)
+		f(ids, 1, 4096, true, 8)
+		f(ids, 4, 4096, true, 4.5)
 	}
+	// Sparser ids: a partition of 16 holding 1 M of 16 M ids made over three days
+	// (snowflakes, 2^22 a millisecond) has them 2^30 apart, 5 bytes of distance where
+	// 2^12 takes 2.
+	f(1<<20, 1, 1<<30, false, 11)
+	f(1<<20, 4, 1<<30, false, 5.5)
 }
 
 // TestWorth: an id rewritten again and again leaves garbage until Worth asks for a
