@@ -9,8 +9,9 @@ const leafIDs = 16
 // leaves hold most ids of a table, sorted, with their bodies, packed in one byte slice:
 // an item is the uvarint of an id's distance from the id before it (ids of the same
 // day, snowflakes, are close: 2 bytes an id for a million ids in a partition's second
-// of ids), its body's length and its body. The items are cut in leaves of leafIDs, each
-// found by binary search of the id before it, and decoded from its start.
+// of ids), its body's length and its body; a dead item's body is marked (isDead). The
+// items are cut in leaves of leafIDs, each found through dir and the id before it, and
+// decoded from its start.
 //
 // The leaves are rebuilt whole (Table.rebuild) from themselves and fresh. Between
 // rebuilds an id above the last is appended, the last id's body is rewritten in place,
@@ -30,8 +31,9 @@ type leaves struct {
 	deadBytes int
 	// dir finds a leaf in a step or two where a binary search of heads takes a dozen
 	// mispredicted ones: dir[k] is the leaf that holds id lo + k<<shift, over the ids
-	// the leaves held when last indexed, about one entry a leaf, 0.25 bytes an id. Snowflakes of a day spread evenly enough for that; where they do not, the
-	// search between two entries is a binary search of a few more leaves.
+	// the leaves held when last indexed, about one entry a leaf, 0.25 bytes an id.
+	// Snowflakes of a day spread evenly enough for that; where they do not, the search
+	// between two entries is a binary search of a few more leaves.
 	dir   []uint32
 	lo    uint64
 	shift uint8

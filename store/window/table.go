@@ -76,7 +76,8 @@ func (t *Table) body(w where) []byte {
 	return nil
 }
 
-// changes decodes the body at w, without the changes below the floor, into t.scratch.
+// changes decodes the body at w into t.scratch, the changes below the floor with them
+// (merge drops those).
 func (t *Table) changes(w where) []Change {
 	t.scratch = decodeBody(t.scratch[:0], t.body(w), t.epoch)
 	return t.scratch

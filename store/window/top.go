@@ -44,8 +44,8 @@ func (t *Table) Top(f uint8, since uint32, k int) []Ranked {
 		}
 	}
 	l := &t.leaves
-	for leaf, h := range l.heads {
-		p, end, id := int(h.start), l.end(leaf), h.before()
+	for leaf, hd := range l.heads {
+		p, end, id := int(hd.start), l.end(leaf), hd.before()
 		for p < end {
 			d, body, next := l.item(p)
 			id += d
