@@ -2,9 +2,13 @@ package window
 
 import "encoding/binary"
 
-// leafIDs is the ids of a leaf: a lookup decodes half of them on average, and a leaf's
-// entry in the index costs 12 bytes, 0.75 an id.
-const leafIDs = 16
+// leafIDs is the ids of a leaf, whose head costs 12 bytes, 0.375 an id. Lookups start
+// from dir's marks, and from a leaf's head only for ids dir does not cover.
+const leafIDs = 32
+
+// markIDs is about the ids between two marks of dir (12 bytes a mark, 0.375 an id): a
+// lookup decodes half of them on average.
+const markIDs = 32
 
 // leaves hold most ids of a table, sorted, with their bodies, packed in one byte slice:
 // an item is the uvarint of an id's distance from the id before it (ids of the same
@@ -29,14 +33,15 @@ type leaves struct {
 	last  uint64 // the last id
 	// deadBytes is the bytes of data the dead ids take.
 	deadBytes int
-	// dir finds a leaf in a step or two where a binary search of heads takes a dozen
-	// mispredicted ones: dir[k] is the leaf that holds id lo + k<<shift, over the ids
-	// the leaves held when last indexed, about one entry a leaf, 0.25 bytes an id.
-	// Snowflakes of a day spread evenly enough for that; where they do not, the search
-	// between two entries is a binary search of a few more leaves.
-	dir   []uint32
-	lo    uint64
-	shift uint8
+	// dir finds an id with one cache miss before its item's, where a binary search of
+	// heads takes a dozen mispredicted steps and the head another miss: dir[k] marks the
+	// first item whose id is at least lo + k<<shift (lo the first id when indexed), with
+	// the id before it, so a lookup decodes from there. Snowflakes of a day spread
+	// evenly enough for that; an id past the marks is found through heads.
+	dir     []mark
+	lo      uint64
+	shift   uint8
+	indexed int // n when dir was made
 }
 
 // head is a leaf's entry in heads: 12 bytes, the id split in two words where a uint64
@@ -45,33 +50,29 @@ type head struct{ hi, lo, start uint32 }
 
 func (h head) before() uint64 { return uint64(h.hi)<<32 | uint64(h.lo) }
 
+// mark is an entry of dir: the offset of an item in data and the id before it, in 12
+// bytes as a head is.
+type mark struct{ hi, lo, at uint32 }
+
+func (m mark) before() uint64 { return uint64(m.hi)<<32 | uint64(m.lo) }
+
+func markOf(before uint64, at int) mark {
+	return mark{hi: uint32(before >> 32), lo: uint32(before), at: uint32(at)}
+}
+
 // at is where find found an id: the offset of its item, of its body and of its end.
 type at struct {
 	item, body, end int
 }
 
 func (l *leaves) bytes() int {
-	return cap(l.data) + 12*cap(l.heads) + 4*cap(l.dir)
+	return cap(l.data) + 12*cap(l.heads) + 12*cap(l.dir)
 }
 
 // leaf returns the leaf that holds id if any does: leaf i holds the ids in
 // (before[i], before[i+1]], and leaf 0 every id up to before[1] (heads[i].before).
 func (l *leaves) leaf(id uint64) int {
 	lo, hi := 1, len(l.heads) // before[lo-1] < id <= before[hi]
-	if len(l.dir) > 0 {
-		// The last entry is the last leaf when dir was made, which may have grown
-		// leaves after it since: only the entries before it bound hi.
-		switch k := (id - l.lo) >> l.shift; {
-		case id <= l.lo:
-			return 0
-		case k < uint64(len(l.dir)-2):
-			lo, hi = int(l.dir[k])+1, int(l.dir[k+1])+1
-		case k < uint64(len(l.dir)):
-			lo = int(l.dir[k]) + 1
-		default:
-			lo = int(l.dir[len(l.dir)-1]) + 1
-		}
-	}
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
 		if l.heads[m].before() < id {
@@ -83,37 +84,39 @@ func (l *leaves) leaf(id uint64) int {
 	return lo - 1
 }
 
-// indexed is the leaves dir was made for.
-func (l *leaves) indexed() int {
-	if len(l.dir) == 0 {
-		return 0
-	}
-	return int(l.dir[len(l.dir)-1]) + 1
-}
-
-// index makes dir for the leaves as they are.
+// index makes dir for the items as they are: a pass over them.
 func (l *leaves) index() {
-	n := len(l.heads)
-	l.dir = nil
-	if n < 8 {
+	l.dir, l.indexed = nil, l.n
+	if l.n < 2*markIDs {
 		return
 	}
-	l.lo = l.heads[1].before()
-	span, want := l.heads[n-1].before()-l.lo, uint64(n)
+	first, _, _ := l.item(0)
+	l.lo = first
+	span, want := l.last-first, uint64(l.n/markIDs)
 	l.shift = 0
 	for span>>l.shift >= want {
 		l.shift++
 	}
-	l.dir = make([]uint32, span>>l.shift+2)
-	leaf := 0
-	for k := range len(l.dir) - 1 {
-		x := l.lo + uint64(k)<<l.shift
-		for leaf+1 < n && l.heads[leaf+1].before() < x {
-			leaf++
-		}
-		l.dir[k] = uint32(leaf)
+	l.dir = make([]mark, 0, span>>l.shift+1)
+	var id uint64
+	for p := 0; p < len(l.data); {
+		d, _, next := l.item(p)
+		l.extend(id, id+d, p)
+		id += d
+		p = next
 	}
-	l.dir[len(l.dir)-1] = uint32(n - 1)
+}
+
+// extend adds the marks an item of id at data[at] is the first of, before the id before
+// it; an id far past the marks (more than doubling them) is left to heads.
+func (l *leaves) extend(before, id uint64, at int) {
+	k := (id - l.lo) >> l.shift
+	if k >= uint64(2*cap(l.dir)+64) {
+		return
+	}
+	for uint64(len(l.dir)) <= k {
+		l.dir = append(l.dir, markOf(before, at))
+	}
 }
 
 func (l *leaves) end(leaf int) int {
@@ -128,11 +131,24 @@ func (l *leaves) find(id uint64) (at, bool) {
 	if l.n == 0 || id > l.last {
 		return at{}, false
 	}
-	leaf := l.leaf(id)
-	p, end := int(l.heads[leaf].start), l.end(leaf)
-	cur, data := l.heads[leaf].before(), l.data[:end]
-	// item's reading, written out: this loop is most of a lookup.
-	for p < end {
+	var p int
+	var cur uint64
+	switch k := (id - l.lo) >> l.shift; {
+	case len(l.dir) == 0:
+		leaf := l.leaf(id)
+		p, cur = int(l.heads[leaf].start), l.heads[leaf].before()
+	case id < l.lo:
+		return at{}, false // dir was made with the first id, and none comes before
+	case k < uint64(len(l.dir)):
+		p, cur = int(l.dir[k].at), l.dir[k].before()
+	default:
+		leaf := l.leaf(id)
+		p, cur = int(l.heads[leaf].start), l.heads[leaf].before()
+	}
+	// item's reading, written out: this loop is most of a lookup. It ends at id or past
+	// it, since id is at most the last.
+	data := l.data
+	for {
 		item := p
 		var d uint64
 		if b := data[p]; b < 0x80 {
@@ -162,7 +178,6 @@ func (l *leaves) find(id uint64) (at, bool) {
 		}
 		p += int(n)
 	}
-	return at{}, false
 }
 
 // item reads the item at data[p]: its distance from the id before, where its body
@@ -220,26 +235,35 @@ func (l *leaves) cut(off int) {
 
 func (l *leaves) newLeaf(off int) {
 	l.heads = append(l.heads, head{hi: uint32(l.last >> 32), lo: uint32(l.last), start: uint32(off)})
-	if len(l.heads) >= 2*l.indexed()+16 {
-		// Grown by appends (a checkpoint loaded, ids in order): index them, in time
-		// that the appends pay for as a slice's growth does.
-		l.index()
-	}
 }
 
 // push appends id, which is above every id of the leaves, with body.
 func (l *leaves) push(id uint64, body []byte) {
-	l.cut(len(l.data))
+	at := len(l.data)
 	l.data = binary.AppendUvarint(l.data, id-l.last)
 	l.data = append(binary.AppendUvarint(l.data, uint64(len(body))), body...)
-	l.last = id
+	l.pushed(id, at)
 }
 
 // pushItem is push of a body as an item holds it: its length, then the body.
 func (l *leaves) pushItem(id uint64, item []byte) {
-	l.cut(len(l.data))
+	at := len(l.data)
 	l.data = append(binary.AppendUvarint(l.data, id-l.last), item...)
+	l.pushed(id, at)
+}
+
+// pushed counts the item of id just appended at data[at], and marks it in dir, which
+// is made again when the ids have doubled since (a checkpoint loaded in id order):
+// the appends pay for that as for a slice's growth.
+func (l *leaves) pushed(id uint64, at int) {
+	l.cut(at)
+	if len(l.dir) > 0 {
+		l.extend(l.last, id, at)
+	}
 	l.last = id
+	if l.n >= 2*l.indexed+2*markIDs {
+		l.index()
+	}
 }
 
 // rewrite sets the body of the last id, found at a, in place.

@@ -295,3 +295,45 @@ func TestWorth(t *testing.T) {
 		t.Fatalf("pruned: worth %v, %d ids", tb.Worth(), tb.Len())
 	}
 }
+
+// TestFarIDs: ids far past the others (a counter's ids are not all snowflakes) are
+// found through the leaves' heads where dir's marks stop, before a Prune and after it,
+// when the marks span them all.
+func TestFarIDs(t *testing.T) {
+	tb, m := New(), model{}
+	tb.SetFloor(1000)
+	add := func(id uint64, n int64) {
+		c := Change{Minute: 1000 + uint32(id%50), Field: uint8(id % 3), N: n}
+		tb.Add(id, c)
+		m.add(id, c)
+	}
+	var ids []uint64
+	for i := range uint64(5000) {
+		ids = append(ids, 1<<40+i*7)
+	}
+	for i := range uint64(3000) {
+		ids = append(ids, 1<<60+i*1_000_003)
+	}
+	for _, id := range ids {
+		add(id, 1)
+	}
+	check := func(when string) {
+		t.Helper()
+		for _, id := range ids {
+			for _, id := range []uint64{id, id + 1, id - 1} {
+				got := make([]int64, 3)
+				tb.Sum(id, 1000, got)
+				if want := m.sum(id, 1000, 1000, 3); !equal(got, want) {
+					t.Fatalf("%s: id %d: got %v, want %v", when, id, got, want)
+				}
+			}
+		}
+	}
+	check("appended")
+	for i := 0; i < len(ids); i += 3 { // older ids rewritten: fresh, and rebuilds
+		add(ids[i], 2)
+	}
+	check("rewritten")
+	tb.Prune(nil)
+	check("pruned")
+}
