@@ -1,71 +1,86 @@
 package window
 
-import (
-	"encoding/binary"
-	"math/bits"
+// freshShare bounds fresh: when it holds more than one id in freshShare of those the
+// leaves hold (and minFresh at least), the leaves are rebuilt with its ids. A fresh id
+// costs about 30 bytes where a leaf id costs 6, and a rebuild costs a pass over the
+// leaves: at 16, fresh adds at most 2 bytes an id, and a rebuild is paid by 16 leaf ids
+// an id moved to fresh.
+const (
+	freshShare = 16
+	minFresh   = 1024
 )
 
-// Table holds the records of the ids with changes at or above its floor. The zero value
+// Table holds the changes of the ids with changes at or above its floor. The zero value
 // is not usable: call New.
 type Table struct {
-	// keys and refs are an open-addressing table with linear probing: refs[i] is 1 + the
-	// offset in arena of keys[i]'s record (a uvarint length, then the record), 0 an
-	// empty slot. Deletion shifts back, so there are no tombstones.
-	keys  []uint64
-	refs  []uint32
-	arena []byte
-	ids   int
-	// garbage is the bytes of arena no record refers to any more.
-	garbage int
-	floor   uint32
+	leaves leaves
+	fresh  fresh
+	floor  uint32
+	// epoch is the minute the bodies count from: the floor when the table was last
+	// pruned or empty. No change kept is older.
+	epoch   uint32
 	scratch []Change
+	buf     []byte
 }
 
 // New returns an empty table.
-func New() *Table {
-	return &Table{keys: make([]uint64, 16), refs: make([]uint32, 16)}
-}
+func New() *Table { return &Table{fresh: newFresh()} }
 
-// Len is the number of ids with a record.
-func (t *Table) Len() int { return t.ids }
+// Len is the number of ids with changes.
+func (t *Table) Len() int { return t.leaves.live + t.fresh.ids }
 
-// Bytes is the RAM the table holds: its slots and its arena.
-func (t *Table) Bytes() int { return 12*len(t.keys) + cap(t.arena) }
+// Bytes is the RAM the table holds: its leaves, fresh's slots and arena.
+func (t *Table) Bytes() int { return t.leaves.bytes() + t.fresh.bytes() }
 
 // Floor is the first minute kept.
 func (t *Table) Floor() uint32 { return t.floor }
 
 // SetFloor forgets the changes of the minutes below floor: at once for what a query or
 // a record returns, in RAM at the next Prune. A floor never moves back.
-func (t *Table) SetFloor(floor uint32) { t.floor = max(t.floor, floor) }
+func (t *Table) SetFloor(floor uint32) {
+	t.floor = max(t.floor, floor)
+	if t.Len() == 0 && len(t.leaves.data) == 0 && len(t.fresh.arena) == 0 {
+		t.epoch = t.floor
+	}
+}
 
-func (t *Table) slot(id uint64) (int, bool) {
-	mask := len(t.keys) - 1
-	i := int((id*0x9E3779B97F4A7C15)>>(64-bits.Len(uint(mask)))) & mask
-	for ; t.refs[i] != 0; i = (i + 1) & mask {
-		if t.keys[i] == id {
-			return i, true
+// where is where id's body is: in fresh at slot, or in the leaves at a.
+type where struct {
+	slot   int
+	fresh  bool
+	a      at
+	leaves bool
+}
+
+// find looks in the leaves first: an id live there is not in fresh, and fresh is
+// probed (a cache miss) only for the ids the leaves do not hold.
+func (t *Table) find(id uint64) where {
+	if a, ok := t.leaves.find(id); ok {
+		return where{a: a, leaves: true}
+	}
+	if t.fresh.ids > 0 {
+		if i, ok := t.fresh.slot(id); ok {
+			return where{slot: i, fresh: true}
 		}
 	}
-	return i, false
+	return where{}
 }
 
-// record returns the record at slot i.
-func (t *Table) record(i int) []byte {
-	off := int(t.refs[i] - 1)
-	n, k := binary.Uvarint(t.arena[off:])
-	return t.arena[off+k : off+k+int(n)]
-}
-
-// changes decodes id's record, without the changes below the floor, into t.scratch.
-func (t *Table) changes(id uint64) ([]Change, int, bool) {
-	i, ok := t.slot(id)
-	if !ok {
-		return t.scratch[:0], i, false
+func (t *Table) body(w where) []byte {
+	switch {
+	case w.fresh:
+		return t.fresh.body(w.slot)
+	case w.leaves:
+		return t.leaves.body(w.a)
 	}
-	// Records in the arena were checked when written.
-	cs, _ := DecodeRecord(t.scratch[:0], t.record(i))
-	return cs, i, true
+	return nil
+}
+
+// changes decodes the body at w into t.scratch, the changes below the floor with them
+// (merge drops those).
+func (t *Table) changes(w where) []Change {
+	t.scratch = decodeBody(t.scratch[:0], t.body(w), t.epoch)
+	return t.scratch
 }
 
 // Add adds c's change to its id's record; a change below the floor is forgotten.
@@ -73,39 +88,21 @@ func (t *Table) Add(id uint64, c Change) {
 	if c.Minute < t.floor || c.N == 0 {
 		return
 	}
-	cs, _, _ := t.changes(id)
-	t.scratch = merge(cs, c, t.floor)
-	t.store(id, t.scratch)
+	w := t.find(id)
+	t.scratch = merge(t.changes(w), c, t.floor)
+	t.store(id, w, t.scratch)
 }
 
 // Sum adds to out[f] the changes of field f of id at or after minute since (and the
 // floor); fields past out are skipped.
 func (t *Table) Sum(id uint64, since uint32, out []int64) {
-	i, ok := t.slot(id)
-	if !ok {
-		return
-	}
-	since = max(since, t.floor)
-	rec := t.record(i)
-	var m uint64
-	for len(rec) > 0 {
-		d, k := binary.Uvarint(rec)
-		m += d
-		f := rec[k]
-		n, j := binary.Varint(rec[k+1:])
-		rec = rec[k+1+j:]
-		if m >= uint64(since) && int(f) < len(out) {
-			out[f] += n
-		}
-	}
+	sumBody(t.body(t.find(id)), t.epoch, max(since, t.floor), out)
 }
 
 // Record appends id's record, without the changes below the floor, to dst: what a
 // checkpoint stores (empty: delete it).
 func (t *Table) Record(dst []byte, id uint64) []byte {
-	cs, _, _ := t.changes(id)
-	t.scratch = merge(cs, Change{}, t.floor)
-	return AppendRecord(dst, t.scratch)
+	return AppendRecord(dst, merge(t.changes(t.find(id)), Change{}, t.floor))
 }
 
 // Put sets id's record to rec as stored (a loaded checkpoint); changes below the floor
@@ -116,99 +113,65 @@ func (t *Table) Put(id uint64, rec []byte) (bool, error) {
 		return false, err
 	}
 	t.scratch = merge(cs, Change{}, t.floor)
-	t.store(id, t.scratch)
+	t.store(id, t.find(id), t.scratch)
 	return len(t.scratch) > 0, nil
 }
 
-// store writes cs as id's record, deleting it when cs is empty.
-func (t *Table) store(id uint64, cs []Change) {
-	i, ok := t.slot(id)
-	if ok {
-		t.garbage += len(t.record(i)) + 1
-		if len(cs) == 0 {
-			t.delete(i)
-			return
+// store writes cs as the changes of id, found at w, deleting it when cs is empty.
+func (t *Table) store(id uint64, w where, cs []Change) {
+	if len(cs) > 0 && t.Len() == 0 && !w.fresh && !w.leaves && len(t.leaves.data) == 0 && len(t.fresh.arena) == 0 {
+		t.epoch = t.floor // nothing counts from the old epoch
+	}
+	t.buf = appendBody(t.buf[:0], cs, t.epoch)
+	switch {
+	case w.fresh && len(cs) == 0:
+		t.fresh.delete(w.slot)
+	case w.fresh:
+		t.fresh.set(w.slot, true, id, t.buf)
+	case w.leaves && w.a.end == len(t.leaves.data) && len(cs) > 0:
+		t.leaves.rewrite(w.a, t.buf) // the newest id, as it takes its first changes
+	case w.leaves:
+		t.leaves.kill(w.a)
+		if len(cs) > 0 {
+			t.insert(id)
 		}
-	} else if len(cs) == 0 {
-		return
-	}
-	off := len(t.arena)
-	start := off + binary.MaxVarintLen32
-	body := AppendRecord(append(t.arena, make([]byte, binary.MaxVarintLen32)...), cs)
-	n := len(body) - start
-	k := binary.PutUvarint(body[off:], uint64(n))
-	t.arena = append(body[:off+k], body[start:]...)
-	if ok {
-		t.refs[i] = uint32(off + 1)
-		return
-	}
-	t.keys[i], t.refs[i] = id, uint32(off+1)
-	t.ids++
-	if 4*t.ids > 3*len(t.keys) {
-		t.rehash(2 * len(t.keys))
+	case len(cs) == 0:
+	case t.leaves.n == 0 || id > t.leaves.last:
+		t.leaves.push(id, t.buf)
+	default:
+		t.insert(id)
 	}
 }
 
-// delete empties slot i, shifting back the entries after it that probed past it.
-func (t *Table) delete(i int) {
-	mask := len(t.keys) - 1
-	t.ids--
-	for j := (i + 1) & mask; t.refs[j] != 0; j = (j + 1) & mask {
-		home := int((t.keys[j]*0x9E3779B97F4A7C15)>>(64-bits.Len(uint(mask)))) & mask
-		// Move j to i when its home is not in (i, j] cyclically.
-		if (j > i && (home <= i || home > j)) || (j < i && home <= i && home > j) {
-			t.keys[i], t.refs[i] = t.keys[j], t.refs[j]
-			i = j
-		}
-	}
-	t.keys[i], t.refs[i] = 0, 0
-}
-
-func (t *Table) rehash(size int) {
-	keys, refs := t.keys, t.refs
-	t.keys, t.refs = make([]uint64, size), make([]uint32, size)
-	for i, r := range refs {
-		if r != 0 {
-			j, _ := t.slot(keys[i])
-			t.keys[j], t.refs[j] = keys[i], r
-		}
+// insert puts t.buf in fresh as the body of id, which fresh does not hold, and rebuilds
+// the leaves when fresh has outgrown its share.
+func (t *Table) insert(id uint64) {
+	t.fresh.set(0, false, id, t.buf)
+	if t.fresh.ids > minFresh && t.fresh.ids*freshShare > t.leaves.live {
+		t.rebuild(false, nil)
 	}
 }
 
-// Prune drops the changes below the floor from RAM and compacts the arena, calling
-// gone for every id left with none (its stored record is to be deleted). It costs a
-// pass over the table: call it when the floor has moved on by a few minutes or garbage
-// is half the arena (Worth).
-func (t *Table) Prune(gone func(id uint64)) {
-	arena := make([]byte, 0, len(t.arena)-t.garbage)
-	var dropped []uint64
-	for i, r := range t.refs {
-		if r == 0 {
-			continue
-		}
-		cs, _ := DecodeRecord(t.scratch[:0], t.record(i))
-		t.scratch = merge(cs, Change{}, t.floor)
-		if len(t.scratch) == 0 {
-			dropped = append(dropped, t.keys[i])
-			continue
-		}
-		off := len(arena)
-		rec := AppendRecord(nil, t.scratch)
-		arena = append(binary.AppendUvarint(arena, uint64(len(rec))), rec...)
-		t.refs[i] = uint32(off + 1)
-	}
-	t.arena, t.garbage = arena, 0
-	for _, id := range dropped {
-		i, _ := t.slot(id)
-		t.delete(i)
-		if gone != nil {
-			gone(id)
-		}
-	}
-	if size := len(t.keys); size > 16 && 4*t.ids < size/2 {
-		t.rehash(max(16, 1<<bits.Len(uint(2*t.ids))))
-	}
+// Prune drops the changes below the floor from RAM and compacts the table, calling gone
+// for every id left with none (its stored record is to be deleted). It costs a pass
+// over the table: call it when the floor has moved on by a few minutes or garbage is
+// half the arena (Worth).
+func (t *Table) Prune(gone func(id uint64)) { t.rebuild(true, gone) }
+
+// Worth reports whether garbage is at least half the bytes the bodies take: a Prune
+// then halves them.
+func (t *Table) Worth() bool {
+	g := t.fresh.garbage + t.leaves.deadBytes
+	return g > 4096 && 2*g > len(t.fresh.arena)+len(t.leaves.data)
 }
 
-// Worth reports whether garbage is at least half the arena: a Prune then halves it.
-func (t *Table) Worth() bool { return t.garbage > 4096 && 2*t.garbage > len(t.arena) }
+// each calls fn with every id and its changes (below the floor too); cs is only valid
+// during the call.
+func (t *Table) each(fn func(id uint64, cs []Change)) {
+	t.leaves.each(func(id uint64, body []byte) { fn(id, decodeBody(nil, body, t.epoch)) })
+	for i, ref := range t.fresh.refs {
+		if ref != 0 {
+			fn(t.fresh.keys[i], decodeBody(nil, t.fresh.body(i), t.epoch))
+		}
+	}
+}

@@ -3,7 +3,6 @@ package window
 import (
 	"cmp"
 	"container/heap"
-	"encoding/binary"
 	"slices"
 )
 
@@ -33,24 +32,8 @@ func (t *Table) Top(f uint8, since uint32, k int) []Ranked {
 	}
 	since = max(since, t.floor)
 	h := make(worst, 0, k)
-	for i, ref := range t.refs {
-		if ref == 0 {
-			continue
-		}
-		rec := t.record(i)
-		var m uint64
-		var n int64
-		for len(rec) > 0 {
-			d, j := binary.Uvarint(rec)
-			m += d
-			field := rec[j]
-			v, l := binary.Varint(rec[j+1:])
-			rec = rec[j+1+l:]
-			if field == f && m >= uint64(since) {
-				n += v
-			}
-		}
-		r := Ranked{ID: t.keys[i], N: n}
+	keep := func(id uint64, n int64) {
+		r := Ranked{ID: id, N: n}
 		switch {
 		case n <= 0:
 		case len(h) < k:
@@ -58,6 +41,25 @@ func (t *Table) Top(f uint8, since uint32, k int) []Ranked {
 		case rank(r, h[0]) < 0: // better than the worst kept
 			h[0] = r
 			heap.Fix(&h, 0)
+		}
+	}
+	l := &t.leaves
+	for leaf, hd := range l.heads {
+		p, end, id := int(hd.start), l.end(leaf), hd.before()
+		for p < end {
+			d, body, next := l.item(p)
+			id += d
+			if !l.isDead(body) {
+				if n := sumField(l.data[body:next], t.epoch, since, f); n > 0 {
+					keep(id, n)
+				}
+			}
+			p = next
+		}
+	}
+	for i, ref := range t.fresh.refs {
+		if ref != 0 {
+			keep(t.fresh.keys[i], sumField(t.fresh.body(i), t.epoch, since, f))
 		}
 	}
 	slices.SortFunc(h, rank)
