@@ -212,8 +212,8 @@ func TestDecodeRecordRefusesDamage(t *testing.T) {
 // table has most of the time, and the most on the way is what fresh and the leaves'
 // slack add before a rebuild.
 func TestMemoryPerID(t *testing.T) {
-	if testing.Short() {
-		t.Skip("1 M ids")
+	if testing.Short() || raceEnabled {
+		t.Skip("1 M ids, and a memory figure: not under -short or -race")
 	}
 	f := func(ids, fields int, apart uint64, shuffled bool, want float64) {
 		t.Helper()
