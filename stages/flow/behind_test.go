@@ -75,6 +75,9 @@ func TestMeterKeepsTheStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := monitor.Flush(); err != nil { // the server has the subscription
+		t.Fatal(err)
+	}
 	m := flow.NewMeter(js, "S", "s.a")
 	for range 10 {
 		if b, err := m.Behind(ctx, 0, time.Now()); err != nil || b.Msgs != 1 {
