@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -168,6 +169,14 @@ func (b *Backups) LastOwner(ctx context.Context, name string) (string, error) {
 
 // Store writes a backup of pc while l is held and makes it current. It returns the
 // backup's size and the positions it covers, which may be purged now.
+//
+// A piece still at the positions of its current backup, whose pointer l holds (a backup
+// l's owner stored, or the one it claimed and took over as it was), is not stored
+// again: that backup reflects the state already. Store then returns no positions, and
+// nothing more may be purged. Storing it anyway cost every backup period a copy of
+// every id of an idle partition, all of them written to NATS again: with 10 M ids a
+// process, more than the period itself, so that the backups never ended and the
+// takeovers, primes and queries of a failover queued behind them.
 func (b *Backups) Store(ctx context.Context, pc Piece, l *Lease) (uint64, []uint64, error) {
 	if !l.Valid() {
 		return 0, nil, fmt.Errorf("the lease %s is not certainly held", l.Key())
@@ -175,6 +184,17 @@ func (b *Backups) Store(ctx context.Context, pc Piece, l *Lease) (uint64, []uint
 	pos, err := pc.Pos()
 	if err != nil {
 		return 0, nil, err
+	}
+	st, err := b.logStream(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	cur, _, err := b.readPointer(ctx, st, pc.Name)
+	if err != nil {
+		return 0, nil, err
+	}
+	if cur.heldBy(l) && cur.Object != "" && slices.Equal(cur.Pos, pos) {
+		return 0, nil, nil
 	}
 	obj := fmt.Sprintf("%s.%s.%s", pc.Name, l.Token(), nuid.Next())
 	pr, pw := io.Pipe()
