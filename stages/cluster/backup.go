@@ -44,6 +44,10 @@ type pointer struct {
 	Epoch int64  `json:"epoch,omitempty"`
 	// Gen counts the backups made current: a standby tells by it that it missed one.
 	Gen uint64 `json:"gen,omitempty"`
+	// Layout is the state layout of the backup (cold.Layout of the process that stored
+	// it; 0 when stored by a version that did not say): one of an older layout is
+	// stored again in this one's, changed or not (see Store).
+	Layout int `json:"layout,omitempty"`
 }
 
 // heldBy reports whether the pointer holds lease l: only then may l's owner write it.
@@ -172,8 +176,8 @@ func (b *Backups) LastOwner(ctx context.Context, name string) (string, error) {
 //
 // A piece still at the positions of its current backup, whose pointer l holds (a backup
 // l's owner stored, or the one it claimed and took over as it was), is not stored
-// again: that backup reflects the state already. Store then returns no positions, and
-// nothing more may be purged. Storing it anyway cost every backup period a copy of
+// again when that backup is of this layout: it reflects the state already. Store then
+// returns no positions, and nothing more may be purged. Storing it anyway cost every backup period a copy of
 // every id of an idle partition, all of them written to NATS again: with 10 M ids a
 // process, more than the period itself, so that the backups never ended and the
 // takeovers, primes and queries of a failover queued behind them.
@@ -193,7 +197,7 @@ func (b *Backups) Store(ctx context.Context, pc Piece, l *Lease) (uint64, []uint
 	if err != nil {
 		return 0, nil, err
 	}
-	if cur.heldBy(l) && cur.Object != "" && slices.Equal(cur.Pos, pos) {
+	if cur.heldBy(l) && cur.Object != "" && cur.Layout == cold.Layout && slices.Equal(cur.Pos, pos) {
 		return 0, nil, nil
 	}
 	obj := fmt.Sprintf("%s.%s.%s", pc.Name, l.Token(), nuid.Next())
@@ -218,7 +222,7 @@ func (b *Backups) Store(ctx context.Context, pc Piece, l *Lease) (uint64, []uint
 		if !cur.heldBy(l) {
 			return cur, fmt.Errorf("%w: %s's pointer holds %s's lease revision %d, this backup was taken under %s", ErrSuperseded, pc.Name, cur.Owner, cur.Lease, l.Token())
 		}
-		return pointer{Object: obj, Taken: l.Token(), Pos: pos, Owner: l.ID(), Lease: l.Acquired(), Epoch: l.Epoch(), Gen: cur.Gen + 1}, nil
+		return pointer{Object: obj, Taken: l.Token(), Pos: pos, Owner: l.ID(), Lease: l.Acquired(), Epoch: l.Epoch(), Gen: cur.Gen + 1, Layout: cold.Layout}, nil
 	})
 	if err != nil {
 		// A backup never current is dropped; one whose pointer write went unanswered
