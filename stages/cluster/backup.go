@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,6 +44,10 @@ type pointer struct {
 	Epoch int64  `json:"epoch,omitempty"`
 	// Gen counts the backups made current: a standby tells by it that it missed one.
 	Gen uint64 `json:"gen,omitempty"`
+	// Layout is the state layout of the backup (cold.Layout of the process that stored
+	// it; 0 when stored by a version that did not say): one of an older layout is
+	// stored again in this one's, changed or not (see Store).
+	Layout int `json:"layout,omitempty"`
 }
 
 // heldBy reports whether the pointer holds lease l: only then may l's owner write it.
@@ -168,6 +173,14 @@ func (b *Backups) LastOwner(ctx context.Context, name string) (string, error) {
 
 // Store writes a backup of pc while l is held and makes it current. It returns the
 // backup's size and the positions it covers, which may be purged now.
+//
+// A piece still at the positions of its current backup, whose pointer l holds (a backup
+// l's owner stored, or the one it claimed and took over as it was), is not stored
+// again when that backup is of this layout: it reflects the state already. Store then
+// returns no positions, and nothing more may be purged. Storing it anyway cost every backup period a copy of
+// every id of an idle partition, all of them written to NATS again: with 10 M ids a
+// process, more than the period itself, so that the backups never ended and the
+// takeovers, primes and queries of a failover queued behind them.
 func (b *Backups) Store(ctx context.Context, pc Piece, l *Lease) (uint64, []uint64, error) {
 	if !l.Valid() {
 		return 0, nil, fmt.Errorf("the lease %s is not certainly held", l.Key())
@@ -175,6 +188,17 @@ func (b *Backups) Store(ctx context.Context, pc Piece, l *Lease) (uint64, []uint
 	pos, err := pc.Pos()
 	if err != nil {
 		return 0, nil, err
+	}
+	st, err := b.logStream(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	cur, _, err := b.readPointer(ctx, st, pc.Name)
+	if err != nil {
+		return 0, nil, err
+	}
+	if cur.heldBy(l) && cur.Object != "" && cur.Layout == cold.Layout && slices.Equal(cur.Pos, pos) {
+		return 0, nil, nil
 	}
 	obj := fmt.Sprintf("%s.%s.%s", pc.Name, l.Token(), nuid.Next())
 	pr, pw := io.Pipe()
@@ -198,7 +222,7 @@ func (b *Backups) Store(ctx context.Context, pc Piece, l *Lease) (uint64, []uint
 		if !cur.heldBy(l) {
 			return cur, fmt.Errorf("%w: %s's pointer holds %s's lease revision %d, this backup was taken under %s", ErrSuperseded, pc.Name, cur.Owner, cur.Lease, l.Token())
 		}
-		return pointer{Object: obj, Taken: l.Token(), Pos: pos, Owner: l.ID(), Lease: l.Acquired(), Epoch: l.Epoch(), Gen: cur.Gen + 1}, nil
+		return pointer{Object: obj, Taken: l.Token(), Pos: pos, Owner: l.ID(), Lease: l.Acquired(), Epoch: l.Epoch(), Gen: cur.Gen + 1, Layout: cold.Layout}, nil
 	})
 	if err != nil {
 		// A backup never current is dropped; one whose pointer write went unanswered

@@ -326,3 +326,62 @@ func TestClaimLegacyBackup(t *testing.T) {
 		t.Fatalf("the legacy backup is left once another is current: %v", err)
 	}
 }
+
+// A piece still at the positions of its current backup is not stored again: not by the
+// owner that stored it, nor by the next owner, which took the state over as that backup
+// has it — and the owner after restores that backup, as current as ever. The first
+// copy of a partition whose state has moved on is stored as before. (Every backup period
+// stored every id of an idle partition again: with 10 M ids a process, the backups took
+// longer than the period and never ended, and a failover's takeovers, standbys and
+// queries waited behind them.)
+func TestBackupUnchangedNotStoredAgain(t *testing.T) {
+	r := newBackupRig(t)
+	a, b, c := r.process(), r.process(), r.process()
+	la := r.own(a, 10)
+	first, seq := r.pointer("counters.0")
+	objects := func() int {
+		t.Helper()
+		objs, err := r.obs.List(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(objs)
+	}
+	unchanged := func(who string, n *proc, l *Lease) {
+		t.Helper()
+		size, covered, err := n.b.Store(t.Context(), n.piece(), l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if size != 0 || covered != nil {
+			t.Errorf("%s's backup of an unchanged piece stored %d bytes covering %v, want nothing", who, size, covered)
+		}
+		if p, s := r.pointer("counters.0"); s != seq || p.Object != first.Object || p.Gen != first.Gen {
+			t.Errorf("%s's backup of an unchanged piece: pointer %+v (sequence %d), want %+v (%d)", who, p, s, first, seq)
+		}
+		if got := objects(); got != 1 {
+			t.Errorf("%s's backup of an unchanged piece: %d objects, want the current one only", who, got)
+		}
+	}
+	unchanged("the owner", a, la)
+
+	lb := r.take(b)
+	if from, err := r.claim(b, lb); err != nil || from != "backup" || r.pos(b) != 10 {
+		t.Fatalf("b's claim: %q %v, at %d, want a's backup at 10", from, err, r.pos(b))
+	}
+	first, seq = r.pointer("counters.0") // the claim wrote b in
+	unchanged("the next owner", b, lb)
+
+	lc := r.take(c)
+	if from, err := r.claim(c, lc); err != nil || from != "backup" || r.pos(c) != 10 {
+		t.Fatalf("c's claim: %q %v, at %d, want the backup at 10", from, err, r.pos(c))
+	}
+	r.checkpoint(c, 12)
+	size, covered, err := c.b.Store(t.Context(), c.piece(), lc)
+	if err != nil || size == 0 || len(covered) != 1 || covered[0] != 12 {
+		t.Fatalf("a backup of a piece moved on: %d bytes covering %v, %v; want it stored at 12", size, covered, err)
+	}
+	if p, _ := r.pointer("counters.0"); p.Gen != first.Gen+1 || p.Object == first.Object {
+		t.Fatalf("a backup of a piece moved on: pointer %+v, want a new backup after %+v", p, first)
+	}
+}

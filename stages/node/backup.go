@@ -135,20 +135,24 @@ func (n *Node) backupPart(ctx context.Context, pt *owned) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	for i, w := range pt.workers {
-		if i < len(pt.kept.deltas) {
-			w.SetPurgeLimit(pt.kept.deltas[i])
+	if limits != nil { // else nothing was stored: the current backup is as it was
+		for i, w := range pt.workers {
+			if i < len(pt.kept.deltas) {
+				w.SetPurgeLimit(pt.kept.deltas[i])
+			}
 		}
+		pt.kept.deltas = limits
 	}
-	pt.kept.deltas = limits
 	esize, logs, err := n.backups.Store(ctx, n.eventPiece(pt.p), pt.lease)
 	if err != nil {
 		return size, err
 	}
-	if err := n.purgeLog(ctx, pt.p, pt.kept.log); err != nil {
-		n.log.Warn("cannot purge the event-stage log records a backup covers", "partition", pt.p, "err", err)
+	if logs != nil {
+		if err := n.purgeLog(ctx, pt.p, pt.kept.log); err != nil {
+			n.log.Warn("cannot purge the event-stage log records a backup covers", "partition", pt.p, "err", err)
+		}
+		pt.kept.log = logs[0]
 	}
-	pt.kept.log = logs[0]
 	return size + esize, nil
 }
 

@@ -149,6 +149,15 @@ func probesFrom(post, user uint64) []failoverProbe {
 func benchFailover(b *testing.B, bin string, ids int) {
 	cl := natstest.StartCluster(b, 3)
 	ps, c := rig.StartTallyds(b, bin, cl, 3)
+	if dir := os.Getenv("TALLY_BENCH_LOGS"); dir != "" { // each process's log to the end, to read
+		b.Cleanup(func() {
+			for i, p := range ps {
+				if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("tallyd-%d.log", i)), []byte(p.Logs()), 0o644); err != nil {
+					b.Error(err)
+				}
+			}
+		})
+	}
 	ctx := context.Background()
 	// Posts are recent snowflake ids, so they stay in RAM (older ones age to the cold
 	// tier); users are below 2^40, ids without a time.
@@ -257,14 +266,7 @@ func benchFailover(b *testing.B, bin string, ids int) {
 			warm += p.MustScrape(b)[metricWarm]
 		}
 	}
-	b.ReportMetric(warm, "warm-parts")                   // of killed-parts, taken over from standbys
-	if dir := os.Getenv("TALLY_BENCH_LOGS"); dir != "" { // each process's log, to read
-		for i, p := range ps {
-			if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("tallyd-%d.log", i)), []byte(p.Logs()), 0o644); err != nil {
-				b.Error(err)
-			}
-		}
-	}
+	b.ReportMetric(warm, "warm-parts") // of killed-parts, taken over from standbys
 	rig.WaitHealthy(b, c, 10*time.Minute)
 	checkViews(b, c, base, ids)
 	rejoin(b, ps[victim], float64(benchPartitions/len(ps)), askGet)
@@ -295,6 +297,9 @@ func rejoin(b *testing.B, p *rig.TallydProc, want float64, askGet func(context.C
 			failed++
 			if down.IsZero() {
 				down = at
+				if os.Getenv("TALLY_BENCH_LOGS") != "" {
+					fmt.Fprintf(os.Stderr, "rejoin: a poll failed at %s, %v after the restart: %v\n", at.UTC().Format("15:04:05.000"), at.Sub(started).Round(time.Millisecond), err)
+				}
 			}
 		case !down.IsZero():
 			gap, down = max(gap, at.Sub(down)), time.Time{}
