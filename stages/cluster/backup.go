@@ -142,8 +142,23 @@ type Backups struct {
 	Log      *slog.Logger
 	TmpDir   string // where a restore stages the object before it checks it
 
-	mu  sync.Mutex
-	log jetstream.Stream // the log stream, looked up once: pointers are read often
+	mu      sync.Mutex
+	log     jetstream.Stream // the log stream, looked up once: pointers are read often
+	obsName string           // Obs's name, looked up once (see putObject)
+}
+
+// bucket is the name of the object store the backups are stored in.
+func (b *Backups) bucket(ctx context.Context) (string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.obsName == "" {
+		st, err := b.Obs.Status(ctx)
+		if err != nil {
+			return "", err
+		}
+		b.obsName = st.Bucket()
+	}
+	return b.obsName, nil
 }
 
 // logStream is the stream that holds the pointers.
@@ -210,7 +225,13 @@ func (b *Backups) Store(ctx context.Context, pc Piece, l *Lease) (uint64, []uint
 	// The layout is in the backup's header too, which a restore goes by; here it lets a
 	// restore refuse a newer one before it reads it, and an operator see it.
 	meta := map[string]string{"owner": l.ID(), "lease": l.Token(), "pos": formatPos(pos), "layout": strconv.Itoa(cold.Layout)}
-	info, err := b.Obs.Put(ctx, jetstream.ObjectMeta{Name: obj, Metadata: meta}, pr)
+	bucket, err := b.bucket(ctx)
+	if err != nil {
+		pr.CloseWithError(err)
+		<-read
+		return 0, nil, err
+	}
+	info, err := putObject(ctx, b.JS, bucket, jetstream.ObjectMeta{Name: obj, Metadata: meta}, pr)
 	pr.CloseWithError(err) // a Put that stopped reading ends the backup's writes
 	<-read                 // never reading the database after the caller (Close) closes it
 	if err != nil {
