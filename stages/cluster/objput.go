@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -35,7 +36,7 @@ func putObject(ctx context.Context, js jetstream.JetStream, bucket string, meta 
 	pub, err := jetstream.New(js.Conn(),
 		jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, _ *nats.Msg, err error) {
 			mu.Lock()
-			perr = cmpErr(perr, err)
+			perr = cmp.Or(perr, err)
 			mu.Unlock()
 		}),
 		jetstream.WithPublishAsyncMaxPending(64)) // 8 MiB of chunks in flight at most
@@ -58,7 +59,7 @@ func putObject(ctx context.Context, js jetstream.JetStream, bucket string, meta 
 	var size uint64
 	var chunks uint32
 	for {
-		if err := cmpErr(ctx.Err(), failed()); err != nil {
+		if err := cmp.Or(ctx.Err(), failed()); err != nil {
 			purge()
 			return nil, err
 		}
@@ -109,14 +110,4 @@ func putObject(ctx context.Context, js jetstream.JetStream, bucket string, meta 
 		return nil, err
 	}
 	return info, nil
-}
-
-// cmpErr is the first of errs that is not nil.
-func cmpErr(errs ...error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }
