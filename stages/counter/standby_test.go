@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tally-dev/tally/pipeline"
@@ -114,4 +115,36 @@ func lastValues(t *testing.T, js jetstream.JetStream, sj pipeline.Subjects, fami
 		}
 	}
 	return last
+}
+
+// A checkpoint follows the position even when what came last changed no count: batches
+// sent again (duplicates) and batches held above a gap. A standby whose stored position
+// stayed behind its owner's backup did not reflect it, and its partition was restored
+// from the backup instead of taken over warm, on a failover and on a planned move alike.
+func TestCheckpointFollowsDuplicates(t *testing.T) {
+	r := newRig(t)
+	w, _ := r.start(r.config())
+	r.publish(0, 1, 42, 1)
+	r.publish(0, 2, 42, 1)
+	if n := r.likes(w, 42); n != 2 {
+		t.Fatalf("likes %d, want 2", n)
+	}
+	r.checkpointedAt(r.db, r.last)
+	// Batch 1 again, under a new message id as a re-send past the duplicate window.
+	b := pipeline.DeltaBatch{Source: 0, Seq: 1, Deltas: []pipeline.Delta{{ID: 42, Field: 0, Op: pipeline.OpAdd, N: 1}}}
+	ack, err := r.js.PublishMsg(context.Background(), &nats.Msg{Subject: r.sc.Subjects.Delta(r.fam.Name, 0),
+		Data: pipeline.AppendDeltaBatch(nil, &b), Header: nats.Header{jetstream.MsgIDHeader: []string{"sent-again"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.last = ack.Sequence
+	if n := r.likes(w, 42); n != 2 {
+		t.Fatalf("likes %d after a duplicate, want 2", n)
+	}
+	r.checkpointedAt(r.db, r.last)
+	r.publish(0, 9, 42, 5) // held above the gap 3..8
+	if n := r.likes(w, 42); n != 2 {
+		t.Fatalf("likes %d after a held batch, want 2", n)
+	}
+	r.checkpointedAt(r.db, r.last)
 }

@@ -430,9 +430,12 @@ func (w *Worker) apply(ctx context.Context, m jetstream.Msg, b *pipeline.DeltaBa
 }
 
 // flush writes every changed id with the position and watermarks in one transaction,
-// then announces the new values.
+// then announces the new values. A position moved by batches that changed no count
+// (duplicates, batches held above a gap) is written too: a standby's stored state must
+// reflect its owner's backup as soon as it has read that far, or its partition is
+// restored from the backup rather than taken over warm.
 func (w *Worker) flush(ctx context.Context) error {
-	if w.changed == 0 && len(w.win.gone) == 0 {
+	if w.changed == 0 && len(w.win.gone) == 0 && w.cp.Pos == w.lastPos {
 		return nil
 	}
 	var entries []checkpoint.Entry
