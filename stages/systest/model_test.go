@@ -94,8 +94,13 @@ func (g *gen) event() pipeline.Event {
 // cache, so that every group of ids is evicted at every flush and read back from Badger.
 func TestModel(t *testing.T) {
 	total := 120_000
-	if testing.Short() {
+	switch {
+	case testing.Short():
 		total = 20_000
+	case raceEnabled:
+		// 81 s of CI's 10 minutes at the full size: the race detector looks for races,
+		// which half the events meet as well; without -race it runs the full size.
+		total = 60_000
 	}
 	t.Run("defaults", func(t *testing.T) {
 		n := testModel(t, total, func(*node.Config) {})
