@@ -106,9 +106,16 @@ func (n *Node) backupLoop(ctx context.Context) error {
 		start := time.Now()
 		var bytes uint64
 		for _, pt := range n.heldParts() {
-			size, err := n.backupPart(ctx, pt)
+			// A partition that stops here ends its backup: its hand-over waits for no
+			// backup but its own (a round waits for the hand-over, and a backup may
+			// take minutes on a loaded cluster).
+			pctx, cancel := context.WithCancel(ctx)
+			unhook := context.AfterFunc(pt.ctx, cancel)
+			size, err := n.backupPart(pctx, pt)
+			unhook()
+			cancel()
 			bytes += size
-			if err != nil && ctx.Err() == nil {
+			if err != nil && ctx.Err() == nil && pt.ctx.Err() == nil {
 				n.BackupErrs.Add(1)
 				n.log.Warn("cannot back the state up to NATS; deltas and log records are kept until a backup succeeds", "partition", pt.p, "err", err)
 			}
@@ -131,6 +138,9 @@ func (n *Node) backupLoop(ctx context.Context) error {
 func (n *Node) backupPart(ctx context.Context, pt *owned) (uint64, error) {
 	pt.backup.Lock()
 	defer pt.backup.Unlock()
+	if n.backing != nil {
+		n.backing(ctx, pt.p)
+	}
 	size, limits, err := n.backups.Store(ctx, n.counterPiece(pt.p), pt.lease)
 	if err != nil {
 		return 0, err

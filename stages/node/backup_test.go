@@ -1,10 +1,12 @@
 package node
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/stages/cluster"
+	"github.com/tally-dev/tally/stages/query"
 	"github.com/tally-dev/tally/store/cold"
 	"github.com/tally-dev/tally/store/graph"
 )
@@ -126,5 +129,45 @@ func TestClaimEventsAfterUpgrade(t *testing.T) {
 	}
 	if got := r.owner(eventObject(0)); got != a.owners.ID() {
 		t.Fatalf("partition 0's event state owned by %q after the claim, want %q", got, a.owners.ID())
+	}
+}
+
+// A partition handed over ends the periodic backup of it under way: the hand-over waits
+// for no backup but its own. It waited for the backup in flight — minutes on a loaded
+// cluster with millions of ids — and the ownership round with it, so that no partition
+// free meanwhile started in this process.
+func TestHandOverEndsBackupInFlight(t *testing.T) {
+	r := newPartRig(t)
+	n := r.process()
+	n.cfg.BackupEvery = 10 * time.Millisecond
+	n.query = query.New(query.Config{Partitions: 2, Families: n.cfg.Families}, nil, nil, nil, n.log)
+	n.parts = map[int]*owned{}
+	ctx, cancel := context.WithCancel(t.Context())
+	pt := &owned{p: 0, lease: r.take(n), ctx: ctx, cancel: cancel}
+	n.parts[0] = pt
+	inFlight := make(chan struct{})
+	var first sync.Once
+	n.backing = func(ctx context.Context, p int) {
+		first.Do(func() { // the periodic one, slow: until it is ended
+			close(inFlight)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Minute):
+			}
+		})
+	}
+	loop, stopLoop := context.WithCancel(t.Context())
+	defer stopLoop()
+	go func() { _ = n.backupLoop(loop) }()
+	<-inFlight
+	handed := make(chan struct{})
+	go func() {
+		n.stopPart(0, leaveWarm)
+		close(handed)
+	}()
+	select {
+	case <-handed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the hand-over waited for the periodic backup under way")
 	}
 }

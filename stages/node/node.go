@@ -94,6 +94,9 @@ type Node struct {
 	metrics         *metrics.Metrics
 	http            *http.Server
 	metricsAddr     string
+	// backing, a test hook, is called as each backup of a partition begins, with the
+	// backup's context.
+	backing func(ctx context.Context, p int)
 }
 
 // Run runs a node until ctx ends or a partition fails.

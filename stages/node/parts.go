@@ -33,6 +33,7 @@ type owned struct {
 	lease   *cluster.Lease
 	stage   *event.Stage
 	workers []*counter.Worker
+	ctx     context.Context // ends when the partition stops here (cancel)
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	backup  sync.Mutex // one backup of the partition at a time
@@ -61,15 +62,22 @@ func (n *Node) rebalance(ctx context.Context) error {
 	}
 	id := n.owners.ID()
 	n.losePatience(target, want)
+	begun := time.Now()
 	n.handOver(v, want)
 	var wg sync.WaitGroup
 	errs := make([]error, len(want))
+	var started []int
 	for p, owner := range want {
 		if owner == id && !n.holds(p) && !n.standbyStopping(p) { // the next round, once stopped
+			started = append(started, p)
 			wg.Go(func() { errs[p] = n.startPart(ctx, p) })
 		}
 	}
 	wg.Wait()
+	if took := time.Since(begun); took > n.cfg.LeaseTTL {
+		// No partition starts here meanwhile, though one may be free and this one's.
+		n.log.Info("an ownership round took longer than a lease TTL", "took", took, "started", spans(started))
+	}
 	if n.standbysOn() {
 		n.keepStandbys(v.Members, want, cluster.Due(id, target, want))
 	}
@@ -239,7 +247,7 @@ func (n *Node) startPart(ctx context.Context, p int) error {
 		}
 	}
 	pctx, cancel := context.WithCancel(n.runCtx)
-	pt.cancel = cancel
+	pt.ctx, pt.cancel = pctx, cancel
 	if sb != nil { // its workers, which have applied what the last owner had, are ours now
 		sb.lease.Store(l)
 		pt.workers = sb.workers
@@ -313,6 +321,18 @@ func (n *Node) dropSnapshots(p int) {
 // leave says how a partition stops here.
 type leave int
 
+func (l leave) String() string {
+	switch l {
+	case leaveLost:
+		return "lost"
+	case leaveCold:
+		return "cold"
+	case leaveWarm:
+		return "warm"
+	}
+	return strconv.Itoa(int(l))
+}
+
 const (
 	// leaveLost: its lease is gone, another may own it already: nothing more is written.
 	leaveLost leave = iota
@@ -343,10 +363,15 @@ func (n *Node) stopPart(p int, how leave) {
 	if pt == nil {
 		return
 	}
+	begun := time.Now()
+	var stopped time.Duration
 	defer func() {
 		n.mu.Lock()
 		delete(n.stopping, p)
 		n.mu.Unlock()
+		// Until here the partition cannot start again in this process, its last owner,
+		// which the others leave it to: a slow stop is a partition owned by nobody.
+		n.log.Debug("partition stopped", "partition", p, "how", how, "stages", stopped, "took", time.Since(begun))
 	}()
 	for _, fam := range n.cfg.Families {
 		n.query.SetOwner(fam.Name, p, nil)
@@ -354,6 +379,7 @@ func (n *Node) stopPart(p int, how leave) {
 	n.query.SetStage(p, nil)
 	pt.cancel()
 	pt.wg.Wait()
+	stopped = time.Since(begun)
 	if how == leaveLost {
 		return
 	}
