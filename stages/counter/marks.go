@@ -86,9 +86,13 @@ func (w *Worker) accept(ctx context.Context, data []byte, b *pipeline.DeltaBatch
 
 // release applies the held batches that are next, one at a time, checkpointing whenever
 // MaxDirty deltas are applied: a checkpoint holds at most MaxDirty ids and a batch more,
-// whatever a gap releases, and what is not applied yet stays held in its marks.
+// whatever a gap releases, and what is not applied yet stays held in its marks. It ends
+// with ctx, what it has not applied still held: a gap that filled may release a whole
+// backlog, a checkpoint every MaxDirty ids, each behind Badger's compactions on a
+// loaded machine, and a partition stopping (its lease lost) waited for all of them —
+// up to 10 minutes — before it could start again anywhere.
 func (w *Worker) release(ctx context.Context) error {
-	for {
+	for ctx.Err() == nil {
 		if w.changed >= w.cfg.MaxDirty {
 			if err := w.flush(ctx); err != nil {
 				return err
@@ -111,6 +115,7 @@ func (w *Worker) release(ctx context.Context) error {
 			return err
 		}
 	}
+	return nil
 }
 
 // fill takes the number of an undecodable delta batch, read from its message id, as

@@ -242,3 +242,66 @@ func TestHeldBacklogReleasedInPieces(t *testing.T) {
 	r.mirrorEquals(want0)
 	t.Logf("%d checkpoints, the largest %d ids", checkpoints.Load(), largest.Load())
 }
+
+// A worker stopped in the middle of a release stops there: what it has not applied
+// stays held, and the next start releases it. It went on releasing the whole backlog, a
+// checkpoint every MaxDirty ids, before it stopped — under a 27 M-id backlog, with
+// each checkpoint behind Badger's compactions, a partition whose lease was lost took up
+// to 10 minutes to stop, and could start again nowhere meanwhile.
+func TestStopEndsARelease(t *testing.T) {
+	const ids, batches, perBatch, fields = 12_800, 200, 64, 4
+	r := newRig(t)
+	bl := newBacklog(ids, batches, perBatch, fields)
+	var checkpoints, stopAt atomic.Int64
+	var stop atomic.Pointer[context.CancelFunc]
+	cfg := r.config()
+	cfg.MaxDirty = perBatch * fields // a checkpoint for every batch released
+	cfg.AfterCheckpoint = func() error {
+		if n := checkpoints.Add(1); n == stopAt.Load() {
+			(*stop.Load())()
+		}
+		return nil
+	}
+	w, done, cancel := r.run(cfg)
+	stop.Store(&cancel)
+	for seq := uint64(2); seq <= batches+1; seq++ {
+		b := bl.batch(seq, perBatch, fields)
+		r.publishAsync(&b)
+	}
+	r.published()
+	natstest.Eventually(t, 60*time.Second, "every batch held", func() (bool, string) {
+		return w.Position() >= r.last && r.stats.Hop.Held.Load() == batches, fmt.Sprint(r.stats.Hop.Held.Load(), " held")
+	})
+	stopAt.Store(checkpoints.Load() + 5) // stopped a few checkpoints into the release
+	filler := bl.batch(1, perBatch, fields)
+	r.publishAsync(&filler)
+	r.published()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the worker did not stop")
+	}
+	if after := checkpoints.Load() - stopAt.Load(); after > 2 {
+		t.Fatalf("%d checkpoints after the stop, of %d batches to release: the stop waited for the release", after, batches)
+	}
+	cp, err := checkpoint.LoadCheckpoint(r.db, r.fam.Name, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := cp.Marks[1]; m == nil || len(m.Held) == 0 {
+		t.Fatalf("the stop left mark %+v, want batches still held", m)
+	}
+	w, done, _ = r.run(cfg)
+	natstest.Eventually(t, 60*time.Second, "the rest released at the next start", func() (bool, string) {
+		select {
+		case err := <-done:
+			t.Fatalf("the restarted worker stopped: %v", err)
+		default:
+		}
+		return w.Ready() && w.Position() >= r.last && r.stats.Hop.Held.Load() == 0, fmt.Sprint(r.stats.Hop.Held.Load(), " held")
+	})
+	r.check(w, bl.want)
+}

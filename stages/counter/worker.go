@@ -265,6 +265,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	batch := make([]jetstream.Msg, 0, 1024)
 	var b pipeline.DeltaBatch
 	for {
+		if ctx.Err() != nil { // before what else is ready: a stop waits for no more work
+			return w.stop(context.WithoutCancel(ctx))
+		}
 		select {
 		case <-ctx.Done():
 			return w.stop(context.WithoutCancel(ctx))
@@ -282,6 +285,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		case m := <-r.C:
 			batch = r.Drain(append(batch[:0], m), cap(batch))
 			for _, m := range batch {
+				if ctx.Err() != nil { // the rest is read again at the next start
+					break
+				}
 				if err := w.apply(ctx, m, &b); err != nil {
 					return err
 				}
