@@ -93,9 +93,10 @@ type Owners struct {
 	ttl   time.Duration
 	// warmth is what the membership says of this process's standbys (see SetWarm),
 	// written with every Register.
-	mu      sync.Mutex
-	warmth  string
-	leaving bool
+	mu       sync.Mutex
+	warmth   string
+	stopping string // what the membership says of the partitions stopping here (SetStopping)
+	leaving  bool
 	seen    map[string]bool // the members the last View found
 }
 
@@ -125,6 +126,7 @@ func (o *Owners) ID() string { return o.id }
 func (o *Owners) Register(ctx context.Context) error {
 	o.mu.Lock()
 	v := append(slices.Clone(o.value), o.warmth...)
+	v = append(v, o.stopping...)
 	if o.leaving {
 		v = append(v, " leaving"...)
 	}
@@ -138,16 +140,34 @@ func (o *Owners) Register(ctx context.Context) error {
 // until its standby of the partition is (see Effective). A process that never says so
 // (no standbys, or an older version) is handed its partitions at once, cold.
 func (o *Owners) SetWarm(ready []int) {
-	b := []byte(" standbys=")
-	for i, p := range ready {
+	b := appendList([]byte(" standbys="), ready)
+	o.mu.Lock()
+	o.warmth = string(b)
+	o.mu.Unlock()
+}
+
+// SetStopping says, from the next Register on, which partitions are still stopping in
+// this process, their leases gone: it cannot start them again until they have stopped,
+// which may take long (a last checkpoint behind Badger's compactions), so the others do
+// not leave them to it as their last owner (see View.Stopping).
+func (o *Owners) SetStopping(ps []int) {
+	var b []byte
+	if len(ps) > 0 {
+		b = appendList([]byte(" stopping="), ps)
+	}
+	o.mu.Lock()
+	o.stopping = string(b)
+	o.mu.Unlock()
+}
+
+func appendList(b []byte, ps []int) []byte {
+	for i, p := range ps {
 		if i > 0 {
 			b = append(b, ',')
 		}
 		b = strconv.AppendInt(b, int64(p), 10)
 	}
-	o.mu.Lock()
-	o.warmth = string(b)
-	o.mu.Unlock()
+	return b
 }
 
 // SetLeaving says, from the next Register on, that this process is stopping: the others
@@ -167,31 +187,41 @@ type View struct {
 	// Warm names, for each member that keeps standbys, the partitions whose standby there
 	// is warm; a member that keeps none (or does not say) has no entry.
 	Warm map[string]map[int]bool
+	// Stopping names, for each live process, the partitions it is still stopping
+	// (SetStopping): not its to start again until they have stopped.
+	Stopping map[string]map[int]bool
 }
 
 // Live is Members and Leaving: the processes whose leases are theirs still.
 func (v View) Live() []string { return append(slices.Clone(v.Members), v.Leaving...) }
 
 // memberOf reads what a membership value says of its standbys (see SetWarm; warm is nil
-// when it says nothing) and whether it is leaving.
-func memberOf(v []byte) (warm map[int]bool, leaving bool) {
-	fs := strings.Fields(string(v)) // "<id> <host> [standbys=<p>,<p>…] [leaving]"
+// when it says nothing), of the partitions it is stopping (SetStopping) and whether it
+// is leaving. What it does not know it passes over: a newer version's words.
+func memberOf(v []byte) (warm, stopping map[int]bool, leaving bool) {
+	fs := strings.Fields(string(v)) // "<id> <host> [standbys=<p>,<p>…] [stopping=<p>,…] [leaving]"
 	for _, f := range fs[min(2, len(fs)):] {
 		if f == "leaving" {
 			leaving = true
 		}
-		list, ok := strings.CutPrefix(f, "standbys=")
-		if !ok {
-			continue
+		if list, ok := strings.CutPrefix(f, "standbys="); ok {
+			warm = parseList(list)
 		}
-		warm = map[int]bool{}
-		for s := range strings.SplitSeq(list, ",") {
-			if p, err := strconv.Atoi(s); err == nil {
-				warm[p] = true
-			}
+		if list, ok := strings.CutPrefix(f, "stopping="); ok {
+			stopping = parseList(list)
 		}
 	}
-	return warm, leaving
+	return warm, stopping, leaving
+}
+
+func parseList(list string) map[int]bool {
+	ps := map[int]bool{}
+	for s := range strings.SplitSeq(list, ",") {
+		if p, err := strconv.Atoi(s); err == nil {
+			ps[p] = true
+		}
+	}
+	return ps
 }
 
 // Leave deletes this process's membership: the others plan without it from their next
@@ -223,7 +253,7 @@ func (o *Owners) View(ctx context.Context, leases ...string) (View, error) {
 	keys = append(keys, leases...)
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
-	v := View{Holders: map[string]string{}, Warm: map[string]map[int]bool{}}
+	v := View{Holders: map[string]string{}, Warm: map[string]map[int]bool{}, Stopping: map[string]map[int]bool{}}
 	seen := map[string]bool{}
 	for _, k := range keys {
 		if id, ok := strings.CutPrefix(k, memberPrefix); ok {
@@ -234,10 +264,13 @@ func (o *Owners) View(ctx context.Context, leases ...string) (View, error) {
 				return View{}, fmt.Errorf("cannot read the membership %s: %w", k, err)
 			}
 			seen[id] = true
-			warm, leaving := memberOf(e.Value())
+			warm, stopping, leaving := memberOf(e.Value())
 			leaving = leaving || id == o.id && o.isLeaving()
 			if warm != nil {
 				v.Warm[id] = warm
+			}
+			if stopping != nil {
+				v.Stopping[id] = stopping
 			}
 			if leaving {
 				v.Leaving = append(v.Leaving, id)

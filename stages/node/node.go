@@ -72,7 +72,7 @@ type Node struct {
 	backups      *cluster.Backups // state backups; nil without BackupEvery
 	mu           sync.RWMutex
 	parts        map[int]*owned         // partitions owned here
-	stopping     map[int]bool           // partitions whose stop is under way, under mu
+	stopping     map[int]time.Time      // partitions whose stop is under way, and since when, under mu
 	claiming     map[int]*cluster.Lease // leases of partitions being started, under mu
 	standbys     map[int]*standby       // warm copies of partitions owned elsewhere, under mu
 	standbyStops map[int]bool           // partitions whose standby's stop is under way, under mu

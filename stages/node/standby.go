@@ -119,7 +119,8 @@ func (n *Node) keepStandbys(members, want []string, due []int) {
 		n.stopStandby(p, sb)
 	}
 	free := func(p int) bool {
-		return n.parts[p] == nil && !n.stopping[p] && n.standbys[p] == nil && !n.standbyStops[p]
+		_, stopping := n.stopping[p]
+		return n.parts[p] == nil && !stopping && n.standbys[p] == nil && !n.standbyStops[p]
 	}
 	for _, p := range due { // nothing moves here before these are warm: they go first
 		if free(p) {
