@@ -97,7 +97,7 @@ type Owners struct {
 	warmth   string
 	stopping string // what the membership says of the partitions stopping here (SetStopping)
 	leaving  bool
-	seen    map[string]bool // the members the last View found
+	seen     map[string]bool // the members the last View found
 }
 
 // Open opens (or makes) the ownership bucket b with the TTL ttl (see openOwners), as the
