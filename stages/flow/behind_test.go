@@ -2,6 +2,7 @@ package flow_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -90,9 +91,12 @@ func TestMeterKeepsTheStream(t *testing.T) {
 	if _, err := m.Behind(ctx, 0, time.Now()); err == nil {
 		t.Fatal("the lag of a deleted stream told")
 	}
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, AllowDirect: true}); err != nil {
-		t.Fatal(err)
-	}
+	// The server removes the deleted stream's files on its own time: making it again at
+	// once may fail ("error creating store for stream"), for a moment.
+	natstest.Eventually(t, 10*time.Second, "the stream made again", func() (bool, string) {
+		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, AllowDirect: true})
+		return err == nil, fmt.Sprint(err)
+	})
 	for range 2 {
 		if _, err := js.Publish(ctx, "s.a", nil); err != nil {
 			t.Fatal(err)
