@@ -75,15 +75,23 @@ func (s *Stage) appendLog(ctx context.Context, data []byte, pos, n uint64) (uint
 func (s *Stage) replay(ctx context.Context, r *flow.Reader, c *coalescer) error {
 	sj := s.cfg.Subjects
 	subj := sj.Log(s.cfg.Partition)
-	last, err := flow.LastSeq(ctx, s.js, sj.LogStream(), subj)
+	var last uint64
+	err := s.retrying(ctx, "read the log", func() (err error) {
+		last, err = flow.LastSeq(ctx, s.js, sj.LogStream(), subj)
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("cannot read the log: %w", err)
+		return err
 	}
 	if last <= s.st.Log {
 		return nil
 	}
 	start, records := time.Now(), 0
-	lr, err := flow.Read(ctx, s.js, sj.LogStream(), subj, s.st.Log, 16)
+	var lr *flow.Reader
+	err = s.retrying(ctx, "read the log", func() (err error) {
+		lr, err = flow.Read(ctx, s.js, sj.LogStream(), subj, s.st.Log, 16)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -193,4 +201,28 @@ func (s *Stage) applyRecord(ctx context.Context, msgs []jetstream.Msg, rec *stag
 		return nil
 	}
 	return s.out.Send(ctx, rec.Outbox)
+}
+
+// retrying calls fn until it succeeds or ctx ends, with backoff: a request NATS did not
+// answer in time (an overloaded cluster, a stream leader being elected) is transient,
+// and stopped the whole process when a new owner's replay read the log.
+func (s *Stage) retrying(ctx context.Context, what string, fn func() error) error {
+	wait := backoff.New(10*time.Millisecond, time.Second)
+	for {
+		err := fn()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		s.stats.Retries.Add(1)
+		if time.Since(s.warned) >= time.Second {
+			s.log.Warn("cannot "+what+" yet; retrying", "partition", s.cfg.Partition, "err", err)
+			s.warned = time.Now()
+		}
+		if err := wait.Wait(ctx); err != nil {
+			return err
+		}
+	}
 }

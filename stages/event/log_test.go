@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -235,5 +236,49 @@ func TestLogFencesSecondOwner(t *testing.T) {
 	}
 	if n := h.msgs(h.sj.DeltasStream()); len(rec.Outbox) == 0 || n != deltas+uint64(len(rec.Outbox)) {
 		t.Fatalf("deltas stream grew by %d messages, the winner's record sends %d", n-deltas, len(rec.Outbox))
+	}
+}
+
+// flakyJS fails its first fails stream lookups of stream as an unanswered request does.
+type flakyJS struct {
+	jetstream.JetStream
+	stream string
+	fails  atomic.Int32
+}
+
+func (f *flakyJS) Stream(ctx context.Context, name string) (jetstream.Stream, error) {
+	if name == f.stream && f.fails.Add(-1) >= 0 {
+		return nil, context.DeadlineExceeded
+	}
+	return f.JetStream.Stream(ctx, name)
+}
+
+// A new owner whose replay cannot read the log at first (NATS did not answer in time)
+// tries again: it stopped the whole process, which an overloaded cluster turned into
+// every tallyd of a 27 M-id failover benchmark exiting.
+func TestReplayRidesOutLogTimeouts(t *testing.T) {
+	h := newLogHarness(t)
+	a := h.start("a.1", nil)
+	h.likes(100, 7, 40)
+	h.caughtUp(a)
+	if err := a.stop(); err != nil {
+		t.Fatal(err)
+	}
+	want := h.state(a.db)
+	flaky := &flakyJS{JetStream: h.js, stream: h.sj.LogStream()}
+	flaky.fails.Store(3)
+	h.js = flaky
+	b := h.start("b.1", nil)
+	natstest.Eventually(t, 10*time.Second, "the log replayed", func() (bool, string) {
+		select {
+		case err := <-b.done:
+			t.Fatalf("the new owner stopped: %v", err)
+		default:
+		}
+		got := h.state(b.db)
+		return got.Log == want.Log && got.Pos == want.Pos, fmt.Sprintf("state %+v, want %+v", got, want)
+	})
+	if flaky.fails.Load() >= 0 {
+		t.Fatal("no log read failed: the test did not test that")
 	}
 }
