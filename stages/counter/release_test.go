@@ -213,16 +213,7 @@ func TestHeldBacklogReleasedInPieces(t *testing.T) {
 	t.Logf("crashed at batch %d of %d", cp.Marks[1].Through, batches+1)
 
 	crashAt.Store(0)
-	w, done, _ = r.run(cfg)
-	natstest.Eventually(t, 120*time.Second, "the backlog released", func() (bool, string) {
-		select {
-		case err := <-done:
-			t.Fatalf("the restarted worker stopped: %v", err)
-		default:
-		}
-		return w.Ready() && w.Position() >= r.last && r.stats.Hop.Held.Load() == 0, fmt.Sprint(r.stats.Hop.Held.Load(), " held")
-	})
-	r.check(w, bl.want)
+	w = r.releasedAfterRestart(cfg, bl.want)
 	if n := largest.Load(); n > maxDirty+int64(perBatch) {
 		t.Fatalf("a checkpoint of %d ids, want at most MaxDirty (%d) and a batch's", n, maxDirty)
 	}
@@ -294,14 +285,22 @@ func TestStopEndsARelease(t *testing.T) {
 	if m := cp.Marks[1]; m == nil || len(m.Held) == 0 {
 		t.Fatalf("the stop left mark %+v, want batches still held", m)
 	}
-	w, done, _ = r.run(cfg)
-	natstest.Eventually(t, 60*time.Second, "the rest released at the next start", func() (bool, string) {
+	r.releasedAfterRestart(cfg, bl.want)
+}
+
+// releasedAfterRestart starts a worker again, waits until it has released every held
+// batch, checks its counts against want and returns it.
+func (r *rig) releasedAfterRestart(cfg counter.Config, want map[uint64][]uint64) *counter.Worker {
+	r.t.Helper()
+	w, done, _ := r.run(cfg)
+	natstest.Eventually(r.t, 120*time.Second, "the held batches released after the restart", func() (bool, string) {
 		select {
 		case err := <-done:
-			t.Fatalf("the restarted worker stopped: %v", err)
+			r.t.Fatalf("the restarted worker stopped: %v", err)
 		default:
 		}
 		return w.Ready() && w.Position() >= r.last && r.stats.Hop.Held.Load() == 0, fmt.Sprint(r.stats.Hop.Held.Load(), " held")
 	})
-	r.check(w, bl.want)
+	r.check(w, want)
+	return w
 }
