@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -151,6 +152,9 @@ type Config struct {
 	// backups (0: a quarter of BackupEvery, at most a second). Longer than BackupEvery,
 	// standbys miss backups and start again from the newest, as a stalled one would.
 	StandbyCheck time.Duration
+	// startHook, a test hook, is called as a partition's start begins, its lease taken:
+	// where a start restores its state.
+	startHook func(ctx context.Context, p int)
 }
 
 // DefaultMaxLagAge is ready while no partition has left a message unapplied for longer than

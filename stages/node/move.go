@@ -147,7 +147,8 @@ func (n *Node) leave() {
 		return
 	}
 	n.stopStandbys() // the others choose new ones: this process no longer is a member
-	for len(n.heldParts()) > 0 {
+	// A partition whose start is under way is handed over once it has started.
+	for len(n.heldParts()) > 0 || n.startingAny() {
 		v, _, want, err := n.plan(ctx)
 		if err == nil && want == nil {
 			return // nobody to hand over to

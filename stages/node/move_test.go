@@ -1,8 +1,14 @@
 package node
 
 import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tally-dev/tally/pipeline/natstest"
 )
 
 // A free partition goes back to its last owner, unless that one says it is still
@@ -50,5 +56,70 @@ func TestStoppingPartsAfterATTL(t *testing.T) {
 	}}
 	if got := n.stoppingParts(); len(got) != 1 || got[0] != 3 {
 		t.Fatalf("stopping %v, want [3]", got)
+	}
+}
+
+// A round does not wait for the partitions it starts: a start that takes long (a
+// restore of a large backup) must not keep the other partitions due here unowned. Here
+// b's first start is held; then a stops, and its partitions, free and b's, must start
+// at b meanwhile. On the old code b's rounds waited for that first start, and a's
+// partitions were owned by nobody until it ended.
+func TestSlowStartHoldsNoOtherUp(t *testing.T) {
+	s := natstest.Start(t)
+	config := func() Config {
+		cfg := DefaultConfig()
+		cfg.DataDir, cfg.NATSURL, cfg.Partitions = t.TempDir(), s.ClientURL(), 4
+		cfg.Join, cfg.BackupEvery, cfg.Standbys = true, time.Second, false
+		cfg.LeaseTTL, cfg.FlushInterval = time.Second, 20*time.Millisecond
+		return cfg
+	}
+	log := slog.New(slog.DiscardHandler)
+	a, err := Start(t.Context(), config(), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	aClosed := false
+	defer func() {
+		if !aClosed {
+			a.Close()
+		}
+	}()
+	held, release := make(chan int, 1), make(chan struct{})
+	var first atomic.Bool
+	cfg := config()
+	cfg.startHook = func(ctx context.Context, p int) {
+		if first.CompareAndSwap(false, true) { // the first start here is slow, until released
+			held <- p
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+	}
+	b, err := Start(t.Context(), cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	defer close(release)
+	var slow int
+	select {
+	case slow = <-held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no partition moved to b")
+	}
+	aClosed = true
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for len(b.Parts()) < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("b owns %v while its start of partition %d is under way; want every other partition: a round waited for that start", b.Parts(), slow)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if slices.Contains(b.Parts(), slow) {
+		t.Fatalf("partition %d started while its start was held", slow)
 	}
 }

@@ -73,7 +73,9 @@ type Node struct {
 	mu           sync.RWMutex
 	parts        map[int]*owned         // partitions owned here
 	stopping     map[int]time.Time      // partitions whose stop is under way, and since when, under mu
+	starting     map[int]bool           // partitions whose start is under way, under mu
 	claiming     map[int]*cluster.Lease // leases of partitions being started, under mu
+	starts       sync.WaitGroup         // the starts under way (see rebalance)
 	standbys     map[int]*standby       // warm copies of partitions owned elsewhere, under mu
 	standbyStops map[int]bool           // partitions whose standby's stop is under way, under mu
 	priming      chan struct{}          // one standby restores its backups at a time
@@ -124,7 +126,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	n := &Node{cfg: cfg, log: log, failed: make(chan struct{}), EventStats: event.NewStats(), budget: counter.NewBudget(mem.Hot),
-		parts: map[int]*owned{}, claiming: map[int]*cluster.Lease{}, standbys: map[int]*standby{}, priming: make(chan struct{}, 1), standbyEvents: event.NewStats(), kick: make(chan struct{}, 1), waiting: map[int]time.Time{}}
+		parts: map[int]*owned{}, starting: map[int]bool{}, claiming: map[int]*cluster.Lease{}, standbys: map[int]*standby{}, priming: make(chan struct{}, 1), standbyEvents: event.NewStats(), kick: make(chan struct{}, 1), waiting: map[int]time.Time{}}
 	defer func() {
 		if err != nil {
 			n.Close()
@@ -229,7 +231,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	if err := n.renew(ctx); err != nil { // registers this process as a member
 		return nil, err
 	}
-	if err := n.rebalance(ctx); err != nil {
+	if err := n.rebalance(ctx, true); err != nil {
 		return nil, err
 	}
 	n.goRun(runCtx, n.own)
@@ -504,6 +506,7 @@ func (n *Node) Close() error {
 		n.cancel()
 	}
 	n.wg.Wait()
+	n.starts.Wait() // the partitions they started are stopped below
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if n.owners != nil { // the others plan without this process from their next round

@@ -50,7 +50,12 @@ type owned struct {
 // renewed apart (see own). A partition moves to a process that keeps standbys only once
 // its standby there is warm (cluster.Effective): until then it keeps a standby of each
 // partition due to it, and the holder goes on serving.
-func (n *Node) rebalance(ctx context.Context) error {
+//
+// The partitions taken start on goroutines of their own, which the round does not wait
+// for unless wait (the first round, in Start): a start that restores a backup may take
+// longer than a lease TTL, and the next rounds must go on meanwhile — hand-overs, and
+// the other partitions due here, taken as soon as they are free.
+func (n *Node) rebalance(ctx context.Context, wait bool) error {
 	n.rounds.Lock()
 	defer n.rounds.Unlock()
 	if n.leaving.Load() { // Close hands over what is held here (see leave)
@@ -68,14 +73,34 @@ func (n *Node) rebalance(ctx context.Context) error {
 	errs := make([]error, len(want))
 	var started []int
 	for p, owner := range want {
-		if owner == id && !n.holds(p) && !n.standbyStopping(p) { // the next round, once stopped
-			started = append(started, p)
-			wg.Go(func() { errs[p] = n.startPart(ctx, p) })
+		if owner != id || n.holds(p) || n.standbyStopping(p) { // the next round, once stopped
+			continue
 		}
+		started = append(started, p)
+		n.mu.Lock()
+		n.starting[p] = true
+		n.mu.Unlock()
+		start := func() error {
+			defer func() {
+				n.mu.Lock()
+				delete(n.starting, p)
+				n.mu.Unlock()
+			}()
+			return n.startPart(ctx, p)
+		}
+		if wait {
+			wg.Go(func() { errs[p] = start() })
+			continue
+		}
+		n.starts.Go(func() {
+			if err := start(); err != nil && !errors.Is(err, ErrOwned) && ctx.Err() == nil {
+				n.log.Warn("cannot start a partition; retrying at the next round", "partition", p, "err", err)
+			}
+			n.kickRound() // the standbys and the hand-overs it waited for
+		})
 	}
 	wg.Wait()
 	if took := time.Since(begun); took > n.cfg.LeaseTTL {
-		// No partition starts here meanwhile, though one may be free and this one's.
 		n.log.Info("an ownership round took longer than a lease TTL", "took", took, "started", spans(started))
 	}
 	if n.standbysOn() {
@@ -150,7 +175,7 @@ func (n *Node) own(ctx context.Context) error {
 		case <-tick.C:
 		case <-n.kick:
 		}
-		if err := n.rebalance(ctx); err != nil && ctx.Err() == nil {
+		if err := n.rebalance(ctx, false); err != nil && ctx.Err() == nil {
 			n.log.Warn("ownership round failed; retrying", "err", err)
 		}
 	}
@@ -197,12 +222,19 @@ func (n *Node) stoppingParts() []int {
 	return ps
 }
 
-// holds reports whether partition p runs here, or is still stopping.
+// holds reports whether partition p runs here, or is still starting or stopping.
 func (n *Node) holds(p int) bool {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	_, stopping := n.stopping[p]
-	return n.parts[p] != nil || stopping
+	return n.parts[p] != nil || stopping || n.starting[p]
+}
+
+// startingAny reports whether a partition's start is under way here.
+func (n *Node) startingAny() bool {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	return len(n.starting) > 0
 }
 
 // Parts lists the partitions this process owns.
@@ -244,6 +276,9 @@ func (n *Node) startPart(ctx context.Context, p int) error {
 		delete(n.claiming, p)
 		n.mu.Unlock()
 	}()
+	if n.cfg.startHook != nil {
+		n.cfg.startHook(ctx, p)
+	}
 	pt, begun := &owned{p: p, lease: l}, time.Now()
 	sb, evWarm := n.warmStandby(ctx, p)
 	from, evFrom := "local", "local"

@@ -120,7 +120,7 @@ func (n *Node) keepStandbys(members, want []string, due []int) {
 	}
 	free := func(p int) bool {
 		_, stopping := n.stopping[p]
-		return n.parts[p] == nil && !stopping && n.standbys[p] == nil && !n.standbyStops[p]
+		return n.parts[p] == nil && !stopping && !n.starting[p] && n.standbys[p] == nil && !n.standbyStops[p]
 	}
 	for _, p := range due { // nothing moves here before these are warm: they go first
 		if free(p) {
@@ -132,10 +132,10 @@ func (n *Node) keepStandbys(members, want []string, due []int) {
 			return
 		}
 	}
-	// New standbys wait until this process's own partitions have settled: right after a
-	// takeover, priming them (restoring backups) would take the CPU its queries and its
-	// new partitions need.
-	if time.Since(time.Unix(0, n.lastStart.Load())) < 2*n.cfg.LeaseTTL {
+	// New standbys wait until this process's own partitions have settled: while one
+	// starts and right after, priming them (restoring backups) would take the CPU its
+	// queries and its new partitions need.
+	if len(n.starting) > 0 || time.Since(time.Unix(0, n.lastStart.Load())) < 2*n.cfg.LeaseTTL {
 		return
 	}
 	for p, s := range sbs {

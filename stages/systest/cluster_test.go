@@ -80,6 +80,12 @@ func TestNATSClusterServerLoss(t *testing.T) {
 		}
 		return h.OK, fmt.Sprint(h.Lagging)
 	})
+	// No gap in a hop was given up on the way (a loss, logged at error).
+	for i, n := range others {
+		if gaps := n.EventStats.HopGaps.Load() + n.CounterStats.Hop.GapsSkipped.Load(); gaps != 0 {
+			t.Errorf("tallyd %d: %d gaps in hops given up", i, gaps)
+		}
+	}
 	compare(t, c, g)
 }
 

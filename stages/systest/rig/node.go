@@ -75,10 +75,15 @@ func NATSServer(t testing.TB) (string, *client.Client) {
 	return s.ClientURL(), c
 }
 
-// Logger is the nodes' logger: silent, unless TALLY_TEST_LOG is set.
+// Logger is the nodes' logger: silent, unless TALLY_TEST_LOG is set (to warn: warnings
+// and errors only, which disturb the timing of a race under load less).
 func Logger() *slog.Logger {
-	if os.Getenv("TALLY_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if v := os.Getenv("TALLY_TEST_LOG"); v != "" {
+		lvl := slog.LevelInfo
+		if v == "warn" {
+			lvl = slog.LevelWarn
+		}
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 	}
 	return slog.New(slog.DiscardHandler)
 }
