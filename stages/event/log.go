@@ -54,12 +54,7 @@ func (s *Stage) appendLog(ctx context.Context, data []byte, pos, n uint64) (uint
 		case ctx.Err() != nil:
 			return 0, ctx.Err()
 		}
-		s.stats.Retries.Add(1)
-		if time.Since(s.warned) >= time.Second {
-			s.log.Warn("log append failed, will retry", "err", err)
-			s.warned = time.Now()
-		}
-		if err := wait.Wait(ctx); err != nil {
+		if err := s.retry(ctx, wait, "log append failed, will retry", err); err != nil {
 			return 0, err
 		}
 	}
@@ -216,13 +211,18 @@ func (s *Stage) retrying(ctx context.Context, what string, fn func() error) erro
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		s.stats.Retries.Add(1)
-		if time.Since(s.warned) >= time.Second {
-			s.log.Warn("cannot "+what+" yet; retrying", "partition", s.cfg.Partition, "err", err)
-			s.warned = time.Now()
-		}
-		if err := wait.Wait(ctx); err != nil {
+		if err := s.retry(ctx, wait, "cannot "+what+" yet; retrying", err); err != nil {
 			return err
 		}
 	}
+}
+
+// retry counts a failed attempt, says so at most once a second, and waits for the next.
+func (s *Stage) retry(ctx context.Context, wait *backoff.Backoff, msg string, err error) error {
+	s.stats.Retries.Add(1)
+	if time.Since(s.warned) >= time.Second {
+		s.log.Warn(msg, "partition", s.cfg.Partition, "err", err)
+		s.warned = time.Now()
+	}
+	return wait.Wait(ctx)
 }

@@ -96,7 +96,6 @@ func (n *Node) rebalance(ctx context.Context, wait bool) error {
 			if err := start(); err != nil && !errors.Is(err, ErrOwned) && ctx.Err() == nil {
 				n.log.Warn("cannot start a partition; retrying at the next round", "partition", p, "err", err)
 			}
-			n.kickRound() // the standbys and the hand-overs it waited for
 		})
 	}
 	wg.Wait()
