@@ -67,6 +67,12 @@ type Piece struct {
 	// backup and streams (stages/node's standby.go): a claim takes it as it is when it
 	// reflects at least the positions of the backup it would restore.
 	Warm bool
+	// Unwarm, with Warm, is called when the claim finds the local copy behind the backup
+	// (the last owner stored another since the copy was found warm) and is about to
+	// restore over it: whatever keeps the copy up — a standby's counter workers, their
+	// tables in RAM — must stop writing it first, and cannot go on as the owner's: its
+	// RAM would not match the keys restored under it.
+	Unwarm func()
 }
 
 // Current is what the pointer of a Piece records: its current backup and the positions
@@ -300,6 +306,9 @@ func (b *Backups) Claim(ctx context.Context, pc Piece, l *Lease) (string, error)
 			if warm, err = Reflects(pc, last.Pos); err != nil {
 				return "", err
 			}
+		}
+		if pc.Warm && !warm && pc.Unwarm != nil {
+			pc.Unwarm()
 		}
 		switch {
 		case warm:

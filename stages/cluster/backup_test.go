@@ -385,3 +385,49 @@ func TestBackupUnchangedNotStoredAgain(t *testing.T) {
 		t.Fatalf("a backup of a piece moved on: pointer %+v, want a new backup after %+v", p, first)
 	}
 }
+
+// A standby's copy found warm may be behind by the time its process claims the
+// partition: the last owner stored another backup in between (an old owner, before the
+// claim fenced it). The claim then restores, and first has whatever keeps the copy up
+// stop (Piece.Unwarm): a standby's counter workers taken on as the owner's after a
+// restore under them held counts in RAM that the restored marks did not, and applied
+// those deltas again (follower counts one or two high in TestNATSClusterServerLoss).
+func TestClaimStopsAStaleCopyBeforeRestoring(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		copyPos  uint64
+		from     string
+		unwarmed bool
+	}{
+		{"copy reflects the backup", 10, "standby", false},
+		{"copy behind the backup", 5, "backup", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newBackupRig(t)
+			a, b := r.process(), r.process()
+			r.own(a, 10) // the last owner's backup, at 10
+			r.checkpoint(b, tc.copyPos)
+			l := r.take(b)
+			pc := b.piece()
+			pc.Warm = true
+			var seen []uint64 // the copy's position when Unwarm ran
+			pc.Unwarm = func() { seen = append(seen, r.pos(b)) }
+			from, err := b.b.Claim(t.Context(), pc, l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if from != tc.from {
+				t.Fatalf("claimed from %q, want %q", from, tc.from)
+			}
+			if tc.unwarmed && (len(seen) != 1 || seen[0] != tc.copyPos) {
+				t.Fatalf("Unwarm saw the copy at %v, want once at %d, before the restore", seen, tc.copyPos)
+			}
+			if !tc.unwarmed && len(seen) != 0 {
+				t.Fatalf("Unwarm called (%v) for a copy taken as it is", seen)
+			}
+			if got := r.pos(b); got != 10 {
+				t.Fatalf("after the claim the copy is at %d, want 10", got)
+			}
+		})
+	}
+}

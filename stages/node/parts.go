@@ -280,6 +280,7 @@ func (n *Node) startPart(ctx context.Context, p int) error {
 	}
 	pt, begun := &owned{p: p, lease: l}, time.Now()
 	sb, evWarm := n.warmStandby(ctx, p)
+	unwarmed := false // sb's workers stopped: the claim restored over its copy
 	from, evFrom := "local", "local"
 	if n.backups != nil {
 		// The two pieces are restored side by side: their keys and pointers are apart.
@@ -287,6 +288,18 @@ func (n *Node) startPart(ctx context.Context, p int) error {
 		var wg sync.WaitGroup
 		cpc := n.counterPiece(p)
 		cpc.Warm = sb != nil
+		if sb != nil {
+			// A backup stored since the standby was found warm (an old owner's, before
+			// the claim fenced it) is restored over its keys: its workers stop first,
+			// and fresh ones load what was restored. Taken on, their tables would hold
+			// counts the restored marks do not, and apply those deltas again.
+			cpc.Unwarm = func() {
+				sb.stopServing()
+				sb.workersCancel()
+				sb.workersWG.Wait()
+				unwarmed = true
+			}
+		}
 		wg.Go(func() { from, cerr = n.backups.Claim(ctx, cpc, l) })
 		wg.Go(func() { evFrom, eerr = n.claimEvents(ctx, p, l, evWarm) })
 		wg.Wait()
@@ -299,6 +312,9 @@ func (n *Node) startPart(ctx context.Context, p int) error {
 		}
 		if from != "local" && from != "standby" {
 			n.dropSnapshots(p)
+		}
+		if unwarmed {
+			sb = nil
 		}
 	}
 	pctx, cancel := context.WithCancel(n.runCtx)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -22,14 +23,21 @@ func StoredModel(t testing.TB, c *client.Client, fams ...pipeline.Family) *refer
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref := reference.New()
-	if len(fams) > 0 {
-		ref = reference.NewOf(fams)
+	// A NATS cluster that lost a server may not answer a request for a moment ("no
+	// responders", a timeout): the stream is read again, into a new model.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		ref := reference.New()
+		if len(fams) > 0 {
+			ref = reference.NewOf(fams)
+		}
+		_, err := ref.Stored(context.Background(), js, c.Subjects(), "", nil)
+		if err == nil {
+			return ref
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cannot read the stored stream: %v", err)
+		}
 	}
-	if _, err := ref.Stored(context.Background(), js, c.Subjects(), "", nil); err != nil {
-		t.Fatal(err)
-	}
-	return ref
 }
 
 // CheckReference compares what Tally answers about users and posts with the reference
