@@ -42,17 +42,25 @@ func TestTrimWhenIdleGivesBurstsBack(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go TrimWhenIdle(ctx, 20*time.Millisecond)
-	burst := make([][]byte, 300)
-	for i := range burst {
-		burst[i] = make([]byte, 1<<20)
-		burst[i][0] = 1
+	burst := func() {
+		b := make([][]byte, 300)
+		for i := range b {
+			b[i] = make([]byte, 1<<20)
+			b[i][0] = 1
+		}
+		runtime.KeepAlive(b) // all of it live at once, as a drain's table builds are
 	}
-	runtime.KeepAlive(burst) // all of it live at once, as a drain's table builds are
-	burst = nil
-	_ = burst
-	for deadline := time.Now().Add(10 * time.Second); released()-min(before, released()) < 128<<20; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the burst's 300 MB were not given back: %d MB released", (released()-min(before, released()))>>20)
+	// A burst made before the trimmer's first sample (its goroutine scheduled late on a
+	// loaded machine) is not one since that sample: a burst goes again until one counts.
+	for try := 1; ; try++ {
+		burst()
+		for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if released()-min(before, released()) >= 128<<20 {
+				return
+			}
+		}
+		if try == 3 {
+			t.Fatalf("three bursts of 300 MB were not given back: %d MB released", (released()-min(before, released()))>>20)
 		}
 	}
 }
