@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -20,6 +22,13 @@ type Reader struct {
 	stop context.CancelFunc
 }
 
+// Gaps counts the times a reader was delivered a message with stored messages of its
+// subject before it, after the one it was delivered last (or its start position), that
+// it was never delivered: messages a stage would have passed over without applying them.
+// Each consumer under an ordered one (the first, and each made again after a fault)
+// starts where the last left off, and is checked there against the stream's leader.
+var Gaps atomic.Int64
+
 // Read starts an ordered consumer on stream for filter, beginning after position pos.
 // Ordered consumers need no acks and no server-side durable state: the position a stage
 // commits with its own state is the only truth about what it has consumed.
@@ -32,10 +41,13 @@ func Read(ctx context.Context, js jetstream.JetStream, stream, filter string, po
 	// NATS away (restarting, a stream electing its leader) is no reason for a partition
 	// to stop: try again, with backoff, until ctx ends.
 	var cons jetstream.Consumer
+	var st jetstream.Stream
 	var err error
 	for wait := backoff.New(50*time.Millisecond, 2*time.Second); ; {
-		if cons, err = js.OrderedConsumer(ctx, stream, cfg); err == nil {
-			break
+		if st, err = js.Stream(ctx, stream); err == nil {
+			if cons, err = js.OrderedConsumer(ctx, stream, cfg); err == nil {
+				break
+			}
 		}
 		if wait.Wait(ctx) != nil {
 			return nil, fmt.Errorf("cannot read %s from %s: %w", filter, stream, err)
@@ -43,12 +55,22 @@ func Read(ctx context.Context, js jetstream.JetStream, stream, filter string, po
 	}
 	ctx, stop := context.WithCancel(ctx)
 	ch := make(chan jetstream.Msg, buffer)
+	var mu sync.Mutex // a consumer made again may deliver while the last one's delivery waits
+	last := pos
 	cc, err := cons.Consume(func(m jetstream.Msg) {
+		mu.Lock()
+		defer mu.Unlock()
 		// Once stopping, nothing more: a message dropped below must not be followed by
 		// one delivered after it, or a reader would apply the later one, commit its
 		// position and so skip the dropped one for good. C delivers a gap-free prefix.
 		if ctx.Err() != nil {
 			return
+		}
+		if md, err := m.Metadata(); err == nil {
+			if md.Sequence.Consumer == 1 && skipped(ctx, st, filter, last, md.Sequence.Stream) {
+				Gaps.Add(1)
+			}
+			last = md.Sequence.Stream
 		}
 		select {
 		case ch <- m:
@@ -60,6 +82,19 @@ func Read(ctx context.Context, js jetstream.JetStream, stream, filter string, po
 		return nil, fmt.Errorf("cannot consume %s: %w", filter, err)
 	}
 	return &Reader{C: ch, cc: cc, stop: stop}, nil
+}
+
+// skipped reports whether the stream's leader holds a message of filter after last and
+// before seq, the first one a new consumer delivered. Not knowing (the leader does not
+// answer) is not a gap.
+func skipped(ctx context.Context, st jetstream.Stream, filter string, last, seq uint64) bool {
+	if seq <= last+1 {
+		return false
+	}
+	gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	m, err := st.GetMsg(gctx, last+1, jetstream.WithGetMsgSubject(filter))
+	return err == nil && m.Sequence < seq
 }
 
 // Stop stops delivery; messages not taken from C are delivered again after a restart.

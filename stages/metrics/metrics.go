@@ -15,6 +15,7 @@ import (
 
 	"github.com/tally-dev/tally/stages/counter"
 	"github.com/tally-dev/tally/stages/event"
+	"github.com/tally-dev/tally/stages/flow"
 )
 
 // Source is what the metrics read from a running process.
@@ -110,6 +111,7 @@ func New(src Source) *Metrics {
 	}
 	ev, ct := src.Events, src.Counters
 	counterFn("tally_event_messages_total", "Event messages consumed (a batch is one message).", ev.Messages.Load)
+	counterFn("tally_reader_gaps_total", "Stream readers (events, deltas, logs) found passing over stored messages of their subject they were never delivered, when a consumer was made again after a fault: messages a partition would not apply. Any is a fault to report.", flow.Gaps.Load)
 	counterFn("tally_like_keys_written_total", "Badger keys that likes and unlikes set or deleted: like records, liker chunks, a heavy liker's relation keys.", ev.LikeKeys.Load)
 	counterFn("tally_events_unchanged_total", "Relation events that changed nothing: a second like, an unlike of nothing (deduplicated by state).", ev.Unchanged.Load)
 	counterFn("tally_relation_places_forgotten_total", "Relations made again more than 16 times after they were made, of which the oldest place was forgotten: an unlike placed among them and arriving after them would move the relation to a later like than the stream's order.", ev.Forgotten.Load)
