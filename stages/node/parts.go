@@ -293,12 +293,7 @@ func (n *Node) startPart(ctx context.Context, p int) error {
 			// the claim fenced it) is restored over its keys: its workers stop first,
 			// and fresh ones load what was restored. Taken on, their tables would hold
 			// counts the restored marks do not, and apply those deltas again.
-			cpc.Unwarm = func() {
-				sb.stopServing()
-				sb.workersCancel()
-				sb.workersWG.Wait()
-				unwarmed = true
-			}
+			cpc.Unwarm = func() { sb.stopWorkers(); unwarmed = true }
 		}
 		wg.Go(func() { from, cerr = n.backups.Claim(ctx, cpc, l) })
 		wg.Go(func() { evFrom, eerr = n.claimEvents(ctx, p, l, evWarm) })

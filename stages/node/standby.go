@@ -204,6 +204,12 @@ func (n *Node) standbyStopping(p int) bool {
 func (sb *standby) stop() {
 	sb.cancel()
 	<-sb.done
+	sb.stopWorkers()
+}
+
+// stopWorkers stops serving sb's reads and its counter workers, and waits until they
+// have made their last checkpoint.
+func (sb *standby) stopWorkers() {
 	sb.stopServing()
 	sb.workersCancel()
 	sb.workersWG.Wait()
@@ -383,9 +389,7 @@ func (n *Node) warmStandby(ctx context.Context, p int) (*standby, bool) {
 			return sb, true
 		}
 	}
-	sb.stopServing()
-	sb.workersCancel()
-	sb.workersWG.Wait()
+	sb.stopWorkers()
 	return nil, warm
 }
 
