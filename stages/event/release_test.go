@@ -261,3 +261,40 @@ func TestHeldReleaseOnePost(t *testing.T) {
 		t.Fatalf("post has %d likers, want %d (%d transactions, %d cut short)", rc.Likes[0], n*per, a.stats.Txns.Load(), a.stats.Splits.Load())
 	}
 }
+
+// TestHopsHeldCountsWhatIsHeld: a stage that starts with hop batches held above a gap,
+// releases them and stops leaves HopsHeld at 0, where the stop took away what was held
+// at its start a second time, and the gauge of a process whose partitions moved read
+// below 0.
+func TestHopsHeldCountsWhatIsHeld(t *testing.T) {
+	h := newHarness(t, 2)
+	a := h.start("a.1", nil)
+	h.hop(1, 2, heldLikes(2, 3, ""))
+	h.hop(1, 3, heldLikes(3, 3, ""))
+	h.caughtUp(a)
+	if got := a.stats.HopsHeld.Load(); got != 2 {
+		t.Fatalf("HopsHeld %d while 2 batches are held", got)
+	}
+	if err := a.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.stats.HopsHeld.Load(); got != 0 {
+		t.Fatalf("HopsHeld %d after the stage stopped, want 0", got)
+	}
+	b := h.start("a.2", a.db)
+	h.caughtUp(b)
+	if got := b.stats.HopsHeld.Load(); got != 2 {
+		t.Fatalf("HopsHeld %d at a start with 2 batches held", got)
+	}
+	h.hop(1, 1, heldLikes(1, 3, ""))
+	natstest.Eventually(t, 10*time.Second, "the held batches released", func() (bool, string) {
+		m := h.state(b.db).Hops[1]
+		return m != nil && m.Through == 3 && len(m.Held) == 0, fmt.Sprintf("%+v", m)
+	})
+	if err := b.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.stats.HopsHeld.Load(); got != 0 {
+		t.Fatalf("HopsHeld %d after the stage released what it held and stopped, want 0", got)
+	}
+}

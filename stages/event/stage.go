@@ -188,7 +188,7 @@ func (s *Stage) Run(ctx context.Context) error {
 		return err
 	}
 	s.countHeld()
-	defer s.stats.HopsHeld.Add(-s.held)
+	defer s.uncountHeld() // what it holds when it stops, not what it held at the start
 	// What a crash left unacknowledged, under the same message ids.
 	if err := s.out.Send(ctx, outbox); err != nil {
 		return nil // ctx ended
@@ -457,6 +457,13 @@ func (s *Stage) countHeld() {
 	}
 	s.stats.HopsHeld.Add(n - s.held)
 	s.held = n
+}
+
+// uncountHeld takes the hop batches the state holds out of stats.HopsHeld, as the stage
+// stops: its next owner counts them.
+func (s *Stage) uncountHeld() {
+	s.stats.HopsHeld.Add(-s.held)
+	s.held = 0
 }
 
 // applyMsgs applies msgs in txn and returns how many it applied (all, unless it fails),
