@@ -492,6 +492,28 @@ func Every(ctx context.Context, d time.Duration, fn func() error) error {
 	}
 }
 
+// Paced calls fn every d, as Every does, but never more than a share of the time: after
+// a call that took t it waits at least rest×t, so a call takes at most 1/(rest+1) of
+// the time however slow it gets. Every, with calls slower than d, runs them back to
+// back. It returns nil when ctx ends, or fn's error.
+func Paced(ctx context.Context, d time.Duration, rest int, fn func() error) error {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C:
+		}
+		start := time.Now()
+		if err := fn(); err != nil {
+			return err
+		}
+		took := time.Since(start)
+		timer.Reset(max(d-took, time.Duration(rest)*took))
+	}
+}
+
 // Release deletes the key so that another process may take it at once; nothing may be
 // done on the lease's behalf afterwards (a backup would overwrite the next owner's).
 func (l *Lease) Release(ctx context.Context) {

@@ -98,8 +98,9 @@ type Config struct {
 	// theirs over when one stops or dies.
 	Join bool
 	// BackupEvery, when positive, stores backups of each partition owned here (its event
-	// stage's state and its counters) in the NATS object store <PREFIX>_STATE this often, logs every
-	// event-stage transaction, and purges deltas and log records only up to what the
+	// stage's state and its counters) in the NATS object store <PREFIX>_STATE this often
+	// (a round of backups that took t waits at least 3t before the next: see
+	// backupRest), logs every event-stage transaction, and purges deltas and log records only up to what the
 	// last backups cover: a new owner on another machine restores them and replays the
 	// streams.
 	BackupEvery time.Duration
