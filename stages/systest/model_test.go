@@ -223,7 +223,7 @@ func testModel(t *testing.T, total int, mod func(*node.Config)) *node.Node {
 // compare checks every count, unread count and relation of g's users and posts against
 // the reference model of the stored stream (liked and lists for a sample), and returns
 // the model. The model counts posts' viewers when Tally's post family has them.
-func compare(t *testing.T, c *client.Client, g *gen) *reference.Model {
+func compare(t testing.TB, c *client.Client, g *gen) *reference.Model {
 	t.Helper()
 	fams := pipeline.Families(pipeline.DefaultFamilies())
 	rig.RetryUnavailable(t, "the post family's fields", func() error {

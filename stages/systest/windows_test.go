@@ -128,7 +128,7 @@ func TestWindowsEndToEnd(t *testing.T) {
 // last day, that each counter's change over the day is its value: every change counted
 // in the windows exactly when, and as often as, in the counters, whatever the run's
 // faults. (The families of adds only: a read's set changes no window.)
-func compareWindows(t *testing.T, c *client.Client, posts, users []uint64) {
+func compareWindows(t testing.TB, c *client.Client, posts, users []uint64) {
 	t.Helper()
 	ctx := context.Background()
 	for _, fam := range []struct {

@@ -140,3 +140,12 @@ func ListItems(t testing.TB, c *client.Client, list string, id uint64) []referen
 		cursor = p.Next
 	}
 }
+
+// CountingTB is a testing.TB whose Errorf only counts: a check run through it says how
+// much differs without failing the test. Everything else is the test's.
+type CountingTB struct {
+	testing.TB
+	Errors int
+}
+
+func (c *CountingTB) Errorf(string, ...any) { c.Errors++ }
