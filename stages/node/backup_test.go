@@ -171,3 +171,47 @@ func TestHandOverEndsBackupInFlight(t *testing.T) {
 		t.Fatal("the hand-over waited for the periodic backup under way")
 	}
 }
+
+// Backups slower than BackupEvery are paced: a round that took t waits 3t before the next
+// (backupRest), so that a standby priming from one has time to reach it before the one
+// after is stored. They ran back to back, and standbys that took longer to prime than a
+// round took to store never got warm.
+func TestBackupsPaced(t *testing.T) {
+	r := newPartRig(t)
+	n := r.process()
+	n.cfg.BackupEvery = 10 * time.Millisecond
+	n.query = query.New(query.Config{Partitions: 2, Families: n.cfg.Families}, nil, nil, nil, n.log)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	n.parts = map[int]*owned{0: {p: 0, lease: r.take(n), ctx: ctx, cancel: cancel}}
+	const slow = 200 * time.Millisecond
+	var mu sync.Mutex
+	var starts []time.Time
+	n.backing = func(ctx context.Context, p int) {
+		mu.Lock()
+		starts = append(starts, time.Now())
+		mu.Unlock()
+		time.Sleep(slow)
+	}
+	loop, stopLoop := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = n.backupLoop(loop)
+	}()
+	time.Sleep(3 * time.Second)
+	stopLoop()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	// 3 s of rounds of at least 200 ms, each followed by 600 ms: at most 4. Back to back
+	// they were 14 or 15.
+	if len(starts) < 2 || len(starts) > 4 {
+		t.Fatalf("%d backup rounds in 3 s of %v each, want 2 to 4 (each followed by %d times its length)", len(starts), slow, backupRest)
+	}
+	for i := 1; i < len(starts); i++ {
+		if gap := starts[i].Sub(starts[i-1]); gap < (backupRest+1)*slow {
+			t.Fatalf("round %d began %v after the one before, which took %v: want at least %v", i, gap, slow, (backupRest+1)*slow)
+		}
+	}
+}
