@@ -156,6 +156,14 @@ func TestHeldBatchesSurviveRestart(t *testing.T) {
 	if n := r.stats.Hop.Held.Load(); n != 1 {
 		t.Fatalf("%d batches held, want 1", n)
 	}
+	// Its position has passed batch 3, which is not applied: the worker is not caught up
+	// (health said it was, while a gap held a sender's every later batch).
+	if lag, err := w.Lag(context.Background()); err != nil || lag != 1 {
+		t.Fatalf("Lag %d (%v) at the end of the stream with a batch held, want 1", lag, err)
+	}
+	if b, err := w.Behind(context.Background()); err != nil || b.Msgs != 1 {
+		t.Fatalf("Behind %+v (%v) with a batch held, want 1 message", b, err)
+	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -186,6 +194,10 @@ func TestHeldBatchesSurviveRestart(t *testing.T) {
 	if n := r.stats.Hop.Held.Load(); n != 0 {
 		t.Fatalf("%d batches held after the gap filled, want 0", n)
 	}
+	natstest.Eventually(t, 5*time.Second, "caught up once the gap filled", func() (bool, string) {
+		lag, err := w.Lag(context.Background())
+		return err == nil && lag == 0, fmt.Sprint("lag ", lag, " ", err)
+	})
 }
 
 var errCrash = errors.New("crash injected by the test")

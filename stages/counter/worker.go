@@ -114,6 +114,7 @@ type Worker struct {
 	pos        atomic.Uint64
 	purgeLimit atomic.Uint64
 	entries    atomic.Int64 // ids in the table, as of the last flush
+	holding    atomic.Int64 // delta batches held above a gap now (see Lag)
 	bytes      atomic.Int64 // the table's RAM, as of the last flush, when it can tell
 
 	table     store.Table
@@ -196,13 +197,20 @@ func (w *Worker) Ready() bool { return w.ready.Load() }
 
 // Lag is how many sequences of the deltas stream lie between the last delta applied
 // and the newest one for this partition.
+// Delta batches held above a gap count too: the position has passed them, but they are
+// not applied, and a partition that holds some has not counted everything it was sent
+// (health said caught up while a gap held a sender's every later batch).
 func (w *Worker) Lag(ctx context.Context) (uint64, error) {
-	return flow.Lag(ctx, w.js, w.cfg.Subjects.DeltasStream(), w.cfg.Subjects.Delta(w.cfg.Family.Name, w.cfg.Partition), w.pos.Load())
+	lag, err := flow.Lag(ctx, w.js, w.cfg.Subjects.DeltasStream(), w.cfg.Subjects.Delta(w.cfg.Family.Name, w.cfg.Partition), w.pos.Load())
+	return lag + uint64(max(w.holding.Load(), 0)), err
 }
 
-// Behind is Lag with the age of the oldest delta not applied yet, for health and metrics.
+// Behind is Lag with the age of the oldest delta not applied yet, for health and metrics;
+// held batches count in Msgs as in Lag.
 func (w *Worker) Behind(ctx context.Context) (flow.Behind, error) {
-	return w.behind.Behind(ctx, w.pos.Load(), time.Now())
+	b, err := w.behind.Behind(ctx, w.pos.Load(), time.Now())
+	b.Msgs += uint64(max(w.holding.Load(), 0))
+	return b, err
 }
 
 // Entries is the number of ids in RAM as of the last flush.
@@ -327,7 +335,7 @@ func (w *Worker) load() error {
 	if err := w.dropOrphans(); err != nil {
 		return err
 	}
-	w.in = hop.In{Marks: cp.Marks, Store: &w.store, Stats: &w.stats.Hop, Log: w.log}
+	w.in = hop.In{Marks: cp.Marks, Store: &w.store, Stats: &w.stats.Hop, Holding: &w.holding, Log: w.log}
 	if n, b := w.in.Held(); n > 0 { // which also counts them in Stats.Hop
 		w.log.Info("delta batches held above a gap", "batches", n, "bytes", b)
 	}

@@ -128,6 +128,16 @@ func (h *logHarness) caughtUp(r *runningStage) {
 	})
 }
 
+// reached waits until r has committed everything in its stream and published its
+// outbox, hop batches held above a gap apart: Lag counts those (they are not applied).
+func (h *logHarness) reached(r *runningStage) {
+	natstest.Eventually(h.t, 10*time.Second, "stage at the end of its stream", func() (bool, string) {
+		lag, err := r.Lag(context.Background())
+		held := uint64(r.holding.Load())
+		return err == nil && lag == held, fmt.Sprintf("lag %d, %d held, err %v", lag, held, err)
+	})
+}
+
 func (h *logHarness) state(db *cold.DB) stagelog.State {
 	st, _, err := stagelog.Load(db, 0)
 	if err != nil {

@@ -81,7 +81,7 @@ func releaseBacklog(t *testing.T, h *logHarness, n uint64, per int, pad string, 
 	for seq := uint64(2); seq <= n; seq++ {
 		h.hop(1, seq, heldLikes(seq, per, pad))
 	}
-	h.caughtUp(a)
+	h.reached(a)
 	if st := h.state(a.db); st.Hops[1] == nil || len(st.Hops[1].Held) != int(n-1) {
 		t.Fatalf("held %+v, want %d batches above the gap", st.Hops[1], n-1)
 	}
@@ -243,7 +243,7 @@ func TestHeldReleaseOnePost(t *testing.T) {
 		}
 		h.hop(1, seq, evs)
 	}
-	h.caughtUp(a)
+	h.reached(a)
 	evs := heldLikes(1, per, "")
 	for i := range evs {
 		evs[i].Post = 1 << 41
@@ -271,9 +271,12 @@ func TestHopsHeldCountsWhatIsHeld(t *testing.T) {
 	a := h.start("a.1", nil)
 	h.hop(1, 2, heldLikes(2, 3, ""))
 	h.hop(1, 3, heldLikes(3, 3, ""))
-	h.caughtUp(a)
+	h.reached(a)
 	if got := a.stats.HopsHeld.Load(); got != 2 {
 		t.Fatalf("HopsHeld %d while 2 batches are held", got)
+	}
+	if lag, err := a.Lag(context.Background()); err != nil || lag != 2 {
+		t.Fatalf("Lag %d (%v) at the end of the stream with 2 batches held, want 2: held batches are not applied", lag, err)
 	}
 	if err := a.stop(); err != nil {
 		t.Fatal(err)
@@ -282,7 +285,7 @@ func TestHopsHeldCountsWhatIsHeld(t *testing.T) {
 		t.Fatalf("HopsHeld %d after the stage stopped, want 0", got)
 	}
 	b := h.start("a.2", a.db)
-	h.caughtUp(b)
+	h.reached(b)
 	if got := b.stats.HopsHeld.Load(); got != 2 {
 		t.Fatalf("HopsHeld %d at a start with 2 batches held", got)
 	}

@@ -117,6 +117,7 @@ type Stage struct {
 	now       uint32
 	logged    atomic.Uint64 // last log record a following stage applied (see LogBehind)
 	busy      atomic.Bool   // from taking messages until their outbox is acknowledged
+	holding   atomic.Int64  // held, for Lag
 	st        stagelog.State
 	held      int64     // hop batches st holds above a gap, as counted in stats
 	published []uint64  // outbox entries acknowledged, deleted in the next transaction
@@ -160,14 +161,15 @@ func (s *Stage) Pulled() *unread.Pulled { return s.pulled }
 
 // Lag is how far the partition is behind its stream: the sequences between its committed
 // position and the newest event on its subject, or at least 1 while an outbox is being
-// published.
+// published; plus the hop batches it holds above a gap, which its position has passed
+// unapplied.
 func (s *Stage) Lag(ctx context.Context) (uint64, error) {
 	lag, err := flow.Lag(ctx, s.js, s.cfg.Subjects.EventsStream(), s.cfg.Subjects.EventsStored(s.cfg.Partition), s.pos.Load())
 	// busy is read after the position: a batch committed since then is still publishing.
 	if s.busy.Load() && lag == 0 {
 		lag = 1
 	}
-	return lag, err
+	return lag + uint64(max(s.holding.Load(), 0)), err
 }
 
 // Behind is Lag with the age of the oldest event not applied yet, for health and metrics.
@@ -176,6 +178,7 @@ func (s *Stage) Behind(ctx context.Context) (flow.Behind, error) {
 	if s.busy.Load() && b.Msgs == 0 { // as in Lag
 		b.Msgs = 1
 	}
+	b.Msgs += uint64(max(s.holding.Load(), 0))
 	return b, err
 }
 
@@ -189,6 +192,10 @@ func (s *Stage) Run(ctx context.Context) error {
 	}
 	s.countHeld()
 	defer s.uncountHeld() // what it holds when it stops, not what it held at the start
+	// Busy until it is first idle: the outbox left from before and the log's replay are
+	// sent and acknowledged first, and a health check meanwhile must not find the
+	// partition caught up while they are not stored.
+	s.busy.Store(true)
 	// What a crash left unacknowledged, under the same message ids.
 	if err := s.out.Send(ctx, outbox); err != nil {
 		return nil // ctx ended
@@ -457,6 +464,7 @@ func (s *Stage) countHeld() {
 	}
 	s.stats.HopsHeld.Add(n - s.held)
 	s.held = n
+	s.holding.Store(n)
 }
 
 // uncountHeld takes the hop batches the state holds out of stats.HopsHeld, as the stage
@@ -464,6 +472,7 @@ func (s *Stage) countHeld() {
 func (s *Stage) uncountHeld() {
 	s.stats.HopsHeld.Add(-s.held)
 	s.held = 0
+	s.holding.Store(0)
 }
 
 // applyMsgs applies msgs in txn and returns how many it applied (all, unless it fails),

@@ -73,6 +73,10 @@ type In struct {
 	// MaxHeld is the most batches held per source above a gap (DefaultMaxHeld when 0).
 	MaxHeld int
 	Stats   *InStats // nil: not counted
+	// Holding, when set, is the batches this In holds now, as Stats.Held is those of
+	// every In sharing Stats: a destination holding some has not applied everything it
+	// was sent, however far its stream position has gone.
+	Holding *atomic.Int64
 	Log     *slog.Logger
 
 	ready   []uint32 // sources whose oldest held batch may be next
@@ -200,6 +204,9 @@ func (in *In) Close() {
 		in.Stats.Held.Add(-int64(in.held))
 		in.Stats.HeldBytes.Add(-int64(in.bytes))
 	}
+	if in.counted && in.Holding != nil {
+		in.Holding.Add(-int64(in.held))
+	}
 	in.counted, in.loaded, in.held, in.bytes, in.ready = false, false, 0, 0, nil
 }
 
@@ -256,6 +263,9 @@ func (in *In) hold(batches, bytes int) {
 	if in.Stats != nil && in.counted {
 		in.Stats.Held.Add(int64(batches))
 		in.Stats.HeldBytes.Add(int64(bytes))
+	}
+	if in.Holding != nil && in.counted {
+		in.Holding.Add(int64(batches))
 	}
 }
 

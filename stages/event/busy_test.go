@@ -1,0 +1,82 @@
+package event
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/pipeline/natstest"
+	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/delivery"
+	"github.com/tally-dev/tally/store/stagelog"
+)
+
+// silent is a publisher whose publishes are never acknowledged: a stream that does not
+// answer for now.
+type silent struct{ sent atomic.Int64 }
+
+type silentFuture struct{ msg *nats.Msg }
+
+func (f silentFuture) Ok() <-chan *jetstream.PubAck { return nil }
+func (f silentFuture) Err() <-chan error           { return nil }
+func (f silentFuture) Msg() *nats.Msg              { return f.msg }
+
+func (s *silent) PublishMsgAsync(msg *nats.Msg, _ ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
+	s.sent.Add(1)
+	return silentFuture{msg}, nil
+}
+
+// A stage that starts with an outbox left from before (or a log to replay) has not
+// caught up until that outbox is stored: Lag says 1 at least meanwhile. It said 0 until
+// the stage's first batch of events, so that health found a partition caught up while
+// the deltas a new owner re-sent were not in the stream yet.
+func TestBusyUntilItsOutboxIsStored(t *testing.T) {
+	h := newHarness(t, 1)
+	db, err := cold.Open(cold.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	b := pipeline.DeltaBatch{Source: 0, Seq: 1, Deltas: []pipeline.Delta{{ID: 1 << 41, Field: 0, Op: pipeline.OpAdd, N: 1}}}
+	left := delivery.OutboxEntry{Seq: 1, Subject: h.sj.Delta(pipeline.FamilyPost, 0), MsgID: pipeline.DeltaMsgID(0, pipeline.FamilyPost+".0", 1),
+		Data: pipeline.AppendDeltaBatch(nil, &b)}
+	err = db.Update(func(txn *cold.Txn) error {
+		if err := stagelog.PutOutbox(txn, 0, &left); err != nil {
+			return err
+		}
+		return stagelog.Put(txn, 0, &stagelog.State{Seqs: map[string]uint64{pipeline.FamilyPost + ".0": 1}, Outbox: 1})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := &silent{}
+	st, err := New(Config{Partition: 0, Partitions: 1, Subjects: h.sj, Families: pipeline.DefaultFamilies(), Publisher: pub},
+		h.js, db, slog.New(slog.NewTextHandler(io.Discard, nil)), NewStats())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- st.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	natstest.Eventually(t, 10*time.Second, "the left outbox sent", func() (bool, string) {
+		return pub.sent.Load() > 0, fmt.Sprint(pub.sent.Load(), " sent")
+	})
+	for range 5 {
+		if lag, err := st.Lag(context.Background()); err != nil || lag == 0 {
+			t.Fatalf("Lag %d (%v) while the outbox left from before is not stored, want at least 1", lag, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
