@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync/atomic"
@@ -121,5 +122,101 @@ func TestSlowStartHoldsNoOtherUp(t *testing.T) {
 	}
 	if slices.Contains(b.Parts(), slow) {
 		t.Fatalf("partition %d started while its start was held", slow)
+	}
+}
+
+// A broken standby of a partition that is starting here is left to the start
+// (warmStandby), which stops its workers before the claim restores. A round stopped it
+// on its own goroutine while the start ran, and the stop's last checkpoint and its
+// clearing of the counters (distrust) landed on the keys the claim had just restored:
+// the new owner's counters held nothing, or half of the backup.
+func TestBrokenStandbyLeftToItsStart(t *testing.T) {
+	s := natstest.Start(t)
+	config := func() Config {
+		cfg := DefaultConfig()
+		cfg.DataDir, cfg.NATSURL, cfg.Partitions = t.TempDir(), s.ClientURL(), 2
+		cfg.Join, cfg.BackupEvery = true, 200*time.Millisecond
+		cfg.LeaseTTL, cfg.FlushInterval = time.Second, 20*time.Millisecond
+		return cfg
+	}
+	log := slog.New(slog.DiscardHandler)
+	a, err := Start(t.Context(), config(), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	aClosed := false
+	defer func() {
+		if !aClosed {
+			a.Close()
+		}
+	}()
+	var target atomic.Int64 // the partition whose start is held (-1: none yet)
+	target.Store(-1)
+	held, release := make(chan struct{}), make(chan struct{})
+	cfg := config()
+	cfg.startHook = func(ctx context.Context, p int) {
+		if int64(p) == target.Load() {
+			close(held)
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+	}
+	b, err := Start(t.Context(), cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+		}
+	}()
+	var p int
+	natstest.Eventually(t, time.Minute, "a warm standby at b of a's partition", func() (bool, string) {
+		sbs := b.Standbys()
+		if len(sbs) == 0 {
+			return false, fmt.Sprintf("b owns %v, keeps no warm standby", b.Parts())
+		}
+		p = sbs[0]
+		return true, ""
+	})
+	target.Store(int64(p))
+	aClosed = true
+	go a.Close() // hands p over to b, whose start of it is held
+	select {
+	case <-held:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("b did not start partition %d", p)
+	}
+	b.mu.RLock()
+	sb := b.standbys[p]
+	b.mu.RUnlock()
+	if sb == nil {
+		t.Fatalf("b's standby of partition %d is gone before its start took it", p)
+	}
+	sb.broken.Store(true) // as a standby that missed a backup is, a moment before
+	for range 3 {         // rounds while the start is under way
+		b.kickRound()
+		time.Sleep(cfg.LeaseTTL / 2)
+	}
+	b.mu.RLock()
+	kept, stopping := b.standbys[p] == sb, b.standbyStops[p]
+	b.mu.RUnlock()
+	if !kept || stopping {
+		t.Fatalf("b's broken standby of partition %d: kept %v, stopping %v while its start was under way; want it left to the start", p, kept, stopping)
+	}
+	released = true
+	close(release)
+	natstest.Eventually(t, 30*time.Second, "b owns the partition", func() (bool, string) {
+		return slices.Contains(b.Parts(), p), fmt.Sprint("b owns ", b.Parts())
+	})
+	b.mu.RLock()
+	_, still := b.standbys[p]
+	b.mu.RUnlock()
+	if still {
+		t.Fatalf("b owns partition %d and still keeps a standby of it", p)
 	}
 }

@@ -102,6 +102,13 @@ func (n *Node) keepStandbys(members, want []string, due []int) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for p, sb := range n.standbys {
+		// One whose partition is starting here is startPart's, broken or not: it takes it
+		// (warmStandby) and stops what it cannot take on before its claim restores. A
+		// broken one stopped here meanwhile made its last checkpoint, and cleared the
+		// counters (distrust), on its own goroutine, over the restore under way.
+		if n.starting[p] {
+			continue
+		}
 		// One this process is to own stays for startPart to take over (warmStandby).
 		if !sb.broken.Load() && (sbs[p] == id || want[p] == id || slices.Contains(due, p)) {
 			sb.retired.Store(0)
@@ -390,6 +397,9 @@ func (n *Node) warmStandby(ctx context.Context, p int) (*standby, bool) {
 		}
 	}
 	sb.stopWorkers()
+	if sb.broken.Load() { // as stopStandby does, but before the claim restores
+		n.distrust(p)
+	}
 	return nil, warm
 }
 
