@@ -112,7 +112,14 @@ const backupRest = 3
 // backupLoop stores a backup of each partition owned here every BackupEvery, paced by
 // backupRest.
 func (n *Node) backupLoop(ctx context.Context) error {
-	return cluster.Paced(ctx, n.cfg.BackupEvery, backupRest, func() error {
+	rest := n.cfg.BackupRest
+	switch {
+	case rest == 0:
+		rest = backupRest
+	case rest < 0:
+		rest = 0
+	}
+	return cluster.Paced(ctx, n.cfg.BackupEvery, rest, func() error {
 		start := time.Now()
 		var bytes uint64
 		for _, pt := range n.heldParts() {

@@ -153,6 +153,10 @@ type Config struct {
 	// backups (0: a quarter of BackupEvery, at most a second). Longer than BackupEvery,
 	// standbys miss backups and start again from the newest, as a stalled one would.
 	StandbyCheck time.Duration
+	// BackupRest, for tests only, is how many times its own length a round of backups
+	// waits before the next (0: backupRest; negative: none, rounds back to back, which
+	// leaves a standby no time to prime and makes it miss backups).
+	BackupRest int
 	// startHook, a test hook, is called as a partition's start begins, its lease taken:
 	// where a start restores its state.
 	startHook func(ctx context.Context, p int)

@@ -33,6 +33,7 @@ func TestStandbyTakeover(t *testing.T) {
 					cfg.PurgeEvery = 10 * time.Millisecond
 					if behind { // never warm: the join moves partitions once out of patience
 						cfg.StandbyCheck, cfg.MovePatience = 3*time.Second, 2*time.Second
+						cfg.BackupRest = -1 // back to back, as a cluster's backups were before they were paced
 					}
 				})
 			}
