@@ -26,8 +26,8 @@ type silent struct{ sent atomic.Int64 }
 type silentFuture struct{ msg *nats.Msg }
 
 func (f silentFuture) Ok() <-chan *jetstream.PubAck { return nil }
-func (f silentFuture) Err() <-chan error           { return nil }
-func (f silentFuture) Msg() *nats.Msg              { return f.msg }
+func (f silentFuture) Err() <-chan error            { return nil }
+func (f silentFuture) Msg() *nats.Msg               { return f.msg }
 
 func (s *silent) PublishMsgAsync(msg *nats.Msg, _ ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
 	s.sent.Add(1)
