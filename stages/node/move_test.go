@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -66,25 +67,9 @@ func TestStoppingPartsAfterATTL(t *testing.T) {
 // at b meanwhile. On the old code b's rounds waited for that first start, and a's
 // partitions were owned by nobody until it ended.
 func TestSlowStartHoldsNoOtherUp(t *testing.T) {
-	s := natstest.Start(t)
-	config := func() Config {
-		cfg := DefaultConfig()
-		cfg.DataDir, cfg.NATSURL, cfg.Partitions = t.TempDir(), s.ClientURL(), 4
-		cfg.Join, cfg.BackupEvery, cfg.Standbys = true, time.Second, false
-		cfg.LeaseTTL, cfg.FlushInterval = time.Second, 20*time.Millisecond
-		return cfg
-	}
+	config := joinConfig(t, 4, time.Second, func(cfg *Config) { cfg.Standbys = false })
 	log := slog.New(slog.DiscardHandler)
-	a, err := Start(t.Context(), config(), log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	aClosed := false
-	defer func() {
-		if !aClosed {
-			a.Close()
-		}
-	}()
+	_, closeA := startFirst(t, config())
 	held, release := make(chan int, 1), make(chan struct{})
 	var first atomic.Bool
 	cfg := config()
@@ -109,8 +94,7 @@ func TestSlowStartHoldsNoOtherUp(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("no partition moved to b")
 	}
-	aClosed = true
-	if err := a.Close(); err != nil {
+	if err := closeA(); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(20 * time.Second)
@@ -131,25 +115,9 @@ func TestSlowStartHoldsNoOtherUp(t *testing.T) {
 // clearing of the counters (distrust) landed on the keys the claim had just restored:
 // the new owner's counters held nothing, or half of the backup.
 func TestBrokenStandbyLeftToItsStart(t *testing.T) {
-	s := natstest.Start(t)
-	config := func() Config {
-		cfg := DefaultConfig()
-		cfg.DataDir, cfg.NATSURL, cfg.Partitions = t.TempDir(), s.ClientURL(), 2
-		cfg.Join, cfg.BackupEvery = true, 200*time.Millisecond
-		cfg.LeaseTTL, cfg.FlushInterval = time.Second, 20*time.Millisecond
-		return cfg
-	}
+	config := joinConfig(t, 2, 200*time.Millisecond, nil)
 	log := slog.New(slog.DiscardHandler)
-	a, err := Start(t.Context(), config(), log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	aClosed := false
-	defer func() {
-		if !aClosed {
-			a.Close()
-		}
-	}()
+	_, closeA := startFirst(t, config())
 	var target atomic.Int64 // the partition whose start is held (-1: none yet)
 	target.Store(-1)
 	held, release := make(chan struct{}), make(chan struct{})
@@ -184,8 +152,7 @@ func TestBrokenStandbyLeftToItsStart(t *testing.T) {
 		return true, ""
 	})
 	target.Store(int64(p))
-	aClosed = true
-	go a.Close() // hands p over to b, whose start of it is held
+	go closeA() // hands p over to b, whose start of it is held
 	select {
 	case <-held:
 	case <-time.After(30 * time.Second):
@@ -219,4 +186,38 @@ func TestBrokenStandbyLeftToItsStart(t *testing.T) {
 	if still {
 		t.Fatalf("b owns partition %d and still keeps a standby of it", p)
 	}
+}
+
+// joinConfig returns configurations of joining processes on one new NATS server, each
+// with its own data directory: partitions, backups every backupEvery, lease 1 s, flush
+// 20 ms, then edit (when not nil).
+func joinConfig(t *testing.T, partitions int, backupEvery time.Duration, edit func(*Config)) func() Config {
+	s := natstest.Start(t)
+	return func() Config {
+		cfg := DefaultConfig()
+		cfg.DataDir, cfg.NATSURL, cfg.Partitions = t.TempDir(), s.ClientURL(), partitions
+		cfg.Join, cfg.BackupEvery = true, backupEvery
+		cfg.LeaseTTL, cfg.FlushInterval = time.Second, 20*time.Millisecond
+		if edit != nil {
+			edit(&cfg)
+		}
+		return cfg
+	}
+}
+
+// startFirst starts a process with cfg and returns it with its Close, which the test
+// calls when it is to leave (at most once): otherwise it is closed at the end.
+func startFirst(t *testing.T, cfg Config) (*Node, func() error) {
+	n, err := Start(t.Context(), cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	var cerr error
+	closeIt := func() error {
+		once.Do(func() { cerr = n.Close() })
+		return cerr
+	}
+	t.Cleanup(func() { _ = closeIt() })
+	return n, closeIt
 }
