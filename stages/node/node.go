@@ -196,7 +196,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		return nil, err
 	}
 	if obs != nil {
-		n.backups = &cluster.Backups{JS: js, Obs: obs, DB: n.db, Subjects: sc.Subjects, Log: log, TmpDir: cfg.DataDir}
+		n.backups = &cluster.Backups{JS: js, Obs: obs, DB: n.db, Subjects: sc.Subjects, Log: log, TmpDir: cfg.DataDir,
+			SweepLater: func(sweep func()) { n.wg.Go(sweep) }}
 	}
 	partOf := func(id uint64) int { return pipeline.PartitionOf(pipeline.ID(id), cfg.Partitions) }
 	if moved, err := graph.Migrate(n.db, cfg.Partitions, partOf); err != nil {

@@ -2,6 +2,7 @@ package rig
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -141,11 +142,40 @@ func ListItems(t testing.TB, c *client.Client, list string, id uint64) []referen
 	}
 }
 
-// CountingTB is a testing.TB whose Errorf only counts: a check run through it says how
-// much differs without failing the test. Everything else is the test's.
+// CountingTB is a testing.TB whose Errorf and Fatalf only count and keep the first 20
+// messages: a check run through it (by Probe) says what differs without failing the
+// test. Everything else is the test's.
 type CountingTB struct {
 	testing.TB
-	Errors int
+	Errors   int
+	Messages []string
 }
 
-func (c *CountingTB) Errorf(string, ...any) { c.Errors++ }
+func (c *CountingTB) Errorf(format string, args ...any) {
+	if c.Errors++; len(c.Messages) < 20 {
+		c.Messages = append(c.Messages, fmt.Sprintf(format, args...))
+	}
+}
+
+// Fatalf counts as Errorf does, then ends the check (see Probe).
+func (c *CountingTB) Fatalf(format string, args ...any) {
+	c.Errorf(format, args...)
+	panic(errProbeEnded)
+}
+
+var errProbeEnded = errors.New("probe ended by Fatalf")
+
+// Probe runs check through a CountingTB of t and returns it: what check found wrong is
+// counted there, not failed.
+func Probe(t testing.TB, check func(testing.TB)) *CountingTB {
+	c := &CountingTB{TB: t}
+	func() {
+		defer func() {
+			if r := recover(); r != nil && r != errProbeEnded {
+				panic(r)
+			}
+		}()
+		check(c)
+	}()
+	return c
+}
