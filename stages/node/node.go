@@ -197,7 +197,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	}
 	if obs != nil {
 		n.backups = &cluster.Backups{JS: js, Obs: obs, DB: n.db, Subjects: sc.Subjects, Log: log, TmpDir: cfg.DataDir,
-			SweepLater: func(sweep func()) { n.wg.Go(sweep) }}
+			// With the starts: a claim runs in one, and Close waits for them.
+			SweepLater: func(sweep func()) { n.starts.Go(sweep) }}
 	}
 	partOf := func(id uint64) int { return pipeline.PartitionOf(pipeline.ID(id), cfg.Partitions) }
 	if moved, err := graph.Migrate(n.db, cfg.Partitions, partOf); err != nil {
