@@ -2,7 +2,6 @@ package rig
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -160,10 +159,11 @@ func (c *CountingTB) Errorf(format string, args ...any) {
 // Fatalf counts as Errorf does, then ends the check (see Probe).
 func (c *CountingTB) Fatalf(format string, args ...any) {
 	c.Errorf(format, args...)
-	panic(errProbeEnded)
+	panic(probeEnded{})
 }
 
-var errProbeEnded = errors.New("probe ended by Fatalf")
+// probeEnded is what a CountingTB's Fatalf panics with, for Probe to recover.
+type probeEnded struct{}
 
 // Probe runs check through a CountingTB of t and returns it: what check found wrong is
 // counted there, not failed.
@@ -171,8 +171,10 @@ func Probe(t testing.TB, check func(testing.TB)) *CountingTB {
 	c := &CountingTB{TB: t}
 	func() {
 		defer func() {
-			if r := recover(); r != nil && r != errProbeEnded {
-				panic(r)
+			if r := recover(); r != nil {
+				if _, ended := r.(probeEnded); !ended {
+					panic(r)
+				}
 			}
 		}()
 		check(c)
