@@ -68,25 +68,13 @@ func TestStoppingPartsAfterATTL(t *testing.T) {
 // partitions were owned by nobody until it ended.
 func TestSlowStartHoldsNoOtherUp(t *testing.T) {
 	config := joinConfig(t, 4, time.Second, func(cfg *Config) { cfg.Standbys = false })
-	log := slog.New(slog.DiscardHandler)
 	_, closeA := startFirst(t, config())
 	held, release := make(chan int, 1), make(chan struct{})
 	var first atomic.Bool
 	cfg := config()
-	cfg.startHook = func(ctx context.Context, p int) {
-		if first.CompareAndSwap(false, true) { // the first start here is slow, until released
-			held <- p
-			select {
-			case <-release:
-			case <-ctx.Done():
-			}
-		}
-	}
-	b, err := Start(t.Context(), cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	// The first start here is slow, until released.
+	cfg.startHook = holdStarts(func(int) bool { return first.CompareAndSwap(false, true) }, func(p int) { held <- p }, release)
+	b, _ := startFirst(t, cfg)
 	defer close(release)
 	var slow int
 	select {
@@ -116,26 +104,13 @@ func TestSlowStartHoldsNoOtherUp(t *testing.T) {
 // the new owner's counters held nothing, or half of the backup.
 func TestBrokenStandbyLeftToItsStart(t *testing.T) {
 	config := joinConfig(t, 2, 200*time.Millisecond, nil)
-	log := slog.New(slog.DiscardHandler)
 	_, closeA := startFirst(t, config())
 	var target atomic.Int64 // the partition whose start is held (-1: none yet)
 	target.Store(-1)
 	held, release := make(chan struct{}), make(chan struct{})
 	cfg := config()
-	cfg.startHook = func(ctx context.Context, p int) {
-		if int64(p) == target.Load() {
-			close(held)
-			select {
-			case <-release:
-			case <-ctx.Done():
-			}
-		}
-	}
-	b, err := Start(t.Context(), cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	cfg.startHook = holdStarts(func(p int) bool { return int64(p) == target.Load() }, func(int) { close(held) }, release)
+	b, _ := startFirst(t, cfg)
 	released := false
 	defer func() {
 		if !released {
@@ -220,4 +195,19 @@ func startFirst(t *testing.T, cfg Config) (*Node, func() error) {
 	}
 	t.Cleanup(func() { _ = closeIt() })
 	return n, closeIt
+}
+
+// holdStarts returns a start hook that holds each start picks chooses, after telling
+// held of it, until release is closed or the start's ctx ends.
+func holdStarts(picks func(p int) bool, held func(p int), release <-chan struct{}) func(context.Context, int) {
+	return func(ctx context.Context, p int) {
+		if !picks(p) {
+			return
+		}
+		held(p)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+	}
 }
