@@ -117,9 +117,8 @@ type Stage struct {
 	now       uint32
 	logged    atomic.Uint64 // last log record a following stage applied (see LogBehind)
 	busy      atomic.Bool   // from taking messages until their outbox is acknowledged
-	holding   atomic.Int64  // held, for Lag
+	holding   atomic.Int64  // hop batches st holds above a gap, as counted in stats (and Lag)
 	st        stagelog.State
-	held      int64     // hop batches st holds above a gap, as counted in stats
 	published []uint64  // outbox entries acknowledged, deleted in the next transaction
 	budget    int       // held hop batches the next transaction may release: halved when too many did not fit
 	warned    time.Time // when a failed log append was last logged
@@ -462,17 +461,13 @@ func (s *Stage) countHeld() {
 	for _, m := range s.st.Hops {
 		n += int64(len(m.Held))
 	}
-	s.stats.HopsHeld.Add(n - s.held)
-	s.held = n
-	s.holding.Store(n)
+	s.stats.HopsHeld.Add(n - s.holding.Swap(n))
 }
 
 // uncountHeld takes the hop batches the state holds out of stats.HopsHeld, as the stage
 // stops: its next owner counts them.
 func (s *Stage) uncountHeld() {
-	s.stats.HopsHeld.Add(-s.held)
-	s.held = 0
-	s.holding.Store(0)
+	s.stats.HopsHeld.Add(-s.holding.Swap(0))
 }
 
 // applyMsgs applies msgs in txn and returns how many it applied (all, unless it fails),
