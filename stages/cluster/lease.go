@@ -88,6 +88,7 @@ func (l *Lease) Token() string { return fmt.Sprintf("%s.%d", l.id, l.acquired) }
 // processes (members), each renewing its own key, which expires after the TTL.
 type Owners struct {
 	kv    jetstream.KeyValue
+	st    jetstream.Stream // the bucket's stream, whose subjects list the keys (see keys)
 	id    string
 	value []byte
 	ttl   time.Duration
@@ -115,8 +116,12 @@ func Open(ctx context.Context, js jetstream.JetStream, b Bucket, dataDir string,
 	} else if err != nil {
 		return nil, fmt.Errorf("cannot set up the ownership bucket %s: %w", b.Name, err)
 	}
+	st, err := js.Stream(ctx, "KV_"+kv.Bucket())
+	if err != nil {
+		return nil, fmt.Errorf("cannot set up the ownership bucket %s: %w", b.Name, err)
+	}
 	host, _ := os.Hostname()
-	return &Owners{kv: kv, id: id, value: []byte(id + " " + host), ttl: ttl}, nil
+	return &Owners{kv: kv, st: st, id: id, value: []byte(id + " " + host), ttl: ttl}, nil
 }
 
 // ID is this process's node id.
@@ -241,8 +246,8 @@ func (o *Owners) Snapshot(ctx context.Context) (members []string, holders map[st
 // ends before a key renewed meanwhile comes round again), and a member or a holder
 // missed would change the assignment: the members seen before are read again too.
 func (o *Owners) View(ctx context.Context, leases ...string) (View, error) {
-	keys, err := o.kv.Keys(ctx)
-	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+	keys, err := o.keys(ctx, "")
+	if err != nil {
 		return View{}, fmt.Errorf("cannot list the live processes: %w", err)
 	}
 	o.mu.Lock()
@@ -253,11 +258,12 @@ func (o *Owners) View(ctx context.Context, leases ...string) (View, error) {
 	keys = append(keys, leases...)
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
+	entries, errs := o.getAll(ctx, keys)
 	v := View{Holders: map[string]string{}, Warm: map[string]map[int]bool{}, Stopping: map[string]map[int]bool{}}
 	seen := map[string]bool{}
-	for _, k := range keys {
+	for i, k := range keys {
+		e, err := entries[i], errs[i]
 		if id, ok := strings.CutPrefix(k, memberPrefix); ok {
-			e, err := o.kv.Get(ctx, k)
 			if errors.Is(err, jetstream.ErrKeyNotFound) {
 				continue // expired, or left
 			} else if err != nil { // not knowing what it says would plan as if it kept no standbys
@@ -279,7 +285,6 @@ func (o *Owners) View(ctx context.Context, leases ...string) (View, error) {
 			}
 			continue
 		}
-		e, err := o.kv.Get(ctx, k)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 		case err != nil: // a lease taken for free would move the partition
@@ -297,6 +302,51 @@ func (o *Owners) View(ctx context.Context, leases ...string) (View, error) {
 	slices.Sort(v.Members)
 	slices.Sort(v.Leaving)
 	return v, nil
+}
+
+// keys lists the bucket's keys that start with prefix, deleted ones among them (a
+// read then finds them gone), in one request: the subjects of the bucket's stream. The
+// bucket's own listing (KeyValue.Keys), used when the stream is not known, makes a
+// consumer for each, which took a round most of its time.
+func (o *Owners) keys(ctx context.Context, prefix string) ([]string, error) {
+	if o.st == nil {
+		keys, err := o.kv.Keys(ctx)
+		if errors.Is(err, jetstream.ErrNoKeysFound) {
+			return nil, nil
+		}
+		return slices.DeleteFunc(keys, func(k string) bool { return !strings.HasPrefix(k, prefix) }), err
+	}
+	subj := "$KV." + o.kv.Bucket() + "."
+	info, err := o.st.Info(ctx, jetstream.WithSubjectFilter(subj+prefix+">"))
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, 0, len(info.State.Subjects))
+	for s := range info.State.Subjects {
+		keys = append(keys, strings.TrimPrefix(s, subj))
+	}
+	return keys, nil
+}
+
+// viewReads is how many keys a View reads at once.
+const viewReads = 16
+
+// getAll reads keys at once, up to viewReads at a time: a round reads every lease and
+// membership, and one read after another took hundreds of milliseconds under load, which
+// a hand-over waited for (the next owner's round starts when the lease is let go).
+func (o *Owners) getAll(ctx context.Context, keys []string) ([]jetstream.KeyValueEntry, []error) {
+	entries, errs := make([]jetstream.KeyValueEntry, len(keys)), make([]error, len(keys))
+	sem := make(chan struct{}, viewReads)
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			entries[i], errs[i] = o.kv.Get(ctx, k)
+		})
+	}
+	wg.Wait()
+	return entries, errs
 }
 
 func (o *Owners) isLeaving() bool {
@@ -343,10 +393,8 @@ func (o *Owners) Changes(ctx context.Context, changed func()) error {
 // Alone reports ErrOwned when another process is live on the prefix (its membership
 // not expired): this one's own id, restarted, does not count.
 func (o *Owners) Alone(ctx context.Context) error {
-	keys, err := o.kv.Keys(ctx)
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil
-	} else if err != nil {
+	keys, err := o.keys(ctx, memberPrefix)
+	if err != nil {
 		return fmt.Errorf("cannot list the live processes: %w", err)
 	}
 	for _, k := range keys {

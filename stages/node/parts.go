@@ -61,13 +61,14 @@ func (n *Node) rebalance(ctx context.Context, wait bool) error {
 	if n.leaving.Load() { // Close hands over what is held here (see leave)
 		return nil
 	}
+	begun := time.Now()
 	v, target, want, err := n.plan(ctx)
 	if err != nil {
 		return err
 	}
+	planned := time.Since(begun)
 	id := n.owners.ID()
 	n.losePatience(target, want)
-	begun := time.Now()
 	n.handOver(v, want)
 	var wg sync.WaitGroup
 	errs := make([]error, len(want))
@@ -100,7 +101,9 @@ func (n *Node) rebalance(ctx context.Context, wait bool) error {
 	}
 	wg.Wait()
 	if took := time.Since(begun); took > n.cfg.LeaseTTL {
-		n.log.Info("an ownership round took longer than a lease TTL", "took", took, "started", spans(started))
+		n.log.Info("an ownership round took longer than a lease TTL", "took", took, "planned in", planned, "started", spans(started))
+	} else if len(started) > 0 {
+		n.log.Debug("ownership round", "took", took, "planned in", planned, "started", spans(started))
 	}
 	if n.standbysOn() {
 		n.keepStandbys(v.Members, want, cluster.Due(id, target, want))
