@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -27,7 +28,7 @@ func StartNode(t testing.TB, mod func(*node.Config)) (*node.Node, *client.Client
 	if mod != nil {
 		mod(&cfg)
 	}
-	n, err := node.Start(context.Background(), cfg, Logger())
+	n, err := node.Start(context.Background(), cfg, Logger().With("node", filepath.Base(cfg.DataDir)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +57,7 @@ func StartJoiner(t testing.TB, url string, mod func(*node.Config)) *node.Node {
 	cfg := node.DefaultConfig()
 	cfg.DataDir, cfg.NATSURL, cfg.FlushInterval, cfg.Join = t.TempDir(), url, 20*time.Millisecond, true
 	mod(&cfg)
-	n, err := node.Start(context.Background(), cfg, Logger())
+	n, err := node.Start(context.Background(), cfg, Logger().With("node", filepath.Base(cfg.DataDir)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,12 +77,15 @@ func NATSServer(t testing.TB) (string, *client.Client) {
 }
 
 // Logger is the nodes' logger: silent, unless TALLY_TEST_LOG is set (to warn: warnings
-// and errors only, which disturb the timing of a race under load less).
+// and errors only, which disturb the timing of a race under load less; debug: all).
 func Logger() *slog.Logger {
 	if v := os.Getenv("TALLY_TEST_LOG"); v != "" {
 		lvl := slog.LevelInfo
-		if v == "warn" {
+		switch v {
+		case "warn":
 			lvl = slog.LevelWarn
+		case "debug":
+			lvl = slog.LevelDebug
 		}
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 	}
