@@ -92,7 +92,7 @@ func (n *Node) startStage(ctx context.Context, pt *owned) error {
 		case errors.Is(err, event.ErrFenced):
 			// Another process owns the partition by now: this one lets it go.
 			n.log.Error("event partition fenced by another owner; stopping the partition", "partition", p, "err", err)
-			n.wg.Go(func() { n.stopPart(p, leaveLost) })
+			n.wg.Go(func() { n.stopPart(pt, leaveLost) })
 		default:
 			n.fail(err)
 		}

@@ -162,7 +162,7 @@ func TestHandOverEndsBackupInFlight(t *testing.T) {
 	<-inFlight
 	handed := make(chan struct{})
 	go func() {
-		n.stopPart(0, leaveWarm)
+		n.stopPart(pt, leaveWarm)
 		close(handed)
 	}()
 	select {

@@ -160,6 +160,9 @@ type Config struct {
 	// startHook, a test hook, is called as a partition's start begins, its lease taken:
 	// where a start restores its state.
 	startHook func(ctx context.Context, p int)
+	// registerHook, a test hook, is called as a started partition is about to be served
+	// by the query server.
+	registerHook func(n *Node, pt *owned)
 }
 
 // DefaultMaxLagAge is ready while no partition has left a message unapplied for longer than

@@ -97,7 +97,7 @@ func (n *Node) handOver(v cluster.View, want []string) {
 			how = leaveWarm
 		}
 		n.log.Info("handing a counter partition over", "partition", pt.p, "to", to, "warm", how == leaveWarm)
-		wg.Go(func() { n.stopPart(pt.p, how) })
+		wg.Go(func() { n.stopPart(pt, how) })
 	}
 	wg.Wait()
 }

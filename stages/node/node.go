@@ -520,7 +520,7 @@ func (n *Node) Close() error {
 		if n.err == nil {
 			how = leaveCold
 		}
-		n.stopPart(pt.p, how)
+		n.stopPart(pt, how)
 	}
 	var errs []error
 	if n.js != nil {

@@ -43,6 +43,11 @@ type owned struct {
 		deltas []uint64
 		log    uint64
 	}
+	// reg orders the partition's registration with the query server (startPart) and its
+	// removal (stopPart), which stopped says has begun: a stop may come while the start
+	// is still under way — its stage fenced at its first write, on its own goroutine.
+	reg     sync.Mutex
+	stopped bool
 }
 
 // rebalance is one round of the ownership loop: hand over the partitions that are now
@@ -134,7 +139,7 @@ func (n *Node) renew(ctx context.Context) error {
 			err := pt.lease.Renew(ctx)
 			if errors.Is(err, cluster.ErrLost) {
 				n.log.Error("partition lease lost; stopping the partition", "partition", pt.p, "err", err)
-				n.wg.Go(func() { n.stopPart(pt.p, leaveLost) }) // its workers' last flush must not hold the other renewals up
+				n.wg.Go(func() { n.stopPart(pt, leaveLost) }) // its workers' last flush must not hold the other renewals up
 			} else if err != nil {
 				n.log.Warn("cannot renew a partition lease yet", "partition", pt.p, "err", err)
 			}
@@ -335,6 +340,25 @@ func (n *Node) startPart(ctx context.Context, p int) error {
 	n.parts[p] = pt
 	n.mu.Unlock()
 	n.lastStart.Store(time.Now().UnixNano())
+	if n.cfg.registerHook != nil {
+		n.cfg.registerHook(n, pt)
+	}
+	// Registered only while not stopped: a stop that came first (the stage fenced at its
+	// first write) would otherwise leave the partition served here for good by workers
+	// and a stage that have stopped, answering from this process's copy of its state.
+	pt.reg.Lock()
+	if pt.stopped {
+		pt.reg.Unlock()
+		n.mu.Lock()
+		if n.parts[p] == pt {
+			delete(n.parts, p)
+		}
+		n.mu.Unlock()
+		if sb != nil {
+			sb.stopServing()
+		}
+		return fmt.Errorf("partition %d: stopped as it started: %w", p, ErrOwned)
+	}
 	for i, fam := range n.cfg.Families {
 		n.query.SetOwner(fam.Name, p, pt.workers[i])
 	}
@@ -342,6 +366,7 @@ func (n *Node) startPart(ctx context.Context, p int) error {
 		sb.stopServing()
 	}
 	n.query.SetStage(p, pt.stage)
+	pt.reg.Unlock()
 	switch from {
 	case "local":
 	case "standby":
@@ -413,25 +438,29 @@ const (
 	leaveWarm
 )
 
-// stopPart stops partition p's event stage and workers (each checkpoints what it holds)
+// stopPart stops partition pt's event stage and workers (each checkpoints what it holds)
 // and, handing it over, releases its lease so that its next owner starts from here,
-// backing it up first unless that owner is a warm standby.
-func (n *Node) stopPart(p int, how leave) {
-	n.mu.Lock()
-	pt := n.parts[p]
-	delete(n.parts, p)
-	if pt != nil {
-		// Not started again here until this stop is over: two runs of one partition in
-		// one process would write the same keys.
-		if n.stopping == nil {
-			n.stopping = map[int]time.Time{}
-		}
-		n.stopping[p] = time.Now()
-	}
-	n.mu.Unlock()
-	if pt == nil {
+// backing it up first unless that owner is a warm standby. pt may still be starting
+// (startPart then lets it go), and may have been stopped already (nothing more is done).
+func (n *Node) stopPart(pt *owned, how leave) {
+	p := pt.p
+	pt.reg.Lock()
+	if pt.stopped {
+		pt.reg.Unlock()
 		return
 	}
+	pt.stopped = true
+	n.mu.Lock()
+	if n.parts[p] == pt {
+		delete(n.parts, p)
+	}
+	// Not started again here until this stop is over: two runs of one partition in one
+	// process would write the same keys.
+	if n.stopping == nil {
+		n.stopping = map[int]time.Time{}
+	}
+	n.stopping[p] = time.Now()
+	n.mu.Unlock()
 	begun := time.Now()
 	var stopped time.Duration
 	defer func() {
@@ -446,6 +475,7 @@ func (n *Node) stopPart(p int, how leave) {
 		n.query.SetOwner(fam.Name, p, nil)
 	}
 	n.query.SetStage(p, nil)
+	pt.reg.Unlock()
 	pt.cancel()
 	pt.wg.Wait()
 	stopped = time.Since(begun)

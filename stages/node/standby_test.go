@@ -51,7 +51,7 @@ func TestNoRestartWhileStopping(t *testing.T) {
 	n.parts[1] = pt
 	stopped := make(chan struct{})
 	go func() {
-		n.stopPart(1, leaveLost)
+		n.stopPart(pt, leaveLost)
 		close(stopped)
 	}()
 	begun := func() bool {
