@@ -350,9 +350,7 @@ func (n *Node) startPart(ctx context.Context, p int) error {
 	if pt.stopped {
 		pt.reg.Unlock()
 		n.mu.Lock()
-		if n.parts[p] == pt {
-			delete(n.parts, p)
-		}
+		n.unlist(pt)
 		n.mu.Unlock()
 		if sb != nil {
 			sb.stopServing()
@@ -438,6 +436,14 @@ const (
 	leaveWarm
 )
 
+// unlist takes pt out of the partitions held here, unless a newer start of its partition
+// is there instead. Under mu.
+func (n *Node) unlist(pt *owned) {
+	if n.parts[pt.p] == pt {
+		delete(n.parts, pt.p)
+	}
+}
+
 // stopPart stops partition pt's event stage and workers (each checkpoints what it holds)
 // and, handing it over, releases its lease so that its next owner starts from here,
 // backing it up first unless that owner is a warm standby. pt may still be starting
@@ -451,9 +457,7 @@ func (n *Node) stopPart(pt *owned, how leave) {
 	}
 	pt.stopped = true
 	n.mu.Lock()
-	if n.parts[p] == pt {
-		delete(n.parts, p)
-	}
+	n.unlist(pt)
 	// Not started again here until this stop is over: two runs of one partition in one
 	// process would write the same keys.
 	if n.stopping == nil {
