@@ -168,6 +168,24 @@ func appendUint(dst []byte, v uint64) []byte {
 	return appendFixed(dst, msgpcode.Uint64, v, 8)
 }
 
+// appendInt appends v as msgpack.Encoder.EncodeInt does: as appendUint when not
+// negative, else in the fewest bytes of a negative fixnum, int8, int16, int32 or int64.
+func appendInt(dst []byte, v int64) []byte {
+	switch {
+	case v >= 0:
+		return appendUint(dst, uint64(v))
+	case v >= -32:
+		return append(dst, byte(v))
+	case v >= math.MinInt8:
+		return append(dst, msgpcode.Int8, byte(v))
+	case v >= math.MinInt16:
+		return appendFixed(dst, msgpcode.Int16, uint64(v), 2)
+	case v >= math.MinInt32:
+		return appendFixed(dst, msgpcode.Int32, uint64(v), 4)
+	}
+	return appendFixed(dst, msgpcode.Int64, uint64(v), 8)
+}
+
 // appendFixed appends code and the low size bytes of v, big-endian.
 func appendFixed(dst []byte, code byte, v uint64, size int) []byte {
 	dst = append(dst, code)

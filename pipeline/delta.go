@@ -1,11 +1,8 @@
 package pipeline
 
 import (
-	"bytes"
 	"fmt"
 	"math"
-
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 // Op says how a delta changes a counter.
@@ -78,66 +75,60 @@ type WindowDelta struct {
 // without windows (before 1.4) refuses such a batch as undecodable, so a cluster turns
 // windows on only once every tallyd runs 1.4 (docs/operations.md).
 
-// AppendDeltaBatch appends the encoded batch to dst.
+// AppendDeltaBatch appends the encoded batch to dst, byte for byte as msgpack.Encoder
+// writes it (every integer in its most compact form).
 func AppendDeltaBatch(dst []byte, b *DeltaBatch) []byte {
-	buf := bytes.NewBuffer(dst)
-	e := msgpack.NewEncoder(buf)
 	if len(b.Windows) > 0 {
-		_ = e.EncodeArrayLen(4)
+		dst = appendArrayLen(dst, 4)
 	} else {
-		_ = e.EncodeArrayLen(3)
+		dst = appendArrayLen(dst, 3)
 	}
-	_ = e.EncodeUint(uint64(b.Source))
-	_ = e.EncodeUint(b.Seq)
-	_ = e.EncodeArrayLen(4 * len(b.Deltas))
+	dst = appendUint(appendUint(dst, uint64(b.Source)), b.Seq)
+	dst = appendArrayLen(dst, 4*len(b.Deltas))
 	for _, d := range b.Deltas {
-		_ = e.EncodeUint(d.ID)
-		_ = e.EncodeUint(uint64(d.Field))
-		_ = e.EncodeUint(uint64(d.Op))
-		_ = e.EncodeInt(d.N)
+		dst = appendInt(appendUint(appendUint(appendUint(dst, d.ID), uint64(d.Field)), uint64(d.Op)), d.N)
 	}
 	if len(b.Windows) > 0 {
-		_ = e.EncodeArrayLen(4 * len(b.Windows))
+		dst = appendArrayLen(dst, 4*len(b.Windows))
 		for _, w := range b.Windows {
-			_ = e.EncodeUint(w.ID)
-			_ = e.EncodeUint(uint64(w.Field))
-			_ = e.EncodeUint(uint64(w.Minute))
-			_ = e.EncodeInt(w.N)
+			dst = appendInt(appendUint(appendUint(appendUint(dst, w.ID), uint64(w.Field)), uint64(w.Minute)), w.N)
 		}
 	}
-	return buf.Bytes()
+	return dst
 }
 
-// DecodeDeltaBatch decodes into b, reusing b.Deltas.
+// DecodeDeltaBatch decodes into b, reusing b.Deltas and b.Windows. It reads the payload
+// in place (mpReader) and accepts what msgpack.Decoder did (TestDeltaBatchDecoders).
 func DecodeDeltaBatch(data []byte, b *DeltaBatch) error {
-	if err := checkMsgpack(data); err != nil {
-		return fmt.Errorf("delta batch: %w", err)
-	}
-	d := msgpack.NewDecoder(bytes.NewReader(data))
-	n, err := d.DecodeArrayLen()
+	r := mpReader{b: data}
+	return r.done(r.readDeltaBatch(b))
+}
+
+func (r *mpReader) readDeltaBatch(b *DeltaBatch) error {
+	n, err := r.arrayLen()
 	if err != nil || (n != 3 && n != 4) {
 		return fmt.Errorf("delta batch: want a 3- or 4-element array (len %d): %v", n, err)
 	}
 	parts := n
-	src, err := d.DecodeUint32()
+	src, err := r.uint64()
 	if err != nil {
 		return fmt.Errorf("delta batch source: %w", err)
 	}
-	if b.Seq, err = d.DecodeUint64(); err != nil {
+	if b.Seq, err = r.uint64(); err != nil {
 		return fmt.Errorf("delta batch seq: %w", err)
 	}
-	b.Source = src
-	if n, err = d.DecodeArrayLen(); err != nil || n < 0 || n%4 != 0 || n > len(data) {
+	b.Source = uint32(src) // as Decoder.DecodeUint32 took it
+	if n, err = r.arrayLen(); err != nil || n < 0 || n%4 != 0 {
 		return fmt.Errorf("delta batch: bad delta list (len %d): %v", n, err)
 	}
 	b.Deltas = b.Deltas[:0]
 	for range n / 4 {
 		var x Delta
 		var f, op uint64
-		if x.ID, err = d.DecodeUint64(); err == nil {
-			if f, err = d.DecodeUint64(); err == nil {
-				if op, err = d.DecodeUint64(); err == nil {
-					x.N, err = d.DecodeInt64()
+		if x.ID, err = r.uint64(); err == nil {
+			if f, err = r.uint64(); err == nil {
+				if op, err = r.uint64(); err == nil {
+					x.N, err = r.int64()
 				}
 			}
 		}
@@ -152,23 +143,23 @@ func DecodeDeltaBatch(data []byte, b *DeltaBatch) error {
 	}
 	b.Windows = b.Windows[:0]
 	if parts == 4 {
-		return decodeWindows(d, len(data), b)
+		return r.readWindows(b)
 	}
 	return nil
 }
 
-func decodeWindows(d *msgpack.Decoder, size int, b *DeltaBatch) error {
-	n, err := d.DecodeArrayLen()
-	if err != nil || n < 0 || n%4 != 0 || n > size {
+func (r *mpReader) readWindows(b *DeltaBatch) error {
+	n, err := r.arrayLen()
+	if err != nil || n < 0 || n%4 != 0 {
 		return fmt.Errorf("delta batch: bad window list (len %d): %v", n, err)
 	}
 	for range n / 4 {
 		var x WindowDelta
 		var f, m uint64
-		if x.ID, err = d.DecodeUint64(); err == nil {
-			if f, err = d.DecodeUint64(); err == nil {
-				if m, err = d.DecodeUint64(); err == nil {
-					x.N, err = d.DecodeInt64()
+		if x.ID, err = r.uint64(); err == nil {
+			if f, err = r.uint64(); err == nil {
+				if m, err = r.uint64(); err == nil {
+					x.N, err = r.int64()
 				}
 			}
 		}
