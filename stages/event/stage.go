@@ -598,10 +598,14 @@ func (s *Stage) decode(typ string, m jetstream.Msg) ([]pipeline.Event, []pipelin
 
 // parseSubject returns the type token of <prefix>.ep.<p>.<type>.<key>.
 func (s *Stage) parseSubject(subj string) (string, error) {
-	rest, ok := strings.CutPrefix(subj, s.cfg.Subjects.Prefix+".ep.")
-	parts := strings.Split(rest, ".")
-	if !ok || len(parts) != 3 {
+	rest, ok := strings.CutPrefix(subj, s.cfg.Subjects.Prefix)
+	if ok {
+		rest, ok = strings.CutPrefix(rest, ".ep.")
+	}
+	_, rest, ok2 := strings.Cut(rest, ".")
+	typ, key, ok3 := strings.Cut(rest, ".")
+	if !ok || !ok2 || !ok3 || strings.Contains(key, ".") {
 		return "", fmt.Errorf("%w: unexpected subject %q", pipeline.ErrBadEvent, subj)
 	}
-	return parts[1], nil
+	return typ, nil
 }

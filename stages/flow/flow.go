@@ -71,6 +71,7 @@ func Read(ctx context.Context, js jetstream.JetStream, stream, filter string, po
 				Gaps.Add(1)
 			}
 			last = md.Sequence.Stream
+			m = parsed{m, md}
 		}
 		select {
 		case ch <- m:
@@ -83,6 +84,17 @@ func Read(ctx context.Context, js jetstream.JetStream, stream, filter string, po
 	}
 	return &Reader{C: ch, cc: cc, stop: stop}, nil
 }
+
+// parsed is a delivered message with the metadata its reader parsed from its reply
+// subject: a stage asks a message's sequence and time several times, and each
+// jetstream.Msg.Metadata parses the subject again and allocates.
+type parsed struct {
+	jetstream.Msg
+	md *jetstream.MsgMetadata
+}
+
+// Metadata returns the metadata parsed on delivery; it is shared, not to be changed.
+func (m parsed) Metadata() (*jetstream.MsgMetadata, error) { return m.md, nil }
 
 // skipped reports whether the stream's leader holds a message of filter after last and
 // before seq, the first one a new consumer delivered. Not knowing (the leader does not
