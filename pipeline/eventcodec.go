@@ -85,5 +85,8 @@ func (e *Event) DecodeMsgpack(dec *msgpack.Decoder) error {
 	return r.done(r.readEvent(e))
 }
 
-// commonTypes are the event types read without allocating a string.
-var commonTypes = []string{TypeLike, TypeView, TypeUnlike, TypeComment, TypeFollow, TypeRead, TypePost, TypeRepost}
+// commonTypes are the event types read without allocating a string: every type a
+// producer or a hop batch carries (a like's notification is one event in its hop batch),
+// the most frequent first.
+var commonTypes = []string{TypeLike, TypeView, TypeNotify, TypeUnlike, TypeComment, TypeFollow, TypeFollower, TypeRead, TypePost, TypePush,
+	TypeRepost, TypeUncomment, TypeUnfollow, TypeMention, TypeDM, TypeIncr, TypeSystem}

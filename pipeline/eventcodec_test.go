@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -193,5 +194,20 @@ func BenchmarkEventCodec(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(evs)), "ns/event")
 		})
+	}
+}
+
+// TestEveryTypeReadWithoutAllocating: each event type, public or internal, is read from
+// a payload as one of commonTypes' strings, not a new one.
+func TestEveryTypeReadWithoutAllocating(t *testing.T) {
+	types := append(Types(), TypeNotify, TypePush, TypeFollower)
+	for _, typ := range types {
+		if !slices.Contains(commonTypes, typ) {
+			t.Errorf("type %q is not in commonTypes", typ)
+		}
+		raw := []byte(typ)
+		if allocs := testing.AllocsPerRun(10, func() { _ = internType(raw) }); allocs != 0 {
+			t.Errorf("type %q: %v allocations, want 0", typ, allocs)
+		}
 	}
 }
