@@ -98,7 +98,7 @@ func AppendDeltaBatch(dst []byte, b *DeltaBatch) []byte {
 }
 
 // DecodeDeltaBatch decodes into b, reusing b.Deltas and b.Windows. It reads the payload
-// in place (mpReader) and accepts what msgpack.Decoder did (TestDeltaBatchDecoders).
+// in place (mpReader) and accepts what msgpack.Decoder did (TestDeltaBatchCodecs).
 func DecodeDeltaBatch(data []byte, b *DeltaBatch) error {
 	r := mpReader{b: data}
 	return r.done(r.readDeltaBatch(b))

@@ -598,13 +598,11 @@ func (s *Stage) decode(typ string, m jetstream.Msg) ([]pipeline.Event, []pipelin
 
 // parseSubject returns the type token of <prefix>.ep.<p>.<type>.<key>.
 func (s *Stage) parseSubject(subj string) (string, error) {
-	rest, ok := strings.CutPrefix(subj, s.cfg.Subjects.Prefix)
-	if ok {
-		rest, ok = strings.CutPrefix(rest, ".ep.")
-	}
-	_, rest, ok2 := strings.Cut(rest, ".")
-	typ, key, ok3 := strings.Cut(rest, ".")
-	if !ok || !ok2 || !ok3 || strings.Contains(key, ".") {
+	rest, ok1 := strings.CutPrefix(subj, s.cfg.Subjects.Prefix)
+	rest, ok2 := strings.CutPrefix(rest, ".ep.")
+	_, rest, ok3 := strings.Cut(rest, ".") // the partition
+	typ, key, ok4 := strings.Cut(rest, ".")
+	if !(ok1 && ok2 && ok3 && ok4) || strings.Contains(key, ".") {
 		return "", fmt.Errorf("%w: unexpected subject %q", pipeline.ErrBadEvent, subj)
 	}
 	return typ, nil
