@@ -96,6 +96,7 @@ type Owners struct {
 	// written with every Register.
 	mu       sync.Mutex
 	warmth   string
+	priming  string // what the membership says of the standbys priming here (SetPriming)
 	stopping string // what the membership says of the partitions stopping here (SetStopping)
 	leaving  bool
 	seen     map[string]bool // the members the last View found
@@ -131,6 +132,7 @@ func (o *Owners) ID() string { return o.id }
 func (o *Owners) Register(ctx context.Context) error {
 	o.mu.Lock()
 	v := append(slices.Clone(o.value), o.warmth...)
+	v = append(v, o.priming...)
 	v = append(v, o.stopping...)
 	if o.leaving {
 		v = append(v, " leaving"...)
@@ -148,6 +150,22 @@ func (o *Owners) SetWarm(ready []int) {
 	b := appendList([]byte(" standbys="), ready)
 	o.mu.Lock()
 	o.warmth = string(b)
+	o.mu.Unlock()
+}
+
+// SetPriming says, from the next Register on, which of this process's standbys are on
+// their way to warm: restoring a backup, waiting for their turn to (one at a time), or
+// loading their tables. A holder does not count that time against its patience with a
+// partition due to move here (see View.Priming): it grows with the partition's state,
+// and a move that lost patience meanwhile was a cold one, the partition unanswered for
+// the minutes its restore took.
+func (o *Owners) SetPriming(ps []int) {
+	var b []byte
+	if len(ps) > 0 {
+		b = appendList([]byte(" priming="), ps)
+	}
+	o.mu.Lock()
+	o.priming = string(b)
 	o.mu.Unlock()
 }
 
@@ -192,6 +210,9 @@ type View struct {
 	// Warm names, for each member that keeps standbys, the partitions whose standby there
 	// is warm; a member that keeps none (or does not say) has no entry.
 	Warm map[string]map[int]bool
+	// Priming names, for each member, the partitions whose standby there is on its way
+	// to warm (SetPriming).
+	Priming map[string]map[int]bool
 	// Stopping names, for each live process, the partitions it is still stopping
 	// (SetStopping): not its to start again until they have stopped.
 	Stopping map[string]map[int]bool
@@ -200,23 +221,32 @@ type View struct {
 // Live is Members and Leaving: the processes whose leases are theirs still.
 func (v View) Live() []string { return append(slices.Clone(v.Members), v.Leaving...) }
 
-// memberOf reads what a membership value says of its standbys (see SetWarm; warm is nil
-// when it says nothing), of the partitions it is stopping (SetStopping) and whether it
-// is leaving. What it does not know it passes over: a newer version's words.
-func memberOf(v []byte) (warm, stopping map[int]bool, leaving bool) {
-	fs := strings.Fields(string(v)) // "<id> <host> [standbys=<p>,<p>…] [stopping=<p>,…] [leaving]"
+// member is what a membership value says besides who and where (see Register).
+type member struct {
+	warm              map[int]bool // nil when it says nothing of its standbys (SetWarm)
+	priming, stopping map[int]bool // SetPriming, SetStopping
+	leaving           bool
+}
+
+// memberOf reads a membership value. What it does not know it passes over: a newer
+// version's words.
+func memberOf(v []byte) member {
+	var m member
+	fs := strings.Fields(string(v)) // "<id> <host> [standbys=<p>,<p>…] [priming=<p>,…] [stopping=<p>,…] [leaving]"
 	for _, f := range fs[min(2, len(fs)):] {
-		if f == "leaving" {
-			leaving = true
-		}
-		if list, ok := strings.CutPrefix(f, "standbys="); ok {
-			warm = parseList(list)
-		}
-		if list, ok := strings.CutPrefix(f, "stopping="); ok {
-			stopping = parseList(list)
+		key, list, _ := strings.Cut(f, "=")
+		switch key {
+		case "leaving":
+			m.leaving = true
+		case "standbys":
+			m.warm = parseList(list)
+		case "priming":
+			m.priming = parseList(list)
+		case "stopping":
+			m.stopping = parseList(list)
 		}
 	}
-	return warm, stopping, leaving
+	return m
 }
 
 func parseList(list string) map[int]bool {
@@ -259,7 +289,7 @@ func (o *Owners) View(ctx context.Context, leases ...string) (View, error) {
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
 	entries, errs := o.getAll(ctx, keys)
-	v := View{Holders: map[string]string{}, Warm: map[string]map[int]bool{}, Stopping: map[string]map[int]bool{}}
+	v := View{Holders: map[string]string{}, Warm: map[string]map[int]bool{}, Priming: map[string]map[int]bool{}, Stopping: map[string]map[int]bool{}}
 	seen := map[string]bool{}
 	for i, k := range keys {
 		e, err := entries[i], errs[i]
@@ -270,15 +300,17 @@ func (o *Owners) View(ctx context.Context, leases ...string) (View, error) {
 				return View{}, fmt.Errorf("cannot read the membership %s: %w", k, err)
 			}
 			seen[id] = true
-			warm, stopping, leaving := memberOf(e.Value())
-			leaving = leaving || id == o.id && o.isLeaving()
-			if warm != nil {
-				v.Warm[id] = warm
+			m := memberOf(e.Value())
+			if m.warm != nil {
+				v.Warm[id] = m.warm
 			}
-			if stopping != nil {
-				v.Stopping[id] = stopping
+			if m.priming != nil {
+				v.Priming[id] = m.priming
 			}
-			if leaving {
+			if m.stopping != nil {
+				v.Stopping[id] = m.stopping
+			}
+			if m.leaving || id == o.id && o.isLeaving() {
 				v.Leaving = append(v.Leaving, id)
 			} else {
 				v.Members = append(v.Members, id)

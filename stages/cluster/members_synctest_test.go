@@ -152,6 +152,21 @@ func TestMembership(t *testing.T) {
 		if v, _ := b.View(ctx); len(v.Warm) != 1 || len(v.Warm["b-node"]) != 2 || !v.Warm["b-node"][1] || !v.Warm["b-node"][12] {
 			t.Fatalf("a member with standbys of 1 and 12 warm: warm %v", v.Warm)
 		}
+		// And those on their way to warm.
+		a.SetPriming([]int{4})
+		if err := a.Register(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if v, _ := b.View(ctx); len(v.Priming) != 1 || len(v.Priming["b-node"]) != 1 || !v.Priming["b-node"][4] || len(v.Warm["b-node"]) != 2 {
+			t.Fatalf("a member with standbys of 1 and 12 warm and of 4 priming: warm %v, priming %v", v.Warm, v.Priming)
+		}
+		a.SetPriming(nil)
+		if err := a.Register(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if v, _ := b.View(ctx); len(v.Priming) != 0 {
+			t.Fatalf("a member with no standby priming: priming %v", v.Priming)
+		}
 		// A member leaving still holds what it holds, and is assigned nothing.
 		a.SetLeaving()
 		if err := a.Register(ctx); err != nil {
@@ -227,4 +242,16 @@ func TestSnapshotOfAnUnreadHolder(t *testing.T) {
 			t.Fatalf("snapshot once answered: holders %v, %v", holders, err)
 		}
 	})
+}
+
+// A membership value is read as far as it is understood: each list by its name, in any
+// order, and words of a newer version passed over.
+func TestMemberOf(t *testing.T) {
+	m := memberOf([]byte("id host priming=3,5 newer=1 standbys=1 stopping=2 leaving"))
+	if !m.leaving || len(m.warm) != 1 || !m.warm[1] || len(m.priming) != 2 || !m.priming[3] || !m.priming[5] || len(m.stopping) != 1 || !m.stopping[2] {
+		t.Fatalf("memberOf: %+v", m)
+	}
+	if m := memberOf([]byte("id host")); m.warm != nil || m.priming != nil || m.leaving {
+		t.Fatalf("a member that says nothing: %+v", m)
+	}
 }

@@ -147,7 +147,10 @@ type Config struct {
 	// MovePatience is how long a partition due to move to another process waits there
 	// for its standby to get warm before it moves all the same, restored from its backup
 	// (0: 30 lease TTLs): a standby that cannot keep up must not keep the partitions
-	// unbalanced for ever.
+	// unbalanced for ever. The time that process says its standby is priming does not
+	// count (cluster.Owners.SetPriming): priming grows with the partition's state, one
+	// standby at a time, and a move cold meanwhile left the partition unanswered for
+	// the minutes its restore took.
 	MovePatience time.Duration
 	// StandbyCheck, for tests only, is how often a standby looks at its partition's
 	// backups (0: a quarter of BackupEvery, at most a second). Longer than BackupEvery,
@@ -160,6 +163,9 @@ type Config struct {
 	// startHook, a test hook, is called as a partition's start begins, its lease taken:
 	// where a start restores its state.
 	startHook func(ctx context.Context, p int)
+	// primeHook, a test hook, is called as a standby's priming begins, its turn come:
+	// where it restores the backups.
+	primeHook func(ctx context.Context, p int)
 	// registerHook, a test hook, is called as a started partition is about to be served
 	// by the query server.
 	registerHook func(n *Node, pt *owned)

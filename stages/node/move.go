@@ -55,10 +55,18 @@ func (n *Node) plan(ctx context.Context) (v cluster.View, target, want []string,
 	return v, target, cluster.Effective(v.Live(), holders, target, v.Warm), nil
 }
 
+// moveWait is how long a partition held here has waited for its next owner's standby
+// of it to get warm: waited counts the time up to last, except while that process said
+// the standby was priming.
+type moveWait struct {
+	waited time.Duration
+	last   time.Time
+}
+
 // losePatience moves, in want, the partitions held here that have waited MovePatience
 // for their target's standby to get warm to their target all the same (see
 // Config.MovePatience). Under rounds.
-func (n *Node) losePatience(target, want []string) {
+func (n *Node) losePatience(v cluster.View, target, want []string) {
 	id, now := n.owners.ID(), time.Now()
 	patience := n.cfg.MovePatience
 	if patience <= 0 {
@@ -69,12 +77,17 @@ func (n *Node) losePatience(target, want []string) {
 			delete(n.waiting, p)
 			continue
 		}
-		since, ok := n.waiting[p]
-		switch {
-		case !ok:
-			n.waiting[p] = now
-		case now.Sub(since) > patience:
-			n.log.Warn("a partition's next owner has no warm standby of it yet; moving it all the same", "partition", p, "to", target[p], "waited", now.Sub(since).Round(time.Second))
+		w := n.waiting[p]
+		if w == nil {
+			n.waiting[p] = &moveWait{last: now}
+			continue
+		}
+		if !v.Priming[target[p]][p] {
+			w.waited += now.Sub(w.last)
+		}
+		w.last = now
+		if w.waited > patience {
+			n.log.Warn("a partition's next owner has no warm standby of it yet; moving it all the same", "partition", p, "to", target[p], "waited", w.waited.Round(time.Second))
 			want[p] = target[p]
 			delete(n.waiting, p)
 		}

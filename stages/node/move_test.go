@@ -211,3 +211,56 @@ func holdStarts(picks func(p int) bool, held func(p int), release <-chan struct{
 		}
 	}
 }
+
+// A partition due to move to a joining process stays with its holder for as long as
+// that process says its standby of it is priming, however much longer than
+// MovePatience that takes, and then moves warm. Priming grows with a partition's state,
+// one standby at a time: with 10 M ids (BenchmarkFailover's rejoin) it took minutes,
+// and the holder, its patience lost after 30 lease TTLs, moved the partitions cold —
+// each restored at the taker and unanswered for the minutes that took.
+func TestMoveWaitsForAPrimingStandby(t *testing.T) {
+	const patience = 300 * time.Millisecond
+	config := joinConfig(t, 2, 200*time.Millisecond, func(cfg *Config) { cfg.MovePatience = patience })
+	a, _ := startFirst(t, config())
+	natstest.Eventually(t, 30*time.Second, "a backup of a's partitions", func() (bool, string) {
+		return a.Backups.Load() > 0, fmt.Sprint(a.Backups.Load(), " backup rounds")
+	})
+	held, release := make(chan int, 2), make(chan struct{})
+	cfg := config()
+	cfg.primeHook = func(ctx context.Context, p int) {
+		held <- p
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+	}
+	b, _ := startFirst(t, cfg)
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+		}
+	}()
+	var p int
+	select {
+	case p = <-held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("b primed no standby")
+	}
+	for end := time.Now().Add(10 * patience); time.Now().Before(end); time.Sleep(patience / 10) {
+		if got := b.Parts(); len(got) > 0 || b.PartsRestored.Load() > 0 {
+			t.Fatalf("b owns %v (%d restored) while its standby of partition %d primes: moved cold (patience %v)", got, b.PartsRestored.Load(), p, patience)
+		}
+	}
+	if !slices.Contains(a.Parts(), p) {
+		t.Fatalf("partition %d is not a's while b primes its standby: a owns %v", p, a.Parts())
+	}
+	released = true
+	close(release)
+	natstest.Eventually(t, 30*time.Second, "b owns partition "+fmt.Sprint(p), func() (bool, string) {
+		return slices.Contains(b.Parts(), p), fmt.Sprint("b owns ", b.Parts())
+	})
+	if b.PartsRestored.Load() != 0 || b.PartsWarm.Load() != 1 {
+		t.Fatalf("b took %d partitions over from standbys and restored %d, want 1 and 0", b.PartsWarm.Load(), b.PartsRestored.Load())
+	}
+}

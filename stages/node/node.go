@@ -83,7 +83,7 @@ type Node struct {
 	rounds       sync.Mutex             // one ownership round (or hand-over on Close) at a time
 	kick         chan struct{}          // asks for a round now (see own)
 	leaving      atomic.Bool            // Close is handing the partitions over: no more rounds
-	waiting      map[int]time.Time      // since when each partition held here waits to move (see losePatience), under rounds
+	waiting      map[int]*moveWait      // how long each partition held here has waited to move (see losePatience), under rounds
 	// standbyEvents counts what the standbys' event stages apply.
 	standbyEvents *event.Stats
 	// Backups and BackupErrs count rounds of state backups stored in NATS and failed
@@ -126,7 +126,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	n := &Node{cfg: cfg, log: log, failed: make(chan struct{}), EventStats: event.NewStats(), budget: counter.NewBudget(mem.Hot),
-		parts: map[int]*owned{}, starting: map[int]bool{}, claiming: map[int]*cluster.Lease{}, standbys: map[int]*standby{}, priming: make(chan struct{}, 1), standbyEvents: event.NewStats(), kick: make(chan struct{}, 1), waiting: map[int]time.Time{}}
+		parts: map[int]*owned{}, starting: map[int]bool{}, claiming: map[int]*cluster.Lease{}, standbys: map[int]*standby{}, priming: make(chan struct{}, 1), standbyEvents: event.NewStats(), kick: make(chan struct{}, 1), waiting: map[int]*moveWait{}}
 	defer func() {
 		if err != nil {
 			n.Close()

@@ -73,7 +73,7 @@ func (n *Node) rebalance(ctx context.Context, wait bool) error {
 	}
 	planned := time.Since(begun)
 	id := n.owners.ID()
-	n.losePatience(target, want)
+	n.losePatience(v, target, want)
 	n.handOver(v, want)
 	var wg sync.WaitGroup
 	errs := make([]error, len(want))
@@ -147,6 +147,7 @@ func (n *Node) renew(ctx context.Context) error {
 	}
 	if n.standbysOn() {
 		n.owners.SetWarm(n.Standbys())
+		n.owners.SetPriming(n.primingStandbys())
 	}
 	n.owners.SetStopping(n.stoppingParts())
 	err := n.owners.Register(ctx)

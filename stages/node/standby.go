@@ -259,6 +259,9 @@ func (n *Node) follow(ctx, wctx context.Context, sb *standby) error {
 	case <-ctx.Done():
 		return nil
 	}
+	if n.cfg.primeHook != nil {
+		n.cfg.primeHook(ctx, p)
+	}
 	for i, pc := range pieces {
 		var cur cluster.Current
 		var err error
@@ -427,6 +430,22 @@ func (n *Node) Standbys() []int {
 	var ps []int
 	for p, sb := range n.standbys {
 		if sb.warm() {
+			ps = append(ps, p)
+		}
+	}
+	slices.Sort(ps)
+	return ps
+}
+
+// primingStandbys lists the partitions whose standby here is on its way to warm: not
+// yet primed (restoring a backup, or waiting for its turn), or primed and loading its
+// tables; not broken nor retired (see cluster.Owners.SetPriming).
+func (n *Node) primingStandbys() []int {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	var ps []int
+	for p, sb := range n.standbys {
+		if !sb.broken.Load() && sb.retired.Load() == 0 && (!sb.ready.Load() || !loaded(sb.workers)) {
 			ps = append(ps, p)
 		}
 	}
