@@ -41,15 +41,22 @@ func refuse(kind, name, field string, got, need any, why string) error {
 // compression, placement, metadata, republishing, the description, and replicas unless
 // b says) and is given the TTL, which is the leases': a key outliving its owner's TTL
 // holds a dead owner's partitions longer, one expiring sooner lets another process take
-// a partition its owner still holds. A setting under which leases cannot be kept is
+// a partition its owner still holds; and markers where keys expire (expiryMarkerTTL),
+// unless an operator set their TTL. A setting under which leases cannot be kept is
 // refused (ErrBucketConfig).
 func openOwners(ctx context.Context, js jetstream.JetStream, b Bucket, ttl time.Duration) (jetstream.KeyValue, error) {
 	kv, err := js.KeyValue(ctx, b.Name)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+		cfg := jetstream.KeyValueConfig{
 			Bucket: b.Name, Description: "Tally partition ownership and live processes", TTL: ttl, History: 1,
-			Replicas: b.replicas(0), Storage: jetstream.FileStorage,
-		})
+			Replicas: b.replicas(0), Storage: jetstream.FileStorage, LimitMarkerTTL: expiryMarkerTTL,
+		}
+		kv, err := js.CreateKeyValue(ctx, cfg)
+		if errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported) { // a server before 2.11
+			cfg.LimitMarkerTTL = 0
+			kv, err = js.CreateKeyValue(ctx, cfg)
+		}
+		return kv, err
 	} else if err != nil {
 		return nil, err
 	}
@@ -74,11 +81,29 @@ func openOwners(ctx context.Context, js jetstream.JetStream, b Bucket, ttl time.
 	merged := have
 	merged.TTL = ttl
 	merged.Replicas = b.replicas(have.Replicas)
+	if merged.LimitMarkerTTL == 0 {
+		merged.LimitMarkerTTL = expiryMarkerTTL
+	}
 	if reflect.DeepEqual(merged, have) {
 		return kv, nil
 	}
-	return js.UpdateKeyValue(ctx, merged)
+	kv, err = js.UpdateKeyValue(ctx, merged)
+	if errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported) && have.LimitMarkerTTL == 0 {
+		merged.LimitMarkerTTL = 0
+		if reflect.DeepEqual(merged, have) {
+			return js.KeyValue(ctx, b.Name)
+		}
+		kv, err = js.UpdateKeyValue(ctx, merged)
+	}
+	return kv, err
 }
+
+// expiryMarkerTTL is how long the ownership bucket keeps the marker the server leaves
+// where a key expired (the least it takes): the marker is what tells a watch that a
+// dead owner's lease is over (Changes), so that its standbys take the partition at once
+// rather than at their next round, up to a fifth of the TTL later. Without it an
+// expiry is silent.
+const expiryMarkerTTL = time.Second
 
 // OpenState creates the state bucket (backups) when missing; an existing one keeps what
 // an operator set (max bytes, compression, placement, metadata, the description, and

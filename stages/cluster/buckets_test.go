@@ -127,3 +127,46 @@ func TestStateBucketRefusesWhatBreaksTally(t *testing.T) {
 	f(t, jetstream.ObjectStoreConfig{TTL: time.Hour}, "ttl 1h0m0s, Tally needs 0")
 	f(t, jetstream.ObjectStoreConfig{Storage: jetstream.MemoryStorage}, "storage Memory, Tally needs File")
 }
+
+// A lease that expires tells the watch of the ownership bucket (Changes), so that its
+// standby takes the partition over at once: the server leaves a marker where the key
+// was. Before, an expiry was silent, and a dead owner's partitions waited for the
+// survivors' next round, up to a fifth of the TTL after the lease was over. A bucket
+// made without markers (an older Tally) is given them.
+func TestLeaseExpiryIsAChange(t *testing.T) {
+	js := bucketJS(t)
+	b := Bucket{Name: "TALLY_OWNERS"}
+	if _, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: b.Name, TTL: time.Second, History: 1, Storage: jetstream.FileStorage}); err != nil {
+		t.Fatal(err)
+	}
+	o, err := Open(t.Context(), js, b, t.TempDir(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := ownersConfig(t, js, b.Name); c.LimitMarkerTTL != expiryMarkerTTL {
+		t.Fatalf("ownership bucket made without expiry markers, opened again: marker TTL %v, want %v", c.LimitMarkerTTL, expiryMarkerTTL)
+	}
+	watcher, err := Open(t.Context(), js, b, t.TempDir(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := make(chan struct{}, 16)
+	go func() { _ = watcher.Changes(t.Context(), func() { changed <- struct{}{} }) }()
+	time.Sleep(200 * time.Millisecond) // the watch set up
+	l, err := o.Take(t.Context(), "counters.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = l // never renewed: it expires after the TTL
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case <-changed:
+			if _, err := watcher.kv.Get(t.Context(), "counters.0"); errors.Is(err, jetstream.ErrKeyNotFound) {
+				return
+			}
+		case <-deadline:
+			t.Fatal("the lease counters.0 expired and the watch of the bucket said nothing")
+		}
+	}
+}

@@ -388,9 +388,11 @@ func (o *Owners) isLeaving() bool {
 }
 
 // Changes calls changed whenever a lease is let go or a membership says something new
-// (a process joined, is leaving, or its warm standbys changed) until ctx ends: a
-// hand-over waiting on either need not wait for the next round. Renewals that change
-// nothing, and keys that expire, call nothing.
+// (a process joined, is leaving, or its warm standbys changed), or a lease or a
+// membership expired (the marker the server leaves, see expiryMarkerTTL; a bucket on a
+// server before 2.11 says nothing of it) until ctx ends: a hand-over or a takeover
+// waiting on either need not wait for the next round. Renewals that change nothing call
+// nothing.
 func (o *Owners) Changes(ctx context.Context, changed func()) error {
 	w, err := o.kv.WatchAll(ctx, jetstream.UpdatesOnly())
 	if err != nil {
