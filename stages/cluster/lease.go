@@ -159,27 +159,23 @@ func (o *Owners) SetWarm(ready []int) {
 // partition due to move here (see View.Priming): it grows with the partition's state,
 // and a move that lost patience meanwhile was a cold one, the partition unanswered for
 // the minutes its restore took.
-func (o *Owners) SetPriming(ps []int) {
-	var b []byte
-	if len(ps) > 0 {
-		b = appendList([]byte(" priming="), ps)
-	}
-	o.mu.Lock()
-	o.priming = string(b)
-	o.mu.Unlock()
-}
+func (o *Owners) SetPriming(ps []int) { o.say(&o.priming, "priming", ps) }
 
 // SetStopping says, from the next Register on, which partitions are still stopping in
 // this process, their leases gone: it cannot start them again until they have stopped,
 // which may take long (a last checkpoint behind Badger's compactions), so the others do
 // not leave them to it as their last owner (see View.Stopping).
-func (o *Owners) SetStopping(ps []int) {
+func (o *Owners) SetStopping(ps []int) { o.say(&o.stopping, "stopping", ps) }
+
+// say sets *word, one of the membership's words, to name=ps, or to nothing when ps is
+// empty.
+func (o *Owners) say(word *string, name string, ps []int) {
 	var b []byte
 	if len(ps) > 0 {
-		b = appendList([]byte(" stopping="), ps)
+		b = appendList([]byte(" "+name+"="), ps)
 	}
 	o.mu.Lock()
-	o.stopping = string(b)
+	*word = string(b)
 	o.mu.Unlock()
 }
 

@@ -111,12 +111,7 @@ func TestBrokenStandbyLeftToItsStart(t *testing.T) {
 	cfg := config()
 	cfg.startHook = holdStarts(func(p int) bool { return int64(p) == target.Load() }, func(int) { close(held) }, release)
 	b, _ := startFirst(t, cfg)
-	released := false
-	defer func() {
-		if !released {
-			close(release)
-		}
-	}()
+	releaseNow := releaser(t, release)
 	var p int
 	natstest.Eventually(t, time.Minute, "a warm standby at b of a's partition", func() (bool, string) {
 		sbs := b.Standbys()
@@ -150,8 +145,7 @@ func TestBrokenStandbyLeftToItsStart(t *testing.T) {
 	if !kept || stopping {
 		t.Fatalf("b's broken standby of partition %d: kept %v, stopping %v while its start was under way; want it left to the start", p, kept, stopping)
 	}
-	released = true
-	close(release)
+	releaseNow()
 	natstest.Eventually(t, 30*time.Second, "b owns the partition", func() (bool, string) {
 		return slices.Contains(b.Parts(), p), fmt.Sprint("b owns ", b.Parts())
 	})
@@ -197,6 +191,15 @@ func startFirst(t *testing.T, cfg Config) (*Node, func() error) {
 	return n, closeIt
 }
 
+// releaser returns a func that closes release, at most once; the test's end closes it if
+// the test did not (before the processes started before it are closed).
+func releaser(t *testing.T, release chan struct{}) func() {
+	var once sync.Once
+	f := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(f)
+	return f
+}
+
 // holdStarts returns a start hook that holds each start picks chooses, after telling
 // held of it, until release is closed or the start's ctx ends.
 func holdStarts(picks func(p int) bool, held func(p int), release <-chan struct{}) func(context.Context, int) {
@@ -235,12 +238,7 @@ func TestMoveWaitsForAPrimingStandby(t *testing.T) {
 		}
 	}
 	b, _ := startFirst(t, cfg)
-	released := false
-	defer func() {
-		if !released {
-			close(release)
-		}
-	}()
+	releaseNow := releaser(t, release)
 	var p int
 	select {
 	case p = <-held:
@@ -255,8 +253,7 @@ func TestMoveWaitsForAPrimingStandby(t *testing.T) {
 	if !slices.Contains(a.Parts(), p) {
 		t.Fatalf("partition %d is not a's while b primes its standby: a owns %v", p, a.Parts())
 	}
-	released = true
-	close(release)
+	releaseNow()
 	natstest.Eventually(t, 30*time.Second, "b owns partition "+fmt.Sprint(p), func() (bool, string) {
 		return slices.Contains(b.Parts(), p), fmt.Sprint("b owns ", b.Parts())
 	})
