@@ -246,7 +246,7 @@ func (s *Server) partEvents(p int) func(*request) (any, error) {
 			return s.stageHealth(r.ctx, p, st, asked)
 		}
 		if st == nil { // removed while this request was queued
-			return nil, fmt.Errorf("%w: event partition %d is no longer in this process", errUnavailable, p)
+			return nil, fmt.Errorf("%w: event partition %d: %w", errUnavailable, p, errGone)
 		}
 		var req evRequest
 		if err := r.decode(&req); err != nil {

@@ -15,16 +15,25 @@ import (
 // answered unavailable. Within the request timeout (5 s), as within a client's.
 const DefaultHandOver = 2 * time.Second
 
+// goneHeader marks the reply of a process that no longer holds the partition asked
+// (errGone): the asker takes it as no responders.
+const goneHeader = "Tally-Gone"
+
 // request sends the message msg makes and, while no process serves its partition (a
 // hand-over: one process has stopped it, the next has not started it yet), sends it
 // again until HandOver has passed or ctx ends, so that a read waits out a hand-over
-// rather than fail. Each time no process serves it, meanwhile (when set) is called, and
-// when that answered the read (true), request returns no message and no error.
+// rather than fail. A reply from a process that has just stopped it (goneHeader: the
+// request was queued there, or came as its subscription drained) is a hand-over too:
+// it was answered unavailable at once (TestGetWaitsOutHandOver failed 1 run in 20-40).
+// Each time no process serves it, meanwhile (when set) is called, and when that
+// answered the read (true), request returns no message and no error; after HandOver, a
+// gone reply is returned as it is.
 func (s *Server) request(ctx context.Context, msg func() *nats.Msg, meanwhile func() bool) (*nats.Msg, error) {
 	deadline := time.Now().Add(s.cfg.HandOver)
 	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
 		m, err := s.nc.RequestMsgWithContext(ctx, msg())
-		if !errors.Is(err, nats.ErrNoResponders) {
+		gone := err == nil && m.Header.Get(goneHeader) != ""
+		if !gone && !errors.Is(err, nats.ErrNoResponders) {
 			return m, err
 		}
 		if meanwhile != nil && meanwhile() {
@@ -35,7 +44,7 @@ func (s *Server) request(ctx context.Context, msg func() *nats.Msg, meanwhile fu
 		}
 		select {
 		case <-ctx.Done():
-			return nil, err
+			return m, err // no message, or the gone reply
 		case <-time.After(wait):
 		}
 	}

@@ -250,7 +250,7 @@ func (s *Server) health(r *request) (any, error) {
 func (s *Server) partHealth(ctx context.Context, key partKey, asked string) (*pipeline.HealthReply, error) {
 	o := (*s.owners.Load())[key.family][key.p]
 	if o == nil {
-		return nil, fmt.Errorf("%w: partition %s/%d is no longer in this process", errUnavailable, key.family, key.p)
+		return nil, fmt.Errorf("%w: partition %s/%d: %w", errUnavailable, key.family, key.p, errGone)
 	}
 	max, err := ParseMaxLag(asked)
 	if err != nil {
@@ -263,7 +263,7 @@ func (s *Server) partHealth(ctx context.Context, key partKey, asked string) (*pi
 // judged by the asker's MaxLag (this process's when the header does not parse).
 func (s *Server) stageHealth(ctx context.Context, p int, st Stage, asked string) (*pipeline.HealthReply, error) {
 	if st == nil {
-		return nil, fmt.Errorf("%w: event partition %d is no longer in this process", errUnavailable, p)
+		return nil, fmt.Errorf("%w: event partition %d: %w", errUnavailable, p, errGone)
 	}
 	max, err := ParseMaxLag(asked)
 	if err != nil {

@@ -352,7 +352,7 @@ func (s *Server) answer(kind string, h func(*request) (any, error), m *nats.Msg,
 	defer cancel()
 	r := &request{msg: m, asJSON: pipeline.IsJSON(m.Data, m.Header), ctx: ctx, peer: peer}
 	reply, err := h(r)
-	failed := err != nil
+	failed, gone := err != nil, errors.Is(err, errGone)
 	if err != nil {
 		if !errors.Is(err, pipeline.ErrBadRequest) && !errors.Is(err, pipeline.ErrUnknownFamily) && !errors.Is(err, errUnavailable) {
 			s.log.Warn("query failed", "subject", m.Subject, "err", err)
@@ -367,6 +367,12 @@ func (s *Server) answer(kind string, h func(*request) (any, error), m *nats.Msg,
 	}
 	if r.asJSON {
 		hdr = nats.Header{"Content-Type": []string{pipeline.ContentTypeJSON}}
+	}
+	if gone { // a hand-over: the asker asks again (see request)
+		if hdr == nil {
+			hdr = nats.Header{}
+		}
+		hdr.Set(goneHeader, "1")
 	}
 	if s.cfg.OnQuery != nil {
 		s.cfg.OnQuery(kind, time.Since(start), failed)
@@ -410,7 +416,7 @@ func (s *Server) part(key partKey) func(*request) (any, error) {
 		if h := r.msg.Header.Get(topHeader); h != "" {
 			o := (*s.owners.Load())[key.family][key.p]
 			if o == nil { // removed while this request was queued
-				return nil, fmt.Errorf("%w: partition %s/%d is no longer in this process", errUnavailable, key.family, key.p)
+				return nil, fmt.Errorf("%w: partition %s/%d: %w", errUnavailable, key.family, key.p, errGone)
 			}
 			return partTop(r, o, h)
 		}
@@ -420,7 +426,7 @@ func (s *Server) part(key partKey) func(*request) (any, error) {
 		}
 		o := (*s.owners.Load())[key.family][key.p]
 		if o == nil { // removed while this request was queued
-			return nil, fmt.Errorf("%w: partition %s/%d is no longer in this process", errUnavailable, key.family, key.p)
+			return nil, fmt.Errorf("%w: partition %s/%d: %w", errUnavailable, key.family, key.p, errGone)
 		}
 		if req.Window != "" {
 			return partWindow(r, fam, o, ids, &req)
