@@ -59,6 +59,12 @@ func (sb *standby) warm() bool {
 	return sb.ready.Load() && sb.current.Load() && sb.caughtUp.Load() && !sb.broken.Load() && sb.retired.Load() == 0 && loaded(sb.workers)
 }
 
+// priming reports whether sb is on its way to warm: not yet primed (restoring a backup,
+// or waiting for its turn) or primed and loading its tables; neither broken nor retired.
+func (sb *standby) priming() bool {
+	return !sb.broken.Load() && sb.retired.Load() == 0 && (!sb.ready.Load() || !loaded(sb.workers))
+}
+
 func (sb *standby) valid() bool {
 	l := sb.lease.Load()
 	return l != nil && l.Valid()
@@ -424,28 +430,19 @@ func (n *Node) reflectsBackups(ctx context.Context, p int) bool {
 // Standbys lists the partitions of which this process keeps a warm copy: one that has
 // reached the partition's current backups, its counters loaded, and is caught up with
 // its owner (within StandbyLag): a takeover now replays only the last moment.
-func (n *Node) Standbys() []int {
-	n.mu.RLock()
-	defer n.mu.RUnlock()
-	var ps []int
-	for p, sb := range n.standbys {
-		if sb.warm() {
-			ps = append(ps, p)
-		}
-	}
-	slices.Sort(ps)
-	return ps
-}
+func (n *Node) Standbys() []int { return n.standbysWhere((*standby).warm) }
 
-// primingStandbys lists the partitions whose standby here is on its way to warm: not
-// yet primed (restoring a backup, or waiting for its turn), or primed and loading its
-// tables; not broken nor retired (see cluster.Owners.SetPriming).
-func (n *Node) primingStandbys() []int {
+// primingStandbys lists the partitions whose standby here is on its way to warm (see
+// standby.priming and cluster.Owners.SetPriming).
+func (n *Node) primingStandbys() []int { return n.standbysWhere((*standby).priming) }
+
+// standbysWhere lists, sorted, the partitions whose standby here is as keep says.
+func (n *Node) standbysWhere(keep func(*standby) bool) []int {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	var ps []int
 	for p, sb := range n.standbys {
-		if !sb.broken.Load() && sb.retired.Load() == 0 && (!sb.ready.Load() || !loaded(sb.workers)) {
+		if keep(sb) {
 			ps = append(ps, p)
 		}
 	}
