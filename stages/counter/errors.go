@@ -1,10 +1,20 @@
 package counter
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+
+	"github.com/tally-dev/tally/pipeline"
+)
 
 // ErrNotOwned answers a query to a partition whose lease this process may have lost: the
-// process that owns it now has the true counts.
-var ErrNotOwned = errors.New("the partition may be owned by another process")
+// process that owns it now has the true counts. It is pipeline.ErrUnavailable, as
+// ErrStopped is: a query asks the partition's owner elsewhere.
+var ErrNotOwned = fmt.Errorf("%w: the partition may be owned by another process", pipeline.ErrUnavailable)
+
+// ErrStopped answers a query to a worker that has stopped (its Run has returned): the
+// partition is handed over, or stopping here.
+var ErrStopped = fmt.Errorf("%w: the partition has stopped in this process", pipeline.ErrUnavailable)
 
 // errSnapshotFile is a snapshot file the worker cannot rebuild its table from (damaged,
 // of another version or not covered by the journal): it loads every stored counter

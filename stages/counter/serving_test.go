@@ -2,8 +2,17 @@ package counter_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"log/slog"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/stages/counter"
 )
 
 // TestQueriesAnsweredDuringCheckpoint: while a checkpoint waits (for Badger, behind
@@ -38,5 +47,78 @@ func TestQueriesAnsweredDuringCheckpoint(t *testing.T) {
 	}
 	if out[0][0] != 3 {
 		t.Fatalf("likes of %d: %d, want 3", x, out[0][0])
+	}
+}
+
+// unacked publishes nothing and never acknowledges: change events in flight for good.
+type unacked struct{}
+
+func (unacked) PublishMsgAsync(msg *nats.Msg, _ ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
+	return unackedFuture{msg}, nil
+}
+
+type unackedFuture struct{ msg *nats.Msg }
+
+func (f unackedFuture) Ok() <-chan *jetstream.PubAck { return nil }
+func (f unackedFuture) Err() <-chan error            { return nil }
+func (f unackedFuture) Msg() *nats.Msg               { return f.msg }
+
+// A stopping worker answers its readers until Run returns — its last flush, the wait
+// for its change events' acknowledgements (up to 2 s) and its snapshot — and a stopped
+// one answers ErrStopped at once, which readers take as a hand-over (pipeline.
+// ErrUnavailable) and ask the partition's next owner. Before, a read during the wait
+// was answered only as it ended, and one after it waited for its context's end: the
+// giver of a partition held readers up for as long as its stop took.
+func TestQueriesAnsweredWhileStopping(t *testing.T) {
+	r := newRig(t)
+	cfg := r.config()
+	cfg.Publisher = unacked{}
+	w := counter.New(cfg, r.js, r.db, slog.New(slog.DiscardHandler), r.stats)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	stopped := make(chan error, 1)
+	go func() { stopped <- w.Run(ctx) }()
+	const x = 42
+	r.publish(1, 1, x, 3)
+	if got := r.likes(w, x); got != 3 {
+		t.Fatalf("likes of %d: %d, want 3", x, got)
+	}
+	r.checkpointedAt(r.db, r.last) // its change events sent, never acknowledged
+	begun := time.Now()
+	stop()
+	get := func(wait time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		out := [][]uint64{make([]uint64, len(r.fam.Fields))}
+		if err := w.Get(ctx, []uint64{x}, out); err != nil {
+			return err
+		}
+		if out[0][0] != 3 {
+			return fmt.Errorf("likes of %d: %d, want 3", x, out[0][0])
+		}
+		return nil
+	}
+	answered := 0
+	for done := false; !done; {
+		select {
+		case err := <-stopped:
+			if err != nil {
+				t.Fatalf("stop: %v", err)
+			}
+			done = true
+		default:
+			if err := get(500 * time.Millisecond); err != nil {
+				t.Fatalf("a read %v into the stop: %v", time.Since(begun).Round(time.Millisecond), err)
+			}
+			answered++
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if took := time.Since(begun); took < time.Second || answered < 10 {
+		t.Fatalf("the stop took %v and %d reads were answered in it; want it to wait for the acknowledgements", took, answered)
+	}
+	err := get(5 * time.Second)
+	if !errors.Is(err, counter.ErrStopped) || !errors.Is(err, pipeline.ErrUnavailable) {
+		t.Fatalf("a read of a stopped worker: %v, want ErrStopped (unavailable)", err)
 	}
 }

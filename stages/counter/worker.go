@@ -109,6 +109,7 @@ type Worker struct {
 	log     *slog.Logger
 	stats   *Stats
 	queries chan *query
+	stopped chan struct{} // closed as Run returns: queries are answered ErrStopped
 
 	ready      atomic.Bool
 	pos        atomic.Uint64
@@ -184,7 +185,7 @@ func New(cfg Config, js jetstream.JetStream, db *cold.DB, log *slog.Logger, stat
 		cfg.AgeEvery = time.Minute
 	}
 	return &Worker{
-		cfg: cfg, js: js, db: db, stats: stats, queries: make(chan *query), snapDone: make(chan snapResult, 1),
+		cfg: cfg, js: js, db: db, stats: stats, queries: make(chan *query), stopped: make(chan struct{}), snapDone: make(chan snapResult, 1),
 		owner:  rand.Uint32(),
 		cache:  coldCache{size: cfg.ColdCache},
 		log:    log.With("stage", "counter", "family", cfg.Family.Name, "partition", cfg.Partition),
@@ -231,10 +232,13 @@ func (w *Worker) Get(ctx context.Context, ids []uint64, out [][]uint64) error {
 	return w.ask(ctx, &query{ids: ids, out: out, done: make(chan struct{})})
 }
 
-// ask hands q to the worker's goroutine and waits for its answer.
+// ask hands q to the worker's goroutine and waits for its answer; a worker that has
+// stopped answers ErrStopped at once (the query asks the partition's next owner).
 func (w *Worker) ask(ctx context.Context, q *query) error {
 	select {
 	case w.queries <- q:
+	case <-w.stopped:
+		return fmt.Errorf("partition %s/%d: %w", w.cfg.Family.Name, w.cfg.Partition, ErrStopped)
 	case <-ctx.Done():
 		return fmt.Errorf("partition %s/%d did not answer: %w", w.cfg.Family.Name, w.cfg.Partition, ctx.Err())
 	}
@@ -247,8 +251,12 @@ func (w *Worker) ask(ctx context.Context, q *query) error {
 }
 
 // Run loads the checkpoint, replays the stream after it, and applies deltas until ctx
-// ends, when it flushes once more.
+// ends, when it flushes once more. It answers queries until it returns, its last
+// checkpoint and snapshot included: a partition handed over is served by its giver
+// until the giver's workers have stopped, and the taker has nothing to wait for but
+// the giver's lease. Run is called at most once.
 func (w *Worker) Run(ctx context.Context) error {
+	defer close(w.stopped)
 	// The batches the loaded marks hold are counted in Stats.Hop.Held until Close.
 	defer w.in.Close()
 	if err := w.load(); err != nil {
@@ -373,13 +381,13 @@ func (w *Worker) stop(ctx context.Context) error {
 	if err := w.flush(ctx); err != nil {
 		return err
 	}
-	if err := w.drainChanges(ctx, 2*time.Second); err != nil {
+	if err := w.serving(func() error { return w.drainChanges(ctx, 2*time.Second) }); err != nil {
 		return err
 	}
-	w.waitSnapshot()
+	w.waitSnapshotServing()
 	if w.journaled > 0 || w.snapDue {
 		w.startSnapshot()
-		w.waitSnapshot()
+		w.waitSnapshotServing()
 	}
 	return nil
 }
@@ -387,6 +395,19 @@ func (w *Worker) stop(ctx context.Context) error {
 func (w *Worker) waitSnapshot() {
 	if w.snapping {
 		w.snapFinished(<-w.snapDone)
+	}
+}
+
+// waitSnapshotServing waits for the snapshot being written, answering queries meanwhile
+// (a stop's: a snapshot of millions of ids takes seconds under load).
+func (w *Worker) waitSnapshotServing() {
+	for w.snapping {
+		select {
+		case r := <-w.snapDone:
+			w.snapFinished(r)
+		case q := <-w.queries:
+			w.answer(q)
+		}
 	}
 }
 

@@ -154,6 +154,10 @@ func New(cfg Config, js jetstream.JetStream, db *cold.DB, log *slog.Logger, stat
 	return s, nil
 }
 
+// Owned reports whether the partition is certainly still this process's (Config.Valid:
+// its lease): while it may be another's, that process's state is the true one.
+func (s *Stage) Owned() bool { return s.cfg.Valid == nil || s.cfg.Valid() }
+
 // Pulled is the set of authors whose posts this partition's readers pull, which the
 // queries read.
 func (s *Stage) Pulled() *unread.Pulled { return s.pulled }

@@ -85,7 +85,7 @@ func (n *Node) startStage(ctx context.Context, pt *owned) error {
 		return err
 	}
 	pt.stage = st
-	pt.wg.Go(func() {
+	pt.stageWG.Go(func() {
 		err := st.Run(ctx)
 		switch {
 		case err == nil || ctx.Err() != nil:

@@ -143,7 +143,7 @@ func TestHandOverEndsBackupInFlight(t *testing.T) {
 	n.query = query.New(query.Config{Partitions: 2, Families: n.cfg.Families}, nil, nil, nil, n.log)
 	n.parts = map[int]*owned{}
 	ctx, cancel := context.WithCancel(t.Context())
-	pt := &owned{p: 0, lease: r.take(n), ctx: ctx, cancel: cancel}
+	pt := &owned{p: 0, lease: r.take(n), ctx: ctx, cancel: cancel, stopWorkers: func() {}}
 	n.parts[0] = pt
 	inFlight := make(chan struct{})
 	var first sync.Once
@@ -183,7 +183,7 @@ func TestBackupsPaced(t *testing.T) {
 	n.query = query.New(query.Config{Partitions: 2, Families: n.cfg.Families}, nil, nil, nil, n.log)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	n.parts = map[int]*owned{0: {p: 0, lease: r.take(n), ctx: ctx, cancel: cancel}}
+	n.parts = map[int]*owned{0: {p: 0, lease: r.take(n), ctx: ctx, cancel: cancel, stopWorkers: func() {}}}
 	const slow = 200 * time.Millisecond
 	var mu sync.Mutex
 	var starts []time.Time

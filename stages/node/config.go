@@ -166,6 +166,9 @@ type Config struct {
 	// primeHook, a test hook, is called as a standby's priming begins, its turn come:
 	// where it restores the backups.
 	primeHook func(ctx context.Context, p int)
+	// stopHook, a test hook, is called as a partition's stop has stopped its stage,
+	// before its workers stop.
+	stopHook func(p int)
 	// registerHook, a test hook, is called as a started partition is about to be served
 	// by the query server.
 	registerHook func(n *Node, pt *owned)

@@ -33,10 +33,15 @@ type owned struct {
 	lease   *cluster.Lease
 	stage   *event.Stage
 	workers []*counter.Worker
-	ctx     context.Context // ends when the partition stops here (cancel)
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	backup  sync.Mutex // one backup of the partition at a time
+	// ctx ends as the partition's stop begins (cancel): its stage stops, and a backup
+	// under way. Its workers stop after the stage (stopWorkers), answering reads until
+	// they have (see stopPart).
+	ctx         context.Context
+	cancel      context.CancelFunc
+	stopWorkers context.CancelFunc
+	stageWG     sync.WaitGroup // the stage
+	wg          sync.WaitGroup // the workers
+	backup      sync.Mutex     // one backup of the partition at a time
 	// kept are the positions of the previous backup, under backup: what is purged (see
 	// backupPart).
 	kept struct {
@@ -321,19 +326,19 @@ func (n *Node) startPart(ctx context.Context, p int) error {
 			sb = nil
 		}
 	}
-	pctx, cancel := context.WithCancel(n.runCtx)
-	pt.ctx, pt.cancel = pctx, cancel
+	pt.ctx, pt.cancel = context.WithCancel(n.runCtx)
 	if sb != nil { // its workers, which have applied what the last owner had, are ours now
 		sb.lease.Store(l)
 		pt.workers = sb.workers
-		pt.cancel = func() { cancel(); sb.workersCancel() }
+		pt.stopWorkers = sb.workersCancel
 		pt.wg.Go(sb.workersWG.Wait)
 	} else {
-		pt.workers = n.runWorkers(pctx, p, l.Valid, &pt.wg, n.fail)
+		var wctx context.Context
+		wctx, pt.stopWorkers = context.WithCancel(n.runCtx)
+		pt.workers = n.runWorkers(wctx, p, l.Valid, &pt.wg, n.fail)
 	}
-	if err := n.startStage(pctx, pt); err != nil {
-		pt.cancel()
-		pt.wg.Wait()
+	if err := n.startStage(pt.ctx, pt); err != nil {
+		pt.halt()
 		l.Release(ctx)
 		return fmt.Errorf("partition %d: %w", p, err)
 	}
@@ -437,6 +442,14 @@ const (
 	leaveWarm
 )
 
+// halt stops pt's stage and workers at once and waits for them.
+func (pt *owned) halt() {
+	pt.cancel()
+	pt.stopWorkers()
+	pt.stageWG.Wait()
+	pt.wg.Wait()
+}
+
 // unlist takes pt out of the partitions held here, unless a newer start of its partition
 // is there instead. Under mu.
 func (n *Node) unlist(pt *owned) {
@@ -449,6 +462,13 @@ func (n *Node) unlist(pt *owned) {
 // and, handing it over, releases its lease so that its next owner starts from here,
 // backing it up first unless that owner is a warm standby. pt may still be starting
 // (startPart then lets it go), and may have been stopped already (nothing more is done).
+//
+// Handed over, the partition is served here until its workers have stopped: the stage
+// stops first, and the workers apply what it published last and checkpoint, answering
+// reads meanwhile. A stop took up to 9 s under load with 10 M ids (each part's last
+// checkpoint and snapshot) and the partition, taken off the query path as the stop
+// began, was answered by nobody all that time. Lost, it is taken off at once: its
+// workers may no longer hold the true counts.
 func (n *Node) stopPart(pt *owned, how leave) {
 	p := pt.p
 	pt.reg.Lock()
@@ -476,17 +496,31 @@ func (n *Node) stopPart(pt *owned, how leave) {
 		// which the others leave it to: a slow stop is a partition owned by nobody.
 		n.log.Debug("partition stopped", "partition", p, "how", how, "stages", stopped, "took", time.Since(begun))
 	}()
-	for _, fam := range n.cfg.Families {
-		n.query.SetOwner(fam.Name, p, nil)
+	unserve := func() {
+		for _, fam := range n.cfg.Families {
+			n.query.SetOwner(fam.Name, p, nil)
+		}
+		n.query.SetStage(p, nil)
 	}
-	n.query.SetStage(p, nil)
+	if how == leaveLost {
+		unserve()
+	}
 	pt.reg.Unlock()
-	pt.cancel()
+	pt.cancel() // the stage, and a backup under way
+	if how == leaveLost {
+		pt.stopWorkers()
+	}
+	pt.stageWG.Wait()
+	if n.cfg.stopHook != nil {
+		n.cfg.stopHook(p)
+	}
+	pt.stopWorkers()
 	pt.wg.Wait()
 	stopped = time.Since(begun)
 	if how == leaveLost {
 		return
 	}
+	unserve() // its workers answer "stopped" by now, which readers ask again elsewhere
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if n.backups != nil && how == leaveCold {

@@ -46,7 +46,7 @@ func TestBackupWatch(t *testing.T) {
 func TestNoRestartWhileStopping(t *testing.T) {
 	n := &Node{parts: map[int]*owned{}, log: slog.New(slog.DiscardHandler),
 		query: query.New(query.Config{Partitions: 2}, nil, nil, nil, slog.New(slog.DiscardHandler))}
-	pt := &owned{p: 1, cancel: func() {}}
+	pt := &owned{p: 1, cancel: func() {}, stopWorkers: func() {}}
 	pt.wg.Add(1) // its stage and workers, still stopping
 	n.parts[1] = pt
 	stopped := make(chan struct{})

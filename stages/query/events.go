@@ -25,10 +25,13 @@ import (
 // whichever process receives it.
 
 // Stage is an event partition's stage as the queries see it: its lag (health, audit
-// settling) and the authors whose posts its readers pull (unread).
+// settling), the authors whose posts its readers pull (unread), and whether its
+// partition is certainly still this process's (its lease: a partition stopping here is
+// served until its workers have stopped, and its lease may lapse meanwhile).
 type Stage interface {
 	Lagger
 	Pulled() *unread.Pulled
+	Owned() bool
 }
 
 // SetStage registers st as event partition p's stage in this process, or removes it when
@@ -168,7 +171,7 @@ type evReply struct {
 // context is longer), is errUnavailable; an error of the owner keeps its code (and its
 // text, so that a query fails alike whichever process got it).
 func (s *Server) ev(ctx context.Context, p int, kind string, req *evRequest) (*evReply, error) {
-	if st := s.stage(p); st != nil {
+	if st := s.stage(p); st != nil && st.Owned() { // else asked of its owner now
 		return s.evLocal(ctx, p, st, kind, req)
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
@@ -245,7 +248,7 @@ func (s *Server) partEvents(p int) func(*request) (any, error) {
 		if asked := r.msg.Header.Get(lagHeader); asked != "" {
 			return s.stageHealth(r.ctx, p, st, asked)
 		}
-		if st == nil { // removed while this request was queued
+		if st == nil || !st.Owned() { // removed while this request was queued, or its lease lapsed as it stops
 			return nil, fmt.Errorf("%w: event partition %d: %w", errUnavailable, p, errGone)
 		}
 		var req evRequest

@@ -49,7 +49,13 @@ func gather[T uint64 | int64](s *Server, ctx context.Context, fam pipeline.Famil
 	var wg sync.WaitGroup
 	for p, pp := range parts {
 		if o := owners[p]; o != nil {
-			wg.Go(func() { pp.err = local(o, pp.ids, pp.out) })
+			wg.Go(func() {
+				// Unavailable here (its workers have stopped: a hand-over under way, or
+				// its lease may have lapsed): asked of the process that serves it now.
+				if pp.err = local(o, pp.ids, pp.out); errors.Is(pp.err, errUnavailable) {
+					pp.stale, pp.err = remote(p, pp.ids, pp.out)
+				}
+			})
 		} else {
 			wg.Go(func() { pp.stale, pp.err = remote(p, pp.ids, pp.out) })
 		}

@@ -3,6 +3,7 @@ package query
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -48,4 +49,14 @@ func (s *Server) request(ctx context.Context, msg func() *nats.Msg, meanwhile fu
 		case <-time.After(wait):
 		}
 	}
+}
+
+// goneIfUnavailable marks err gone when it says the partition is unavailable here: a
+// partition answered by workers that have stopped (handed over) or whose lease may have
+// lapsed is another process's to answer, and the asker asks again (see request).
+func goneIfUnavailable(err error) error {
+	if errors.Is(err, errUnavailable) && !errors.Is(err, errGone) {
+		return fmt.Errorf("%w: %w", err, errGone)
+	}
+	return err
 }

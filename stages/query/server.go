@@ -418,7 +418,8 @@ func (s *Server) part(key partKey) func(*request) (any, error) {
 			if o == nil { // removed while this request was queued
 				return nil, fmt.Errorf("%w: partition %s/%d: %w", errUnavailable, key.family, key.p, errGone)
 			}
-			return partTop(r, o, h)
+			reply, err := partTop(r, o, h)
+			return reply, goneIfUnavailable(err)
 		}
 		req, ids, out, err := s.partRequest(r, key, len(fam.Fields))
 		if err != nil {
@@ -429,10 +430,11 @@ func (s *Server) part(key partKey) func(*request) (any, error) {
 			return nil, fmt.Errorf("%w: partition %s/%d: %w", errUnavailable, key.family, key.p, errGone)
 		}
 		if req.Window != "" {
-			return partWindow(r, fam, o, ids, &req)
+			reply, err := partWindow(r, fam, o, ids, &req)
+			return reply, goneIfUnavailable(err)
 		}
 		if err := o.Get(r.ctx, ids, out); err != nil {
-			return nil, err
+			return nil, goneIfUnavailable(err)
 		}
 		return pipeline.GetReply{Fields: fam.Fields, Estimated: fam.Estimated(), Counts: out}, nil
 	}

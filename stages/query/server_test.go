@@ -68,6 +68,7 @@ func (f *fakeStage) Behind(ctx context.Context) (flow.Behind, error) {
 	return f.lag.Behind(ctx)
 }
 func (f *fakeStage) Pulled() *unread.Pulled { return f.pulled }
+func (f *fakeStage) Owned() bool            { return true }
 
 var families = pipeline.Families(pipeline.DefaultFamilies())
 
