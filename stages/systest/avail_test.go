@@ -2,6 +2,7 @@ package systest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tally-dev/tally/client"
+	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/stages/systest/rig"
 )
@@ -120,15 +122,15 @@ func waitSpread(t *testing.T, procs []*availProc, partitions int) {
 	})
 }
 
-// availPoller asks for ids every 50 ms and counts the polls that found some of them
+// availPoller asks about ids every 50 ms and counts the polls that found some of them
 // unavailable, and the ids unavailable in every poll over availUnavailable or more.
 type availPoller struct {
-	c    *client.Client
+	// ask is one poll: the ids it found unavailable (nil and an error: every id), the
+	// ids answered stale, and what failed.
+	ask  func() (down []uint64, stale []pipeline.Stale, err error)
 	ids  []uint64
 	stop chan struct{}
 	done chan struct{}
-
-	opts []client.GetOption // GetWith's, for every poll
 
 	polls, failed, errs int
 	listed              int                  // polls whose reply listed some id unavailable (not an error)
@@ -142,8 +144,38 @@ type availPoller struct {
 	seen                []string // the first failed polls, for the log
 }
 
+// startPoller polls the user counts of ids, with GetWith's opts.
 func startPoller(c *client.Client, ids []uint64, opts ...client.GetOption) *availPoller {
-	a := &availPoller{c: c, ids: ids, opts: opts, stop: make(chan struct{}), done: make(chan struct{}),
+	return newPoller(ids, func() ([]uint64, []pipeline.Stale, error) {
+		r, err := c.GetWith(context.Background(), "user", ids, opts...)
+		if err != nil {
+			return nil, nil, err
+		}
+		down := make([]uint64, len(r.Unavailable))
+		for i, id := range r.Unavailable {
+			down[i] = uint64(id)
+		}
+		return down, r.Stale, nil
+	})
+}
+
+// startLikedPoller polls whether each of uids liked posts: a relation query of each
+// uid's partition, which only its owner answers.
+func startLikedPoller(c *client.Client, uids, posts []uint64) *availPoller {
+	return newPoller(uids, func() ([]uint64, []pipeline.Stale, error) {
+		var down []uint64
+		var errs []error
+		for _, uid := range uids {
+			if _, err := c.Liked(context.Background(), uid, posts...); err != nil {
+				down, errs = append(down, uid), append(errs, err)
+			}
+		}
+		return down, nil, errors.Join(errs...)
+	})
+}
+
+func newPoller(ids []uint64, ask func() ([]uint64, []pipeline.Stale, error)) *availPoller {
+	a := &availPoller{ask: ask, ids: ids, stop: make(chan struct{}), done: make(chan struct{}),
 		since: map[uint64]time.Time{}, long: map[uint64]int{}, row: map[uint64]int{}}
 	go a.run()
 	return a
@@ -160,28 +192,25 @@ func (a *availPoller) run() {
 		case <-tick.C:
 		}
 		at := time.Now()
-		r, err := a.c.GetWith(context.Background(), "user", a.ids, a.opts...)
+		unavailable, stale, err := a.ask()
 		a.slowest = max(a.slowest, time.Since(at))
 		down := map[uint64]bool{}
-		switch {
-		case err != nil:
+		if err != nil {
 			a.errs++
-			for _, id := range a.ids {
-				down[id] = true
+			if unavailable == nil {
+				unavailable = a.ids
 			}
-		default:
-			for _, id := range r.Unavailable {
-				down[uint64(id)] = true
-			}
-			if len(r.Unavailable) > 0 {
-				a.listed++
-			}
-			if len(r.Stale) > 0 {
-				a.stale++
-			}
-			for _, st := range r.Stale {
-				a.behindMs = max(a.behindMs, st.BehindMs)
-			}
+		} else if len(unavailable) > 0 {
+			a.listed++
+		}
+		for _, id := range unavailable {
+			down[id] = true
+		}
+		if len(stale) > 0 {
+			a.stale++
+		}
+		for _, st := range stale {
+			a.behindMs = max(a.behindMs, st.BehindMs)
 		}
 		a.polls++
 		if len(down) > 0 {
@@ -211,9 +240,45 @@ func (a *availPoller) run() {
 func (a *availPoller) check(t *testing.T, what string) {
 	t.Helper()
 	a.end(t, what)
+	a.verify(t, what)
+}
+
+// verify fails t if some id was unavailable over availUnavailable, once the poller ended.
+func (a *availPoller) verify(t *testing.T, what string) {
+	t.Helper()
 	if len(a.long) > 0 {
 		t.Fatalf("%s: ids unavailable in consecutive polls %v or more apart (id: polls ending such a span): %v; %d of %d polls found some unavailable, at most %d in a row",
 			what, availUnavailable, a.long, a.failed, a.polls, a.worst)
+	}
+}
+
+// movePollers poll every partition three ways while partitions move: a plain get (which
+// a standby may answer), an exact get and a liked (which only an owner answers).
+type movePollers struct{ plain, exact, liked *availPoller }
+
+func startMovePollers(c *client.Client) *movePollers {
+	ids := probeIDs()
+	var uids []uint64 // one of each partition
+	seen := map[int]bool{}
+	for _, id := range ids {
+		if p := pipeline.PartitionOf(pipeline.ID(id), 8); !seen[p] {
+			seen[p], uids = true, append(uids, id)
+		}
+	}
+	return &movePollers{plain: startPoller(c, ids), exact: startPoller(c, ids, client.Exact()),
+		liked: startLikedPoller(c, uids, ids[:5])}
+}
+
+// check stops the pollers, logs what each saw, and fails t as availPoller.check does.
+func (m *movePollers) check(t *testing.T, what string) {
+	t.Helper()
+	polls := []*availPoller{m.plain, m.exact, m.liked}
+	kinds := []string{"get", "exact get", "liked"}
+	for i, p := range polls {
+		p.end(t, what+", "+kinds[i])
+	}
+	for i, p := range polls {
+		p.verify(t, what+", "+kinds[i])
 	}
 }
 
@@ -306,7 +371,7 @@ func TestJoinAvailable(t *testing.T) {
 	procs := []*availProc{startAvail(t, r.url), startAvail(t, r.url)}
 	r.stream(t)
 	waitSpread(t, procs, partitions)
-	poll := startPoller(r.c, probeIDs())
+	poll := startMovePollers(r.c)
 	procs = append(procs, startAvail(t, r.url))
 	waitSpread(t, procs, partitions)
 	poll.check(t, "a third tallyd joined")
@@ -335,7 +400,7 @@ func TestRejoinAvailable(t *testing.T) {
 	} else if after != restored {
 		t.Fatalf("%v partitions restored from backups at the kill, though every partition had a warm standby", after-restored)
 	}
-	poll := startPoller(r.c, probeIDs())
+	poll := startMovePollers(r.c)
 	procs[2].start()
 	waitSpread(t, procs, partitions)
 	poll.check(t, "a killed tallyd started again")
@@ -352,7 +417,7 @@ func TestRollingRestart(t *testing.T) {
 	procs := []*availProc{startAvail(t, r.url), startAvail(t, r.url), startAvail(t, r.url)}
 	r.stream(t)
 	waitSpread(t, procs, partitions)
-	poll := startPoller(r.c, probeIDs())
+	poll := startMovePollers(r.c)
 	for _, p := range procs {
 		p.signal(syscall.SIGTERM)
 		p.start()
