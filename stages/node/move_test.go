@@ -299,7 +299,9 @@ func TestHandOverServedUntilStopped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Two posts in each partition, viewed 3 and 4 times.
+	// Two posts in each partition, viewed 3 and 4 times; each id, as a user, likes post
+	// liked (a relation of the user's partition, which its owner answers).
+	const liked = 1000
 	var ids []uint64
 	want, inPart := map[uint64]uint64{}, map[int]int{}
 	for id := uint64(1); len(ids) < 4; id++ {
@@ -314,13 +316,16 @@ func TestHandOverServedUntilStopped(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		if err := c.Publish(t.Context(), pipeline.Event{Type: pipeline.TypeLike, UID: pipeline.ID(id), Post: liked, Tx: fmt.Sprint("l", id)}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	fam, err := pipeline.Families(pipeline.DefaultFamilies()).Lookup("post")
 	if err != nil {
 		t.Fatal(err)
 	}
 	view := slices.Index(fam.Fields, "view")
-	exact := func() string { // "" when every count is answered, and exact
+	exact := func() string { // "" when every count and like is answered, and exact
 		r, err := c.GetWith(t.Context(), "post", ids, client.Exact())
 		if err != nil {
 			return err.Error()
@@ -331,6 +336,9 @@ func TestHandOverServedUntilStopped(t *testing.T) {
 		for i, id := range ids {
 			if got := r.Counts[i][view]; got != want[id] {
 				return fmt.Sprintf("post %d: %d views, want %d", id, got, want[id])
+			}
+			if l, err := c.Liked(t.Context(), id, liked); err != nil || !l[0] {
+				return fmt.Sprintf("liked(%d, %d): %v, %v; want true", id, liked, l, err)
 			}
 		}
 		return ""

@@ -504,3 +504,24 @@ func TestRelationsUnavailable(t *testing.T) {
 		t.Errorf("an unknown query of an event partition: %+v, want bad request", r)
 	}
 }
+
+// A stage whose lease may have lapsed (a partition stopping here past its lease TTL,
+// served until its workers have stopped) is not read: a relation query of it is asked
+// of the partition's owner now, and, where none answers, comes back unavailable — not
+// from this process's copy of the state, which the next owner may have moved past.
+func TestLapsedStageNotRead(t *testing.T) {
+	s := natstest.Start(t)
+	nd := startHandOver(t, s, openDB(t), 1, 5*time.Second, 200*time.Millisecond, 0)
+	ask1 := func() pipeline.LikedReply {
+		var r pipeline.LikedReply
+		ask(t, nd.nc, pipeline.NewSubjects("").Liked(), nil, pipeline.LikedRequest{UID: 1, Posts: []pipeline.ID{7}}, &r)
+		return r
+	}
+	if r := ask1(); r.Error != "" || len(r.Liked) != 1 {
+		t.Fatalf("liked of a partition owned here: %+v", r)
+	}
+	nd.stages[0].(*fakeStage).lapsed.Store(true)
+	if r := ask1(); r.Code != pipeline.CodeUnavailable {
+		t.Fatalf("liked of a partition whose lease may have lapsed here: %+v, want code %s", r, pipeline.CodeUnavailable)
+	}
+}

@@ -59,6 +59,7 @@ func (m *memPart) Behind(context.Context) (flow.Behind, error) { return flow.Beh
 type fakeStage struct {
 	lag    query.Lagger
 	pulled *unread.Pulled
+	lapsed atomic.Bool // its lease may have lapsed (see Stage.Owned)
 }
 
 func (f *fakeStage) Behind(ctx context.Context) (flow.Behind, error) {
@@ -68,7 +69,7 @@ func (f *fakeStage) Behind(ctx context.Context) (flow.Behind, error) {
 	return f.lag.Behind(ctx)
 }
 func (f *fakeStage) Pulled() *unread.Pulled { return f.pulled }
-func (f *fakeStage) Owned() bool            { return true }
+func (f *fakeStage) Owned() bool            { return !f.lapsed.Load() }
 
 var families = pipeline.Families(pipeline.DefaultFamilies())
 
