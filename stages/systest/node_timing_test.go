@@ -47,6 +47,35 @@ func benchMix(n, likes int) ([]pipeline.Event, map[uint64][2]uint64) {
 	return evs, want
 }
 
+// benchLikers is benchMix with likers drawn from users (1..users, Zipf) instead of a new
+// user for every like: as real traffic, a liker likes again, and its like record is read
+// once and held. A like of a post the user liked already counts nothing.
+func benchLikers(n, likes, users int) ([]pipeline.Event, map[uint64][2]uint64) {
+	r := rand.New(rand.NewSource(1))
+	posts, uids := rand.NewZipf(r, 1.1, 1, 99_999), rand.NewZipf(r, 1.1, 1, uint64(users-1))
+	evs := make([]pipeline.Event, n)
+	want := map[uint64][2]uint64{}
+	type pair struct{ uid, post uint64 }
+	liked := map[pair]bool{}
+	for i := range evs {
+		post := 1<<41 + posts.Uint64()
+		w := want[post]
+		if r.Intn(10) < likes {
+			uid := 1 + uids.Uint64()
+			evs[i] = pipeline.Event{Type: "like", UID: pipeline.ID(uid), Post: pipeline.ID(post)}
+			if !liked[pair{uid, post}] {
+				liked[pair{uid, post}] = true
+				w[0]++
+			}
+		} else {
+			evs[i] = pipeline.Event{Type: "view", Post: pipeline.ID(post), N: 1}
+			w[1]++
+		}
+		want[post] = w
+	}
+	return evs, want
+}
+
 const benchBatch = 1000
 
 // BenchmarkEndToEnd is events applied per second through the whole path (durable file
@@ -87,6 +116,11 @@ func BenchmarkEndToEnd(b *testing.B) {
 	b.Run("tally-nowindows", func(b *testing.B) { benchTally(b, 7, func(c *node.Config) { c.Windows = false }) })
 	b.Run("tally-views-only", func(b *testing.B) { benchTally(b, 0, nil) })
 	b.Run("tally-likes-only", func(b *testing.B) { benchTally(b, 10, nil) })
+	// The mix with likers who like again (benchLikers): above, every like is a new
+	// user's, whose like record is looked up in Badger and not found.
+	likers := func(n int) ([]pipeline.Event, map[uint64][2]uint64) { return benchLikers(n, 7, 1_000_000) }
+	b.Run("jetstream-consume-likers", func(b *testing.B) { benchConsumeMix(b, likers) })
+	b.Run("tally-likers", func(b *testing.B) { benchTallyMix(b, likers, nil) })
 	// One and three tallyd processes on the same three-server cluster: streams R3, state
 	// backed up, every event-stage transaction logged (benchProcs, cluster_timing_test.go).
 	tallyd := rig.Tallyd
@@ -105,7 +139,18 @@ func BenchmarkEndToEnd(b *testing.B) {
 // same way into the same stream, read by the trivial consumer (consumeAll) — the
 // baseline the tally sub-benchmarks are a ratio of.
 func benchConsume(b *testing.B, likes int) {
-	evs, want := benchMix(b.N, likes)
+	benchConsumeMix(b, func(n int) ([]pipeline.Event, map[uint64][2]uint64) { return benchMix(n, likes) })
+}
+
+// benchConsumeMix is benchConsume of the events mix makes. It counts every like, a user's
+// second like of a post too (it keeps no relation): its counts are checked against the
+// events, not against mix's counts.
+func benchConsumeMix(b *testing.B, mix func(n int) ([]pipeline.Event, map[uint64][2]uint64)) {
+	evs, _ := mix(b.N)
+	want := map[uint64][2]uint64{}
+	for i := range evs {
+		countRaw(want, &evs[i])
+	}
 	got := make(map[uint64][2]uint64, len(want))
 	published := consumeAll(b, func(js jetstream.JetStream) {
 		c, err := client.New(js.Conn(), client.WithPartitions(16))
@@ -113,21 +158,24 @@ func benchConsume(b *testing.B, likes int) {
 			b.Fatal(err)
 		}
 		publishBench(b, c, evs)
-	}, func(e *pipeline.Event) {
-		w := got[uint64(e.Post)]
-		if e.Type == "like" {
-			w[0]++
-		} else {
-			w[1] += uint64(e.N)
-		}
-		got[uint64(e.Post)] = w
-	})
+	}, func(e *pipeline.Event) { countRaw(got, e) })
 	b.ReportMetric(float64(b.N)/published.Seconds(), "published/s")
 	for id, w := range want {
 		if got[id] != w {
 			b.Fatalf("post %d: counted %v, want %v", id, got[id], w)
 		}
 	}
+}
+
+// countRaw counts e in counts, as the trivial consumer does: every like and view of a post.
+func countRaw(counts map[uint64][2]uint64, e *pipeline.Event) {
+	w := counts[uint64(e.Post)]
+	if e.Type == "like" {
+		w[0]++
+	} else {
+		w[1] += uint64(e.N)
+	}
+	counts[uint64(e.Post)] = w
 }
 
 // consumeAll is the trivial consumer: Tally's streams on a server with no tallyd, into
@@ -189,13 +237,18 @@ func consumeAll(b *testing.B, publish func(jetstream.JetStream), count func(*pip
 // in this process (mod changes its configuration) and waits until every partition has
 // applied them, then checks every count.
 func benchTally(b *testing.B, likes int, mod func(*node.Config)) {
+	benchTallyMix(b, func(n int) ([]pipeline.Event, map[uint64][2]uint64) { return benchMix(n, likes) }, mod)
+}
+
+// benchTallyMix is benchTally of the events mix makes.
+func benchTallyMix(b *testing.B, mix func(n int) ([]pipeline.Event, map[uint64][2]uint64), mod func(*node.Config)) {
 	n, c := rig.StartNode(b, func(c *node.Config) {
 		c.Partitions, c.FlushInterval = 16, 100*time.Millisecond
 		if mod != nil {
 			mod(c)
 		}
 	})
-	evs, want := benchMix(b.N, likes)
+	evs, want := mix(b.N)
 	puts, allocs, cpu := badgerPuts(), mallocs(), cpuTime()
 	b.ResetTimer()
 	publishBench(b, c, evs)
