@@ -361,9 +361,15 @@ func TestHandOverServedUntilStopped(t *testing.T) {
 		}
 	}
 	releaseNow()
-	natstest.Eventually(t, 30*time.Second, "b owns partition "+fmt.Sprint(p), func() (bool, string) {
-		return slices.Contains(b.Parts(), p) && b.PartsWarm.Load() > 0, fmt.Sprint("b owns ", b.Parts())
-	})
+	// From the giver's last answer to the taker's first, readers wait the hand-over out.
+	for deadline := time.Now().Add(30 * time.Second); !slices.Contains(b.Parts(), p) || b.PartsWarm.Load() == 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("b does not own partition %d after 30 s: b owns %v", p, b.Parts())
+		}
+		if got := exact(); got != "" {
+			t.Fatalf("partition %d handed from a to b: %s", p, got)
+		}
+	}
 	if got := exact(); got != "" {
 		t.Fatalf("after the hand-over of partition %d: %s", p, got)
 	}
