@@ -27,32 +27,19 @@ import (
 func benchEvents(n int) ([]pipeline.Event, map[uint64][2]uint64) { return benchMix(n, 7) }
 
 // benchMix is benchEvents with likes tenths of likes.
-func benchMix(n, likes int) ([]pipeline.Event, map[uint64][2]uint64) {
-	r := rand.New(rand.NewSource(1))
-	z := rand.NewZipf(r, 1.1, 1, 99_999)
-	evs := make([]pipeline.Event, n)
-	want := map[uint64][2]uint64{}
-	for i := range evs {
-		post := 1<<41 + z.Uint64()
-		w := want[post]
-		if r.Intn(10) < likes {
-			evs[i] = pipeline.Event{Type: "like", UID: pipeline.ID(1 + i), Post: pipeline.ID(post)}
-			w[0]++
-		} else {
-			evs[i] = pipeline.Event{Type: "view", Post: pipeline.ID(post), N: 1}
-			w[1]++
-		}
-		want[post] = w
-	}
-	return evs, want
-}
+func benchMix(n, likes int) ([]pipeline.Event, map[uint64][2]uint64) { return benchLikers(n, likes, 0) }
 
 // benchLikers is benchMix with likers drawn from users (1..users, Zipf) instead of a new
-// user for every like: as real traffic, a liker likes again, and its like record is read
-// once and held. A like of a post the user liked already counts nothing.
+// user for every like (users 0, benchMix): as real traffic, a liker likes again, and its
+// like record is read once and held. A like of a post the user liked already counts
+// nothing.
 func benchLikers(n, likes, users int) ([]pipeline.Event, map[uint64][2]uint64) {
 	r := rand.New(rand.NewSource(1))
-	posts, uids := rand.NewZipf(r, 1.1, 1, 99_999), rand.NewZipf(r, 1.1, 1, uint64(users-1))
+	posts := rand.NewZipf(r, 1.1, 1, 99_999)
+	var uids *rand.Zipf
+	if users > 0 {
+		uids = rand.NewZipf(r, 1.1, 1, uint64(users-1))
+	}
 	evs := make([]pipeline.Event, n)
 	want := map[uint64][2]uint64{}
 	type pair struct{ uid, post uint64 }
@@ -61,10 +48,17 @@ func benchLikers(n, likes, users int) ([]pipeline.Event, map[uint64][2]uint64) {
 		post := 1<<41 + posts.Uint64()
 		w := want[post]
 		if r.Intn(10) < likes {
-			uid := 1 + uids.Uint64()
+			uid := uint64(1 + i)
+			if uids != nil {
+				uid = 1 + uids.Uint64()
+			}
 			evs[i] = pipeline.Event{Type: "like", UID: pipeline.ID(uid), Post: pipeline.ID(post)}
-			if !liked[pair{uid, post}] {
-				liked[pair{uid, post}] = true
+			again := false
+			if uids != nil {
+				p := pair{uid, post}
+				again, liked[p] = liked[p], true
+			}
+			if !again {
 				w[0]++
 			}
 		} else {
