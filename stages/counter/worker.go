@@ -384,23 +384,17 @@ func (w *Worker) stop(ctx context.Context) error {
 	if err := w.serving(func() error { return w.drainChanges(ctx, 2*time.Second) }); err != nil {
 		return err
 	}
-	w.waitSnapshotServing()
+	w.waitSnapshot()
 	if w.journaled > 0 || w.snapDue {
 		w.startSnapshot()
-		w.waitSnapshotServing()
+		w.waitSnapshot()
 	}
 	return nil
 }
 
+// waitSnapshot waits for the snapshot being written, answering queries meanwhile (a
+// stop's: a snapshot of millions of ids takes seconds under load).
 func (w *Worker) waitSnapshot() {
-	if w.snapping {
-		w.snapFinished(<-w.snapDone)
-	}
-}
-
-// waitSnapshotServing waits for the snapshot being written, answering queries meanwhile
-// (a stop's: a snapshot of millions of ids takes seconds under load).
-func (w *Worker) waitSnapshotServing() {
 	for w.snapping {
 		select {
 		case r := <-w.snapDone:

@@ -504,12 +504,13 @@ func (n *Node) stopPart(pt *owned, how leave) {
 	}
 	if how == leaveLost {
 		unserve()
+		pt.reg.Unlock()
+		pt.halt()
+		stopped = time.Since(begun)
+		return
 	}
 	pt.reg.Unlock()
 	pt.cancel() // the stage, and a backup under way
-	if how == leaveLost {
-		pt.stopWorkers()
-	}
 	pt.stageWG.Wait()
 	if n.cfg.stopHook != nil {
 		n.cfg.stopHook(p)
@@ -517,9 +518,6 @@ func (n *Node) stopPart(pt *owned, how leave) {
 	pt.stopWorkers()
 	pt.wg.Wait()
 	stopped = time.Since(begun)
-	if how == leaveLost {
-		return
-	}
 	unserve() // its workers answer "stopped" by now, which readers ask again elsewhere
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -406,38 +406,43 @@ func (s *Server) get(r *request) (any, error) {
 var errUnavailable = pipeline.ErrUnavailable
 
 // part answers <prefix>.part.<family>.<p> from the partition registered here, for the
-// counts of another process.
+// counts of another process. A partition unavailable here (its workers have stopped, or
+// its lease may have lapsed) is answered gone, which the asker asks again elsewhere.
 func (s *Server) part(key partKey) func(*request) (any, error) {
 	fam, _ := s.cfg.Families.Lookup(key.family)
 	return func(r *request) (any, error) {
 		if asked := r.msg.Header.Get(lagHeader); asked != "" {
 			return s.partHealth(r.ctx, key, asked)
 		}
-		if h := r.msg.Header.Get(topHeader); h != "" {
-			o := (*s.owners.Load())[key.family][key.p]
-			if o == nil { // removed while this request was queued
-				return nil, fmt.Errorf("%w: partition %s/%d: %w", errUnavailable, key.family, key.p, errGone)
-			}
-			reply, err := partTop(r, o, h)
-			return reply, goneIfUnavailable(err)
-		}
-		req, ids, out, err := s.partRequest(r, key, len(fam.Fields))
-		if err != nil {
-			return nil, err
-		}
+		reply, err := s.partAnswer(r, key, fam)
+		return reply, goneIfUnavailable(err)
+	}
+}
+
+// partAnswer answers a part request of another process for counts, a window or a top.
+func (s *Server) partAnswer(r *request, key partKey, fam pipeline.Family) (any, error) {
+	if h := r.msg.Header.Get(topHeader); h != "" {
 		o := (*s.owners.Load())[key.family][key.p]
 		if o == nil { // removed while this request was queued
 			return nil, fmt.Errorf("%w: partition %s/%d: %w", errUnavailable, key.family, key.p, errGone)
 		}
-		if req.Window != "" {
-			reply, err := partWindow(r, fam, o, ids, &req)
-			return reply, goneIfUnavailable(err)
-		}
-		if err := o.Get(r.ctx, ids, out); err != nil {
-			return nil, goneIfUnavailable(err)
-		}
-		return pipeline.GetReply{Fields: fam.Fields, Estimated: fam.Estimated(), Counts: out}, nil
+		return partTop(r, o, h)
 	}
+	req, ids, out, err := s.partRequest(r, key, len(fam.Fields))
+	if err != nil {
+		return nil, err
+	}
+	o := (*s.owners.Load())[key.family][key.p]
+	if o == nil { // removed while this request was queued
+		return nil, fmt.Errorf("%w: partition %s/%d: %w", errUnavailable, key.family, key.p, errGone)
+	}
+	if req.Window != "" {
+		return partWindow(r, fam, o, ids, &req)
+	}
+	if err := o.Get(r.ctx, ids, out); err != nil {
+		return nil, err
+	}
+	return pipeline.GetReply{Fields: fam.Fields, Estimated: fam.Estimated(), Counts: out}, nil
 }
 
 // partRequest decodes a request of another process for the counters of ids in the
