@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/pipeline/buildinfo"
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/store/cold"
 	"github.com/tally-dev/tally/store/graph"
@@ -182,7 +183,7 @@ func (h *logHarness) stageKey() []byte {
 // the filler was dead-lettered and every later batch of its source was held for ever.
 func TestHeldReleaseFits(t *testing.T) {
 	n, per := uint64(50), 2000
-	if testing.Short() {
+	if testing.Short() || buildinfo.Race { // 40 000 likes: still far past one transaction
 		n = 20
 	}
 	h := newHarness(t, 2)
@@ -195,7 +196,7 @@ func TestHeldReleaseFits(t *testing.T) {
 // the held payloads and, past the payload limit, none could be appended.
 func TestHeldPayloadsStayOutOfTheLog(t *testing.T) {
 	n, per := uint64(125), 20
-	if testing.Short() {
+	if testing.Short() || buildinfo.Race { // 12 MB: still far past a record's payload limit
 		n = 30
 	}
 	h := newHarness(t, 2)

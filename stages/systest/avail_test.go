@@ -16,6 +16,7 @@ import (
 
 	"github.com/tally-dev/tally/client"
 	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/pipeline/buildinfo"
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/stages/systest/rig"
 )
@@ -435,7 +436,7 @@ func TestRollingRestart(t *testing.T) {
 // cores; task avail runs them without it.
 func skipUnderRace(t *testing.T) {
 	t.Helper()
-	if raceEnabled {
+	if buildinfo.Race {
 		t.Skip("its tallyd processes under the race detector cannot keep a standby within StandbyLag; run without -race (task avail)")
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tally-dev/tally/client"
 	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/pipeline/buildinfo"
 	"github.com/tally-dev/tally/stages/node"
 	"github.com/tally-dev/tally/stages/reference"
 	"github.com/tally-dev/tally/stages/systest/rig"
@@ -97,7 +98,7 @@ func TestModel(t *testing.T) {
 	switch {
 	case testing.Short():
 		total = 20_000
-	case raceEnabled:
+	case buildinfo.Race:
 		// 81 s of CI's 10 minutes at the full size: the race detector looks for races,
 		// which half the events meet as well; without -race it runs the full size.
 		total = 60_000

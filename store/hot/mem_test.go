@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/tally-dev/tally/pipeline/buildinfo"
 	"github.com/tally-dev/tally/store/hot"
 )
 
@@ -39,7 +40,7 @@ func heapDelta(fill func() any) (uint64, any) {
 // sealed table must hold them in ≤ 13 B/id at both.
 func TestMemoryPerID(t *testing.T) {
 	n := 10_000_000
-	if testing.Short() || raceEnabled {
+	if testing.Short() || buildinfo.Race {
 		n = 1_000_000
 	}
 	for _, c := range []struct {

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/tally-dev/tally/pipeline/buildinfo"
 	"github.com/tally-dev/tally/store"
 	"github.com/tally-dev/tally/store/hot"
 	"github.com/tally-dev/tally/store/storetest"
@@ -17,7 +18,7 @@ import (
 // that snapshots round-trip, and that compaction and bucket drops keep every count.
 func TestModel(t *testing.T) {
 	ops := 3_000_000
-	if testing.Short() || raceEnabled {
+	if testing.Short() || buildinfo.Race {
 		ops = 400_000
 	}
 	const fields = 4

@@ -6,6 +6,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/tally-dev/tally/pipeline/buildinfo"
 )
 
 // users are n distinct user ids from seed: random, so that neither their order nor
@@ -126,7 +128,7 @@ func TestForms(t *testing.T) {
 // deterministic.
 func TestStandardError(t *testing.T) {
 	trials := 24
-	if testing.Short() || raceEnabled {
+	if testing.Short() || buildinfo.Race {
 		trials = 6
 	}
 	for _, n := range []int{ExactMax + 1, 1_000, 3_000, 10_000, 100_000, 1_000_000} {

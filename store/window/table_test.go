@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"slices"
 	"testing"
+
+	"github.com/tally-dev/tally/pipeline/buildinfo"
 )
 
 // model is the reference: every change kept, by id, then (field, minute).
@@ -212,7 +214,7 @@ func TestDecodeRecordRefusesDamage(t *testing.T) {
 // table has most of the time, and the most on the way is what fresh and the leaves'
 // slack add before a rebuild.
 func TestMemoryPerID(t *testing.T) {
-	if testing.Short() || raceEnabled {
+	if testing.Short() || buildinfo.Race {
 		t.Skip("1 M ids, and a memory figure: not under -short or -race")
 	}
 	f := func(ids, fields int, apart uint64, shuffled bool, want float64) {

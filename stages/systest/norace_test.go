@@ -1,5 +1,0 @@
-//go:build !race
-
-package systest
-
-const raceEnabled = false

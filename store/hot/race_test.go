@@ -1,5 +1,0 @@
-//go:build race
-
-package hot_test
-
-const raceEnabled = true

@@ -1,5 +1,0 @@
-//go:build race
-
-package sketch
-
-const raceEnabled = true

@@ -1,5 +1,0 @@
-//go:build !race
-
-package window
-
-const raceEnabled = false
