@@ -94,6 +94,7 @@ func (l *Likes) touch(keys ...key) {
 // records are the like records kept in RAM: a Resident's.
 type records interface {
 	record(u uint64) (*likes, bool)
+	maxStates() int // the most states of a heavy user worth reading in
 }
 
 // NewLikes starts a batch of partition p, which reads like records through res (a
@@ -124,6 +125,11 @@ func (l *Likes) record(txn *cold.Txn, u uint64) (*likes, error) {
 	}
 	if l.res != nil {
 		if r, ok := l.res.record(u); ok {
+			if r.heavy && r.states == nil && !r.tooMany {
+				if err := l.readStates(txn, u, r, l.res.maxStates()); err != nil {
+					return nil, err
+				}
+			}
 			l.users[u] = r
 			return r, nil
 		}
@@ -149,17 +155,19 @@ func (l *Likes) Toggle(txn *cold.Txn, u, post uint64, on bool, e rel.Event) (bef
 		return before, after, false, err
 	}
 	if r.heavy {
-		return l.toggleKey(txn, u, post, on, e)
+		return l.toggleKey(txn, r, u, post, on, e)
 	}
 	i := r.find(post)
 	if i < 0 && len(r.list) == maxLightLikes { // turns heavy: its states become relation keys
-		for _, x := range r.list {
-			if err := l.putKey(txn, Rel{A: u, B: x.post}, rel.State{}, x.State); err != nil {
+		list := r.list
+		// It had no relation key before: the states it writes now are all it has.
+		*r = likes{heavy: true, dirty: true, states: map[uint64]rel.State{}}
+		for _, x := range list {
+			if err := l.putKey(txn, r, Rel{A: u, B: x.post}, rel.State{}, x.State); err != nil {
 				return before, after, false, err
 			}
 		}
-		*r = likes{heavy: true, dirty: true}
-		return l.toggleKey(txn, u, post, on, e)
+		return l.toggleKey(txn, r, u, post, on, e)
 	}
 	var st rel.State
 	if i >= 0 {
@@ -179,20 +187,31 @@ func (l *Likes) Toggle(txn *cold.Txn, u, post uint64, on bool, e rel.Event) (bef
 	return before, st, forgot, l.moveLiker(txn, u, post, before, st)
 }
 
-// toggleKey is Toggle for a heavy user: the post's state is a relation key.
-func (l *Likes) toggleKey(txn *cold.Txn, u, post uint64, on bool, e rel.Event) (before, after rel.State, forgot bool, err error) {
-	before, after, forgot, keys, err := toggleKey(txn, l.p, Like, Rel{A: u, B: post}, on, e)
-	l.touch(keys...)
-	if err != nil || len(keys) == 0 {
+// toggleKey is Toggle for heavy user u, whose record is r: the post's state is a
+// relation key.
+func (l *Likes) toggleKey(txn *cold.Txn, r *likes, u, post uint64, on bool, e rel.Event) (before, after rel.State, forgot bool, err error) {
+	if before, err = l.heavyState(txn, r, u, post); err != nil {
+		return before, after, false, err
+	}
+	after = before.Clone()
+	_, forgot = after.Apply(on, e)
+	if after.Equal(before) {
+		return before, after, forgot, nil
+	}
+	if err := l.putKey(txn, r, Rel{A: u, B: post}, before, after); err != nil {
 		return before, after, forgot, err
 	}
 	return before, after, forgot, l.moveLiker(txn, u, post, before, after)
 }
 
-// putKey writes a heavy user's like state, moving its list key with its time.
-func (l *Likes) putKey(txn *cold.Txn, r Rel, before, after rel.State) error {
+// putKey writes heavy user rel.A's like state (its record is rec), moving its list key
+// with its time.
+func (l *Likes) putKey(txn *cold.Txn, rec *likes, r Rel, before, after rel.State) error {
 	keys, err := putState(txn, l.p, Like, r, before, after)
 	l.touch(keys...)
+	if err == nil {
+		rec.wroteState(r.B, after)
+	}
 	return err
 }
 

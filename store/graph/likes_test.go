@@ -6,6 +6,7 @@ import (
 	"errors"
 	"expvar"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -27,6 +28,19 @@ type likeModel struct {
 
 func newLikeModel() *likeModel {
 	return &likeModel{likes: map[uint64]map[uint64]int64{}, touched: map[uint64]map[uint64]bool{}, heavy: map[uint64]bool{}}
+}
+
+// clone is a copy of m that m's changes leave as it is.
+func (m *likeModel) clone() *likeModel {
+	c := newLikeModel()
+	for u, ls := range m.likes {
+		c.likes[u] = maps.Clone(ls)
+	}
+	for u, ps := range m.touched {
+		c.touched[u] = maps.Clone(ps)
+	}
+	c.heavy = maps.Clone(m.heavy)
+	return c
 }
 
 func (m *likeModel) touch(u, post uint64) {
@@ -171,91 +185,115 @@ func checkLikes(t *testing.T, db *cold.DB, p int, m *likeModel, users, posts uin
 // TestLikesMatchModel likes and unlikes at random, in batches of random sizes (and one
 // at a time through Relate and Unrelate), with times that tie and share seconds and
 // users that turn heavy, and checks every answer against the model after each round.
+// The batches read through a Resident as the event stage's do — small enough to forget
+// users on the way, or large enough to keep the heavy users' states — which is now and
+// then started afresh (a restart), and some of their transactions are thrown away.
 func TestLikesMatchModel(t *testing.T) {
+	for _, budget := range []int{8 << 10, 1 << 20} {
+		for seed := range uint64(4) {
+			likesMatchModel(t, budget, seed)
+		}
+	}
+}
+
+func likesMatchModel(t *testing.T, budget int, seed uint64) {
 	const p, users, posts = 5, 8, 60
-	for seed := range uint64(4) {
-		r := rand.New(rand.NewPCG(seed, 1))
-		db, m := coldtest.Open(t, cold.Options{Upgrade: Upgrade}), newLikeModel()
-		// as the event stage keeps it, small enough to forget users on the way
-		res := NewResident[testReader](8 << 10)
-		batch, place := uint64(0), uint64(0)
-		for round := range 12 {
-			for range 1 + r.IntN(12) {
-				batch++
-				one := r.IntN(4) == 0 // a batch of one, through Relate and Unrelate
-				l := NewLikes(p, res)
-				if r.IntN(2) == 0 { // stored chunks read as committed, or through the transaction
-					l.ReadChunksFrom(db)
+	r := rand.New(rand.NewPCG(seed, 1))
+	db, m := coldtest.Open(t, cold.Options{Upgrade: Upgrade}), newLikeModel()
+	res := NewResident[testReader](budget)
+	batch, place := uint64(0), uint64(0)
+	for round := range 12 {
+		for range 1 + r.IntN(12) {
+			batch++
+			one := r.IntN(4) == 0 // a batch of one, through Relate and Unrelate
+			discard := !one && r.IntN(8) == 0
+			saved := m.clone()
+			l := NewLikes(p, res)
+			if r.IntN(2) == 0 { // stored chunks read as committed, or through the transaction
+				l.ReadChunksFrom(db)
+			}
+			puts := badgerPuts()
+			update := db.Update
+			if discard {
+				update = func(fn func(*cold.Txn) error) error {
+					txn := db.NewTxn(true)
+					defer txn.Discard()
+					return fn(txn)
 				}
-				puts := badgerPuts()
-				err := db.Update(func(txn *cold.Txn) error {
-					for range 1 + r.IntN(25) {
-						// users 1 and 2 like much more: they turn heavy
-						u := uint64(1 + r.IntN(users))
-						if r.IntN(2) == 0 {
-							u = uint64(1 + r.IntN(2))
-						}
-						post, ts := uint64(1+r.IntN(posts)), int64(r.IntN(4000))
-						var changed, want bool
-						var err error
-						if r.IntN(5) == 0 {
-							var since, wantSince int64
-							wantSince, want = m.unlike(u, post)
-							if one {
-								changed, since, err = Unrelate(txn, p, Like, Rel{A: u, B: post})
-							} else {
-								place++
-								changed, since, err = l.unlike(txn, u, post, place)
-							}
-							if err == nil && changed && since != wantSince {
-								t.Fatalf("unlike of %d by %d made at %d, want %d", post, u, since, wantSince)
-							}
-						} else {
-							want = m.like(u, post, ts)
-							if one {
-								changed, err = Relate(txn, p, Like, Rel{A: u, B: post}, ts)
-							} else {
-								place++
-								changed, err = l.like(txn, u, post, ts, place)
-							}
-						}
-						if err != nil {
-							return err
-						}
-						if changed != want {
-							t.Fatalf("seed %d: user %d post %d changed %v, want %v", seed, u, post, changed, want)
-						}
+			}
+			err := update(func(txn *cold.Txn) error {
+				for range 1 + r.IntN(25) {
+					// users 1 and 2 like much more: they turn heavy
+					u := uint64(1 + r.IntN(users))
+					if r.IntN(2) == 0 {
+						u = uint64(1 + r.IntN(2))
+					}
+					post, ts := uint64(1+r.IntN(posts)), int64(r.IntN(4000))
+					var changed, want bool
+					var err error
+					if r.IntN(5) == 0 {
+						var since, wantSince int64
+						wantSince, want = m.unlike(u, post)
 						if one {
-							break
+							changed, since, err = Unrelate(txn, p, Like, Rel{A: u, B: post})
+						} else {
+							place++
+							changed, since, err = l.unlike(txn, u, post, place)
+						}
+						if err == nil && changed && since != wantSince {
+							t.Fatalf("unlike of %d by %d made at %d, want %d", post, u, since, wantSince)
+						}
+					} else {
+						want = m.like(u, post, ts)
+						if one {
+							changed, err = Relate(txn, p, Like, Rel{A: u, B: post}, ts)
+						} else {
+							place++
+							changed, err = l.like(txn, u, post, ts, place)
 						}
 					}
-					return l.Flush(txn, batch)
-				})
-				l.Close()
-				if err != nil {
-					t.Fatal(err)
+					if err != nil {
+						return err
+					}
+					if changed != want {
+						t.Fatalf("seed %d: user %d post %d changed %v, want %v", seed, u, post, changed, want)
+					}
+					if one {
+						break
+					}
 				}
-				if one { // Relate and Unrelate wrote past the resident records
-					res = NewResident[testReader](8 << 10)
-				} else {
-					res.Keep(nil, l)
-				}
-				// Badger's count: every key, and a mark for a commit that wrote any
-				if got := badgerPuts() - puts; !one && got != int64(l.Writes()+min(l.Writes(), 1)) {
-					t.Fatalf("the batch counted %d writes; Badger wrote %d entries", l.Writes(), got)
-				}
+				return l.Flush(txn, batch)
+			})
+			l.Close()
+			if err != nil {
+				t.Fatal(err)
 			}
-			checkLikes(t, db, p, m, users, posts, r)
-			for u := range uint64(users + 1) {
-				var rec *likes
-				err := db.View(func(txn *cold.Txn) (err error) { rec, err = NewLikes(p, nil).record(txn, u); return err })
-				if err != nil || rec.heavy != m.heavy[u] {
-					t.Fatalf("seed %d: user %d heavy %v, want %v (%v)", seed, u, rec.heavy, m.heavy[u], err)
-				}
+			switch {
+			case discard:
+				m = saved
+			case one: // Relate and Unrelate wrote past the resident records
+				res = NewResident[testReader](budget)
+			default:
+				res.Keep(nil, l)
 			}
-			if round == 11 && (!m.heavy[1] || !m.heavy[2]) {
-				t.Fatalf("seed %d: users 1 and 2 never turned heavy: the test misses that shape", seed)
+			if r.IntN(10) == 0 { // a restart
+				res = NewResident[testReader](budget)
 			}
+			// Badger's count: every key, and a mark for a commit that wrote any
+			if got := badgerPuts() - puts; !one && !discard && got != int64(l.Writes()+min(l.Writes(), 1)) {
+				t.Fatalf("the batch counted %d writes; Badger wrote %d entries", l.Writes(), got)
+			}
+		}
+		checkLikes(t, db, p, m, users, posts, r)
+		for u := range uint64(users + 1) {
+			var rec *likes
+			err := db.View(func(txn *cold.Txn) (err error) { rec, err = NewLikes(p, nil).record(txn, u); return err })
+			if err != nil || rec.heavy != m.heavy[u] {
+				t.Fatalf("seed %d: user %d heavy %v, want %v (%v)", seed, u, rec.heavy, m.heavy[u], err)
+			}
+		}
+		if round == 11 && (!m.heavy[1] || !m.heavy[2]) {
+			t.Fatalf("seed %d: users 1 and 2 never turned heavy: the test misses that shape", seed)
 		}
 	}
 }

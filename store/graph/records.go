@@ -41,6 +41,17 @@ type likes struct {
 	heavy bool
 	list  []like // made ones newest first, then undone ones
 	dirty bool   // changed by the batch: written at Flush
+
+	// A heavy user's states, when a Resident keeps them (see heavyStates): every state
+	// stored in the user's relation keys, so that a post absent from it has none and
+	// costs no Badger read; nil while not known. A transaction never changes it (it is
+	// the Resident's): what it writes goes to over, which Resident.Keep merges in once
+	// it has committed. statesCost is their cost for the budget, and tooMany marks a
+	// user with more states than a Resident reads in (maxHeavyStates).
+	states     map[uint64]rel.State
+	over       map[uint64]rel.State
+	statesCost int
+	tooMany    bool
 }
 
 func likesKey(p int, u uint64) key { return likesKeyTo(make(key, 0, likesKeyLen), p, u) }

@@ -6,13 +6,14 @@ import (
 
 // Resident is what an event partition's events read of its state, kept in RAM for the
 // users active lately so that a like or a notification costs no Badger read: reader
-// states (R, store/unread's) and like records (a heavy user's only says so), within one
-// budget. It is written through: a transaction reads it through unread.Readers and
-// Likes, which keep what the transaction read and wrote, and Keep takes that in only
-// once the transaction has committed — so it never holds what Badger does not. Only the partition's event stage writes these keys;
-// a stage that loads its state afresh (a restart, a restore, a takeover) starts a new
-// Resident. Past its budget it forgets users at random (a map's order), an eighth at a
-// time. A Resident is not safe for concurrent use.
+// states (R, store/unread's) and like records (a heavy user's with all its states: see
+// heavy.go), within one budget. It is written through: a transaction reads it through
+// unread.Readers and Likes, which keep what the transaction read and wrote, and Keep
+// takes that in only once the transaction has committed — so it never holds what
+// Badger does not. Only the partition's event stage writes these keys; a stage that
+// loads its state afresh (a restart, a restore, a takeover) starts a new Resident. Past
+// its budget it forgets users at random (a map's order), an eighth at a time. A
+// Resident is not safe for concurrent use.
 type Resident[R Reader] struct {
 	max, size int
 	readers   map[uint64]R
@@ -65,7 +66,7 @@ func (r *Resident[R]) Bytes() int {
 }
 
 func recordCost(l *likes) int {
-	n := likesCost + len(l.list)*likeCost
+	n := likesCost + len(l.list)*likeCost + l.statesCost
 	for i := range l.list {
 		n += len(l.list[i].Later) * laterCost
 	}
@@ -94,7 +95,8 @@ func (r *Resident[R]) record(u uint64) (*likes, bool) {
 	if !ok {
 		return nil, false
 	}
-	return &likes{heavy: l.heavy, list: slices.Clone(l.list)}, true
+	// A heavy user's states are shared, never changed by the transaction (see over).
+	return &likes{heavy: l.heavy, list: slices.Clone(l.list), states: l.states, statesCost: l.statesCost, tooMany: l.tooMany}, true
 }
 
 func (r *Resident[R]) count(hit bool) {
@@ -123,6 +125,7 @@ func (r *Resident[R]) Keep(readers map[uint64]R, l *Likes) {
 	}
 	if l != nil {
 		for u, rec := range l.users {
+			rec.mergeOver() // committed: into the states it shares with the resident record
 			if old, ok := r.likes[u]; ok {
 				r.size -= recordCost(old)
 			} else if !r.admit(u) {

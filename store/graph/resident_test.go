@@ -1,6 +1,8 @@
 package graph
 
 import (
+	"expvar"
+	"slices"
 	"testing"
 
 	"github.com/tally-dev/tally/store/cold"
@@ -116,3 +118,73 @@ func TestResidentBudget(t *testing.T) {
 		}
 	}
 }
+
+// TestHeavyLikesReadNothing: a heavy user a Resident keeps likes without a Badger read
+// (its states are all in RAM, so a post they do not name has none stored), where each of
+// its likes read its post's relation key before; after a restart, a new Resident reads
+// its states in once it keeps the user again, and then none.
+func TestHeavyLikesReadNothing(t *testing.T) {
+	const p, u = 2, 9
+	db := coldtest.Open(t, cold.Options{Upgrade: Upgrade})
+	place := uint64(0)
+	// batch likes posts in one committed transaction, and says how many Badger reads it made.
+	batch := func(res *Resident[testReader], posts ...uint64) int64 {
+		t.Helper()
+		gets := badgerGets()
+		l := NewLikes(p, res)
+		err := db.Update(func(txn *cold.Txn) error {
+			for _, post := range posts {
+				place++
+				if _, err := l.like(txn, u, post, int64(post), place); err != nil {
+					return err
+				}
+			}
+			return l.Flush(txn, place)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Keep(nil, l)
+		return badgerGets() - gets
+	}
+	posts := func(from, n uint64) []uint64 {
+		out := make([]uint64, n)
+		for i := range out {
+			out[i] = from + uint64(i)
+		}
+		return out
+	}
+	res := NewResident[testReader](1 << 20)
+	batch(res, 1)
+	batch(res, 2)                          // seen twice: resident
+	batch(res, posts(3, maxLightLikes)...) // turns heavy
+	if n := batch(res, append(posts(100, 50), 1, 40)...); n != 0 {
+		t.Fatalf("50 likes of new posts and 2 again by a resident heavy user read Badger %d times, want none", n)
+	}
+	res = NewResident[testReader](1 << 20) // a restart
+	for range 2 {                          // seen twice: resident
+		batch(res, posts(200, 5)...)
+	}
+	batch(res, 300) // its states read in
+	if n := batch(res, append(posts(400, 50), 100, 3)...); n != 0 {
+		t.Fatalf("after a restart, 52 likes by a resident heavy user read Badger %d times, want none", n)
+	}
+	if min := 140 * likeCost; res.Bytes() < min {
+		t.Fatalf("%d bytes resident for a user with 140 like states, want at least %d", res.Bytes(), min)
+	}
+	// A budget smaller than the user's states: they are not kept whole, and the likes
+	// are read from Badger.
+	small := NewResident[testReader](4 << 10)
+	for i := range uint64(4) {
+		batch(small, 500+i)
+		if small.Bytes() > 4<<10 {
+			t.Fatalf("%d bytes resident, budget %d", small.Bytes(), 4<<10)
+		}
+	}
+	liked, err := Related(db, p, Like, u, []uint64{1, 40, 100, 149, 203, 449, 503, 450, 9999})
+	if err != nil || !slices.Equal(liked, []bool{true, true, true, true, true, true, true, false, false}) {
+		t.Fatalf("liked %v, %v", liked, err)
+	}
+}
+
+func badgerGets() int64 { return expvar.Get("badger_get_num_user").(*expvar.Int).Value() }
