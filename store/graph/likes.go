@@ -3,6 +3,7 @@ package graph
 import (
 	"bytes"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"slices"
 
@@ -46,10 +47,11 @@ type Likes struct {
 	p       int
 	users   map[uint64]*likes
 	added   map[chunkAt][]liker
-	posts   []chunkAt       // the chunks of added in the order first added, for Flush
-	merged  bool            // Flush merges into an existing chunk of the same batch
-	writes  int             // keys Flush set or deleted
-	touched map[string]bool // keys set or deleted before Flush
+	posts   []chunkAt           // the chunks of added in the order first added, for Flush
+	merged  bool                // Flush merges into an existing chunk of the same batch
+	writes  int                 // keys Flush set or deleted
+	touched map[uint64]struct{} // keys set or deleted before Flush, by their hash (a count)
+	seed    maphash.Seed
 
 	// db, when set, is where stored liker chunks are looked for (see ReadChunksFrom):
 	// view reads it as committed and rewrote holds the chunks the batch rewrote since
@@ -82,12 +84,15 @@ func (l *Likes) Close() {
 // Writes is how many keys the batch has set or deleted so far, each counted once.
 func (l *Likes) Writes() int { return l.writes + len(l.touched) }
 
+// touch counts keys as written. Only their number is wanted (Writes), so they are kept
+// by a 64-bit hash rather than copied into strings: two keys of a batch hashing alike,
+// one in 2^64 a pair, would count once.
 func (l *Likes) touch(keys ...key) {
 	if l.touched == nil {
-		l.touched = map[string]bool{}
+		l.touched, l.seed = map[uint64]struct{}{}, maphash.MakeSeed()
 	}
 	for _, k := range keys {
-		l.touched[string(k)] = true
+		l.touched[maphash.Bytes(l.seed, k)] = struct{}{}
 	}
 }
 

@@ -15,8 +15,11 @@ const (
 	flagOff = 1 << 1 // Off is stored (On: a tombstone before Made)
 )
 
-// Marshal encodes s on its own, as a relation key's value.
-func (s *State) Marshal() []byte { return s.Append([]byte{version}) }
+// Marshal encodes s on its own, as a relation key's value, in one allocation: room for
+// a version, flags, Off, a count and its events at their longest (3 uvarints each).
+func (s *State) Marshal() []byte {
+	return s.Append(append(make([]byte, 0, 3+binary.MaxVarintLen64*(4+3*len(s.Later))), version))
+}
 
 // Unmarshal decodes a relation key's value: a state, or a value of the layout before
 // states (a relation made at that time and place, never undone).

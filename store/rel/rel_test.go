@@ -176,3 +176,20 @@ func FuzzUnmarshal(f *testing.F) {
 		}
 	})
 }
+
+// TestMarshalAllocatesOnce: a state is encoded in the one allocation of its value, with
+// or without later events kept, where the value grew from one byte, three or four times.
+func TestMarshalAllocatesOnce(t *testing.T) {
+	for _, s := range []State{
+		{On: true, Made: Event{Place: 1 << 40, TS: 1_700_000_000_000, Owner: 1 << 60}, Off: 1 << 50},
+		{On: true, Made: Event{Place: 9, TS: -1}, Later: []Event{{Place: 1 << 62, TS: 1 << 62, Owner: 1 << 63}, {Place: 3}}},
+		{Off: 12},
+	} {
+		if n := testing.AllocsPerRun(100, func() { s.Marshal() }); n != 1 {
+			t.Errorf("state %+v: %v allocations, want 1", s, n)
+		}
+		if got, err := Unmarshal(s.Marshal()); err != nil || !got.Equal(s) {
+			t.Errorf("state %+v comes back as %+v, %v", s, got, err)
+		}
+	}
+}
