@@ -33,7 +33,8 @@ type State struct {
 }
 
 // Apply takes an event placed at e.Place: on makes the relation, !on undoes it (only
-// e.Place counts then). It returns whether the relation's view — On and Made — changed,
+// e.Place counts then). It may change s.Later in place: apply to a Clone of a state
+// another holds. It returns whether the relation's view — On and Made — changed,
 // and whether an older "on" had to be forgotten (see MaxLater). An event at a place
 // already taken is the same event: it changes nothing.
 func (s *State) Apply(on bool, e Event) (changed, forgot bool) {
@@ -83,15 +84,17 @@ func (s *State) Apply(on bool, e Event) (changed, forgot bool) {
 // later adds e to Later in place order, forgetting the oldest past MaxLater.
 func (s *State) later(e Event) (forgot bool) {
 	i, found := slices.BinarySearchFunc(s.Later, e.Place, func(l Event, p uint64) int { return cmpPlace(l.Place, p) })
-	if found {
+	switch {
+	case found:
 		return false
+	case len(s.Later) < MaxLater:
+		s.Later = slices.Insert(s.Later, i, e)
+		return false
+	case i > 0: // full: the oldest goes, the ones before e move down, in place
+		copy(s.Later, s.Later[1:i])
+		s.Later[i-1] = e
 	}
-	s.Later = slices.Insert(s.Later, i, e)
-	if len(s.Later) > MaxLater {
-		s.Later = slices.Delete(s.Later, 0, 1)
-		return true
-	}
-	return false
+	return true // full, and e the oldest: forgotten at once
 }
 
 func cmpPlace(a, b uint64) int {

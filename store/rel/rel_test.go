@@ -193,3 +193,52 @@ func TestMarshalAllocatesOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestLaterKeepsTheNewest: whatever order "on" events come in, Later holds the MaxLater
+// placed last of those after Made, in place order, and says it forgot one exactly when
+// an event new to it found it full.
+func TestLaterKeepsTheNewest(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for range 200 {
+		s := State{On: true, Made: Event{Place: 1}}
+		var model []uint64 // the places kept
+		for range r.IntN(60) {
+			p := 2 + uint64(r.IntN(40))
+			full, seen := len(model) == MaxLater, slices.Contains(model, p)
+			if _, forgot := s.Apply(true, Event{Place: p, TS: int64(p)}); forgot != (full && !seen) {
+				t.Fatalf("place %d into %v: forgot %v", p, model, forgot)
+			}
+			if !seen {
+				model = append(model, p)
+				slices.Sort(model)
+				model = model[max(0, len(model)-MaxLater):]
+			}
+			got := make([]uint64, len(s.Later))
+			for i, e := range s.Later {
+				got[i] = e.Place
+			}
+			if !slices.Equal(got, model) {
+				t.Fatalf("after place %d: later %v, want %v", p, got, model)
+			}
+		}
+	}
+}
+
+// TestLaterFullInPlace: a like made again on a state whose Later is full costs no
+// allocation past the Clone it is applied to (it made the full list again before).
+func TestLaterFullInPlace(t *testing.T) {
+	full := State{On: true, Made: Event{Place: 1}}
+	for p := uint64(2); p < 2+MaxLater; p++ {
+		full.Apply(true, Event{Place: p})
+	}
+	next := uint64(100)
+	if n := testing.AllocsPerRun(100, func() {
+		st := full.Clone()
+		next++
+		if _, forgot := st.Apply(true, Event{Place: next}); !forgot || st.Later[MaxLater-1].Place != next {
+			t.Fatalf("later %v", st.Later)
+		}
+	}); n != 1 {
+		t.Fatalf("%v allocations, want the Clone's one", n)
+	}
+}
