@@ -2,6 +2,7 @@ package graph
 
 import (
 	"fmt"
+	"unsafe"
 
 	"github.com/tally-dev/tally/store/cold"
 	"github.com/tally-dev/tally/store/internal/keys"
@@ -29,8 +30,12 @@ const maxHeavyStates = 1 << 16
 
 func (r *Resident[R]) maxStates() int { return min(maxHeavyStates, r.max/8/stateCost(rel.State{})) }
 
-// stateCost is what one kept state costs, for the budget: the map entry and the state.
-func stateCost(st rel.State) int { return likeCost + 16 + len(st.Later)*laterCost }
+// stateCost is what one kept state costs, for the budget: its map slot (post and
+// state) twice over, since a Go map's slots are between 7/16 and 7/8 full, and the later
+// events it keeps.
+func stateCost(st rel.State) int {
+	return 2*int(unsafe.Sizeof(uint64(0))+unsafe.Sizeof(st)) + len(st.Later)*laterCost
+}
 
 // heavyState is heavy user u's state of post: from the transaction's writes or the
 // resident states when they are known, else from Badger.
