@@ -80,6 +80,9 @@ type Stats struct {
 	HopDups   atomic.Int64 // hop batches from another partition skipped as applied already
 	HopsHeld  atomic.Int64 // hop batches held above a gap now
 	HopGaps   atomic.Int64 // gaps in another partition's hop batches given up (logged at error)
+	// Resident is what the stages keep in RAM of their users' state (graph.Resident,
+	// --state-mem): its bytes now, and the reads it answered and those that went to Badger.
+	ResidentBytes, ResidentHits, ResidentMisses atomic.Int64
 	// ByType counts events applied per type; made by NewStats, read-only map.
 	ByType map[string]*atomic.Int64
 }
@@ -114,14 +117,16 @@ type Stage struct {
 	pos atomic.Uint64 // last stream sequence committed
 	// now is the Unix minute the newest message committed was stored at, with windows
 	// on: where a transaction that consumes no message starts from.
-	now       uint32
-	logged    atomic.Uint64 // last log record a following stage applied (see LogBehind)
-	busy      atomic.Bool   // from taking messages until their outbox is acknowledged
-	holding   atomic.Int64  // hop batches st holds above a gap, as counted in stats (and Lag)
-	st        stagelog.State
-	published []uint64  // outbox entries acknowledged, deleted in the next transaction
-	budget    int       // held hop batches the next transaction may release: halved when too many did not fit
-	warned    time.Time // when a failed log append was last logged
+	now     uint32
+	logged  atomic.Uint64 // last log record a following stage applied (see LogBehind)
+	busy    atomic.Bool   // from taking messages until their outbox is acknowledged
+	holding atomic.Int64  // hop batches st holds above a gap, as counted in stats (and Lag)
+	// resident is res's bytes as counted in stats; resHits and resMisses its reads.
+	resident, resHits, resMisses int64
+	st                           stagelog.State
+	published                    []uint64  // outbox entries acknowledged, deleted in the next transaction
+	budget                       int       // held hop batches the next transaction may release: halved when too many did not fit
+	warned                       time.Time // when a failed log append was last logged
 }
 
 // New returns a stage for cfg.Partition, whose state is in db (restored there first
@@ -261,6 +266,7 @@ func (s *Stage) load() ([]delivery.OutboxEntry, error) {
 	// The state read afresh: what it knew may be gone. Views' sketches get a quarter of
 	// the RAM, reader states and like records the rest.
 	s.st, s.res = st, graph.NewResident[unread.ReaderState](s.cfg.ResidentBytes-s.cfg.ResidentBytes/4)
+	s.resHits, s.resMisses = 0, 0
 	s.seen = viewers.NewCache(s.cfg.ResidentBytes / 4)
 	s.pos.Store(st.Pos)
 	return outbox, nil
@@ -459,19 +465,29 @@ func (s *Stage) committed(st stagelog.State, w *work) {
 	s.countHeld()
 }
 
-// countHeld keeps stats.HopsHeld in step with the hop batches the state holds.
+// countHeld keeps stats.HopsHeld in step with the hop batches the state holds, and the
+// resident state's figures with res.
 func (s *Stage) countHeld() {
 	var n int64
 	for _, m := range s.st.Hops {
 		n += int64(len(m.Held))
 	}
 	s.stats.HopsHeld.Add(n - s.holding.Swap(n))
+	if s.res != nil {
+		b := int64(s.res.Bytes())
+		s.stats.ResidentBytes.Add(b - s.resident)
+		s.stats.ResidentHits.Add(s.res.Hits - s.resHits)
+		s.stats.ResidentMisses.Add(s.res.Misses - s.resMisses)
+		s.resident, s.resHits, s.resMisses = b, s.res.Hits, s.res.Misses
+	}
 }
 
-// uncountHeld takes the hop batches the state holds out of stats.HopsHeld, as the stage
-// stops: its next owner counts them.
+// uncountHeld takes the hop batches the state holds, and its resident bytes, out of
+// stats, as the stage stops: its next owner counts them.
 func (s *Stage) uncountHeld() {
 	s.stats.HopsHeld.Add(-s.holding.Swap(0))
+	s.stats.ResidentBytes.Add(-s.resident)
+	s.resident = 0
 }
 
 // applyMsgs applies msgs in txn and returns how many it applied (all, unless it fails),

@@ -122,6 +122,10 @@ func New(src Source) *Metrics {
 	counterFn("tally_outbox_retries_total", "Outbox publishes retried.", ev.Retries.Load)
 	counterFn("tally_event_txn_splits_total", "Event-stage transactions that did not fit (Badger's bound, the log record's size) and committed fewer messages.", ev.Splits.Load)
 	counterFn("tally_event_hops_duplicate_total", "Hop batches of another event partition skipped as applied already (deduplicated by sequence).", ev.HopDups.Load)
+	counterFn("tally_resident_hits_total", "Reads of a user's reader state or like record (a heavy liker's like states too) that the event stages answered from RAM (--state-mem).", ev.ResidentHits.Load)
+	counterFn("tally_resident_misses_total", "Reads of a user's reader state or like record that went to Badger: a hit ratio that falls says --state-mem is small for the users active lately.", ev.ResidentMisses.Load)
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tally_resident_bytes", Help: "Bytes the event stages keep in RAM of their users' state, by --state-mem's measure (three quarters of it at most)."},
+		func() float64 { return float64(ev.ResidentBytes.Load()) }))
 	counterFn("tally_event_hop_gaps_skipped_total", "Gaps in another event partition's hop batches given up because too much was held above them: logged at error.", ev.HopGaps.Load)
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tally_event_hops_held", Help: "Hop batches of other event partitions held above a gap."},
 		func() float64 { return float64(ev.HopsHeld.Load()) }))

@@ -45,6 +45,8 @@ func TestMetricsAndHealthz(t *testing.T) {
 		`tally_hot_ids{family="post"} 1`,
 		`tally_query_seconds_count{outcome="ok",query="get"}`,
 		"tally_checkpoint_seconds_count",
+		"tally_resident_bytes ",
+		"tally_resident_hits_total ",
 	}
 	// Gauges of RAM are refreshed by each partition's flush: poll until all are there.
 	rig.Eventually(t, "metrics reflect the events", func() (bool, string) {
@@ -53,6 +55,10 @@ func TestMetricsAndHealthz(t *testing.T) {
 			if code != 200 || !strings.Contains(body, want) {
 				return false, fmt.Sprintf("(%d) lacks %q:\n%s", code, want, grep(body, "tally_"))
 			}
+		}
+		// The likers' records were read from Badger: none was resident yet.
+		if strings.Contains(body, "tally_resident_misses_total 0\n") || !strings.Contains(body, "tally_resident_misses_total ") {
+			return false, grep(body, "tally_resident")
 		}
 		return true, ""
 	})
