@@ -42,12 +42,12 @@ type likes struct {
 	list  []like // made ones newest first, then undone ones
 	dirty bool   // changed by the batch: written at Flush
 
-	// A heavy user's states, when a Resident keeps them (see heavyStates): every state
+	// A heavy user's states, when a Resident keeps them (see heavy.go): every state
 	// stored in the user's relation keys, so that a post absent from it has none and
 	// costs no Badger read; nil while not known. A transaction never changes it (it is
 	// the Resident's): what it writes goes to over, which Resident.Keep merges in once
 	// it has committed. statesCost is their cost for the budget, and tooMany marks a
-	// user with more states than a Resident reads in (maxHeavyStates).
+	// user with more states than a Resident reads in (Resident.maxStates).
 	states     map[uint64]rel.State
 	over       map[uint64]rel.State
 	statesCost int
