@@ -26,7 +26,7 @@ func (s *Stage) Mirror(ctx context.Context) error {
 	if _, err := s.load(); err != nil {
 		return err
 	}
-	defer s.uncountHeld()
+	defer s.uncountState()
 	st := s.st
 	s.logged.Store(st.Log)
 	sj := s.cfg.Subjects

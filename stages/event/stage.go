@@ -117,16 +117,17 @@ type Stage struct {
 	pos atomic.Uint64 // last stream sequence committed
 	// now is the Unix minute the newest message committed was stored at, with windows
 	// on: where a transaction that consumes no message starts from.
-	now     uint32
-	logged  atomic.Uint64 // last log record a following stage applied (see LogBehind)
-	busy    atomic.Bool   // from taking messages until their outbox is acknowledged
-	holding atomic.Int64  // hop batches st holds above a gap, as counted in stats (and Lag)
+	now       uint32
+	logged    atomic.Uint64 // last log record a following stage applied (see LogBehind)
+	busy      atomic.Bool   // from taking messages until their outbox is acknowledged
+	holding   atomic.Int64  // hop batches st holds above a gap, as counted in stats (and Lag)
+	st        stagelog.State
+	published []uint64  // outbox entries acknowledged, deleted in the next transaction
+	budget    int       // held hop batches the next transaction may release: halved when too many did not fit
+	warned    time.Time // when a failed log append was last logged
+
 	// resident is res's bytes as counted in stats; resHits and resMisses its reads.
 	resident, resHits, resMisses int64
-	st                           stagelog.State
-	published                    []uint64  // outbox entries acknowledged, deleted in the next transaction
-	budget                       int       // held hop batches the next transaction may release: halved when too many did not fit
-	warned                       time.Time // when a failed log append was last logged
 }
 
 // New returns a stage for cfg.Partition, whose state is in db (restored there first
@@ -198,8 +199,8 @@ func (s *Stage) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.countHeld()
-	defer s.uncountHeld() // what it holds when it stops, not what it held at the start
+	s.countState()
+	defer s.uncountState() // what it holds when it stops, not what it held at the start
 	// Busy until it is first idle: the outbox left from before and the log's replay are
 	// sent and acknowledged first, and a health check meanwhile must not find the
 	// partition caught up while they are not stored.
@@ -462,12 +463,12 @@ func (s *Stage) committed(st stagelog.State, w *work) {
 	s.stats.Deltas.Add(w.deltas)
 	s.now = max(s.now, w.now)
 	s.pos.Store(st.Pos)
-	s.countHeld()
+	s.countState()
 }
 
-// countHeld keeps stats.HopsHeld in step with the hop batches the state holds, and the
-// resident state's figures with res.
-func (s *Stage) countHeld() {
+// countState keeps the stats of what the stage holds in step with it: the hop batches
+// held above a gap (HopsHeld) and the resident users' state (Resident*).
+func (s *Stage) countState() {
 	var n int64
 	for _, m := range s.st.Hops {
 		n += int64(len(m.Held))
@@ -482,9 +483,9 @@ func (s *Stage) countHeld() {
 	}
 }
 
-// uncountHeld takes the hop batches the state holds, and its resident bytes, out of
-// stats, as the stage stops: its next owner counts them.
-func (s *Stage) uncountHeld() {
+// uncountState takes what the stage holds (hop batches, resident bytes) out of stats as
+// it stops: its next owner counts them.
+func (s *Stage) uncountState() {
 	s.stats.HopsHeld.Add(-s.holding.Swap(0))
 	s.stats.ResidentBytes.Add(-s.resident)
 	s.resident = 0

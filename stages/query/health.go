@@ -248,9 +248,9 @@ func (s *Server) health(r *request) (any, error) {
 // partHealth is the health of one partition owned here, for another process's health,
 // judged by the asker's MaxLag (this process's when the header does not parse).
 func (s *Server) partHealth(ctx context.Context, key partKey, asked string) (*pipeline.HealthReply, error) {
-	o := (*s.owners.Load())[key.family][key.p]
-	if o == nil {
-		return nil, fmt.Errorf("%w: partition %s/%d: %w", errUnavailable, key.family, key.p, errGone)
+	o, err := s.partOwner(key)
+	if err != nil {
+		return nil, err
 	}
 	max, err := ParseMaxLag(asked)
 	if err != nil {

@@ -422,9 +422,9 @@ func (s *Server) part(key partKey) func(*request) (any, error) {
 // partAnswer answers a part request of another process for counts, a window or a top.
 func (s *Server) partAnswer(r *request, key partKey, fam pipeline.Family) (any, error) {
 	if h := r.msg.Header.Get(topHeader); h != "" {
-		o := (*s.owners.Load())[key.family][key.p]
-		if o == nil { // removed while this request was queued
-			return nil, fmt.Errorf("%w: partition %s/%d: %w", errUnavailable, key.family, key.p, errGone)
+		o, err := s.partOwner(key)
+		if err != nil {
+			return nil, err
 		}
 		return partTop(r, o, h)
 	}
@@ -432,9 +432,9 @@ func (s *Server) partAnswer(r *request, key partKey, fam pipeline.Family) (any, 
 	if err != nil {
 		return nil, err
 	}
-	o := (*s.owners.Load())[key.family][key.p]
-	if o == nil { // removed while this request was queued
-		return nil, fmt.Errorf("%w: partition %s/%d: %w", errUnavailable, key.family, key.p, errGone)
+	o, err := s.partOwner(key)
+	if err != nil {
+		return nil, err
 	}
 	if req.Window != "" {
 		return partWindow(r, fam, o, ids, &req)
@@ -443,6 +443,16 @@ func (s *Server) partAnswer(r *request, key partKey, fam pipeline.Family) (any, 
 		return nil, err
 	}
 	return pipeline.GetReply{Fields: fam.Fields, Estimated: fam.Estimated(), Counts: out}, nil
+}
+
+// partOwner is the partition registered here for key, or gone: removed while the request
+// was queued.
+func (s *Server) partOwner(key partKey) (Partition, error) {
+	o := (*s.owners.Load())[key.family][key.p]
+	if o == nil {
+		return nil, fmt.Errorf("%w: partition %s/%d: %w", errUnavailable, key.family, key.p, errGone)
+	}
+	return o, nil
 }
 
 // partRequest decodes a request of another process for the counters of ids in the
