@@ -195,8 +195,12 @@ type HealthReply struct {
 	BehindMs map[string]int64 `json:"behind_ms,omitempty"`
 	// Version is the ProtocolVersion of the answering tallyd (empty before 1.1).
 	Version string `json:"version,omitempty"`
-	Error   string `json:"error,omitempty"`
-	Code    string `json:"code,omitempty"`
+	// Applied is, per partition checked, the last sequence of its stream it has applied,
+	// in the replies tallyd processes send each other for one partition's health (1.7):
+	// a partition found caught up twice at the same place applied nothing in between.
+	Applied map[string]uint64 `json:"applied,omitempty"`
+	Error   string            `json:"error,omitempty"`
+	Code    string            `json:"code,omitempty"`
 }
 
 // Codes of a failed reply's Code field. A client maps each to the sentinel error of the

@@ -28,7 +28,10 @@ package pipeline
 // changed most over a window, exact.
 // 1.6 added watched tops: TopRequest.Watch has the top published on
 // <prefix>.topchg.<family>.<field>.<window>.<limit> each time it changes.
-const ProtocolVersion = "1.6"
+// 1.7 added HealthReply.Applied to the health of one partition that tallyd processes ask
+// each other, so that tally.health is OK only when every partition is caught up at one
+// moment (two looks finding each at the same place).
+const ProtocolVersion = "1.7"
 
 // ServiceVersion is ProtocolVersion as a semantic version (major.minor.0), the version
 // of the NATS micro service that answers the queries.

@@ -19,6 +19,10 @@ type Behind struct {
 	// everything. Unlike Msgs it does not grow with the rate of a steady load, only when
 	// the reader falls behind in time.
 	Age time.Duration
+	// Pos is the reader's position the lag was measured from: the last sequence of the
+	// stream it has applied. A reader found caught up twice at the same position
+	// applied nothing in between (see query.Server.Health).
+	Pos uint64
 }
 
 // BehindOf tells how far a reader at position pos of filter in stream is, as of now.
@@ -60,6 +64,7 @@ func (l *Meter) Behind(ctx context.Context, pos uint64, now time.Time) (Behind, 
 		l.mu.Unlock()
 	}
 	b, err := behind(ctx, st, l.filter, pos, now)
+	b.Pos = pos
 	if err != nil {
 		l.mu.Lock()
 		l.handle = nil

@@ -44,15 +44,15 @@ func TestBehindOf(t *testing.T) {
 			t.Errorf("BehindOf(%s, %d) = %+v %v, want %+v", filter, pos, got, err, want)
 		}
 	}
-	f(t, "s.a", 5, time.Now(), flow.Behind{})
-	f(t, "s.a", 1, stored(3).Add(7*time.Second), flow.Behind{Msgs: 4, Age: 7 * time.Second})
-	f(t, "s.b", 2, stored(4).Add(time.Second), flow.Behind{Msgs: 2, Age: time.Second})
+	f(t, "s.a", 5, time.Now(), flow.Behind{Pos: 5})
+	f(t, "s.a", 1, stored(3).Add(7*time.Second), flow.Behind{Msgs: 4, Age: 7 * time.Second, Pos: 1})
+	f(t, "s.b", 2, stored(4).Add(time.Second), flow.Behind{Msgs: 2, Age: time.Second, Pos: 2})
 	f(t, "s.b", 0, stored(2).Add(-time.Second), flow.Behind{Msgs: 4}) // a clock behind NATS's
 	f(t, "s.c", 0, time.Now(), flow.Behind{})
 	if err := st.Purge(ctx, jetstream.WithPurgeSequence(4)); err != nil { // 1..3 gone
 		t.Fatal(err)
 	}
-	f(t, "s.a", 1, stored(5).Add(time.Second), flow.Behind{Msgs: 4, Age: time.Second})
+	f(t, "s.a", 1, stored(5).Add(time.Second), flow.Behind{Msgs: 4, Age: time.Second, Pos: 1})
 }
 
 // TestMeterKeepsTheStream: a Meter asked again and again looks its stream up once — a

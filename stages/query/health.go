@@ -123,8 +123,52 @@ func (s *Server) counterLag(ctx context.Context, family string, p int, o Partiti
 // within the configured MaxLag. Partitions owned by other processes are not checked here
 // (each process reports its own); Checked says how many were. A lag that cannot be
 // looked up is an error: then nobody can tell.
+//
+// OK is checked twice (see caughtUpTwice), so that it holds at one moment for all of
+// them together and not only for each when it was looked at.
 func (s *Server) Health(ctx context.Context) (*pipeline.HealthReply, error) {
+	h, err := caughtUpTwice(ctx, s.localHealth)
+	if h != nil {
+		h.Applied = nil
+	}
+	return h, err
+}
+
+// localHealth is one look at the partitions of this process.
+func (s *Server) localHealth(ctx context.Context) (*pipeline.HealthReply, error) {
 	return s.healthOf(s.Lags(ctx), s.cfg.MaxLag)
+}
+
+// caughtUpTwice runs pass, a look at every partition in turn, and when it finds all of
+// them caught up, runs it again, which must find each at the place it applied up to the
+// first time (HealthReply.Applied). One look is not enough: a partition looked at first
+// may be handed work (a hop batch, a delta batch) by one looked at after it, busy until
+// then, and each is caught up when looked at, while together they are not; the hop
+// batches of a producer's batch not split by partition made tally.health say caught up
+// while a like was in flight. Found caught up twice at the same places, no partition
+// took a message between the looks, so none held work for another then (a stage is
+// busy from taking messages until what they make is stored, and what is stored is
+// another's lag until applied). A partition that does not say where it is (a tallyd
+// before 1.7) is taken as the first look finds it.
+func caughtUpTwice(ctx context.Context, pass func(context.Context) (*pipeline.HealthReply, error)) (*pipeline.HealthReply, error) {
+	first, err := pass(ctx)
+	if err != nil || !first.OK {
+		return first, err
+	}
+	h, err := pass(ctx)
+	if err != nil || !h.OK {
+		return h, err
+	}
+	for name, pos := range h.Applied {
+		if was, ok := first.Applied[name]; !ok || was != pos {
+			h.OK = false
+			h.Lagging[name] = 1 // applied messages between the looks (or was not there)
+			if ok && pos > was {
+				h.Lagging[name] = pos - was
+			}
+		}
+	}
+	return h, nil
 }
 
 func (s *Server) healthOf(lags []PartLag, max MaxLag) (*pipeline.HealthReply, error) {
@@ -134,6 +178,10 @@ func (s *Server) healthOf(lags []PartLag, max MaxLag) (*pipeline.HealthReply, er
 			return nil, fmt.Errorf("cannot tell the lag of %s: %w", l.Name, l.Err)
 		}
 		add(h, l, max)
+		if h.Applied == nil {
+			h.Applied = map[string]uint64{}
+		}
+		h.Applied[l.Name] = l.Pos
 	}
 	return h, nil
 }
@@ -178,7 +226,17 @@ const lagHeader = "Tally-Health"
 // judged by this process's MaxLag; a partition that no process owns (in hand-over) is
 // lagging and not ready. Any process answers it.
 func (s *Server) health(r *request) (any, error) {
-	h, err := s.Health(r.ctx)
+	h, err := caughtUpTwice(r.ctx, s.prefixHealth)
+	if h != nil {
+		h.Applied = nil
+	}
+	return h, err
+}
+
+// prefixHealth is one look at every partition of the prefix: this process's, and the
+// others' asked of their owners.
+func (s *Server) prefixHealth(ctx context.Context) (*pipeline.HealthReply, error) {
+	h, err := s.localHealth(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -195,7 +253,7 @@ func (s *Server) health(r *request) (any, error) {
 		wg.Go(func() {
 			msg := nats.NewMsg(subject)
 			msg.Header.Set(lagHeader, s.cfg.MaxLag.String())
-			m, err := s.nc.RequestMsgWithContext(r.ctx, msg)
+			m, err := s.nc.RequestMsgWithContext(ctx, msg)
 			if err == nil {
 				err = pipeline.UnmarshalReply(m.Data, false, &a.reply)
 			}
@@ -235,6 +293,12 @@ func (s *Server) health(r *request) (any, error) {
 			h.NotReady = append(h.NotReady, a.name)
 		}
 		maps.Copy(h.Lagging, a.reply.Lagging)
+		if len(a.reply.Applied) > 0 {
+			if h.Applied == nil {
+				h.Applied = map[string]uint64{}
+			}
+			maps.Copy(h.Applied, a.reply.Applied)
+		}
 		if len(a.reply.BehindMs) > 0 {
 			if h.BehindMs == nil {
 				h.BehindMs = map[string]int64{}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -157,5 +158,107 @@ func TestHealthOfThePrefix(t *testing.T) {
 		if h = ask("other"); !h.Ready || h.OK || len(h.NotReady) != 0 || h.Lagging["counter.post.1"] != 40 || h.Lagging["event.0"] != 3 {
 			t.Errorf("a partition 2 s behind, 5 s allowed: %+v, want ready, not OK", h)
 		}
+	}
+}
+
+// script is a partition whose every look (Behind) finds the next of looks, then the
+// last one again.
+type script struct {
+	memPart
+	mu    sync.Mutex
+	looks []flow.Behind
+}
+
+func (s *script) Behind(context.Context) (flow.Behind, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.looks[0]
+	if len(s.looks) > 1 {
+		s.looks = s.looks[1:]
+	}
+	return b, nil
+}
+
+// TestHealthCaughtUpTogether: health says OK only when every partition is caught up at
+// one moment, not each at the moment it was looked at. Event partition 0, looked at
+// first, is caught up; partition 1, looked at after it, has just handed it a hop batch
+// and is caught up too. One look at each said OK while the hop's like was in flight (a
+// benchmark of batches not split by partition read a count one short). The look after
+// finds partition 0 lagging, or at a later place than the first time: not OK, until two
+// looks find everything where it was.
+func TestHealthCaughtUpTogether(t *testing.T) {
+	const n = 2
+	ctx := context.Background()
+	mk := func(stage0 *script) *query.Server {
+		owners := map[string][]query.Partition{"post": {&lagPart{loaded: true}, &lagPart{loaded: true}}}
+		srv := query.New(query.Config{Subjects: pipeline.NewSubjects("tally"), Families: families, Partitions: n},
+			nil, nil, owners, slog.New(slog.DiscardHandler))
+		srv.SetStage(0, &fakeStage{lag: stage0})
+		srv.SetStage(1, &fakeStage{lag: &script{looks: []flow.Behind{{Pos: 20}}}})
+		return srv
+	}
+	for _, c := range []struct {
+		name  string
+		looks []flow.Behind
+		lag   uint64
+	}{
+		{"applied it between the looks", []flow.Behind{{Pos: 10}, {Pos: 11}}, 1},
+		{"not yet applied", []flow.Behind{{Pos: 10}, {Pos: 10, Msgs: 1}, {Pos: 11}}, 1},
+		{"applied three", []flow.Behind{{Pos: 10}, {Pos: 13}}, 3},
+	} {
+		srv := mk(&script{looks: c.looks})
+		h, err := srv.Health(ctx)
+		if err != nil || h.OK || h.Lagging["event.0"] != c.lag || len(h.Applied) != 0 {
+			t.Errorf("%s: %+v %v, want not OK, event.0 lagging by %d", c.name, h, err, c.lag)
+		}
+		for range 2 { // the first of these may still see the place move
+			h, err = srv.Health(ctx)
+		}
+		if err != nil || !h.OK || !h.Ready {
+			t.Errorf("%s, then still: %+v %v, want OK", c.name, h, err)
+		}
+	}
+}
+
+// TestPrefixHealthCaughtUpTogether: the same across processes: the owner of a partition
+// says where it is (applied, protocol 1.7), and the asking process looks twice.
+func TestPrefixHealthCaughtUpTogether(t *testing.T) {
+	const n = 2
+	s := natstest.Start(t)
+	post, _ := families.Lookup("post")
+	fams := pipeline.Families{post}
+	start := func(p int, stage query.Lagger) {
+		owners := map[string][]query.Partition{"post": make([]query.Partition, n)}
+		owners["post"][p] = &lagPart{loaded: true}
+		srv := query.New(query.Config{Subjects: pipeline.NewSubjects("tally"), Families: fams, Partitions: n, Timeout: 5 * time.Second},
+			natstest.Connect(t, s), nil, owners, slog.New(slog.DiscardHandler))
+		srv.SetStage(p, &fakeStage{lag: stage})
+		if err := srv.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(srv.Stop)
+	}
+	// Either process may answer: each one's stage is looked at once per look of the
+	// prefix, here or asked by the other.
+	start(0, &script{looks: []flow.Behind{{Pos: 10}, {Pos: 11}}})
+	start(1, &script{looks: []flow.Behind{{Pos: 20}, {Pos: 22}}})
+	nc := natstest.Connect(t, s)
+	ask := func() pipeline.HealthReply {
+		t.Helper()
+		m, err := nc.Request("tally.health", []byte("{}"), 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var h pipeline.HealthReply
+		if err := pipeline.UnmarshalReply(m.Data, true, &h); err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	if h := ask(); h.OK || h.Lagging["event.0"] != 1 || h.Lagging["event.1"] != 2 || h.Checked != 4 || len(h.Applied) != 0 {
+		t.Errorf("both stages moved between the looks: %+v, want not OK, event.0 by 1, event.1 by 2", h)
+	}
+	if h := ask(); !h.OK {
+		t.Errorf("nothing moved: %+v, want OK", h)
 	}
 }
