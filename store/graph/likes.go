@@ -43,19 +43,25 @@ type chunkAt struct {
 // keeps the like records it reads and the likers it adds until Flush writes them, once
 // each. A Likes is not safe for concurrent use.
 type Likes struct {
-	res     records
-	p       int
-	users   map[uint64]*likes
-	added   map[chunkAt][]liker
-	posts   []chunkAt           // the chunks of added in the order first added, for Flush
-	merged  bool                // Flush merges into an existing chunk of the same batch
-	writes  int                 // keys Flush set or deleted
-	touched map[uint64]struct{} // keys set or deleted before Flush, by their hash (a count)
-	seed    maphash.Seed
+	res    records
+	p      int
+	users  map[uint64]*likes
+	added  map[chunkAt][]liker
+	posts  []chunkAt // the chunks of added in the order first added, for Flush
+	merged bool      // Flush merges into an existing chunk of the same batch
+	writes int       // keys Flush set or deleted
+	// pending and pendingKeys are what Flush will write, as Badger measures a
+	// transaction (see Pending).
+	pending, pendingKeys int
+	touched              map[uint64]struct{} // keys set or deleted before Flush, by their hash (a count)
+	seed                 maphash.Seed
 
-	// db, when set, is where stored liker chunks are looked for (see ReadChunksFrom):
-	// view reads it as committed and rewrote holds the chunks the batch rewrote since
-	// (empty: deleted).
+	// db, when set, is where stored liker chunks are looked for (see ReadChunksFrom),
+	// through view, as committed. rewrote holds the stored chunks the batch took likers
+	// out of, as they are now (empty: to delete), read over what is stored and written
+	// by Flush once each: a popular post's chunk that many late likes move out of was
+	// written again for each, and each write counts whole against the transaction's
+	// bound, so that one hop batch could outgrow a transaction alone and be dead-lettered.
 	db      *cold.DB
 	view    *cold.Txn
 	rewrote map[string][]byte
@@ -79,6 +85,23 @@ func (l *Likes) Close() {
 		l.view.Discard()
 		l.view = nil
 	}
+}
+
+// Pending is what Flush would write now: bytes as Badger counts them against a
+// transaction's bound (key, value and 14 bytes of version and metadata each), and keys.
+// A stage stops taking messages while what it has written and what is pending still
+// leave room (see cold.Txn.FillWith).
+func (l *Likes) Pending() (bytes, keys int) { return l.pending, l.pendingKeys }
+
+// dirtied counts in Pending what record r adds after a change: was is its size before,
+// when it was dirty already, else -1.
+func (l *Likes) dirtied(r *likes, was int) {
+	if was < 0 {
+		l.pending += likesKeyLen + 14
+		l.pendingKeys++
+		was = 0
+	}
+	l.pending += r.size() - was
 }
 
 // Writes is how many keys the batch has set or deleted so far, each counted once.
@@ -120,6 +143,7 @@ func (l *Likes) Reset(res records) {
 	clear(l.added)
 	clear(l.touched)
 	l.posts, l.merged, l.writes, l.db, l.rewrote = l.posts[:0], false, 0, nil, nil
+	l.pending, l.pendingKeys = 0, 0
 	l.buf = arena{}
 }
 
@@ -163,10 +187,15 @@ func (l *Likes) Toggle(txn *cold.Txn, u, post uint64, on bool, e rel.Event) (bef
 		return l.toggleKey(txn, r, u, post, on, e)
 	}
 	i := r.find(post)
+	was := -1
+	if r.dirty {
+		was = r.size()
+	}
 	if i < 0 && len(r.list) == maxLightLikes { // turns heavy: its states become relation keys
 		list := r.list
 		// It had no relation key before: the states it writes now are all it has.
 		*r = likes{heavy: true, dirty: true, states: map[uint64]rel.State{}}
+		l.dirtied(r, was)
 		for _, x := range list {
 			if err := l.putKey(txn, r, Rel{A: u, B: x.post}, rel.State{}, x.State); err != nil {
 				return before, after, false, err
@@ -188,6 +217,7 @@ func (l *Likes) Toggle(txn *cold.Txn, u, post uint64, on bool, e rel.Event) (bef
 		i = len(r.list) - 1
 	}
 	r.list[i].State, r.dirty = st, true
+	l.dirtied(r, was)
 	slices.SortStableFunc(r.list, recordOrder)
 	return before, st, forgot, l.moveLiker(txn, u, post, before, st)
 }
@@ -234,8 +264,11 @@ func (l *Likes) moveLiker(txn *cold.Txn, u, post uint64, before, after rel.State
 		c := chunkAt{post: post, second: secondOf(after.Made.TS)}
 		if _, ok := l.added[c]; !ok {
 			l.posts = append(l.posts, c)
+			l.pending += chunkLen + 14
+			l.pendingKeys++
 		}
 		l.added[c] = append(l.added[c], liker{user: u, ts: after.Made.TS})
+		l.pending += likerSize
 	}
 	return nil
 }
@@ -255,13 +288,17 @@ func (l *Likes) dropLiker(txn *cold.Txn, u, post uint64, ts int64) error {
 		return nil // not listed: nothing to take out
 	}
 	l.touch(k)
-	if l.rewrote != nil {
-		l.rewrote[string(k)] = v
+	if l.rewrote == nil {
+		l.rewrote = map[string][]byte{}
 	}
-	if len(v) == 0 {
-		return txn.Delete(k)
+	old, had := l.rewrote[string(k)]
+	if !had {
+		l.pending += len(k) + 14
+		l.pendingKeys++
 	}
-	return txn.Set(k, v)
+	l.pending += len(v) - len(old)
+	l.rewrote[string(k)] = v
+	return nil
 }
 
 // findLiker finds the stored chunk under prefix that lists e, and returns its key and
@@ -270,7 +307,7 @@ func (l *Likes) findLiker(txn *cold.Txn, prefix key, e liker) (k, v []byte, err 
 	from := txn
 	if l.db != nil {
 		if l.view == nil {
-			l.view, l.rewrote = l.db.NewTxn(false), map[string][]byte{}
+			l.view = l.db.NewTxn(false)
 		}
 		from = l.view
 	}
@@ -285,7 +322,8 @@ func (l *Likes) findLiker(txn *cold.Txn, prefix key, e liker) (k, v []byte, err 
 		}
 		for i := 0; i+likerSize <= len(val); i += likerSize {
 			if u64at(val, i) == e.user && int64(u64at(val, i+8)) == e.ts {
-				return it.KeyCopy(nil), slices.Delete(slices.Clone(val), i, i+likerSize), nil
+				// val is the batch's own: a copy, or what it rewrote before.
+				return it.KeyCopy(nil), slices.Delete(val, i, i+likerSize), nil
 			}
 		}
 	}
@@ -294,8 +332,21 @@ func (l *Likes) findLiker(txn *cold.Txn, prefix key, e liker) (k, v []byte, err 
 
 // Flush writes the batch's like records and liker chunks in txn, the chunks under
 // batch, which must differ from every other batch's of the partition (the event stage
-// uses its position after the transaction).
+// uses its position after the transaction), and the stored chunks its unlikes and moved
+// likes took likers out of, each once however many it took.
 func (l *Likes) Flush(txn *cold.Txn, batch uint64) error {
+	for k, v := range l.rewrote {
+		var err error
+		if len(v) == 0 {
+			err = txn.Delete([]byte(k))
+		} else {
+			err = txn.Set([]byte(k), v)
+		}
+		if err != nil {
+			return err
+		}
+	}
+
 	for u, r := range l.users {
 		if !r.dirty {
 			continue
@@ -326,7 +377,7 @@ func (l *Likes) Flush(txn *cold.Txn, batch uint64) error {
 		l.writes++
 	}
 	clear(l.added)
-	l.posts = l.posts[:0]
+	l.posts, l.pending, l.pendingKeys = l.posts[:0], 0, 0
 	return nil
 }
 

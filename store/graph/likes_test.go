@@ -667,3 +667,58 @@ func TestUnlikesOfOneChunkInOneBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A batch of late likes that move many likers out of one stored chunk of a popular
+// post writes that chunk once: each move rewrote it before, and every write of it
+// counted whole against the transaction's bound, so one hop batch of such likes could
+// outgrow a transaction alone and be dead-lettered (BenchmarkJSON/unsplit lost a hop
+// batch's likes so). The likers listed are exact after it.
+func TestLateLikesRewriteAChunkOnce(t *testing.T) {
+	const p, post, users, late = 2, 77, 1200, 500
+	db := coldtest.Open(t, cold.Options{Upgrade: Upgrade, MemTableSize: 1 << 20})
+	const second = int64(1_700_000_000_000)
+	like := func(batch uint64, from, to int, place func(u int) uint64, ts func(u int) int64) error {
+		return db.Update(func(txn *cold.Txn) error {
+			l := NewLikes(p, nil)
+			l.ReadChunksFrom(db)
+			defer l.Close()
+			for u := from; u < to; u++ {
+				if _, _, _, err := l.Toggle(txn, uint64(u), post, true, rel.Event{Place: place(u), TS: ts(u)}); err != nil {
+					return err
+				}
+			}
+			return l.Flush(txn, batch)
+		})
+	}
+	// 1 200 likes in one second: one stored chunk of 19 KB.
+	if err := like(1, 1, users+1, func(u int) uint64 { return uint64(10_000 + u) }, func(u int) int64 { return second + 900 }); err != nil {
+		t.Fatal(err)
+	}
+	// The same likes of 500 users, placed before those and made a little earlier in the
+	// same second, come late: each moves its liker out of the stored chunk.
+	puts := badgerPuts()
+	err := like(2, 1, late+1, func(u int) uint64 { return uint64(u) }, func(u int) int64 { return second + 100 })
+	if err != nil {
+		t.Fatalf("a batch of %d late likes: %v", late, err)
+	}
+	// A record each, the batch's own chunk, the stored one, and Badger's commit mark.
+	if got := badgerPuts() - puts; got > late+3 {
+		t.Errorf("%d Badger writes for %d late likes: the stored chunk written more than once", got, late)
+	}
+	items, _, err := List(db, p, Like, false, post, users+1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(items) != users {
+		t.Fatalf("%d likers listed, want %d", len(items), users)
+	}
+	for _, it := range items {
+		want := second + 900
+		if it.ID <= late {
+			want = second + 100
+		}
+		if it.TS != want {
+			t.Fatalf("user %d listed at %d, want %d", it.ID, it.TS, want)
+		}
+	}
+}
