@@ -70,6 +70,44 @@ func TestTransactionsThatFit(t *testing.T) {
 	t.Logf("%d messages in %d transactions (%d cut short)", msgs+1, r.stats.Txns.Load(), r.stats.Splits.Load())
 }
 
+// A transaction stops taking messages while what they make still fits (work.full): a
+// backlog of messages that fit a few at a time commits without an attempt thrown away.
+// Before, each transaction took every message read ahead, and one that did not fit was
+// discarded and done again with half of them: a batch not split by partition makes a
+// hop batch of hundreds of events for each partition, and the attempts thrown away took
+// a fifth of the CPU of a run of them (BenchmarkJSON/unsplit).
+func TestBacklogCommitsWithoutWorkThrownAway(t *testing.T) {
+	h := newLogHarness(t)
+	db, err := cold.Open(cold.Options{Dir: t.TempDir(), MemTableSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	const msgs, per = 80, 100
+	for m := range msgs {
+		evs := make([]pipeline.Event, per)
+		for i := range evs { // each like by a user of its own, of one of 50 posts
+			evs[i] = pipeline.Event{Type: pipeline.TypeLike, UID: pipeline.ID(1 + m*per + i), Post: pipeline.ID(1 + i%50)}
+		}
+		data, _ := pipeline.Marshal(&pipeline.Batch{Events: evs}, false)
+		if _, err := h.js.Publish(context.Background(), h.sj.Event(pipeline.TypeBatch, 1), data, jetstream.WithMsgID(fmt.Sprint("m", m))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := h.start("o1", db)
+	h.caughtUp(r)
+	if got := r.stats.Txns.Load(); got < 4 {
+		t.Fatalf("%d transactions: the backlog fits in too few for the test", got)
+	}
+	if got := r.stats.Splits.Load(); got != 0 {
+		t.Fatalf("%d attempts thrown away and cut (of %d transactions), want none", got, r.stats.Txns.Load())
+	}
+	if got, want := sumDeltas(t, h.js, h.sj), int64(msgs*per); got != want {
+		t.Fatalf("deltas add up to %d likes, want %d", got, want)
+	}
+	t.Logf("%d messages in %d transactions", msgs, r.stats.Txns.Load())
+}
+
 // sumDeltas adds up every delta in the deltas stream.
 func sumDeltas(t *testing.T, js jetstream.JetStream, sj pipeline.Subjects) int64 {
 	t.Helper()

@@ -311,13 +311,14 @@ func (s *Stage) process(ctx context.Context, msgs []jetstream.Msg, c *coalescer)
 	return nil
 }
 
-// commit applies the longest prefix of msgs that fits in one transaction, with as many
-// held hop batches as fit after them (up to maxRelease), and returns the prefix's length;
-// with no msgs it only releases. Nothing is estimated: a transaction that does not fit is
-// discarded and tried again releasing half as many, then with the messages that did fit
-// (or half of them, when what overflowed came after the last message); a message, or a
-// held batch, that does not fit alone is dead-lettered whole — a hop batch still filling
-// its number.
+// commit applies a prefix of msgs that fits in one transaction, with as many held hop
+// batches as fit after them (up to maxRelease), and returns the prefix's length; with no
+// msgs it only releases. The transaction takes messages until it is three quarters full
+// with what it writes at its end (work.full, an estimate); one that does not fit all the
+// same is discarded and tried again releasing half as many, then with the messages that
+// did fit (or half of them, when what overflowed came after the last message); a
+// message, or a held batch, that does not fit alone is dead-lettered whole — a hop batch
+// still filling its number.
 func (s *Stage) commit(ctx context.Context, msgs []jetstream.Msg, c *coalescer) (int, error) {
 	n, budget := len(msgs), s.budget
 	for {
@@ -329,7 +330,7 @@ func (s *Stage) commit(ctx context.Context, msgs []jetstream.Msg, c *coalescer) 
 			if released == budget { // it fitted: the next may release more
 				s.budget = min(2*max(budget, 1), maxRelease)
 			}
-			return n, nil
+			return fit, nil
 		}
 		s.stats.Splits.Add(1)
 		switch {
@@ -354,16 +355,18 @@ func (s *Stage) commit(ctx context.Context, msgs []jetstream.Msg, c *coalescer) 
 	}
 }
 
-// try applies msgs and releases up to budget held hop batches in one transaction, logs
-// it when the stage logs, commits it and sends its outbox. dead lists messages to
-// dead-letter whole instead of applying. On errTooBig nothing is committed, fit says how
-// many messages were applied before it and released how many held batches.
+// try applies msgs, or the prefix of them that leaves the transaction full (work.full),
+// and releases up to budget held hop batches in one transaction, logs it when the stage
+// logs, commits it and sends its outbox; fit says how many messages it applied. dead
+// lists messages to dead-letter whole instead of applying. On errTooBig nothing is
+// committed, fit says how many messages were applied before it and released how many
+// held batches.
 func (s *Stage) try(ctx context.Context, msgs []jetstream.Msg, c *coalescer, dead []uint64, budget int) (fit, released int, err error) {
 	txn := s.db.NewTxn(true)
 	defer txn.Discard()
 	w := s.newWork(txn, c, dead)
 	defer w.close()
-	w.budget = budget
+	w.budget, w.bounded = budget, true
 	fit, pos, err := s.applyMsgs(txn, msgs, w)
 	if err != nil {
 		return fit, 0, tooBig(err)
@@ -371,6 +374,7 @@ func (s *Stage) try(ctx context.Context, msgs []jetstream.Msg, c *coalescer, dea
 	if len(msgs) == 0 {
 		pos = s.st.Pos
 	}
+	msgs = msgs[:fit] // those after the bound (work.full) go in the next transaction
 	if err := s.release(txn, w, pos, nil, nil); err != nil {
 		return len(msgs), w.released, tooBig(err)
 	}
@@ -491,10 +495,14 @@ func (s *Stage) uncountState() {
 	s.resident = 0
 }
 
-// applyMsgs applies msgs in txn and returns how many it applied (all, unless it fails),
-// the position of the last one, and collects in w what they cause.
+// applyMsgs applies msgs in txn and returns how many it applied (all, unless it fails
+// or the transaction is full before the last: see work.full), the position of the last
+// one, and collects in w what they cause.
 func (s *Stage) applyMsgs(txn *cold.Txn, msgs []jetstream.Msg, w *work) (n int, pos uint64, err error) {
 	for i, m := range msgs {
+		if i > 0 && w.full(txn) {
+			return i, pos, nil
+		}
 		seq, err := streamSeq(m)
 		if err != nil {
 			return i, pos, err

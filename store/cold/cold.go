@@ -53,6 +53,7 @@ type DB struct {
 	db      *badger.DB
 	log     *slog.Logger
 	upgrade Upgrade
+	lim     limits // of one transaction (Txn.Fill)
 }
 
 // Open opens or creates the database in o.Dir.
@@ -76,12 +77,12 @@ func Open(o Options) (*DB, error) {
 	if o.MemTableSize <= 0 {
 		o.MemTableSize = 32 << 20
 	}
+	valueThreshold := min(1<<20, o.MemTableSize/16) // Badger refuses one above its largest transaction
 	bo := badger.DefaultOptions(o.Dir).
 		WithSyncWrites(o.SyncWrites).
 		WithLogger(badgerLogger{o.Logger}).
 		WithMemTableSize(o.MemTableSize).
-		// Badger refuses a value threshold above its largest transaction.
-		WithValueThreshold(min(1<<20, o.MemTableSize/16)).
+		WithValueThreshold(valueThreshold).
 		WithNumVersionsToKeep(1).
 		// Each key has one writer goroutine (its partition), so transactions never conflict;
 		// tracking their reads for conflict detection would be pure cost.
@@ -105,7 +106,7 @@ func Open(o Options) (*DB, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &DB{db: db, log: o.Logger, upgrade: o.Upgrade}, nil
+	return &DB{db: db, log: o.Logger, upgrade: o.Upgrade, lim: newLimits(o.MemTableSize, valueThreshold)}, nil
 }
 
 // Options are the options the database runs with: those it was opened with, and

@@ -4,21 +4,37 @@ import (
 	"errors"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/skl"
 )
 
 // Txn is one transaction of the database: what a stage reads and writes atomically
 // (its state change, outbox and position). It wraps Badger's so that no package outside
 // store/ depends on Badger; its methods forward without allocating, and turn Badger's
 // refusal of a transaction too big into ErrTxnTooBig.
-type Txn struct{ b *badger.Txn }
+type Txn struct {
+	b *badger.Txn
+	// size and count are what the transaction has written by Badger's own measure (its
+	// checkSize), against the bounds lim: see Fill.
+	size, count int64
+	lim         *limits
+}
+
+// limits are Badger's bounds of one transaction, as Badger derives them from the
+// options (DB.Open): 15 % of a memtable, and that many bytes in nodes of its skiplist.
+type limits struct{ size, count, valueThreshold int64 }
+
+func newLimits(memTableSize, valueThreshold int64) limits {
+	size := 15 * memTableSize / 100
+	return limits{size: size, count: size / int64(skl.MaxNodeSize), valueThreshold: valueThreshold}
+}
 
 // NewTxn starts a transaction, one that may write when update is true. The caller
 // commits it or discards it (Discard after Commit does nothing).
-func (d *DB) NewTxn(update bool) *Txn { return &Txn{b: d.db.NewTransaction(update)} }
+func (d *DB) NewTxn(update bool) *Txn { return &Txn{b: d.db.NewTransaction(update), lim: &d.lim} }
 
 // Update runs fn in a transaction that writes, committed when fn returns nil.
 func (d *DB) Update(fn func(txn *Txn) error) error {
-	return tooBig(d.db.Update(func(b *badger.Txn) error { return fn(&Txn{b: b}) }))
+	return tooBig(d.db.Update(func(b *badger.Txn) error { return fn(&Txn{b: b, lim: &d.lim}) }))
 }
 
 // View runs fn in a transaction that only reads.
@@ -34,10 +50,43 @@ func (t *Txn) Discard() { t.b.Discard() }
 
 // Set writes v under k. The store's functions build keys and values; tests and tools
 // writing what an older layout held use it raw.
-func (t *Txn) Set(k, v []byte) error { return tooBig(t.b.Set(k, v)) }
+func (t *Txn) Set(k, v []byte) error {
+	if err := t.b.Set(k, v); err != nil {
+		return tooBig(err)
+	}
+	t.wrote(len(k), len(v))
+	return nil
+}
 
 // Delete deletes k.
-func (t *Txn) Delete(k []byte) error { return tooBig(t.b.Delete(k)) }
+func (t *Txn) Delete(k []byte) error {
+	if err := t.b.Delete(k); err != nil {
+		return tooBig(err)
+	}
+	t.wrote(len(k), 0)
+	return nil
+}
+
+// wrote counts a write accepted, as Badger's checkSize does: the key and version (10
+// bytes), and the value where it goes in the LSM tree, a pointer where it goes in the
+// value log.
+func (t *Txn) wrote(k, v int) {
+	n := int64(k) + int64(v) + 2 + 10
+	if int64(v) >= t.lim.valueThreshold {
+		n = int64(k) + 12 + 2 + 10
+	}
+	t.size, t.count = t.size+n, t.count+1
+}
+
+// Fill is how much of the most one transaction may write it has written, 0 to 1: the
+// larger of its bytes and its entries by Badger's measure, against Badger's bounds. A
+// write that would take it to 1 is refused (ErrTxnTooBig).
+func (t *Txn) Fill() float64 { return t.FillWith(0, 0) }
+
+// FillWith is Fill were bytes more (by Badger's measure) in keys more writes written.
+func (t *Txn) FillWith(bytes, keys int) float64 {
+	return max(float64(t.size+int64(bytes))/float64(t.lim.size), float64(t.count+int64(keys))/float64(t.lim.count))
+}
 
 func (t *Txn) get(k []byte) (*badger.Item, error) { return t.b.Get(k) }
 

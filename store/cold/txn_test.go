@@ -3,6 +3,7 @@ package cold_test
 import (
 	"encoding/binary"
 	"errors"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/tally-dev/tally/store/cold"
@@ -33,5 +34,53 @@ func TestTxnTooBig(t *testing.T) {
 	// The refused transaction wrote nothing.
 	if _, out, err := stagelog.Load(db, 0); err != nil || len(out) != 0 {
 		t.Fatalf("after the refused transaction: %d outbox entries, %v", len(out), err)
+	}
+}
+
+// Fill measures a transaction as Badger bounds it: a write is refused exactly when it
+// would take Fill to 1 — by bytes (values in the LSM tree, and pointers to those in the
+// value log) or by entries (many small writes and deletes) — so that a stage can stop
+// taking work before Badger refuses it rather than throw the work away after.
+func TestFillIsBadgersBound(t *testing.T) {
+	db, err := cold.Open(cold.Options{Dir: t.TempDir(), MemTableSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, c := range []struct {
+		name   string
+		values func() int
+		del    bool
+	}{
+		{"small values: bound by entries", func() int { return r.IntN(8) }, false},
+		{"deletes", func() int { return 0 }, true},
+		{"values up to 4 KiB: bound by bytes", func() int { return r.IntN(4096) }, false},
+		{"values past the threshold go to the value log", func() int { return 70_000 + r.IntN(10_000) }, false},
+	} {
+		txn := db.NewTxn(true)
+		var last float64
+		for i := 0; ; i++ {
+			k := binary.BigEndian.AppendUint64([]byte("fill"), uint64(i))
+			if c.del {
+				err = txn.Delete(k)
+			} else {
+				err = txn.Set(k, make([]byte, c.values()))
+			}
+			if errors.Is(err, cold.ErrTxnTooBig) {
+				if last >= 1 || last < 0.97 {
+					t.Errorf("%s: refused after %d writes at fill %.4f, want just under 1", c.name, i, last)
+				}
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f := txn.Fill(); f <= last || f >= 1 {
+				t.Fatalf("%s: write %d took fill from %.4f to %.4f", c.name, i, last, f)
+			}
+			last = txn.Fill()
+		}
+		txn.Discard()
 	}
 }

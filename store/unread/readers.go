@@ -55,6 +55,10 @@ func (r *Readers) Flush(txn *cold.Txn) error {
 	return nil
 }
 
+// Pending is about what Flush would write now, as Badger counts a transaction's bytes,
+// and how many keys: a reader state is taken at 128 bytes (see event.Stage's bound).
+func (r *Readers) Pending() (bytes, keys int) { return 128 * len(r.dirty), len(r.dirty) }
+
 // Seen is every state the transaction read or wrote, for Resident.Keep once it has
 // committed (nil for a nil Readers).
 func (r *Readers) Seen() map[uint64]ReaderState {
