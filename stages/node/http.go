@@ -71,7 +71,6 @@ func (n *Node) readyz(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(h)
 }
 
-// lags is what the metrics show of each partition's lag.
 // streams is how full each stream of the prefix is, for the metrics.
 func (n *Node) streams(ctx context.Context) []metrics.Stream {
 	names := []string{n.subjects.EventsStream(), n.subjects.DeltasStream(), n.subjects.ChangesStream(), n.subjects.DLQStream(), n.subjects.LogStream()}
@@ -89,6 +88,7 @@ func (n *Node) streams(ctx context.Context) []metrics.Stream {
 	return out
 }
 
+// lags is what the metrics show of each partition's lag.
 func (n *Node) lags(ctx context.Context) []metrics.Lag {
 	ls := n.query.Lags(ctx)
 	out := make([]metrics.Lag, len(ls))
