@@ -79,7 +79,7 @@ func (s *Stage) apply(txn *cold.Txn, e *pipeline.Event, w *work) error {
 // where the relation was made and taken back when it is undone (moved when the place
 // moves).
 func (s *Stage) related(txn *cold.Txn, w *work, e *pipeline.Event, kind string, count fieldRef, before, after rel.State, forgot bool) error {
-	if s.unchanged(before, after, forgot) {
+	if unchanged(w, before, after, forgot) {
 		return nil
 	}
 	switch {
@@ -113,13 +113,13 @@ func (s *Stage) related(txn *cold.Txn, w *work, e *pipeline.Event, kind string, 
 }
 
 // unchanged reports whether a relation event changed nothing anyone asks about, and
-// counts it; and counts a relation that forgot an older "on" (rel.MaxLater).
-func (s *Stage) unchanged(before, after rel.State, forgot bool) bool {
+// counts it in w; and counts a relation that forgot an older "on" (rel.MaxLater).
+func unchanged(w *work, before, after rel.State, forgot bool) bool {
 	if forgot {
-		s.stats.Forgotten.Add(1)
+		w.counted.forgotten++
 	}
 	if before.SameView(after) {
-		s.stats.Unchanged.Add(1)
+		w.counted.unchanged++
 		return true
 	}
 	return false
@@ -133,7 +133,7 @@ func notifies(owner uint64, actor pipeline.ID) bool { return owner != 0 && owner
 // followers (kept in their partition), and the follower's feed, each undone where the
 // relation was made before and done where it is made now.
 func (s *Stage) followed(txn *cold.Txn, w *work, uid, target pipeline.ID, before, after rel.State, forgot bool) error {
-	if s.unchanged(before, after, forgot) {
+	if unchanged(w, before, after, forgot) {
 		return nil
 	}
 	if n := boolInt(after.On) - boolInt(before.On); n != 0 {

@@ -19,7 +19,9 @@ import (
 // whose transactions hold about one message of 300 likes, a backlog of such messages
 // commits the ones that fit and goes on, and a message that alone does not fit is
 // dead-lettered while the partition goes on. Nothing is lost or counted twice: the
-// deltas sent add up to the likes of the messages that fit.
+// deltas sent add up to the likes of the messages that fit, and the stats count each
+// event, message and dead letter once, however many attempts were thrown away (an
+// attempt too big counted them as well as the one that committed).
 func TestTransactionsThatFit(t *testing.T) {
 	h := newLogHarness(t)
 	db, err := cold.Open(cold.Options{Dir: t.TempDir(), MemTableSize: 1 << 20})
@@ -29,11 +31,14 @@ func TestTransactionsThatFit(t *testing.T) {
 	t.Cleanup(func() { db.Close() })
 	const msgs, per, huge = 12, 300, 3000
 	uid := 1
-	batch := func(n int) {
+	batch := func(n int, bad bool) {
 		evs := make([]pipeline.Event, n)
 		for i := range evs {
 			evs[i] = pipeline.Event{Type: pipeline.TypeLike, UID: pipeline.ID(uid), Post: 7}
 			uid++
+		}
+		if bad { // a like of no post: dead-lettered alone
+			evs = append(evs, pipeline.Event{Type: pipeline.TypeLike, UID: 1})
 		}
 		data, _ := pipeline.Marshal(&pipeline.Batch{Events: evs}, false)
 		h.tx++
@@ -43,17 +48,20 @@ func TestTransactionsThatFit(t *testing.T) {
 	}
 	for i := range msgs {
 		if i == msgs/2 {
-			batch(huge)
+			batch(huge, false)
 		}
-		batch(per)
+		batch(per, i == msgs/2-1)
 	}
 	r := h.start("o1", db)
 	h.caughtUp(r)
 	if got := r.stats.Splits.Load(); got == 0 {
 		t.Fatal("no transaction was cut short: the test does not reach Badger's bound")
 	}
-	if got := r.stats.Dead.Load(); got != 1 {
-		t.Fatalf("%d dead letters, want the one message too large for a transaction", got)
+	if got := r.stats.Dead.Load(); got != 2 {
+		t.Fatalf("%d dead letters, want the one message too large for a transaction and the like of no post", got)
+	}
+	if got, likes, m := r.stats.Events.Load(), r.stats.ByType[pipeline.TypeLike].Load(), r.stats.Messages.Load(); got != msgs*per || likes != msgs*per || m != msgs+1 {
+		t.Fatalf("%d events, %d likes, %d messages counted; want %d, %d, %d", got, likes, m, msgs*per, msgs*per, msgs+1)
 	}
 	if got, want := sumDeltas(t, h.js, h.sj), int64(msgs*per); got != want {
 		t.Fatalf("deltas add up to %d likes, want %d", got, want)

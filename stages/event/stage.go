@@ -465,6 +465,7 @@ func (s *Stage) committed(st stagelog.State, w *work) {
 	s.stats.HopGaps.Add(w.in.Stats.GapsSkipped.Load())
 	s.stats.Forwarded.Add(w.forwarded)
 	s.stats.Deltas.Add(w.deltas)
+	w.counted.addTo(s.stats)
 	s.now = max(s.now, w.now)
 	s.pos.Store(st.Pos)
 	s.countState()
@@ -507,7 +508,7 @@ func (s *Stage) applyMsgs(txn *cold.Txn, msgs []jetstream.Msg, w *work) (n int, 
 		if err != nil {
 			return i, pos, err
 		}
-		s.stats.Messages.Add(1)
+		w.counted.messages++
 		if err := s.applyMsg(txn, m, seq, w); err != nil {
 			return i, pos, err
 		}
@@ -593,9 +594,8 @@ func (s *Stage) applyEvent(txn *cold.Txn, e *pipeline.Event, local bool, w *work
 	if err := s.apply(txn, e, w); err != nil {
 		return err
 	}
-	if n := s.stats.ByType[e.Type]; n != nil { // not the internal types
-		n.Add(1)
-		s.stats.Events.Add(1)
+	if s.stats.ByType[e.Type] != nil { // not the internal types
+		w.counted.byType[e.Type]++
 	}
 	return nil
 }

@@ -59,6 +59,8 @@ type work struct {
 	released int
 	deadHops []delivery.HeldRef
 
+	counted counted // what it adds to the stats once it commits
+
 	// bounded: the transaction takes no more messages once full (not in a replay, which
 	// applies a log record's messages whatever they make).
 	bounded bool
@@ -68,6 +70,25 @@ type work struct {
 	ts                      int64  // the time of the event being applied (windows), for those it causes elsewhere
 	dups, forwarded, deltas int64  // counted once the transaction commits
 	deleted                 int    // acknowledged outbox entries the transaction deletes
+}
+
+// counted is what a transaction's messages add to the stats (Stats), added once it
+// commits: an attempt thrown away (too big to commit) counted its events, messages and
+// dead letters as well as the attempt that committed them.
+type counted struct {
+	messages, unchanged, forgotten, dead int64
+	byType                               map[string]int64 // events applied, by type
+}
+
+func (c *counted) addTo(st *Stats) {
+	st.Messages.Add(c.messages)
+	st.Unchanged.Add(c.unchanged)
+	st.Forgotten.Add(c.forgotten)
+	st.Dead.Add(c.dead)
+	for t, n := range c.byType {
+		st.ByType[t].Add(n)
+		st.Events.Add(n)
+	}
 }
 
 func (s *Stage) newWork(txn *cold.Txn, c *coalescer, dead []uint64) *work {
@@ -84,7 +105,7 @@ func (s *Stage) newWork(txn *cold.Txn, c *coalescer, dead []uint64) *work {
 	}
 	likes := s.likes
 	likes.ReadChunksFrom(s.db)
-	return &work{s: s, c: c, in: in, fwd: map[int][]pipeline.Event{}, deadSeqs: dead, now: s.now,
+	return &work{s: s, c: c, in: in, fwd: map[int][]pipeline.Event{}, deadSeqs: dead, now: s.now, counted: counted{byType: map[string]int64{}},
 		likes: likes, readers: unread.NewReaders(s.cfg.Partition, s.res), viewers: viewers.New(s.cfg.Partition, s.seen)}
 }
 
@@ -359,7 +380,7 @@ func (s *Stage) release(txn *cold.Txn, w *work, place uint64, until map[uint32]*
 // alone.
 func (w *work) deadHop(src uint32, seq uint64, data []byte) {
 	s := w.s
-	s.stats.Dead.Add(1)
+	w.counted.dead++
 	s.log.Warn("a held hop batch does not fit in one transaction: dead-lettered", "source", src, "seq", seq)
 	w.deadHops = append(w.deadHops, delivery.HeldRef{Src: src, Seq: seq})
 	w.dlq = append(w.dlq, delivery.OutboxEntry{
@@ -388,7 +409,7 @@ type DeadLetter struct {
 
 func (w *work) deadLetter(m jetstream.Msg, seq uint64, index int, data []byte, reason error) {
 	s := w.s
-	s.stats.Dead.Add(1)
+	w.counted.dead++
 	w.dlq = append(w.dlq, delivery.OutboxEntry{
 		Subject: s.cfg.Subjects.DLQ("event", s.cfg.Partition),
 		MsgID:   pipeline.DeadLetterMsgID("event", s.cfg.Partition, seq, index),
