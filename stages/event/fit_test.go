@@ -12,6 +12,7 @@ import (
 
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/cold/coldtest"
 	"github.com/tally-dev/tally/store/graph"
 )
 
@@ -24,11 +25,7 @@ import (
 // attempt too big counted them as well as the one that committed).
 func TestTransactionsThatFit(t *testing.T) {
 	h := newLogHarness(t)
-	db, err := cold.Open(cold.Options{Dir: t.TempDir(), MemTableSize: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := coldtest.Open(t, cold.Options{MemTableSize: 1 << 20})
 	const msgs, per, huge = 12, 300, 3000
 	uid := 1
 	batch := func(n int, bad bool) {
@@ -86,11 +83,7 @@ func TestTransactionsThatFit(t *testing.T) {
 // a fifth of the CPU of a run of them (BenchmarkJSON/unsplit).
 func TestBacklogCommitsWithoutWorkThrownAway(t *testing.T) {
 	h := newLogHarness(t)
-	db, err := cold.Open(cold.Options{Dir: t.TempDir(), MemTableSize: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := coldtest.Open(t, cold.Options{MemTableSize: 1 << 20})
 	const msgs, per = 80, 100
 	for m := range msgs {
 		evs := make([]pipeline.Event, per)
