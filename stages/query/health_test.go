@@ -243,22 +243,15 @@ func TestPrefixHealthCaughtUpTogether(t *testing.T) {
 	start(0, &script{looks: []flow.Behind{{Pos: 10}, {Pos: 11}}})
 	start(1, &script{looks: []flow.Behind{{Pos: 20}, {Pos: 22}}})
 	nc := natstest.Connect(t, s)
-	ask := func() pipeline.HealthReply {
+	health := func() (h pipeline.HealthReply) {
 		t.Helper()
-		m, err := nc.Request("tally.health", []byte("{}"), 10*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var h pipeline.HealthReply
-		if err := pipeline.UnmarshalReply(m.Data, true, &h); err != nil {
-			t.Fatal(err)
-		}
+		ask(t, nc, "tally.health", nil, struct{}{}, &h)
 		return h
 	}
-	if h := ask(); h.OK || h.Lagging["event.0"] != 1 || h.Lagging["event.1"] != 2 || h.Checked != 4 || len(h.Applied) != 0 {
+	if h := health(); h.OK || h.Lagging["event.0"] != 1 || h.Lagging["event.1"] != 2 || h.Checked != 4 || len(h.Applied) != 0 {
 		t.Errorf("both stages moved between the looks: %+v, want not OK, event.0 by 1, event.1 by 2", h)
 	}
-	if h := ask(); !h.OK {
+	if h := health(); !h.OK {
 		t.Errorf("nothing moved: %+v, want OK", h)
 	}
 }
