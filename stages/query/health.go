@@ -127,11 +127,7 @@ func (s *Server) counterLag(ctx context.Context, family string, p int, o Partiti
 // OK is checked twice (see caughtUpTwice), so that it holds at one moment for all of
 // them together and not only for each when it was looked at.
 func (s *Server) Health(ctx context.Context) (*pipeline.HealthReply, error) {
-	h, err := caughtUpTwice(ctx, s.localHealth)
-	if h != nil {
-		h.Applied = nil
-	}
-	return h, err
+	return caughtUpTwice(ctx, s.localHealth)
 }
 
 // localHealth is one look at the partitions of this process.
@@ -149,14 +145,19 @@ func (s *Server) localHealth(ctx context.Context) (*pipeline.HealthReply, error)
 // took a message between the looks, so none held work for another then (a stage is
 // busy from taking messages until what they make is stored, and what is stored is
 // another's lag until applied). A partition that does not say where it is (a tallyd
-// before 1.7) is taken as the first look finds it.
-func caughtUpTwice(ctx context.Context, pass func(context.Context) (*pipeline.HealthReply, error)) (*pipeline.HealthReply, error) {
+// before 1.7) is taken as the first look finds it. The reply it returns names no places:
+// they are the looks' own.
+func caughtUpTwice(ctx context.Context, pass func(context.Context) (*pipeline.HealthReply, error)) (h *pipeline.HealthReply, err error) {
+	defer func() {
+		if h != nil {
+			h.Applied = nil
+		}
+	}()
 	first, err := pass(ctx)
 	if err != nil || !first.OK {
 		return first, err
 	}
-	h, err := pass(ctx)
-	if err != nil || !h.OK {
+	if h, err = pass(ctx); err != nil || !h.OK {
 		return h, err
 	}
 	for name, pos := range h.Applied {
@@ -173,14 +174,12 @@ func caughtUpTwice(ctx context.Context, pass func(context.Context) (*pipeline.He
 
 func (s *Server) healthOf(lags []PartLag, max MaxLag) (*pipeline.HealthReply, error) {
 	h := s.newHealth(max)
+	h.Applied = make(map[string]uint64, len(lags))
 	for _, l := range lags {
 		if l.Err != nil {
 			return nil, fmt.Errorf("cannot tell the lag of %s: %w", l.Name, l.Err)
 		}
 		add(h, l, max)
-		if h.Applied == nil {
-			h.Applied = map[string]uint64{}
-		}
 		h.Applied[l.Name] = l.Pos
 	}
 	return h, nil
@@ -226,11 +225,7 @@ const lagHeader = "Tally-Health"
 // judged by this process's MaxLag; a partition that no process owns (in hand-over) is
 // lagging and not ready. Any process answers it.
 func (s *Server) health(r *request) (any, error) {
-	h, err := caughtUpTwice(r.ctx, s.prefixHealth)
-	if h != nil {
-		h.Applied = nil
-	}
-	return h, err
+	return caughtUpTwice(r.ctx, s.prefixHealth)
 }
 
 // prefixHealth is one look at every partition of the prefix: this process's, and the
@@ -293,12 +288,7 @@ func (s *Server) prefixHealth(ctx context.Context) (*pipeline.HealthReply, error
 			h.NotReady = append(h.NotReady, a.name)
 		}
 		maps.Copy(h.Lagging, a.reply.Lagging)
-		if len(a.reply.Applied) > 0 {
-			if h.Applied == nil {
-				h.Applied = map[string]uint64{}
-			}
-			maps.Copy(h.Applied, a.reply.Applied)
-		}
+		maps.Copy(h.Applied, a.reply.Applied)
 		if len(a.reply.BehindMs) > 0 {
 			if h.BehindMs == nil {
 				h.BehindMs = map[string]int64{}

@@ -53,7 +53,7 @@ type DB struct {
 	db      *badger.DB
 	log     *slog.Logger
 	upgrade Upgrade
-	lim     limits // of one transaction (Txn.Fill)
+	lim     limits // of one transaction (Txn.FillWith)
 }
 
 // Open opens or creates the database in o.Dir.

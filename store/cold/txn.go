@@ -14,7 +14,7 @@ import (
 type Txn struct {
 	b *badger.Txn
 	// size and count are what the transaction has written by Badger's own measure (its
-	// checkSize), against the bounds lim: see Fill.
+	// checkSize), against the bounds lim: see FillWith.
 	size, count int64
 	lim         *limits
 }
@@ -78,12 +78,10 @@ func (t *Txn) wrote(k, v int) {
 	t.size, t.count = t.size+n, t.count+1
 }
 
-// Fill is how much of the most one transaction may write it has written, 0 to 1: the
-// larger of its bytes and its entries by Badger's measure, against Badger's bounds. A
-// write that would take it to 1 is refused (ErrTxnTooBig).
-func (t *Txn) Fill() float64 { return t.FillWith(0, 0) }
-
-// FillWith is Fill were bytes more (by Badger's measure) in keys more writes written.
+// FillWith is how much of the most one transaction may write it would have written,
+// 0 to 1, with bytes more (by Badger's measure) in keys more writes: the larger of its
+// bytes and its entries against Badger's bounds. A write that would take it to 1 is
+// refused (ErrTxnTooBig). FillWith(0, 0) is what it has written.
 func (t *Txn) FillWith(bytes, keys int) float64 {
 	return max(float64(t.size+int64(bytes))/float64(t.lim.size), float64(t.count+int64(keys))/float64(t.lim.count))
 }

@@ -37,8 +37,8 @@ func TestTxnTooBig(t *testing.T) {
 	}
 }
 
-// Fill measures a transaction as Badger bounds it: a write is refused exactly when it
-// would take Fill to 1 — by bytes (values in the LSM tree, and pointers to those in the
+// FillWith measures a transaction as Badger bounds it: a write is refused exactly when
+// it would take the fill to 1 — by bytes (values in the LSM tree, and pointers to those in the
 // value log) or by entries (many small writes and deletes) — so that a stage can stop
 // taking work before Badger refuses it rather than throw the work away after.
 func TestFillIsBadgersBound(t *testing.T) {
@@ -76,10 +76,10 @@ func TestFillIsBadgersBound(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if f := txn.Fill(); f <= last || f >= 1 {
+			if f := txn.FillWith(0, 0); f <= last || f >= 1 {
 				t.Fatalf("%s: write %d took fill from %.4f to %.4f", c.name, i, last, f)
 			}
-			last = txn.Fill()
+			last = txn.FillWith(0, 0)
 		}
 		txn.Discard()
 	}
