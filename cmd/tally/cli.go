@@ -51,7 +51,7 @@ const usage = `tally — Tally's command-line client
   tally bench                              load benchmark with exact-count check
   tally version                            print the version this CLI was built as
 
-Common flags (before or after the command's own):
+Common flags (before or after the command, and among its own):
   --server URL   NATS URL (NATS_URL; default the context's, else nats://127.0.0.1:4222)
   --context C    nats CLI context, a name or a JSON file (NATS_CONTEXT): URL, credentials, TLS
   --creds F      user credentials file (NATS_CREDS)     --nkey F   nkey seed file (NATS_NKEY)
@@ -92,21 +92,10 @@ func run(ctx context.Context, args []string, e env) int {
 		fmt.Fprint(e.stdout, usage)
 		return 0
 	}
-	if args[0] == "version" || args[0] == "--version" { // needs no NATS
-		fmt.Fprintln(e.stdout, buildinfo.Read().String("tally"))
-		return 0
+	if args[0] == "--version" {
+		args = []string{"version"}
 	}
-	var cmd *command
-	for _, c := range commands() {
-		if c.name == args[0] {
-			cmd = &c
-		}
-	}
-	if cmd == nil {
-		fmt.Fprintf(e.stderr, "tally: unknown command %q\n\n%s", args[0], usage)
-		return 2
-	}
-	fs := flag.NewFlagSet("tally "+cmd.name, flag.ContinueOnError)
+	fs := flag.NewFlagSet("tally", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	server := fs.String("server", e.getenv("NATS_URL"), "NATS URL (default: the context's, else "+nats.DefaultURL+")")
 	// The variables the nats CLI reads, so that one environment serves both.
@@ -115,10 +104,37 @@ func run(ctx context.Context, args []string, e env) int {
 	auth.Flags(fs)
 	prefix := fs.String("prefix", pipeline.DefaultPrefix, "subject prefix")
 	timeout := fs.Duration("timeout", 5*time.Second, "request timeout")
+	// The common flags may come before the command as well as after it.
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprintf(e.stderr, "tally: no command\n\n%s", usage)
+		return 2
+	}
+	name := fs.Arg(0)
+	if name == "version" { // needs no NATS
+		fmt.Fprintln(e.stdout, buildinfo.Read().String("tally"))
+		return 0
+	}
+	var cmd *command
+	for _, c := range commands() {
+		if c.name == name {
+			cmd = &c
+		}
+	}
+	if cmd == nil {
+		fmt.Fprintf(e.stderr, "tally: unknown command %q\n\n%s", name, usage)
+		return 2
+	}
+	fs.Init("tally "+cmd.name, flag.ContinueOnError)
 	if cmd.flags != nil {
 		cmd.flags(fs)
 	}
-	if err := parseInterspersed(fs, args[1:]); err != nil {
+	if err := parseInterspersed(fs, fs.Args()[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}

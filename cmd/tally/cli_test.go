@@ -159,6 +159,13 @@ func TestCLIAgainstTallyd(t *testing.T) {
 		}
 	}
 	check(`{"fields":["like","repost","comment","view"],"counts":[[2,1,1,10]]}`, "get", "--json", "post", "42")
+	// The common flags stand before the command as well as after it, as the usage says.
+	if code, out, errOut := tallyBin(t, tallyPath, nil, append(s, "get", "post", "42", "43")...); code != 0 || out != want {
+		t.Fatalf("common flags before the command: exit %d, out %q, err %q", code, out, errOut)
+	}
+	if code, _, errOut := tallyBin(t, tallyPath, nil, append(s, "--limit", "5", "likes", "post", "42")...); code != 2 || !strings.Contains(errOut, "-limit") {
+		t.Fatalf("a command's flag before it: exit %d, want 2: %q", code, errOut)
+	}
 	check("42\ttrue\n43\tfalse\n", "liked", "8", "42", "43")
 	check("8\t", "likes", "post", "42")
 	check("42\t", "likes", "user", "7", "--limit", "5")
