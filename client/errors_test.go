@@ -54,6 +54,9 @@ func TestErrorsIs(t *testing.T) {
 		if !errors.Is(err, tc.want) {
 			t.Errorf("%s: %v, want errors.Is %v", tc.name, err, tc.want)
 		}
+		if err != nil && strings.Count(err.Error(), tc.want.Error()) != 1 {
+			t.Errorf("%s: %q names %q other than once", tc.name, err, tc.want)
+		}
 		for _, other := range []error{client.ErrBadRequest, client.ErrUnknownFamily, client.ErrUnavailable} {
 			if other != tc.want && errors.Is(err, other) {
 				t.Errorf("%s: %v is also %v", tc.name, err, other)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"iter"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -39,7 +40,9 @@ func (c *Client) request(ctx context.Context, subject string, req, reply any, er
 	}
 	if *errField != "" {
 		if sentinel := pipeline.CodeError(*code); sentinel != nil {
-			return fmt.Errorf("%w: %w: %s: %s", ErrRemote, sentinel, subject, *errField)
+			// The reply's error names its sentinel too ("bad request: …"): once is enough.
+			text := strings.TrimLeft(strings.TrimPrefix(*errField, sentinel.Error()), ": ")
+			return fmt.Errorf("%w: %w: %s: %s", ErrRemote, sentinel, subject, text)
 		}
 		return fmt.Errorf("%w: %s: %s", ErrRemote, subject, *errField)
 	}

@@ -191,6 +191,10 @@ func TestCLIAgainstTallyd(t *testing.T) {
 	if code, _, errOut := tally(t, "", append([]string{"get", "video", "1"}, s...)...); code != 1 || !strings.Contains(errOut, "unknown family") {
 		t.Fatalf("unknown family: exit %d, %q", code, errOut)
 	}
+	// A watch of a family nobody counts says so rather than wait for changes that never come.
+	if code, _, errOut := tallyBin(t, tallyPath, nil, append([]string{"watch", "video"}, s...)...); code != 2 || !strings.Contains(errOut, "unknown family") {
+		t.Fatalf("watch of an unknown family: exit %d, %q", code, errOut)
+	}
 
 	// watch prints the change events of new events. It sees only what happens after it
 	// subscribed, so keep publishing until one shows up.

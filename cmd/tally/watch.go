@@ -17,6 +17,11 @@ func runWatch(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env) er
 	if err := needArgs(fs, 1, "a family"); err != nil {
 		return err
 	}
+	// A family nobody counts has no change events: say so rather than wait for ever. Any
+	// other answer (none, when no tallyd runs) leaves the watch to the changes stream.
+	if _, err := c.Get(ctx, fs.Arg(0), 0); errors.Is(err, client.ErrUnknownFamily) {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
 	enc := json.NewEncoder(e.stdout)
 	for ch, err := range c.Changes(ctx, fs.Arg(0)) {
 		if errors.Is(err, client.ErrBadChange) {
