@@ -102,6 +102,7 @@ func TestConfigErrorsExit2(t *testing.T) {
 	f(2, "unknown table", "--table", "btree", "--listen", "127.0.0.1:-1")
 	f(2, "--pprof needs --metrics", "--pprof", "--listen", "127.0.0.1:-1")
 	f(2, "listen address", "--listen", "nohost")
+	f(2, "backup every must not be negative", "--backup-every", "-1s", "--listen", "127.0.0.1:-1")
 	f(2, "lease TTL", "--lease-ttl", "1ms", "--listen", "127.0.0.1:-1")
 	f(2, "not a valid subject token", "--families", write("dots.json", `[{"name":"a.b","fields":["x"]}]`))
 	f(2, "cannot be changed", "--families", write("post.json", `[{"name":"post","fields":["like"]}]`))

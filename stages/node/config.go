@@ -227,8 +227,20 @@ func (c Config) validate() error {
 	if c.LeaseTTL < 300*time.Millisecond {
 		return fmt.Errorf("lease TTL %v is too short (at least 300ms)", c.LeaseTTL)
 	}
-	if c.ColdAge < 0 || c.MaxMem < 0 || c.HotMaxMem < 0 || c.ColdCache < 0 || c.EventsMaxAge < 0 || c.StateMem < 0 || c.DupWindow < 0 || c.Replicas < 0 {
-		return fmt.Errorf("cold age, memory budgets, cold cache, state memory, events max age, duplicate window and replicas must not be negative")
+	for _, v := range []struct {
+		name     string
+		negative bool
+	}{
+		{"cold age", c.ColdAge < 0}, {"max mem", c.MaxMem < 0}, {"hot max mem", c.HotMaxMem < 0},
+		{"cold cache", c.ColdCache < 0}, {"state mem", c.StateMem < 0}, {"events max age", c.EventsMaxAge < 0},
+		{"duplicate window", c.DupWindow < 0}, {"replicas", c.Replicas < 0},
+		// 0 turns these off or takes their default; a negative one would do the same unsaid.
+		{"backup every", c.BackupEvery < 0}, {"purge every", c.PurgeEvery < 0}, {"audit every", c.AuditEvery < 0},
+		{"audit sample", c.AuditSample < 0}, {"standby lag", c.StandbyLag < 0}, {"move patience", c.MovePatience < 0},
+	} {
+		if v.negative {
+			return fmt.Errorf("%s must not be negative", v.name)
+		}
 	}
 	if c.EventsMaxBytes < -1 {
 		return fmt.Errorf("events max bytes must be -1 (unbounded), 0 (the stream's) or a size, not %d", c.EventsMaxBytes)
