@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
 	"time"
@@ -79,6 +80,10 @@ func TrimWhenIdle(ctx context.Context, every time.Duration) {
 		}
 		cur := readHeap()
 		if worthTrimming(trimmed, prev, cur) {
+			// The first collection moves what sync.Pools hold to their victim caches
+			// (the embedded NATS server pools its file store's 8 MiB block buffers); the
+			// second frees them, and returns the pages to the system.
+			runtime.GC()
 			debug.FreeOSMemory()
 			cur = readHeap() // what the trim allocated is not the next interval's
 			trimmed = cur
