@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -12,7 +13,9 @@ import (
 // Behind is how far a reader of one subject is behind its stream.
 type Behind struct {
 	// Msgs is the number of stream sequences between the reader's position and the
-	// newest message on its subject.
+	// newest message on its subject: at least that many when told by a followed reader
+	// (Meter.Follow), which knows of the messages stored after its last delivery only
+	// as many as there were then.
 	Msgs uint64
 	// Age is how long ago JetStream stored the oldest message on the subject that the
 	// reader has not applied yet, by the clock of the caller: 0 when it has applied
@@ -42,6 +45,23 @@ type Meter struct {
 	stream, filter string
 	mu             sync.Mutex
 	handle         jetstream.Stream
+	reader         *Reader // of the reader it measures, while it follows one
+}
+
+// Follow makes the Meter tell the lag of the reader at position applied from what r
+// delivered past it (Reader.Ahead) while it delivered some, asking the stream only
+// otherwise: a lagging partition's lag then costs no request, where it cost two (a
+// health check asks every partition's, twice when all are caught up; the requests'
+// replies carry whole messages, batches of events, as JSON). Follow(nil, nil) stops it.
+func (l *Meter) Follow(r *Reader, applied *atomic.Uint64) {
+	if r != nil {
+		r.mu.Lock()
+		r.applied = applied
+		r.mu.Unlock()
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.reader = r
 }
 
 // NewMeter returns the Meter of a reader of filter in stream.
@@ -52,8 +72,13 @@ func NewMeter(js jetstream.JetStream, stream, filter string) *Meter {
 // Behind tells how far a reader at position pos is, as of now (see BehindOf).
 func (l *Meter) Behind(ctx context.Context, pos uint64, now time.Time) (Behind, error) {
 	l.mu.Lock()
-	st := l.handle
+	st, r := l.handle, l.reader
 	l.mu.Unlock()
+	if r != nil {
+		if b, ok := r.Ahead(pos, now); ok {
+			return b, nil
+		}
+	}
 	if st == nil {
 		var err error
 		if st, err = l.js.Stream(ctx, l.stream); err != nil {

@@ -3,6 +3,7 @@ package flow_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -111,5 +112,98 @@ func TestMeterKeepsTheStream(t *testing.T) {
 	n, _, err := infos.Pending()
 	if err != nil || n != 2 {
 		t.Fatalf("%d stream info requests (%v), want 2: one at first, one after the failure", n, err)
+	}
+}
+
+// TestMeterFollowsItsReader: a Meter that follows its partition's reader tells a lag
+// from what the reader delivered and the partition has not applied yet — the same lag
+// the stream tells — without a request; caught up, it asks the stream, which alone can
+// tell that nothing new is stored.
+func TestMeterFollowsItsReader(t *testing.T) {
+	ctx := context.Background()
+	s := natstest.Start(t)
+	js, err := jetstream.New(natstest.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	var seqs []uint64 // of s.a
+	for i := range 10 {
+		subj := []string{"s.a", "s.b"}[i%2]
+		ack, err := js.Publish(ctx, subj, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if subj == "s.a" {
+			seqs = append(seqs, ack.Sequence)
+		}
+	}
+	r, err := flow.Read(ctx, js, "S", "s.a", 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+	var applied atomic.Uint64
+	m := flow.NewMeter(js, "S", "s.a")
+	m.Follow(r, &applied)
+	natstest.Eventually(t, 10*time.Second, "every s.a delivered", func() (bool, string) {
+		return len(r.C) == len(seqs), fmt.Sprint(len(r.C))
+	})
+	monitor := natstest.Connect(t, s)
+	gets, err := monitor.SubscribeSync("$JS.API.STREAM.MSG.GET.S")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := monitor.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	requests := func() int {
+		t.Helper()
+		if err := monitor.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		n, _, err := gets.Pending()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range n {
+			if _, err := gets.NextMsg(time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return n
+	}
+	now := time.Now().Add(3 * time.Second)
+	for _, pos := range []uint64{0, seqs[0], seqs[2], seqs[3] + 1} { // +1: an s.b passed
+		applied.Store(pos)
+		got, err := m.Behind(ctx, pos, now)
+		if n := requests(); err != nil || n != 0 {
+			t.Fatalf("Behind(%d) = %+v %v, %d requests, want none", pos, got, err, n)
+		}
+		want, err := flow.BehindOf(ctx, js, "S", "s.a", pos, now)
+		if err != nil || got != want {
+			t.Errorf("Behind(%d) = %+v, the stream's %+v %v", pos, got, want, err)
+		}
+		requests()
+	}
+	// Caught up: the stream is asked.
+	last := seqs[len(seqs)-1]
+	applied.Store(last)
+	if b, err := m.Behind(ctx, last, now); err != nil || b != (flow.Behind{Pos: last}) || requests() == 0 {
+		t.Fatalf("Behind caught up = %+v %v, want no lag, asked of the stream", b, err)
+	}
+	// Something new, delivered or not yet: lagging either way.
+	if _, err := js.Publish(ctx, "s.a", nil); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := m.Behind(ctx, last, time.Now()); err != nil || b.Msgs != 2 {
+		t.Fatalf("Behind after a new message = %+v %v, want 2 sequences", b, err)
+	}
+	// Not following: asked of the stream again.
+	m.Follow(nil, nil)
+	if b, err := m.Behind(ctx, last, time.Now()); err != nil || b.Msgs != 2 || requests() == 0 {
+		t.Fatalf("Behind unfollowed = %+v %v, want 2 sequences, asked of the stream", b, err)
 	}
 }
