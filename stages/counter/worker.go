@@ -267,8 +267,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	defer r.Stop()
-	w.behind.Follow(r, &w.pos)
-	defer w.behind.Follow(nil, nil)
+	w.behind.Track(r, &w.pos)
+	defer w.behind.Track(nil, nil)
 	w.ready.Store(true)
 	defer w.ready.Store(false)
 	defer w.unaccount()

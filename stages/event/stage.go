@@ -217,8 +217,8 @@ func (s *Stage) Run(ctx context.Context) error {
 		return err
 	}
 	defer r.Stop()
-	s.behind.Follow(r, &s.pos)
-	defer s.behind.Follow(nil, nil)
+	s.behind.Track(r, &s.pos)
+	defer s.behind.Track(nil, nil)
 	batch := make([]jetstream.Msg, 0, s.cfg.MaxBatch)
 	c := newCoalescer(s.cfg.Partitions)
 	if s.cfg.Log {

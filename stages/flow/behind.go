@@ -13,8 +13,8 @@ import (
 // Behind is how far a reader of one subject is behind its stream.
 type Behind struct {
 	// Msgs is the number of stream sequences between the reader's position and the
-	// newest message on its subject: at least that many when told by a followed reader
-	// (Meter.Follow), which knows of the messages stored after its last delivery only
+	// newest message on its subject: at least that many when told by a tracked reader
+	// (Meter.Track), which knows of the messages stored after its last delivery only
 	// as many as there were then.
 	Msgs uint64
 	// Age is how long ago JetStream stored the oldest message on the subject that the
@@ -45,15 +45,15 @@ type Meter struct {
 	stream, filter string
 	mu             sync.Mutex
 	handle         jetstream.Stream
-	reader         *Reader // of the reader it measures, while it follows one
+	reader         *Reader // of the reader it measures, while it tracks one
 }
 
-// Follow makes the Meter tell the lag of the reader at position applied from what r
+// Track makes the Meter tell the lag of the reader at position applied from what r
 // delivered past it (Reader.Ahead) while it delivered some, asking the stream only
 // otherwise: a lagging partition's lag then costs no request, where it cost two (a
 // health check asks every partition's, twice when all are caught up; the requests'
-// replies carry whole messages, batches of events, as JSON). Follow(nil, nil) stops it.
-func (l *Meter) Follow(r *Reader, applied *atomic.Uint64) {
+// replies carry whole messages, batches of events, as JSON). Track(nil, nil) stops it.
+func (l *Meter) Track(r *Reader, applied *atomic.Uint64) {
 	if r != nil {
 		r.mu.Lock()
 		r.applied = applied

@@ -115,11 +115,11 @@ func TestMeterKeepsTheStream(t *testing.T) {
 	}
 }
 
-// TestMeterFollowsItsReader: a Meter that follows its partition's reader tells a lag
+// TestMeterTracksItsReader: a Meter that tracks its partition's reader tells a lag
 // from what the reader delivered and the partition has not applied yet — the same lag
 // the stream tells — without a request; caught up, it asks the stream, which alone can
 // tell that nothing new is stored.
-func TestMeterFollowsItsReader(t *testing.T) {
+func TestMeterTracksItsReader(t *testing.T) {
 	ctx := context.Background()
 	s := natstest.Start(t)
 	js, err := jetstream.New(natstest.Connect(t, s))
@@ -147,7 +147,7 @@ func TestMeterFollowsItsReader(t *testing.T) {
 	defer r.Stop()
 	var applied atomic.Uint64
 	m := flow.NewMeter(js, "S", "s.a")
-	m.Follow(r, &applied)
+	m.Track(r, &applied)
 	natstest.Eventually(t, 10*time.Second, "every s.a delivered", func() (bool, string) {
 		return len(r.C) == len(seqs), fmt.Sprint(len(r.C))
 	})
@@ -201,9 +201,9 @@ func TestMeterFollowsItsReader(t *testing.T) {
 	if b, err := m.Behind(ctx, last, time.Now()); err != nil || b.Msgs != 2 {
 		t.Fatalf("Behind after a new message = %+v %v, want 2 sequences", b, err)
 	}
-	// Not following: asked of the stream again.
-	m.Follow(nil, nil)
+	// Not tracking: asked of the stream again.
+	m.Track(nil, nil)
 	if b, err := m.Behind(ctx, last, time.Now()); err != nil || b.Msgs != 2 || requests() == 0 {
-		t.Fatalf("Behind unfollowed = %+v %v, want 2 sequences, asked of the stream", b, err)
+		t.Fatalf("Behind untracked = %+v %v, want 2 sequences, asked of the stream", b, err)
 	}
 }

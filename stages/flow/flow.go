@@ -27,7 +27,7 @@ type Reader struct {
 	ahead   []delivered // in stream order; ahead[head:] are those not known applied
 	head    int
 	pending uint64         // the NumPending of the last message delivered
-	applied *atomic.Uint64 // the user's position, once it follows (Meter.Follow)
+	applied *atomic.Uint64 // the user's position, once tracked (Meter.Track)
 	unsure  bool           // it delivered a message it could not note
 }
 
