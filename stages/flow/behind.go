@@ -29,8 +29,8 @@ type Behind struct {
 }
 
 // BehindOf tells how far a reader at position pos of filter in stream is, as of now.
-// Age costs one more request, made only when the reader lags. It looks the stream up
-// each time: what asks again and again keeps a Meter.
+// A reader caught up costs one request, whose reply holds no message; one that lags,
+// two. It looks the stream up each time: what asks again and again keeps a Meter.
 func BehindOf(ctx context.Context, js jetstream.JetStream, stream, filter string, pos uint64, now time.Time) (Behind, error) {
 	return NewMeter(js, stream, filter).Behind(ctx, pos, now)
 }
@@ -99,27 +99,23 @@ func (l *Meter) Behind(ctx context.Context, pos uint64, now time.Time) (Behind, 
 }
 
 func behind(ctx context.Context, st jetstream.Stream, filter string, pos uint64, now time.Time) (Behind, error) {
-	last, err := st.GetLastMsgForSubject(ctx, filter)
+	// The first message of the subject after pos (a purge may have removed some: then the
+	// oldest one left, which is what is still to be applied). Asked first: none, the
+	// answer of a reader caught up, is a reply without a message, where the newest
+	// message, asked first before, came whole (a batch of events, as JSON).
+	next, err := st.GetMsg(ctx, pos+1, jetstream.WithGetMsgSubject(filter))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return Behind{}, nil
 	}
 	if err != nil {
 		return Behind{}, err
 	}
-	if last.Sequence <= pos {
+	last, err := st.GetLastMsgForSubject(ctx, filter)
+	if errors.Is(err, jetstream.ErrMsgNotFound) { // purged in the meantime: nothing to apply
 		return Behind{}, nil
 	}
-	b := Behind{Msgs: last.Sequence - pos}
-	// The first message of the subject after pos (a purge may have removed some: then the
-	// oldest one left, which is what is still to be applied).
-	next, err := st.GetMsg(ctx, pos+1, jetstream.WithGetMsgSubject(filter))
-	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		// Applied in the meantime.
-	case err != nil:
+	if err != nil {
 		return Behind{}, err
-	default:
-		b.Age = max(now.Sub(next.Time), 0) // a NATS clock ahead of ours is not a lag
 	}
-	return b, nil
+	return Behind{Msgs: max(last.Sequence, next.Sequence) - pos, Age: max(now.Sub(next.Time), 0)}, nil // a NATS clock ahead of ours is not a lag
 }

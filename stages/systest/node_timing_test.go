@@ -335,6 +335,35 @@ func checkBench(b *testing.B, c interface {
 	}
 }
 
+// BenchmarkHealth is the cost of tally.health on one tallyd of 16 partitions caught up
+// (64 partitions looked at twice, as a readiness probe or a benchmark's wait asks it):
+// its latency, and the CPU of the whole process per check.
+// Run: go test ./stages/systest -run XXX -bench Health -benchtime 300x
+func BenchmarkHealth(b *testing.B) {
+	_, c := rig.StartNode(b, func(c *node.Config) { c.Partitions = 16 })
+	evs, _ := benchEvents(100_000)
+	if err := c.PublishBatch(context.Background(), "warm", evs); err != nil {
+		b.Fatal(err)
+	}
+	rig.WaitCaughtUp(b, c)
+	lat := make([]time.Duration, 0, b.N)
+	cpu := cpuTime()
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		h, err := c.Health(context.Background())
+		if err != nil || !h.OK {
+			b.Fatalf("health: %+v %v", h, err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	b.StopTimer()
+	b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/float64(b.N), "cpu-µs/check")
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+}
+
 // BenchmarkGet20 is the latency of a 20-id batch query over loopback, beside a bare NATS
 // request-reply echo of the same size.
 // Run: go test ./stages/systest -run XXX -bench Get20 -benchtime 20000x
