@@ -55,9 +55,7 @@ type Meter struct {
 // replies carry whole messages, batches of events, as JSON). Track(nil, nil) stops it.
 func (l *Meter) Track(r *Reader, applied *atomic.Uint64) {
 	if r != nil {
-		r.mu.Lock()
-		r.applied = applied
-		r.mu.Unlock()
+		r.ahead.track(applied)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -20,69 +20,21 @@ type Reader struct {
 	C    <-chan jetstream.Msg
 	cc   jetstream.ConsumeContext
 	stop context.CancelFunc
-
-	// What it delivered and its user has not applied yet, for Ahead: a lagging reader's
-	// lag told without asking the stream.
-	mu      sync.Mutex
-	ahead   []delivered // in stream order; ahead[head:] are those not known applied
-	head    int
-	pending uint64         // the NumPending of the last message delivered
-	applied *atomic.Uint64 // the user's position, once tracked (Meter.Track)
-	unsure  bool           // it delivered a message it could not note
-}
-
-// blind makes Ahead leave every lag to the stream: a message was delivered unnoted.
-func (r *Reader) blind() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.unsure = true
-}
-
-// delivered is a message a Reader delivered: its stream sequence and when it was stored.
-type delivered struct {
-	seq uint64
-	ts  time.Time
-}
-
-// note records md's message as delivered, and forgets those applied.
-func (r *Reader) note(md *jetstream.MsgMetadata) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.applied != nil {
-		r.forget(r.applied.Load())
-	}
-	r.ahead = append(r.ahead, delivered{md.Sequence.Stream, md.Timestamp})
-	r.pending = md.NumPending
-}
-
-// forget drops what was delivered up to pos; r.mu is held.
-func (r *Reader) forget(pos uint64) {
-	for r.head < len(r.ahead) && r.ahead[r.head].seq <= pos {
-		r.head++
-	}
-	if r.head > len(r.ahead)/2 { // keep the slice from growing with what it dropped
-		r.ahead = r.ahead[:copy(r.ahead, r.ahead[r.head:])]
-		r.head = 0
-	}
+	// What it delivered past its user's position, once a Meter tracks it.
+	ahead ahead
 }
 
 // Ahead tells how far a user at position pos is behind, as of now, from what the reader
-// delivered past pos, without asking the stream; ok is false when it delivered nothing
-// past pos (caught up, or the next message not delivered yet), which only the stream can
-// tell. Age is exact: the first message delivered past pos is the oldest not applied,
-// since a Reader delivers every message of its subject in order. Msgs is the sequences
-// from pos to the last message delivered, plus the messages the stream held after that
-// one when it was delivered: the newest message's sequence less pos, unless more came
-// since, and so at least that.
+// delivered past pos, without asking the stream; ok is false when the reader cannot
+// tell: not tracked by a Meter (Meter.Track), or it delivered nothing past pos (caught
+// up, or the next message not delivered yet), which only the stream can tell. Age is
+// exact: the first message delivered past pos is the oldest not applied, since a Reader
+// delivers every message of its subject in order. Msgs is the sequences from pos to the
+// last message delivered, plus the messages the stream held after that one when it was
+// delivered: the newest message's sequence less pos, unless more came since, and so at
+// least that.
 func (r *Reader) Ahead(pos uint64, now time.Time) (b Behind, ok bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.forget(pos)
-	if r.unsure || r.head == len(r.ahead) {
-		return Behind{}, false
-	}
-	first, last := r.ahead[r.head], r.ahead[len(r.ahead)-1]
-	return Behind{Msgs: last.seq - pos + r.pending, Age: max(now.Sub(first.ts), 0), Pos: pos}, true
+	return r.ahead.behind(pos, now)
 }
 
 // Gaps counts the times a reader was delivered a message with stored messages of its
@@ -118,7 +70,7 @@ func Read(ctx context.Context, js jetstream.JetStream, stream, filter string, po
 	}
 	ctx, stop := context.WithCancel(ctx)
 	ch := make(chan jetstream.Msg, buffer)
-	r := &Reader{C: ch, stop: stop}
+	r := &Reader{C: ch, stop: stop, ahead: ahead{last: pos}}
 	var mu sync.Mutex // a consumer made again may deliver while the last one's delivery waits
 	last := pos
 	cc, err := cons.Consume(func(m jetstream.Msg) {
@@ -132,14 +84,14 @@ func Read(ctx context.Context, js jetstream.JetStream, stream, filter string, po
 		}
 		md, err := m.Metadata()
 		if err != nil { // never from JetStream: then only the stream tells a lag
-			r.blind()
+			r.ahead.blind()
 		} else {
 			if md.Sequence.Consumer == 1 && skipped(ctx, st, filter, last, md.Sequence.Stream) {
 				Gaps.Add(1)
 			}
 			last = md.Sequence.Stream
 			m = parsed{m, md}
-			r.note(md)
+			r.ahead.note(md)
 		}
 		select {
 		case ch <- m:
