@@ -67,7 +67,15 @@ func (a *ahead) forget(pos uint64) {
 	}
 }
 
-// behind is Reader.Ahead.
+// behind tells how far a user at position pos is behind, as of now, from what the reader
+// delivered past pos, without asking the stream; ok is false when the reader cannot
+// tell: not tracked (Meter.Track), or it delivered nothing past pos (caught
+// up, or the next message not delivered yet), which only the stream can tell. Age is
+// exact: the first message delivered past pos is the oldest not applied, since a Reader
+// delivers every message of its subject in order. Msgs is the sequences from pos to the
+// last message delivered, plus the messages the stream held after that one when it was
+// delivered: the newest message's sequence less pos, unless more came since, and so at
+// least that.
 func (a *ahead) behind(pos uint64, now time.Time) (Behind, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -49,7 +49,7 @@ type Meter struct {
 }
 
 // Track makes the Meter tell the lag of the reader at position applied from what r
-// delivered past it (Reader.Ahead) while it delivered some, asking the stream only
+// delivered past it while it delivered some, asking the stream only
 // otherwise: a lagging partition's lag then costs no request, where it cost two (a
 // health check asks every partition's, twice when all are caught up; the requests'
 // replies carry whole messages, batches of events, as JSON). Track(nil, nil) stops it.
@@ -73,7 +73,7 @@ func (l *Meter) Behind(ctx context.Context, pos uint64, now time.Time) (Behind, 
 	st, r := l.handle, l.reader
 	l.mu.Unlock()
 	if r != nil {
-		if b, ok := r.Ahead(pos, now); ok {
+		if b, ok := r.ahead.behind(pos, now); ok {
 			return b, nil
 		}
 	}

@@ -24,19 +24,6 @@ type Reader struct {
 	ahead ahead
 }
 
-// Ahead tells how far a user at position pos is behind, as of now, from what the reader
-// delivered past pos, without asking the stream; ok is false when the reader cannot
-// tell: not tracked by a Meter (Meter.Track), or it delivered nothing past pos (caught
-// up, or the next message not delivered yet), which only the stream can tell. Age is
-// exact: the first message delivered past pos is the oldest not applied, since a Reader
-// delivers every message of its subject in order. Msgs is the sequences from pos to the
-// last message delivered, plus the messages the stream held after that one when it was
-// delivered: the newest message's sequence less pos, unless more came since, and so at
-// least that.
-func (r *Reader) Ahead(pos uint64, now time.Time) (b Behind, ok bool) {
-	return r.ahead.behind(pos, now)
-}
-
 // Gaps counts the times a reader was delivered a message with stored messages of its
 // subject before it, after the one it was delivered last (or its start position), that
 // it was never delivered: messages a stage would have passed over without applying them.
