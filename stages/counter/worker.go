@@ -196,18 +196,18 @@ func New(cfg Config, js jetstream.JetStream, db *cold.DB, log *slog.Logger, stat
 // Ready reports whether the worker has loaded its checkpoint and is consuming.
 func (w *Worker) Ready() bool { return w.ready.Load() }
 
-// Lag is how many sequences of the deltas stream lie between the last delta applied
-// and the newest one for this partition.
-// Delta batches held above a gap count too: the position has passed them, but they are
-// not applied, and a partition that holds some has not counted everything it was sent
-// (health said caught up while a gap held a sender's every later batch).
+// Lag is how far the partition is behind its deltas, in messages (Behind's Msgs).
 func (w *Worker) Lag(ctx context.Context) (uint64, error) {
-	lag, err := flow.Lag(ctx, w.js, w.cfg.Subjects.DeltasStream(), w.cfg.Subjects.Delta(w.cfg.Family.Name, w.cfg.Partition), w.pos.Load())
-	return lag + uint64(max(w.holding.Load(), 0)), err
+	b, err := w.Behind(ctx)
+	return b.Msgs, err
 }
 
-// Behind is Lag with the age of the oldest delta not applied yet, for health and metrics;
-// held batches count in Msgs as in Lag.
+// Behind is how far the partition is behind its deltas, for health and metrics: the
+// sequences of the deltas stream between the last delta applied and the newest one for
+// this partition, and the age of the oldest not applied. Delta batches held above a gap
+// count too: the position has passed them, but they are not applied, and a partition
+// that holds some has not counted everything it was sent (health said caught up while a
+// gap held a sender's every later batch).
 func (w *Worker) Behind(ctx context.Context) (flow.Behind, error) {
 	b, err := w.behind.Behind(ctx, w.pos.Load(), time.Now())
 	b.Msgs += uint64(max(w.holding.Load(), 0))

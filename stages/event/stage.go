@@ -168,23 +168,20 @@ func (s *Stage) Owned() bool { return s.cfg.Valid == nil || s.cfg.Valid() }
 // queries read.
 func (s *Stage) Pulled() *unread.Pulled { return s.pulled }
 
-// Lag is how far the partition is behind its stream: the sequences between its committed
-// position and the newest event on its subject, or at least 1 while an outbox is being
-// published; plus the hop batches it holds above a gap, which its position has passed
-// unapplied.
+// Lag is how far the partition is behind its stream, in messages (Behind's Msgs).
 func (s *Stage) Lag(ctx context.Context) (uint64, error) {
-	lag, err := flow.Lag(ctx, s.js, s.cfg.Subjects.EventsStream(), s.cfg.Subjects.EventsStored(s.cfg.Partition), s.pos.Load())
-	// busy is read after the position: a batch committed since then is still publishing.
-	if s.busy.Load() && lag == 0 {
-		lag = 1
-	}
-	return lag + uint64(max(s.holding.Load(), 0)), err
+	b, err := s.Behind(ctx)
+	return b.Msgs, err
 }
 
-// Behind is Lag with the age of the oldest event not applied yet, for health and metrics.
+// Behind is how far the partition is behind its stream, for health and metrics: the
+// sequences between its committed position and the newest event on its subject, or at
+// least 1 while an outbox is being published, plus the hop batches it holds above a gap,
+// which its position has passed unapplied; and the age of the oldest event not applied.
 func (s *Stage) Behind(ctx context.Context) (flow.Behind, error) {
 	b, err := s.behind.Behind(ctx, s.pos.Load(), time.Now())
-	if s.busy.Load() && b.Msgs == 0 { // as in Lag
+	// busy is read after the position: a batch committed since then is still publishing.
+	if s.busy.Load() && b.Msgs == 0 {
 		b.Msgs = 1
 	}
 	b.Msgs += uint64(max(s.holding.Load(), 0))

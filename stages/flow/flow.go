@@ -152,15 +152,6 @@ func LastSeq(ctx context.Context, js jetstream.JetStream, stream, filter string)
 	return m.Sequence, nil
 }
 
-// Lag is how many stream sequences lie between pos and the newest message on filter.
-func Lag(ctx context.Context, js jetstream.JetStream, stream, filter string, pos uint64) (uint64, error) {
-	last, err := LastSeq(ctx, js, stream, filter)
-	if err != nil || last <= pos {
-		return 0, err
-	}
-	return last - pos, nil
-}
-
 // Fenced reports a publish or KV write refused because the subject's last sequence was
 // not the one expected: someone else wrote it.
 func Fenced(err error) bool {
