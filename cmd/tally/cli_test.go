@@ -191,6 +191,12 @@ func TestCLIAgainstTallyd(t *testing.T) {
 	if code, _, errOut := tally(t, "", append([]string{"get", "video", "1"}, s...)...); code != 1 || !strings.Contains(errOut, "unknown family") {
 		t.Fatalf("unknown family: exit %d, %q", code, errOut)
 	}
+	// A window or a limit no tallyd takes is the user's mistake, told before asking.
+	for _, args := range [][]string{{"get", "--window", "2h", "post", "42"}, {"top", "--window", "1w", "post", "like"}, {"top", "--limit", "5000", "post", "like"}} {
+		if code, _, errOut := tally(t, "", append(args, s...)...); code != 2 || !strings.Contains(errOut, "usage") {
+			t.Fatalf("tally %v: exit %d, want 2: %q", args, code, errOut)
+		}
+	}
 	// A watch of a family nobody counts says so rather than wait for changes that never come.
 	if code, _, errOut := tallyBin(t, tallyPath, nil, append([]string{"watch", "video"}, s...)...); code != 2 || !strings.Contains(errOut, "unknown family") {
 		t.Fatalf("watch of an unknown family: exit %d, %q", code, errOut)

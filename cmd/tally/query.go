@@ -37,6 +37,9 @@ func runGet(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env) erro
 		return getRaw(ctx, c, fs, e, list, window)
 	}
 	if window != "" {
+		if err := checkWindow(window); err != nil {
+			return err
+		}
 		return getWindow(ctx, c, fs.Arg(0), window, list, e)
 	}
 	var opts []client.GetOption
@@ -171,7 +174,13 @@ func runTop(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env) erro
 		return fmt.Errorf("%w: top takes a family and a field, not %q", errUsage, fs.Args()[2:])
 	}
 	window := fs.Lookup("window").Value.String()
+	if err := checkWindow(window); err != nil {
+		return err
+	}
 	limit := fs.Lookup("limit").Value.(flag.Getter).Get().(int)
+	if limit < 0 || limit > pipeline.MaxTop {
+		return fmt.Errorf("%w: --limit %d, want 1 to %d (0: %d)", errUsage, limit, pipeline.MaxTop, pipeline.DefaultTop)
+	}
 	show := func(r *pipeline.TopReply) error {
 		w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprint(w, tabRow("id", fs.Arg(1)+" over "+window))
@@ -296,6 +305,14 @@ func runHealth(ctx context.Context, c *client.Client, _ *flag.FlagSet, e env) er
 	// An older tallyd without readiness says only OK.
 	if !h.Ready && !h.OK {
 		return fmt.Errorf("not ready: %v beyond max lag %s (lagging %v)", h.NotReady, h.MaxLag, h.Lagging)
+	}
+	return nil
+}
+
+// checkWindow makes a --window no tallyd would take a usage error, before anything is asked.
+func checkWindow(window string) error {
+	if _, err := pipeline.ParseWindow(window); err != nil {
+		return fmt.Errorf("%w: --window: %w", errUsage, err)
 	}
 	return nil
 }
