@@ -45,7 +45,7 @@ const usage = `tally — Tally's command-line client
   tally following <uid> | followers <uid>  follow lists, newest first
   tally unread <uid>...                    unread counts
   tally watch <family>                     print change events until Ctrl-C
-  tally health                             print the health reply; exit 1 unless ready (within --max-lag)
+  tally health                             print the health reply; exit 1 unless ready (within tallyd's --max-lag)
   tally audit post <id>... | user <id>...  recount likes, comments, followers, following
         [--sample N] [--repair]            from the relations; exit 1 if any counter drifted
   tally bench                              load benchmark with exact-count check

@@ -192,7 +192,7 @@ func TestCLIAgainstTallyd(t *testing.T) {
 		t.Fatalf("unknown family: exit %d, %q", code, errOut)
 	}
 	// A window or a limit no tallyd takes is the user's mistake, told before asking.
-	for _, args := range [][]string{{"get", "--window", "2h", "post", "42"}, {"top", "--window", "1w", "post", "like"}, {"top", "--limit", "5000", "post", "like"}} {
+	for _, args := range [][]string{{"get", "--window", "2h", "post", "42"}, {"top", "--window", "1w", "post", "like"}, {"top", "--limit", "5000", "post", "like"}, {"likes", "post", "42", "--limit", "-3"}} {
 		if code, _, errOut := tally(t, "", append(args, s...)...); code != 2 || !strings.Contains(errOut, "usage") {
 			t.Fatalf("tally %v: exit %d, want 2: %q", args, code, errOut)
 		}

@@ -177,9 +177,9 @@ func runTop(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env) erro
 	if err := checkWindow(window); err != nil {
 		return err
 	}
-	limit := fs.Lookup("limit").Value.(flag.Getter).Get().(int)
-	if limit < 0 || limit > pipeline.MaxTop {
-		return fmt.Errorf("%w: --limit %d, want 1 to %d (0: %d)", errUsage, limit, pipeline.MaxTop, pipeline.DefaultTop)
+	limit, err := limitFlag(fs, pipeline.MaxTop)
+	if err != nil {
+		return err
 	}
 	show := func(r *pipeline.TopReply) error {
 		w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
@@ -258,7 +258,10 @@ func list(ctx context.Context, c *client.Client, fs *flag.FlagSet, e env, which,
 	if err != nil {
 		return err
 	}
-	limit := fs.Lookup("limit").Value.(flag.Getter).Get().(int)
+	limit, err := limitFlag(fs, pipeline.MaxPage)
+	if err != nil {
+		return err
+	}
 	page, err := c.List(ctx, which, id[0], limit, fs.Lookup("before").Value.String())
 	if err != nil {
 		return err
@@ -315,4 +318,13 @@ func checkWindow(window string) error {
 		return fmt.Errorf("%w: --window: %w", errUsage, err)
 	}
 	return nil
+}
+
+// limitFlag reads --limit: 0 (tallyd's default) up to most, or a usage error.
+func limitFlag(fs *flag.FlagSet, most int) (int, error) {
+	limit := fs.Lookup("limit").Value.(flag.Getter).Get().(int)
+	if limit < 0 || limit > most {
+		return 0, fmt.Errorf("%w: --limit %d, want 1 to %d", errUsage, limit, most)
+	}
+	return limit, nil
 }
