@@ -36,17 +36,20 @@ func (a *ahead) track(applied *atomic.Uint64) {
 	a.applied, a.from, a.q, a.head = applied, a.last, a.q[:0], 0
 }
 
-// note records md's message as delivered, and forgets those applied.
-func (a *ahead) note(md *jetstream.MsgMetadata) {
+// note records md's message as delivered, and forgets those applied; it returns the
+// sequence delivered before it (the reader's start position before any), which the
+// reader checks for a gap.
+func (a *ahead) note(md *jetstream.MsgMetadata) (last uint64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.last = md.Sequence.Stream
+	last, a.last = a.last, md.Sequence.Stream
 	if a.applied == nil {
-		return
+		return last
 	}
 	a.forget(a.applied.Load())
 	a.q = append(a.q, delivered{md.Sequence.Stream, md.Timestamp})
 	a.pending = md.NumPending
+	return last
 }
 
 // blind leaves every lag to the stream: a message was delivered unrecorded.

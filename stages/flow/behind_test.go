@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tally-dev/tally/pipeline/natstest"
@@ -19,13 +20,7 @@ import (
 // position, other subjects and purged messages skipped.
 func TestBehindOf(t *testing.T) {
 	ctx := context.Background()
-	js, err := jetstream.New(natstest.Connect(t, natstest.Start(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, AllowDirect: true}); err != nil {
-		t.Fatal(err)
-	}
+	_, js := streamS(t, true)
 	for _, subj := range []string{"s.a", "s.b", "s.a", "s.b", "s.a"} { // sequences 1..5
 		if _, err := js.Publish(ctx, subj, nil); err != nil {
 			t.Fatal(err)
@@ -62,14 +57,7 @@ func TestBehindOf(t *testing.T) {
 // dearest request of a lag — and again only after a request through it failed.
 func TestMeterKeepsTheStream(t *testing.T) {
 	ctx := context.Background()
-	s := natstest.Start(t)
-	js, err := jetstream.New(natstest.Connect(t, s))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, AllowDirect: true}); err != nil {
-		t.Fatal(err)
-	}
+	s, js := streamS(t, true)
 	if _, err := js.Publish(ctx, "s.a", nil); err != nil {
 		t.Fatal(err)
 	}
@@ -122,14 +110,8 @@ func TestMeterKeepsTheStream(t *testing.T) {
 // tell that nothing new is stored.
 func TestMeterTracksItsReader(t *testing.T) {
 	ctx := context.Background()
-	s := natstest.Start(t)
-	js, err := jetstream.New(natstest.Connect(t, s))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}); err != nil {
-		t.Fatal(err)
-	}
+	// No direct gets: every request goes through the API a test can watch.
+	s, js := streamS(t, false)
 	var seqs []uint64 // of s.a
 	for i := range 10 {
 		subj := []string{"s.a", "s.b"}[i%2]
@@ -212,4 +194,18 @@ func TestMeterTracksItsReader(t *testing.T) {
 	if b, err := m.Behind(ctx, last, time.Now()); err != nil || b.Msgs != 2 || requests() == 0 {
 		t.Fatalf("Behind untracked = %+v %v, want 2 sequences, asked of the stream", b, err)
 	}
+}
+
+// streamS starts a server with stream S of the subjects s.>.
+func streamS(t *testing.T, allowDirect bool) (*server.Server, jetstream.JetStream) {
+	t.Helper()
+	s := natstest.Start(t)
+	js, err := jetstream.New(natstest.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, AllowDirect: allowDirect}); err != nil {
+		t.Fatal(err)
+	}
+	return s, js
 }

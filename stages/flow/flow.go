@@ -59,7 +59,6 @@ func Read(ctx context.Context, js jetstream.JetStream, stream, filter string, po
 	ch := make(chan jetstream.Msg, buffer)
 	r := &Reader{C: ch, stop: stop, ahead: ahead{last: pos}}
 	var mu sync.Mutex // a consumer made again may deliver while the last one's delivery waits
-	last := pos
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -73,12 +72,11 @@ func Read(ctx context.Context, js jetstream.JetStream, stream, filter string, po
 		if err != nil { // never from JetStream: then only the stream tells a lag
 			r.ahead.blind()
 		} else {
+			last := r.ahead.note(md)
 			if md.Sequence.Consumer == 1 && skipped(ctx, st, filter, last, md.Sequence.Stream) {
 				Gaps.Add(1)
 			}
-			last = md.Sequence.Stream
 			m = parsed{m, md}
-			r.ahead.note(md)
 		}
 		select {
 		case ch <- m:
