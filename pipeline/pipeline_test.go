@@ -14,34 +14,94 @@ import (
 )
 
 // The server's subject transform and PartitionOf must route every key the same way, or
-// relation state would be split between partitions.
+// relation state would be split between partitions. Events are stored under their
+// partition's and type's subject, so the server keeps state for a few subjects, not for
+// every key; a stream stored by key (KeyedEvents, every stream before 1.8) moves to that
+// and back as Setup is asked, and the messages of both forms stay in their order.
 func TestPartitionAgreesWithServer(t *testing.T) {
 	s := natstest.Start(t)
 	js, _ := jetstream.New(natstest.Connect(t, s))
 	ctx := context.Background()
 	cfg := pipeline.DefaultStreamConfig()
-	cfg.Partitions = 7
-	if err := pipeline.Setup(ctx, js, cfg); err != nil {
-		t.Fatal(err)
-	}
-	if err := pipeline.Setup(ctx, js, cfg); err != nil {
-		t.Fatalf("second Setup is not idempotent: %v", err)
-	}
+	cfg.Partitions, cfg.KeyedEvents = 7, true
 	keys := []pipeline.ID{1, 2, 42, 1 << 40, 18446744073709551615, 1234567890123}
-	for i, k := range keys {
-		if _, err := js.Publish(ctx, cfg.Subjects.Event("like", k), []byte("x"), jetstream.WithMsgID(fmt.Sprint(i))); err != nil {
-			t.Fatal(err)
+	st, _ := js.Stream(ctx, cfg.Subjects.EventsStream())
+	seq := uint64(0)
+	// check publishes every key and checks where the stream stored it.
+	check := func(form string, subject func(p int, k pipeline.ID) string) {
+		t.Helper()
+		for _, k := range keys {
+			if _, err := js.Publish(ctx, cfg.Subjects.Event("like", k), []byte("x"), jetstream.WithMsgID(fmt.Sprint(form, k))); err != nil {
+				t.Fatal(err)
+			}
+			seq++
+			m, err := st.GetMsg(ctx, seq)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := subject(pipeline.PartitionOf(k, 7), k)
+			if m.Subject != want || pipeline.Partition(k.String(), 7) != pipeline.PartitionOf(k, 7) {
+				t.Errorf("%s: key %d stored as %s, PartitionOf routes to %s", form, k, m.Subject, want)
+			}
+			if typ, err := cfg.Subjects.StoredType(m.Subject); typ != "like" || err != nil {
+				t.Errorf("%s: the type of %s read as %q, %v", form, m.Subject, typ, err)
+			}
 		}
 	}
-	st, _ := js.Stream(ctx, cfg.Subjects.EventsStream())
-	for i, k := range keys {
-		m, err := st.GetMsg(ctx, uint64(i+1))
+	keyed := func(p int, k pipeline.ID) string { return fmt.Sprintf("tally.ep.%d.like.%d", p, k) }
+	unkeyed := func(p int, _ pipeline.ID) string { return fmt.Sprintf("tally.ep.%d.like", p) }
+	for i, c := range []struct {
+		form    string
+		keyed   bool
+		subject func(int, pipeline.ID) string
+	}{{"by key", true, keyed}, {"by partition", false, unkeyed}, {"by key again", true, keyed}, {"by partition again", false, unkeyed}} {
+		cfg.KeyedEvents = c.keyed
+		if err := pipeline.Setup(ctx, js, cfg); err != nil {
+			t.Fatalf("%s: %v", c.form, err)
+		}
+		if i == 0 {
+			if err := pipeline.Setup(ctx, js, cfg); err != nil {
+				t.Fatalf("second Setup is not idempotent: %v", err)
+			}
+			st, _ = js.Stream(ctx, cfg.Subjects.EventsStream())
+		}
+		check(c.form, c.subject)
+	}
+	// Stored by partition, a million keys are as many subjects as one.
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter("tally.ep.*.*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := map[int]bool{}
+	for _, k := range keys {
+		parts[pipeline.PartitionOf(k, 7)] = true
+	}
+	if len(info.State.Subjects) != len(parts) {
+		t.Errorf("stored by partition, %d keys in %d partitions are the subjects %v", len(keys), len(parts), info.State.Subjects)
+	}
+	// Every message of both forms is read by its partition's filter, in order.
+	for p := range 7 {
+		cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{cfg.Subjects.EventsStored(p)}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := fmt.Sprintf("tally.ep.%d.like.%d", pipeline.PartitionOf(k, 7), k)
-		if m.Subject != want || pipeline.Partition(k.String(), 7) != pipeline.PartitionOf(k, 7) {
-			t.Errorf("key %d stored as %s, PartitionOf routes to %s", k, m.Subject, want)
+		want := 0
+		for _, k := range keys {
+			if pipeline.PartitionOf(k, 7) == p {
+				want += 4
+			}
+		}
+		last := uint64(0)
+		for range want {
+			m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+			if err != nil {
+				t.Fatalf("partition %d: %v", p, err)
+			}
+			md, _ := m.Metadata()
+			if md.Sequence.Stream <= last {
+				t.Fatalf("partition %d: message %d after %d", p, md.Sequence.Stream, last)
+			}
+			last = md.Sequence.Stream
 		}
 	}
 	cfg.Partitions = 8

@@ -209,17 +209,14 @@ func checkDocExample(kind, arg string, data []byte, asJSON bool, fams pipeline.F
 			return err
 		}
 		tokens := strings.Split(dl.Subject, ".")
-		if len(tokens) != 5 || tokens[1] != "ep" {
-			return fmt.Errorf("subject %q is not a stored event's (tally.ep.<p>.<type>.<key>)", dl.Subject)
+		typ, err := pipeline.NewSubjects("").StoredType(dl.Subject)
+		if len(tokens) != 4 || err != nil {
+			return fmt.Errorf("subject %q is not a stored event's (tally.ep.<p>.<type>): %v", dl.Subject, err)
 		}
-		key, err := pipeline.ParseID(tokens[4])
-		if err != nil {
-			return err
+		if p, err := strconv.Atoi(tokens[2]); err != nil || p < 0 || p >= 16 {
+			return fmt.Errorf("subject %q names no partition of 16", dl.Subject)
 		}
-		if p := strconv.Itoa(pipeline.PartitionOf(key, 16)); p != tokens[2] {
-			return fmt.Errorf("key %s is stored in partition %s of 16, not %s", key, p, tokens[2])
-		}
-		_, _, err = pipeline.DecodeEvents(tokens[3], dl.Data, nil, fams)
+		_, _, err = pipeline.DecodeEvents(typ, dl.Data, nil, fams)
 		if err == nil || err.Error() != dl.Error {
 			return fmt.Errorf("error %q, but the event gets %v", dl.Error, err)
 		}

@@ -44,8 +44,9 @@ func (c StreamConfig) merge(want, have jetstream.StreamConfig) (jetstream.Stream
 		if have.Storage != jetstream.FileStorage {
 			return have, refuse("storage", have.Storage, jetstream.FileStorage, "unconsumed messages must survive a NATS restart")
 		}
-		// Subjects are a key's events, a partition's deltas or log records: a limit per
-		// subject drops some of them while the others stay, unconsumed or not backed up.
+		// Subjects are a partition's events of a type (a key's, KeyedEvents), deltas or log
+		// records: a limit per subject drops some of them while the others stay,
+		// unconsumed or not backed up.
 		if have.MaxMsgsPerSubject > 0 {
 			return have, refuse("max messages per subject", have.MaxMsgsPerSubject, -1, "it drops a key's or a partition's messages before they are applied")
 		}
@@ -55,10 +56,11 @@ func (c StreamConfig) merge(want, have jetstream.StreamConfig) (jetstream.Stream
 	}
 	switch name {
 	case s.EventsStream():
+		// The same partitions stored by key or not are one routing (KeyedEvents).
 		tr := want.SubjectTransform
-		if have.SubjectTransform != nil && *have.SubjectTransform != *tr {
+		if h := have.SubjectTransform; h != nil && *h != *c.eventsTransform(true) && *h != *c.eventsTransform(false) {
 			return have, fmt.Errorf("%w: stream %s routes %q by %q, this configuration %q by %q",
-				ErrPartitions, name, have.SubjectTransform.Source, have.SubjectTransform.Destination, tr.Source, tr.Destination)
+				ErrPartitions, name, h.Source, h.Destination, tr.Source, tr.Destination)
 		}
 		merged.SubjectTransform = tr
 		if c.EventsMaxAge != 0 {

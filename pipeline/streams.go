@@ -39,6 +39,14 @@ type StreamConfig struct {
 	// ChangesMaxAge bounds the change stream, which is only for watchers.
 	ChangesMaxAge time.Duration
 	DLQMaxAge     time.Duration
+	// KeyedEvents stores each event under its key's subject, <prefix>.ep.<p>.<type>.<key>,
+	// as versions before 1.8 did, rather than under its partition's and type's; Setup
+	// moves an existing events stream to the form asked. Stored by key, the server keeps
+	// state for every key in the stream (~330 bytes of RAM each, for as long as its
+	// events are kept: BenchmarkEventsStream) and a consumer of a partition walks it. A
+	// tallyd reads both forms; one before 1.8 refuses the unkeyed one (every event
+	// dead-lettered), so a rolling upgrade keeps it on until every tallyd runs 1.8.
+	KeyedEvents bool
 }
 
 // Defaults of a new stream, for what StreamConfig leaves at zero.
@@ -69,11 +77,14 @@ func DefaultStreamConfig() StreamConfig {
 	}
 }
 
-func (c StreamConfig) eventsTransform() *jetstream.SubjectTransformConfig {
-	return &jetstream.SubjectTransformConfig{
-		Source:      c.Subjects.Events(),
-		Destination: fmt.Sprintf("%s.ep.{{partition(%d,2)}}.{{wildcard(1)}}.{{wildcard(2)}}", c.Subjects.Prefix, c.Partitions),
+// eventsTransform routes each event to its key's partition (see EventsStored), stored
+// by key or not.
+func (c StreamConfig) eventsTransform(keyed bool) *jetstream.SubjectTransformConfig {
+	dest := fmt.Sprintf("%s.ep.{{partition(%d,2)}}.{{wildcard(1)}}", c.Subjects.Prefix, c.Partitions)
+	if keyed {
+		dest += ".{{wildcard(2)}}"
 	}
+	return &jetstream.SubjectTransformConfig{Source: c.Subjects.Events(), Destination: dest}
 }
 
 // compression reads a compression name; "" is none.
@@ -109,7 +120,7 @@ func (c StreamConfig) Streams() []jetstream.StreamConfig {
 		}
 	}
 	ev := base(s.EventsStream(), s.Events(), or(c.EventsMaxAge, DefaultEventsMaxAge))
-	ev.SubjectTransform = c.eventsTransform()
+	ev.SubjectTransform = c.eventsTransform(c.KeyedEvents)
 	ev.Description = "Tally events, partitioned by key; Nats-Msg-Id deduplicates"
 	ev.MaxBytes = or(c.EventsMaxBytes, -1)
 	ev.Compression, _ = compression(c.EventsCompression) // Setup checked it

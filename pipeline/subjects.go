@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 )
@@ -31,9 +32,24 @@ func (s Subjects) Event(typ string, key ID) string { return s.join("ev", typ, ke
 // Events matches every event subject a producer may publish to.
 func (s Subjects) Events() string { return s.join("ev", "*", "*") }
 
-// EventsStored is the subject an event is stored under after partitioning:
-// <prefix>.ep.<p>.<type>.<key>; the event stage of partition p reads <prefix>.ep.<p>.>.
+// EventsStored is what the event stage of partition p reads: <prefix>.ep.<p>.>. The
+// events stream stores an event published on <prefix>.ev.<type>.<key> under
+// <prefix>.ep.<p>.<type>, p its key's partition; under <prefix>.ep.<p>.<type>.<key>
+// before 1.8 and with StreamConfig.KeyedEvents (see there).
 func (s Subjects) EventsStored(p int) string { return s.join("ep", strconv.Itoa(p), ">") }
+
+// StoredType returns the type token of a subject the events stream stores an event
+// under, in either form (see EventsStored), and ErrBadEvent for any other subject.
+func (s Subjects) StoredType(subj string) (string, error) {
+	rest, ok1 := strings.CutPrefix(subj, s.Prefix)
+	rest, ok2 := strings.CutPrefix(rest, ".ep.")
+	_, rest, ok3 := strings.Cut(rest, ".") // the partition
+	typ, key, keyed := strings.Cut(rest, ".")
+	if !(ok1 && ok2 && ok3) || (keyed && (key == "" || strings.Contains(key, "."))) {
+		return "", fmt.Errorf("%w: unexpected subject %q", ErrBadEvent, subj)
+	}
+	return typ, nil
+}
 
 // Delta is the subject of deltas for one counter partition.
 func (s Subjects) Delta(family string, p int) string { return s.join("delta", family, strconv.Itoa(p)) }

@@ -31,7 +31,10 @@ package pipeline
 // 1.7 added HealthReply.Applied to the health of one partition that tallyd processes ask
 // each other, so that tally.health is OK only when every partition is caught up at one
 // moment (two looks finding each at the same place).
-const ProtocolVersion = "1.7"
+// 1.8 stores events under <prefix>.ep.<p>.<type>, without their key (StreamConfig's
+// KeyedEvents): a dead letter's subject no longer names the key, and a tallyd before
+// 1.8 refuses events stored so.
+const ProtocolVersion = "1.8"
 
 // ServiceVersion is ProtocolVersion as a semantic version (major.minor.0), the version
 // of the NATS micro service that answers the queries.

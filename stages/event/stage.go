@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -519,7 +518,7 @@ func (s *Stage) applyMsgs(txn *cold.Txn, msgs []jetstream.Msg, w *work) (n int, 
 // applyMsg applies one message: a producer's event or batch, or a hop batch of another
 // partition. What cannot be applied because of its content is dead-lettered.
 func (s *Stage) applyMsg(txn *cold.Txn, m jetstream.Msg, seq uint64, w *work) error {
-	typ, err := s.parseSubject(m.Subject())
+	typ, err := s.cfg.Subjects.StoredType(m.Subject())
 	if slices.Contains(w.deadSeqs, seq) {
 		w.deadLetter(m, seq, -1, m.Data(), fmt.Errorf("%w: applying it would not fit in one transaction", pipeline.ErrBadEvent))
 		w.dead = append(w.dead, seq)
@@ -622,16 +621,4 @@ func (s *Stage) decode(typ string, m jetstream.Msg) ([]pipeline.Event, []pipelin
 		return nil, nil, fmt.Errorf("%w: no transaction id: set the Nats-Msg-Id header (or tx in the event)", pipeline.ErrBadEvent)
 	}
 	return evs, bad, nil
-}
-
-// parseSubject returns the type token of <prefix>.ep.<p>.<type>.<key>.
-func (s *Stage) parseSubject(subj string) (string, error) {
-	rest, ok1 := strings.CutPrefix(subj, s.cfg.Subjects.Prefix)
-	rest, ok2 := strings.CutPrefix(rest, ".ep.")
-	_, rest, ok3 := strings.Cut(rest, ".") // the partition
-	typ, key, ok4 := strings.Cut(rest, ".")
-	if !(ok1 && ok2 && ok3 && ok4) || strings.Contains(key, ".") {
-		return "", fmt.Errorf("%w: unexpected subject %q", pipeline.ErrBadEvent, subj)
-	}
-	return typ, nil
 }

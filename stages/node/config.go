@@ -85,6 +85,10 @@ type Config struct {
 	// minute with their deltas. Counter workers before 1.2 cannot decode those: on only
 	// once every tallyd of the prefix runs 1.2.
 	Windows bool
+	// KeyedEvents stores each event under its key's subject, as tallyd before 1.8 did
+	// (pipeline.StreamConfig.KeyedEvents): on while a rolling upgrade from before 1.8
+	// goes on, since such a tallyd refuses events stored under their partition's subject.
+	KeyedEvents bool
 	// Snapshots keeps a snapshot of every counter table in DataDir/snapshots, so a
 	// restart loads RAM in one read per partition.
 	Snapshots bool
@@ -266,7 +270,7 @@ func (c Config) validate() error {
 // streams is the stream configuration: what is not set keeps an existing stream's.
 func (c Config) streams() pipeline.StreamConfig {
 	return pipeline.StreamConfig{Subjects: pipeline.NewSubjects(c.Prefix), Partitions: c.Partitions, Replicas: c.Replicas, NewReplicas: c.Replicas,
-		DupWindow: c.DupWindow, EventsMaxAge: c.EventsMaxAge, EventsMaxBytes: c.EventsMaxBytes, EventsCompression: c.EventsCompression}
+		DupWindow: c.DupWindow, EventsMaxAge: c.EventsMaxAge, EventsMaxBytes: c.EventsMaxBytes, EventsCompression: c.EventsCompression, KeyedEvents: c.KeyedEvents}
 }
 
 // publisher returns what the stage or worker told apart by salt publishes through: js,

@@ -22,8 +22,10 @@ import (
 func (m *Model) Stored(ctx context.Context, js jetstream.JetStream, sj pipeline.Subjects, prefix string, each func(msg jetstream.Msg, valid, invalid int)) (int, error) {
 	msgs := 0
 	err := ReadStream(ctx, js, sj.EventsStream(), func(msg jetstream.Msg, seq uint64, stored time.Time) error {
-		parts := strings.Split(msg.Subject(), ".") // <prefix>.ep.<p>.<type>.<key>
-		typ := parts[len(parts)-2]
+		typ, err := sj.StoredType(msg.Subject())
+		if err != nil {
+			return fmt.Errorf("stored message %d: %w", seq, err)
+		}
 		id := msg.Headers().Get(jetstream.MsgIDHeader)
 		if typ == pipeline.TypeHop || !strings.HasPrefix(id, prefix) {
 			return nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -239,6 +240,7 @@ func resendInternal(t *testing.T, js jetstream.JetStream) int {
 	if err != nil {
 		t.Fatal(err)
 	}
+	partitions, _ := strconv.Atoi(regexp.MustCompile(`partition\((\d+)`).FindStringSubmatch(info.Config.SubjectTransform.Destination)[1])
 	sent := 0
 	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
 		m, err := st.GetMsg(ctx, seq)
@@ -249,9 +251,14 @@ func resendInternal(t *testing.T, js jetstream.JetStream) int {
 		if !strings.HasPrefix(id, "hop.") && !strings.HasPrefix(id, "sys.") && !strings.HasPrefix(id, "fwd.") {
 			continue
 		}
-		// tally.ep.<p>.<type>.<key> was published as tally.ev.<type>.<key>
+		// tally.ep.<p>.<type> was published as tally.ev.<type>.<key>, key in partition p
 		parts := strings.Split(m.Subject, ".")
-		subject := strings.Join([]string{parts[0], "ev", parts[3], parts[4]}, ".")
+		p, _ := strconv.Atoi(parts[2])
+		key := pipeline.ID(1)
+		for pipeline.PartitionOf(key, partitions) != p {
+			key++
+		}
+		subject := pipeline.NewSubjects("").Event(parts[3], key)
 		msg := &nats.Msg{Subject: subject, Data: m.Data, Header: nats.Header{jetstream.MsgIDHeader: []string{id + ".late"}}}
 		if _, err := js.PublishMsg(ctx, msg); err != nil {
 			t.Fatal(err)

@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -200,8 +199,12 @@ func consumeAll(b *testing.B, publish func(jetstream.JetStream), count func(*pip
 		b.Fatal(err)
 	}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		parts := strings.Split(m.Subject(), ".")
-		evs, _, err := pipeline.DecodeEvents(parts[len(parts)-2], m.Data(), m.Headers(), fams)
+		typ, err := sc.Subjects.StoredType(m.Subject())
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		evs, _, err := pipeline.DecodeEvents(typ, m.Data(), m.Headers(), fams)
 		if err != nil {
 			b.Error(err)
 			return
