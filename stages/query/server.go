@@ -88,12 +88,15 @@ type Server struct {
 	mu       sync.Mutex // serialises SetOwner, SetStage, Start and Stop
 	started  bool
 	inFlight atomic.Int64 // requests being answered (see Stop)
-	subs     []*nats.Subscription
-	svcs     services                       // the query service's instances (see micro.go)
-	partSubs map[partKey]*nats.Subscription // <prefix>.part.<family>.<p> of each registered partition
-	standbys map[partKey]Standby            // the standbys kept here (see standby.go)
-	sbSubs   map[partKey]*nats.Subscription // <prefix>.standby.<family>.<p> of each of them
-	evSubs   map[int]*nats.Subscription     // <prefix>.part.ev.<p> of each registered stage
+	// answering holds a token for each request answered on a goroutine of its own (see
+	// endpoint in micro.go).
+	answering chan struct{}
+	subs      []*nats.Subscription
+	svcs      services                       // the query service's instances (see micro.go)
+	partSubs  map[partKey]*nats.Subscription // <prefix>.part.<family>.<p> of each registered partition
+	standbys  map[partKey]Standby            // the standbys kept here (see standby.go)
+	sbSubs    map[partKey]*nats.Subscription // <prefix>.standby.<family>.<p> of each of them
+	evSubs    map[int]*nats.Subscription     // <prefix>.part.ev.<p> of each registered stage
 }
 
 type partKey struct {
@@ -122,7 +125,7 @@ func New(cfg Config, nc *nats.Conn, db *cold.DB, owners map[string][]Partition, 
 	un, _ := cfg.Families.Lookup(pipeline.FamilyUnread)
 	s := &Server{cfg: cfg, nc: nc, db: db, log: log.With("stage", "query"), unread: un,
 		partSubs: map[partKey]*nats.Subscription{}, evSubs: map[int]*nats.Subscription{},
-		standbys: map[partKey]Standby{}, sbSubs: map[partKey]*nats.Subscription{}}
+		standbys: map[partKey]Standby{}, sbSubs: map[partKey]*nats.Subscription{}, answering: make(chan struct{}, maxAnswering)}
 	stages := make([]Stage, cfg.Partitions)
 	s.stages.Store(&stages)
 	reg := make(map[string][]Partition, len(cfg.Families))

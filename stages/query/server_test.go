@@ -112,6 +112,12 @@ func startNode(t testing.TB, s *server.Server, db *cold.DB, n int, timeout time.
 // startHandOver is startNode with Config.HandOver handOver.
 func startHandOver(t testing.TB, s *server.Server, db *cold.DB, n int, timeout, handOver time.Duration, own ...int) *node {
 	t.Helper()
+	return startWorkers(t, s, db, n, timeout, handOver, 2, own...)
+}
+
+// startWorkers is startHandOver with workers instances of the query service.
+func startWorkers(t testing.TB, s *server.Server, db *cold.DB, n int, timeout, handOver time.Duration, workers int, own ...int) *node {
+	t.Helper()
 	nd := &node{nc: natstest.Connect(t, s), db: db, parts: map[string][]query.Partition{}}
 	owners := map[string][]query.Partition{}
 	for fi, f := range families {
@@ -124,7 +130,7 @@ func startHandOver(t testing.TB, s *server.Server, db *cold.DB, n int, timeout, 
 			owners[f.Name][p] = nd.parts[f.Name][p]
 		}
 	}
-	cfg := query.Config{Subjects: pipeline.NewSubjects(""), Families: families, Partitions: n, Timeout: timeout, HandOver: handOver, Workers: 2,
+	cfg := query.Config{Subjects: pipeline.NewSubjects(""), Families: families, Partitions: n, Timeout: timeout, HandOver: handOver, Workers: workers,
 		OnQuery: func(kind string, _ time.Duration, _ bool) {
 			if kind == "get" {
 				nd.gets.Add(1)
@@ -421,6 +427,49 @@ func BenchmarkGetRemote(b *testing.B) {
 // A get of a partition in hand-over — one process has let it go, the next has not
 // started it yet — waits for the next owner (within HandOver) rather than answer its ids
 // unavailable.
+// TestWaitingGetHoldsUpNoOther: an exact get of a partition nobody serves waits out a
+// hand-over (HandOver); meanwhile the same process, with one instance of the query
+// service, answers a plain get of its own partitions, and only then is the partition
+// taken, which the exact get waited for. Before, an instance answered one request at a
+// time: the plain get waited behind the exact one, which waited for a take-over that
+// came only after the plain get, so it ran out its HandOver and answered the partition
+// unavailable. A plain get queued so during a kill's hand-over timed out where a standby
+// would have answered it at once (TestKillReadsStale failed 2 runs in 3).
+func TestWaitingGetHoldsUpNoOther(t *testing.T) {
+	const n = 4
+	s := natstest.Start(t)
+	client := natstest.Connect(t, s)
+	nd := startWorkers(t, s, nil, n, 25*time.Second, 15*time.Second, 1, 0, 1, 2) // partition 3: nobody's yet
+	var mine, nobodys []pipeline.ID
+	for _, id := range idsIn(n) {
+		if pipeline.PartitionOf(id, n) == 3 {
+			nobodys = append(nobodys, id)
+		} else {
+			mine = append(mine, id)
+		}
+	}
+	data, err := pipeline.Marshal(pipeline.GetRequest{IDs: nobodys, Exact: true}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exact := make(chan pipeline.GetReply, 1)
+	go func() {
+		m, err := client.Request("tally.get.post", data, 30*time.Second)
+		var r pipeline.GetReply
+		if err == nil {
+			err = pipeline.Unmarshal(m.Data, false, &r)
+		}
+		if err != nil {
+			r.Error = err.Error()
+		}
+		exact <- r
+	}()
+	time.Sleep(300 * time.Millisecond) // the exact get is waiting out the hand-over
+	check(t, get(t, client, "tally.get.post", mine), mine, n)
+	nd.setOwned(true, 3) // the hand-over ends
+	check(t, <-exact, nobodys, n)
+}
+
 func TestGetWaitsOutHandOver(t *testing.T) {
 	const n = 4
 	s := natstest.Start(t)
