@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"runtime"
+	"strconv"
 	"testing"
 	"time"
 
@@ -20,16 +21,19 @@ import (
 // beside before, per message, the stream's subjects as the server counts them, and the
 // rate of publishing, and the time the server takes to start again on what it stored
 // (until the stream answers) with the live heap then; events stored by partition (the
-// default) beside by key (KeyedEvents, as before 1.8).
+// default) beside by key (KeyedEvents, as before 1.8), and by partition with a
+// Nats-Msg-Id each, which the server keeps for the duplicate window (2 minutes).
 // Run: go test ./pipeline -run XXX -bench EventsStream -benchtime 300000x
 func BenchmarkEventsStream(b *testing.B) {
-	for _, keyed := range []bool{false, true} {
-		name := map[bool]string{false: "by-partition", true: "by-key"}[keyed]
-		b.Run(name, func(b *testing.B) { benchEventsStream(b, keyed) })
+	for _, c := range []struct {
+		name         string
+		keyed, msgID bool
+	}{{"by-partition", false, false}, {"by-key", true, false}, {"by-partition-msg-id", false, true}} {
+		b.Run(c.name, func(b *testing.B) { benchEventsStream(b, c.keyed, c.msgID) })
 	}
 }
 
-func benchEventsStream(b *testing.B, keyed bool) {
+func benchEventsStream(b *testing.B, keyed, msgID bool) {
 	dir := b.TempDir()
 	start := func() (*server.Server, jetstream.JetStream) {
 		s, err := embedded.Start(embedded.Config{Host: "127.0.0.1", Port: -1, StoreDir: dir})
@@ -65,7 +69,11 @@ func benchEventsStream(b *testing.B, keyed bool) {
 	}
 	data := []byte(`{"uid":"7","post":"42","owner":"3"}`)
 	for i := range b.N {
-		f, err := js.PublishAsync(cfg.Subjects.Event("like", pipeline.ID(1_700_000_000_000<<22+i<<12)), data)
+		var opts []jetstream.PublishOpt
+		if msgID { // as producers send it: the server keeps it for the duplicate window
+			opts = append(opts, jetstream.WithMsgID("like."+strconv.Itoa(i)))
+		}
+		f, err := js.PublishAsync(cfg.Subjects.Event("like", pipeline.ID(1_700_000_000_000<<22+i<<12)), data, opts...)
 		if err != nil {
 			b.Fatal(err)
 		}
