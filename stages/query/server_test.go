@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/natstest"
@@ -468,6 +470,37 @@ func TestWaitingGetHoldsUpNoOther(t *testing.T) {
 	check(t, get(t, client, "tally.get.post", mine), mine, n)
 	nd.setOwned(true, 3) // the hand-over ends
 	check(t, <-exact, nobodys, n)
+}
+
+// TestSlowErrorKeepsServiceHeaders: an answer slower than an instance waits for (an
+// exact get that runs out its hand-over) is sent past micro, with the same error body
+// and the Nats-Service-Error headers micro would have set.
+func TestSlowErrorKeepsServiceHeaders(t *testing.T) {
+	const n = 4
+	s := natstest.Start(t)
+	client := natstest.Connect(t, s)
+	startWorkers(t, s, nil, n, 10*time.Second, 300*time.Millisecond, 1, 0, 1, 2)
+	var nobodys []pipeline.ID
+	for _, id := range idsIn(n) {
+		if pipeline.PartitionOf(id, n) == 3 {
+			nobodys = append(nobodys, id)
+		}
+	}
+	data, err := pipeline.Marshal(pipeline.GetRequest{IDs: nobodys, Exact: true}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := client.Request("tally.get.post", data, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r pipeline.GetReply
+	if err := pipeline.Unmarshal(m.Data, false, &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Code != pipeline.CodeUnavailable || m.Header.Get(micro.ErrorCodeHeader) != "503" || !strings.Contains(m.Header.Get(micro.ErrorHeader), "unavailable") {
+		t.Fatalf("reply %+v, headers %v; want unavailable with the service error headers", r, m.Header)
+	}
 }
 
 func TestGetWaitsOutHandOver(t *testing.T) {
