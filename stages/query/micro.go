@@ -87,19 +87,19 @@ func (s *Server) endpoint(kind string, h func(*request) (any, error)) micro.Hand
 		select {
 		case s.answering <- struct{}{}:
 		default: // as many answers under way as allowed: this one on the instance
-			respond(r, s.reply(kind, h, m))
+			respond(r, s.answer(kind, h, m, false))
 			return
 		}
 		s.inFlight.Add(1) // until answered, for Stop
+		release := func() { <-s.answering; s.inFlight.Add(-1) }
 		done := make(chan answer, 1)
-		go func() { done <- s.reply(kind, h, m) }()
+		go func() { done <- s.answer(kind, h, m, false) }()
 		t := time.NewTimer(handOff)
 		defer t.Stop()
 		select {
 		case a := <-done:
 			respond(r, a)
-			<-s.answering
-			s.inFlight.Add(-1)
+			release()
 		case <-t.C: // slow: sent past micro, whose request is done with once this returns
 			go func() {
 				a := <-done
@@ -107,23 +107,10 @@ func (s *Server) endpoint(kind string, h func(*request) (any, error)) micro.Hand
 					a.hdr = setError(a.hdr, a.code, a.failure)
 				}
 				_ = s.nc.PublishMsg(&nats.Msg{Subject: m.Reply, Data: a.data, Header: a.hdr})
-				<-s.answering
-				s.inFlight.Add(-1)
+				release()
 			}()
 		}
 	})
-}
-
-// answer is a reply as Server.answer makes it.
-type answer struct {
-	data          []byte
-	hdr           nats.Header
-	code, failure string
-}
-
-func (s *Server) reply(kind string, h func(*request) (any, error), m *nats.Msg) answer {
-	data, hdr, code, failure := s.answer(kind, h, m, false)
-	return answer{data, hdr, code, failure}
 }
 
 // respond sends a through micro: a failed one is also reported to micro (counted in its

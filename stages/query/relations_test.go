@@ -147,8 +147,8 @@ func newWorld(t *testing.T, n int, dbs []*cold.DB, owner func(p int) int) *world
 }
 
 // ask sends req as MessagePack to subject (with header hdr, when set) and decodes the
-// reply into reply.
-func ask(t testing.TB, nc *nats.Conn, subject string, hdr nats.Header, req, reply any) {
+// reply into reply; the reply's message is returned for its headers.
+func ask(t testing.TB, nc *nats.Conn, subject string, hdr nats.Header, req, reply any) *nats.Msg {
 	t.Helper()
 	data, err := pipeline.Marshal(req, false)
 	if err != nil {
@@ -161,6 +161,7 @@ func ask(t testing.TB, nc *nats.Conn, subject string, hdr nats.Header, req, repl
 	if err := pipeline.Unmarshal(m.Data, false, reply); err != nil {
 		t.Fatalf("%s: cannot decode the reply: %v", subject, err)
 	}
+	return m
 }
 
 // fromBoth runs check until every node has answered at least one request of kind (the

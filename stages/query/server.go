@@ -340,14 +340,27 @@ func (s *Server) handle(kind string, h func(*request) (any, error)) nats.MsgHand
 		if m.Reply == "" {
 			return // a publish, not a request: there is no one to answer
 		}
-		data, hdr, _, _ := s.answer(kind, h, m, true)
-		_ = m.RespondMsg(&nats.Msg{Subject: m.Reply, Data: data, Header: hdr})
+		a := s.answer(kind, h, m, true)
+		_ = m.RespondMsg(&nats.Msg{Subject: m.Reply, Data: a.data, Header: a.hdr})
 	}
 }
 
+// answer is an encoded reply with its headers; a failed request's also has its code
+// and error text.
+type answer struct {
+	data          []byte
+	hdr           nats.Header
+	code, failure string
+}
+
 // answer runs h for m and encodes its reply (JSON to a JSON request); a failed request
-// gets an errorReply, and its code and error text are returned too.
-func (s *Server) answer(kind string, h func(*request) (any, error), m *nats.Msg, peer bool) (data []byte, hdr nats.Header, code, failure string) {
+// gets an errorReply.
+func (s *Server) answer(kind string, h func(*request) (any, error), m *nats.Msg, peer bool) answer {
+	var (
+		data          []byte
+		hdr           nats.Header
+		code, failure string
+	)
 	s.inFlight.Add(1)
 	defer s.inFlight.Add(-1)
 	start := time.Now()
@@ -380,7 +393,7 @@ func (s *Server) answer(kind string, h func(*request) (any, error), m *nats.Msg,
 	if s.cfg.OnQuery != nil {
 		s.cfg.OnQuery(kind, time.Since(start), failed)
 	}
-	return data, hdr, code, failure
+	return answer{data, hdr, code, failure}
 }
 
 func (s *Server) get(r *request) (any, error) {

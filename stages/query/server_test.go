@@ -187,35 +187,15 @@ func (nd *node) setOwned(own bool, ps ...int) {
 // get sends a plain MessagePack request to tally.get.post, as any client does.
 func get(t testing.TB, nc *nats.Conn, subject string, ids []pipeline.ID) pipeline.GetReply {
 	t.Helper()
-	data, err := pipeline.Marshal(pipeline.GetRequest{IDs: ids}, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	msg, err := nc.Request(subject, data, 30*time.Second)
-	if err != nil {
-		t.Fatalf("%s: %v", subject, err)
-	}
 	var r pipeline.GetReply
-	if err := pipeline.Unmarshal(msg.Data, false, &r); err != nil {
-		t.Fatalf("%s: cannot decode the reply: %v", subject, err)
-	}
+	ask(t, nc, subject, nil, pipeline.GetRequest{IDs: ids}, &r)
 	return r
 }
 
 func askUnread(t testing.TB, nc *nats.Conn, uids []pipeline.ID) pipeline.UnreadReply {
 	t.Helper()
-	data, err := pipeline.Marshal(pipeline.UnreadRequest{UIDs: uids}, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	msg, err := nc.Request("tally.unread", data, 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var u pipeline.UnreadReply
-	if err := pipeline.Unmarshal(msg.Data, false, &u); err != nil {
-		t.Fatal(err)
-	}
+	ask(t, nc, "tally.unread", nil, pipeline.UnreadRequest{UIDs: uids}, &u)
 	return u
 }
 
@@ -486,18 +466,8 @@ func TestSlowErrorKeepsServiceHeaders(t *testing.T) {
 			nobodys = append(nobodys, id)
 		}
 	}
-	data, err := pipeline.Marshal(pipeline.GetRequest{IDs: nobodys, Exact: true}, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := client.Request("tally.get.post", data, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var r pipeline.GetReply
-	if err := pipeline.Unmarshal(m.Data, false, &r); err != nil {
-		t.Fatal(err)
-	}
+	m := ask(t, client, "tally.get.post", nil, pipeline.GetRequest{IDs: nobodys, Exact: true}, &r)
 	if r.Code != pipeline.CodeUnavailable || m.Header.Get(micro.ErrorCodeHeader) != "503" || !strings.Contains(m.Header.Get(micro.ErrorHeader), "unavailable") {
 		t.Fatalf("reply %+v, headers %v; want unavailable with the service error headers", r, m.Header)
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -227,9 +226,9 @@ func deadLetters(t *testing.T, js jetstream.JetStream, n int) []event.DeadLetter
 }
 
 // resendInternal publishes again, under a new message id (as after the duplicate
-// window), every message Tally itself put in the events stream: events one partition
-// handed to another.
-func resendInternal(t *testing.T, js jetstream.JetStream) int {
+// window), every message Tally itself put in the events stream of partitions
+// partitions: events one partition handed to another.
+func resendInternal(t *testing.T, js jetstream.JetStream, partitions int) int {
 	t.Helper()
 	ctx := context.Background()
 	st, err := js.Stream(ctx, "TALLY_EVENTS")
@@ -240,7 +239,6 @@ func resendInternal(t *testing.T, js jetstream.JetStream) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	partitions, _ := strconv.Atoi(regexp.MustCompile(`partition\((\d+)`).FindStringSubmatch(info.Config.SubjectTransform.Destination)[1])
 	sent := 0
 	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
 		m, err := st.GetMsg(ctx, seq)
@@ -322,7 +320,7 @@ func TestInternalResendsBeyondDupWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	settled("the unlike", 0)
-	if n := resendInternal(t, js); n < parts {
+	if n := resendInternal(t, js, parts); n < parts {
 		t.Fatalf("%d internal messages found, want the like's and the notice's copies", n)
 	}
 	settled("after the late re-sends", 0)

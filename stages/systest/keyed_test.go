@@ -3,7 +3,6 @@ package systest
 import (
 	"context"
 	"math/rand/v2"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -29,41 +28,12 @@ func TestEventsStoredByKeyThenByPartition(t *testing.T) {
 	}
 	ctx := context.Background()
 	g := &chaosGen{r: rand.New(rand.NewPCG(8, 9)), users: 12, posts: 6}
-	publish := func(round int) {
+	pr := &chaosProducer{t: t, c: c, js: js, acked: map[string]int{}}
+	publish := func(round int) { // batches split and not, single events, some sent twice
 		for range 40 {
-			tx := g.nextTx()
-			evs := make([]pipeline.Event, 1+g.r.IntN(30))
-			switch mode := g.r.IntN(3); mode {
-			case 0: // not split: stored where its first event's key lands, the rest forwarded
-				for i := range evs {
-					evs[i] = g.rawEvent()
-				}
-				data, err := pipeline.Marshal(&pipeline.Batch{Events: evs}, false)
-				if err != nil {
-					t.Fatal(err)
-				}
-				subj := c.Subjects().Event(pipeline.TypeBatch, pipeline.ID(1+g.r.IntN(g.users)))
-				if _, err := js.Publish(ctx, subj, data, jetstream.WithMsgID(tx)); err != nil {
-					t.Fatal(err)
-				}
-			case 1:
-				for i := range evs {
-					evs[i] = g.event()
-					evs[i].Tx = tx + "." + strconv.Itoa(i)
-				}
-				if err := c.Publish(ctx, evs...); err != nil {
-					t.Fatal(err)
-				}
-			default:
-				for i := range evs {
-					evs[i] = g.event()
-				}
-				if err := c.PublishBatch(ctx, tx, evs); err != nil {
-					t.Fatal(err)
-				}
-			}
+			pr.publish(g, 30)
 		}
-		t.Logf("round %d: %d transactions so far", round, g.tx)
+		t.Logf("round %d: %d transactions so far", round, pr.txs)
 	}
 	st, err := js.Stream(ctx, c.Subjects().EventsStream())
 	if err != nil {

@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -38,25 +36,9 @@ func TestRollingUpgradeFromKeyedEvents(t *testing.T) {
 	noFlag := os.Getenv("TALLY_UPGRADE_NO_FLAG") != ""
 	cl := natstest.StartCluster(t, 3)
 	procs, c := rig.StartTallyds(t, old, cl, 3)
-	g := &gen{r: rand.New(rand.NewPCG(71, 72)), users: 300, posts: 300}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() { // a chunk every 20 ms, each until stored, with the same tx each time
-		for chunk := 0; ; chunk++ {
-			left := 100
-			evs, tx := g.chunk(&left, 50, 50), "up."+strconv.Itoa(chunk)
-			for {
-				select {
-				case <-stop:
-					return
-				case <-time.After(20 * time.Millisecond):
-				}
-				if err := c.PublishBatch(context.Background(), tx, evs); err == nil {
-					break
-				}
-			}
-		}
-	})
+	r := &availRig{c: c, g: &gen{r: rand.New(rand.NewPCG(71, 72)), users: 300, posts: 300}, stop: make(chan struct{})}
+	t.Cleanup(r.halt)
+	r.stream(t)
 	replace := func(i int, bin string, extra ...string) {
 		t.Helper()
 		procs[i].Kill()
@@ -89,19 +71,14 @@ func TestRollingUpgradeFromKeyedEvents(t *testing.T) {
 			replace(i, bin)
 		}
 	}
-	close(stop)
-	wg.Wait()
+	r.halt()
+	r.wg.Wait()
 	js, err := jetstream.New(c.Conn())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if noFlag { // an older owner's refused hop batch leaves a gap its next owner waits on
-		refused := 0
-		for _, dl := range readDLQ(t, js) {
-			if strings.Contains(dl.Error, "unexpected subject") {
-				refused++
-			}
-		}
+		refused := refusedSubjects(t, js)
 		t.Logf("without --keyed-events: %d events dead-lettered for their subject", refused)
 		if refused == 0 {
 			t.Error("without --keyed-events no older tallyd refused an event stored by partition: the test shows nothing")
@@ -116,16 +93,22 @@ func TestRollingUpgradeFromKeyedEvents(t *testing.T) {
 	if d := st.CachedInfo().Config.SubjectTransform.Destination; strings.Contains(d, "wildcard(2)") {
 		t.Errorf("after the upgrade the events stream still stores by key: %s", d)
 	}
-	refused := 0
-	for _, dl := range readDLQ(t, js) {
-		if strings.Contains(dl.Error, "unexpected subject") {
-			refused++
-		}
-	}
-	if refused > 0 {
+	if refused := refusedSubjects(t, js); refused > 0 {
 		t.Fatalf("%d events dead-lettered for their subject during the upgrade", refused)
 	}
-	compare(t, c, g)
+	r.finish(t)
+}
+
+// refusedSubjects is how many dead letters say their event's subject was refused.
+func refusedSubjects(t *testing.T, js jetstream.JetStream) int {
+	t.Helper()
+	n := 0
+	for _, dl := range readDLQ(t, js) {
+		if strings.Contains(dl.Error, "unexpected subject") {
+			n++
+		}
+	}
+	return n
 }
 
 // readDLQ returns every dead letter stored so far, each asked again while the NATS
