@@ -127,3 +127,26 @@ func TestParseStreamFlags(t *testing.T) {
 		}
 	}
 }
+
+// The cold tier's compression is a flag and a TALLY_ variable: none unless snappy is
+// asked for, and nothing else is taken.
+func TestParseColdCompression(t *testing.T) {
+	var out bytes.Buffer
+	for _, c := range []struct {
+		args []string
+		env  func(string) string
+		want string
+	}{
+		{nil, noEnv, ""},
+		{[]string{"--cold-compression", "snappy"}, noEnv, "snappy"},
+		{nil, envOf("TALLY_COLD_COMPRESSION", "none"), "none"},
+	} {
+		cfg, _, err := parse(c.args, c.env, &out)
+		if err != nil || cfg.ColdCompression != c.want {
+			t.Errorf("%v: compression %q, %v; want %q", c.args, cfg.ColdCompression, err, c.want)
+		}
+	}
+	if _, _, err := parse([]string{"--cold-compression", "zstd"}, noEnv, &out); err == nil {
+		t.Error("--cold-compression zstd: accepted")
+	}
+}

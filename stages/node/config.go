@@ -48,6 +48,10 @@ type Config struct {
 	EventsCompression string
 	// SyncWrites fsyncs every Badger commit (exact across power loss, slower).
 	SyncWrites bool
+	// ColdCompression is how Badger writes its tables: "none" (or "") or "snappy"
+	// (cold.Options.Snappy): snappy takes ~30 % less disk, and twice the heap to build
+	// a table plus a block cache to read one.
+	ColdCompression string
 	// Table picks the in-RAM counter table: "map" (a Go map) or "hot" (packed).
 	Table string
 	// FanoutLimit is the most followers a post is pushed to; posts of authors with more
@@ -251,6 +255,9 @@ func (c Config) validate() error {
 	}
 	if c.EventsCompression != "" && c.EventsCompression != "s2" && c.EventsCompression != "none" {
 		return fmt.Errorf("events compression %q: s2 or none", c.EventsCompression)
+	}
+	if c.ColdCompression != "" && c.ColdCompression != "none" && c.ColdCompression != "snappy" {
+		return fmt.Errorf("cold compression %q: none or snappy", c.ColdCompression)
 	}
 	if c.AuditEvery > 0 && (c.AuditSample < 1 || c.AuditSample > pipeline.MaxAuditSample) {
 		return fmt.Errorf("audit sample must be 1..%d, not %d", pipeline.MaxAuditSample, c.AuditSample)

@@ -23,14 +23,21 @@ const (
 	// memTableHeap is the heap one memtable takes: its arena holds the table, one
 	// transaction and the transaction's skiplist nodes (41.6 MB measured).
 	memTableHeap = memTable * 13 / 10
-	// flushHeap is what building a table from a full memtable holds: the blocks and
-	// their compressed copies, in buffers that double as they fill and as a large value
-	// (a journal entry, an outbox batch) outgrows its block (28–116 MB measured under a
-	// steady load, up to 284 MB draining a backlog).
-	flushHeap = 9 * memTable
-	// compactorHeap is what one compaction holds while it builds its tables, up to five
-	// at once (up to 341 MB measured for two compactors draining a backlog).
-	compactorHeap = 176 << 20
+	// flushHeap is what building a table from a full memtable holds: the blocks, in
+	// buffers that double as they fill and as a large value (a journal entry, an outbox
+	// batch) outgrows its block; Badger pools up to eight of these builders with the
+	// buffers they grew to. compactorHeap is what one compaction holds while it builds
+	// its tables, up to five at once. Measured draining a backlog of 2 M events under a
+	// 1.25 GiB budget (docs/performance.md): all table builds at most 448 MB with two
+	// compactors.
+	flushHeap     = 7 * memTable
+	compactorHeap = 112 << 20
+	// snappyFlushHeap and snappyCompactorHeap are the same with --cold-compression
+	// snappy, where each block also has its compressed copy (28–116 MB for a flush under
+	// a steady load, up to 284 MB draining a backlog, and up to 341 MB for two
+	// compactors; all builds up to 927 MB in a later run of the backlog).
+	snappyFlushHeap     = 9 * memTable
+	snappyCompactorHeap = 176 << 20
 	// natsHeap is the embedded server's: its file store buffers a whole block (8 MiB) of
 	// every stream being written or read, and keeps the message ids of the duplicate
 	// window (64–100 MB measured).
@@ -62,7 +69,8 @@ type MemSplit struct {
 	// those waiting to be flushed), ~42 MB each; Compactors how many compactions run
 	// at once.
 	Memtables, Compactors int
-	// BlockCache and IndexCache bound Badger's decompressed blocks and its tables'
+	// BlockCache and IndexCache bound Badger's decompressed blocks (none but with
+	// --cold-compression snappy: uncompressed tables are read in place) and its tables'
 	// indexes and Bloom filters (all of which it would otherwise keep, ~5 % of the data
 	// on disk).
 	BlockCache, IndexCache int64
@@ -96,7 +104,7 @@ func (m MemSplit) String() string {
 }
 
 // SplitMem shares budget bytes out between the parts of a process of c (pure: it reads
-// only c's NATSURL, ColdCache, StateMem and HotMaxMem). The Badger parts grow with the budget up
+// only c's NATSURL, ColdCache, StateMem, HotMaxMem and ColdCompression). The Badger parts grow with the budget up
 // to Badger's defaults, the index cache keeps growing (it bounds what grows with the
 // data on disk), and the counter tables get the rest. A budget too small for the parts
 // no setting bounds is an error naming the least that would do.
@@ -134,9 +142,15 @@ func (c Config) parts(budget int64) MemSplit {
 	if budget >= 4<<30 { // a machine with the cores to compact faster
 		m.Compactors = 4
 	}
-	m.BlockCache = min(max(budget/32, 16<<20), 256<<20)
+	if c.ColdCompression == "snappy" { // uncompressed tables are read in place
+		m.BlockCache = min(max(budget/32, 16<<20), 256<<20)
+	}
 	m.IndexCache = max(budget/32, 16<<20)
-	m.Fixed = flushHeap + int64(m.Compactors)*compactorHeap + runtimeHeap
+	flush, compactor := int64(flushHeap), int64(compactorHeap)
+	if c.ColdCompression == "snappy" {
+		flush, compactor = snappyFlushHeap, snappyCompactorHeap
+	}
+	m.Fixed = flush + int64(m.Compactors)*compactor + runtimeHeap
 	if c.NATSURL == "" {
 		m.Fixed += natsHeap
 	}

@@ -14,7 +14,8 @@ import (
 
 // SplitMem shares a budget out: Badger's parts grow with it up to Badger's defaults, the
 // index cache keeps growing, the counter tables get the rest, and the parts always add
-// up to the Go limit.
+// up to the Go limit. Tables written uncompressed (the default) need no block cache and
+// half the heap to build.
 func TestSplitMem(t *testing.T) {
 	const MiB, GiB = 1 << 20, 1 << 30
 	f := func(t *testing.T, c Config, budget int64, want MemSplit) {
@@ -32,44 +33,51 @@ func TestSplitMem(t *testing.T) {
 	}
 	c := DefaultConfig() // embedded NATS, a cold cache of 262 144 ids, 128 MiB of event state
 	cold, state := int64(c.ColdCache)*coldCacheEntry, c.StateMem
-	fixed := int64(flushHeap + 2*compactorHeap + runtimeHeap + natsHeap) // 784 MiB
+	fixed := int64(flushHeap + 2*compactorHeap + runtimeHeap + natsHeap) // 592 MiB
 	t.Run("1.25GiB", func(t *testing.T) {
-		f(t, c, 1280*MiB, MemSplit{Budget: 1280 * MiB, Hot: 1280*MiB - cold - state - 2*memTableHeap - 40*MiB - 40*MiB - fixed - 160*MiB, ColdCache: cold, State: state,
-			Memtables: 2, Compactors: 2, BlockCache: 40 * MiB, IndexCache: 40 * MiB, Fixed: fixed, Headroom: 160 * MiB, GoLimit: 1280 * MiB})
+		f(t, c, 1280*MiB, MemSplit{Budget: 1280 * MiB, Hot: 1280*MiB - cold - state - 2*memTableHeap - 40*MiB - fixed - 160*MiB, ColdCache: cold, State: state,
+			Memtables: 2, Compactors: 2, IndexCache: 40 * MiB, Fixed: fixed, Headroom: 160 * MiB, GoLimit: 1280 * MiB})
 	})
 	t.Run("2GiB", func(t *testing.T) {
-		f(t, c, 2*GiB, MemSplit{Budget: 2 * GiB, Hot: 2*GiB - cold - state - 4*memTableHeap - 64*MiB - 64*MiB - fixed - 256*MiB, ColdCache: cold, State: state,
-			Memtables: 4, Compactors: 2, BlockCache: 64 * MiB, IndexCache: 64 * MiB, Fixed: fixed, Headroom: 256 * MiB, GoLimit: 2 * GiB})
+		f(t, c, 2*GiB, MemSplit{Budget: 2 * GiB, Hot: 2*GiB - cold - state - 4*memTableHeap - 64*MiB - fixed - 256*MiB, ColdCache: cold, State: state,
+			Memtables: 4, Compactors: 2, IndexCache: 64 * MiB, Fixed: fixed, Headroom: 256 * MiB, GoLimit: 2 * GiB})
 	})
 	t.Run("4GiB", func(t *testing.T) {
 		fixed := fixed + 2*compactorHeap
-		f(t, c, 4*GiB, MemSplit{Budget: 4 * GiB, Hot: 4*GiB - cold - state - 5*memTableHeap - 128*MiB - 128*MiB - fixed - 512*MiB, ColdCache: cold, State: state,
-			Memtables: 5, Compactors: 4, BlockCache: 128 * MiB, IndexCache: 128 * MiB, Fixed: fixed, Headroom: 512 * MiB, GoLimit: 4 * GiB})
+		f(t, c, 4*GiB, MemSplit{Budget: 4 * GiB, Hot: 4*GiB - cold - state - 5*memTableHeap - 128*MiB - fixed - 512*MiB, ColdCache: cold, State: state,
+			Memtables: 5, Compactors: 4, IndexCache: 128 * MiB, Fixed: fixed, Headroom: 512 * MiB, GoLimit: 4 * GiB})
 	})
 	t.Run("64GiB: Badger's defaults but the index cache", func(t *testing.T) {
 		fixed := fixed + 2*compactorHeap
-		f(t, c, 64*GiB, MemSplit{Budget: 64 * GiB, Hot: 64*GiB - cold - state - 5*memTableHeap - 256*MiB - 2*GiB - fixed - 8*GiB, ColdCache: cold, State: state,
-			Memtables: 5, Compactors: 4, BlockCache: 256 * MiB, IndexCache: 2 * GiB, Fixed: fixed, Headroom: 8 * GiB, GoLimit: 64 * GiB})
+		f(t, c, 64*GiB, MemSplit{Budget: 64 * GiB, Hot: 64*GiB - cold - state - 5*memTableHeap - 2*GiB - fixed - 8*GiB, ColdCache: cold, State: state,
+			Memtables: 5, Compactors: 4, IndexCache: 2 * GiB, Fixed: fixed, Headroom: 8 * GiB, GoLimit: 64 * GiB})
 	})
 	t.Run("external NATS, no cold cache, no event state", func(t *testing.T) {
 		c := c
 		c.NATSURL, c.ColdCache, c.StateMem = "nats://a:4222", 0, 0
 		fixed := fixed - natsHeap
-		f(t, c, GiB, MemSplit{Budget: GiB, Hot: GiB - 2*memTableHeap - 32*MiB - 32*MiB - fixed - 128*MiB,
-			Memtables: 2, Compactors: 2, BlockCache: 32 * MiB, IndexCache: 32 * MiB, Fixed: fixed, Headroom: 128 * MiB, GoLimit: GiB})
+		f(t, c, GiB, MemSplit{Budget: GiB, Hot: GiB - 2*memTableHeap - 32*MiB - fixed - 128*MiB,
+			Memtables: 2, Compactors: 2, IndexCache: 32 * MiB, Fixed: fixed, Headroom: 128 * MiB, GoLimit: GiB})
 	})
 	t.Run("hot-max-mem below its share", func(t *testing.T) {
 		c := c
 		c.HotMaxMem = 100 * MiB
 		f(t, c, 2*GiB, MemSplit{Budget: 2 * GiB, Hot: 100 * MiB, ColdCache: cold, State: state,
-			Memtables: 4, Compactors: 2, BlockCache: 64 * MiB, IndexCache: 64 * MiB, Fixed: fixed, Headroom: 256 * MiB, GoLimit: 2 * GiB})
+			Memtables: 4, Compactors: 2, IndexCache: 64 * MiB, Fixed: fixed, Headroom: 256 * MiB, GoLimit: 2 * GiB})
 	})
 	t.Run("hot-max-mem above its share raises the Go limit", func(t *testing.T) {
 		c := c
 		c.HotMaxMem = 2 * GiB
-		others := cold + state + 4*memTableHeap + 64*MiB + 64*MiB + fixed + 256*MiB
+		others := cold + state + 4*memTableHeap + 64*MiB + fixed + 256*MiB
 		f(t, c, 2*GiB, MemSplit{Budget: 2 * GiB, Hot: 2 * GiB, ColdCache: cold, State: state,
-			Memtables: 4, Compactors: 2, BlockCache: 64 * MiB, IndexCache: 64 * MiB, Fixed: fixed, Headroom: 256 * MiB, GoLimit: others + 2*GiB})
+			Memtables: 4, Compactors: 2, IndexCache: 64 * MiB, Fixed: fixed, Headroom: 256 * MiB, GoLimit: others + 2*GiB})
+	})
+	t.Run("snappy: a block cache, and the compressed copies of the blocks being built", func(t *testing.T) {
+		c := c
+		c.ColdCompression = "snappy"
+		fixed := int64(snappyFlushHeap + 2*snappyCompactorHeap + runtimeHeap + natsHeap) // 784 MiB
+		f(t, c, 2*GiB, MemSplit{Budget: 2 * GiB, Hot: 2*GiB - cold - state - 4*memTableHeap - 64*MiB - 64*MiB - fixed - 256*MiB, ColdCache: cold, State: state,
+			Memtables: 4, Compactors: 2, BlockCache: 64 * MiB, IndexCache: 64 * MiB, Fixed: fixed, Headroom: 256 * MiB, GoLimit: 2 * GiB})
 	})
 }
 

@@ -192,7 +192,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		}
 	}
 	if n.db, err = cold.Open(cold.Options{Dir: filepath.Join(cfg.DataDir, "state"), SyncWrites: cfg.SyncWrites, Logger: log, MemTableSize: memTable,
-		NumMemtables: mem.Memtables, NumCompactors: mem.Compactors, BlockCacheSize: mem.BlockCache, IndexCacheSize: mem.IndexCache, Upgrade: graph.Upgrade}); err != nil {
+		NumMemtables: mem.Memtables, NumCompactors: mem.Compactors, BlockCacheSize: mem.BlockCache, IndexCacheSize: mem.IndexCache,
+		Snappy: cfg.ColdCompression == "snappy", Upgrade: graph.Upgrade}); err != nil {
 		return nil, err
 	}
 	if obs != nil {

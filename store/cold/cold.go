@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/options"
 
 	"github.com/tally-dev/tally/store/internal/keys"
 )
@@ -34,7 +35,8 @@ type Options struct {
 	//
 	//   - NumMemtables is how many memtables may be in RAM at once, the one written and
 	//     those waiting to be flushed (5); each costs ~1.3 MemTableSize of heap.
-	//   - BlockCacheSize bounds the decompressed blocks of tables kept for reads (256 MiB).
+	//   - BlockCacheSize bounds the decompressed blocks of tables kept for reads (256 MiB),
+	//     with Snappy only.
 	//   - IndexCacheSize bounds the tables' indexes and Bloom filters kept in RAM; 0 keeps
 	//     every table's, which grows with the data on disk.
 	//   - NumCompactors is how many compactions run at once (4), each building tables
@@ -43,6 +45,12 @@ type Options struct {
 	BlockCacheSize int64
 	IndexCacheSize int64
 	NumCompactors  int
+	// Snappy compresses the blocks of the tables it writes, Badger's default. Off, they
+	// take ~45 % more disk, but a table build holds no compressed copy of its blocks
+	// (half the heap of a memtable flush or a compaction), reads use the mapped table as
+	// it is, and no block cache is kept (BlockCacheSize is not used). Tables written
+	// either way are read either way: each records its own compression.
+	Snappy bool
 	// Upgrade moves a restored backup of an older layout to this one (graph.Upgrade);
 	// a database opened without it refuses to restore one.
 	Upgrade Upgrade
@@ -90,7 +98,13 @@ func Open(o Options) (*DB, error) {
 	if o.NumMemtables > 0 {
 		bo = bo.WithNumMemtables(o.NumMemtables)
 	}
-	if o.BlockCacheSize > 0 {
+	switch {
+	case !o.Snappy:
+		// Blocks are read from the mapped tables in place: a cache would only add its
+		// own cost. A table still compressed (written before) decompresses its block at
+		// each read until a compaction rewrites it.
+		bo = bo.WithCompression(options.None).WithBlockCacheSize(0)
+	case o.BlockCacheSize > 0:
 		bo = bo.WithBlockCacheSize(o.BlockCacheSize)
 	}
 	if o.IndexCacheSize > 0 {
@@ -116,7 +130,8 @@ func (d *DB) Options() Options {
 	return Options{
 		Dir: bo.Dir, SyncWrites: bo.SyncWrites, Logger: d.log, MemTableSize: bo.MemTableSize,
 		NumMemtables: bo.NumMemtables, BlockCacheSize: bo.BlockCacheSize,
-		IndexCacheSize: bo.IndexCacheSize, NumCompactors: bo.NumCompactors, Upgrade: d.upgrade,
+		IndexCacheSize: bo.IndexCacheSize, NumCompactors: bo.NumCompactors, Snappy: bo.Compression == options.Snappy,
+		Upgrade: d.upgrade,
 	}
 }
 
