@@ -89,6 +89,26 @@ type coalescer struct {
 	// discard drops every delta: a standby applying its owner's log record takes the
 	// record's outbox, so what its events would send is never looked at.
 	discard bool
+	// parts remembers the partitions of the ids asked lately (partitionOf).
+	parts [512]idPartition
+}
+
+// idPartition is an id and its partition + 1 (0: none remembered).
+type idPartition struct {
+	id pipeline.ID
+	p  int32
+}
+
+// partitionOf is pipeline.PartitionOf(id, c.partitions), remembered for the ids asked
+// lately: an event's key is asked where it is applied and again for each delta it
+// makes, and a transaction's events come back to the same ids (a popular post's likes
+// and views), where an id's decimal form and its hash cost more than the rest of an add.
+func (c *coalescer) partitionOf(id pipeline.ID) int {
+	s := &c.parts[uint64(id)%uint64(len(c.parts))]
+	if s.p == 0 || s.id != id {
+		s.id, s.p = id, int32(pipeline.PartitionOf(id, c.partitions))+1
+	}
+	return int(s.p - 1)
 }
 
 // keepDeltas is the most deltas a destination keeps room for after a transaction: a
@@ -130,7 +150,7 @@ func (c *coalescer) add(f fieldRef, id pipeline.ID, op pipeline.Op, n int64) {
 	if c.discard {
 		return
 	}
-	d := dest{f.family, pipeline.PartitionOf(id, c.partitions)}
+	d := dest{f.family, c.partitionOf(id)}
 	dd := c.byDest[d]
 	if dd == nil {
 		dd = &destDeltas{index: map[counterKey]int{}}

@@ -108,3 +108,21 @@ func TestCoalescedEqualsOneByOne(t *testing.T) {
 		}
 	}
 }
+
+// The partitions a coalescer remembers are pipeline.PartitionOf's, for ids that share a
+// slot of its memory, come back after others took their slot, and id 0.
+func TestCoalescerPartitionOf(t *testing.T) {
+	for _, n := range []int{1, 4, 16, 1000} {
+		c := newCoalescer(n)
+		r := rand.New(rand.NewPCG(uint64(n), 1))
+		ids := []pipeline.ID{0, 1, 512, 1024, 1<<41 + 7, 1<<41 + 7 + 512}
+		for range 5000 {
+			ids = append(ids, pipeline.ID(r.Uint64N(1<<63)), ids[r.IntN(len(ids))], ids[r.IntN(len(ids))]+512)
+		}
+		for _, id := range ids {
+			if got, want := c.partitionOf(id), pipeline.PartitionOf(id, n); got != want {
+				t.Fatalf("%d partitions: id %d in partition %d, want %d", n, id, got, want)
+			}
+		}
+	}
+}

@@ -11,7 +11,7 @@ import (
 // here when the author is this partition's, else handed there.
 func (s *Stage) follower(txn *cold.Txn, w *work, e *pipeline.Event) error {
 	p := s.cfg.Partition
-	if q := pipeline.PartitionOf(e.Target, s.cfg.Partitions); q != p {
+	if q := w.c.partitionOf(e.Target); q != p {
 		w.forward(q, e)
 		return nil
 	}

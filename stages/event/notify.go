@@ -11,7 +11,7 @@ import (
 // elsewhere or undone: here when owner is this partition's, else handed to owner's
 // partition, through the same channel after the notification it takes back.
 func (s *Stage) notify(txn *cold.Txn, w *work, kind string, owner pipeline.ID, seq, moved uint64) error {
-	if q := pipeline.PartitionOf(owner, s.cfg.Partitions); q != s.cfg.Partition {
+	if q := w.c.partitionOf(owner); q != s.cfg.Partition {
 		n := pipeline.Event{Type: pipeline.TypeNotify, Target: owner, Field: kind, Seq: seq, ID: pipeline.ID(moved)}
 		if s.cfg.Windows { // the unread counter it changes there counts at the minute here
 			n.TS = w.ts

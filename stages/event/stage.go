@@ -580,10 +580,11 @@ func (s *Stage) applyEvent(txn *cold.Txn, e *pipeline.Event, local bool, w *work
 			}
 		}
 		// A view with a uid counts a viewer in the post's sketch, kept in its partition.
-		owned := e.Relational() || (s.fields.counted && e.Type == pipeline.TypeView && e.UID != 0)
-		if q := pipeline.PartitionOf(e.Key(), s.cfg.Partitions); owned && q != s.cfg.Partition {
-			w.forward(q, e)
-			return nil
+		if owned := e.Relational() || (s.fields.counted && e.Type == pipeline.TypeView && e.UID != 0); owned {
+			if q := w.c.partitionOf(e.Key()); q != s.cfg.Partition {
+				w.forward(q, e)
+				return nil
+			}
 		}
 	}
 	if s.cfg.Windows {
