@@ -256,7 +256,7 @@ func (c Config) validate() error {
 	if c.EventsCompression != "" && c.EventsCompression != "s2" && c.EventsCompression != "none" {
 		return fmt.Errorf("events compression %q: s2 or none", c.EventsCompression)
 	}
-	if c.ColdCompression != "" && c.ColdCompression != "none" && c.ColdCompression != "snappy" {
+	if c.ColdCompression != "" && c.ColdCompression != "none" && !c.snappy() {
 		return fmt.Errorf("cold compression %q: none or snappy", c.ColdCompression)
 	}
 	if c.AuditEvery > 0 && (c.AuditSample < 1 || c.AuditSample > pipeline.MaxAuditSample) {
@@ -291,3 +291,6 @@ func (c Config) publisher(js hop.Publisher, salt uint64) hop.Publisher {
 
 // residentBytes is one event partition's share of StateMem.
 func (n *Node) residentBytes() int { return int(n.cfg.StateMem / int64(n.cfg.Partitions)) }
+
+// snappy reports whether Badger writes its tables compressed (ColdCompression).
+func (c Config) snappy() bool { return c.ColdCompression == "snappy" }

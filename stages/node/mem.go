@@ -69,7 +69,7 @@ type MemSplit struct {
 	// those waiting to be flushed), ~42 MB each; Compactors how many compactions run
 	// at once.
 	Memtables, Compactors int
-	// BlockCache and IndexCache bound Badger's decompressed blocks (none but with
+	// BlockCache and IndexCache bound Badger's decompressed blocks (only with
 	// --cold-compression snappy: uncompressed tables are read in place) and its tables'
 	// indexes and Bloom filters (all of which it would otherwise keep, ~5 % of the data
 	// on disk).
@@ -142,12 +142,12 @@ func (c Config) parts(budget int64) MemSplit {
 	if budget >= 4<<30 { // a machine with the cores to compact faster
 		m.Compactors = 4
 	}
-	if c.ColdCompression == "snappy" { // uncompressed tables are read in place
+	if c.snappy() { // uncompressed tables are read in place
 		m.BlockCache = min(max(budget/32, 16<<20), 256<<20)
 	}
 	m.IndexCache = max(budget/32, 16<<20)
 	flush, compactor := int64(flushHeap), int64(compactorHeap)
-	if c.ColdCompression == "snappy" {
+	if c.snappy() {
 		flush, compactor = snappyFlushHeap, snappyCompactorHeap
 	}
 	m.Fixed = flush + int64(m.Compactors)*compactor + runtimeHeap

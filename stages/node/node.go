@@ -193,7 +193,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	}
 	if n.db, err = cold.Open(cold.Options{Dir: filepath.Join(cfg.DataDir, "state"), SyncWrites: cfg.SyncWrites, Logger: log, MemTableSize: memTable,
 		NumMemtables: mem.Memtables, NumCompactors: mem.Compactors, BlockCacheSize: mem.BlockCache, IndexCacheSize: mem.IndexCache,
-		Snappy: cfg.ColdCompression == "snappy", Upgrade: graph.Upgrade}); err != nil {
+		Snappy: cfg.snappy(), Upgrade: graph.Upgrade}); err != nil {
 		return nil, err
 	}
 	if obs != nil {
