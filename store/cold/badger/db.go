@@ -258,7 +258,7 @@ func Open(opt Options) (*DB, error) {
 		valueDirGuard:    valueDirLockGuard,
 		orc:              newOracle(opt),
 		pub:              newPublisher(),
-		allocPool:        z.NewAllocatorPool(8),
+		allocPool:        nil, // Tally: table builders unpooled, see PATCHES.md
 		bannedNamespaces: &lockedKeys{keys: make(map[uint64]struct{})},
 		threshold:        initVlogThreshold(&opt),
 	}
