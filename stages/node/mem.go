@@ -25,23 +25,25 @@ const (
 	memTableHeap = memTable * 13 / 10
 	// flushHeap is what building a table from a full memtable holds: the blocks, in
 	// buffers that double as they fill and as a large value (a journal entry, an outbox
-	// batch) outgrows its block; Badger pools up to eight of these builders with the
-	// buffers they grew to. compactorHeap is what one compaction holds while it builds
-	// its tables, up to five at once. Measured draining a backlog of 2 M events under a
-	// 1.25 GiB budget (docs/performance.md): all table builds at most 448 MB with two
-	// compactors.
-	flushHeap     = 7 * memTable
-	compactorHeap = 112 << 20
+	// batch) outgrows its block. compactorHeap is what one compaction holds while it
+	// builds its tables, up to five at once. Measured draining a backlog of 2 M events
+	// under a 1001 MiB budget (docs/performance.md, the row "table builds unpooled"): a
+	// flush at most 127 MB, two compactions 133 MB, all builds at once 158 MB. Each build
+	// has buffers of its own (store/cold/badger): pooled, as Badger does, builds held up
+	// to 564 MB.
+	flushHeap     = 4 * memTable
+	compactorHeap = 72 << 20
 	// snappyFlushHeap and snappyCompactorHeap are the same with --cold-compression
-	// snappy, where each block also has its compressed copy (28–116 MB for a flush under
+	// snappy, where each block also has its compressed copy: 28–116 MB for a flush under
 	// a steady load, up to 284 MB draining a backlog, and up to 341 MB for two
-	// compactors; all builds up to 927 MB in a later run of the backlog).
+	// compactions, all builds up to 927 MB; measured with builds pooled, and not again.
 	snappyFlushHeap     = 9 * memTable
 	snappyCompactorHeap = 176 << 20
 	// natsHeap is the embedded server's: its file store buffers a whole block (8 MiB) of
 	// every stream being written or read, and keeps the message ids of the duplicate
-	// window (64–100 MB measured).
-	natsHeap = 96 << 20
+	// window (64–100 MB measured in tally bench; 120–136 MB of block buffers alone with
+	// 16 partitions draining a backlog).
+	natsHeap = 128 << 20
 	// runtimeHeap is the rest: goroutine stacks, the NATS client's buffers, the stages'
 	// messages in flight, Go's own structures.
 	runtimeHeap = 48 << 20

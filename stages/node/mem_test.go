@@ -33,7 +33,7 @@ func TestSplitMem(t *testing.T) {
 	}
 	c := DefaultConfig() // embedded NATS, a cold cache of 262 144 ids, 128 MiB of event state
 	cold, state := int64(c.ColdCache)*coldCacheEntry, c.StateMem
-	fixed := int64(flushHeap + 2*compactorHeap + runtimeHeap + natsHeap) // 592 MiB
+	fixed := int64(flushHeap + 2*compactorHeap + runtimeHeap + natsHeap) // 448 MiB
 	t.Run("1.25GiB", func(t *testing.T) {
 		f(t, c, 1280*MiB, MemSplit{Budget: 1280 * MiB, Hot: 1280*MiB - cold - state - 2*memTableHeap - 40*MiB - fixed - 160*MiB, ColdCache: cold, State: state,
 			Memtables: 2, Compactors: 2, IndexCache: 40 * MiB, Fixed: fixed, Headroom: 160 * MiB, GoLimit: 1280 * MiB})
@@ -75,7 +75,7 @@ func TestSplitMem(t *testing.T) {
 	t.Run("snappy: a block cache, and the compressed copies of the blocks being built", func(t *testing.T) {
 		c := c
 		c.ColdCompression = "snappy"
-		fixed := int64(snappyFlushHeap + 2*snappyCompactorHeap + runtimeHeap + natsHeap) // 784 MiB
+		fixed := int64(snappyFlushHeap + 2*snappyCompactorHeap + runtimeHeap + natsHeap) // 816 MiB
 		f(t, c, 2*GiB, MemSplit{Budget: 2 * GiB, Hot: 2*GiB - cold - state - 4*memTableHeap - 64*MiB - 64*MiB - fixed - 256*MiB, ColdCache: cold, State: state,
 			Memtables: 4, Compactors: 2, BlockCache: 64 * MiB, IndexCache: 64 * MiB, Fixed: fixed, Headroom: 256 * MiB, GoLimit: 2 * GiB})
 	})
