@@ -15,7 +15,7 @@ import (
 // SplitMem shares a budget out: Badger's parts grow with it up to Badger's defaults, the
 // index cache keeps growing, the counter tables get the rest, and the parts always add
 // up to the Go limit. Tables written uncompressed (the default) need no block cache and
-// half the heap to build.
+// less than half the heap to build.
 func TestSplitMem(t *testing.T) {
 	const MiB, GiB = 1 << 20, 1 << 30
 	f := func(t *testing.T, c Config, budget int64, want MemSplit) {
