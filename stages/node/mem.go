@@ -34,9 +34,10 @@ const (
 	flushHeap     = 4 * memTable
 	compactorHeap = 72 << 20
 	// snappyFlushHeap and snappyCompactorHeap are the same with --cold-compression
-	// snappy, where each block also has its compressed copy: 28–116 MB for a flush under
-	// a steady load, up to 284 MB draining a backlog, and up to 341 MB for two
-	// compactions, all builds up to 927 MB; measured with builds pooled, and not again.
+	// snappy, where each block also has its compressed copy, made by goroutines that
+	// allocate it from the same build's buffers: draining the backlog at a 1315 MiB
+	// budget, unpooled, a flush held up to 245 MB and two compactions 266 MB (one run;
+	// pooled, all builds up to 927 MB).
 	snappyFlushHeap     = 9 * memTable
 	snappyCompactorHeap = 176 << 20
 	// natsHeap is the embedded server's: its file store buffers a whole block (8 MiB) of
