@@ -2,6 +2,7 @@ package cold_test
 
 import (
 	"encoding/binary"
+	"math"
 	"runtime"
 	"testing"
 	"time"
@@ -88,5 +89,83 @@ func TestTableBuildsNotHeld(t *testing.T) {
 	t.Logf("%d tables written, %.1f MiB more heap than before", len(cold.Tables(db)), float64(held)/(1<<20))
 	if held > memtable/2 {
 		t.Errorf("%.1f MiB of heap held after the tables were built, want at most %d MiB", float64(held)/(1<<20), memtable/2>>20)
+	}
+}
+
+// A key looked for costs Badger a bounded number of allocations, whether it is there or
+// not, with its memtables and tables at level 0 and below to look through: an event
+// stage looks for a like record, a reader record or a counter for most events, and
+// most of those of a user never seen are not there.
+func TestGetAllocations(t *testing.T) {
+	const memtable = 8 << 20
+	db, err := cold.Open(cold.Options{Dir: t.TempDir(), MemTableSize: memtable, NumMemtables: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	key := func(i uint64) []byte {
+		return binary.BigEndian.AppendUint64(make([]byte, 8, 16), 2*i*0x9E3779B97F4A7C15)
+	}
+	// Keys until a compaction has moved tables below level 0 and level 0 has tables again.
+	val := make([]byte, 200)
+	n := uint64(0)
+	for deep := false; !deep || len(cold.Tables(db)) < 3; {
+		txn := db.NewTxn(true)
+		for range 1000 {
+			if err := txn.Set(key(n), val); err != nil {
+				t.Fatal(err)
+			}
+			n++
+		}
+		if err := txn.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		for _, ti := range cold.Tables(db) {
+			deep = deep || ti.Level > 0
+		}
+	}
+	levels := map[int]int{}
+	for _, ti := range cold.Tables(db) {
+		levels[ti.Level]++
+	}
+	txn := db.NewTxn(true)
+	defer txn.Discard()
+	absent := func(i uint64) []byte { return append(key(i), 0) } // between two keys written
+	for _, c := range []struct {
+		name    string
+		key     func(i uint64) []byte
+		present bool
+		want    float64
+	}{
+		{"absent", absent, false, 1},
+		{"present", key, true, 10},
+	} {
+		keys := make([][]byte, 1000)
+		for i := range keys {
+			keys[i] = c.key(uint64(i) * n / uint64(len(keys)))
+		}
+		// The least of five measures: Badger's compactions allocate beside them.
+		found, allocs := 0, math.Inf(1)
+		for range 5 {
+			allocs = min(allocs, testing.AllocsPerRun(5, func() {
+				found = 0
+				for _, k := range keys {
+					ok, err := txn.Get(k, func([]byte) error { return nil })
+					if err != nil {
+						t.Fatal(err)
+					}
+					if ok {
+						found++
+					}
+				}
+			})/float64(len(keys)))
+		}
+		t.Logf("%s: %.2f allocations a key looked for, %d of %d found; tables by level %v", c.name, allocs, found, len(keys), levels)
+		if c.present && found != len(keys) || !c.present && found != 0 {
+			t.Errorf("%s: %d of %d keys found", c.name, found, len(keys))
+		}
+		if allocs > c.want {
+			t.Errorf("%s: %.2f allocations a key looked for, want at most %.0f", c.name, allocs, c.want)
+		}
 	}
 }

@@ -772,6 +772,22 @@ func (db *DB) getMemTables() ([]*memTable, func()) {
 	}
 }
 
+// memTablesTo is getMemTables appending to tables, without a closure: the caller
+// calls DecrRef on each.
+func (db *DB) memTablesTo(tables []*memTable) []*memTable {
+	db.lock.RLock()
+	defer db.lock.RUnlock()
+	if !db.opt.ReadOnly {
+		tables = append(tables, db.mt)
+		db.mt.IncrRef()
+	}
+	for i := len(db.imm) - 1; i >= 0; i-- {
+		tables = append(tables, db.imm[i])
+		db.imm[i].IncrRef()
+	}
+	return tables
+}
+
 // get returns the value in memtable or disk for given key.
 // Note that value will include meta byte.
 //
@@ -790,8 +806,15 @@ func (db *DB) get(key []byte) (y.ValueStruct, error) {
 	if db.IsClosed() {
 		return y.ValueStruct{}, ErrDBClosed
 	}
-	tables, decr := db.getMemTables() // Lock should be released.
-	defer decr()
+	// Tally: the memtables in an array of the stack, their references dropped by a loop
+	// rather than a closure (getMemTables allocates both).
+	var buf [8]*memTable
+	tables := db.memTablesTo(buf[:0]) // Lock should be released.
+	defer func() {
+		for _, mt := range tables {
+			mt.DecrRef()
+		}
+	}()
 
 	var maxVs y.ValueStruct
 	version := y.ParseTs(key)

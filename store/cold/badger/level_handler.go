@@ -304,9 +304,42 @@ func (s *levelHandler) getTableForKey(key []byte) ([]*table.Table, func() error)
 	return []*table.Table{tbl}, tbl.DecrRef
 }
 
+// tablesForKey is getTableForKey appending to tables: the caller calls DecrRef on each.
+func (s *levelHandler) tablesForKey(tables []*table.Table, key []byte) []*table.Table {
+	s.RLock()
+	defer s.RUnlock()
+	if s.level == 0 {
+		for i := len(s.tables) - 1; i >= 0; i-- {
+			tables = append(tables, s.tables[i])
+			s.tables[i].IncrRef()
+		}
+		return tables
+	}
+	idx := sort.Search(len(s.tables), func(i int) bool {
+		return y.CompareKeys(s.tables[i].Biggest(), key) >= 0
+	})
+	if idx >= len(s.tables) {
+		return tables
+	}
+	s.tables[idx].IncrRef()
+	return append(tables, s.tables[idx])
+}
+
 // get returns value for a given key or the key after that. If not found, return nil.
 func (s *levelHandler) get(key []byte) (y.ValueStruct, error) {
-	tables, decr := s.getTableForKey(key)
+	// Tally: the tables in an array of the stack, their references dropped by a loop
+	// (getTableForKey allocates a slice and a closure for each level).
+	var buf [16]*table.Table
+	tables := s.tablesForKey(buf[:0], key)
+	decr := func() error {
+		var err error
+		for _, t := range tables {
+			if e := t.DecrRef(); e != nil && err == nil {
+				err = e
+			}
+		}
+		return err
+	}
 	keyNoTs := y.ParseKey(key)
 
 	hash := y.Hash(keyNoTs)
@@ -317,20 +350,18 @@ func (s *levelHandler) get(key []byte) (y.ValueStruct, error) {
 			continue
 		}
 
+		// Tally: closed at the end of its turn, not deferred (a deferral in a loop
+		// is allocated).
 		it := th.NewIterator(0)
-		defer it.Close()
-
 		y.NumLSMGetsAdd(s.db.opt.MetricsEnabled, s.strLevel, 1)
 		it.Seek(key)
-		if !it.Valid() {
-			continue
-		}
-		if y.SameKey(key, it.Key()) {
+		if it.Valid() && y.SameKey(key, it.Key()) {
 			if version := y.ParseTs(it.Key()); maxVs.Version < version {
 				maxVs = it.ValueCopy()
 				maxVs.Version = version
 			}
 		}
+		_ = it.Close()
 	}
 	return maxVs, decr()
 }

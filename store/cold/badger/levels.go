@@ -1721,7 +1721,8 @@ func (s *levelsController) get(key []byte, maxVs y.ValueStruct, startLevel int) 
 		}
 		vs, err := h.get(key) // Calls h.RLock() and h.RUnlock().
 		if err != nil {
-			return y.ValueStruct{}, y.Wrapf(err, "get key: %q", key)
+			// Tally: a copy of the key in the error, so that the key does not escape.
+			return y.ValueStruct{}, y.Wrapf(err, "get key: %q", y.Copy(key))
 		}
 		if vs.Value == nil && vs.Meta == 0 {
 			continue

@@ -8,6 +8,7 @@ package badger
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -442,13 +443,13 @@ func (txn *Txn) Get(key []byte) (item *Item, rerr error) {
 		return nil, err
 	}
 
-	item = new(Item)
 	if txn.update {
 		if e, has := txn.pendingWrites[string(key)]; has && bytes.Equal(key, e.Key) {
 			if isDeletedOrExpired(e.meta, e.ExpiresAt) {
 				return nil, ErrKeyNotFound
 			}
 			// Fulfill from cache.
+			item = new(Item)
 			item.meta = e.meta
 			item.val = e.Value
 			item.userMeta = e.UserMeta
@@ -464,7 +465,11 @@ func (txn *Txn) Get(key []byte) (item *Item, rerr error) {
 		txn.addReadKey(key)
 	}
 
-	seek := y.KeyWithTs(key, txn.readTs)
+	// Tally: the key with its version in a buffer of the stack for the usual key, and
+	// the Item only for a key found.
+	var seekBuf [64]byte
+	seek := append(seekBuf[:0], key...)
+	seek = binary.BigEndian.AppendUint64(seek, math.MaxUint64-txn.readTs)
 	vs, err := txn.db.get(seek)
 	if err != nil {
 		return nil, y.Wrapf(err, "DB::Get key: %q", key)
@@ -476,6 +481,7 @@ func (txn *Txn) Get(key []byte) (item *Item, rerr error) {
 		return nil, ErrKeyNotFound
 	}
 
+	item = new(Item)
 	item.key = key
 	item.version = vs.Version
 	item.meta = vs.Meta

@@ -525,7 +525,9 @@ func (t *Table) offsets(ko *fb.BlockOffset, i int) bool {
 // slice stored in the block will be reused when the ref becomes zero. The
 // caller should release the block by calling block.decrRef() on it.
 func (t *Table) block(idx int, useCache bool) (*Block, error) {
-	y.AssertTruef(idx >= 0, "idx=%d", idx)
+	if idx < 0 {
+		y.AssertTruef(false, "idx=%d", idx)
+	}
 	if idx >= t.offsetsLength() {
 		return nil, errors.New("block out of index")
 	}
