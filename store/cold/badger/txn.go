@@ -489,6 +489,12 @@ func (txn *Txn) Get(key []byte) (item *Item, rerr error) {
 	item.vptr = y.SafeCopy(item.vptr, vs.Value)
 	item.txn = txn
 	item.expiresAt = vs.ExpiresAt
+	if vs.Meta&bitValuePointer == 0 {
+		// Tally: a value in the LSM tree is the item's own copy already: Value gives it
+		// as it gives a pending write's, where it copied it again into a slice it made.
+		item.val = item.vptr
+		item.status = prefetched
+	}
 	return item, nil
 }
 
