@@ -46,6 +46,42 @@ func TestWriteAllocations(t *testing.T) {
 	}
 }
 
+// smallMemtable is the memtable of the tests that need tables written: 8 MiB, flushed
+// every ~35 000 keys of writeKeys.
+const smallMemtable = 8 << 20
+
+// openSmall opens a DB with smallMemtable, closed when the test ends.
+func openSmall(t *testing.T) *cold.DB {
+	t.Helper()
+	db, err := cold.Open(cold.Options{Dir: t.TempDir(), MemTableSize: smallMemtable, NumMemtables: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// tableKey is the i-th key writeKeys writes: spread over the key space.
+func tableKey(i uint64) []byte {
+	return binary.BigEndian.AppendUint64(make([]byte, 8, 16), 2*i*0x9E3779B97F4A7C15)
+}
+
+// writeKeys writes keys from to from+999 with val, in one transaction, and returns the
+// next.
+func writeKeys(t *testing.T, db *cold.DB, from uint64, val []byte) uint64 {
+	t.Helper()
+	txn := db.NewTxn(true)
+	for i := from; i < from+1000; i++ {
+		if err := txn.Set(tableKey(i), val); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := txn.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	return from + 1000
+}
+
 // Nothing of a table's build stays in RAM once the table is written: Badger v4.9.6
 // pooled up to eight table builders with the buffers they had grown to, and freed one
 // only after 2 s without a build, so the builders of small tables held on to the
@@ -53,12 +89,8 @@ func TestWriteAllocations(t *testing.T) {
 // (docs/performance.md, the row "table builds unpooled"). store/cold/badger builds
 // each table in buffers of its own.
 func TestTableBuildsNotHeld(t *testing.T) {
-	const memtable = 8 << 20
-	db, err := cold.Open(cold.Options{Dir: t.TempDir(), MemTableSize: memtable, NumMemtables: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	const memtable = smallMemtable
+	db := openSmall(t)
 	heap := func() int64 {
 		runtime.GC()
 		var m runtime.MemStats
@@ -70,17 +102,7 @@ func TestTableBuildsNotHeld(t *testing.T) {
 	// Badger compacts (five), so that no build is under way after the third.
 	val := make([]byte, 200)
 	for i := uint64(0); len(cold.Tables(db)) < 3; {
-		txn := db.NewTxn(true)
-		for range 1000 {
-			key := binary.BigEndian.AppendUint64(make([]byte, 8, 16), i*0x9E3779B97F4A7C15)
-			if err := txn.Set(key, val); err != nil {
-				t.Fatal(err)
-			}
-			i++
-		}
-		if err := txn.Commit(); err != nil {
-			t.Fatal(err)
-		}
+		i = writeKeys(t, db, i, val)
 	}
 	// A memtable flushed is let go just after its table is listed: a second, well
 	// within the 2 s a pooled builder was kept.
@@ -99,29 +121,12 @@ func TestTableBuildsNotHeld(t *testing.T) {
 // stage looks for a like record, a reader record or a counter for most events, and
 // most of those of a user never seen are not there.
 func TestGetAllocations(t *testing.T) {
-	const memtable = 8 << 20
-	db, err := cold.Open(cold.Options{Dir: t.TempDir(), MemTableSize: memtable, NumMemtables: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	key := func(i uint64) []byte {
-		return binary.BigEndian.AppendUint64(make([]byte, 8, 16), 2*i*0x9E3779B97F4A7C15)
-	}
+	db := openSmall(t)
 	// Keys until a compaction has moved tables below level 0 and level 0 has tables again.
 	val := bytes.Repeat([]byte("tally"), 40)
 	n := uint64(0)
 	for deep := false; !deep || len(cold.Tables(db)) < 3; {
-		txn := db.NewTxn(true)
-		for range 1000 {
-			if err := txn.Set(key(n), val); err != nil {
-				t.Fatal(err)
-			}
-			n++
-		}
-		if err := txn.Commit(); err != nil {
-			t.Fatal(err)
-		}
+		n = writeKeys(t, db, n, val)
 		for _, ti := range cold.Tables(db) {
 			deep = deep || ti.Level > 0
 		}
@@ -132,7 +137,7 @@ func TestGetAllocations(t *testing.T) {
 	}
 	txn := db.NewTxn(true)
 	defer txn.Discard()
-	absent := func(i uint64) []byte { return append(key(i), 0) } // between two keys written
+	absent := func(i uint64) []byte { return append(tableKey(i), 0) } // between two keys written
 	for _, c := range []struct {
 		name    string
 		key     func(i uint64) []byte
@@ -140,7 +145,7 @@ func TestGetAllocations(t *testing.T) {
 		want    float64
 	}{
 		{"absent", absent, false, 1},
-		{"present", key, true, 7},
+		{"present", tableKey, true, 7},
 	} {
 		keys := make([][]byte, 1000)
 		for i := range keys {
