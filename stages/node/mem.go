@@ -42,8 +42,8 @@ const (
 	snappyCompactorHeap = 176 << 20
 	// natsHeap is the embedded server's: its file store buffers a whole block (8 MiB) of
 	// every stream being written or read, and keeps the message ids of the duplicate
-	// window (64–100 MB measured in tally bench; 120–136 MB of block buffers alone with
-	// 16 partitions draining a backlog).
+	// window: 64–100 MB measured under tally bench at first, then 120 MB of block
+	// buffers alone at its peak, and 136 MB with 16 partitions draining a backlog.
 	natsHeap = 128 << 20
 	// runtimeHeap is the rest: goroutine stacks, the NATS client's buffers, the stages'
 	// messages in flight, Go's own structures.
