@@ -145,7 +145,7 @@ func TestGetAllocations(t *testing.T) {
 		want    float64
 	}{
 		{"absent", absent, false, 1},
-		{"present", tableKey, true, 7},
+		{"present", tableKey, true, 5},
 	} {
 		keys := make([][]byte, 1000)
 		for i := range keys {

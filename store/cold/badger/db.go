@@ -803,8 +803,15 @@ func (db *DB) memTablesTo(tables []*memTable) []*memTable {
 // for "fooX" in all the levels of the LSM tree. This is expensive but it
 // removes the overhead of handling move keys completely.
 func (db *DB) get(key []byte) (y.ValueStruct, error) {
+	vs, _, err := db.getOwned(key)
+	return vs, err
+}
+
+// getOwned is get, and tells whether the value is a copy of its own (Tally: one read
+// from a table is copied out of its block already; one of a memtable is its arena's).
+func (db *DB) getOwned(key []byte) (y.ValueStruct, bool, error) {
 	if db.IsClosed() {
-		return y.ValueStruct{}, ErrDBClosed
+		return y.ValueStruct{}, false, ErrDBClosed
 	}
 	// Tally: the memtables in an array of the stack, their references dropped by a loop
 	// rather than a closure (getMemTables allocates both).
@@ -829,13 +836,15 @@ func (db *DB) get(key []byte) (y.ValueStruct, error) {
 		// Found the required version of the key, return immediately.
 		if vs.Version == version {
 			y.NumGetsWithResultsAdd(db.opt.MetricsEnabled, 1)
-			return vs, nil
+			return vs, false, nil
 		}
 		if maxVs.Version < vs.Version {
 			maxVs = vs
 		}
 	}
-	return db.lc.get(key, maxVs, 0)
+	// levelsController.get returns maxVs unless a table holds a later version.
+	vs, err := db.lc.get(key, maxVs, 0)
+	return vs, vs.Version > maxVs.Version, err
 }
 
 var requestPool = sync.Pool{

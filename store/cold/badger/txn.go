@@ -470,7 +470,7 @@ func (txn *Txn) Get(key []byte) (item *Item, rerr error) {
 	var seekBuf [64]byte
 	seek := append(seekBuf[:0], key...)
 	seek = binary.BigEndian.AppendUint64(seek, math.MaxUint64-txn.readTs)
-	vs, err := txn.db.get(seek)
+	vs, owned, err := txn.db.getOwned(seek)
 	if err != nil {
 		return nil, y.Wrapf(err, "DB::Get key: %q", key)
 	}
@@ -486,7 +486,11 @@ func (txn *Txn) Get(key []byte) (item *Item, rerr error) {
 	item.version = vs.Version
 	item.meta = vs.Meta
 	item.userMeta = vs.UserMeta
-	item.vptr = y.SafeCopy(item.vptr, vs.Value)
+	if owned {
+		item.vptr = vs.Value
+	} else {
+		item.vptr = y.SafeCopy(item.vptr, vs.Value)
+	}
 	item.txn = txn
 	item.expiresAt = vs.ExpiresAt
 	if vs.Meta&bitValuePointer == 0 {

@@ -30,6 +30,10 @@ type blockIterator struct {
 	// prevOverlap stores the overlap of the previous key with the base key.
 	// This avoids unnecessary copy of base key when the overlap is same for multiple keys.
 	prevOverlap uint16
+
+	// Tally: key's first bytes, so that an iterator over keys of up to 64 bytes
+	// allocates none for them (NewIterator points key at it).
+	keyBuf [64]byte
 }
 
 func (itr *blockIterator) setBlock(b *Block) {
@@ -177,6 +181,7 @@ type Iterator struct {
 func (t *Table) NewIterator(opt int) *Iterator {
 	t.IncrRef() // Important.
 	ti := &Iterator{t: t, opt: opt}
+	ti.bi.key = ti.bi.keyBuf[:0]
 	return ti
 }
 
