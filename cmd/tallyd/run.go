@@ -126,7 +126,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 		cfg.EventsCompression = v
 		return nil
 	})
-	fs.Func("cold-compression", "how the cold tier (Badger) writes its tables: none (the default) or snappy, which takes ~30 % less disk for twice the heap to build a table and a block cache to read one (see docs/operations.md)", func(v string) error {
+	fs.Func("cold-compression", "how the cold tier (Badger) writes its tables: none (the default) or snappy, which takes ~30 % less disk for more heap to build a table and a block cache to read one (see docs/operations.md)", func(v string) error {
 		if v != "none" && v != "snappy" {
 			return fmt.Errorf("compression %q: none or snappy", v)
 		}

@@ -49,7 +49,7 @@ type Config struct {
 	// SyncWrites fsyncs every Badger commit (exact across power loss, slower).
 	SyncWrites bool
 	// ColdCompression is how Badger writes its tables: "none" (or "") or "snappy"
-	// (cold.Options.Snappy): snappy takes ~30 % less disk, and twice the heap to build
+	// (cold.Options.Snappy): snappy takes ~30 % less disk, and more heap to build
 	// a table plus a block cache to read one.
 	ColdCompression string
 	// Table picks the in-RAM counter table: "map" (a Go map) or "hot" (packed).

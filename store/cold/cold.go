@@ -47,7 +47,7 @@ type Options struct {
 	NumCompactors  int
 	// Snappy compresses the blocks of the tables it writes, Badger's default. Off, they
 	// take ~45 % more disk, but a table build holds no compressed copy of its blocks
-	// (half the heap of a memtable flush or a compaction), reads use the mapped table as
+	// (under half the heap of a memtable flush or a compaction), reads use the mapped table as
 	// it is, and no block cache is kept (BlockCacheSize is not used). Tables written
 	// either way are read either way: each records its own compression.
 	Snappy bool
