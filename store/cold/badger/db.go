@@ -747,24 +747,7 @@ func (db *DB) Sync() error {
 
 // getMemtables returns the current memtables and get references.
 func (db *DB) getMemTables() ([]*memTable, func()) {
-	db.lock.RLock()
-	defer db.lock.RUnlock()
-
-	var tables []*memTable
-
-	// Mutable memtable does not exist in read-only mode.
-	if !db.opt.ReadOnly {
-		// Get mutable memtable.
-		tables = append(tables, db.mt)
-		db.mt.IncrRef()
-	}
-
-	// Get immutable memtables.
-	last := len(db.imm) - 1
-	for i := range db.imm {
-		tables = append(tables, db.imm[last-i])
-		db.imm[last-i].IncrRef()
-	}
+	tables := db.memTablesTo(nil) // Tally: one way to gather them, see get
 	return tables, func() {
 		for _, tbl := range tables {
 			tbl.DecrRef()
@@ -772,11 +755,12 @@ func (db *DB) getMemTables() ([]*memTable, func()) {
 	}
 }
 
-// memTablesTo is getMemTables appending to tables, without a closure: the caller
-// calls DecrRef on each.
+// memTablesTo appends the current memtables to tables, newest first, and gets a
+// reference to each: the caller calls DecrRef on each.
 func (db *DB) memTablesTo(tables []*memTable) []*memTable {
 	db.lock.RLock()
 	defer db.lock.RUnlock()
+	// Mutable memtable does not exist in read-only mode.
 	if !db.opt.ReadOnly {
 		tables = append(tables, db.mt)
 		db.mt.IncrRef()

@@ -268,28 +268,21 @@ func (s *levelHandler) close() error {
 	return y.Wrap(err, "levelHandler.close")
 }
 
-// getTableForKey acquires a read-lock to access s.tables. It returns a list of tableHandlers.
-func (s *levelHandler) getTableForKey(key []byte) ([]*table.Table, func() error) {
+// tablesForKey acquires a read-lock to access s.tables, and appends to tables those
+// that may hold key, with a reference to each: the caller drops them (decrRefs). Tally: it appends where getTableForKey returned a slice and a closure,
+// allocated for every level of every key looked for.
+func (s *levelHandler) tablesForKey(tables []*table.Table, key []byte) []*table.Table {
 	s.RLock()
 	defer s.RUnlock()
-
 	if s.level == 0 {
 		// For level 0, we need to check every table. Remember to make a copy as s.tables may change
 		// once we exit this function, and we don't want to lock s.tables while seeking in tables.
 		// CAUTION: Reverse the tables.
-		out := make([]*table.Table, 0, len(s.tables))
 		for i := len(s.tables) - 1; i >= 0; i-- {
-			out = append(out, s.tables[i])
+			tables = append(tables, s.tables[i])
 			s.tables[i].IncrRef()
 		}
-		return out, func() error {
-			for _, t := range out {
-				if err := t.DecrRef(); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
+		return tables
 	}
 	// For level >= 1, we can do a binary search as key range does not overlap.
 	idx := sort.Search(len(s.tables), func(i int) bool {
@@ -297,28 +290,6 @@ func (s *levelHandler) getTableForKey(key []byte) ([]*table.Table, func() error)
 	})
 	if idx >= len(s.tables) {
 		// Given key is strictly > than every element we have.
-		return nil, func() error { return nil }
-	}
-	tbl := s.tables[idx]
-	tbl.IncrRef()
-	return []*table.Table{tbl}, tbl.DecrRef
-}
-
-// tablesForKey is getTableForKey appending to tables: the caller calls DecrRef on each.
-func (s *levelHandler) tablesForKey(tables []*table.Table, key []byte) []*table.Table {
-	s.RLock()
-	defer s.RUnlock()
-	if s.level == 0 {
-		for i := len(s.tables) - 1; i >= 0; i-- {
-			tables = append(tables, s.tables[i])
-			s.tables[i].IncrRef()
-		}
-		return tables
-	}
-	idx := sort.Search(len(s.tables), func(i int) bool {
-		return y.CompareKeys(s.tables[i].Biggest(), key) >= 0
-	})
-	if idx >= len(s.tables) {
 		return tables
 	}
 	s.tables[idx].IncrRef()
@@ -327,19 +298,9 @@ func (s *levelHandler) tablesForKey(tables []*table.Table, key []byte) []*table.
 
 // get returns value for a given key or the key after that. If not found, return nil.
 func (s *levelHandler) get(key []byte) (y.ValueStruct, error) {
-	// Tally: the tables in an array of the stack, their references dropped by a loop
-	// (getTableForKey allocates a slice and a closure for each level).
+	// Tally: the tables in an array of the stack (see tablesForKey).
 	var buf [16]*table.Table
 	tables := s.tablesForKey(buf[:0], key)
-	decr := func() error {
-		var err error
-		for _, t := range tables {
-			if e := t.DecrRef(); e != nil && err == nil {
-				err = e
-			}
-		}
-		return err
-	}
 	keyNoTs := y.ParseKey(key)
 
 	hash := y.Hash(keyNoTs)
@@ -363,7 +324,7 @@ func (s *levelHandler) get(key []byte) (y.ValueStruct, error) {
 		}
 		_ = it.Close()
 	}
-	return maxVs, decr()
+	return maxVs, decrRefs(tables)
 }
 
 // appendIterators appends iterators to an array of iterators, for merging.
