@@ -13,9 +13,11 @@ import (
 )
 
 // A key written costs Badger a bounded number of allocations, its memtable insert and
-// log entry included: 3 with store/cold/badger's patches, 9 with Badger v4.9.6, which
-// allocated the log entry's checksum writers and boxed the arguments of its skiplist
-// arena's assertions for every key (store/cold/badger/PATCHES.md).
+// log entry included: 0.05 with store/cold/badger's patches, where a transaction takes
+// its entries and the copies of its keys from blocks; 9 with Badger v4.9.6, which
+// allocated for every key its entry, a string of it, a copy with its version, the log
+// entry's checksum writers and the boxed arguments of its skiplist arena's assertions
+// (store/cold/badger/PATCHES.md).
 func TestWriteAllocations(t *testing.T) {
 	db, err := cold.Open(cold.Options{Dir: t.TempDir()})
 	if err != nil {
@@ -41,8 +43,8 @@ func TestWriteAllocations(t *testing.T) {
 		}
 	}) / keys
 	t.Logf("%.2f allocations a key written", allocs)
-	if allocs > 4 {
-		t.Errorf("%.2f allocations a key written, want at most 4", allocs)
+	if allocs > 0.5 {
+		t.Errorf("%.2f allocations a key written, want at most 0.5", allocs)
 	}
 }
 

@@ -3,6 +3,7 @@ package cold_test
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 
@@ -81,6 +82,72 @@ func TestFillIsBadgersBound(t *testing.T) {
 			}
 			last = txn.FillWith(0, 0)
 		}
+		txn.Discard()
+	}
+}
+
+// What a transaction sets and deletes is what it reads back, before and after its
+// commit, with keys of every length up to past where Badger's transaction stops
+// keeping them in its blocks of key bytes (store/cold/badger/PATCHES.md), and keys set
+// again and deleted in the same transaction.
+func TestTxnReadsWhatItWrote(t *testing.T) {
+	db, err := cold.Open(cold.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	r := rand.New(rand.NewPCG(5, 6))
+	random := func(n int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(r.Uint32())
+		}
+		return b
+	}
+	// 600 keys of 4 to 400 bytes, so that each transaction sets some again.
+	names := make([][]byte, 600)
+	for i := range names {
+		names[i] = binary.BigEndian.AppendUint32(nil, uint32(i))
+		names[i] = append(names[i], random(r.IntN(397))...)
+	}
+	want := map[string][]byte{} // nil: deleted
+	check := func(txn *cold.Txn, when string) {
+		t.Helper()
+		for k, v := range want {
+			var got []byte
+			found, err := txn.Get([]byte(k), func(b []byte) error { got = append([]byte{}, b...); return nil })
+			switch {
+			case err != nil:
+				t.Fatalf("%s: key of %d bytes: %v", when, len(k), err)
+			case found != (v != nil) || string(got) != string(v):
+				t.Fatalf("%s: key of %d bytes: found %v, %d bytes; want found %v, %d bytes", when, len(k), found, len(got), v != nil, len(v))
+			}
+		}
+	}
+	for round := range 5 {
+		txn := db.NewTxn(true)
+		for range 1500 {
+			// Each write its own key bytes, as Badger asks: it holds them until the commit.
+			k := append([]byte{}, names[r.IntN(len(names))]...)
+			if r.IntN(5) == 0 {
+				if err := txn.Delete(k); err != nil {
+					t.Fatal(err)
+				}
+				want[string(k)] = nil
+				continue
+			}
+			v := random(1 + r.IntN(100))
+			if err := txn.Set(k, v); err != nil {
+				t.Fatal(err)
+			}
+			want[string(k)] = v
+		}
+		check(txn, fmt.Sprintf("round %d, before its commit", round))
+		if err := txn.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		txn = db.NewTxn(false)
+		check(txn, fmt.Sprintf("round %d, after its commit", round))
 		txn.Discard()
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/dgraph-io/badger/v4/y"
 	"github.com/dgraph-io/ristretto/v2/z"
@@ -252,6 +253,12 @@ type Txn struct {
 	pendingWrites   map[string]*Entry // cache stores any writes done by txn.
 	duplicateWrites []*Entry          // Used in managed mode to store duplicate entries.
 
+	// entries and keys are what Set and Delete have left of the last blocks of entries
+	// and key bytes they took (see entry and keyString): a transaction writing n keys
+	// allocates a few blocks rather than an entry and a key string for each.
+	entries []Entry
+	keys    []byte
+
 	numIterators atomic.Int32
 	discarded    bool
 	doneRead     bool
@@ -392,8 +399,39 @@ func (txn *Txn) modify(e *Entry) error {
 	if oldEntry, ok := txn.pendingWrites[string(e.Key)]; ok && oldEntry.version != e.version {
 		txn.duplicateWrites = append(txn.duplicateWrites, oldEntry)
 	}
-	txn.pendingWrites[string(e.Key)] = e
+	txn.pendingWrites[txn.keyString(e.Key)] = e
 	return nil
+}
+
+// Blocks of entries and key bytes hold at most txnBlock of each.
+const txnBlock = 1 << 10
+
+// entry returns an entry of the transaction's own for key and value, as NewEntry does,
+// taken from a block of entries: the blocks grow with what the transaction wrote, up
+// to txnBlock entries.
+func (txn *Txn) entry(key, value []byte) *Entry {
+	if len(txn.entries) == 0 {
+		txn.entries = make([]Entry, min(max(len(txn.pendingWrites), 4), txnBlock))
+	}
+	e := &txn.entries[0]
+	txn.entries = txn.entries[1:]
+	e.Key, e.Value = key, value
+	return e
+}
+
+// keyString is a copy of key to index pendingWrites by, made in a block of bytes the
+// transaction keeps and never writes again: a string as immutable as one allocated.
+func (txn *Txn) keyString(key []byte) string {
+	if len(key) > len(txn.keys) {
+		if len(key) > txnBlock/4 {
+			return string(key)
+		}
+		txn.keys = make([]byte, min(max(len(txn.pendingWrites), 4)*len(key), txnBlock*16))
+	}
+	b := txn.keys[:len(key):len(key)]
+	txn.keys = txn.keys[len(key):]
+	copy(b, key)
+	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
 // Set adds a key-value pair to the database.
@@ -402,7 +440,7 @@ func (txn *Txn) modify(e *Entry) error {
 // The current transaction keeps a reference to the key and val byte slice
 // arguments. Users must not modify key and val until the end of the transaction.
 func (txn *Txn) Set(key, val []byte) error {
-	return txn.SetEntry(NewEntry(key, val))
+	return txn.SetEntry(txn.entry(key, val))
 }
 
 // SetEntry takes an Entry struct and adds the key-value pair in the struct,
@@ -423,10 +461,8 @@ func (txn *Txn) SetEntry(e *Entry) error {
 // The current transaction keeps a reference to the key byte slice argument.
 // Users must not modify the key until the end of the transaction.
 func (txn *Txn) Delete(key []byte) error {
-	e := &Entry{
-		Key:  key,
-		meta: bitDelete,
-	}
+	e := txn.entry(key, nil)
+	e.meta = bitDelete
 	return txn.modify(e)
 }
 
@@ -549,12 +585,14 @@ func (txn *Txn) commitAndSend() (func() error, error) {
 	}
 
 	keepTogether := true
+	keyBytes := 0 // of the keys with their versions
 	setVersion := func(e *Entry) {
 		if e.version == 0 {
 			e.version = commitTs
 		} else {
 			keepTogether = false
 		}
+		keyBytes += len(e.Key) + 8
 	}
 	for _, e := range txn.pendingWrites {
 		setVersion(e)
@@ -566,11 +604,14 @@ func (txn *Txn) commitAndSend() (func() error, error) {
 	}
 
 	entries := make([]*Entry, 0, len(txn.pendingWrites)+len(txn.duplicateWrites)+1)
+	keys := make([]byte, 0, keyBytes)
 
 	processEntry := func(e *Entry) {
 		// Suffix the keys with commit ts, so the key versions are sorted in
-		// descending order of commit timestamp.
-		e.Key = y.KeyWithTs(e.Key, e.version)
+		// descending order of commit timestamp. As y.KeyWithTs, in one buffer for all.
+		n := len(keys)
+		keys = binary.BigEndian.AppendUint64(append(keys, e.Key...), math.MaxUint64-e.version)
+		e.Key = keys[n:len(keys):len(keys)]
 		// Add bitTxn only if these entries are part of a transaction. We
 		// support SetEntryAt(..) in managed mode which means a single
 		// transaction can have entries with different timestamps. If entries
