@@ -69,9 +69,17 @@ type dest struct {
 
 func (d dest) String() string { return fmt.Sprintf("%s.%d", d.family, d.partition) }
 
+// counterAt is where a transaction's last changes of a counter are: its last delta in
+// deltas, and its window change of minute in windowed (-1: none).
+type counterAt struct {
+	delta, window int
+	minute        uint32
+}
+
+// counterKey and windowKey have no padding, so that a map hashes them in one call.
 type counterKey struct {
 	id    uint64
-	field uint8
+	field uint64
 }
 
 // coalescer merges the deltas of one transaction per counter (+1 +1 +1 → +3) where that
@@ -91,6 +99,19 @@ type coalescer struct {
 	discard bool
 	// parts remembers the partitions of the ids asked lately (partitionOf).
 	parts [512]idPartition
+	// families holds, for the first maxFamilies families added to, their destinations
+	// by partition as byDest has them (nil: not looked up yet), so that an add finds
+	// its destination without hashing the family's name.
+	families []familyDests
+}
+
+// maxFamilies is the most families a coalescer keeps destinations by partition for:
+// a configuration has a few.
+const maxFamilies = 8
+
+type familyDests struct {
+	family string
+	dests  []*destDeltas
 }
 
 // idPartition is an id and its partition + 1 (0: none remembered).
@@ -116,8 +137,8 @@ func (c *coalescer) partitionOf(id pipeline.ID) int {
 const keepDeltas = 1 << 14
 
 type destDeltas struct {
-	used    bool               // touched by this transaction (in order)
-	index   map[counterKey]int // the last delta of each counter
+	used    bool                     // touched by this transaction (in order)
+	index   map[counterKey]counterAt // each counter's last delta and window change
 	deltas  []pipeline.Delta
 	windows map[windowKey]int // each counter and minute's entry in windowed
 	// windowed are the window changes in first-touched order; those that net to 0 are
@@ -127,8 +148,8 @@ type destDeltas struct {
 
 type windowKey struct {
 	id     uint64
-	field  uint8
 	minute uint32
+	field  uint32
 }
 
 // windowDeltas returns the window changes of dd that change something.
@@ -151,37 +172,85 @@ func (c *coalescer) add(f fieldRef, id pipeline.ID, op pipeline.Op, n int64) {
 		return
 	}
 	d := dest{f.family, c.partitionOf(id)}
-	dd := c.byDest[d]
-	if dd == nil {
-		dd = &destDeltas{index: map[counterKey]int{}}
-		c.byDest[d] = dd
-	}
+	dd := c.destOf(d)
 	if !dd.used {
 		dd.used = true
 		c.order = append(c.order, d)
 	}
+	k := counterKey{uint64(id), uint64(f.field)}
+	at, ok := dd.index[k]
+	if !ok {
+		at = counterAt{delta: -1, window: -1}
+	}
+	moved := !ok // at changed, to store again
 	if c.minute != 0 && op == pipeline.OpAdd && n != 0 {
-		if dd.windows == nil {
-			dd.windows = map[windowKey]int{}
-		}
-		wk := windowKey{uint64(id), f.field, c.minute}
-		if i, ok := dd.windows[wk]; ok {
-			dd.windowed[i].N += n
-		} else {
-			dd.windows[wk] = len(dd.windowed)
-			dd.windowed = append(dd.windowed, pipeline.WindowDelta{ID: uint64(id), Field: f.field, Minute: c.minute, N: n})
-		}
+		moved = dd.addWindow(k, &at, c.minute, n) || moved
 	}
 	x := pipeline.Delta{ID: uint64(id), Field: f.field, Op: op, N: n}
-	k := counterKey{uint64(id), f.field}
-	if i, ok := dd.index[k]; ok {
-		if m, ok := dd.deltas[i].Then(x); ok {
-			dd.deltas[i] = m
-			return
+	merged := false
+	if at.delta >= 0 {
+		if m, ok := dd.deltas[at.delta].Then(x); ok {
+			dd.deltas[at.delta], merged = m, true
 		}
 	}
-	dd.index[k] = len(dd.deltas)
-	dd.deltas = append(dd.deltas, x)
+	if !merged {
+		at.delta, moved = len(dd.deltas), true
+		dd.deltas = append(dd.deltas, x)
+	}
+	if moved {
+		dd.index[k] = at
+	}
+}
+
+// addWindow adds n to counter k's window change of minute, whose entry at caches when
+// it is the minute of the counter's last change, and reports whether at changed. A
+// counter changed in several minutes has an entry for each, found through windows.
+func (dd *destDeltas) addWindow(k counterKey, at *counterAt, minute uint32, n int64) bool {
+	if at.window >= 0 && at.minute == minute {
+		dd.windowed[at.window].N += n
+		return false
+	}
+	if dd.windows == nil {
+		dd.windows = map[windowKey]int{}
+	}
+	wk := windowKey{k.id, minute, uint32(k.field)}
+	i, ok := dd.windows[wk]
+	if ok {
+		dd.windowed[i].N += n
+	} else {
+		i = len(dd.windowed)
+		dd.windows[wk] = i
+		dd.windowed = append(dd.windowed, pipeline.WindowDelta{ID: k.id, Field: uint8(k.field), Minute: minute, N: n})
+	}
+	at.window, at.minute = i, minute
+	return true
+}
+
+// destOf is destination d's deltas, made on first use.
+func (c *coalescer) destOf(d dest) *destDeltas {
+	var dests []*destDeltas
+	for i := range c.families {
+		if c.families[i].family == d.family {
+			dests = c.families[i].dests
+			break
+		}
+	}
+	if dests == nil && len(c.families) < maxFamilies {
+		dests = make([]*destDeltas, c.partitions)
+		c.families = append(c.families, familyDests{d.family, dests})
+	}
+	if dests != nil && dests[d.partition] != nil {
+		return dests[d.partition]
+	}
+	dd := c.byDest[d]
+	if dd == nil {
+		dd = &destDeltas{index: map[counterKey]counterAt{}}
+		c.byDest[d] = dd
+	}
+	if dests != nil {
+		dests[d.partition] = dd
+	}
+	return dd
 }
 
 func (c *coalescer) reset() {
@@ -189,6 +258,7 @@ func (c *coalescer) reset() {
 		dd := c.byDest[d]
 		if len(dd.deltas) > keepDeltas || len(dd.windowed) > keepDeltas {
 			delete(c.byDest, d)
+			c.families = c.families[:0] // they may hold dd
 			continue
 		}
 		clear(dd.index)

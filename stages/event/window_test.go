@@ -2,6 +2,8 @@ package event
 
 import (
 	"fmt"
+	"maps"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/tally-dev/tally/pipeline"
@@ -54,5 +56,58 @@ func TestCoalescerWindows(t *testing.T) {
 	// The counters coalesce as without windows.
 	if d := c.byDest[dest{"post", 0}].deltas; len(d) != 5 || d[0].N != 2 || d[1].N != -1 {
 		t.Fatalf("deltas %v", d)
+	}
+}
+
+// The window changes a coalescer sends are the sums of its adds per counter and minute
+// of their events, each counter and minute once, whatever order the minutes come in
+// (back to an earlier one, as events stored out of time order do), over transactions
+// that reuse what reset emptied, one of them past what a destination keeps room for.
+func TestCoalescerWindowsByMinute(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	c := newCoalescer(3)
+	fams := []fieldRef{{family: "post", field: 0}, {family: "post", field: 3}, {family: "unread", field: 2}}
+	for round := range 40 {
+		type at struct {
+			family string
+			id     uint64
+			field  uint8
+			minute uint32
+		}
+		want := map[at]int64{}
+		adds := 1 + r.IntN(300)
+		if round == 7 {
+			adds = 8 * keepDeltas // distinct ids: more deltas than a destination keeps room for
+		}
+		for i := range adds {
+			f, id := fams[r.IntN(len(fams))], uint64(1+r.IntN(6))
+			if round == 7 {
+				f, id = fams[0], uint64(100+i)
+			}
+			c.minute = []uint32{0, 500, 501, 502}[r.IntN(4)]
+			op, n := pipeline.OpAdd, int64(r.IntN(7)-3)
+			if r.IntN(8) == 0 {
+				op = pipeline.OpSet
+			}
+			c.add(f, pipeline.ID(id), op, n)
+			if c.minute != 0 && op == pipeline.OpAdd {
+				want[at{f.family, id, f.field, c.minute}] += n
+			}
+		}
+		got := map[at]int64{}
+		for _, d := range c.order {
+			for _, w := range c.byDest[d].windowDeltas() {
+				k := at{d.family, w.ID, w.Field, w.Minute}
+				if _, twice := got[k]; twice {
+					t.Fatalf("round %d: %v sent twice", round, k)
+				}
+				got[k] = w.N
+			}
+		}
+		maps.DeleteFunc(want, func(_ at, n int64) bool { return n == 0 })
+		if !maps.Equal(got, want) {
+			t.Fatalf("round %d: windows %v, want %v", round, got, want)
+		}
+		c.reset()
 	}
 }
