@@ -258,6 +258,8 @@ type Txn struct {
 	// allocates a few blocks rather than an entry and a key string for each.
 	entries []Entry
 	keys    []byte
+	// versioned is set once an entry with a version of its own is written (see modify).
+	versioned bool
 
 	numIterators atomic.Int32
 	discarded    bool
@@ -395,9 +397,13 @@ func (txn *Txn) modify(e *Entry) error {
 	}
 	// If a duplicate entry was inserted in managed mode, move it to the duplicate writes slice.
 	// Add the entry to duplicateWrites only if both the entries have different versions. For
-	// same versions, we will overwrite the existing entry.
-	if oldEntry, ok := txn.pendingWrites[string(e.Key)]; ok && oldEntry.version != e.version {
-		txn.duplicateWrites = append(txn.duplicateWrites, oldEntry)
+	// same versions, we will overwrite the existing entry. Only entries given a version
+	// of their own (managed mode) can differ: a transaction without any skips the lookup.
+	txn.versioned = txn.versioned || e.version != 0
+	if txn.versioned {
+		if oldEntry, ok := txn.pendingWrites[string(e.Key)]; ok && oldEntry.version != e.version {
+			txn.duplicateWrites = append(txn.duplicateWrites, oldEntry)
+		}
 	}
 	txn.pendingWrites[txn.keyString(e.Key)] = e
 	return nil
