@@ -10,9 +10,10 @@ type arena struct{ free []byte }
 const arenaChunk = 64 << 10
 
 // alloc returns an empty slice with room for n bytes, its capacity n: appending past it
-// allocates afresh rather than writing over the next slice handed out.
+// allocates afresh rather than writing over the next slice handed out. A nil arena
+// allocates each.
 func (a *arena) alloc(n int) []byte {
-	if n > arenaChunk/8 {
+	if a == nil || n > arenaChunk/8 {
 		return make([]byte, 0, n)
 	}
 	if len(a.free) < n {

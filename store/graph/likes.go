@@ -242,8 +242,8 @@ func (l *Likes) toggleKey(txn *cold.Txn, r *likes, u, post uint64, on bool, e re
 // putKey writes heavy user rel.A's like state (its record is rec), moving its list key
 // with its time.
 func (l *Likes) putKey(txn *cold.Txn, rec *likes, r Rel, before, after rel.State) error {
-	keys, err := putState(txn, l.p, Like, r, before, after)
-	l.touch(keys...)
+	w, err := putState(txn, &l.buf, l.p, Like, r, before, after)
+	l.touch(w.keys[:w.n]...)
 	if err == nil {
 		rec.wroteState(r.B, after)
 	}

@@ -43,13 +43,24 @@ const relOff = 4
 
 func relPrefix(ns byte, p int, k Kind) key { return newKey(ns, relOff+32).U16(p).U8(byte(k)) }
 
-func relKey(p int, k Kind, r Rel) key {
-	return relPrefix(keys.NSRelation, p, k).U64(r.A).U64(r.B).U64(r.C)
+// relPrefixTo appends relPrefix to b.
+func relPrefixTo(b key, ns byte, p int, k Kind) key { return append(b, ns).U16(p).U8(byte(k)) }
+
+func relKey(p int, k Kind, r Rel) key { return relKeyTo(make(key, 0, relLen), p, k, r) }
+
+// relKeyTo appends relKey to b.
+func relKeyTo(b key, p int, k Kind, r Rel) key {
+	return relPrefixTo(b, keys.NSRelation, p, k).U64(r.A).U64(r.B).U64(r.C)
 }
 
 // Index keys order by descending time: ^ts sorts the newest first.
 func subjectKey(p int, k Kind, r Rel, ts int64) key {
-	return relPrefix(keys.NSBySubject, p, k).U64(r.A).U64(math.MaxUint64 - uint64(ts)).U64(r.B).U64(r.C)
+	return subjectKeyTo(make(key, 0, indexLen), p, k, r, ts)
+}
+
+// subjectKeyTo appends subjectKey to b.
+func subjectKeyTo(b key, p int, k Kind, r Rel, ts int64) key {
+	return relPrefixTo(b, keys.NSBySubject, p, k).U64(r.A).U64(math.MaxUint64 - uint64(ts)).U64(r.B).U64(r.C)
 }
 
 func objectKey(p int, k Kind, r Rel, ts int64) key {
@@ -83,24 +94,22 @@ func Toggle(txn *cold.Txn, p int, k Kind, r Rel, on bool, e rel.Event) (before, 
 		return before, after, forgot, l.Flush(txn, e.Place)
 	}
 	e.TS = max(e.TS, 0)
-	before, after, forgot, _, err = toggleKey(txn, p, k, r, on, e)
-	return before, after, forgot, err
+	return toggleKey(txn, p, k, r, on, e)
 }
 
 // toggleKey applies an event to the state relation r keeps in its relation key and
-// writes it back, with its subject's list key (putState); keys are what it wrote, none
-// when the state did not change.
-func toggleKey(txn *cold.Txn, p int, k Kind, r Rel, on bool, e rel.Event) (before, after rel.State, forgot bool, keys []key, err error) {
+// writes it back, with its subject's list key (putState).
+func toggleKey(txn *cold.Txn, p int, k Kind, r Rel, on bool, e rel.Event) (before, after rel.State, forgot bool, err error) {
 	if before, err = getState(txn, relKey(p, k, r)); err != nil {
-		return before, after, false, nil, err
+		return before, after, false, err
 	}
 	after = before.Clone()
 	_, forgot = after.Apply(on, e)
 	if after.Equal(before) {
-		return before, after, forgot, nil, nil
+		return before, after, forgot, nil
 	}
-	keys, err = putState(txn, p, k, r, before, after)
-	return before, after, forgot, keys, err
+	_, err = putState(txn, nil, p, k, r, before, after)
+	return before, after, forgot, err
 }
 
 // getState reads the relation state at rk (the zero state when there is none).
@@ -115,32 +124,42 @@ func getState(txn *cold.Txn, rk key) (rel.State, error) {
 	return st, err
 }
 
+// wrote are the keys putState set or deleted: a relation key and up to two list keys.
+type wrote struct {
+	keys [3]key
+	n    int
+}
+
+func (w *wrote) add(k key) { w.keys[w.n], w.n = k, w.n+1 }
+
 // putState writes relation r's state after, and moves its subject's list key (kinds
-// with lists) from before's time to after's. It returns the keys it wrote.
-func putState(txn *cold.Txn, p int, k Kind, r Rel, before, after rel.State) ([]key, error) {
-	rk := relKey(p, k, r)
-	keys := []key{rk}
-	if err := txn.Set(rk, after.Marshal()); err != nil {
-		return keys, err
+// with lists) from before's time to after's, its keys and value made in a's room
+// (Badger holds them until the commit; nil: each allocated). It returns the keys it
+// wrote.
+func putState(txn *cold.Txn, a *arena, p int, k Kind, r Rel, before, after rel.State) (w wrote, err error) {
+	rk := relKeyTo(a.alloc(relLen), p, k, r)
+	w.add(rk)
+	if err := txn.Set(rk, after.MarshalAppend(a.alloc(after.MarshalSize()))); err != nil {
+		return w, err
 	}
 	if !k.indexed() || (before.On == after.On && before.Made.TS == after.Made.TS) {
-		return keys, nil
+		return w, nil
 	}
 	if before.On {
-		sk := subjectKey(p, k, r, before.Made.TS)
+		sk := subjectKeyTo(a.alloc(indexLen), p, k, r, before.Made.TS)
 		if err := txn.Delete(sk); err != nil {
-			return keys, err
+			return w, err
 		}
-		keys = append(keys, sk)
+		w.add(sk)
 	}
 	if after.On {
-		sk := subjectKey(p, k, r, after.Made.TS)
+		sk := subjectKeyTo(a.alloc(indexLen), p, k, r, after.Made.TS)
 		if err := txn.Set(sk, nil); err != nil {
-			return keys, err
+			return w, err
 		}
-		keys = append(keys, sk)
+		w.add(sk)
 	}
-	return keys, nil
+	return w, nil
 }
 
 // Relate makes r at time ts in partition p, placed after every event it has seen; it

@@ -15,11 +15,16 @@ const (
 	flagOff = 1 << 1 // Off is stored (On: a tombstone before Made)
 )
 
-// Marshal encodes s on its own, as a relation key's value, in one allocation: room for
-// a version, flags, Off, a count and its events at their longest (3 uvarints each).
-func (s *State) Marshal() []byte {
-	return s.Append(append(make([]byte, 0, 3+binary.MaxVarintLen64*(4+3*len(s.Later))), version))
-}
+// Marshal encodes s on its own, as a relation key's value, in one allocation of
+// MarshalSize.
+func (s *State) Marshal() []byte { return s.MarshalAppend(make([]byte, 0, s.MarshalSize())) }
+
+// MarshalAppend appends Marshal's encoding of s to b.
+func (s *State) MarshalAppend(b []byte) []byte { return s.Append(append(b, version)) }
+
+// MarshalSize is the most bytes Marshal takes: a version, flags, Off, a count and its
+// events at their longest (3 uvarints each).
+func (s *State) MarshalSize() int { return 3 + binary.MaxVarintLen64*(4+3*len(s.Later)) }
 
 // Unmarshal decodes a relation key's value: a state, or a value of the layout before
 // states (a relation made at that time and place, never undone).
