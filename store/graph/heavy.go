@@ -41,7 +41,8 @@ func stateCost(st rel.State) int {
 // resident states when they are known, else from Badger.
 func (l *Likes) heavyState(txn *cold.Txn, r *likes, u, post uint64) (rel.State, error) {
 	if r.states == nil {
-		return getState(txn, relKey(l.p, Like, Rel{A: u, B: post}))
+		l.get = relKeyTo(l.get[:0], l.p, Like, Rel{A: u, B: post})
+		return getState(txn, l.get)
 	}
 	if st, ok := r.over[post]; ok {
 		return st.Clone(), nil
