@@ -3,11 +3,13 @@ package checkpoint
 import (
 	"encoding/binary"
 	"fmt"
+	"math/bits"
 
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/tally-dev/tally/store/cold"
 	"github.com/tally-dev/tally/store/delivery"
+	"github.com/tally-dev/tally/store/internal/arena"
 	"github.com/tally-dev/tally/store/internal/keys"
 )
 
@@ -86,7 +88,10 @@ func SaveCheckpoint(db *cold.DB, family string, p int, entries []Entry, cp *Chec
 	if err := deleteHeld(txn, family, p, ch.Released); err != nil {
 		return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
 	}
-	if err := putWindows(txn, family, p, ch.Windows); err != nil {
+	// The keys and values of the counters and windows, which Badger holds until the
+	// commit: a checkpoint writes thousands.
+	var a arena.Arena
+	if err := putWindows(txn, &a, family, p, ch.Windows); err != nil {
 		return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
 	}
 	for i := range ch.Put {
@@ -117,12 +122,11 @@ func SaveCheckpoint(db *cold.DB, family string, p int, entries []Entry, cp *Chec
 	}
 	prefix := keys.Counters(family, p)
 	for _, e := range entries {
-		k := append(append(keys.Key{}, prefix...), 0, 0, 0, 0, 0, 0, 0, 0)
-		binary.BigEndian.PutUint64(k[len(prefix):], e.ID)
+		k := append(keys.Key(a.Alloc(len(prefix)+8)), prefix...).U64(e.ID)
 		if zero(e.Counts) {
 			err = txn.Delete(k)
 		} else {
-			err = txn.Set(k, packCounts(e.Counts))
+			err = txn.Set(k, appendCounts(a.Alloc(countsSize(e.Counts)), e.Counts))
 		}
 		if err != nil {
 			return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
@@ -293,13 +297,21 @@ func LoadCounters(db *cold.DB, family string, p, fields int, fn func(id uint64, 
 	})
 }
 
-// packCounts stores counters as uvarints: small counts, the common case, take a byte.
-func packCounts(c []uint64) []byte {
-	b := make([]byte, 0, len(c)*2)
+// appendCounts appends counters as uvarints: small counts, the common case, take a byte.
+func appendCounts(b []byte, c []uint64) []byte {
 	for _, v := range c {
 		b = binary.AppendUvarint(b, v)
 	}
 	return b
+}
+
+// countsSize is the length of appendCounts' encoding of c.
+func countsSize(c []uint64) int {
+	n := 0
+	for _, v := range c {
+		n += max(bits.Len64(v)+6, 7) / 7
+	}
+	return n
 }
 
 func unpackCounts(b []byte, dst []uint64) error {

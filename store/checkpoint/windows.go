@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/internal/arena"
 	"github.com/tally-dev/tally/store/internal/keys"
 )
 
@@ -25,10 +26,10 @@ type WindowEntry struct {
 	Rec []byte
 }
 
-func putWindows(txn *cold.Txn, family string, p int, entries []WindowEntry) error {
+func putWindows(txn *cold.Txn, a *arena.Arena, family string, p int, entries []WindowEntry) error {
 	prefix := windowPrefix(family, p)
 	for _, e := range entries {
-		k := append(keys.Key{}, prefix...).U64(e.ID)
+		k := append(keys.Key(a.Alloc(len(prefix)+8)), prefix...).U64(e.ID)
 		var err error
 		if len(e.Rec) == 0 {
 			err = txn.Delete(k)

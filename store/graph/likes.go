@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/internal/arena"
 	"github.com/tally-dev/tally/store/internal/keys"
 	"github.com/tally-dev/tally/store/rel"
 )
@@ -66,8 +67,8 @@ type Likes struct {
 	view    *cold.Txn
 	rewrote map[string][]byte
 
-	get key   // the key of a record being read: Badger copies it, so one buffer serves
-	buf arena // the keys and values Flush sets, which Badger holds until the commit
+	get key         // the key of a record being read: Badger copies it, so one buffer serves
+	buf arena.Arena // the keys and values Flush sets, which Badger holds until the commit
 }
 
 // ReadChunksFrom makes the batch look for the stored liker chunk an unlike or a moved
@@ -144,7 +145,7 @@ func (l *Likes) Reset(res records) {
 	clear(l.touched)
 	l.posts, l.merged, l.writes, l.db, l.rewrote = l.posts[:0], false, 0, nil, nil
 	l.pending, l.pendingKeys = 0, 0
-	l.buf = arena{}
+	l.buf = arena.Arena{}
 }
 
 // record is user u's like record: the batch's copy, the resident one or the stored one.
@@ -351,8 +352,8 @@ func (l *Likes) Flush(txn *cold.Txn, batch uint64) error {
 		if !r.dirty {
 			continue
 		}
-		k := likesKeyTo(l.buf.alloc(likesKeyLen), l.p, u)
-		if err := txn.Set(k, r.appendTo(l.buf.alloc(r.size()))); err != nil {
+		k := likesKeyTo(l.buf.Alloc(likesKeyLen), l.p, u)
+		if err := txn.Set(k, r.appendTo(l.buf.Alloc(r.size()))); err != nil {
 			return err
 		}
 		r.dirty = false
@@ -360,7 +361,7 @@ func (l *Likes) Flush(txn *cold.Txn, batch uint64) error {
 	}
 	for _, c := range l.posts {
 		ls := l.added[c]
-		k := likersKeyTo(l.buf.alloc(chunkLen), l.p, c.post, c.second, batch)
+		k := likersKeyTo(l.buf.Alloc(chunkLen), l.p, c.post, c.second, batch)
 		if l.merged {
 			old, err := chunk(txn, k)
 			if err != nil {
@@ -371,7 +372,7 @@ func (l *Likes) Flush(txn *cold.Txn, batch uint64) error {
 		if len(ls) == 0 {
 			continue
 		}
-		if err := txn.Set(k, appendLikers(l.buf.alloc(len(ls)*likerSize), ls)); err != nil {
+		if err := txn.Set(k, appendLikers(l.buf.Alloc(len(ls)*likerSize), ls)); err != nil {
 			return err
 		}
 		l.writes++

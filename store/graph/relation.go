@@ -7,6 +7,7 @@ import (
 	"math"
 
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/internal/arena"
 	"github.com/tally-dev/tally/store/internal/keys"
 	"github.com/tally-dev/tally/store/rel"
 )
@@ -136,24 +137,24 @@ func (w *wrote) add(k key) { w.keys[w.n], w.n = k, w.n+1 }
 // with lists) from before's time to after's, its keys and value made in a's room
 // (Badger holds them until the commit; nil: each allocated). It returns the keys it
 // wrote.
-func putState(txn *cold.Txn, a *arena, p int, k Kind, r Rel, before, after rel.State) (w wrote, err error) {
-	rk := relKeyTo(a.alloc(relLen), p, k, r)
+func putState(txn *cold.Txn, a *arena.Arena, p int, k Kind, r Rel, before, after rel.State) (w wrote, err error) {
+	rk := relKeyTo(a.Alloc(relLen), p, k, r)
 	w.add(rk)
-	if err := txn.Set(rk, after.MarshalAppend(a.alloc(after.MarshalSize()))); err != nil {
+	if err := txn.Set(rk, after.MarshalAppend(a.Alloc(after.MarshalSize()))); err != nil {
 		return w, err
 	}
 	if !k.indexed() || (before.On == after.On && before.Made.TS == after.Made.TS) {
 		return w, nil
 	}
 	if before.On {
-		sk := subjectKeyTo(a.alloc(indexLen), p, k, r, before.Made.TS)
+		sk := subjectKeyTo(a.Alloc(indexLen), p, k, r, before.Made.TS)
 		if err := txn.Delete(sk); err != nil {
 			return w, err
 		}
 		w.add(sk)
 	}
 	if after.On {
-		sk := subjectKeyTo(a.alloc(indexLen), p, k, r, after.Made.TS)
+		sk := subjectKeyTo(a.Alloc(indexLen), p, k, r, after.Made.TS)
 		if err := txn.Set(sk, nil); err != nil {
 			return w, err
 		}
