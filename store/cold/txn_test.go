@@ -1,6 +1,7 @@
 package cold_test
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -89,7 +90,10 @@ func TestFillIsBadgersBound(t *testing.T) {
 // What a transaction sets and deletes is what it reads back, before and after its
 // commit, with keys of every length up to past where Badger's transaction stops
 // keeping them in its blocks of key bytes (store/cold/badger/PATCHES.md), and keys set
-// again and deleted in the same transaction.
+// again and deleted in the same transaction; and a scan of the database after each
+// commit finds every live key once, in order: each transaction's keys go into the
+// memtable's skiplist in their order, each searched for from where the one before went
+// (skl.Hint), among those of the transactions before.
 func TestTxnReadsWhatItWrote(t *testing.T) {
 	db, err := cold.Open(cold.Options{Dir: t.TempDir()})
 	if err != nil {
@@ -104,8 +108,8 @@ func TestTxnReadsWhatItWrote(t *testing.T) {
 		}
 		return b
 	}
-	// 600 keys of 4 to 400 bytes, so that each transaction sets some again.
-	names := make([][]byte, 600)
+	// 3 000 keys of 4 to 400 bytes, so that each transaction sets some again.
+	names := make([][]byte, 3000)
 	for i := range names {
 		names[i] = binary.BigEndian.AppendUint32(nil, uint32(i))
 		names[i] = append(names[i], random(r.IntN(397))...)
@@ -124,7 +128,36 @@ func TestTxnReadsWhatItWrote(t *testing.T) {
 			}
 		}
 	}
-	for round := range 5 {
+	scan := func(when string) {
+		t.Helper()
+		live := 0
+		for _, v := range want {
+			if v != nil {
+				live++
+			}
+		}
+		var last []byte
+		n := 0
+		err := db.View(func(txn *cold.Txn) error {
+			return txn.Scan(nil, nil, true, func(k, v []byte) (bool, error) {
+				if last != nil && bytes.Compare(last, k) >= 0 {
+					return false, fmt.Errorf("key %x after %x", k, last)
+				}
+				if w, ok := want[string(k)]; !ok || w == nil || !bytes.Equal(w, v) {
+					return false, fmt.Errorf("key %x: %d bytes, want %d (written %v)", k, len(v), len(w), ok)
+				}
+				last, n = append(last[:0], k...), n+1
+				return true, nil
+			})
+		})
+		if err == nil && n != live {
+			err = fmt.Errorf("%d keys scanned, %d live", n, live)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+	}
+	for round := range 20 {
 		txn := db.NewTxn(true)
 		for range 1500 {
 			// Each write its own key bytes, as Badger asks: it holds them until the commit.
@@ -149,5 +182,6 @@ func TestTxnReadsWhatItWrote(t *testing.T) {
 		txn = db.NewTxn(false)
 		check(txn, fmt.Sprintf("round %d, after its commit", round))
 		txn.Discard()
+		scan(fmt.Sprintf("round %d, scanned", round))
 	}
 }

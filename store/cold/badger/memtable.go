@@ -38,6 +38,9 @@ type memTable struct {
 	maxVersion uint64
 	opt        Options
 	buf        *bytes.Buffer
+	// hint is where the last key went in sl: Put has one caller at a time (the DB's
+	// writer), which puts a transaction's keys in their order (Txn.commitAndSend).
+	hint skl.Hint
 }
 
 func (db *DB) openMemTables(opt Options) error {
@@ -190,7 +193,7 @@ func (mt *memTable) Put(key []byte, value y.ValueStruct) error {
 	}
 
 	// Write to skiplist and update maxVersion encountered.
-	mt.sl.Put(key, value)
+	mt.sl.PutWithHint(key, value, &mt.hint)
 	if ts := y.ParseTs(entry.Key); ts > mt.maxVersion {
 		mt.maxVersion = ts
 	}

@@ -7,12 +7,14 @@ package badger
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -578,6 +580,11 @@ func (txn *Txn) Discard() {
 
 func (txn *Txn) commitAndSend() (func() error, error) {
 	orc := txn.db.orc
+	// The writes in the order of their keys, sorted before the lock below is taken: the
+	// memtable inserts them in that order, each from where the one before went
+	// (skl.Hint), rather than each from its skiplist's head.
+	written := sortedWrites(txn.pendingWrites)
+
 	// Ensure that the order in which we get the commit timestamp is the same as
 	// the order in which we push these updates to the write channel. So, we
 	// acquire a writeChLock before getting a commit timestamp, and only release
@@ -600,7 +607,7 @@ func (txn *Txn) commitAndSend() (func() error, error) {
 		}
 		keyBytes += len(e.Key) + 8
 	}
-	for _, e := range txn.pendingWrites {
+	for _, e := range written {
 		setVersion(e)
 	}
 	// The duplicateWrites slice will be non-empty only if there are duplicate
@@ -635,7 +642,7 @@ func (txn *Txn) commitAndSend() (func() error, error) {
 	// var b strings.Builder
 	// fmt.Fprintf(&b, "Read: %d. Commit: %d. reads: %v. writes: %v. Keys: ",
 	// 	txn.readTs, commitTs, txn.reads, txn.conflictKeys)
-	for _, e := range txn.pendingWrites {
+	for _, e := range written {
 		processEntry(e)
 	}
 	for _, e := range txn.duplicateWrites {
@@ -667,6 +674,37 @@ func (txn *Txn) commitAndSend() (func() error, error) {
 		return err
 	}
 	return ret, nil
+}
+
+// keyOrder is a write with the first 16 bytes of its key as two numbers (zeros past
+// a shorter key), which order most keys without reading them.
+type keyOrder struct {
+	hi, lo uint64
+	e      *Entry
+}
+
+// sortedWrites returns the entries of writes in the order of their keys.
+func sortedWrites(writes map[string]*Entry) []*Entry {
+	order := make([]keyOrder, 0, len(writes))
+	for _, e := range writes {
+		var b [16]byte
+		copy(b[:], e.Key)
+		order = append(order, keyOrder{binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:]), e})
+	}
+	slices.SortFunc(order, func(a, b keyOrder) int {
+		switch {
+		case a.hi != b.hi:
+			return cmp.Compare(a.hi, b.hi)
+		case a.lo != b.lo:
+			return cmp.Compare(a.lo, b.lo)
+		}
+		return bytes.Compare(a.e.Key, b.e.Key)
+	})
+	out := make([]*Entry, len(order))
+	for i := range order {
+		out[i] = order[i].e
+	}
+	return out
 }
 
 func (txn *Txn) commitPrecheck() error {
