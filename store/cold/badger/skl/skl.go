@@ -270,7 +270,64 @@ func (s *Skiplist) getHeight() int32 {
 }
 
 // Put inserts the key-value pair.
-func (s *Skiplist) Put(key []byte, v y.ValueStruct) {
+func (s *Skiplist) Put(key []byte, v y.ValueStruct) { s.PutWithHint(key, v, nil) }
+
+// A Hint is where the last key put with it went, at every level, so that keys put in
+// ascending order are each found from there rather than from the head (a finger
+// search): a memtable's writer inserts a transaction's keys in their order. A Hint
+// serves one writer; keys put without it in between cost only a search again (each
+// insertion is checked by its compare-and-swap, as Put's are). It keeps the nodes by
+// their offsets in the arena, not by pointer, so that it holds no arena alive once its
+// skiplist is closed (DecrRef lets the arena go).
+type Hint struct {
+	prev, next [maxHeight + 1]uint32
+	height     int // the list's height the splices were taken at (0: none)
+}
+
+// from fills prev and next from h down to the lowest level whose splice still holds
+// key (every one above holds it too: a level's nodes are among those of the levels
+// below) and returns that level; listHeight when h cannot serve key (none, taken at
+// another height, or key not after the last).
+func (h *Hint) from(s *Skiplist, key []byte, listHeight int, prev, next *[maxHeight + 1]*node) int {
+	if h == nil || h.height != listHeight || h.prev[0] == 0 || y.CompareKeys(s.arena.getNode(h.prev[0]).key(s.arena), key) >= 0 {
+		return listHeight
+	}
+	for l := 0; l < listHeight; l++ {
+		if h.next[l] == 0 || y.CompareKeys(key, s.arena.getNode(h.next[l]).key(s.arena)) < 0 {
+			for i := l; i < listHeight; i++ {
+				prev[i], next[i] = s.arena.getNode(h.prev[i]), s.arena.getNode(h.next[i])
+			}
+			return l
+		}
+	}
+	return listHeight
+}
+
+// keep takes note that x, of height height, went between prev and next.
+func (h *Hint) keep(s *Skiplist, x *node, height, listHeight int, prev, next *[maxHeight + 1]*node) {
+	if h == nil {
+		return
+	}
+	h.height = max(listHeight, height)
+	xOffset := s.arena.getNodeOffset(x)
+	for i := 0; i < h.height; i++ {
+		h.prev[i], h.next[i] = s.arena.getNodeOffset(prev[i]), s.arena.getNodeOffset(next[i])
+		if i < height {
+			h.prev[i] = xOffset
+		}
+	}
+}
+
+// forget drops h's splices: the last key was already there.
+func (h *Hint) forget() {
+	if h != nil {
+		h.height = 0
+	}
+}
+
+// PutWithHint is Put, searching from h for a key after the one h last put (nil: from
+// the head).
+func (s *Skiplist) PutWithHint(key []byte, v y.ValueStruct, h *Hint) {
 	// Since we allow overwrite, we may not need to create a new node. We might not even need to
 	// increase the height. Let's defer these actions.
 
@@ -279,14 +336,16 @@ func (s *Skiplist) Put(key []byte, v y.ValueStruct) {
 	var next [maxHeight + 1]*node
 	prev[listHeight] = s.head
 	next[listHeight] = nil
-	for i := int(listHeight) - 1; i >= 0; i-- {
+	for i := h.from(s, key, int(listHeight), &prev, &next) - 1; i >= 0; i-- {
 		// Use higher level to speed up for current level.
 		prev[i], next[i] = s.findSpliceForLevel(key, prev[i+1], i)
 		if prev[i] == next[i] {
 			prev[i].setValue(s.arena, v)
+			h.forget()
 			return
 		}
 	}
+	searched := int(listHeight)
 
 	// We do need to create a new node.
 	height := s.randomHeight()
@@ -328,93 +387,12 @@ func (s *Skiplist) Put(key []byte, v y.ValueStruct) {
 			if prev[i] == next[i] {
 				y.AssertTruef(i == 0, "Equality can happen only on base level: %d", i)
 				prev[i].setValue(s.arena, v)
+				h.forget()
 				return
 			}
 		}
 	}
-}
-
-// A Hint is where the last key put with it went, at every level, so that keys put in
-// ascending order are each found from there rather than from the head (a finger
-// search): a memtable's writer inserts a transaction's keys in their order. A Hint
-// serves one writer; keys put without it in between cost only a search again (each
-// insertion is checked by its compare-and-swap, as Put's are). It keeps the nodes by
-// their offsets in the arena, not by pointer, so that it holds no arena alive once its
-// skiplist is closed (DecrRef lets the arena go).
-type Hint struct {
-	prev, next [maxHeight + 1]uint32
-	height     int // the list's height the splices were taken at (0: none)
-}
-
-// PutWithHint is Put, searching from h for a key after the one h last put.
-func (s *Skiplist) PutWithHint(key []byte, v y.ValueStruct, h *Hint) {
-	listHeight := int(s.getHeight())
-	var prev [maxHeight + 1]*node
-	var next [maxHeight + 1]*node
-	prev[listHeight] = s.head
-	next[listHeight] = nil
-	top := listHeight // the search starts below this level
-	if h.height == listHeight && h.prev[0] != 0 && y.CompareKeys(s.arena.getNode(h.prev[0]).key(s.arena), key) < 0 {
-		// The lowest level whose splice still holds key: every one above holds it too
-		// (a level's nodes are among those of the levels below).
-		for l := 0; l < listHeight; l++ {
-			if h.next[l] == 0 || y.CompareKeys(key, s.arena.getNode(h.next[l]).key(s.arena)) < 0 {
-				for i := l; i < listHeight; i++ {
-					prev[i], next[i] = s.arena.getNode(h.prev[i]), s.arena.getNode(h.next[i])
-				}
-				top = l
-				break
-			}
-		}
-	}
-	for i := top - 1; i >= 0; i-- {
-		prev[i], next[i] = s.findSpliceForLevel(key, prev[i+1], i)
-		if prev[i] == next[i] {
-			prev[i].setValue(s.arena, v)
-			h.height = 0
-			return
-		}
-	}
-
-	height := s.randomHeight()
-	x := newNode(s.arena, key, v, height)
-	listHeight32 := s.getHeight()
-	for height > int(listHeight32) {
-		if s.height.CompareAndSwap(listHeight32, int32(height)) {
-			break
-		}
-		listHeight32 = s.getHeight()
-	}
-	for i := 0; i < height; i++ {
-		for {
-			if prev[i] == nil {
-				y.AssertTrue(i > 1)
-				prev[i], next[i] = s.findSpliceForLevel(key, s.head, i)
-				y.AssertTrue(prev[i] != next[i])
-			}
-			nextOffset := s.arena.getNodeOffset(next[i])
-			x.tower[i].Store(nextOffset)
-			if prev[i].casNextOffset(i, nextOffset, s.arena.getNodeOffset(x)) {
-				break
-			}
-			prev[i], next[i] = s.findSpliceForLevel(key, prev[i], i)
-			if prev[i] == next[i] {
-				y.AssertTruef(i == 0, "Equality can happen only on base level: %d", i)
-				prev[i].setValue(s.arena, v)
-				h.height = 0
-				return
-			}
-		}
-	}
-	// x is now the last node before the next key at the levels it is in.
-	h.height = max(listHeight, height)
-	xOffset := s.arena.getNodeOffset(x)
-	for i := 0; i < h.height; i++ {
-		h.prev[i], h.next[i] = s.arena.getNodeOffset(prev[i]), s.arena.getNodeOffset(next[i])
-		if i < height {
-			h.prev[i] = xOffset
-		}
-	}
+	h.keep(s, x, height, searched, &prev, &next)
 }
 
 // Empty returns if the Skiplist is empty.
