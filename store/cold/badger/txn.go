@@ -512,8 +512,7 @@ func (txn *Txn) Get(key []byte) (item *Item, rerr error) {
 	// Tally: the key with its version in a buffer of the stack for the usual key, and
 	// the Item only for a key found.
 	var seekBuf [64]byte
-	seek := append(seekBuf[:0], key...)
-	seek = binary.BigEndian.AppendUint64(seek, math.MaxUint64-txn.readTs)
+	seek := y.AppendKeyWithTs(seekBuf[:0], key, txn.readTs)
 	vs, owned, err := txn.db.getOwned(seek)
 	if err != nil {
 		return nil, y.Wrapf(err, "DB::Get key: %q", key)
@@ -621,9 +620,9 @@ func (txn *Txn) commitAndSend() (func() error, error) {
 
 	processEntry := func(e *Entry) {
 		// Suffix the keys with commit ts, so the key versions are sorted in
-		// descending order of commit timestamp. As y.KeyWithTs, in one buffer for all.
+		// descending order of commit timestamp, in one buffer for all.
 		n := len(keys)
-		keys = binary.BigEndian.AppendUint64(append(keys, e.Key...), math.MaxUint64-e.version)
+		keys = y.AppendKeyWithTs(keys, e.Key, e.version)
 		e.Key = keys[n:len(keys):len(keys)]
 		// Add bitTxn only if these entries are part of a transaction. We
 		// support SetEntryAt(..) in managed mode which means a single

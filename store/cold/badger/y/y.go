@@ -111,10 +111,13 @@ func Copy(a []byte) []byte {
 
 // KeyWithTs generates a new key by appending ts to key.
 func KeyWithTs(key []byte, ts uint64) []byte {
-	out := make([]byte, len(key)+8)
-	copy(out, key)
-	binary.BigEndian.PutUint64(out[len(key):], math.MaxUint64-ts)
-	return out
+	return AppendKeyWithTs(make([]byte, 0, len(key)+8), key, ts)
+}
+
+// AppendKeyWithTs appends KeyWithTs(key, ts) to dst (Tally: into a buffer of the
+// caller's, on the stack or shared by many keys).
+func AppendKeyWithTs(dst, key []byte, ts uint64) []byte {
+	return binary.BigEndian.AppendUint64(append(dst, key...), math.MaxUint64-ts)
 }
 
 // ParseTs parses the timestamp from the key bytes.
