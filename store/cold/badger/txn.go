@@ -325,18 +325,12 @@ func (txn *Txn) newPendingWritesIterator(reversed bool) *pendingWritesIterator {
 	if !txn.update || len(txn.pendingWrites) == 0 {
 		return nil
 	}
-	entries := make([]*Entry, 0, len(txn.pendingWrites))
-	for _, e := range txn.pendingWrites {
-		entries = append(entries, e)
+	// Tally: sorted as a commit sorts them (the keys are distinct: reversed is the
+	// order backwards).
+	entries := sortedWrites(txn.pendingWrites)
+	if reversed {
+		slices.Reverse(entries)
 	}
-	// Number of pending writes per transaction shouldn't be too big in general.
-	sort.Slice(entries, func(i, j int) bool {
-		cmp := bytes.Compare(entries[i].Key, entries[j].Key)
-		if !reversed {
-			return cmp < 0
-		}
-		return cmp > 0
-	})
 	return &pendingWritesIterator{
 		readTs:   txn.readTs,
 		entries:  entries,
