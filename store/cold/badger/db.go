@@ -748,10 +748,13 @@ func (db *DB) Sync() error {
 // getMemtables returns the current memtables and get references.
 func (db *DB) getMemTables() ([]*memTable, func()) {
 	tables := db.memTablesTo(nil) // Tally: one way to gather them, see get
-	return tables, func() {
-		for _, tbl := range tables {
-			tbl.DecrRef()
-		}
+	return tables, func() { decrMemTables(tables) }
+}
+
+// decrMemTables drops the references memTablesTo took.
+func decrMemTables(tables []*memTable) {
+	for _, tbl := range tables {
+		tbl.DecrRef()
 	}
 }
 
@@ -801,11 +804,7 @@ func (db *DB) getOwned(key []byte) (y.ValueStruct, bool, error) {
 	// rather than a closure (getMemTables allocates both).
 	var buf [8]*memTable
 	tables := db.memTablesTo(buf[:0]) // Lock should be released.
-	defer func() {
-		for _, mt := range tables {
-			mt.DecrRef()
-		}
-	}()
+	defer decrMemTables(tables)
 
 	var maxVs y.ValueStruct
 	version := y.ParseTs(key)
