@@ -42,7 +42,7 @@ type Rel struct{ A, B, C uint64 }
 // start: the offsets below are from the start of the key.
 const relOff = 4
 
-func relPrefix(ns byte, p int, k Kind) key { return newKey(ns, relOff+32).U16(p).U8(byte(k)) }
+func relPrefix(ns byte, p int, k Kind) key { return relPrefixTo(make(key, 0, relOff+32), ns, p, k) }
 
 // relPrefixTo appends relPrefix to b.
 func relPrefixTo(b key, ns byte, p int, k Kind) key { return append(b, ns).U16(p).U8(byte(k)) }
