@@ -108,10 +108,14 @@ func TestTxnReadsWhatItWrote(t *testing.T) {
 		}
 		return b
 	}
-	// 3 000 keys of 4 to 400 bytes, so that each transaction sets some again.
+	// 3 000 keys of 4 to 400 bytes, so that each transaction sets some again; a third
+	// share their first 20 bytes, which a commit's sort reads past.
 	names := make([][]byte, 3000)
 	for i := range names {
-		names[i] = binary.BigEndian.AppendUint32(nil, uint32(i))
+		if i%3 == 0 {
+			names[i] = []byte("a prefix of 20 bytes")
+		}
+		names[i] = binary.BigEndian.AppendUint32(names[i], uint32(i))
 		names[i] = append(names[i], random(r.IntN(397))...)
 	}
 	want := map[string][]byte{} // nil: deleted
@@ -128,7 +132,9 @@ func TestTxnReadsWhatItWrote(t *testing.T) {
 			}
 		}
 	}
-	scan := func(when string) {
+	// scan reads every key through txn (nil: as committed) in order: the writes of a
+	// transaction are merged, sorted, with what is committed.
+	scan := func(txn *cold.Txn, when string) {
 		t.Helper()
 		live := 0
 		for _, v := range want {
@@ -138,7 +144,7 @@ func TestTxnReadsWhatItWrote(t *testing.T) {
 		}
 		var last []byte
 		n := 0
-		err := db.View(func(txn *cold.Txn) error {
+		read := func(txn *cold.Txn) error {
 			return txn.Scan(nil, nil, true, func(k, v []byte) (bool, error) {
 				if last != nil && bytes.Compare(last, k) >= 0 {
 					return false, fmt.Errorf("key %x after %x", k, last)
@@ -149,7 +155,13 @@ func TestTxnReadsWhatItWrote(t *testing.T) {
 				last, n = append(last[:0], k...), n+1
 				return true, nil
 			})
-		})
+		}
+		var err error
+		if txn != nil {
+			err = read(txn)
+		} else {
+			err = db.View(read)
+		}
 		if err == nil && n != live {
 			err = fmt.Errorf("%d keys scanned, %d live", n, live)
 		}
@@ -176,12 +188,13 @@ func TestTxnReadsWhatItWrote(t *testing.T) {
 			want[string(k)] = v
 		}
 		check(txn, fmt.Sprintf("round %d, before its commit", round))
+		scan(txn, fmt.Sprintf("round %d, scanned before its commit", round))
 		if err := txn.Commit(); err != nil {
 			t.Fatal(err)
 		}
 		txn = db.NewTxn(false)
 		check(txn, fmt.Sprintf("round %d, after its commit", round))
 		txn.Discard()
-		scan(fmt.Sprintf("round %d, scanned", round))
+		scan(nil, fmt.Sprintf("round %d, scanned", round))
 	}
 }

@@ -676,15 +676,34 @@ type keyOrder struct {
 	e      *Entry
 }
 
+// radixMin is the fewest writes sortedWrites sorts by radix: below it a comparison
+// sort is as quick.
+const radixMin = 256
+
 // sortedWrites returns the entries of writes in the order of their keys.
+//
+// Tally: a transaction of a partition writes keys that share most of their first 16
+// bytes (a few prefixes, then ids of a few varying bytes), so they are sorted by radix
+// on the bytes that vary among them, least significant first, each pass stable; keys
+// whose first 16 bytes are the same are then put in order by the rest. A comparison
+// sort of 15 000 writes took 6.6 % of all CPU in a profile of likes.
 func sortedWrites(writes map[string]*Entry) []*Entry {
-	order := make([]keyOrder, 0, len(writes))
+	buf := orderBufs.Get().(*orderBuf)
+	defer orderBufs.Put(buf)
+	buf.order = slices.Grow(buf.order[:0], len(writes))
+	order := buf.order
+	var diff [2]uint64
 	for _, e := range writes {
 		var b [16]byte
 		copy(b[:], e.Key)
-		order = append(order, keyOrder{binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:]), e})
+		k := keyOrder{binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:]), e}
+		if len(order) > 0 {
+			diff[0] |= k.hi ^ order[0].hi
+			diff[1] |= k.lo ^ order[0].lo
+		}
+		order = append(order, k)
 	}
-	slices.SortFunc(order, func(a, b keyOrder) int {
+	byKey := func(a, b keyOrder) int {
 		switch {
 		case a.hi != b.hi:
 			return cmp.Compare(a.hi, b.hi)
@@ -692,12 +711,81 @@ func sortedWrites(writes map[string]*Entry) []*Entry {
 			return cmp.Compare(a.lo, b.lo)
 		}
 		return bytes.Compare(a.e.Key, b.e.Key)
-	})
+	}
+	if len(order) < radixMin {
+		slices.SortFunc(order, byKey)
+	} else {
+		buf.tmp = slices.Grow(buf.tmp[:0], len(order))[:len(order)]
+		order = radixSort(order, buf.tmp, diff)
+		// Runs of the same 16 bytes, in the order the map gave them: by the rest.
+		for i := 0; i < len(order); {
+			j := i + 1
+			for j < len(order) && order[j].hi == order[i].hi && order[j].lo == order[i].lo {
+				j++
+			}
+			if j-i > 1 {
+				slices.SortFunc(order[i:j], byKey)
+			}
+			i = j
+		}
+	}
 	out := make([]*Entry, len(order))
 	for i := range order {
 		out[i] = order[i].e
 	}
+	buf.release()
 	return out
+}
+
+// orderBuf is the room sortedWrites sorts in, kept for the next transaction's.
+type orderBuf struct{ order, tmp []keyOrder }
+
+var orderBufs = sync.Pool{New: func() any { return new(orderBuf) }}
+
+// release lets go of the entries a sort pointed at, and of a room grown for a
+// transaction of more than 1<<16 writes.
+func (b *orderBuf) release() {
+	if cap(b.order) > 1<<16 || cap(b.tmp) > 1<<16 {
+		b.order, b.tmp = nil, nil
+		return
+	}
+	clear(b.order[:cap(b.order)])
+	clear(b.tmp[:cap(b.tmp)])
+}
+
+// radixSort sorts order by hi, then lo, one pass for each byte that diff marks as
+// varying, over tmp (as long as order), and returns the sorted slice: order or tmp.
+func radixSort(order, tmp []keyOrder, diff [2]uint64) []keyOrder {
+	for w := 1; w >= 0; w-- { // lo, then hi
+		for shift := 0; shift < 64; shift += 8 {
+			if diff[w]>>shift&0xff == 0 {
+				continue
+			}
+			var count [256]int
+			for i := range order {
+				count[digit(&order[i], w, shift)]++
+			}
+			at := 0
+			for d := range count {
+				at, count[d] = at+count[d], at
+			}
+			for i := range order {
+				d := digit(&order[i], w, shift)
+				tmp[count[d]] = order[i]
+				count[d]++
+			}
+			order, tmp = tmp, order
+		}
+	}
+	return order
+}
+
+// digit is byte shift/8 (from the least significant) of k's hi (w 0) or lo (w 1).
+func digit(k *keyOrder, w, shift int) byte {
+	if w == 0 {
+		return byte(k.hi >> shift)
+	}
+	return byte(k.lo >> shift)
 }
 
 func (txn *Txn) commitPrecheck() error {
