@@ -810,7 +810,11 @@ func (db *DB) getOwned(key []byte) (y.ValueStruct, bool, error) {
 	version := y.ParseTs(key)
 
 	y.NumGetsAdd(db.opt.MetricsEnabled, 1)
+	hash := keyHash(y.ParseKey(key))
 	for i := 0; i < len(tables); i++ {
+		if !tables[i].keys.mayHave(hash) {
+			continue // Tally: not there, for certain (keyFilter)
+		}
 		vs := tables[i].sl.Get(key)
 		y.NumMemtableGetsAdd(db.opt.MetricsEnabled, 1)
 		if vs.Meta == 0 && vs.Value == nil {

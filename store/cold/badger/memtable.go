@@ -13,6 +13,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"hash/maphash"
 	"io"
 	"os"
 	"path/filepath"
@@ -41,6 +42,59 @@ type memTable struct {
 	// hint is where the last key went in sl: Put has one caller at a time (the DB's
 	// writer), which puts a transaction's keys in their order (Txn.commitAndSend).
 	hint skl.Hint
+	// keys is Tally's: the keys sl holds, so that a read of one it does not hold skips it.
+	keys keyFilter
+}
+
+// keyFilter is a blocked Bloom filter of the keys (without their versions) a memtable
+// holds: a read of a key it does not hold — most of a like by a user never seen —
+// tests three bits of one word rather than searching the memtable's skiplist from its
+// head. It has one writer at a time (Put, or the replay of a WAL) and any number of
+// readers. A bit is set before its key goes into the skiplist, so a reader that finds
+// it clear reads the memtable as it was before that key: a read at a timestamp waits
+// for the writes at or below it to be done (the oracle's marks), so it misses none.
+type keyFilter struct {
+	words []atomic.Uint64 // a power of two of them
+}
+
+var keyFilterSeed = maphash.MakeSeed()
+
+// newKeyFilter sizes a filter for a memtable of size bytes: a bit for each 8 of them,
+// 16 bits a key for keys that take 128 bytes of the memtable's arena (1/64 of its
+// size more in RAM).
+func newKeyFilter(size int64) keyFilter {
+	n := 64
+	for int64(n)*512 < size {
+		n *= 2
+	}
+	return keyFilter{words: make([]atomic.Uint64, n)}
+}
+
+// keyHash is what a filter knows a key by.
+func keyHash(key []byte) uint64 { return maphash.Bytes(keyFilterSeed, key) }
+
+func (f *keyFilter) bits(h uint64) (*atomic.Uint64, uint64) {
+	w := &f.words[h&uint64(len(f.words)-1)]
+	return w, 1<<(h>>40&63) | 1<<(h>>46&63) | 1<<(h>>52&63)
+}
+
+// add notes the key of hash h.
+func (f *keyFilter) add(h uint64) {
+	if len(f.words) > 0 {
+		w, b := f.bits(h)
+		if w.Load()&b != b {
+			w.Or(b)
+		}
+	}
+}
+
+// mayHave reports whether the key of hash h may have been added: false for certain.
+func (f *keyFilter) mayHave(h uint64) bool {
+	if len(f.words) == 0 {
+		return true
+	}
+	w, b := f.bits(h)
+	return w.Load()&b == b
 }
 
 func (db *DB) openMemTables(opt Options) error {
@@ -101,9 +155,10 @@ func (db *DB) openMemTable(fid, flags int) (*memTable, error) {
 	filepath := db.mtFilePath(fid)
 	s := skl.NewSkiplist(arenaSize(db.opt))
 	mt := &memTable{
-		sl:  s,
-		opt: db.opt,
-		buf: &bytes.Buffer{},
+		sl:   s,
+		opt:  db.opt,
+		buf:  &bytes.Buffer{},
+		keys: newKeyFilter(db.opt.MemTableSize),
 	}
 	// We don't need to create the wal for the skiplist in in-memory mode so return the mt.
 	if db.opt.InMemory {
@@ -193,6 +248,7 @@ func (mt *memTable) Put(key []byte, value y.ValueStruct) error {
 	}
 
 	// Write to skiplist and update maxVersion encountered.
+	mt.keys.add(keyHash(y.ParseKey(key)))
 	mt.sl.PutWithHint(key, value, &mt.hint)
 	if ts := y.ParseTs(entry.Key); ts > mt.maxVersion {
 		mt.maxVersion = ts
@@ -244,6 +300,7 @@ func (mt *memTable) replayFunction(opt Options) func(Entry, valuePointer) error 
 		// This is already encoded correctly. Value would be either a vptr, or a full value
 		// depending upon how big the original value was. Skiplist makes a copy of the key and
 		// value.
+		mt.keys.add(keyHash(y.ParseKey(e.Key)))
 		mt.sl.Put(e.Key, v)
 		return nil
 	}
