@@ -2,6 +2,9 @@ package pipeline
 
 import (
 	"encoding/json"
+	"math/rand/v2"
+	"reflect"
+	"strconv"
 	"testing"
 )
 
@@ -48,5 +51,64 @@ func TestDecodeEventsAllocs(t *testing.T) {
 	})
 	if allocs > 3 {
 		t.Errorf("a hop batch of %d likes decodes in %.0f allocations, want at most 3", len(evs), allocs)
+	}
+}
+
+// An EventDecoder reading batch after batch into the same room decodes each as
+// DecodeEvents does into a slice of its own: no field of an earlier batch's event
+// shows through an event that leaves it out, after batches that failed halfway, were
+// larger than the room kept or held bad events — in JSON and in MessagePack.
+func TestEventDecoderReusesRoom(t *testing.T) {
+	fams := Families(DefaultFamilies())
+	r := rand.New(rand.NewPCG(3, 4))
+	event := func() Event {
+		e := Event{Type: TypeView, Post: ID(1 + r.IntN(1000))}
+		switch r.IntN(4) {
+		case 0:
+			e = Event{Type: TypeLike, UID: ID(1 + r.IntN(100)), Post: e.Post}
+		case 1:
+			e.N, e.Tx, e.TS = int64(1+r.IntN(5)), "t"+strconv.Itoa(r.IntN(100)), int64(r.IntN(1e6))
+		case 2:
+			e = Event{Type: TypeFollow, UID: ID(1 + r.IntN(100)), Target: ID(1 + r.IntN(100))}
+		}
+		if r.IntN(20) == 0 {
+			e.Type = "no such type" // a bad event
+		}
+		return e
+	}
+	var d EventDecoder
+	d.Families = fams
+	for round := range 300 {
+		n := 1 + r.IntN(40)
+		if r.IntN(20) == 0 {
+			n = maxRoom + r.IntN(100) // past the room kept
+		}
+		evs := make([]Event, n)
+		for i := range evs {
+			evs[i] = event()
+		}
+		asJSON := r.IntN(2) == 0
+		data, err := Marshal(&Batch{Events: evs}, asJSON)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.IntN(10) == 0 {
+			data = data[:len(data)*2/3] // fails halfway, having read some events
+		}
+		want, wantBad, wantErr := DecodeEvents(TypeBatch, data, nil, fams)
+		got, bad, err := d.Decode(TypeBatch, data, nil)
+		switch {
+		case (err == nil) != (wantErr == nil):
+			t.Fatalf("round %d: error %v, want %v", round, err, wantErr)
+		case !reflect.DeepEqual(got, want):
+			t.Fatalf("round %d (JSON %v): decoded %+v,\nwant %+v", round, asJSON, got, want)
+		case len(bad) != len(wantBad):
+			t.Fatalf("round %d: %d bad events, want %d", round, len(bad), len(wantBad))
+		}
+		for i := range bad {
+			if !reflect.DeepEqual(bad[i].Event, wantBad[i].Event) || bad[i].Index != wantBad[i].Index {
+				t.Fatalf("round %d: bad event %d %+v, want %+v", round, i, bad[i], wantBad[i])
+			}
+		}
 	}
 }

@@ -109,6 +109,7 @@ type Stage struct {
 	res    *graph.Resident[unread.ReaderState] // what events read of the state, in RAM (see graph.Resident)
 	seen   *viewers.Cache                      // the sketches of the posts viewed lately, in RAM
 	likes  *graph.Likes                        // reused by every transaction (graph.Likes.Reset)
+	dec    pipeline.EventDecoder               // a message's events, good until the next is decoded
 	// behind and logBehind measure how far the stage is behind its events and, as a
 	// standby, its owner's log (health, metrics, warmth: asked often).
 	behind, logBehind *flow.Meter
@@ -153,6 +154,7 @@ func New(cfg Config, js jetstream.JetStream, db *cold.DB, log *slog.Logger, stat
 		return nil, err
 	}
 	s := &Stage{cfg: cfg, js: js, db: db, log: log.With("stage", "event", "partition", cfg.Partition), stats: stats, fields: f, keys: partitionKeys(cfg.Partitions), pulled: pulled, budget: maxRelease,
+		dec:       pipeline.EventDecoder{Families: cfg.Families},
 		behind:    flow.NewMeter(js, cfg.Subjects.EventsStream(), cfg.Subjects.EventsStored(cfg.Partition)),
 		logBehind: flow.NewMeter(js, cfg.Subjects.LogStream(), cfg.Subjects.Log(cfg.Partition))}
 	s.out = hop.NewOutbox(cfg.Publisher, hop.OutboxOptions{Permanent: s.unpublishable, Retries: &stats.Retries, Log: s.log})
@@ -614,7 +616,7 @@ func (s *Stage) decode(typ string, m jetstream.Msg) ([]pipeline.Event, []pipelin
 	if m.Headers().Get(jetstream.MsgIDHeader) == "" && batch {
 		return nil, nil, fmt.Errorf("%w: a batch needs a Nats-Msg-Id header", pipeline.ErrBadEvent)
 	}
-	evs, bad, err := pipeline.DecodeEvents(typ, m.Data(), m.Headers(), s.cfg.Families)
+	evs, bad, err := s.dec.Decode(typ, m.Data(), m.Headers())
 	if err != nil {
 		return nil, nil, err
 	}
