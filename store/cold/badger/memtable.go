@@ -78,12 +78,13 @@ func (f *keyFilter) bits(h uint64) (*atomic.Uint64, uint64) {
 	return w, 1<<(h>>40&63) | 1<<(h>>46&63) | 1<<(h>>52&63)
 }
 
-// add notes the key of hash h.
+// add notes the key of hash h. Its one writer stores the word it read with the bits
+// added, which readers see whole: no read-modify-write is needed (nor its lock).
 func (f *keyFilter) add(h uint64) {
 	if len(f.words) > 0 {
 		w, b := f.bits(h)
-		if w.Load()&b != b {
-			w.Or(b)
+		if old := w.Load(); old&b != b {
+			w.Store(old | b)
 		}
 	}
 }
