@@ -67,8 +67,9 @@ type Likes struct {
 	view    *cold.Txn
 	rewrote map[string][]byte
 
-	get key         // the key of a record being read: Badger copies it, so one buffer serves
-	buf arena.Arena // the keys and values Flush sets, which Badger holds until the commit
+	get    key         // the key of a record being read: Badger copies it, so one buffer serves
+	buf    arena.Arena // the keys and values Flush sets, which Badger holds until the commit
+	likers []liker     // the block the chunks of added take their first room from (likerRoom)
 }
 
 // ReadChunksFrom makes the batch look for the stored liker chunk an unlike or a moved
@@ -144,6 +145,7 @@ func (l *Likes) Reset(res records) {
 	clear(l.added)
 	clear(l.touched)
 	l.posts, l.merged, l.writes, l.db, l.rewrote = l.posts[:0], false, 0, nil, nil
+	l.likers = l.likers[:0]
 	l.pending, l.pendingKeys = 0, 0
 	l.buf = arena.Arena{}
 }
@@ -164,13 +166,27 @@ func (l *Likes) record(txn *cold.Txn, u uint64) (*likes, error) {
 			return r, nil
 		}
 	}
-	r := &likes{}
+	var r *likes
 	l.get = likesKeyTo(l.get[:0], l.p, u)
 	if _, err := txn.Get(l.get, func(v []byte) (err error) { r, err = decodeLikes(v); return err }); err != nil {
 		return nil, err
 	}
+	if r == nil {
+		r = newRecord()
+	}
 	l.users[u] = r
 	return r, nil
+}
+
+// newRecord is the like record of a user never seen, with room for its first like in
+// the same allocation: most such users like once.
+func newRecord() *likes {
+	n := new(struct {
+		r     likes
+		first [1]like
+	})
+	n.r.list = n.first[:0]
+	return &n.r
 }
 
 // Toggle applies a like (on) or an unlike of post by user u, placed at e.Place, and
@@ -263,15 +279,30 @@ func (l *Likes) moveLiker(txn *cold.Txn, u, post uint64, before, after rel.State
 	}
 	if after.On {
 		c := chunkAt{post: post, second: secondOf(after.Made.TS)}
-		if _, ok := l.added[c]; !ok {
+		ls, ok := l.added[c]
+		if !ok {
 			l.posts = append(l.posts, c)
 			l.pending += chunkLen + 14
 			l.pendingKeys++
+			ls = l.likerRoom()
 		}
-		l.added[c] = append(l.added[c], liker{user: u, ts: after.Made.TS})
+		l.added[c] = append(ls, liker{user: u, ts: after.Made.TS})
 		l.pending += likerSize
 	}
 	return nil
+}
+
+// likerRoom is room for a chunk's first two likers, from blocks the batch reuses once
+// Flush has written its chunks: most chunks (a post's likers of one second and batch)
+// have one or two, and one that has more grows a slice of its own.
+func (l *Likes) likerRoom() []liker {
+	const room, block = 2, 1024
+	if len(l.likers)+room > cap(l.likers) {
+		l.likers = make([]liker, 0, block)
+	}
+	n := len(l.likers)
+	l.likers = l.likers[:n+room]
+	return l.likers[n : n : n+room]
 }
 
 // dropLiker takes user u out of post's likers, from the batch's chunk or a stored one.
@@ -379,6 +410,7 @@ func (l *Likes) Flush(txn *cold.Txn, batch uint64) error {
 	}
 	clear(l.added)
 	l.posts, l.pending, l.pendingKeys = l.posts[:0], 0, 0
+	l.likers = l.likers[:0] // what added held is written
 	return nil
 }
 

@@ -769,3 +769,57 @@ func TestHeavyLikeAllocations(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A like by a user never seen allocates its record and the room for its like once, and
+// a chunk's first likers take room from the batch's blocks: about one allocation a like
+// (Badger's lookup and writes allocate next to nothing: store/cold's allocation tests).
+func TestNewLikerAllocations(t *testing.T) {
+	const p, likes, posts = 1, 2000, 300
+	db := coldtest.Open(t, cold.Options{Upgrade: Upgrade})
+	l := NewLikes(p, nil)
+	u, place := uint64(0), uint64(0)
+	batch := func() {
+		l.Reset(nil)
+		err := db.Update(func(txn *cold.Txn) error {
+			for i := range likes {
+				u, place = u+1, place+1
+				if _, err := l.like(txn, u, uint64(1+i%posts), int64(place)*1000, place); err != nil {
+					return err
+				}
+			}
+			return l.Flush(txn, place)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	batch() // the maps' room
+	allocs := testing.AllocsPerRun(5, batch) / likes
+	t.Logf("%.2f allocations a like by a user never seen", allocs)
+	if allocs > 1.5 {
+		t.Errorf("%.2f allocations a like by a user never seen, want at most 1.5", allocs)
+	}
+	// Every like is there, and each post lists its likers.
+	err := db.View(func(txn *cold.Txn) error {
+		liked := make([]bool, 1)
+		for _, c := range []struct{ u, post uint64 }{{1, 1}, {2, 2}, {u, uint64(1 + (likes-1)%posts)}} {
+			if err := relatedLikes(txn, p, c.u, []uint64{c.post}, liked); err != nil || !liked[0] {
+				return fmt.Errorf("user %d post %d: liked %v, %w", c.u, c.post, liked[0], err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.View(func(txn *cold.Txn) error {
+		n, err := countLikers(txn, p, 1)
+		if want := u / likes * ((likes + posts - 1) / posts); err == nil && n != want {
+			return fmt.Errorf("post 1 has %d likers, want %d", n, want)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
