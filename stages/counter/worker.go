@@ -470,8 +470,14 @@ func (w *Worker) flush(ctx context.Context) error {
 		return nil
 	}
 	var entries []checkpoint.Entry
+	var block []uint64 // the entries' counts, many to an allocation (what a checkpoint's changes keep)
 	w.table.Dirty(func(id uint64, counts []uint64) bool {
-		entries = append(entries, checkpoint.Entry{ID: id, Counts: append([]uint64(nil), counts...)})
+		if len(block)+len(counts) > cap(block) {
+			block = make([]uint64, 0, max(1024, len(counts)))
+		}
+		n := len(block)
+		block = append(block, counts...)
+		entries = append(entries, checkpoint.Entry{ID: id, Counts: block[n:len(block):len(block)]})
 		return true
 	})
 	start := time.Now()
