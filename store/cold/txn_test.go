@@ -95,7 +95,19 @@ func TestFillIsBadgersBound(t *testing.T) {
 // memtable's skiplist in their order, each searched for from where the one before went
 // (skl.Hint), among those of the transactions before.
 func TestTxnReadsWhatItWrote(t *testing.T) {
-	db, err := cold.Open(cold.Options{Dir: t.TempDir()})
+	t.Run("memtable", func(t *testing.T) { txnReadsWhatItWrote(t, cold.Options{Dir: t.TempDir()}, 20) })
+	// Memtables of 4 MiB, flushed every ten rounds or so, so that the keys not written
+	// since are read from tables, through their Bloom filters, as compactions move them.
+	t.Run("tables", func(t *testing.T) {
+		db := txnReadsWhatItWrote(t, cold.Options{Dir: t.TempDir(), MemTableSize: 4 << 20, NumMemtables: 2}, 80)
+		if len(cold.Tables(db)) == 0 {
+			t.Error("no table written: the keys were read from memtables only")
+		}
+	})
+}
+
+func txnReadsWhatItWrote(t *testing.T, o cold.Options, rounds int) *cold.DB {
+	db, err := cold.Open(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +181,7 @@ func TestTxnReadsWhatItWrote(t *testing.T) {
 			t.Fatalf("%s: %v", when, err)
 		}
 	}
-	for round := range 20 {
+	for round := range rounds {
 		txn := db.NewTxn(true)
 		for range 1500 {
 			// Each write its own key bytes, as Badger asks: it holds them until the commit.
@@ -197,4 +209,5 @@ func TestTxnReadsWhatItWrote(t *testing.T) {
 		txn.Discard()
 		scan(nil, fmt.Sprintf("round %d, scanned", round))
 	}
+	return db
 }

@@ -270,8 +270,11 @@ func (s *levelHandler) close() error {
 
 // tablesForKey acquires a read-lock to access s.tables, and appends to tables those
 // that may hold key, with a reference to each: the caller drops them (decrRefs). Tally: it appends where getTableForKey returned a slice and a closure,
-// allocated for every level of every key looked for.
-func (s *levelHandler) tablesForKey(tables []*table.Table, key []byte) []*table.Table {
+// allocated for every level of every key looked for; and it tests each table's Bloom
+// filter for hash (the key's, without its version) before taking a reference, which a
+// table no filter lets through is then spared: a table listed while the read-lock is
+// held is not closed (its last reference goes once it is taken out, under the lock).
+func (s *levelHandler) tablesForKey(tables []*table.Table, key []byte, hash uint32) []*table.Table {
 	s.RLock()
 	defer s.RUnlock()
 	if s.level == 0 {
@@ -279,6 +282,9 @@ func (s *levelHandler) tablesForKey(tables []*table.Table, key []byte) []*table.
 		// once we exit this function, and we don't want to lock s.tables while seeking in tables.
 		// CAUTION: Reverse the tables.
 		for i := len(s.tables) - 1; i >= 0; i-- {
+			if s.doesNotHave(s.tables[i], hash) {
+				continue
+			}
 			tables = append(tables, s.tables[i])
 			s.tables[i].IncrRef()
 		}
@@ -288,29 +294,33 @@ func (s *levelHandler) tablesForKey(tables []*table.Table, key []byte) []*table.
 	idx := sort.Search(len(s.tables), func(i int) bool {
 		return y.CompareKeys(s.tables[i].Biggest(), key) >= 0
 	})
-	if idx >= len(s.tables) {
-		// Given key is strictly > than every element we have.
+	if idx >= len(s.tables) || s.doesNotHave(s.tables[idx], hash) {
+		// Given key is strictly > than every element we have, or not in the table.
 		return tables
 	}
 	s.tables[idx].IncrRef()
 	return append(tables, s.tables[idx])
 }
 
-// get returns value for a given key or the key after that. If not found, return nil.
-func (s *levelHandler) get(key []byte) (y.ValueStruct, error) {
-	// Tally: the tables in an array of the stack (see tablesForKey).
-	var buf [16]*table.Table
-	tables := s.tablesForKey(buf[:0], key)
-	keyNoTs := y.ParseKey(key)
+// doesNotHave reports whether t's Bloom filter says it does not hold the key of hash.
+func (s *levelHandler) doesNotHave(t *table.Table, hash uint32) bool {
+	if t.DoesNotHave(hash) {
+		y.NumLSMBloomHitsAdd(s.db.opt.MetricsEnabled, s.strLevel, 1)
+		return true
+	}
+	return false
+}
 
-	hash := y.Hash(keyNoTs)
+// get returns value for a given key or the key after that. If not found, return nil.
+// Tally: hash is the key's without its version (y.Hash), made once for every level.
+func (s *levelHandler) get(key []byte, hash uint32) (y.ValueStruct, error) {
+	// Tally: the tables in an array of the stack (see tablesForKey), those whose Bloom
+	// filter lets the key through.
+	var buf [16]*table.Table
+	tables := s.tablesForKey(buf[:0], key, hash)
+
 	var maxVs y.ValueStruct
 	for _, th := range tables {
-		if th.DoesNotHave(hash) {
-			y.NumLSMBloomHitsAdd(s.db.opt.MetricsEnabled, s.strLevel, 1)
-			continue
-		}
-
 		// Tally: closed at the end of its turn, not deferred (a deferral in a loop
 		// is allocated).
 		it := th.NewIterator(0)

@@ -1714,12 +1714,13 @@ func (s *levelsController) get(key []byte, maxVs y.ValueStruct, startLevel int) 
 	// parallelize this, we will need to call the h.RLock() function by increasing order of level
 	// number.)
 	version := y.ParseTs(key)
+	hash := y.Hash(y.ParseKey(key)) // Tally: once, not once a level
 	for _, h := range s.levels {
 		// Ignore all levels below startLevel. This is useful for GC when L0 is kept in memory.
 		if h.level < startLevel {
 			continue
 		}
-		vs, err := h.get(key) // Calls h.RLock() and h.RUnlock().
+		vs, err := h.get(key, hash) // Calls h.RLock() and h.RUnlock().
 		if err != nil {
 			// Tally: a copy of the key in the error, so that the key does not escape.
 			return y.ValueStruct{}, y.Wrapf(err, "get key: %q", y.Copy(key))
