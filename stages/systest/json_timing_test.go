@@ -148,18 +148,24 @@ func BenchmarkJSON(b *testing.B) {
 		batch          int
 		split, viewers bool
 	}{{"split", 1000, true, false}, {"split-viewers", 1000, true, true}, {"unsplit", 1000, false, false}, {"single", 1, false, false}} {
-		b.Run(c.name+"/consume", func(b *testing.B) { benchJSONConsume(b, c.batch, c.split, c.viewers) })
+		b.Run(c.name+"/consume", func(b *testing.B) { benchJSONConsume(b, 0, c.batch, c.split, c.viewers) })
+		if c.batch == 1 {
+			// What reading the stream a partition at a time costs NATS, as the event
+			// stages read it: for one event a message, most of what sets Tally apart.
+			b.Run(c.name+"/consume-partitioned", func(b *testing.B) { benchJSONConsume(b, 16, c.batch, c.split, c.viewers) })
+		}
 		b.Run(c.name+"/tally", func(b *testing.B) { benchJSONTally(b, c.batch, c.split, c.viewers) })
 	}
 }
 
-// benchJSONConsume is the trivial consumer (consumeAll) of the same JSON messages.
-func benchJSONConsume(b *testing.B, batch int, split, viewers bool) {
+// benchJSONConsume is the trivial consumer (consumeBy, partitions readers: 0 is one for
+// the whole stream) of the same JSON messages.
+func benchJSONConsume(b *testing.B, partitions, batch int, split, viewers bool) {
 	evs, want := jsonEvents(b, b.N, viewers)
 	msgs := jsonMessages(b, evs, batch, split)
 	got := make(map[uint64][2]uint64, len(want))
 	liked := map[[2]uint64]bool{}
-	consumeAll(b, func(js jetstream.JetStream) {
+	consumeBy(b, partitions, func(js jetstream.JetStream) {
 		publishJSON(b, js, pipeline.NewSubjects(""), msgs)
 	}, func(e *pipeline.Event) {
 		w := got[uint64(e.Post)]

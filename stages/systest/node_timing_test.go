@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"syscall"
+	"sync"
 	"testing"
 	"time"
 
@@ -177,6 +178,13 @@ func countRaw(counts map[uint64][2]uint64, e *pipeline.Event) {
 // times publishing and consuming, reports events/s and allocations an event, and
 // returns how long publishing took.
 func consumeAll(b *testing.B, publish func(jetstream.JetStream), count func(*pipeline.Event)) time.Duration {
+	return consumeBy(b, 0, publish, count)
+}
+
+// consumeBy is consumeAll read by one ordered consumer of the whole stream (partitions
+// 0), or by one for each partition's stored subject, as Tally's event stages read it,
+// their deliveries counted one at a time.
+func consumeBy(b *testing.B, partitions int, publish func(jetstream.JetStream), count func(*pipeline.Event)) time.Duration {
 	s := natstest.Start(b)
 	nc := natstest.Connect(b, s)
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(8192))
@@ -189,38 +197,56 @@ func consumeAll(b *testing.B, publish func(jetstream.JetStream), count func(*pip
 	if err := pipeline.Setup(ctx, js, sc); err != nil {
 		b.Fatal(err)
 	}
+	var mu sync.Mutex
 	counted := 0
 	done := make(chan struct{})
-	// The project's codec as the event stage uses it: one decoder, its room reused.
-	dec := pipeline.EventDecoder{Families: pipeline.Families(pipeline.DefaultFamilies())}
+	fams := pipeline.Families(pipeline.DefaultFamilies())
 	allocs, cpu := mallocs(), cpuTime()
 	b.ResetTimer()
-	cons, err := js.OrderedConsumer(ctx, sc.Subjects.EventsStream(), jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		b.Fatal(err)
+	filters := []string{""}
+	if partitions > 0 {
+		filters = nil
+		for p := range partitions {
+			filters = append(filters, sc.Subjects.EventsStored(p))
+		}
 	}
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		typ, err := sc.Subjects.StoredType(m.Subject())
+	for _, filter := range filters {
+		cfg := jetstream.OrderedConsumerConfig{}
+		if filter != "" {
+			cfg.FilterSubjects = []string{filter}
+		}
+		cons, err := js.OrderedConsumer(ctx, sc.Subjects.EventsStream(), cfg)
 		if err != nil {
-			b.Error(err)
-			return
+			b.Fatal(err)
 		}
-		evs, _, err := dec.Decode(typ, m.Data(), m.Headers())
+		// The project's codec as the event stage uses it: one decoder a reader, its
+		// room reused.
+		dec := pipeline.EventDecoder{Families: fams}
+		cc, err := cons.Consume(func(m jetstream.Msg) {
+			typ, err := sc.Subjects.StoredType(m.Subject())
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			evs, _, err := dec.Decode(typ, m.Data(), m.Headers())
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for i := range evs {
+				count(&evs[i])
+			}
+			if counted += len(evs); counted == b.N {
+				close(done)
+			}
+		})
 		if err != nil {
-			b.Error(err)
-			return
+			b.Fatal(err)
 		}
-		for i := range evs {
-			count(&evs[i])
-		}
-		if counted += len(evs); counted == b.N {
-			close(done)
-		}
-	})
-	if err != nil {
-		b.Fatal(err)
+		defer cc.Stop()
 	}
-	defer cc.Stop()
 	publish(js)
 	published := b.Elapsed()
 	<-done
