@@ -7,8 +7,8 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"syscall"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
