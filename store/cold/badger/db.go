@@ -810,7 +810,7 @@ func (db *DB) getOwned(key []byte) (y.ValueStruct, bool, error) {
 	version := y.ParseTs(key)
 
 	y.NumGetsAdd(db.opt.MetricsEnabled, 1)
-	hash := keyHash(y.ParseKey(key))
+	hash := y.Hash(y.ParseKey(key)) // Tally: once, for the memtables' filters and the tables'
 	for i := 0; i < len(tables); i++ {
 		if !tables[i].keys.mayHave(hash) {
 			continue // Tally: not there, for certain (keyFilter)
@@ -830,7 +830,7 @@ func (db *DB) getOwned(key []byte) (y.ValueStruct, bool, error) {
 		}
 	}
 	// levelsController.get returns maxVs unless a table holds a later version.
-	vs, err := db.lc.get(key, maxVs, 0)
+	vs, err := db.lc.get(key, hash, maxVs, 0)
 	return vs, vs.Version > maxVs.Version, err
 }
 

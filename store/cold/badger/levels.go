@@ -1703,7 +1703,9 @@ func (s *levelsController) close() error {
 // get searches for a given key in all the levels of the LSM tree. It returns
 // key version <= the expected version (version in key). If not found,
 // it returns an empty y.ValueStruct.
-func (s *levelsController) get(key []byte, maxVs y.ValueStruct, startLevel int) (
+//
+// Tally: hash is the key's without its version (y.Hash), made once by the caller.
+func (s *levelsController) get(key []byte, hash uint32, maxVs y.ValueStruct, startLevel int) (
 	y.ValueStruct, error) {
 	if s.kv.IsClosed() {
 		return y.ValueStruct{}, ErrDBClosed
@@ -1714,7 +1716,6 @@ func (s *levelsController) get(key []byte, maxVs y.ValueStruct, startLevel int) 
 	// parallelize this, we will need to call the h.RLock() function by increasing order of level
 	// number.)
 	version := y.ParseTs(key)
-	hash := y.Hash(y.ParseKey(key)) // Tally: once, not once a level
 	for _, h := range s.levels {
 		// Ignore all levels below startLevel. This is useful for GC when L0 is kept in memory.
 		if h.level < startLevel {

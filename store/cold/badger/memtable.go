@@ -13,7 +13,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
-	"hash/maphash"
 	"io"
 	"os"
 	"path/filepath"
@@ -57,8 +56,6 @@ type keyFilter struct {
 	words []atomic.Uint64 // a power of two of them
 }
 
-var keyFilterSeed = maphash.MakeSeed()
-
 // newKeyFilter sizes a filter for a memtable of size bytes: a bit for each 8 of them,
 // 16 bits a key for keys that take 128 bytes of the memtable's arena (1/64 of its
 // size more in RAM).
@@ -70,17 +67,19 @@ func newKeyFilter(size int64) keyFilter {
 	return keyFilter{words: make([]atomic.Uint64, n)}
 }
 
-// keyHash is what a filter knows a key by.
-func keyHash(key []byte) uint64 { return maphash.Bytes(keyFilterSeed, key) }
-
-func (f *keyFilter) bits(h uint64) (*atomic.Uint64, uint64) {
-	w := &f.words[h&uint64(len(f.words)-1)]
-	return w, 1<<(h>>40&63) | 1<<(h>>46&63) | 1<<(h>>52&63)
+// bits are the word of the key of hash h (y.Hash of the key without its version: the
+// hash its tables' Bloom filters take, made once for a key looked for) and the bits it
+// sets there: the word by the hash's low bits, the bits by those of its product with
+// 2^64/φ, which mixes every bit of the hash into the high ones.
+func (f *keyFilter) bits(h uint32) (*atomic.Uint64, uint64) {
+	w := &f.words[h&uint32(len(f.words)-1)]
+	x := uint64(h) * 0x9e3779b97f4a7c15
+	return w, 1<<(x>>58) | 1<<(x>>52&63) | 1<<(x>>46&63)
 }
 
 // add notes the key of hash h. Its one writer stores the word it read with the bits
 // added, which readers see whole: no read-modify-write is needed (nor its lock).
-func (f *keyFilter) add(h uint64) {
+func (f *keyFilter) add(h uint32) {
 	if len(f.words) > 0 {
 		w, b := f.bits(h)
 		if old := w.Load(); old&b != b {
@@ -90,7 +89,7 @@ func (f *keyFilter) add(h uint64) {
 }
 
 // mayHave reports whether the key of hash h may have been added: false for certain.
-func (f *keyFilter) mayHave(h uint64) bool {
+func (f *keyFilter) mayHave(h uint32) bool {
 	if len(f.words) == 0 {
 		return true
 	}
@@ -249,7 +248,7 @@ func (mt *memTable) Put(key []byte, value y.ValueStruct) error {
 	}
 
 	// Write to skiplist and update maxVersion encountered.
-	mt.keys.add(keyHash(y.ParseKey(key)))
+	mt.keys.add(y.Hash(y.ParseKey(key)))
 	mt.sl.PutWithHint(key, value, &mt.hint)
 	if ts := y.ParseTs(entry.Key); ts > mt.maxVersion {
 		mt.maxVersion = ts
@@ -301,7 +300,7 @@ func (mt *memTable) replayFunction(opt Options) func(Entry, valuePointer) error 
 		// This is already encoded correctly. Value would be either a vptr, or a full value
 		// depending upon how big the original value was. Skiplist makes a copy of the key and
 		// value.
-		mt.keys.add(keyHash(y.ParseKey(e.Key)))
+		mt.keys.add(y.Hash(y.ParseKey(e.Key)))
 		mt.sl.Put(e.Key, v)
 		return nil
 	}
