@@ -58,9 +58,14 @@ func sampleProcs(b *testing.B, ps []*rig.TallydProc) []procSample {
 // run, the largest share of the events one process applied (max-process-share: 1 when
 // one process applies everything, 1/procs when they are spread evenly) and the CPU
 // seconds each process spent per million events (cpu-s/Mev-p<i>, user and system).
+// With -procs.cpuprofile it also profiles each process from the start of the run (where
+// standbys cost what they cost: in the processes, not in the benchmark's own).
 func benchProcs(b *testing.B, tallyd func(testing.TB) string, procs int, extra ...string) {
 	bin := tallyd(b)
 	cl := natstest.StartCluster(b, 3)
+	if *procsProfile != "" {
+		extra = append(slices.Clip(extra), "--pprof")
+	}
 	ps, c := rig.StartTallyds(b, bin, cl, procs, extra...)
 	// With several processes and standbys on (the default), the run starts once every
 	// partition has a warm standby and ends once they have applied it all: a standby
@@ -75,6 +80,7 @@ func benchProcs(b *testing.B, tallyd func(testing.TB) string, procs int, extra .
 	evs, want := benchMix(b.N, 7)
 	before := sampleProcs(b, ps)
 	b.ResetTimer()
+	profiled := profileProcs(b, ps)
 	publishBench(b, c, evs)
 	published := b.Elapsed()
 	rig.WaitHealthy(b, c, 5*time.Minute)
@@ -83,6 +89,7 @@ func benchProcs(b *testing.B, tallyd func(testing.TB) string, procs int, extra .
 	}
 	b.StopTimer()
 	after := sampleProcs(b, ps)
+	profiled()
 	b.ReportMetric(float64(b.N)/published.Seconds(), "published/s")
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	var applied, most, flushed float64
@@ -101,6 +108,33 @@ func benchProcs(b *testing.B, tallyd func(testing.TB) string, procs int, extra .
 	b.ReportMetric(most/applied, "max-process-share")
 	b.ReportMetric(flushed/float64(b.N), "writes/event")
 	checkBench(b, c, want)
+}
+
+var (
+	procsProfile    = flag.String("procs.cpuprofile", "", "benchProcs writes each tallyd's CPU profile to this directory (proc<i>.prof, the last run's)")
+	procsProfileFor = flag.Duration("procs.cpuprofile.for", 10*time.Second, "how long each -procs.cpuprofile runs from the start of the timed run")
+)
+
+// profileProcs starts a CPU profile of each of ps (served with --pprof) when
+// -procs.cpuprofile names a directory, and returns what waits for them and writes them
+// there.
+func profileProcs(b *testing.B, ps []*rig.TallydProc) (wait func()) {
+	if *procsProfile == "" {
+		return func() {}
+	}
+	var wg sync.WaitGroup
+	for i, p := range ps {
+		wg.Go(func() {
+			data, err := p.CPUProfile(context.Background(), *procsProfileFor)
+			if err == nil {
+				err = os.WriteFile(filepath.Join(*procsProfile, "proc"+strconv.Itoa(i)+".prof"), data, 0o644)
+			}
+			if err != nil {
+				b.Error(err)
+			}
+		})
+	}
+	return wg.Wait
 }
 
 // waitStandbys waits until every partition has a standby in one of ps caught up with

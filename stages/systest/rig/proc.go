@@ -153,12 +153,32 @@ func (p *TallydProc) Scrape(ctx context.Context) (map[string]float64, error) {
 	return ScrapeMetrics(ctx, p.metrics)
 }
 
+// CPUProfile is the process's CPU profile over the next d (tallyd run with --pprof).
+func (p *TallydProc) CPUProfile(ctx context.Context, d time.Duration) ([]byte, error) {
+	body, err := get(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.metrics, int(d.Seconds())))
+	if err != nil {
+		return nil, err
+	}
+	defer body.Close()
+	return io.ReadAll(body)
+}
+
 // ScrapeMetrics reads the /metrics served at addr (host:port): each metric's value
 // summed over its labels.
 func ScrapeMetrics(ctx context.Context, addr string) (map[string]float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	body, err := get(ctx, "http://"+addr+"/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer body.Close()
+	return ParseMetrics(body)
+}
+
+// get is the body of a GET of url, which answered 200.
+func get(ctx context.Context, url string) (io.ReadCloser, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -166,11 +186,11 @@ func ScrapeMetrics(ctx context.Context, addr string) (map[string]float64, error)
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
+		resp.Body.Close()
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
-	return ParseMetrics(resp.Body)
+	return resp.Body, nil
 }
 
 // ParseMetrics sums the samples of each metric in the Prometheus text format.
