@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/tally-dev/tally/store/cold"
@@ -144,20 +145,24 @@ func txnReadsWhatItWrote(t *testing.T, o cold.Options, rounds int) *cold.DB {
 			}
 		}
 	}
-	// scan reads every key through txn (nil: as committed) in order: the writes of a
-	// transaction are merged, sorted, with what is committed.
-	scan := func(txn *cold.Txn, when string) {
+	// scan reads every key under prefix through txn (nil: as committed) in order: the
+	// writes of a transaction are merged, sorted, with what is committed (those under
+	// the prefix only, which is all a scan may return).
+	scan := func(txn *cold.Txn, prefix []byte, when string) {
 		t.Helper()
 		live := 0
-		for _, v := range want {
-			if v != nil {
+		for k, v := range want {
+			if v != nil && strings.HasPrefix(k, string(prefix)) {
 				live++
 			}
 		}
 		var last []byte
 		n := 0
 		read := func(txn *cold.Txn) error {
-			return txn.Scan(nil, nil, true, func(k, v []byte) (bool, error) {
+			return txn.Scan(prefix, nil, true, func(k, v []byte) (bool, error) {
+				if !bytes.HasPrefix(k, prefix) {
+					return false, fmt.Errorf("key %x outside prefix %x", k, prefix)
+				}
 				if last != nil && bytes.Compare(last, k) >= 0 {
 					return false, fmt.Errorf("key %x after %x", k, last)
 				}
@@ -178,8 +183,15 @@ func txnReadsWhatItWrote(t *testing.T, o cold.Options, rounds int) *cold.DB {
 			err = fmt.Errorf("%d keys scanned, %d live", n, live)
 		}
 		if err != nil {
-			t.Fatalf("%s: %v", when, err)
+			t.Fatalf("%s, prefix %x: %v", when, prefix, err)
 		}
+	}
+	// The prefixes scanned: none, the shared one, and each round a key's first three
+	// bytes (the ~170 keys whose numbers share their high byte, some written by the
+	// round, some before) and first five (that key alone, or none once deleted).
+	prefixes := func() [][]byte {
+		k := names[1+3*r.IntN(len(names)/3-1)]
+		return [][]byte{nil, []byte("a prefix of 20 bytes"), k[:3], k[:5]}
 	}
 	for round := range rounds {
 		txn := db.NewTxn(true)
@@ -200,14 +212,19 @@ func txnReadsWhatItWrote(t *testing.T, o cold.Options, rounds int) *cold.DB {
 			want[string(k)] = v
 		}
 		check(txn, fmt.Sprintf("round %d, before its commit", round))
-		scan(txn, fmt.Sprintf("round %d, scanned before its commit", round))
+		ps := prefixes()
+		for _, p := range ps {
+			scan(txn, p, fmt.Sprintf("round %d, scanned before its commit", round))
+		}
 		if err := txn.Commit(); err != nil {
 			t.Fatal(err)
 		}
 		txn = db.NewTxn(false)
 		check(txn, fmt.Sprintf("round %d, after its commit", round))
 		txn.Discard()
-		scan(nil, fmt.Sprintf("round %d, scanned", round))
+		for _, p := range ps {
+			scan(nil, p, fmt.Sprintf("round %d, scanned", round))
+		}
 	}
 	return db
 }

@@ -474,7 +474,7 @@ func (txn *Txn) NewIterator(opt IteratorOptions) *Iterator {
 	defer decr()
 	txn.db.vlog.incrIteratorCount()
 	var iters []y.Iterator
-	if itr := txn.newPendingWritesIterator(opt.Reverse); itr != nil {
+	if itr := txn.newPendingWritesIterator(opt.Reverse, opt.Prefix); itr != nil {
 		iters = append(iters, itr)
 	}
 	for i := 0; i < len(tables); i++ {

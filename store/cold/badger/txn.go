@@ -321,13 +321,20 @@ func (pi *pendingWritesIterator) Close() error {
 	return nil
 }
 
-func (txn *Txn) newPendingWritesIterator(reversed bool) *pendingWritesIterator {
+func (txn *Txn) newPendingWritesIterator(reversed bool, prefix []byte) *pendingWritesIterator {
 	if !txn.update || len(txn.pendingWrites) == 0 {
 		return nil
 	}
 	// Tally: sorted as a commit sorts them (the keys are distinct: reversed is the
-	// order backwards).
-	entries := sortedWrites(txn.pendingWrites)
+	// order backwards), and only those under the iterator's prefix, which is all it
+	// may return: a scan of a few keys in a transaction of thousands of writes sorted
+	// them all (3.6 % of all CPU under JSON batches, where reading a post's viewers and
+	// a user's notes scans within the event stage's transaction). None under it, no
+	// iterator.
+	entries := sortedWrites(txn.pendingWrites, prefix)
+	if len(entries) == 0 {
+		return nil
+	}
 	if reversed {
 		slices.Reverse(entries)
 	}
@@ -576,7 +583,7 @@ func (txn *Txn) commitAndSend() (func() error, error) {
 	// The writes in the order of their keys, sorted before the lock below is taken: the
 	// memtable inserts them in that order, each from where the one before went
 	// (skl.Hint), rather than each from its skiplist's head.
-	written := sortedWrites(txn.pendingWrites)
+	written := sortedWrites(txn.pendingWrites, nil)
 
 	// Ensure that the order in which we get the commit timestamp is the same as
 	// the order in which we push these updates to the write channel. So, we
@@ -680,20 +687,26 @@ type keyOrder struct {
 // sort is as quick.
 const radixMin = 256
 
-// sortedWrites returns the entries of writes in the order of their keys.
+// sortedWrites returns the entries of writes whose keys begin with prefix (all of them
+// for an empty prefix) in the order of their keys.
 //
 // Tally: a transaction of a partition writes keys that share most of their first 16
 // bytes (a few prefixes, then ids of a few varying bytes), so they are sorted by radix
 // on the bytes that vary among them, least significant first, each pass stable; keys
 // whose first 16 bytes are the same are then put in order by the rest. A comparison
 // sort of 15 000 writes took 6.6 % of all CPU in a profile of likes.
-func sortedWrites(writes map[string]*Entry) []*Entry {
+func sortedWrites(writes map[string]*Entry, prefix []byte) []*Entry {
 	buf := orderBufs.Get().(*orderBuf)
 	defer orderBufs.Put(buf)
-	buf.order = slices.Grow(buf.order[:0], len(writes))
-	order := buf.order
+	if len(prefix) == 0 {
+		buf.order = slices.Grow(buf.order[:0], len(writes))
+	}
+	order := buf.order[:0]
 	var diff [2]uint64
 	for _, e := range writes {
+		if !bytes.HasPrefix(e.Key, prefix) {
+			continue
+		}
 		var b [16]byte
 		copy(b[:], e.Key)
 		k := keyOrder{binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:]), e}
@@ -703,6 +716,7 @@ func sortedWrites(writes map[string]*Entry) []*Entry {
 		}
 		order = append(order, k)
 	}
+	buf.order = order
 	byKey := func(a, b keyOrder) int {
 		switch {
 		case a.hi != b.hi:
@@ -733,7 +747,7 @@ func sortedWrites(writes map[string]*Entry) []*Entry {
 	for i := range order {
 		out[i] = order[i].e
 	}
-	buf.release()
+	buf.release(len(order))
 	return out
 }
 
@@ -742,15 +756,16 @@ type orderBuf struct{ order, tmp []keyOrder }
 
 var orderBufs = sync.Pool{New: func() any { return new(orderBuf) }}
 
-// release lets go of the entries a sort pointed at, and of a room grown for a
-// transaction of more than 1<<16 writes.
-func (b *orderBuf) release() {
+// release lets go of the entries a sort of n writes pointed at (past them the room
+// holds none: each sort clears what it used), and of a room grown for a transaction of
+// more than 1<<16 writes.
+func (b *orderBuf) release(n int) {
 	if cap(b.order) > 1<<16 || cap(b.tmp) > 1<<16 {
 		b.order, b.tmp = nil, nil
 		return
 	}
-	clear(b.order[:cap(b.order)])
-	clear(b.tmp[:cap(b.tmp)])
+	clear(b.order[:n])
+	clear(b.tmp[:min(n, cap(b.tmp))])
 }
 
 // radixSort sorts order by hi, then lo, one pass for each byte that diff marks as
