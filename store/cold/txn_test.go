@@ -228,3 +228,58 @@ func txnReadsWhatItWrote(t *testing.T, o cold.Options, rounds int) *cold.DB {
 	}
 	return db
 }
+
+// A transaction thrown away leaves none of its writes to the transactions after it,
+// which take the map of pending writes it emptied (store/cold/badger/PATCHES.md): each
+// round writes keys and is discarded, and the next, which writes other keys, reads
+// and scans only its own and what was committed.
+func TestDiscardedWritesGone(t *testing.T) {
+	db, err := cold.Open(cold.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	key := func(round, i int) []byte { return fmt.Appendf(nil, "k%03d-%04d", round, i) }
+	commit := db.NewTxn(true)
+	if err := commit.Set([]byte("committed"), []byte("yes")); err != nil {
+		t.Fatal(err)
+	}
+	if err := commit.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 50 {
+		txn := db.NewTxn(true)
+		if round > 0 {
+			// The round before's keys were discarded.
+			for i := range 300 {
+				found, err := txn.Get(key(round-1, i), func([]byte) error { return nil })
+				if err != nil || found {
+					t.Fatalf("round %d: key %d of the discarded round before: found %v, %v", round, i, found, err)
+				}
+			}
+		}
+		for i := range 300 {
+			if err := txn.Set(key(round, i), []byte("v")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		n := 0
+		err := txn.Scan([]byte("k"), nil, false, func(k, _ []byte) (bool, error) {
+			if !bytes.HasPrefix(k, fmt.Appendf(nil, "k%03d-", round)) {
+				return false, fmt.Errorf("key %q of another round", k)
+			}
+			n++
+			return true, nil
+		})
+		if err == nil && n != 300 {
+			err = fmt.Errorf("%d keys scanned, want 300", n)
+		}
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if found, err := txn.Get([]byte("committed"), func([]byte) error { return nil }); err != nil || !found {
+			t.Fatalf("round %d: the committed key: found %v, %v", round, found, err)
+		}
+		txn.Discard()
+	}
+}
