@@ -110,6 +110,7 @@ type Stage struct {
 	seen   *viewers.Cache                      // the sketches of the posts viewed lately, in RAM
 	likes  *graph.Likes                        // reused by every transaction (graph.Likes.Reset)
 	dec    pipeline.EventDecoder               // a message's events, good until the next is decoded
+	fwd    []hopOut                            // by partition: what a transaction forwards there (reused)
 	// behind and logBehind measure how far the stage is behind its events and, as a
 	// standby, its owner's log (health, metrics, warmth: asked often).
 	behind, logBehind *flow.Meter

@@ -113,7 +113,12 @@ func (s *sim) step(p int) bool {
 		}
 	}
 	for _, q := range w.fwdOrder { // published after the commit: later in the stream
-		s.stream = append(s.stream, simMsg{to: q, hop: true, evs: w.fwd[q]})
+		o := &w.fwd[q]
+		b, err := pipeline.DecodeHopBatch(append(pipeline.AppendHopBatchHead(nil, uint32(p), 1, len(o.ends)), o.enc...), st.cfg.Families)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		s.stream = append(s.stream, simMsg{to: q, hop: true, evs: b.Events})
 	}
 	return true
 }

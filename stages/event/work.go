@@ -42,9 +42,9 @@ const maxRelease = 64
 type work struct {
 	s        *Stage
 	c        *coalescer
-	in       hop.In                   // a copy of the state's hop marks; payloads in the txn
-	fwd      map[int][]pipeline.Event // events for other partitions
-	fwdOrder []int
+	in       hop.In           // a copy of the state's hop marks; payloads in the txn
+	fwd      []hopOut         // by partition: events for other partitions (Stage.fwd)
+	fwdOrder []int            // the partitions forwarded to, in the order of their first event
 	likes    *graph.Likes     // the transaction's likes, written at its end
 	readers  *unread.Readers  // the reader states it read and wrote
 	viewers  *viewers.Viewers // the sketches of the posts it counted views of
@@ -105,8 +105,39 @@ func (s *Stage) newWork(txn *cold.Txn, c *coalescer, dead []uint64) *work {
 	}
 	likes := s.likes
 	likes.ReadChunksFrom(s.db)
-	return &work{s: s, c: c, in: in, fwd: map[int][]pipeline.Event{}, deadSeqs: dead, now: s.now, counted: counted{byType: map[string]int64{}},
+	if s.fwd == nil {
+		s.fwd = make([]hopOut, s.cfg.Partitions)
+	}
+	for q := range s.fwd {
+		s.fwd[q].reset()
+	}
+	return &work{s: s, c: c, in: in, fwd: s.fwd, deadSeqs: dead, now: s.now, counted: counted{byType: map[string]int64{}},
 		likes: likes, readers: unread.NewReaders(s.cfg.Partition, s.res), viewers: viewers.New(s.cfg.Partition, s.seen)}
+}
+
+// hopOut is what a transaction forwards to one partition: its events encoded as it
+// forwards them (pipeline.AppendEvent), event i ending at ends[i]. A stage keeps one
+// for each partition, reused by every transaction, where each transaction copied each
+// event forwarded into a slice it grew, and encoded them all at its end.
+type hopOut struct {
+	enc  []byte
+	ends []int
+}
+
+// reset empties o for the next transaction, letting go of room grown past 1 MiB of
+// events (a transaction forwarding that much to one partition is rare).
+func (o *hopOut) reset() {
+	if cap(o.enc) > 1<<20 {
+		*o = hopOut{}
+		return
+	}
+	o.enc, o.ends = o.enc[:0], o.ends[:0]
+}
+
+// add encodes e after the events in o.
+func (o *hopOut) add(e *pipeline.Event) {
+	o.enc = pipeline.AppendEvent(o.enc, e)
+	o.ends = append(o.ends, len(o.enc))
 }
 
 // close ends what the transaction's work opened besides the transaction.
@@ -177,10 +208,10 @@ func (w *work) forward(q int, e *pipeline.Event) {
 	if w.c.discard {
 		return // a standby's: the record's outbox carries what its owner forwarded
 	}
-	if w.fwd[q] == nil {
+	if len(w.fwd[q].ends) == 0 {
 		w.fwdOrder = append(w.fwdOrder, q)
 	}
-	w.fwd[q] = append(w.fwd[q], *e)
+	w.fwd[q].add(e)
 }
 
 // next returns the state after the transaction, ending at stream position pos, and its
@@ -204,7 +235,7 @@ func (s *Stage) next(pos uint64, w *work) (stagelog.State, []delivery.OutboxEntr
 	}
 	outbox := w.dlq
 	for _, q := range w.fwdOrder {
-		outbox = s.hopEntries(outbox, &st, q, w.fwd[q])
+		outbox = s.hopEntries(outbox, &st, q, &w.fwd[q])
 	}
 	for _, d := range w.c.order {
 		key := d.String()
@@ -230,28 +261,24 @@ func (s *Stage) next(pos uint64, w *work) (stagelog.State, []delivery.OutboxEntr
 	return st, outbox, nil
 }
 
-// hopEntries appends the hop batches carrying evs to partition q, each numbered next
-// and small enough for NATS: at most maxHopEvents events, halved while the batch is over
-// half of MaxPayload (down to one event). Each event is encoded once, and the halving
-// measures the running size of the encoded events, so a batch cut many times costs no
-// more than one; the bytes are those of the whole batch encoded at its final size.
-func (s *Stage) hopEntries(outbox []delivery.OutboxEntry, st *stagelog.State, q int, evs []pipeline.Event) []delivery.OutboxEntry {
+// hopEntries appends the hop batches carrying the events of out to partition q, each
+// numbered next and small enough for NATS: at most maxHopEvents events, halved while the
+// batch is over half of MaxPayload (down to one event). The events were encoded once,
+// as they were forwarded, and the halving measures the running size of the encoded
+// events, so a batch cut many times costs no more than one; the bytes are those of the
+// whole batch encoded at its final size, copied out of out.
+func (s *Stage) hopEntries(outbox []delivery.OutboxEntry, st *stagelog.State, q int, out *hopOut) []delivery.OutboxEntry {
 	p := s.cfg.Partition
-	enc := make([]byte, 0, 64*len(evs))
-	ends := make([]int, len(evs)) // event i is enc[ends[i-1]:ends[i]]
-	for i := range evs {
-		enc = pipeline.AppendEvent(enc, &evs[i])
-		ends[i] = len(enc)
-	}
-	var headBuf [48]byte // the longest head is 35 bytes
+	enc, ends := out.enc, out.ends // event i is enc[ends[i-1]:ends[i]]
+	var headBuf [48]byte           // the longest head is 35 bytes
 	subject := s.cfg.Subjects.Event(pipeline.TypeHop, s.keys[q])
-	for i := 0; i < len(evs); {
+	for i := 0; i < len(ends); {
 		seq := st.HopSeqs[uint32(q)] + 1
 		from := 0
 		if i > 0 {
 			from = ends[i-1]
 		}
-		k := min(len(evs)-i, maxHopEvents)
+		k := min(len(ends)-i, maxHopEvents)
 		head := pipeline.AppendHopBatchHead(headBuf[:0], uint32(p), seq, k)
 		for len(head)+ends[i+k-1]-from > s.cfg.MaxPayload/2 && k > 1 {
 			k /= 2
