@@ -162,6 +162,44 @@ type EventDecoder struct {
 // decode into a slice of their own.
 const maxRoom = 2048
 
+// keep takes evs, read into the room (or into a slice of their own, past maxRoom) by a
+// decode that failed with err, as the room the next decode clears and reads into.
+func (d *EventDecoder) keep(evs []Event, err error) {
+	switch c := cap(evs); {
+	case c > maxRoom: // the room may have been read over before the batch outgrew it
+		d.room, d.used = nil, 0
+	case err != nil: // read over as far as the error, maybe past the events kept
+		d.room, d.used = evs[:c], c
+	default:
+		d.room, d.used = evs[:c], len(evs)
+	}
+}
+
+// DecodeHop is DecodeHopBatch into the decoder's room: the batch's events are good
+// until its next Decode or DecodeHop. A hop batch carries up to 2 000 events.
+func (d *EventDecoder) DecodeHop(data []byte) (*HopBatch, error) {
+	clear(d.room[:d.used])
+	b := &HopBatch{Events: d.room[:0]}
+	err := fmt.Errorf("empty payload")
+	if len(data) > 0 {
+		r := mpReader{b: data}
+		err = r.done(r.readHopBatch(b, true))
+	}
+	d.keep(b.Events, err)
+	if err != nil {
+		return nil, fmt.Errorf("%w: cannot decode hop batch: %w", ErrBadEvent, err)
+	}
+	if b.Seq == 0 {
+		return nil, fmt.Errorf("%w: hop batch without a sequence", ErrBadEvent)
+	}
+	for i := range b.Events {
+		if err := b.Events[i].ValidateInternal(d.Families); err != nil {
+			return nil, fmt.Errorf("hop batch event %d: %w", i, err)
+		}
+	}
+	return b, nil
+}
+
 // Decode is DecodeEvents with the decoder's families and room.
 func (d *EventDecoder) Decode(typ string, data []byte, h nats.Header) ([]Event, []BadEvent, error) {
 	fams := d.Families
@@ -179,14 +217,7 @@ func (d *EventDecoder) Decode(typ string, data []byte, h nats.Header) ([]Event, 
 			r := mpReader{b: data}
 			err = r.done(r.readBatch(&b, true))
 		}
-		switch c := cap(b.Events); {
-		case c > maxRoom: // the room may have been read over before the batch outgrew it
-			d.room, d.used = nil, 0
-		case err != nil: // read over as far as the error, maybe past the events kept
-			d.room, d.used = b.Events[:c], c
-		default:
-			d.room, d.used = b.Events[:c], len(b.Events)
-		}
+		d.keep(b.Events, err)
 		switch {
 		case errors.Is(err, errBatchSize):
 			return nil, nil, fmt.Errorf("%w: %w, at most %d", ErrBadEvent, err, MaxBatch)

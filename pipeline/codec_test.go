@@ -78,6 +78,12 @@ func TestEventDecoderReusesRoom(t *testing.T) {
 	}
 	var d EventDecoder
 	d.Families = fams
+	hops := 0 // hop batches decoded
+	defer func() {
+		if hops < 20 {
+			t.Errorf("%d hop batches decoded: too few to tell", hops)
+		}
+	}()
 	for round := range 300 {
 		n := 1 + r.IntN(40)
 		if r.IntN(20) == 0 {
@@ -86,6 +92,27 @@ func TestEventDecoderReusesRoom(t *testing.T) {
 		evs := make([]Event, n)
 		for i := range evs {
 			evs[i] = event()
+		}
+		if round%3 == 2 { // a hop batch, into the same room
+			if n > 2000 {
+				evs = evs[:2000]
+			}
+			data, err := Marshal(&HopBatch{Source: 3, Seq: uint64(1 + round), Events: evs}, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.IntN(10) == 0 {
+				data = data[:len(data)*2/3]
+			}
+			want, wantErr := DecodeHopBatch(data, fams)
+			got, err := d.DecodeHop(data)
+			if (err == nil) != (wantErr == nil) || !reflect.DeepEqual(got, want) {
+				t.Fatalf("round %d: hop batch %+v, %v; want %+v, %v", round, got, err, want, wantErr)
+			}
+			if err == nil {
+				hops++
+			}
+			continue
 		}
 		asJSON := r.IntN(2) == 0
 		data, err := Marshal(&Batch{Events: evs}, asJSON)

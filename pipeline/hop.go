@@ -1,7 +1,5 @@
 package pipeline
 
-import "fmt"
-
 // TypeHop is the subject token of events one event partition hands to another
 // (<prefix>.ev.hop.<key>): relation events of a batch that belong to the other
 // partition, and copies of a system notice. It is not an event type; producers have no
@@ -21,22 +19,6 @@ type HopBatch struct {
 // DecodeHopBatch decodes a TypeHop payload; the events are validated again, since
 // whoever may publish on the events subjects could have sent it.
 func DecodeHopBatch(data []byte, fams Families) (*HopBatch, error) {
-	var b HopBatch
-	err := fmt.Errorf("empty payload")
-	if len(data) > 0 {
-		r := mpReader{b: data}
-		err = r.done(r.readHopBatch(&b, true))
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%w: cannot decode hop batch: %w", ErrBadEvent, err)
-	}
-	if b.Seq == 0 {
-		return nil, fmt.Errorf("%w: hop batch without a sequence", ErrBadEvent)
-	}
-	for i := range b.Events {
-		if err := b.Events[i].ValidateInternal(fams); err != nil {
-			return nil, fmt.Errorf("hop batch event %d: %w", i, err)
-		}
-	}
-	return &b, nil
+	d := EventDecoder{Families: fams}
+	return d.DecodeHop(data)
 }

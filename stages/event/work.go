@@ -301,7 +301,7 @@ func (s *Stage) hopEntries(outbox []delivery.OutboxEntry, st *stagelog.State, q 
 // once, held when it comes above a gap. One that must be dead-lettered still fills its
 // number, or its source's later batches would wait behind it.
 func (s *Stage) applyHop(txn *cold.Txn, m jetstream.Msg, seq uint64, w *work) error {
-	b, err := pipeline.DecodeHopBatch(m.Data(), s.cfg.Families)
+	b, err := s.dec.DecodeHop(m.Data())
 	if err == nil && (int(b.Source) >= s.cfg.Partitions || int(b.Source) == s.cfg.Partition) {
 		err = fmt.Errorf("%w: hop batch from partition %d", pipeline.ErrBadEvent, b.Source)
 	}
@@ -364,7 +364,7 @@ func (s *Stage) release(txn *cold.Txn, w *work, place uint64, until map[uint32]*
 			w.deadHop(src, seq, data)
 			return nil
 		}
-		b, err := pipeline.DecodeHopBatch(data, s.cfg.Families)
+		b, err := s.dec.DecodeHop(data)
 		if err != nil {
 			return err // it decoded when it was held
 		}
