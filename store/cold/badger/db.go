@@ -90,6 +90,10 @@ type DB struct {
 
 	closers closers
 
+	// Tally: pendingMaps holds the maps of pending writes of transactions discarded,
+	// emptied, for the next ones (see Txn.Discard).
+	pendingMaps chan map[string]*Entry
+
 	mt  *memTable   // Our latest (actively written) in-memory table
 	imm []*memTable // Add here only AFTER pushing to flushChan.
 
@@ -261,6 +265,7 @@ func Open(opt Options) (*DB, error) {
 		allocPool:        nil, // Tally: table builders unpooled, see PATCHES.md
 		bannedNamespaces: &lockedKeys{keys: make(map[uint64]struct{})},
 		threshold:        initVlogThreshold(&opt),
+		pendingMaps:      make(chan map[string]*Entry, maxPooledMaps),
 	}
 
 	db.flushCond = sync.NewCond(&db.lock)

@@ -578,24 +578,41 @@ func (txn *Txn) Discard() {
 	if !txn.db.orc.isManaged {
 		txn.db.orc.doneRead(txn)
 	}
-	// Tally: the map of pending writes, emptied, for the next transaction. A
-	// transaction's map grew from nothing, rehashing as it went (2.5 % of all CPU of
-	// the likes mix); nothing reads it once the transaction is discarded (a commit has
-	// taken its entries by then).
+	// Tally: the map of pending writes, emptied, for the next transaction (DB's
+	// pendingMaps). A transaction's map grew from nothing, rehashing as it went (2.5 %
+	// of all CPU of the likes mix); nothing reads it once the transaction is discarded
+	// (a commit has taken its entries by then). A map of more than maxPooledWrites is
+	// let go, and so is one when maxPooledMaps are kept already.
 	if w := txn.pendingWrites; w != nil {
 		txn.pendingWrites = nil
 		if len(w) <= maxPooledWrites {
 			clear(w)
-			pendingMaps.Put(w)
+			select {
+			case txn.db.pendingMaps <- w:
+			default:
+			}
 		}
 	}
 }
 
-// pendingMaps holds the maps of pending writes of transactions discarded, empty, with
-// the room they grew to: a map of more than maxPooledWrites is let go.
-var pendingMaps = sync.Pool{New: func() any { return make(map[string]*Entry) }}
+// The most writes of a map of pending writes kept for the next transaction, and the
+// most maps kept: a sync.Pool, emptied by every garbage collection, left half of the
+// maps' growth in place.
+const (
+	maxPooledWrites = 1 << 16
+	maxPooledMaps   = 4
+)
 
-const maxPooledWrites = 1 << 16
+// pendingMap is an empty map of pending writes, one a transaction discarded grew if
+// there is one.
+func (db *DB) pendingMap() map[string]*Entry {
+	select {
+	case m := <-db.pendingMaps:
+		return m
+	default:
+		return make(map[string]*Entry)
+	}
+}
 
 func (txn *Txn) commitAndSend() (func() error, error) {
 	orc := txn.db.orc
@@ -994,7 +1011,7 @@ func (db *DB) newTransaction(update, isManaged bool) *Txn {
 		if db.opt.DetectConflicts {
 			txn.conflictKeys = make(map[uint64]struct{})
 		}
-		txn.pendingWrites = pendingMaps.Get().(map[string]*Entry)
+		txn.pendingWrites = db.pendingMap()
 	}
 	if !isManaged {
 		txn.readTs = db.orc.readTs()
