@@ -114,6 +114,17 @@ func TestMeterTracksItsReader(t *testing.T) {
 	ctx := context.Background()
 	// No direct gets: every request goes through the API a test can watch.
 	s, js := streamS(t, false)
+	// Tracked before anything is published: what a reader delivered before it was
+	// tracked is not recorded, and the Meter then asks the stream (as it should), which
+	// failed this test once in CI when the reader was quicker than Track.
+	r, err := flow.Read(ctx, js, "S", "s.a", 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+	var applied atomic.Uint64
+	m := flow.NewMeter(js, "S", "s.a")
+	m.Track(r, &applied)
 	var seqs []uint64 // of s.a
 	for i := range 10 {
 		subj := []string{"s.a", "s.b"}[i%2]
@@ -125,14 +136,6 @@ func TestMeterTracksItsReader(t *testing.T) {
 			seqs = append(seqs, ack.Sequence)
 		}
 	}
-	r, err := flow.Read(ctx, js, "S", "s.a", 0, 100)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Stop()
-	var applied atomic.Uint64
-	m := flow.NewMeter(js, "S", "s.a")
-	m.Track(r, &applied)
 	natstest.Eventually(t, 10*time.Second, "every s.a delivered", func() (bool, string) {
 		return len(r.C) == len(seqs), fmt.Sprint(len(r.C))
 	})
