@@ -163,7 +163,8 @@ type EventDecoder struct {
 const maxRoom = 2048
 
 // keep takes evs, read into the room (or into a slice of their own, past maxRoom) by a
-// decode that failed with err, as the room the next decode clears and reads into.
+// decode that ended with err (nil: it succeeded), as the room the next decode clears
+// and reads into.
 func (d *EventDecoder) keep(evs []Event, err error) {
 	switch c := cap(evs); {
 	case c > maxRoom: // the room may have been read over before the batch outgrew it
