@@ -47,6 +47,7 @@ type Likes struct {
 	res    records
 	p      int
 	users  map[uint64]*likes
+	order  []userRecord // users' records in the order first read: what Flush and Resident.Keep go through
 	added  map[chunkAt][]liker
 	posts  []chunkAt // the chunks of added in the order first added, for Flush
 	merged bool      // Flush merges into an existing chunk of the same batch
@@ -127,6 +128,12 @@ type records interface {
 	maxStates() int // the most states of a heavy user worth reading in
 }
 
+// userRecord is a user's like record, as the batch holds it.
+type userRecord struct {
+	u uint64
+	r *likes
+}
+
 // NewLikes starts a batch of partition p, which reads like records through res (a
 // *Resident, or nil): Resident.Keep takes in what the batch read and wrote once it
 // commits.
@@ -142,6 +149,8 @@ func (l *Likes) Reset(res records) {
 	l.Close()
 	l.res = res
 	clear(l.users)
+	clear(l.order) // the records are the Resident's now, or dropped
+	l.order = l.order[:0]
 	clear(l.added)
 	clear(l.touched)
 	l.posts, l.merged, l.writes, l.db, l.rewrote = l.posts[:0], false, 0, nil, nil
@@ -162,7 +171,7 @@ func (l *Likes) record(txn *cold.Txn, u uint64) (*likes, error) {
 					return nil, err
 				}
 			}
-			l.users[u] = r
+			l.keep(u, r)
 			return r, nil
 		}
 	}
@@ -174,8 +183,14 @@ func (l *Likes) record(txn *cold.Txn, u uint64) (*likes, error) {
 	if r == nil {
 		r = newRecord()
 	}
-	l.users[u] = r
+	l.keep(u, r)
 	return r, nil
+}
+
+// keep makes r user u's record in the batch.
+func (l *Likes) keep(u uint64, r *likes) {
+	l.users[u] = r
+	l.order = append(l.order, userRecord{u, r})
 }
 
 // newRecord is the like record of a user never seen, with room for its first like in
@@ -379,7 +394,8 @@ func (l *Likes) Flush(txn *cold.Txn, batch uint64) error {
 		}
 	}
 
-	for u, r := range l.users {
+	for _, ur := range l.order {
+		u, r := ur.u, ur.r
 		if !r.dirty {
 			continue
 		}

@@ -124,7 +124,8 @@ func (r *Resident[R]) Keep(readers map[uint64]R, l *Likes) {
 		r.size += st.Cost()
 	}
 	if l != nil {
-		for u, rec := range l.users {
+		for _, ur := range l.order {
+			u, rec := ur.u, ur.r
 			rec.mergeOver() // committed: into the states it shares with the resident record
 			if old, ok := r.likes[u]; ok {
 				r.size -= recordCost(old)
