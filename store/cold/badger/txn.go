@@ -740,7 +740,7 @@ func sortedWrites(writes map[string]*Entry, prefix []byte) []*Entry {
 	order := buf.order[:0]
 	var diff [2]uint64
 	for _, e := range writes {
-		if !bytes.HasPrefix(e.Key, prefix) {
+		if len(prefix) > 0 && !bytes.HasPrefix(e.Key, prefix) {
 			continue
 		}
 		var b [16]byte
