@@ -171,7 +171,7 @@ func (l *Likes) record(txn *cold.Txn, u uint64) (*likes, error) {
 					return nil, err
 				}
 			}
-			l.keep(u, r)
+			l.hold(u, r)
 			return r, nil
 		}
 	}
@@ -183,12 +183,13 @@ func (l *Likes) record(txn *cold.Txn, u uint64) (*likes, error) {
 	if r == nil {
 		r = newRecord()
 	}
-	l.keep(u, r)
+	l.hold(u, r)
 	return r, nil
 }
 
-// keep makes r user u's record in the batch.
-func (l *Likes) keep(u uint64, r *likes) {
+// hold makes r user u's record in the batch (Resident.Keep takes it in once the
+// transaction commits).
+func (l *Likes) hold(u uint64, r *likes) {
 	l.users[u] = r
 	l.order = append(l.order, userRecord{u, r})
 }
