@@ -84,7 +84,7 @@ func (s *Stage) replay(ctx context.Context, r *flow.Reader, c *coalescer) error 
 	start, records := time.Now(), 0
 	var lr *flow.Reader
 	err = s.retrying(ctx, "read the log", func() (err error) {
-		lr, err = flow.Read(ctx, s.js, sj.LogStream(), subj, s.st.Log, 16)
+		lr, err = flow.Read(ctx, s.js, sj.LogStream(), subj, s.st.Log, flow.Buffer{Msgs: 16, Bytes: readBytes})
 		return err
 	})
 	if err != nil {

@@ -31,14 +31,32 @@ type Reader struct {
 // starts where the last left off, and is checked there against the stream's leader.
 var Gaps atomic.Int64
 
+// Buffer bounds what a Reader holds that its user has not taken: at most Msgs messages
+// and Bytes bytes of payload on C (one message alone always fits, whatever its size),
+// and as many bytes again pulled from the stream and not on C yet — or the largest
+// payload its connection takes, when more (the least the server must be let send; pulls
+// of one small payload each drained TestLostPublishesNeverGiveAGapUp's backlog of tiny
+// messages five times slower). Bytes of 0 is DefaultBufferBytes. Counted in messages alone, as it was, a reader draining a backlog
+// of batches of a thousand events held up to a thousand of them: ~60 MB for each event
+// partition.
+type Buffer struct {
+	Msgs, Bytes int
+}
+
+// DefaultBufferBytes is a Buffer's bytes when not given.
+const DefaultBufferBytes = 1 << 20
+
 // Read starts an ordered consumer on stream for filter, beginning after position pos.
 // Ordered consumers need no acks and no server-side durable state: the position a stage
 // commits with its own state is the only truth about what it has consumed.
-func Read(ctx context.Context, js jetstream.JetStream, stream, filter string, pos uint64, buffer int) (*Reader, error) {
+func Read(ctx context.Context, js jetstream.JetStream, stream, filter string, pos uint64, buf Buffer) (*Reader, error) {
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverAllPolicy}
 	if pos > 0 {
 		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
 		cfg.OptStartSeq = pos + 1
+	}
+	if buf.Bytes <= 0 {
+		buf.Bytes = DefaultBufferBytes
 	}
 	// NATS away (restarting, a stream electing its leader) is no reason for a partition
 	// to stop: try again, with backoff, until ctx ends.
@@ -56,8 +74,9 @@ func Read(ctx context.Context, js jetstream.JetStream, stream, filter string, po
 		}
 	}
 	ctx, stop := context.WithCancel(ctx)
-	ch := make(chan jetstream.Msg, buffer)
+	ch := make(chan jetstream.Msg, max(buf.Msgs, 1))
 	r := &Reader{C: ch, stop: stop, ahead: ahead{last: pos}}
+	held := onChan{max: buf.Bytes}
 	var mu sync.Mutex // a consumer made again may deliver while the last one's delivery waits
 	cc, err := cons.Consume(func(m jetstream.Msg) {
 		mu.Lock()
@@ -78,17 +97,69 @@ func Read(ctx context.Context, js jetstream.JetStream, stream, filter string, po
 			}
 			m = parsed{m, md}
 		}
+		if !held.wait(ctx, ch, len(m.Data())) {
+			return
+		}
 		select {
 		case ch <- m:
 		case <-ctx.Done():
 		}
-	}, jetstream.PullMaxMessages(buffer))
+	}, jetstream.PullMaxBytes(max(buf.Bytes, int(maxPayload(js)))))
 	if err != nil {
 		stop()
 		return nil, fmt.Errorf("cannot consume %s: %w", filter, err)
 	}
 	r.cc = cc
 	return r, nil
+}
+
+// maxPayload is the largest message js's connection may be sent (1 MiB, NATS's default,
+// when it cannot tell).
+func maxPayload(js jetstream.JetStream) int64 {
+	if nc := js.Conn(); nc != nil {
+		if n := nc.MaxPayload(); n > 0 {
+			return n
+		}
+	}
+	return 1 << 20
+}
+
+// onChan tells the bytes of the messages a Reader's handler sent on C that its user
+// has not taken yet: the sizes sent, oldest first, of which those past len(C) were taken
+// (the user takes in order, and only the handler sends).
+type onChan struct {
+	max   int
+	sizes []int
+	head  int
+	bytes int // of sizes[head:]
+}
+
+// wait returns once a message of n bytes fits on ch with those still on it (at once on
+// an empty ch), recording it as sent; false if ctx ended first. The user takes from ch
+// without telling: wait looks again every while.
+func (h *onChan) wait(ctx context.Context, ch chan jetstream.Msg, n int) bool {
+	for pause := 20 * time.Microsecond; ; pause = min(2*pause, 5*time.Millisecond) {
+		on := len(ch)
+		for len(h.sizes)-h.head > on {
+			h.bytes -= h.sizes[h.head]
+			h.head++
+		}
+		if on == 0 || h.bytes+n <= h.max {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(pause):
+		}
+	}
+	if h.head > len(h.sizes)/2 { // keep the slice from growing with what was taken
+		h.sizes = h.sizes[:copy(h.sizes, h.sizes[h.head:])]
+		h.head = 0
+	}
+	h.sizes = append(h.sizes, n)
+	h.bytes += n
+	return true
 }
 
 // parsed is a delivered message with the metadata its reader parsed from its reply
