@@ -3,7 +3,6 @@ package event
 import (
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/store/cold"
-	"github.com/tally-dev/tally/store/unread"
 )
 
 // notify counts a notification of kind for owner caused by an event at place seq (0:
@@ -22,7 +21,6 @@ func (s *Stage) notify(txn *cold.Txn, w *work, kind string, owner pipeline.ID, s
 		w.forward(q, &n)
 		return nil
 	}
-	p := s.cfg.Partition
 	rs, err := w.readers.Get(txn, uint64(owner))
 	if err != nil {
 		return err
@@ -30,16 +28,12 @@ func (s *Stage) notify(txn *cold.Txn, w *work, kind string, owner pipeline.ID, s
 	read, changed := *rs.Read(kind), false
 	if moved > read { // counted and recorded, not covered by a read yet
 		w.c.add(s.fields.unread[kind], owner, pipeline.OpAdd, -1)
-		if err := unread.TakeNote(txn, p, uint64(owner), &rs, kind, moved); err != nil {
-			return err
-		}
+		w.readers.TakeNote(uint64(owner), &rs, kind, moved)
 		changed = true
 	}
 	if seq > read { // else none, or a read placed after it came first
 		w.c.add(s.fields.unread[kind], owner, pipeline.OpAdd, 1)
-		if err := unread.AddNote(txn, p, uint64(owner), &rs, kind, seq); err != nil {
-			return err
-		}
+		w.readers.AddNote(uint64(owner), &rs, kind, seq)
 		changed = true
 	}
 	if changed {

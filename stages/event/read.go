@@ -47,10 +47,10 @@ func (s *Stage) read(txn *cold.Txn, e *pipeline.Event, w *work) error {
 			// Records exist only up to the last one noted.
 			noted := *rs.Note(k)
 			if w.hop && noted > e.Seq {
-				n = unread.CountNotes(txn, s.cfg.Partition, uid, &rs, k, e.Seq)
+				n = w.readers.CountNotes(txn, uid, &rs, k, e.Seq)
 			}
 			if noted > prev {
-				err = unread.DropNotes(txn, s.cfg.Partition, uid, &rs, k, prev, e.Seq, maxDrops)
+				err = w.readers.DropNotes(txn, uid, &rs, k, prev, e.Seq, maxDrops)
 			}
 		}
 		if err != nil {

@@ -172,7 +172,7 @@ func (w *work) flush(txn *cold.Txn, batch uint64) error {
 	if err := w.viewers.Flush(txn); err != nil {
 		return err
 	}
-	return w.readers.Flush(txn)
+	return w.readers.Flush(txn, batch)
 }
 
 // full reports whether the transaction, with what it writes at its end (like records

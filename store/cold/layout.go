@@ -32,8 +32,14 @@ const (
 	// L|p|'l'|u), and relation keys whose values are states (those of layout 2 are read
 	// as they are).
 	LayoutStates = 3
+	// LayoutNoteChunks: the notifications a transaction records for a user and kind
+	// past the reader state's go under one key whose value lists their places
+	// (store/unread's notes.go), where each was a key of its own with no value — which
+	// reads as a chunk of one: nothing moves, but a tallyd of layout 3 would count a
+	// chunk as one notification.
+	LayoutNoteChunks = 4
 	// Layout is the layout this code writes, and the newest it reads.
-	Layout = LayoutStates
+	Layout = LayoutNoteChunks
 )
 
 // An Upgrade moves the keys of event partitions events, just restored from a backup of

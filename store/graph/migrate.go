@@ -173,7 +173,11 @@ type layoutStep struct {
 var layoutSteps = []layoutStep{
 	{cold.LayoutLikes, "likes", "likes to like records", moveLikes},
 	{cold.LayoutStates, "like-states", "like records to relation states", moveLikeStates},
+	{cold.LayoutNoteChunks, "note-chunks", "notifications to chunks", nothingMoves},
 }
+
+// nothingMoves is a layout step that reads what the layout before wrote as it is.
+func nothingMoves(*cold.DB, *groupWriter, int, int) (int, error) { return 0, nil }
 
 // Upgrade moves the keys of event partitions events, just restored from a backup of
 // layout from, to this layout (a cold.Upgrade: cold.Options.Upgrade): the steps after

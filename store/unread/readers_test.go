@@ -25,7 +25,7 @@ func TestReadersThroughResident(t *testing.T) {
 	}
 	rs.Like = 5
 	rd.Put(owner, rs)
-	if err := rd.Flush(txn); err != nil {
+	if err := rd.Flush(txn, 1); err != nil {
 		t.Fatal(err)
 	}
 	txn.Discard()
@@ -42,7 +42,7 @@ func TestReadersThroughResident(t *testing.T) {
 			}
 			rs.Like = 5
 			rd.Put(owner, rs)
-			return rd.Flush(txn)
+			return rd.Flush(txn, 1)
 		})
 		if err != nil {
 			t.Fatal(err)
