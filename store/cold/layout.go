@@ -33,10 +33,11 @@ const (
 	// as they are).
 	LayoutStates = 3
 	// LayoutNoteChunks: the notifications a transaction records for a user and kind
-	// past the reader state's go under one key whose value lists their places
-	// (store/unread's notes.go), where each was a key of its own with no value — which
-	// reads as a chunk of one: nothing moves, but a tallyd of layout 3 would count a
-	// chunk as one notification.
+	// past the reader state's go under one key whose value lists their places, and
+	// those it takes back that earlier ones recorded under keys of their own that counts
+	// subtract (store/unread's notes.go), where each place was a key of its own with no
+	// value — which reads as a chunk of one: nothing moves, but a tallyd of layout 3
+	// would count a chunk as one notification, and a place taken back as one more.
 	LayoutNoteChunks = 4
 	// Layout is the layout this code writes, and the newest it reads.
 	Layout = LayoutNoteChunks
