@@ -32,7 +32,7 @@ type Config struct {
 	// Badger finds too big (or whose log record is larger than NATS accepts) commits the
 	// messages that fit and goes on with the rest; a message that alone does not fit is
 	// dead-lettered. 1024 when 0: producers sending one event a message fill
-	// transactions of ~370 events with it, ~130 with 256.
+	// transactions of ~350 events with it, ~130 with 256.
 	MaxBatch int
 	// FanoutLimit is the most followers a post is pushed to; a post of an author with
 	// more is pulled by readers instead.
@@ -255,7 +255,8 @@ func (s *Stage) Run(ctx context.Context) error {
 
 // readBytes bounds the payloads an event partition's reader holds for it (flow.Buffer):
 // batches of a thousand JSON events are 40–64 KB and a transaction takes a few; with
-// 1 MiB, transactions of batches were smaller and cost ~20 % more CPU an event.
+// 1 MiB on C and 1 MiB pulled, transactions of batches were smaller and cost ~20 % more
+// CPU an event.
 const readBytes = 4 << 20
 
 // load takes the committed state and returns the outbox it left unsent.

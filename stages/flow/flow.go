@@ -36,9 +36,9 @@ var Gaps atomic.Int64
 // and as many bytes again pulled from the stream and not on C yet — or the largest
 // payload its connection takes, when more (the least the server must be let send; pulls
 // of one small payload each drained TestLostPublishesNeverGiveAGapUp's backlog of tiny
-// messages five times slower). Bytes of 0 is DefaultBufferBytes. Counted in messages alone, as it was, a reader draining a backlog
-// of batches of a thousand events held up to a thousand of them: ~60 MB for each event
-// partition.
+// messages over five times slower). Bytes of 0 is DefaultBufferBytes. Counted in
+// messages alone, as it was, a reader draining a backlog of batches of a thousand events
+// held up to a thousand of them: ~60 MB for each event partition.
 type Buffer struct {
 	Msgs, Bytes int
 }
