@@ -416,3 +416,72 @@ func TestFanoutReadsOwnPartition(t *testing.T) {
 		t.Fatalf("after an unfollow the author's partition lists %v, want the second follower", items)
 	}
 }
+
+// TestManyNotificationsAnyInterleaving is TestAnyInterleaving for two popular owners who
+// seldom read: hundreds of notifications each, far more than a reader state keeps, so
+// that they go in chunks (unread.Readers), with likes and comments undone and moved by
+// relations arriving out of order — places taken back from chunks — and reads now and
+// then that recount and drop them. Checked against the stream's order at quiet points.
+func TestManyNotificationsAnyInterleaving(t *testing.T) {
+	const parts, users = 3, 100
+	seeds := uint64(12)
+	if testing.Short() {
+		seeds = 4
+	}
+	for seed := range seeds {
+		r := rand.New(rand.NewPCG(seed, 11))
+		s := newSim(t, parts, 3)
+		held := int(seed % parts)
+		u := func() pipeline.ID { return pipeline.ID(4 + r.IntN(users-3)) }
+		posts := []uint64{1, 2, 3, 4}
+		post := func() pipeline.ID { return pipeline.ID(posts[r.IntN(len(posts))]) }
+		owner := func(p pipeline.ID) pipeline.ID { return 2 + p%2 } // users 2 and 3
+		spilled := 0
+		for round := range 4 {
+			for range 500 {
+				var e pipeline.Event
+				a, p := u(), post()
+				switch n := r.IntN(100); {
+				case n < 40:
+					e = pipeline.Event{Type: "like", UID: a, Post: p, Owner: owner(p)}
+				case n < 60:
+					e = pipeline.Event{Type: "unlike", UID: a, Post: p}
+				case n < 72:
+					e = pipeline.Event{Type: "comment", UID: a, Post: p, Comment: pipeline.ID(1 + r.IntN(3)), Owner: owner(p)}
+				case n < 78:
+					e = pipeline.Event{Type: "uncomment", UID: a, Post: p, Comment: pipeline.ID(1 + r.IntN(3))}
+				case n < 90:
+					e = pipeline.Event{Type: "mention", UID: a, Target: owner(p)}
+				case n < 99:
+					e = pipeline.Event{Type: "read", UID: a}
+				default: // the owners read now and then
+					kinds := pipeline.UnreadKinds()
+					r.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
+					e = pipeline.Event{Type: "read", UID: owner(p), Kinds: kinds[:1+r.IntN(len(kinds))]}
+				}
+				e.TS = int64(1 + r.IntN(3))
+				to := pipeline.PartitionOf(e.Key(), parts)
+				if r.IntN(3) == 0 {
+					to = r.IntN(parts)
+				}
+				s.publish(to, e)
+				for range r.IntN(3) {
+					if q := r.IntN(parts); q != held || r.IntN(10) == 0 {
+						s.step(q)
+					}
+				}
+			}
+			s.drain()
+			m := s.model()
+			for _, o := range []uint64{2, 3} {
+				if un := m.Unread(o); un.Like > 32 || un.Comment > 32 || un.Mention > 32 {
+					spilled++
+				}
+			}
+			s.check(m, users, posts, fmt.Sprintf("seed %d round %d", seed, round))
+		}
+		if spilled == 0 {
+			t.Fatalf("seed %d: no owner ever had more unread than a reader state keeps", seed)
+		}
+	}
+}
