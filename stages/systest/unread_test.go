@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/tally-dev/tally/client"
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/stages/node"
@@ -160,4 +162,112 @@ func unreadMany(t *testing.T, c *client.Client, uids []uint64) []pipeline.Unread
 		t.Fatal(err)
 	}
 	return got
+}
+
+// TestPopularOwnersUnread: three owners whose posts thousands like, unlike and comment
+// on, in batches split by partition and in batches that are not (so that likes are
+// handed over and relations move): far more notifications than a reader state keeps,
+// in chunks and places taken back (store/unread). Their reads are stored behind a
+// backlog in another partition, so that each reaches the owner's partition after
+// notifications placed after it and recounts what the chunks hold. Every count, unread
+// count and list equals the stored stream's order.
+func TestPopularOwnersUnread(t *testing.T) {
+	const parts, users, owners, slow = 4, 3000, 3, 1
+	rounds := 12
+	if testing.Short() {
+		rounds = 4
+	}
+	_, c := rig.StartNode(t, func(c *node.Config) { c.Partitions = parts })
+	ctx := context.Background()
+	js, err := jetstream.New(c.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := func(p int, from uint64) uint64 {
+		for id := from; ; id++ {
+			if pipeline.PartitionOf(pipeline.ID(id), parts) == p {
+				return id
+			}
+		}
+	}
+	var owner [owners]pipeline.ID // in partition 0
+	for i := range owner {
+		owner[i] = pipeline.ID(in(0, uint64(10+i*10)))
+	}
+	var likers []pipeline.ID // none in the slow partition
+	for u := uint64(100); len(likers) < users; u++ {
+		if pipeline.PartitionOf(pipeline.ID(u), parts) != slow {
+			likers = append(likers, pipeline.ID(u))
+		}
+	}
+	posts := []uint64{1 << 40, 1<<40 + 1, 1<<40 + 2, 1<<40 + 3, 1<<40 + 4, 1<<40 + 5}
+	ownerOf := func(p uint64) pipeline.ID { return owner[p%owners] }
+	tx := 0
+	unsplit := func(key pipeline.ID, evs []pipeline.Event) { // stored where key lands
+		t.Helper()
+		tx++
+		data, err := pipeline.Marshal(&pipeline.Batch{Events: evs}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.Publish(ctx, c.Subjects().Event(pipeline.TypeBatch, key), data, jetstream.WithMsgID(fmt.Sprint("pop.", tx))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slowKey := pipeline.ID(in(slow, 1<<41))
+	r := rand.New(rand.NewPCG(3, 5))
+	for round := range rounds {
+		views := make([]pipeline.Event, 20_000) // the slow partition's backlog
+		for i := range views {
+			views[i] = pipeline.Event{Type: "view", Post: slowKey, N: 1}
+		}
+		unsplit(slowKey, views)
+		for o := range owner { // behind it, each owner's read of one kind
+			unsplit(slowKey, []pipeline.Event{{Type: "read", UID: owner[o], Kinds: []string{[]string{"like", "comment", "mention"}[(round+o)%3]}}})
+		}
+		var batch []pipeline.Event
+		for i := range 2_000 { // placed after the reads, applied before them
+			p := posts[r.IntN(len(posts))]
+			uid := likers[r.IntN(len(likers))]
+			var e pipeline.Event
+			switch k := r.IntN(100); {
+			case k < 55:
+				e = pipeline.Event{Type: "like", UID: uid, Post: pipeline.ID(p), Owner: ownerOf(p)}
+			case k < 75:
+				e = pipeline.Event{Type: "unlike", UID: uid, Post: pipeline.ID(p)}
+			case k < 88:
+				e = pipeline.Event{Type: "comment", UID: uid, Post: pipeline.ID(p), Comment: pipeline.ID(1 + r.IntN(2)), Owner: ownerOf(p)}
+			case k < 93:
+				e = pipeline.Event{Type: "uncomment", UID: uid, Post: pipeline.ID(p), Comment: pipeline.ID(1 + r.IntN(2))}
+			default:
+				e = pipeline.Event{Type: "mention", UID: uid, Target: ownerOf(p)}
+			}
+			e.Tx = fmt.Sprint("pop.", round, ".", i)
+			if batch = append(batch, e); len(batch) == 250 {
+				if i/250%2 == 0 {
+					if err := c.PublishBatch(ctx, fmt.Sprint("pop.b.", round, ".", i), batch); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					unsplit(batch[0].Key(), batch)
+				}
+				batch = batch[:0]
+			}
+		}
+	}
+	rig.WaitCaughtUp(t, c)
+	ref := rig.StoredModel(t, c)
+	for _, o := range owner {
+		if u := ref.Unread(uint64(o)); u.Like+u.Comment+u.Mention <= 3*32 {
+			t.Fatalf("owner %d: %+v unread, not more than reader states keep: the test misses the chunks", o, u)
+		}
+	}
+	ids := make([]uint64, 0, owners+users)
+	for _, o := range owner {
+		ids = append(ids, uint64(o))
+	}
+	for _, u := range likers[:300] {
+		ids = append(ids, uint64(u))
+	}
+	rig.CheckReference(t, c, ref, ids, posts, 31)
 }
