@@ -70,6 +70,23 @@ func (s *sim) publish(p int, e pipeline.Event) {
 	s.stream = append(s.stream, simMsg{to: p, evs: []pipeline.Event{e}})
 }
 
+// interleave publishes e where its key lands, or a third of the time in another
+// partition's batch, then makes up to two partitions apply their next message, held a
+// tenth as often as the others.
+func (s *sim) interleave(r *rand.Rand, held int, e pipeline.Event) {
+	parts := len(s.stages)
+	to := pipeline.PartitionOf(e.Key(), parts)
+	if r.IntN(3) == 0 {
+		to = r.IntN(parts) // in another partition's batch
+	}
+	s.publish(to, e)
+	for range r.IntN(3) {
+		if q := r.IntN(parts); q != held || r.IntN(10) == 0 {
+			s.step(q)
+		}
+	}
+}
+
 // step makes partition p apply its next message; false when it has none.
 func (s *sim) step(p int) bool {
 	for ; s.next[p] < len(s.stream) && s.stream[s.next[p]].to != p; s.next[p]++ {
@@ -361,16 +378,7 @@ func TestAnyInterleaving(t *testing.T) {
 					e = pipeline.Event{Type: "read", UID: a, Kinds: kinds[:1+r.IntN(len(kinds))]}
 				}
 				e.TS = int64(1 + r.IntN(3)) // milliseconds that tie
-				to := pipeline.PartitionOf(e.Key(), parts)
-				if r.IntN(3) == 0 {
-					to = r.IntN(parts) // in another partition's batch
-				}
-				s.publish(to, e)
-				for range r.IntN(3) {
-					if q := r.IntN(parts); q != held || r.IntN(10) == 0 {
-						s.step(q)
-					}
-				}
+				s.interleave(r, held, e)
 			}
 			s.drain()
 			s.check(s.model(), users, posts, fmt.Sprintf("seed %d round %d", seed, round))
@@ -460,16 +468,7 @@ func TestManyNotificationsAnyInterleaving(t *testing.T) {
 					e = pipeline.Event{Type: "read", UID: owner(p), Kinds: kinds[:1+r.IntN(len(kinds))]}
 				}
 				e.TS = int64(1 + r.IntN(3))
-				to := pipeline.PartitionOf(e.Key(), parts)
-				if r.IntN(3) == 0 {
-					to = r.IntN(parts)
-				}
-				s.publish(to, e)
-				for range r.IntN(3) {
-					if q := r.IntN(parts); q != held || r.IntN(10) == 0 {
-						s.step(q)
-					}
-				}
+				s.interleave(r, held, e)
 			}
 			s.drain()
 			m := s.model()
