@@ -50,8 +50,8 @@ func TestLostPublishesNeverGiveAGapUp(t *testing.T) {
 	}
 	// The backlog, on one partition: system notices, each copied to the other partition
 	// in hop batches of 512 bytes (a dozen copies), and now and then views (delta
-	// batches). One notice a message, so that a transaction (256 messages) forwards a few
-	// hundred copies: the stage encodes up to 2 000 of them again for every hop batch it
+	// batches). One notice a message, so that a transaction (up to 1 024 messages) forwards
+	// hundreds of copies: the stage encodes up to 2 000 of them again for every hop batch it
 	// cuts, which thousands of tiny batches from one transaction make slow.
 	const messages, per, posts = 20_000, 1, 20
 	views := map[uint64]uint64{}
