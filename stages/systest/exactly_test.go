@@ -277,13 +277,7 @@ func TestInternalResendsBeyondDupWindow(t *testing.T) {
 	js, _ := jetstream.New(c.Conn())
 	// A user, a post and a batch key each in a different partition: the like travels
 	// from the batch's partition to the user's.
-	in := func(p int, from uint64) uint64 {
-		for id := from; ; id++ {
-			if pipeline.PartitionOf(pipeline.ID(id), parts) == p {
-				return id
-			}
-		}
-	}
+	in := func(p int, from uint64) uint64 { return idIn(parts, p, from) }
 	user := in(1, 100)
 	post := in(1, 1000) // a view of it is applied in the user's partition, after the like
 	key := in(2, 5000)

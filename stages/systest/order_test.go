@@ -23,13 +23,7 @@ func TestUnreadByStreamOrder(t *testing.T) {
 	_, c := rig.StartNode(t, func(c *node.Config) { c.Partitions = parts; c.FanoutLimit = 3 })
 	ctx := context.Background()
 	js, _ := jetstream.New(c.Conn())
-	in := func(p int, from uint64) uint64 {
-		for id := from; ; id++ {
-			if pipeline.PartitionOf(pipeline.ID(id), parts) == p {
-				return id
-			}
-		}
-	}
+	in := func(p int, from uint64) uint64 { return idIn(parts, p, from) }
 	const slow = 1 // the partition held back
 	owner, reader, author := in(0, 10), in(0, 20), in(slow, 30)
 	racer, celeb := in(2, 40), in(slow, 50) // celeb: more followers than the limit
@@ -52,10 +46,7 @@ func TestUnreadByStreamOrder(t *testing.T) {
 		for i := range evs {
 			evs[i].TS = ts
 		}
-		data, _ := pipeline.Marshal(&pipeline.Batch{Events: evs}, false)
-		if _, err := js.Publish(ctx, c.Subjects().Event(pipeline.TypeBatch, pipeline.ID(key)), data, jetstream.WithMsgID(fmt.Sprint("ord.", tx))); err != nil {
-			t.Fatal(err)
-		}
+		publishUnsplit(t, js, c.Subjects(), pipeline.ID(key), fmt.Sprint("ord.", tx), evs)
 	}
 	backlog := func() { // views of posts of the slow partition, published without waiting
 		t.Helper()

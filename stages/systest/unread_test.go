@@ -183,13 +183,7 @@ func TestPopularOwnersUnread(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := func(p int, from uint64) uint64 {
-		for id := from; ; id++ {
-			if pipeline.PartitionOf(pipeline.ID(id), parts) == p {
-				return id
-			}
-		}
-	}
+	in := func(p int, from uint64) uint64 { return idIn(parts, p, from) }
 	var owner [owners]pipeline.ID // in partition 0
 	for i := range owner {
 		owner[i] = pipeline.ID(in(0, uint64(10+i*10)))
@@ -203,16 +197,10 @@ func TestPopularOwnersUnread(t *testing.T) {
 	posts := []uint64{1 << 40, 1<<40 + 1, 1<<40 + 2, 1<<40 + 3, 1<<40 + 4, 1<<40 + 5}
 	ownerOf := func(p uint64) pipeline.ID { return owner[p%owners] }
 	tx := 0
-	unsplit := func(key pipeline.ID, evs []pipeline.Event) { // stored where key lands
+	unsplit := func(key pipeline.ID, evs []pipeline.Event) {
 		t.Helper()
 		tx++
-		data, err := pipeline.Marshal(&pipeline.Batch{Events: evs}, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := js.Publish(ctx, c.Subjects().Event(pipeline.TypeBatch, key), data, jetstream.WithMsgID(fmt.Sprint("pop.", tx))); err != nil {
-			t.Fatal(err)
-		}
+		publishUnsplit(t, js, c.Subjects(), key, fmt.Sprint("pop.", tx), evs)
 	}
 	slowKey := pipeline.ID(in(slow, 1<<41))
 	r := rand.New(rand.NewPCG(3, 5))
