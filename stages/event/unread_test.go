@@ -70,6 +70,18 @@ func (s *sim) publish(p int, e pipeline.Event) {
 	s.stream = append(s.stream, simMsg{to: p, evs: []pipeline.Event{e}})
 }
 
+// simSeeds runs fn for seeds workloads (short of them with -short), each with its own
+// random source, a fresh simulation of parts partitions and the partition it holds
+// back, which applies its messages a tenth as often as the others (see interleave).
+func simSeeds(t *testing.T, parts int, seeds, short, salt uint64, fn func(seed uint64, r *rand.Rand, s *sim, held int)) {
+	if testing.Short() {
+		seeds = short
+	}
+	for seed := range seeds {
+		fn(seed, rand.New(rand.NewPCG(seed, salt)), newSim(t, parts, 3), int(seed%uint64(parts)))
+	}
+}
+
 // interleave publishes e where its key lands, or a third of the time in another
 // partition's batch, then makes up to two partitions apply their next message, held a
 // tenth as often as the others.
@@ -330,14 +342,7 @@ func simUser(p, parts, from int) pipeline.ID {
 // every list equal the stream's order (the reference model), checked at quiet points.
 func TestAnyInterleaving(t *testing.T) {
 	const parts, users = 3, 12
-	seeds := uint64(40)
-	if testing.Short() {
-		seeds = 10
-	}
-	for seed := range seeds {
-		r := rand.New(rand.NewPCG(seed, 7))
-		s := newSim(t, parts, 3)
-		held := int(seed % parts) // applies its messages a tenth as often as the others
+	simSeeds(t, parts, 40, 10, 7, func(seed uint64, r *rand.Rand, s *sim, held int) {
 		u := func() pipeline.ID { return pipeline.ID(1 + r.IntN(users)) }
 		posts := []uint64{1, 2, 3, 4, 5, 6}
 		post := func() pipeline.ID { return pipeline.ID(posts[r.IntN(len(posts))]) }
@@ -383,7 +388,7 @@ func TestAnyInterleaving(t *testing.T) {
 			s.drain()
 			s.check(s.model(), users, posts, fmt.Sprintf("seed %d round %d", seed, round))
 		}
-	}
+	})
 }
 
 // TestFanoutReadsOwnPartition: an author's followers, made in the followers' partitions,
@@ -432,14 +437,7 @@ func TestFanoutReadsOwnPartition(t *testing.T) {
 // then that recount and drop them. Checked against the stream's order at quiet points.
 func TestManyNotificationsAnyInterleaving(t *testing.T) {
 	const parts, users = 3, 100
-	seeds := uint64(12)
-	if testing.Short() {
-		seeds = 4
-	}
-	for seed := range seeds {
-		r := rand.New(rand.NewPCG(seed, 11))
-		s := newSim(t, parts, 3)
-		held := int(seed % parts)
+	simSeeds(t, parts, 12, 4, 11, func(seed uint64, r *rand.Rand, s *sim, held int) {
 		u := func() pipeline.ID { return pipeline.ID(4 + r.IntN(users-3)) }
 		posts := []uint64{1, 2, 3, 4}
 		post := func() pipeline.ID { return pipeline.ID(posts[r.IntN(len(posts))]) }
@@ -482,5 +480,5 @@ func TestManyNotificationsAnyInterleaving(t *testing.T) {
 		if spilled == 0 {
 			t.Fatalf("seed %d: no owner ever had more unread than a reader state keeps", seed)
 		}
-	}
+	})
 }
