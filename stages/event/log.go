@@ -60,13 +60,47 @@ func (s *Stage) appendLog(ctx context.Context, data []byte, pos, n uint64) (uint
 	}
 }
 
+// purgeLog drops the log records below the one the committed state needs
+// (stagelog.State.LogKept) once at least purgeRecords of them, or any for purgeEvery,
+// have piled up. A failed purge is only logged: the next one drops them.
+func (s *Stage) purgeLog(ctx context.Context) {
+	keep := s.st.LogKept()
+	if keep <= s.purged+1 || keep < s.purged+purgeRecords && time.Since(s.purgedAt) < purgeEvery {
+		return
+	}
+	s.purgedAt = time.Now()
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, err := s.js.Stream(pctx, s.cfg.Subjects.LogStream())
+	if err == nil {
+		err = st.Purge(pctx, jetstream.WithPurgeSubject(s.cfg.Subjects.Log(s.cfg.Partition)), jetstream.WithPurgeSequence(keep))
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("cannot purge the log records the state no longer needs; will retry", "partition", s.cfg.Partition, "below", keep, "err", err)
+		}
+		return
+	}
+	s.purged = keep
+}
+
+// A stage's log with PurgeLog is purged once purgeRecords records or more can go, or
+// any after purgeEvery: a record holds a transaction's outbox (~50–100 bytes an event
+// of JSON batches), and a purge is a request to the server.
+const (
+	purgeRecords = 64
+	purgeEvery   = 5 * time.Second
+)
+
 // replay brings the state up to the partition's last log record: each record after the
 // state's is applied to the same events (read from r) in one transaction, with the
 // record's state and outbox rather than what this process would have cut and numbered,
 // and its outbox is sent again under the same message ids. This is how a new owner
 // (restored from a backup, or starting empty) or a restart after a crash between a
 // record and its commit continues exactly where the partition's last transaction left
-// it, whatever the previous owner had published.
+// it, whatever the previous owner had published. The outbox entries the state's own
+// transactions wrote that may not be stored yet (State.Unsent) are read from the log
+// on the way, from the record holding the oldest, and sent first.
 func (s *Stage) replay(ctx context.Context, r *flow.Reader, c *coalescer) error {
 	sj := s.cfg.Subjects
 	subj := sj.Log(s.cfg.Partition)
@@ -78,30 +112,53 @@ func (s *Stage) replay(ctx context.Context, r *flow.Reader, c *coalescer) error 
 	if err != nil {
 		return err
 	}
-	if last <= s.st.Log {
+	from, loaded := s.st.Log, s.st // loaded: the state as committed, whose entries are sought
+	unsent := loaded.Unsent != 0 && loaded.Unsent <= loaded.Outbox
+	if unsent {
+		from = min(from, max(loaded.UnsentLog, 1)-1) // Read starts after from
+	}
+	if last <= from {
 		return nil
 	}
 	start, records := time.Now(), 0
 	var lr *flow.Reader
 	err = s.retrying(ctx, "read the log", func() (err error) {
-		lr, err = flow.Read(ctx, s.js, sj.LogStream(), subj, s.st.Log, flow.Buffer{Msgs: 16, Bytes: readBytes})
+		lr, err = flow.Read(ctx, s.js, sj.LogStream(), subj, from, flow.Buffer{Msgs: 16, Bytes: readBytes})
 		return err
 	})
 	if err != nil {
 		return err
 	}
 	defer lr.Stop()
-	for s.st.Log < last {
+	first := true
+	for seq := from; seq < last; {
 		var m jetstream.Msg
 		select {
 		case m = <-lr.C:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		applied, err := s.logRecord(ctx, m, r, c, records == 0, true)
+		rec, err := decodeLog(m, &seq)
 		if err != nil {
 			return err
 		}
+		if unsent && (seq <= s.st.Log || first) {
+			// A record the state's transactions logged (the first after s.st.Log may be
+			// the state's own) holds entries from loaded.Unsent to loaded.Outbox: sent
+			// record by record (Send waits while too many are in flight), each before
+			// any record after the state's sends its own.
+			if err := s.out.Send(ctx, s.unsentIn(nil, rec, seq, &loaded)); err != nil {
+				return err
+			}
+		}
+		if seq <= s.st.Log {
+			continue
+		}
+		applied, err := s.logRecord(ctx, rec, seq, r, c, first, true)
+		if err != nil {
+			return err
+		}
+		first = first && !applied
 		if applied {
 			records++
 		}
@@ -110,30 +167,37 @@ func (s *Stage) replay(ctx context.Context, r *flow.Reader, c *coalescer) error 
 	return nil
 }
 
-// logRecord applies log message m (a record) to the events it covers, read from r. The
+// decodeLog decodes log message m, a record, and sets seq to its sequence in the log
+// stream.
+func decodeLog(m jetstream.Msg, seq *uint64) (*stagelog.Record, error) {
+	md, err := m.Metadata()
+	if err != nil {
+		return nil, fmt.Errorf("log message without metadata: %w", err)
+	}
+	*seq = md.Sequence.Stream
+	rec, err := stagelog.DecodeRecord(m.Data())
+	if err != nil {
+		return nil, fmt.Errorf("log record %d: %w", *seq, err)
+	}
+	return rec, nil
+}
+
+// logRecord applies rec, log record seq, to the events it covers, read from r. The
 // first record read after loading a state may be the state's own, which it only takes
 // as its position (applied false). send sends the record's outbox too: a standby
 // (Mirror) leaves that to the owner.
-func (s *Stage) logRecord(ctx context.Context, m jetstream.Msg, r *flow.Reader, c *coalescer, first, send bool) (applied bool, err error) {
-	md, err := m.Metadata()
-	if err != nil {
-		return false, fmt.Errorf("log message without metadata: %w", err)
-	}
-	rec, err := stagelog.DecodeRecord(m.Data())
-	if err != nil {
-		return false, fmt.Errorf("log record %d: %w", md.Sequence.Stream, err)
-	}
+func (s *Stage) logRecord(ctx context.Context, rec *stagelog.Record, seq uint64, r *flow.Reader, c *coalescer, first, send bool) (applied bool, err error) {
 	own := rec.Prev != s.st.Pos || (rec.State.N != 0 && rec.State.N == s.st.N)
 	if first && own && rec.State.Pos == s.st.Pos {
 		// The state's transaction committed naming the record before its own (see
 		// stagelog.State.Log): this record is the state's own. (A transaction that
 		// consumed no message ends where the one before did: N tells them apart.)
-		s.st.Log = md.Sequence.Stream
+		s.st.Log = seq
 		return false, nil
 	}
 	if rec.Prev != s.st.Pos {
 		return false, fmt.Errorf("%w: log record %d continues position %d but the state is at %d; restore a newer backup",
-			ErrGap, md.Sequence.Stream, rec.Prev, s.st.Pos)
+			ErrGap, seq, rec.Prev, s.st.Pos)
 	}
 	var msgs []jetstream.Msg
 	pos := s.st.Pos
@@ -151,9 +215,9 @@ func (s *Stage) logRecord(ctx context.Context, m jetstream.Msg, r *flow.Reader, 
 		}
 	}
 	if pos != rec.State.Pos {
-		return false, fmt.Errorf("%w: log record %d ends at event %d, which is no longer in the events stream", ErrGap, md.Sequence.Stream, rec.State.Pos)
+		return false, fmt.Errorf("%w: log record %d ends at event %d, which is no longer in the events stream", ErrGap, seq, rec.State.Pos)
 	}
-	return true, s.applyRecord(ctx, msgs, rec, md.Sequence.Stream, c, send)
+	return true, s.applyRecord(ctx, msgs, rec, seq, c, send)
 }
 
 // applyRecord applies msgs in one transaction that commits rec's state and outbox, and
@@ -179,7 +243,7 @@ func (s *Stage) applyRecord(ctx context.Context, msgs []jetstream.Msg, rec *stag
 	if err := s.release(txn, w, pos, rec.State.Hops, rec.DeadHops); err != nil {
 		return err
 	}
-	if err := stagelog.DeleteOutbox(txn, s.cfg.Partition, rec.Acked); err != nil {
+	if err := stagelog.DeleteOutbox(txn, s.cfg.Partition, rec.Acked, s.stored); err != nil {
 		return err
 	}
 	st := rec.State
@@ -191,10 +255,12 @@ func (s *Stage) applyRecord(ctx context.Context, msgs []jetstream.Msg, rec *stag
 	if err := txn.Commit(); err != nil {
 		return fmt.Errorf("cannot commit: %w", err)
 	}
+	s.noteCommitted(&st)
 	s.committed(st, w)
 	if !send {
 		return nil
 	}
+	s.sentFrom(seq, rec.Outbox)
 	return s.out.Send(ctx, rec.Outbox)
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/natstest"
+	"github.com/tally-dev/tally/stages/hop"
 	"github.com/tally-dev/tally/store/cold"
 	"github.com/tally-dev/tally/store/graph"
 	"github.com/tally-dev/tally/store/stagelog"
@@ -28,7 +29,11 @@ type logHarness struct {
 	sj    pipeline.Subjects
 	parts int
 	tx    int
-	opts  cold.Options // for the databases run opens (Dir is set there)
+	opts  cold.Options  // for the databases run opens (Dir is set there)
+	pub   hop.Publisher // what the stages run publish through (the JetStream context when nil)
+	batch int           // the stages' MaxBatch (its default when 0)
+	purge bool          // the stages purge their log (Config.PurgeLog)
+	nolog bool          // the stages do not log (Config.Log false)
 }
 
 func newLogHarness(t *testing.T) *logHarness { return newHarness(t, 1) }
@@ -72,6 +77,19 @@ func (h *logHarness) msgs(stream string) uint64 {
 	return info.State.Msgs
 }
 
+// last is the events stream's last sequence.
+func (h *logHarness) last() uint64 {
+	st, err := h.js.Stream(context.Background(), h.sj.EventsStream())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	info, err := st.Info(context.Background())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return info.State.LastSeq
+}
+
 type runningStage struct {
 	*Stage
 	db     *cold.DB
@@ -97,7 +115,7 @@ func (h *logHarness) run(owner string, db *cold.DB, run func(*Stage, context.Con
 		}
 		t.Cleanup(func() { db.Close() })
 	}
-	st, err := New(Config{Partition: 0, Partitions: h.parts, Subjects: h.sj, Families: pipeline.DefaultFamilies(), Log: true, Owner: owner},
+	st, err := New(Config{Partition: 0, Partitions: h.parts, Subjects: h.sj, Families: pipeline.DefaultFamilies(), Log: !h.nolog, Owner: owner, Publisher: h.pub, MaxBatch: h.batch, PurgeLog: h.purge},
 		h.js, db, slog.New(slog.NewTextHandler(io.Discard, nil)), NewStats())
 	if err != nil {
 		t.Fatal(err)
@@ -186,6 +204,160 @@ func TestLogReplay(t *testing.T) {
 	h.caughtUp(b)
 	if st := h.state(b.db); st.Log <= want.Log || st.Pos <= want.Pos {
 		t.Fatalf("state %+v after more events, was %+v", st, want)
+	}
+}
+
+// holdFirst publishes through js but holds back the first publish to subject: it is
+// never acknowledged (for an hour), as a publish lost without an error.
+type holdFirst struct {
+	js      jetstream.JetStream
+	subject string
+	held    atomic.Pointer[nats.Msg]
+}
+
+func (p *holdFirst) PublishMsgAsync(msg *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
+	if msg.Subject == p.subject && p.held.CompareAndSwap(nil, msg) {
+		return silentFuture{msg}, nil
+	}
+	return p.js.PublishMsgAsync(msg, opts...)
+}
+
+func (p *holdFirst) AckTimeout() time.Duration { return time.Hour }
+
+// TestUnsentOutboxFromTheLog: a logging stage keeps its outbox in its log, not in
+// Badger. A delta batch whose publish is lost stays unacknowledged while the batches of
+// later transactions are stored; the stage stops without it. Whoever takes the state
+// next — the same disk started again, or a standby that followed the log — sends it
+// again, read from the record of the transaction that wrote it, and the deltas stream
+// ends holding every batch once — also a stage started again without logging, which
+// then keeps its outbox in Badger.
+func TestUnsentOutboxFromTheLog(t *testing.T) {
+	for _, next := range []string{"restart", "standby", "no longer logging"} {
+		t.Run(next, func(t *testing.T) {
+			t.Parallel() // each stops with its batch unacknowledged: 5 s (Stage.finish)
+			h := newLogHarness(t)
+			// Transactions of 5 likes, one after the other: an idle stage waits for its
+			// outbox to be stored before it takes more.
+			h.likes(100, 7, 60)
+			pub := &holdFirst{js: h.js, subject: h.sj.Delta(pipeline.FamilyPost, 0)}
+			h.pub, h.batch = pub, 5
+			a := h.start("a.1", nil)
+			var sb *runningStage
+			if next == "standby" {
+				h.pub = nil
+				sb = h.run("b.1", nil, (*Stage).Mirror)
+			}
+			natstest.Eventually(t, 10*time.Second, "every like committed", func() (bool, string) {
+				return a.Position() == h.last(), fmt.Sprint("at ", a.Position())
+			})
+			if pub.held.Load() == nil {
+				t.Fatal("no delta batch of post partition 0 was published")
+			}
+			st := h.state(a.db)
+			if st.Unsent == 0 || st.UnsentLog == 0 || st.UnsentLog >= st.Log || st.LogKept() != st.UnsentLog {
+				t.Fatalf("state %+v: want the outbox kept in the log from a record before the state's own", st)
+			}
+			if _, out, err := stagelog.Load(a.db, 0); err != nil || len(out) != 0 {
+				t.Fatalf("Badger holds %d outbox entries (%v), want none: the log keeps them", len(out), err)
+			}
+			if err := a.stop(); err != nil {
+				t.Fatal(err)
+			}
+			batches := func() uint64 {
+				st := h.state(a.db)
+				var n uint64
+				for _, seq := range st.Seqs {
+					n += seq
+				}
+				return n
+			}
+			if got, want := h.msgs(h.sj.DeltasStream()), batches(); got != want-1 {
+				t.Fatalf("deltas stream holds %d batches before the restart, want %d (all but the one held)", got, want-1)
+			}
+			var b *runningStage
+			switch next {
+			case "restart":
+				h.pub = nil
+				b = h.start("a.2", a.db)
+			case "no longer logging":
+				h.pub, h.nolog = nil, true
+				b = h.start("a.2", a.db)
+			case "standby":
+				natstest.Eventually(t, 10*time.Second, "standby at the owner's last record", func() (bool, string) {
+					return sb.Position() == h.last(), fmt.Sprint("at ", sb.Position())
+				})
+				if err := sb.stop(); err != nil {
+					t.Fatal(err)
+				}
+				b = h.start("b.2", sb.db)
+			}
+			h.caughtUp(b)
+			if got, want := h.msgs(h.sj.DeltasStream()), batches(); got != want {
+				t.Fatalf("deltas stream holds %d batches, want %d: the batch never acknowledged was not sent again", got, want)
+			}
+			if next == "no longer logging" {
+				h.likes(1000, 7, 5)
+				h.caughtUp(b)
+				if st := h.state(b.db); st.Unsent != 0 || h.msgs(h.sj.DeltasStream()) != batches() {
+					t.Fatalf("state %+v, %d batches of %d stored: want the outbox in Badger again, every batch stored", st, h.msgs(h.sj.DeltasStream()), batches())
+				}
+			}
+		})
+	}
+}
+
+// TestPurgeLogKeepsWhatTheStateNeeds: a stage that purges its own log (one process
+// owning every partition, no backups) drops the records below the oldest its state
+// needs (stagelog.State.LogKept), never one holding an outbox entry that may be unsent,
+// and only once enough have piled up.
+func TestPurgeLogKeepsWhatTheStateNeeds(t *testing.T) {
+	h := newLogHarness(t)
+	for i := range 200 {
+		if _, err := h.js.Publish(context.Background(), h.sj.Log(0), []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.purge = true
+	a := h.run("", nil, func(*Stage, context.Context) error { return nil })
+	purge := func(st stagelog.State, want uint64) {
+		t.Helper()
+		a.st = st
+		a.purgeLog(context.Background())
+		if n := h.msgs(h.sj.LogStream()); n != want {
+			t.Fatalf("after a purge at state %+v the log holds %d records, want %d", st, n, want)
+		}
+	}
+	purge(stagelog.State{Log: 200, Unsent: 5, UnsentLog: 10}, 191)  // from the unsent entry's record on
+	purge(stagelog.State{Log: 200, Unsent: 9, UnsentLog: 50}, 191)  // 40 more: too few yet
+	purge(stagelog.State{Log: 200, Unsent: 12, UnsentLog: 80}, 121) // 70 more
+	purge(stagelog.State{Log: 200, Unsent: 13, UnsentLog: 0}, 121)  // the log's first: nothing goes
+	purge(stagelog.State{Log: 199}, 2)                              // all sent: the state's own on
+	purge(stagelog.State{Log: 199, Unsent: 40, UnsentLog: 199}, 2)  // nothing more
+}
+
+// TestPurgedLogStartsAgain: a stage that purges its log as it goes keeps a few records
+// of it, and started again on its state it goes on exactly: every delta batch once.
+func TestPurgedLogStartsAgain(t *testing.T) {
+	h := newLogHarness(t)
+	h.likes(100, 7, 300)
+	h.batch, h.purge = 2, true
+	a := h.start("", nil)
+	h.caughtUp(a)
+	if n := h.msgs(h.sj.LogStream()); n >= purgeRecords+2 {
+		t.Fatalf("the log holds %d records after %d transactions, want fewer than %d", n, h.state(a.db).N, purgeRecords+2)
+	}
+	if err := a.stop(); err != nil {
+		t.Fatal(err)
+	}
+	b := h.start("", a.db)
+	h.likes(1000, 7, 30)
+	h.caughtUp(b)
+	batches := uint64(0)
+	for _, seq := range h.state(b.db).Seqs {
+		batches += seq
+	}
+	if got := h.msgs(h.sj.DeltasStream()); got != batches {
+		t.Fatalf("deltas stream holds %d batches, want %d", got, batches)
 	}
 }
 

@@ -49,7 +49,12 @@ func (s *Stage) Mirror(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		}
-		applied, err := s.logRecord(ctx, m, r, c, first, false)
+		var seq uint64
+		rec, err := decodeLog(m, &seq)
+		applied := false
+		if err == nil {
+			applied, err = s.logRecord(ctx, rec, seq, r, c, first, false)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil

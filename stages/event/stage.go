@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -38,9 +39,14 @@ type Config struct {
 	// more is pulled by readers instead.
 	FanoutLimit int
 	// Log stores every transaction in the partition's log before it commits, and makes
-	// Run replay the records its state lacks first (see stagelog.Record): on when the state can
-	// move to another process.
+	// Run replay the records its state lacks first (see stagelog.Record); the log then
+	// keeps the outbox, which is not written to Badger (outbox.go). tallyd always logs;
+	// off, the outbox is kept in Badger.
 	Log bool
+	// PurgeLog, for a stage that logs where no backups purge its log (a process that
+	// owns every partition: the log is then only where its outbox is kept), drops the
+	// records its committed state no longer needs (stagelog.State.LogKept) as it goes.
+	PurgeLog bool
 	// Owner names this ownership of the partition (the node id and the lease revision)
 	// in the log's message ids, so that another owner's record is never taken for a
 	// re-sent one of ours.
@@ -124,9 +130,19 @@ type Stage struct {
 	busy      atomic.Bool   // from taking messages until their outbox is acknowledged
 	holding   atomic.Int64  // hop batches st holds above a gap, as counted in stats (and Lag)
 	st        stagelog.State
-	published []uint64  // outbox entries acknowledged, deleted in the next transaction
-	budget    int       // held hop batches the next transaction may release: halved when too many did not fit
-	warned    time.Time // when a failed log append was last logged
+	published []uint64 // outbox entries acknowledged, deleted in the next transaction
+	// stored is the greatest outbox entry Badger may hold (see outbox.go): entries above
+	// it are in the log alone.
+	stored uint64
+	inLog  []logged // the log records holding entries possibly not stored yet, oldest first
+	// what Outbox reports, as of the last commit (see noteCommitted)
+	outMu              sync.Mutex
+	outLast, outOldest uint64
+	budget             int       // held hop batches the next transaction may release: halved when too many did not fit
+	warned             time.Time // when a failed log append was last logged
+	// purged is the log record below which PurgeLog dropped the records, and when
+	purged   uint64
+	purgedAt time.Time
 
 	// resident is res's bytes as counted in stats; resHits and resMisses its reads.
 	resident, resHits, resMisses int64
@@ -221,9 +237,17 @@ func (s *Stage) Run(ctx context.Context) error {
 	defer s.behind.Track(nil, nil)
 	batch := make([]jetstream.Msg, 0, s.cfg.MaxBatch)
 	c := newCoalescer(s.cfg.Partitions)
-	if s.cfg.Log {
+	if s.cfg.Log || s.st.Unsent != 0 {
 		if err := s.replay(ctx, r, c); err != nil && ctx.Err() == nil {
 			return fmt.Errorf("event partition %d: %w", p, err)
+		}
+	}
+	if !s.cfg.Log && s.st.Unsent != 0 {
+		// A state whose outbox is in the log, and a stage that no longer logs (a
+		// process started again where NATS takes smaller payloads): what the log holds
+		// is stored before a transaction writes its outbox to Badger again.
+		if err := s.out.Reap(ctx, true); err != nil {
+			return nil // ctx ended
 		}
 	}
 	for ctx.Err() == nil {
@@ -275,9 +299,22 @@ func (s *Stage) load() ([]delivery.OutboxEntry, error) {
 	// The state read afresh: what it knew may be gone. Views' sketches get a quarter of
 	// the RAM, reader states and like records the rest.
 	s.st, s.res = st, graph.NewResident[unread.ReaderState](s.cfg.ResidentBytes-s.cfg.ResidentBytes/4)
+	s.stored, s.inLog = 0, nil
+	if len(outbox) > 0 {
+		s.stored = outbox[len(outbox)-1].Seq
+	}
 	s.resHits, s.resMisses = 0, 0
 	s.seen = viewers.NewCache(s.cfg.ResidentBytes / 4)
 	s.pos.Store(st.Pos)
+	s.outMu.Lock()
+	s.outLast, s.outOldest = st.Outbox, st.Outbox+1
+	switch {
+	case len(outbox) > 0:
+		s.outOldest = outbox[0].Seq
+	case st.Unsent != 0:
+		s.outOldest = st.Unsent
+	}
+	s.outMu.Unlock()
 	return outbox, nil
 }
 
@@ -288,10 +325,11 @@ func (s *Stage) finish() error {
 	defer cancel()
 	_ = s.out.Reap(ctx, true)
 	s.published = append(s.published, s.out.Published()...)
+	s.published = slices.DeleteFunc(s.published, func(q uint64) bool { return q > s.stored }) // in the log alone
 	for len(s.published) > 0 {
 		k := min(len(s.published), maxDeletes)
 		err := s.db.Update(func(txn *cold.Txn) error {
-			return stagelog.DeleteOutbox(txn, s.cfg.Partition, s.published[:k])
+			return stagelog.DeleteOutbox(txn, s.cfg.Partition, s.published[:k], s.stored)
 		})
 		if err != nil {
 			return err
@@ -395,6 +433,11 @@ func (s *Stage) try(ctx context.Context, msgs []jetstream.Msg, c *coalescer, dea
 		return len(msgs), w.released, err
 	}
 	s.published = append(s.published, s.out.Published()...)
+	if s.cfg.Log {
+		s.unsent(&st)
+	} else {
+		st.Unsent, st.UnsentLog = 0, 0 // the outbox goes to Badger (write)
+	}
 	if err := s.write(txn, &st, outbox, w); err != nil {
 		return len(msgs), w.released, tooBig(err)
 	}
@@ -419,7 +462,12 @@ func (s *Stage) try(ctx context.Context, msgs []jetstream.Msg, c *coalescer, dea
 	if err := txn.Commit(); err != nil {
 		return len(msgs), w.released, fmt.Errorf("cannot commit: %w", err)
 	}
+	s.noteCommitted(&st)
 	s.committed(st, w)
+	s.sentFrom(st.Log, outbox)
+	if s.cfg.PurgeLog {
+		s.purgeLog(ctx)
+	}
 	return len(msgs), w.released, s.out.Send(ctx, outbox)
 }
 
@@ -435,20 +483,27 @@ func tooBig(err error) error {
 // backlog they are many, and a transaction must stay small enough for its messages.
 const maxDeletes = 4096
 
-// write writes the transaction's likes and reader states, deletes acknowledged outbox entries and writes
-// the new ones and the state in txn. The state names the log record before this transaction's (see stagelog.State.Log).
+// write writes the transaction's likes and reader states, deletes the acknowledged
+// outbox entries Badger holds, writes the new ones there unless the log keeps them
+// (st.Unsent, outbox.go), and writes the state in txn. The state names the log record
+// before this transaction's (see stagelog.State.Log).
 func (s *Stage) write(txn *cold.Txn, st *stagelog.State, outbox []delivery.OutboxEntry, w *work) error {
 	p := s.cfg.Partition
 	if err := w.flush(txn, likesBatch(st)); err != nil {
 		return err
 	}
 	w.deleted = min(len(s.published), maxDeletes)
-	if err := stagelog.DeleteOutbox(txn, p, s.published[:w.deleted]); err != nil {
+	if err := stagelog.DeleteOutbox(txn, p, s.published[:w.deleted], s.stored); err != nil {
 		return err
 	}
-	for i := range outbox {
-		if err := stagelog.PutOutbox(txn, p, &outbox[i]); err != nil {
-			return err
+	if st.Unsent == 0 {
+		for i := range outbox {
+			if err := stagelog.PutOutbox(txn, p, &outbox[i]); err != nil {
+				return err
+			}
+		}
+		if len(outbox) > 0 {
+			w.stored = outbox[len(outbox)-1].Seq
 		}
 	}
 	return stagelog.Put(txn, p, st)
@@ -465,6 +520,7 @@ func likesBatch(st *stagelog.State) uint64 {
 // committed makes st the stage's state once its transaction has committed.
 func (s *Stage) committed(st stagelog.State, w *work) {
 	s.st, s.published = st, s.published[w.deleted:]
+	s.stored = max(s.stored, w.stored)
 	s.res.Keep(w.readers.Seen(), w.likes)
 	s.seen.Keep(w.viewers)
 	s.stats.Txns.Add(1)

@@ -70,6 +70,7 @@ type work struct {
 	ts                      int64  // the time of the event being applied (windows), for those it causes elsewhere
 	dups, forwarded, deltas int64  // counted once the transaction commits
 	deleted                 int    // acknowledged outbox entries the transaction deletes
+	stored                  uint64 // the last outbox entry the transaction writes to Badger (0: none)
 }
 
 // counted is what a transaction's messages add to the stats (Stats), added once it

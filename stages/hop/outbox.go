@@ -147,6 +147,19 @@ func NewOutbox(p Publisher, opts OutboxOptions) *Outbox {
 // Len is the number of entries not yet known to be stored.
 func (o *Outbox) Len() int { return len(o.inflight) }
 
+// Oldest returns the Seq of the oldest entry above floor not yet known to be stored,
+// and false when there is none. Send took every entry in the order of its Seq and
+// entries stay in flight in that order, replacements under their entry's Seq: every
+// entry Send took before it, above floor, is stored.
+func (o *Outbox) Oldest(floor uint64) (uint64, bool) {
+	for i := range o.inflight {
+		if seq := o.inflight[i].entry.Seq; seq > floor {
+			return seq, true
+		}
+	}
+	return 0, false
+}
+
 // Published returns the sequences (OutboxEntry.Seq) of the entries stored since the last
 // call; the caller deletes them from its outbox in its next transaction.
 func (o *Outbox) Published() []uint64 {

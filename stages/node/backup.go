@@ -32,7 +32,9 @@ func (n *Node) eventPiece(p int) cluster.Piece {
 		if err != nil {
 			return nil, err
 		}
-		return []uint64{st.Log}, nil
+		// The log record the state names, then the oldest one loading it reads (its
+		// outbox's, when that is kept in the log): what a purge must keep. Both only grow.
+		return []uint64{st.Log, st.LogKept()}, nil
 	}}
 }
 
@@ -72,13 +74,27 @@ func (n *Node) counterPiece(p int) cluster.Piece {
 	}}
 }
 
+// minLogPayload is the least payload NATS must take for a process that owns every
+// partition to keep its stages' outboxes in their logs: a record carries the
+// transaction's state (its destinations' sequences) beside its outbox, and one too
+// small for a lone message's transaction could be neither committed nor dead-lettered.
+// NATS's default is 1 MiB.
+const minLogPayload = 64 << 10
+
 // startStage starts partition p's event stage in pt, under pt's lease.
 func (n *Node) startStage(ctx context.Context, pt *owned) error {
 	p := pt.p
 	ec := event.Config{Partition: p, Partitions: n.cfg.Partitions, Subjects: n.subjects, Families: n.cfg.Families, FanoutLimit: n.cfg.FanoutLimit, ResidentBytes: n.residentBytes(), Windows: n.cfg.Windows}
 	ec.Publisher = n.cfg.publisher(n.js, uint64(1<<20+p))
-	if n.backups != nil { // the state moves between processes: log every transaction
-		ec.Log, ec.Owner, ec.Valid = true, pt.lease.Token(), pt.lease.Valid
+	// Every transaction is logged: the log keeps the outbox (stagelog.State.Unsent), and
+	// when the state moves between processes a new owner replays it. A process that owns
+	// every partition keeps the outbox in Badger instead where NATS takes no record of
+	// a useful size (minLogPayload).
+	ec.Log = n.backups != nil || n.js.Conn().MaxPayload() >= minLogPayload
+	if n.backups != nil {
+		ec.Owner, ec.Valid = pt.lease.Token(), pt.lease.Valid
+	} else {
+		ec.PurgeLog = true // no backup purges it
 	}
 	st, err := event.New(ec, n.stageJS(p), n.db, n.log, n.EventStats)
 	if err != nil {
@@ -178,14 +194,16 @@ func (n *Node) backupPart(ctx context.Context, pt *owned) (uint64, error) {
 		if err := n.purgeLog(ctx, pt.p, pt.kept.log); err != nil {
 			n.log.Warn("cannot purge the event-stage log records a backup covers", "partition", pt.p, "err", err)
 		}
-		pt.kept.log = logs[0]
+		pt.kept.log = logs[len(logs)-1]
 	}
 	return size + esize, nil
 }
 
-// purgeLog drops partition p's log records below seq, the last one a stored backup
-// covers: a new owner replays only the records after it. The covered record itself
-// stays, the subject's last sequence that the next append expects.
+// purgeLog drops partition p's log records below seq, the oldest one a stored backup's
+// state reads (stagelog.State.LogKept): a new owner replays only the records after the
+// state's own, and reads the outbox entries that may be unsent from the record holding
+// the oldest. The record itself stays, which may be the subject's last sequence that the
+// next append expects.
 func (n *Node) purgeLog(ctx context.Context, p int, seq uint64) error {
 	if seq <= 1 {
 		return nil

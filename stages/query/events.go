@@ -32,6 +32,10 @@ type Stage interface {
 	Lagger
 	Pulled() *unread.Pulled
 	Owned() bool
+	// Outbox tells how far the stage has published what it committed: the last outbox
+	// entry a committed transaction wrote, and the oldest not yet known to be stored
+	// (last+1 when every one is; see event.Stage.Outbox).
+	Outbox() (last, oldest uint64)
 }
 
 // SetStage registers st as event partition p's stage in this process, or removes it when

@@ -62,6 +62,8 @@ type fakeStage struct {
 	lag    query.Lagger
 	pulled *unread.Pulled
 	lapsed atomic.Bool // its lease may have lapsed (see Stage.Owned)
+	// unacked: its one outbox entry is not known to be stored yet (see Stage.Outbox)
+	unacked bool
 }
 
 func (f *fakeStage) Behind(ctx context.Context) (flow.Behind, error) {
@@ -72,6 +74,12 @@ func (f *fakeStage) Behind(ctx context.Context) (flow.Behind, error) {
 }
 func (f *fakeStage) Pulled() *unread.Pulled { return f.pulled }
 func (f *fakeStage) Owned() bool            { return !f.lapsed.Load() }
+func (f *fakeStage) Outbox() (last, oldest uint64) {
+	if f.unacked {
+		return 1, 1
+	}
+	return 1, 2
+}
 
 var families = pipeline.Families(pipeline.DefaultFamilies())
 

@@ -2,7 +2,6 @@ package query
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/stages/flow"
-	"github.com/tally-dev/tally/store/stagelog"
 )
 
 // positioned is a counter partition that tells the last sequence of its deltas stream
@@ -25,9 +23,9 @@ type positioned interface{ Position() uint64 }
 // things, each asked of the partition here or of its owner on its part.ev subject:
 //
 //   - every event stage has published what it had committed (see stageSettled): done
-//     once every outbox entry it had written when settle began is acknowledged (the
-//     entries are deleted from Badger in its next transaction), or once it is seen caught
-//     up (idle, nothing unacknowledged). Until all are, no id is settled: any stage may
+//     once every outbox entry it had written when settle began is acknowledged (as its
+//     next transaction finds: Stage.Outbox), or once it is seen caught up (idle, nothing
+//     unacknowledged). Until all are, no id is settled: any stage may
 //     hold a delta of any id. A partition owned by no process is not done.
 //   - then each id's counter partition: done once it has applied its deltas stream up to
 //     the last sequence stored by then, or, owned by another process, once it is seen
@@ -239,14 +237,11 @@ func (s *Server) counterCaughtUp(ctx context.Context, family string, p int) bool
 // the last outbox entry its stage has written (the one to wait for, when req does not
 // say it already), and whether it is acknowledged, or the stage is caught up.
 func (s *Server) stageSettled(ctx context.Context, p int, st Stage, req *evRequest) (*evReply, error) {
-	last, oldest, err := stagelog.Outbox(s.db, p)
-	if err != nil {
-		return nil, fmt.Errorf("cannot read the outbox of event partition %d: %w", p, err)
-	}
+	last, oldest := st.Outbox()
 	if req.HasLast {
 		last = req.Last
 	}
-	done := oldest == 0 || oldest > last
+	done := oldest > last
 	if !done {
 		b, err := st.Behind(ctx)
 		done = err == nil && b.Msgs == 0

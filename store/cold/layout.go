@@ -39,8 +39,13 @@ const (
 	// value — which reads as a chunk of one: nothing moves, but a tallyd of layout 3
 	// would count a chunk as one notification, and a place taken back as one more.
 	LayoutNoteChunks = 4
+	// LayoutOutboxInLog: an event stage that logs keeps its outbox in its log records,
+	// its state saying from which entry on they may be unsent (stagelog.State.Unsent),
+	// where every entry was a key in Badger until stored. Nothing moves, but a tallyd of
+	// layout 4 would find no outbox to send again after a crash.
+	LayoutOutboxInLog = 5
 	// Layout is the layout this code writes, and the newest it reads.
-	Layout = LayoutNoteChunks
+	Layout = LayoutOutboxInLog
 )
 
 // An Upgrade moves the keys of event partitions events, just restored from a backup of

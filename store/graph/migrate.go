@@ -174,6 +174,7 @@ var layoutSteps = []layoutStep{
 	{cold.LayoutLikes, "likes", "likes to like records", moveLikes},
 	{cold.LayoutStates, "like-states", "like records to relation states", moveLikeStates},
 	{cold.LayoutNoteChunks, "note-chunks", "notifications to chunks", nothingMoves},
+	{cold.LayoutOutboxInLog, "outbox-in-log", "outbox entries to the log", nothingMoves},
 }
 
 // nothingMoves is a layout step that reads what the layout before wrote as it is.

@@ -34,6 +34,24 @@ type State struct {
 	// Hops is what the partition has applied of each other partition's hop batches, and
 	// what it holds above a gap.
 	Hops map[uint32]*delivery.Mark `msgpack:"hops,omitempty"`
+	// Unsent, when not 0, says that the outbox entries from Unsent on are kept in the
+	// partition's log, not in Badger (layout 5, a stage that logs): every entry below it
+	// was stored, and those from it on may not have been. UnsentLog is the log record to
+	// read them from: the record holding entry Unsent or one before it (0: the log's
+	// first). 0 when the entries are in Badger: a stage that does not log, or a record
+	// of a version before.
+	Unsent    uint64 `msgpack:"unsent,omitempty"`
+	UnsentLog uint64 `msgpack:"unsent_log,omitempty"`
+}
+
+// LogKept is the oldest log record a stage loading st reads: its own (Log, or the one
+// after it) and, when its outbox is in the log, the one holding its oldest entry that
+// may be unsent. A log purged below it loses nothing the state needs.
+func (st *State) LogKept() uint64 {
+	if st.Unsent != 0 {
+		return min(st.Log, st.UnsentLog)
+	}
+	return st.Log
 }
 
 // Record is one transaction of an event stage as it is logged to NATS before it
@@ -50,9 +68,11 @@ type Record struct {
 	// DeadHops lists the held hop batches the transaction released and dead-lettered
 	// (one that does not fit in a transaction alone): a replay does not apply them.
 	DeadHops []delivery.HeldRef `msgpack:"dead_hops,omitempty"`
-	// Acked lists the outbox entries of earlier transactions this one deleted, their
-	// messages acknowledged: a standby that follows the log deletes them too, so that its
-	// outbox is the owner's and a takeover re-sends only what may be unsent.
+	// Acked lists the outbox entries of earlier transactions acknowledged since the
+	// transaction before (those Badger held are deleted by this one): a standby that
+	// follows the log and keeps them in Badger — a version before the outbox was kept in
+	// the log, or a state of one — deletes them too, so that its outbox is the owner's
+	// and a takeover re-sends only what may be unsent.
 	Acked []uint64 `msgpack:"acked,omitempty"`
 }
 
@@ -113,9 +133,13 @@ func PutOutbox(txn *cold.Txn, p int, e *delivery.OutboxEntry) error {
 	return txn.Set(outboxKey(p, e.Seq), v)
 }
 
-// DeleteOutbox removes published entries of partition p in txn.
-func DeleteOutbox(txn *cold.Txn, p int, seqs []uint64) error {
+// DeleteOutbox removes the published entries of partition p in txn that Badger may
+// hold, those up to through: the later ones were never written there (State.Unsent).
+func DeleteOutbox(txn *cold.Txn, p int, seqs []uint64, through uint64) error {
 	for _, s := range seqs {
+		if s > through {
+			continue
+		}
 		if err := txn.Delete(outboxKey(p, s)); err != nil {
 			return err
 		}

@@ -27,7 +27,8 @@ func TestStageOutbox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Update(func(txn *cold.Txn) error { return stagelog.DeleteOutbox(txn, 2, []uint64{1}) }); err != nil {
+	// Entry 3 is above what Badger holds (through 2): it is not deleted.
+	if err := db.Update(func(txn *cold.Txn) error { return stagelog.DeleteOutbox(txn, 2, []uint64{1, 3}, 2) }); err != nil {
 		t.Fatal(err)
 	}
 	st, out, err = stagelog.Load(db, 2)
@@ -36,39 +37,22 @@ func TestStageOutbox(t *testing.T) {
 	}
 }
 
-// TestStageOutboxBounds: the last entry written and the oldest not deleted yet.
-func TestStageOutboxBounds(t *testing.T) {
-	db := coldtest.Open(t, cold.Options{})
-	check := func(wantLast, wantOldest uint64) {
-		t.Helper()
-		last, oldest, err := stagelog.Outbox(db, 3)
-		if err != nil || last != wantLast || oldest != wantOldest {
-			t.Fatalf("Outbox = %d, %d, %v; want %d, %d", last, oldest, err, wantLast, wantOldest)
+// TestLogKept: a state whose outbox is in the log keeps the record holding its oldest
+// entry that may be unsent; one whose outbox is in Badger, its own.
+func TestLogKept(t *testing.T) {
+	for _, c := range []struct {
+		st   stagelog.State
+		want uint64
+	}{
+		{stagelog.State{Log: 9}, 9},
+		{stagelog.State{Log: 9, Unsent: 4, UnsentLog: 5}, 5},
+		{stagelog.State{Log: 9, Unsent: 4}, 0},
+		{stagelog.State{Log: 9, Unsent: 4, UnsentLog: 9}, 9},
+	} {
+		if got := c.st.LogKept(); got != c.want {
+			t.Errorf("%+v: LogKept %d, want %d", c.st, got, c.want)
 		}
 	}
-	check(0, 0)
-	update := func(fn func(txn *cold.Txn) error) {
-		t.Helper()
-		if err := db.Update(fn); err != nil {
-			t.Fatal(err)
-		}
-	}
-	update(func(txn *cold.Txn) error {
-		for seq := uint64(1); seq <= 3; seq++ {
-			if err := stagelog.PutOutbox(txn, 3, &delivery.OutboxEntry{Seq: seq, Subject: "s", MsgID: "m"}); err != nil {
-				return err
-			}
-		}
-		if err := stagelog.PutOutbox(txn, 4, &delivery.OutboxEntry{Seq: 1, Subject: "s", MsgID: "m"}); err != nil { // another partition
-			return err
-		}
-		return stagelog.Put(txn, 3, &stagelog.State{Pos: 9, Outbox: 3, Seqs: map[string]uint64{"post.1": 2}})
-	})
-	check(3, 1)
-	update(func(txn *cold.Txn) error { return stagelog.DeleteOutbox(txn, 3, []uint64{1, 2}) })
-	check(3, 3)
-	update(func(txn *cold.Txn) error { return stagelog.DeleteOutbox(txn, 3, []uint64{3}) })
-	check(3, 0)
 }
 
 // TestStageHops: the hop batches a stage state says it sent and applied, read from the
