@@ -65,7 +65,12 @@ func (h *logHarness) likes(uid, post, n int) {
 	}
 }
 
-func (h *logHarness) msgs(stream string) uint64 {
+func (h *logHarness) msgs(stream string) uint64 { return h.streamState(stream).Msgs }
+
+// last is the events stream's last sequence.
+func (h *logHarness) last() uint64 { return h.streamState(h.sj.EventsStream()).LastSeq }
+
+func (h *logHarness) streamState(stream string) jetstream.StreamState {
 	st, err := h.js.Stream(context.Background(), stream)
 	if err != nil {
 		h.t.Fatal(err)
@@ -74,20 +79,7 @@ func (h *logHarness) msgs(stream string) uint64 {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	return info.State.Msgs
-}
-
-// last is the events stream's last sequence.
-func (h *logHarness) last() uint64 {
-	st, err := h.js.Stream(context.Background(), h.sj.EventsStream())
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	info, err := st.Info(context.Background())
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	return info.State.LastSeq
+	return info.State
 }
 
 type runningStage struct {
