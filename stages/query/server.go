@@ -381,6 +381,12 @@ func (s *Server) answer(kind string, h func(*request) (any, error), m *nats.Msg,
 		code, failure = pipeline.CodeInternal, "cannot encode reply: "+err.Error()
 		data, _ = pipeline.Marshal(errorReply{Error: failure, Code: code}, r.asJSON)
 	}
+	if max := s.nc.MaxPayload(); int64(len(data))+1024 > max {
+		// NATS would refuse it, and the asker would only see its request time out.
+		failed, code = true, pipeline.CodeBadRequest
+		failure = fmt.Sprintf("%v: the reply of %d bytes is larger than the NATS server takes (max_payload %d): ask for fewer ids at a time", pipeline.ErrBadRequest, len(data), max)
+		data, _ = pipeline.Marshal(errorReply{Error: failure, Code: code}, r.asJSON)
+	}
 	if r.asJSON {
 		hdr = nats.Header{"Content-Type": []string{pipeline.ContentTypeJSON}}
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/pipeline/embedded"
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/stages/flow"
 	"github.com/tally-dev/tally/stages/query"
@@ -497,4 +498,32 @@ func TestGetWaitsOutHandOver(t *testing.T) {
 		a.setOwned(true, 3) // …and started in a, a moment later
 	})
 	check(t, get(t, client, "tally.get.post", ids), ids, n)
+}
+
+// TestReplyTooLargeForNATS: a reply larger than the NATS server takes (its max_payload)
+// is answered with an error saying so, where NATS refused it and the asker only saw its
+// request time out.
+func TestReplyTooLargeForNATS(t *testing.T) {
+	s, err := embedded.Start(embedded.Config{Host: "127.0.0.1", Port: -1, StoreDir: t.TempDir(), MaxPayload: 16 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	nc := natstest.Connect(t, s)
+	startNode(t, s, openDB(t), 1, 5*time.Second, 0)
+	var few, many pipeline.GetRequest
+	for id := range pipeline.ID(1000) {
+		if id < 10 {
+			few.IDs = append(few.IDs, id+1)
+		}
+		many.IDs = append(many.IDs, id+1)
+	}
+	var r pipeline.GetReply
+	if ask(t, nc, "tally.get.post", nil, &few, &r); r.Error != "" || len(r.Counts) != len(few.IDs) {
+		t.Fatalf("get of %d ids: %+v", len(few.IDs), r)
+	}
+	r = pipeline.GetReply{}
+	if ask(t, nc, "tally.get.post", nil, &many, &r); r.Code != pipeline.CodeBadRequest || !strings.Contains(r.Error, "max_payload") {
+		t.Fatalf("get of %d ids on a server of 16 KiB payloads: error %q (%s), want one naming max_payload", len(many.IDs), r.Error, r.Code)
+	}
 }

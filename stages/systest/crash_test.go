@@ -51,6 +51,10 @@ func runChild(dir string) int {
 	if url := os.Getenv("TALLY_CRASH_NATS"); url != "" {
 		cfg.NATSURL, cfg.BackupEvery, cfg.LeaseTTL, cfg.Join = url, 300*time.Millisecond, failoverTTL, true
 	}
+	// The full-disk test runs it alone on a NATS server of its own (see TestDiskFull).
+	if url := os.Getenv("TALLY_CRASH_ALONE_NATS"); url != "" {
+		cfg.NATSURL = url
+	}
 	// The availability tests read what it owns, and stop it as tallyd stops (SIGTERM).
 	cfg.Metrics = os.Getenv("TALLY_CRASH_METRICS")
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)

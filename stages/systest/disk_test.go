@@ -19,6 +19,7 @@ import (
 
 	"github.com/tally-dev/tally/client"
 	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/pipeline/embedded"
 	"github.com/tally-dev/tally/stages/systest/rig"
 )
 
@@ -57,6 +58,7 @@ type diskChild struct {
 	dir    string
 	listen string
 	cred   *syscall.Credential
+	env    []string // given at every start
 	cmd    *exec.Cmd
 	stderr *rig.LogBuffer
 	exited chan struct{}
@@ -66,7 +68,7 @@ type diskChild struct {
 func (c *diskChild) start(env ...string) {
 	c.t.Helper()
 	c.cmd = exec.Command(os.Args[0], "-test.run=^$")
-	c.cmd.Env = append(append(os.Environ(), "TALLY_CRASH_CHILD="+c.dir, "TALLY_CRASH_LISTEN="+c.listen), env...)
+	c.cmd.Env = append(append(append(os.Environ(), "TALLY_CRASH_CHILD="+c.dir, "TALLY_CRASH_LISTEN="+c.listen), c.env...), env...)
 	if c.cred != nil {
 		c.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
 	}
@@ -166,9 +168,21 @@ func publishUntil(t *testing.T, c *client.Client, tx string, evs []pipeline.Even
 // events until Badger cannot write. The child must exit non-zero, promptly, saying that
 // its data directory cannot be written; started again without the limit, every count
 // must equal the reference: nothing lost, nothing counted twice.
+//
+// The child runs on a NATS server of the test's own, which takes payloads of at most
+// 60 KiB: Tally then keeps its event stages' outboxes in Badger (below 64 KiB, see
+// node's minLogPayload) rather than in their logs in NATS, so that the dead letters of
+// malformed messages fill Badger in seconds. (Kept in the log, every outbox goes to
+// NATS, and Badger fills only with relations, at ~100 bytes an event.)
 func TestDiskFull(t *testing.T) {
-	const limit = 16 << 20 // above JetStream's 8 MiB blocks, below Badger's next memtable
-	ch := &diskChild{t: t, dir: t.TempDir(), listen: rig.FreeAddr(t)}
+	const limit = 16 << 20 // below Badger's next memtable
+	s, err := embedded.Start(embedded.Config{Host: "127.0.0.1", Port: -1, StoreDir: t.TempDir(), MaxPayload: 60 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	server := strings.TrimPrefix(s.ClientURL(), "nats://")
+	ch := &diskChild{t: t, dir: t.TempDir(), listen: rig.FreeAddr(t), env: []string{"TALLY_CRASH_ALONE_NATS=" + s.ClientURL()}}
 	ch.start("TALLY_DISK_FSIZE=" + strconv.Itoa(limit))
 	t.Cleanup(func() {
 		ch.stop()
@@ -176,7 +190,7 @@ func TestDiskFull(t *testing.T) {
 			t.Logf("last child stderr:\n%s", ch.stderr.String())
 		}
 	})
-	c := diskClient(t, ch.listen)
+	c := diskClient(t, server)
 	rig.WaitCaughtUp(t, c)
 	_ = ch.cmd.Process.Signal(syscall.SIGUSR1)
 	rig.Eventually(t, "file size limit set", func() (bool, string) {
@@ -189,11 +203,12 @@ func TestDiskFull(t *testing.T) {
 	pendingTx := ""
 	chunk := 0
 	// Badger fails when it needs a new memtable, after 32 MiB of writes. Besides the
-	// random log, malformed messages of 400 KB are sent: each is dead-lettered through
-	// the outbox, so Badger stores its ~550 KB dead-letter entry, and fills in seconds.
-	nc := natsConn(t, ch.listen)
+	// random log, malformed messages of 40 KB are sent, 20 a chunk: each is
+	// dead-lettered through the outbox, so Badger stores its ~55 KB dead-letter entry,
+	// and fills in seconds.
+	nc := natsConn(t, server)
 	js, _ := jetstream.New(nc)
-	junk := make([]byte, 400<<10)
+	junk := make([]byte, 40<<10)
 	for i := range junk {
 		junk[i] = byte(g.r.IntN(256))
 	}
@@ -212,7 +227,7 @@ func TestDiskFull(t *testing.T) {
 			pending, pendingTx = evs, tx
 			break
 		}
-		for i := range 2 {
+		for i := range 20 {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			_, _ = js.Publish(ctx, c.Subjects().Event("like", pipeline.ID(chunk)), junk, jetstream.WithMsgID(tx+".junk."+strconv.Itoa(i)))
 			cancel()
@@ -243,7 +258,7 @@ func TestDiskFull(t *testing.T) {
 
 	// Restart without the limit: the producer re-sends what was not acknowledged.
 	ch.start()
-	c = diskClient(t, ch.listen)
+	c = diskClient(t, server)
 	rig.Eventually(t, "restarted after the full disk", func() (bool, string) {
 		if !ch.running() {
 			// Badger leaves the memtable file it could not size empty, and an empty
