@@ -2,6 +2,7 @@ package event
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -454,5 +455,51 @@ func TestReplayRidesOutLogTimeouts(t *testing.T) {
 	})
 	if flaky.fails.Load() >= 0 {
 		t.Fatal("no log read failed: the test did not test that")
+	}
+}
+
+// TestDeadLetterOfAHugeMessageFitsItsRecord: a malformed message nearly as large as NATS
+// takes is dead-lettered with as much of it as one NATS message holds; beside a state of
+// many destinations, that does not fit in one log record, and the partition stopped on
+// it. The dead letter goes without the message's bytes then, saying how many there were,
+// and the partition goes on.
+func TestDeadLetterOfAHugeMessageFitsItsRecord(t *testing.T) {
+	h := newLogHarness(t)
+	db, err := cold.Open(cold.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	st := stagelog.State{Seqs: map[string]uint64{}}
+	for i := range 3000 { // a state of many destinations: ~40 KB
+		st.Seqs[fmt.Sprintf("family%d.%d", i%7, i)] = uint64(1000 + i)
+	}
+	if err := db.Update(func(txn *cold.Txn) error { return stagelog.Put(txn, 0, &st) }); err != nil {
+		t.Fatal(err)
+	}
+	junk := make([]byte, int(h.js.Conn().MaxPayload())-4096)
+	junk[0] = 0xc1 // never used by MessagePack, and not JSON
+	if _, err := h.js.Publish(context.Background(), h.sj.Event(pipeline.TypeLike, 1), junk); err != nil {
+		t.Fatal(err)
+	}
+	h.likes(100, 7, 3)
+	a := h.start("a.1", db)
+	h.caughtUp(a)
+	select {
+	case err := <-a.done:
+		t.Fatalf("the stage stopped: %v", err)
+	default:
+	}
+	dlq, err := h.js.Stream(context.Background(), h.sj.DLQStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := dlq.GetLastMsgForSubject(context.Background(), h.sj.DLQ("event", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dl DeadLetter
+	if err := json.Unmarshal(m.Data, &dl); err != nil || dl.Size != len(junk) || len(dl.Data) != 0 || dl.Index != -1 {
+		t.Fatalf("dead letter %+v (%v): want one without the message's %d bytes, saying how many", dl, err, len(junk))
 	}
 }

@@ -140,6 +140,7 @@ type Stage struct {
 	outLast, outOldest uint64
 	budget             int       // held hop batches the next transaction may release: halved when too many did not fit
 	warned             time.Time // when a failed log append was last logged
+	bare               bool      // dead letters carry none of the bytes they are about (see commit)
 	// purged is the log record below which PurgeLog dropped the records, and when
 	purged   uint64
 	purgedAt time.Time
@@ -392,6 +393,14 @@ func (s *Stage) commit(ctx context.Context, msgs []jetstream.Msg, c *coalescer) 
 			}
 			s.log.Warn("a message does not fit in one transaction: dead-lettered", "seq", seq)
 			_, _, err = s.try(ctx, msgs[:1], c, []uint64{seq}, 0)
+			if errors.Is(err, errTooBig) {
+				// Its dead letter, cut to fit a NATS message, and the state do not fit
+				// in one log record together (a state of many partitions): the dead
+				// letter goes without the message's bytes (DeadLetter.Size says how many).
+				s.bare = true
+				_, _, err = s.try(ctx, msgs[:1], c, []uint64{seq}, 0)
+				s.bare = false
+			}
 			return 1, err
 		case fit < n:
 			n = max(fit, 1)

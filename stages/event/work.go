@@ -456,7 +456,7 @@ func (s *Stage) deadLetterData(dl DeadLetter, data []byte) []byte {
 	for k, vs := range dl.Header {
 		room -= len(k) + len(fmt.Sprint(vs))
 	}
-	if room < 0 {
+	if room < 0 || s.bare {
 		dl.Header, room = nil, 0
 	}
 	dl.Data = data
