@@ -229,8 +229,9 @@ func TestUnsentOutboxFromTheLog(t *testing.T) {
 		t.Run(next, func(t *testing.T) {
 			t.Parallel() // each stops with its batch unacknowledged: 5 s (Stage.finish)
 			h := newLogHarness(t)
-			// Transactions of 5 likes, one after the other: an idle stage waits for its
-			// outbox to be stored before it takes more.
+			// Transactions of 5 likes, one after the other, while the reader keeps up:
+			// an idle stage waits for its outbox to be stored before it takes more, so
+			// that it may stop short of the 60.
 			h.likes(100, 7, 60)
 			pub := &holdFirst{js: h.js, subject: h.sj.Delta(pipeline.FamilyPost, 0)}
 			h.pub, h.batch = pub, 5
@@ -240,8 +241,8 @@ func TestUnsentOutboxFromTheLog(t *testing.T) {
 				h.pub = nil
 				sb = h.run("b.1", nil, (*Stage).Mirror)
 			}
-			natstest.Eventually(t, 10*time.Second, "every like committed", func() (bool, string) {
-				return a.Position() == h.last(), fmt.Sprint("at ", a.Position())
+			natstest.Eventually(t, 10*time.Second, "4 transactions after the first committed", func() (bool, string) {
+				return a.Position() >= 25, fmt.Sprint("at ", a.Position())
 			})
 			if pub.held.Load() == nil {
 				t.Fatal("no delta batch of post partition 0 was published")
@@ -256,15 +257,15 @@ func TestUnsentOutboxFromTheLog(t *testing.T) {
 			if err := a.stop(); err != nil {
 				t.Fatal(err)
 			}
-			batches := func() uint64 {
-				st := h.state(a.db)
+			batches := func(db *cold.DB) uint64 {
+				st := h.state(db)
 				var n uint64
 				for _, seq := range st.Seqs {
 					n += seq
 				}
 				return n
 			}
-			if got, want := h.msgs(h.sj.DeltasStream()), batches(); got != want-1 {
+			if got, want := h.msgs(h.sj.DeltasStream()), batches(a.db); got != want-1 {
 				t.Fatalf("deltas stream holds %d batches before the restart, want %d (all but the one held)", got, want-1)
 			}
 			var b *runningStage
@@ -277,7 +278,7 @@ func TestUnsentOutboxFromTheLog(t *testing.T) {
 				b = h.start("a.2", a.db)
 			case "standby":
 				natstest.Eventually(t, 10*time.Second, "standby at the owner's last record", func() (bool, string) {
-					return sb.Position() == h.last(), fmt.Sprint("at ", sb.Position())
+					return sb.Position() == a.Position(), fmt.Sprint("at ", sb.Position(), " of ", a.Position())
 				})
 				if err := sb.stop(); err != nil {
 					t.Fatal(err)
@@ -285,14 +286,14 @@ func TestUnsentOutboxFromTheLog(t *testing.T) {
 				b = h.start("b.2", sb.db)
 			}
 			h.caughtUp(b)
-			if got, want := h.msgs(h.sj.DeltasStream()), batches(); got != want {
+			if got, want := h.msgs(h.sj.DeltasStream()), batches(b.db); got != want {
 				t.Fatalf("deltas stream holds %d batches, want %d: the batch never acknowledged was not sent again", got, want)
 			}
 			if next == "no longer logging" {
 				h.likes(1000, 7, 5)
 				h.caughtUp(b)
-				if st := h.state(b.db); st.Unsent != 0 || h.msgs(h.sj.DeltasStream()) != batches() {
-					t.Fatalf("state %+v, %d batches of %d stored: want the outbox in Badger again, every batch stored", st, h.msgs(h.sj.DeltasStream()), batches())
+				if st := h.state(b.db); st.Unsent != 0 || h.msgs(h.sj.DeltasStream()) != batches(b.db) {
+					t.Fatalf("state %+v, %d batches of %d stored: want the outbox in Badger again, every batch stored", st, h.msgs(h.sj.DeltasStream()), batches(b.db))
 				}
 			}
 		})
@@ -332,12 +333,14 @@ func TestPurgeLogKeepsWhatTheStateNeeds(t *testing.T) {
 // of it, and started again on its state it goes on exactly: every delta batch once.
 func TestPurgedLogStartsAgain(t *testing.T) {
 	h := newLogHarness(t)
-	h.likes(100, 7, 300)
+	h.likes(100, 7, 600)
 	h.batch, h.purge = 2, true
 	a := h.start("", nil)
 	h.caughtUp(a)
-	if n := h.msgs(h.sj.LogStream()); n >= purgeRecords+2 {
-		t.Fatalf("the log holds %d records after %d transactions, want fewer than %d", n, h.state(a.db).N, purgeRecords+2)
+	// A purge every purgeRecords records at most, from the one holding the oldest entry
+	// in flight when the last transaction committed: a loaded machine leaves more.
+	if n, txns := h.msgs(h.sj.LogStream()), h.state(a.db).N; n >= txns/2 {
+		t.Fatalf("the log holds %d records after %d transactions, want fewer than %d", n, txns, txns/2)
 	}
 	if err := a.stop(); err != nil {
 		t.Fatal(err)
