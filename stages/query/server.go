@@ -326,6 +326,20 @@ func (r *request) decode(v any) error {
 	return pipeline.DecodeRequest(r.msg.Data, r.asJSON, v)
 }
 
+// headerBytes is the size of hdr as NATS sends it.
+func headerBytes(hdr nats.Header) int {
+	if len(hdr) == 0 {
+		return 0
+	}
+	n := len("NATS/1.0\r\n\r\n")
+	for k, vs := range hdr {
+		for _, v := range vs {
+			n += len(k) + len(": \r\n") + len(v)
+		}
+	}
+	return n
+}
+
 // errorReply is the reply to any request that failed; Code tells a client which
 // sentinel error to return (pipeline.ErrorCode).
 type errorReply struct {
@@ -381,12 +395,6 @@ func (s *Server) answer(kind string, h func(*request) (any, error), m *nats.Msg,
 		code, failure = pipeline.CodeInternal, "cannot encode reply: "+err.Error()
 		data, _ = pipeline.Marshal(errorReply{Error: failure, Code: code}, r.asJSON)
 	}
-	if max := s.nc.MaxPayload(); int64(len(data))+1024 > max {
-		// NATS would refuse it, and the asker would only see its request time out.
-		failed, code = true, pipeline.CodeBadRequest
-		failure = fmt.Sprintf("%v: the reply of %d bytes is larger than the NATS server takes (max_payload %d): ask for fewer ids at a time", pipeline.ErrBadRequest, len(data), max)
-		data, _ = pipeline.Marshal(errorReply{Error: failure, Code: code}, r.asJSON)
-	}
 	if r.asJSON {
 		hdr = nats.Header{"Content-Type": []string{pipeline.ContentTypeJSON}}
 	}
@@ -395,6 +403,13 @@ func (s *Server) answer(kind string, h func(*request) (any, error), m *nats.Msg,
 			hdr = nats.Header{}
 		}
 		hdr.Set(goneHeader, "1")
+	}
+	// NATS counts the headers in max_payload (micro adds none to a reply that succeeds).
+	if max := s.nc.MaxPayload(); int64(len(data)+headerBytes(hdr)) > max {
+		// NATS would refuse it, and the asker would only see its request time out.
+		failed, code = true, pipeline.CodeBadRequest
+		failure = fmt.Sprintf("%v: the reply of %d bytes is larger than the NATS server takes (max_payload %d): ask for fewer ids at a time", pipeline.ErrBadRequest, len(data), max)
+		data, _ = pipeline.Marshal(errorReply{Error: failure, Code: code}, r.asJSON)
 	}
 	if s.cfg.OnQuery != nil {
 		s.cfg.OnQuery(kind, time.Since(start), failed)
