@@ -102,7 +102,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 	fs.BoolVar(&cfg.KeyedEvents, "keyed-events", cfg.KeyedEvents, "store each event under its key's subject as tallyd before protocol 1.8 did (the server then keeps ~330 bytes of RAM per key in the events stream); on only while a tallyd before 1.8 runs with the prefix, which refuses events stored otherwise")
 	fs.BoolVar(&cfg.Snapshots, "snapshots", cfg.Snapshots, "keep hot-table snapshots in <data>/snapshots for a fast restart")
 	fs.BoolVar(&cfg.Join, "join", cfg.Join, "share the partitions (event stages and counters) with the other tallyd of the prefix and take a share of theirs over when one stops or dies, instead of refusing to start (needs --backup-every)")
-	fs.DurationVar(&cfg.BackupEvery, "backup-every", cfg.BackupEvery, "back the state up to the NATS object store <PREFIX>_STATE this often and log every event-stage transaction, so partitions can move to another machine; 0 never")
+	fs.DurationVar(&cfg.BackupEvery, "backup-every", cfg.BackupEvery, "back the state up to the NATS object store <PREFIX>_STATE this often, so partitions can move to another machine; 0 never")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", cfg.LeaseTTL, "how long an ownership lease outlives a dead owner")
 	fs.BoolVar(&cfg.Standbys, "standbys", cfg.Standbys, "keep warm copies of partitions other tallyd own (about a share more RAM and CPU), so that taking one over restores nothing; with --backup-every")
 	fs.DurationVar(&cfg.AuditEvery, "audit-every", cfg.AuditEvery, "recount the like, comment, follower and following counts of --audit-sample random posts and users from the relations this often (tally_audit_*); 0 never")

@@ -108,9 +108,10 @@ type Config struct {
 	// BackupEvery, when positive, stores backups of each partition owned here (its event
 	// stage's state and its counters) in the NATS object store <PREFIX>_STATE this often
 	// (a round of backups that took t waits at least 3t before the next: see
-	// backupRest), logs every event-stage transaction, and purges deltas and log records only up to what the
-	// last backups cover: a new owner on another machine restores them and replays the
-	// streams.
+	// backupRest), and purges deltas and log records only up to what the last backups
+	// cover: a new owner on another machine restores them and replays the streams. (Every
+	// event-stage transaction is logged either way, its outbox kept there; without backups
+	// each stage purges its own log.)
 	BackupEvery time.Duration
 	// Standbys, with BackupEvery, keeps warm copies of some partitions other processes
 	// own (each partition's copy in one other process, see cluster.Standbys): a takeover
