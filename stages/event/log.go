@@ -71,9 +71,12 @@ func (s *Stage) purgeLog(ctx context.Context) {
 	s.purgedAt = time.Now()
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	st, err := s.js.Stream(pctx, s.cfg.Subjects.LogStream())
+	var err error
+	if s.logStream == nil { // asked once: a purge is one request then
+		s.logStream, err = s.js.Stream(pctx, s.cfg.Subjects.LogStream())
+	}
 	if err == nil {
-		err = st.Purge(pctx, jetstream.WithPurgeSubject(s.cfg.Subjects.Log(s.cfg.Partition)), jetstream.WithPurgeSequence(keep))
+		err = s.logStream.Purge(pctx, jetstream.WithPurgeSubject(s.cfg.Subjects.Log(s.cfg.Partition)), jetstream.WithPurgeSequence(keep))
 	}
 	if err != nil {
 		if ctx.Err() == nil {
@@ -138,10 +141,11 @@ func (s *Stage) replay(ctx context.Context, r *flow.Reader, c *coalescer) error 
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		rec, err := decodeLog(m, &seq)
+		rec, at, err := decodeLog(m)
 		if err != nil {
 			return err
 		}
+		seq = at
 		if unsent && (seq <= s.st.Log || first) {
 			// A record the state's transactions logged (the first after s.st.Log may be
 			// the state's own) holds entries from loaded.Unsent to loaded.Outbox: sent
@@ -167,19 +171,19 @@ func (s *Stage) replay(ctx context.Context, r *flow.Reader, c *coalescer) error 
 	return nil
 }
 
-// decodeLog decodes log message m, a record, and sets seq to its sequence in the log
-// stream.
-func decodeLog(m jetstream.Msg, seq *uint64) (*stagelog.Record, error) {
+// decodeLog decodes log message m, a record, and returns it with its sequence in the
+// log stream.
+func decodeLog(m jetstream.Msg) (*stagelog.Record, uint64, error) {
 	md, err := m.Metadata()
 	if err != nil {
-		return nil, fmt.Errorf("log message without metadata: %w", err)
+		return nil, 0, fmt.Errorf("log message without metadata: %w", err)
 	}
-	*seq = md.Sequence.Stream
+	seq := md.Sequence.Stream
 	rec, err := stagelog.DecodeRecord(m.Data())
 	if err != nil {
-		return nil, fmt.Errorf("log record %d: %w", *seq, err)
+		return nil, seq, fmt.Errorf("log record %d: %w", seq, err)
 	}
-	return rec, nil
+	return rec, seq, nil
 }
 
 // logRecord applies rec, log record seq, to the events it covers, read from r. The

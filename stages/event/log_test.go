@@ -68,9 +68,6 @@ func (h *logHarness) likes(uid, post, n int) {
 
 func (h *logHarness) msgs(stream string) uint64 { return h.streamState(stream).Msgs }
 
-// last is the events stream's last sequence.
-func (h *logHarness) last() uint64 { return h.streamState(h.sj.EventsStream()).LastSeq }
-
 func (h *logHarness) streamState(stream string) jetstream.StreamState {
 	st, err := h.js.Stream(context.Background(), stream)
 	if err != nil {

@@ -49,8 +49,7 @@ func (s *Stage) Mirror(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		}
-		var seq uint64
-		rec, err := decodeLog(m, &seq)
+		rec, seq, err := decodeLog(m)
 		applied := false
 		if err == nil {
 			applied, err = s.logRecord(ctx, rec, seq, r, c, first, false)

@@ -79,8 +79,13 @@ func (s *Stage) noteCommitted(st *stagelog.State) {
 	if !ok {
 		oldest = s.st.Outbox + 1
 	}
+	s.setOutbox(st.Outbox, oldest)
+}
+
+// setOutbox sets what Outbox reports.
+func (s *Stage) setOutbox(last, oldest uint64) {
 	s.outMu.Lock()
-	s.outLast, s.outOldest = st.Outbox, oldest
+	s.outLast, s.outOldest = last, oldest
 	s.outMu.Unlock()
 }
 

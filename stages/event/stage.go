@@ -138,9 +138,10 @@ type Stage struct {
 	// what Outbox reports, as of the last commit (see noteCommitted)
 	outMu              sync.Mutex
 	outLast, outOldest uint64
-	budget             int       // held hop batches the next transaction may release: halved when too many did not fit
-	warned             time.Time // when a failed log append was last logged
-	bare               bool      // dead letters carry none of the bytes they are about (see commit)
+	budget             int              // held hop batches the next transaction may release: halved when too many did not fit
+	warned             time.Time        // when a failed log append was last logged
+	bare               bool             // dead letters carry none of the bytes they are about (see commit)
+	logStream          jetstream.Stream // the log's stream, once PurgeLog has asked for it
 	// purged is the log record below which PurgeLog dropped the records, and when
 	purged   uint64
 	purgedAt time.Time
@@ -307,15 +308,14 @@ func (s *Stage) load() ([]delivery.OutboxEntry, error) {
 	s.resHits, s.resMisses = 0, 0
 	s.seen = viewers.NewCache(s.cfg.ResidentBytes / 4)
 	s.pos.Store(st.Pos)
-	s.outMu.Lock()
-	s.outLast, s.outOldest = st.Outbox, st.Outbox+1
+	oldest := st.Outbox + 1
 	switch {
 	case len(outbox) > 0:
-		s.outOldest = outbox[0].Seq
+		oldest = outbox[0].Seq
 	case st.Unsent != 0:
-		s.outOldest = st.Unsent
+		oldest = st.Unsent
 	}
-	s.outMu.Unlock()
+	s.setOutbox(st.Outbox, oldest)
 	return outbox, nil
 }
 

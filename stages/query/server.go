@@ -326,20 +326,6 @@ func (r *request) decode(v any) error {
 	return pipeline.DecodeRequest(r.msg.Data, r.asJSON, v)
 }
 
-// headerBytes is the size of hdr as NATS sends it.
-func headerBytes(hdr nats.Header) int {
-	if len(hdr) == 0 {
-		return 0
-	}
-	n := len("NATS/1.0\r\n\r\n")
-	for k, vs := range hdr {
-		for _, v := range vs {
-			n += len(k) + len(": \r\n") + len(v)
-		}
-	}
-	return n
-}
-
 // errorReply is the reply to any request that failed; Code tells a client which
 // sentinel error to return (pipeline.ErrorCode).
 type errorReply struct {
@@ -405,7 +391,7 @@ func (s *Server) answer(kind string, h func(*request) (any, error), m *nats.Msg,
 		hdr.Set(goneHeader, "1")
 	}
 	// NATS counts the headers in max_payload (micro adds none to a reply that succeeds).
-	if max := s.nc.MaxPayload(); int64(len(data)+headerBytes(hdr)) > max {
+	if max := s.nc.MaxPayload(); int64((&nats.Msg{Data: data, Header: hdr}).Size()) > max {
 		// NATS would refuse it, and the asker would only see its request time out.
 		failed, code = true, pipeline.CodeBadRequest
 		failure = fmt.Sprintf("%v: the reply of %d bytes is larger than the NATS server takes (max_payload %d): ask for fewer ids at a time", pipeline.ErrBadRequest, len(data), max)
