@@ -38,10 +38,19 @@ func (s *Stage) appendLog(ctx context.Context, data []byte, pos, n uint64) (uint
 		case err == nil:
 			return ack.Sequence, nil
 		case flow.Fenced(err):
-			// Another owner's records come after ours. A log whose last record is older
-			// than ours lost ours (aged out under an older stream configuration, purged by
-			// hand): no owner wrote since, and the partition goes on after what it holds.
-			last, lerr := flow.LastSeq(ctx, s.js, s.cfg.Subjects.LogStream(), msg.Subject)
+			// Another owner's records come after ours — or this very record, appended by
+			// a try whose acknowledgement was lost: NATS checks the last sequence before
+			// the message id. A log whose last record is older than ours lost ours (aged
+			// out under an older stream configuration, purged by hand): no owner wrote
+			// since, and the partition goes on after what it holds.
+			lm, lerr := flow.Last(ctx, s.js, s.cfg.Subjects.LogStream(), msg.Subject)
+			var last uint64
+			if lm != nil {
+				last = lm.Sequence
+				if last > expect && lm.Header.Get(jetstream.MsgIDHeader) == msg.Header.Get(jetstream.MsgIDHeader) {
+					return last, nil
+				}
+			}
 			if lerr == nil && last >= expect {
 				return 0, fmt.Errorf("%w (expected record %d last): %w", ErrFenced, expect, err)
 			}
@@ -126,7 +135,7 @@ func (s *Stage) replay(ctx context.Context, r *flow.Reader, c *coalescer) error 
 	start, records := time.Now(), 0
 	var lr *flow.Reader
 	err = s.retrying(ctx, "read the log", func() (err error) {
-		lr, err = flow.Read(ctx, s.js, sj.LogStream(), subj, from, flow.Buffer{Msgs: 16, Bytes: readBytes})
+		lr, err = flow.Read(ctx, s.js, sj.LogStream(), subj, from, flow.Buffer{Msgs: 16, Bytes: ReadBytes})
 		return err
 	})
 	if err != nil {

@@ -461,6 +461,51 @@ func TestReplayRidesOutLogTimeouts(t *testing.T) {
 	}
 }
 
+// ackLostJS appends to subject and then says the append timed out, the first n times:
+// the record is stored, its acknowledgement lost.
+type ackLostJS struct {
+	jetstream.JetStream
+	subject string
+	n       atomic.Int32
+}
+
+func (a *ackLostJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	ack, err := a.JetStream.PublishMsg(ctx, m, opts...)
+	if err == nil && m.Subject == a.subject && a.n.Add(-1) >= 0 {
+		return nil, context.DeadlineExceeded
+	}
+	return ack, err
+}
+
+// A log append whose acknowledgement is lost is tried again, and NATS refuses the try as
+// written after another record (it checks the last sequence before the message id): the
+// record is the stage's own, and the stage goes on. It stopped as fenced by another
+// owner, then replayed its log — every few seconds while a 2 M-event backlog drained
+// through a connection that NATS kept cutting off.
+func TestLogAppendWhoseAcknowledgementWasLost(t *testing.T) {
+	h := newLogHarness(t)
+	lost := &ackLostJS{JetStream: h.js, subject: h.sj.Log(0)}
+	lost.n.Store(2)
+	h.js = lost
+	a := h.start("a.1", nil)
+	for i := range 4 {
+		h.likes(100+40*i, 7, 40)
+		h.caughtUp(a)
+	}
+	select {
+	case err := <-a.done:
+		t.Fatalf("the stage stopped: %v", err)
+	default:
+	}
+	if lost.n.Load() >= 0 {
+		t.Fatal("no acknowledgement was lost: the test did not test that")
+	}
+	st := h.state(a.db)
+	if n, txns := h.msgs(h.sj.LogStream()), uint64(a.stats.Txns.Load()); n != txns || st.Log != h.streamState(h.sj.LogStream()).LastSeq {
+		t.Fatalf("%d log records for %d transactions, the state at record %d of %d", n, txns, st.Log, h.streamState(h.sj.LogStream()).LastSeq)
+	}
+}
+
 // TestDeadLetterOfAHugeMessageFitsItsRecord: a malformed message nearly as large as NATS
 // takes is dead-lettered with as much of it as one NATS message holds; beside a state of
 // many destinations, that does not fit in one log record, and the partition stopped on

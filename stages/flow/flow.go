@@ -104,13 +104,19 @@ func Read(ctx context.Context, js jetstream.JetStream, stream, filter string, po
 		case ch <- m:
 		case <-ctx.Done():
 		}
-	}, jetstream.PullMaxBytes(max(buf.Bytes, int(maxPayload(js)))))
+	}, jetstream.PullMaxBytes(pullBytes(js, buf.Bytes)))
 	if err != nil {
 		stop()
 		return nil, fmt.Errorf("cannot consume %s: %w", filter, err)
 	}
 	r.cc = cc
 	return r, nil
+}
+
+// pullBytes is what a Reader of js with a buffer of bufBytes pulls at most: as much
+// again as its buffer, or the largest payload js's connection takes, when more.
+func pullBytes(js jetstream.JetStream, bufBytes int) int {
+	return max(bufBytes, int(maxPayload(js)))
 }
 
 // maxPayload is the largest message js's connection may be sent (1 MiB, NATS's default,
@@ -207,18 +213,24 @@ func (r *Reader) Drain(batch []jetstream.Msg, max int) []jetstream.Msg {
 
 // LastSeq returns the stream sequence of the newest message on filter (0 if none).
 func LastSeq(ctx context.Context, js jetstream.JetStream, stream, filter string) (uint64, error) {
-	st, err := js.Stream(ctx, stream)
-	if err != nil {
-		return 0, err
-	}
-	m, err := st.GetLastMsgForSubject(ctx, filter)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return 0, nil
-	}
-	if err != nil {
+	m, err := Last(ctx, js, stream, filter)
+	if m == nil {
 		return 0, err
 	}
 	return m.Sequence, nil
+}
+
+// Last returns the newest message on filter (nil if none).
+func Last(ctx context.Context, js jetstream.JetStream, stream, filter string) (*jetstream.RawStreamMsg, error) {
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return nil, err
+	}
+	m, err := st.GetLastMsgForSubject(ctx, filter)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	return m, err
 }
 
 // Fenced reports a publish or KV write refused because the subject's last sequence was
