@@ -30,12 +30,12 @@ func (s *Stage) Mirror(ctx context.Context) error {
 	st := s.st
 	s.logged.Store(st.Log)
 	sj := s.cfg.Subjects
-	r, err := flow.Read(ctx, s.js, sj.EventsStream(), sj.EventsStored(p), st.Pos, flow.Buffer{Msgs: 2 * s.cfg.MaxBatch, Bytes: readBytes})
+	r, err := flow.Read(ctx, s.js, sj.EventsStream(), sj.EventsStored(p), st.Pos, flow.Buffer{Msgs: 2 * s.cfg.MaxBatch, Bytes: ReadBytes})
 	if err != nil {
 		return err
 	}
 	defer r.Stop()
-	lr, err := flow.Read(ctx, s.js, sj.LogStream(), sj.Log(p), st.Log, flow.Buffer{Msgs: 16, Bytes: readBytes})
+	lr, err := flow.Read(ctx, s.js, sj.LogStream(), sj.Log(p), st.Log, flow.Buffer{Msgs: 16, Bytes: ReadBytes})
 	if err != nil {
 		return err
 	}

@@ -230,7 +230,7 @@ func (s *Stage) Run(ctx context.Context) error {
 	if err := s.out.Reap(ctx, true); err != nil {
 		return nil
 	}
-	r, err := flow.Read(ctx, s.js, s.cfg.Subjects.EventsStream(), s.cfg.Subjects.EventsStored(p), s.st.Pos, flow.Buffer{Msgs: 2 * s.cfg.MaxBatch, Bytes: readBytes})
+	r, err := flow.Read(ctx, s.js, s.cfg.Subjects.EventsStream(), s.cfg.Subjects.EventsStored(p), s.st.Pos, flow.Buffer{Msgs: 2 * s.cfg.MaxBatch, Bytes: ReadBytes})
 	if err != nil {
 		return err
 	}
@@ -279,11 +279,11 @@ func (s *Stage) Run(ctx context.Context) error {
 	return s.finish()
 }
 
-// readBytes bounds the payloads an event partition's reader holds for it (flow.Buffer):
+// ReadBytes bounds the payloads an event partition's reader holds for it (flow.Buffer):
 // batches of a thousand JSON events are 40–64 KB and a transaction takes a few; with
 // 1 MiB on C and 1 MiB pulled, transactions of batches were smaller and cost ~20 % more
 // CPU an event.
-const readBytes = 4 << 20
+const ReadBytes = 4 << 20
 
 // load takes the committed state and returns the outbox it left unsent.
 func (s *Stage) load() ([]delivery.OutboxEntry, error) {

@@ -7,12 +7,12 @@ import (
 )
 
 // stageJS is the JetStream context event partition p's stage reads and publishes with:
-// n.js, whose reads Config.HoldEvents holds back when a test sets it.
+// n.readJS, whose reads Config.HoldEvents holds back when a test sets it.
 func (n *Node) stageJS(p int) jetstream.JetStream {
 	if n.cfg.HoldEvents == nil {
-		return n.js
+		return n.readJS
 	}
-	return heldJS{JetStream: n.js, wait: func() { n.cfg.HoldEvents(p) }}
+	return heldJS{JetStream: n.readJS, wait: func() { n.cfg.HoldEvents(p) }}
 }
 
 // heldJS calls wait before every message an ordered consumer of it delivers: a stage

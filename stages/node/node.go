@@ -28,6 +28,7 @@ import (
 	"github.com/tally-dev/tally/stages/cluster"
 	"github.com/tally-dev/tally/stages/counter"
 	"github.com/tally-dev/tally/stages/event"
+	"github.com/tally-dev/tally/stages/flow"
 	"github.com/tally-dev/tally/stages/metrics"
 	"github.com/tally-dev/tally/stages/query"
 	"github.com/tally-dev/tally/store"
@@ -51,6 +52,9 @@ type Node struct {
 	ns       *server.Server // nil when joining existing NATS
 	nc       *nats.Conn     // the stages' streams: what they consume and publish
 	js       jetstream.JetStream
+	// readJS is js with the stages' Readers on connections of their own (flow.Spread):
+	// one connection pulling for every partition is cut off by NATS as a slow consumer.
+	readJS *flow.Spread
 	// ctl renews the ownership leases and qc answers the queries, each on a connection
 	// of its own: on nc, a renewal or a request would wait behind megabytes of events and
 	// batches under load (a lease lost, a get timed out).
@@ -159,6 +163,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		return nil, err
 	}
 	n.js = js
+	read := 0
+	n.readJS = flow.NewSpread(js, event.ReadBytes, func() (*nats.Conn, error) {
+		read++ // under the Spread's lock
+		return n.connect(url, conn, fmt.Sprintf("tallyd-read-%d", read))
+	})
 	sc := cfg.streams()
 	n.subjects = sc.Subjects
 	replicas := cfg.Replicas // of the streams and buckets made new
@@ -530,6 +539,9 @@ func (n *Node) Close() error {
 		case <-time.After(5 * time.Second):
 			n.log.Warn("some change events were not acknowledged before shutdown")
 		}
+	}
+	if n.readJS != nil {
+		n.readJS.Close()
 	}
 	for _, c := range []*nats.Conn{n.nc, n.ctl, n.qc} {
 		if c != nil {

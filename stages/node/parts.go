@@ -397,7 +397,7 @@ func (n *Node) runWorkers(ctx context.Context, p int, valid func() bool, wg *syn
 		if n.cfg.ChangePublisher != nil {
 			cc.Publisher = n.cfg.ChangePublisher(fam.Name, p, cc.Publisher)
 		}
-		w := counter.New(cc, n.js, n.db, n.log, &n.CounterStats)
+		w := counter.New(cc, n.readJS, n.db, n.log, &n.CounterStats)
 		ws = append(ws, w)
 		wg.Go(func() {
 			if err := w.Run(ctx); err != nil && ctx.Err() == nil {

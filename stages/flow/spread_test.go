@@ -1,0 +1,80 @@
+package flow_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tally-dev/tally/pipeline/natstest"
+	"github.com/tally-dev/tally/stages/flow"
+)
+
+// Readers through a Spread are made on connections of its own, as many to each as
+// keep their pulls under flow.ConnPulls (four pulling 8 MiB, the embedded server's
+// payload), each reads its subject, and a stopped one's room is taken by the next.
+func TestSpreadKeepsEachConnectionUnderItsPulls(t *testing.T) {
+	s := natstest.Start(t)
+	js, err := jetstream.New(natstest.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	dialed := 0
+	sp := flow.NewSpread(js, 4<<20, func() (*nats.Conn, error) {
+		dialed++
+		return nats.Connect(s.ClientURL())
+	})
+	defer sp.Close()
+	if got, want := sp.PerConn(), flow.ConnPulls/(8<<20); got != want {
+		t.Fatalf("%d readers a connection, want %d", got, want)
+	}
+	read := func(i int) *flow.Reader {
+		subj := fmt.Sprintf("s.%d", i)
+		if _, err := js.Publish(ctx, subj, []byte(subj)); err != nil {
+			t.Fatal(err)
+		}
+		r, err := flow.Read(ctx, sp, "S", subj, 0, flow.Buffer{Msgs: 8, Bytes: 4 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case m := <-r.C:
+			if string(m.Data()) != subj {
+				t.Fatalf("reader of %s read %q", subj, m.Data())
+			}
+		case <-ctx.Done():
+			t.Fatalf("reader of %s read nothing", subj)
+		}
+		return r
+	}
+	var rs []*flow.Reader
+	for i := range 10 {
+		rs = append(rs, read(i))
+	}
+	if sp.Conns() != 3 || dialed != 3 {
+		t.Fatalf("10 readers on %d connections (%d dialed), want 3", sp.Conns(), dialed)
+	}
+	for _, r := range rs[:4] {
+		r.Stop()
+	}
+	natstest.Eventually(t, 10*time.Second, "4 readers' room given back", func() (bool, string) {
+		return sp.Readers() == 6, fmt.Sprint(sp.Readers(), " readers")
+	})
+	for i := range 4 {
+		defer read(10 + i).Stop()
+	}
+	for _, r := range rs[4:] {
+		r.Stop()
+	}
+	if sp.Conns() != 3 || dialed != 3 {
+		t.Fatalf("10 readers, 4 stopped and 4 more on %d connections (%d dialed), want 3", sp.Conns(), dialed)
+	}
+}
