@@ -18,6 +18,7 @@ import (
 	"github.com/tally-dev/tally/stages/query"
 	"github.com/tally-dev/tally/store/cold"
 	"github.com/tally-dev/tally/store/graph"
+	"github.com/tally-dev/tally/store/stagelog"
 )
 
 // partRig is a NATS server with the streams and state bucket, and processes that own
@@ -213,5 +214,63 @@ func TestBackupsPaced(t *testing.T) {
 		if gap := starts[i].Sub(starts[i-1]); gap < (backupRest+1)*slow {
 			t.Fatalf("round %d began %v after the one before, which took %v: want at least %v", i, gap, slow, (backupRest+1)*slow)
 		}
+	}
+}
+
+// A backup's purge of the log keeps the record holding the oldest outbox entry its
+// state may not have sent (stagelog.State.LogKept), however far the state's own record
+// has moved on: a new owner restoring the backup reads that entry there and sends it
+// again. Purged by the state's own record, a delta batch whose publish was lost before
+// the backup was lost with it.
+func TestBackupPurgeKeepsTheUnsentOutbox(t *testing.T) {
+	r := newPartRig(t)
+	n := r.process()
+	ctx := t.Context()
+	pt := &owned{p: 0, lease: r.take(n), ctx: ctx, cancel: func() {}, stopWorkers: func() {}}
+	for _, pc := range []cluster.Piece{n.counterPiece(0), n.eventPiece(0)} {
+		if _, err := n.backups.Claim(ctx, pc, pt.lease); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var recs []uint64
+	for i := range 6 {
+		ack, err := r.js.Publish(ctx, r.sj.Log(0), []byte{byte(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, ack.Sequence)
+	}
+	// The state at record 3, then at record 6, each backed up; its outbox unsent from
+	// an entry of record 1 all along (a publish lost).
+	for _, own := range []uint64{recs[2], recs[5]} {
+		st := stagelog.State{Pos: own, Log: own, N: own, Unsent: 7, UnsentLog: recs[0]}
+		if err := n.db.Update(func(txn *cold.Txn) error { return stagelog.Put(txn, 0, &st) }); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := n.backupPart(ctx, pt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	logs, err := r.js.Stream(ctx, r.sj.LogStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := logs.GetMsg(ctx, recs[0]); err != nil {
+		t.Fatalf("record 1, which holds the state's oldest unsent entry, was purged: %v", err)
+	}
+	// Sent at last, the state needs its own record only: the next backup but one purges
+	// below it.
+	for range 2 {
+		st := stagelog.State{Pos: recs[5] + 1, Log: recs[5], N: recs[5] + 1}
+		if err := n.db.Update(func(txn *cold.Txn) error { return stagelog.Put(txn, 0, &st) }); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := n.backupPart(ctx, pt); err != nil {
+			t.Fatal(err)
+		}
+		recs[5]++ // a state that changed, or no backup is stored
+	}
+	if _, err := logs.GetMsg(ctx, recs[0]); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Fatalf("record 1 not purged once no state needs it: %v", err)
 	}
 }
