@@ -48,6 +48,9 @@ type Source struct {
 	// Partitions is the prefix's partition count (tally_partitions): the sum of every
 	// process's tally_owned_partitions below it is partitions nobody applies.
 	Partitions int
+	// NATS returns how many times the process's NATS connections were lost, and how
+	// many it holds.
+	NATS func() (disconnects int64, conns int)
 }
 
 // Stream is the size of one stream and its bound (-1 when unbounded).
@@ -159,6 +162,16 @@ func New(src Source) *Metrics {
 			return v[i]
 		}
 	}
+	nats := func() (int64, int) {
+		if src.NATS == nil {
+			return 0, 0
+		}
+		return src.NATS()
+	}
+	counterFn("tally_nats_disconnects_total", "Times a connection of this process to NATS was lost: a server restarting or lost, or cutting the connection off (a slow consumer past its max_pending; the server's log says). Each reconnects by itself.",
+		func() int64 { n, _ := nats(); return n })
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tally_nats_connections", Help: "Connections this process holds to NATS: streams, leases and queries, and those its partitions' stream readers pull on (four to eight readers each)."},
+		func() float64 { _, n := nats(); return float64(n) }))
 	counterFn("tally_state_backups_total", "Rounds of state backups stored in the NATS object store.", moves(0))
 	counterFn("tally_state_backup_errors_total", "State backups that could not be stored (deltas and log records are kept).", moves(1))
 	counterFn("tally_partitions_taken_over_total", "Partitions this process took over from another's state by restoring it (a backup, or empty).", moves(2))

@@ -75,3 +75,15 @@ func grepLines(s, prefix string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// The process's NATS connections: how many it holds, and how often one was lost.
+func TestNATSSeries(t *testing.T) {
+	m := metrics.New(metrics.Source{Events: event.NewStats(), Counters: &counter.Stats{},
+		NATS: func() (int64, int) { return 5, 19 }})
+	code, body := scrape(t, m)
+	for _, want := range []string{"tally_nats_disconnects_total 5", "tally_nats_connections 19"} {
+		if code != 200 || !strings.Contains(body, want) {
+			t.Errorf("(%d) lacks %s:\n%s", code, want, grepLines(body, "tally_nats"))
+		}
+	}
+}

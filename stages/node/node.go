@@ -94,6 +94,8 @@ type Node struct {
 	// backups; PartsRestored counts partitions taken over from another process by
 	// restoring a backup, PartsWarm those taken over from a standby kept here.
 	Backups, BackupErrs, PartsRestored, PartsWarm atomic.Int64
+	// NATSDisconnects counts the times a connection of this process to NATS was lost.
+	NATSDisconnects atomic.Int64
 	// StandbyRestarts counts standbys that could not follow (they fell behind the
 	// backups, or the log or events no longer reached back to them) and start again.
 	StandbyRestarts atomic.Int64
@@ -228,7 +230,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		Moves: func() (int64, int64, int64, int64) {
 			return n.Backups.Load(), n.BackupErrs.Load(), n.PartsRestored.Load(), n.PartsWarm.Load()
 		},
-		Standbys: func() int { return len(n.Standbys()) }, StandbyLag: n.StandbyLag, Partitions: cfg.Partitions, Streams: n.streams})
+		Standbys: func() int { return len(n.Standbys()) }, StandbyLag: n.StandbyLag, Partitions: cfg.Partitions, Streams: n.streams,
+		NATS: func() (int64, int) { return n.NATSDisconnects.Load(), 3 + n.readJS.Conns() }})
 	n.query = query.New(query.Config{Subjects: sc.Subjects, Families: cfg.Families, Partitions: cfg.Partitions, OnQuery: n.metrics.OnQuery, OnAudit: n.metrics.OnAudit, MaxLag: cfg.MaxLag, TopEvery: cfg.FlushInterval},
 		n.qc, n.db, nil, log)
 	if err := n.query.Start(); err != nil {
@@ -281,6 +284,7 @@ func (n *Node) connect(url string, conn []nats.Option, name string) (*nats.Conn,
 	nc, err := nats.Connect(url, append(slices.Clone(conn), nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil { // nil: our own close
+				n.NATSDisconnects.Add(1)
 				log.Warn("NATS disconnected", "connection", name, "err", err)
 			}
 		}),

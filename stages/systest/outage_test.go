@@ -120,6 +120,9 @@ func TestNATSRestart(t *testing.T) {
 	if done != outages {
 		t.Fatalf("%d outages, want %d", done, outages)
 	}
+	if got := n.NATSDisconnects.Load(); got < int64(outages) {
+		t.Errorf("tallyd counted %d lost connections in %d outages", got, outages)
+	}
 	t.Logf("%d producer retries", retries)
 	rig.Eventually(t, "caught up after the outages", func() (bool, string) {
 		select {
