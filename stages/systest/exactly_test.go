@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -29,17 +30,9 @@ import (
 // stopped the same way. The backlog is built before the node starts, so its first
 // transactions take as many messages as they may.
 func TestBacklogOfUnsplitBatchesDrains(t *testing.T) {
-	s := natstest.Start(t)
-	nc := natstest.Connect(t, s)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, js := streamsServer(t)
 	ctx := context.Background()
 	sc := pipeline.DefaultStreamConfig()
-	if err := pipeline.Setup(ctx, js, sc); err != nil {
-		t.Fatal(err)
-	}
 	// CI size; `task chaos` runs it at the size of the issue: 2 000 batches, 2 M events
 	// over 1 M posts (TALLY_BACKLOG_BATCHES).
 	batches, per, posts := 60, 1000, 5000
@@ -85,34 +78,61 @@ func TestBacklogOfUnsplitBatchesDrains(t *testing.T) {
 		ids[i] = uint64(i + 1)
 	}
 	start := time.Now()
-	natstest.Eventually(t, time.Duration(batches)*time.Second, "every count of the backlog", func() (bool, string) {
+	drained(t, n, c, ids, time.Duration(batches)*time.Second, func(r *pipeline.GetReply) error {
+		u, err := c.UnreadMany(ctx, 1, 2, 3, 4, 5, 6, 7, 8)
+		if err != nil {
+			return err
+		}
+		for i, u := range u {
+			if u.System != notices {
+				return fmt.Errorf("user %d: %d system notices unread, want %d", i+1, u.System, notices)
+			}
+		}
+		for i, id := range ids {
+			if r.Counts[i][0] != likes[id] || r.Counts[i][3] != views[id] {
+				return fmt.Errorf("post %d: likes %d views %d, want %d %d", id, r.Counts[i][0], r.Counts[i][3], likes[id], views[id])
+			}
+		}
+		return nil
+	})
+	t.Logf("%d events in %d unsplit batches drained in %v; %d transactions cut short to fit, %d events handed between partitions",
+		batches*per, batches, time.Since(start).Round(time.Millisecond), n.EventStats.Splits.Load(), n.EventStats.Forwarded.Load())
+}
+
+// streamsServer starts a NATS server with Tally's streams (pipeline.DefaultStreamConfig)
+// for a backlog published before a node starts.
+func streamsServer(t *testing.T) (*server.Server, jetstream.JetStream) {
+	t.Helper()
+	s := natstest.Start(t)
+	js, err := jetstream.New(natstest.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pipeline.Setup(context.Background(), js, pipeline.DefaultStreamConfig()); err != nil {
+		t.Fatal(err)
+	}
+	return s, js
+}
+
+// drained waits up to within until check finds the counts of post ids right (it says
+// what is not), failing the test at once if n stops a partition.
+func drained(t *testing.T, n *node.Node, c *client.Client, ids []uint64, within time.Duration, check func(*pipeline.GetReply) error) {
+	t.Helper()
+	natstest.Eventually(t, within, "every count of the backlog", func() (bool, string) {
 		select {
 		case <-n.Failed():
 			t.Fatal("the node stopped")
 		default:
 		}
-		r, err := getAll(ctx, c, ids)
+		r, err := getAll(context.Background(), c, ids)
+		if err == nil {
+			err = check(r)
+		}
 		if err != nil {
 			return false, err.Error()
-		}
-		u, err := c.UnreadMany(ctx, 1, 2, 3, 4, 5, 6, 7, 8)
-		if err != nil {
-			return false, err.Error()
-		}
-		for i, u := range u {
-			if u.System != notices {
-				return false, fmt.Sprintf("user %d: %d system notices unread, want %d", i+1, u.System, notices)
-			}
-		}
-		for i, id := range ids {
-			if r.Counts[i][0] != likes[id] || r.Counts[i][3] != views[id] {
-				return false, fmt.Sprintf("post %d: likes %d views %d, want %d %d", id, r.Counts[i][0], r.Counts[i][3], likes[id], views[id])
-			}
 		}
 		return true, ""
 	})
-	t.Logf("%d events in %d unsplit batches drained in %v; %d transactions cut short to fit, %d events handed between partitions",
-		batches*per, batches, time.Since(start).Round(time.Millisecond), n.EventStats.Splits.Load(), n.EventStats.Forwarded.Load())
 }
 
 // publishRetried publishes until the stream stores it (under the same id): a backlog of

@@ -16,7 +16,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tally-dev/tally/pipeline"
-	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/stages/node"
 	"github.com/tally-dev/tally/stages/systest/rig"
 )
@@ -30,16 +29,9 @@ import (
 // 32 MiB/s a connection; a 2 M-event backlog in this process did so by itself (its
 // publishes and log appends failing for seconds, partitions stopped and replayed).
 func TestBacklogDrainsWithoutSlowConsumers(t *testing.T) {
-	s := natstest.Start(t)
-	js, err := jetstream.New(natstest.Connect(t, s))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, js := streamsServer(t)
 	ctx := context.Background()
 	sc := pipeline.DefaultStreamConfig()
-	if err := pipeline.Setup(ctx, js, sc); err != nil {
-		t.Fatal(err)
-	}
 	// Six batches of 1 MiB a partition (a few views each, padded with spaces: the
 	// server sends whole messages, and a pull of 8 MiB takes all six).
 	const perPart, size = 6, 1 << 20
@@ -76,22 +68,13 @@ func TestBacklogDrainsWithoutSlowConsumers(t *testing.T) {
 	for id := range views {
 		ids = append(ids, id)
 	}
-	natstest.Eventually(t, 60*time.Second, "every view of the backlog", func() (bool, string) {
-		select {
-		case <-n.Failed():
-			t.Fatal("the node stopped")
-		default:
-		}
-		r, err := getAll(ctx, c, ids)
-		if err != nil {
-			return false, err.Error()
-		}
+	drained(t, n, c, ids, time.Minute, func(r *pipeline.GetReply) error {
 		for i, id := range ids {
 			if r.Counts[i][3] != views[id] {
-				return false, fmt.Sprintf("post %d: %d views, want %d", id, r.Counts[i][3], views[id])
+				return fmt.Errorf("post %d: %d views, want %d", id, r.Counts[i][3], views[id])
 			}
 		}
-		return true, ""
+		return nil
 	})
 	vz, err := s.Varz(&server.VarzOptions{})
 	if err != nil {
