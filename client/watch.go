@@ -121,11 +121,20 @@ func (c *Client) consume(ctx context.Context, family string, opts []WatchOption)
 	if err != nil {
 		return nil, fmt.Errorf("cannot watch %s: %w", family, err)
 	}
-	it, err := cons.Messages()
+	it, err := cons.Messages(jetstream.PullMaxBytes(c.pullBytes()))
 	if err != nil {
 		return nil, fmt.Errorf("cannot watch %s: %w", family, err)
 	}
 	return it, nil
+}
+
+// pullBytes is what a watcher pulls at most: the largest payload its connection takes
+// (so that any change event comes), 1 MiB at least. Counted in messages, as nats.go
+// does by default (500), a watcher behind a backlog of change events of 4 096 ids pulled
+// ~75 MB, past the 64 MiB a server queues for one connection (max_pending), and was cut
+// off as a slow consumer whenever it read slower than the server wrote.
+func (c *Client) pullBytes() int {
+	return int(max(c.nc.MaxPayload(), 1<<20))
 }
 
 // Watch delivers the change events of family from now on until ctx ends; the channel is

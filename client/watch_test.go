@@ -6,10 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tally-dev/tally/client"
 	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/pipeline/natstest"
 )
 
 // Changes yields what it cannot decode as an error with its place, goes on after it,
@@ -70,5 +73,70 @@ func TestChangesErrorsAndResume(t *testing.T) {
 		if !errors.Is(err, client.ErrBadRequest) {
 			t.Errorf("from sequence 0: %v, want ErrBadRequest", err)
 		}
+	}
+}
+
+// A watcher that starts behind a backlog of change events — a push gateway resuming,
+// `tally watch` from a sequence — reads it without NATS cutting its connection off as a
+// slow consumer. It pulled 500 messages at a time, whatever their size: 500 change
+// events of 4 096 ids are ~75 MB, past the 64 MiB a server queues for one connection,
+// whenever the client read slower than the server wrote (here through a proxy that
+// passes 32 MiB/s); cut off, it started again, and pulled as much again.
+func TestChangesBehindABacklog(t *testing.T) {
+	s := natstest.Start(t)
+	js, err := jetstream.New(natstest.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sc := pipeline.DefaultStreamConfig()
+	if err := pipeline.Setup(ctx, js, sc); err != nil {
+		t.Fatal(err)
+	}
+	ch := pipeline.Change{Fields: []string{"like", "repost", "comment", "view"}}
+	for i := range 4096 {
+		ch.IDs = append(ch.IDs, pipeline.ID(1<<40+i))
+		ch.Counts = append(ch.Counts, []uint64{1 << 20, 1 << 20, 1 << 20, 1 << 30})
+	}
+	data, err := pipeline.Marshal(&ch, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const events = 600
+	for range events {
+		if _, err := js.PublishAsync(sc.Subjects.Change("post", 0), data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		t.Fatal("the backlog was not stored")
+	}
+	nc, err := nats.Connect(natstest.Throttled(t, s.ClientURL(), 32<<20), nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	c, err := client.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for got, err := range c.Changes(ctx, "post", client.FromSequence(1)) {
+		if err != nil || len(got.IDs) != len(ch.IDs) {
+			t.Fatalf("change event %d: %d ids, %v", n, len(got.IDs), err)
+		}
+		if n++; n == events {
+			break
+		}
+	}
+	vz, err := s.Varz(&server.VarzOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vz.SlowConsumers != 0 {
+		t.Errorf("%d of %d data bytes' change events read; NATS cut %d connections off as slow consumers", n*len(data), events*len(data), vz.SlowConsumers)
 	}
 }

@@ -4,9 +4,11 @@ package natstest
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -126,4 +128,59 @@ func freePort(t testing.TB) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// Throttled starts a proxy to the NATS server at url that passes what the server sends
+// at rate bytes a second on each connection, as a process too busy to read its socket
+// does, and returns its URL.
+func Throttled(t testing.TB, url string, rate int) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	addr := strings.TrimPrefix(url, "nats://")
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", addr)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, up)
+			mu.Unlock()
+			go func() { _, _ = io.Copy(up, c); up.Close() }()
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := up.Read(buf)
+					if n > 0 {
+						if _, err := c.Write(buf[:n]); err != nil {
+							return
+						}
+						time.Sleep(time.Duration(n) * time.Second / time.Duration(rate))
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return "nats://" + ln.Addr().String()
 }

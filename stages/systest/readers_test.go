@@ -4,10 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/stages/node"
 	"github.com/tally-dev/tally/stages/systest/rig"
 )
@@ -62,7 +60,7 @@ func TestBacklogDrainsWithoutSlowConsumers(t *testing.T) {
 			}
 		}
 	}
-	url := throttled(t, s.ClientURL(), 32<<20)
+	url := natstest.Throttled(t, s.ClientURL(), 32<<20)
 	n, c := rig.StartNode(t, func(c *node.Config) { c.NATSURL = url; c.Partitions = sc.Partitions })
 	ids := make([]uint64, 0, len(views))
 	for id := range views {
@@ -83,59 +81,4 @@ func TestBacklogDrainsWithoutSlowConsumers(t *testing.T) {
 	if vz.SlowConsumers != 0 || n.NATSDisconnects.Load() != 0 {
 		t.Errorf("NATS cut %d connections off as slow consumers (%+v); tallyd lost its connections %d times", vz.SlowConsumers, vz.SlowConsumersStats, n.NATSDisconnects.Load())
 	}
-}
-
-// throttled starts a proxy to the NATS server at url that passes what the server sends
-// at rate bytes a second on each connection, as a process too busy to read its socket
-// does, and returns its URL.
-func throttled(t *testing.T, url string, rate int) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	addr := strings.TrimPrefix(url, "nats://")
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", addr)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			mu.Lock()
-			conns = append(conns, c, up)
-			mu.Unlock()
-			go func() { _, _ = io.Copy(up, c); up.Close() }()
-			go func() {
-				defer c.Close()
-				buf := make([]byte, 64<<10)
-				for {
-					n, err := up.Read(buf)
-					if n > 0 {
-						if _, err := c.Write(buf[:n]); err != nil {
-							return
-						}
-						time.Sleep(time.Duration(n) * time.Second / time.Duration(rate))
-					}
-					if err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	return "nats://" + ln.Addr().String()
 }
