@@ -1,7 +1,10 @@
 package flow
 
 import (
+	"cmp"
 	"context"
+	"log/slog"
+	"slices"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -27,9 +30,12 @@ type Spread struct {
 	per  int                        // Readers a connection carries
 	dial func() (*nats.Conn, error) // a connection like the wrapped one's
 
+	log *slog.Logger
+
 	mu     sync.Mutex
 	conns  []*spreadConn
 	closed bool
+	warned bool // that no more connections could be made
 }
 
 type spreadConn struct {
@@ -38,9 +44,11 @@ type spreadConn struct {
 }
 
 // NewSpread spreads the Readers of js, none of whose buffers is larger than maxBuf
-// bytes (Buffer.Bytes), over connections dial makes.
-func NewSpread(js jetstream.JetStream, maxBuf int, dial func() (*nats.Conn, error)) *Spread {
-	return &Spread{JetStream: js, per: max(1, ConnPulls/pullBytes(js, maxBuf)), dial: dial}
+// bytes (Buffer.Bytes), over connections dial makes. When dial fails, a Reader shares
+// the connection with the fewest (said once on log): one not reading would stop its
+// partition.
+func NewSpread(js jetstream.JetStream, maxBuf int, dial func() (*nats.Conn, error), log *slog.Logger) *Spread {
+	return &Spread{JetStream: js, per: max(1, ConnPulls/pullBytes(js, maxBuf)), dial: dial, log: log}
 }
 
 // PerConn is how many Readers a connection carries.
@@ -93,6 +101,29 @@ func (s *Spread) take() (*spreadConn, error) {
 			return c, nil
 		}
 	}
+	js, err := s.connect()
+	if err != nil {
+		if len(s.conns) == 0 {
+			return nil, err
+		}
+		// No more connections (an account's max_connections, say): a Reader on a full
+		// one risks a slow consumer's cut-off and a reconnect, one not reading stops its
+		// partition.
+		c := slices.MinFunc(s.conns, func(a, b *spreadConn) int { return cmp.Compare(a.readers, b.readers) })
+		if !s.warned {
+			s.warned = true
+			s.log.Warn("cannot open another NATS connection for the partitions' readers; they share those open, and NATS may cut one off as a slow consumer", "connections", len(s.conns), "readers", c.readers+1, "err", err)
+		}
+		c.readers++
+		return c, nil
+	}
+	c := &spreadConn{js: js, readers: 1}
+	s.conns = append(s.conns, c)
+	return c, nil
+}
+
+// connect makes a connection for Readers.
+func (s *Spread) connect() (jetstream.JetStream, error) {
 	nc, err := s.dial()
 	if err != nil {
 		return nil, err
@@ -102,9 +133,7 @@ func (s *Spread) take() (*spreadConn, error) {
 		nc.Close()
 		return nil, err
 	}
-	c := &spreadConn{js: js, readers: 1}
-	s.conns = append(s.conns, c)
-	return c, nil
+	return js, nil
 }
 
 func (s *Spread) give(c *spreadConn) {

@@ -1,8 +1,12 @@
 package flow_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,7 +35,7 @@ func TestSpreadKeepsEachConnectionUnderItsPulls(t *testing.T) {
 	sp := flow.NewSpread(js, 4<<20, func() (*nats.Conn, error) {
 		dialed++
 		return nats.Connect(s.ClientURL())
-	})
+	}, slog.New(slog.DiscardHandler))
 	defer sp.Close()
 	if got, want := sp.PerConn(), flow.ConnPulls/(8<<20); got != want {
 		t.Fatalf("%d readers a connection, want %d", got, want)
@@ -76,5 +80,56 @@ func TestSpreadKeepsEachConnectionUnderItsPulls(t *testing.T) {
 	}
 	if sp.Conns() != 3 || dialed != 3 {
 		t.Fatalf("10 readers, 4 stopped and 4 more on %d connections (%d dialed), want 3", sp.Conns(), dialed)
+	}
+}
+
+// A Spread that cannot open another connection (an account's max_connections) puts the
+// next Reader on the connection with the fewest, and says so once: a Reader that does
+// not read would stop its partition, where one on a full connection only risks a
+// slow consumer's cut-off.
+func TestSpreadSharesWhenNoConnectionCanBeMade(t *testing.T) {
+	s := natstest.Start(t)
+	js, err := jetstream.New(natstest.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	dialed := 0
+	sp := flow.NewSpread(js, 4<<20, func() (*nats.Conn, error) {
+		if dialed++; dialed > 1 {
+			return nil, errors.New("maximum connections exceeded")
+		}
+		return nats.Connect(s.ClientURL())
+	}, slog.New(slog.NewTextHandler(&logs, nil)))
+	defer sp.Close()
+	for i := range 2 * sp.PerConn() {
+		subj := fmt.Sprintf("s.%d", i)
+		if _, err := js.Publish(ctx, subj, []byte(subj)); err != nil {
+			t.Fatal(err)
+		}
+		r, err := flow.Read(ctx, sp, "S", subj, 0, flow.Buffer{Msgs: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Stop()
+		select {
+		case m := <-r.C:
+			if string(m.Data()) != subj {
+				t.Fatalf("reader of %s read %q", subj, m.Data())
+			}
+		case <-ctx.Done():
+			t.Fatalf("reader %d of %s read nothing", i, subj)
+		}
+	}
+	if sp.Conns() != 1 || sp.Readers() != 2*sp.PerConn() {
+		t.Fatalf("%d readers on %d connections, want %d on 1", sp.Readers(), sp.Conns(), 2*sp.PerConn())
+	}
+	if n := strings.Count(logs.String(), "cannot open another NATS connection"); n != 1 {
+		t.Fatalf("said %d times that no connection could be made, want once:\n%s", n, logs.String())
 	}
 }

@@ -169,7 +169,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	n.readJS = flow.NewSpread(js, event.ReadBytes, func() (*nats.Conn, error) {
 		read++ // under the Spread's lock
 		return n.connect(url, conn, fmt.Sprintf("tallyd-read-%d", read))
-	})
+	}, log)
 	sc := cfg.streams()
 	n.subjects = sc.Subjects
 	replicas := cfg.Replicas // of the streams and buckets made new
