@@ -17,66 +17,83 @@ import (
 	"github.com/tally-dev/tally/stages/flow"
 )
 
-// Readers through a Spread are made on connections of its own, as many to each as
-// keep their pulls under flow.ConnPulls (four pulling 8 MiB, the embedded server's
-// payload), each reads its subject, and a stopped one's room is taken by the next.
-func TestSpreadKeepsEachConnectionUnderItsPulls(t *testing.T) {
+// spreadRig is a server with stream S (subjects s.>) and a Spread of a connection to
+// it, whose further connections dial makes to the server's url.
+type spreadRig struct {
+	t   *testing.T
+	ctx context.Context
+	js  jetstream.JetStream
+	sp  *flow.Spread
+}
+
+func newSpreadRig(t *testing.T, dial func(url string) (*nats.Conn, error), log *slog.Logger) *spreadRig {
 	s := natstest.Start(t)
 	js, err := jetstream.New(natstest.Connect(t, s))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}); err != nil {
 		t.Fatal(err)
 	}
+	sp := flow.NewSpread(js, 4<<20, func() (*nats.Conn, error) { return dial(s.ClientURL()) }, log)
+	t.Cleanup(sp.Close)
+	return &spreadRig{t: t, ctx: ctx, js: js, sp: sp}
+}
+
+// read starts a Reader of s.<i> through the Spread and checks it reads what is
+// published there.
+func (r *spreadRig) read(i int) *flow.Reader {
+	t := r.t
+	subj := fmt.Sprintf("s.%d", i)
+	if _, err := r.js.Publish(r.ctx, subj, []byte(subj)); err != nil {
+		t.Fatal(err)
+	}
+	rd, err := flow.Read(r.ctx, r.sp, "S", subj, 0, flow.Buffer{Msgs: 8, Bytes: 4 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rd.Stop)
+	select {
+	case m := <-rd.C:
+		if string(m.Data()) != subj {
+			t.Fatalf("reader of %s read %q", subj, m.Data())
+		}
+	case <-r.ctx.Done():
+		t.Fatalf("reader of %s read nothing", subj)
+	}
+	return rd
+}
+
+// Readers through a Spread are made on connections of its own, as many to each as
+// keep their pulls under flow.ConnPulls (four pulling 8 MiB, the embedded server's
+// payload), each reads its subject, and a stopped one's room is taken by the next.
+func TestSpreadKeepsEachConnectionUnderItsPulls(t *testing.T) {
 	dialed := 0
-	sp := flow.NewSpread(js, 4<<20, func() (*nats.Conn, error) {
+	r := newSpreadRig(t, func(url string) (*nats.Conn, error) {
 		dialed++
-		return nats.Connect(s.ClientURL())
+		return nats.Connect(url)
 	}, slog.New(slog.DiscardHandler))
-	defer sp.Close()
+	sp := r.sp
 	if got, want := sp.PerConn(), flow.ConnPulls/(8<<20); got != want {
 		t.Fatalf("%d readers a connection, want %d", got, want)
 	}
-	read := func(i int) *flow.Reader {
-		subj := fmt.Sprintf("s.%d", i)
-		if _, err := js.Publish(ctx, subj, []byte(subj)); err != nil {
-			t.Fatal(err)
-		}
-		r, err := flow.Read(ctx, sp, "S", subj, 0, flow.Buffer{Msgs: 8, Bytes: 4 << 20})
-		if err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case m := <-r.C:
-			if string(m.Data()) != subj {
-				t.Fatalf("reader of %s read %q", subj, m.Data())
-			}
-		case <-ctx.Done():
-			t.Fatalf("reader of %s read nothing", subj)
-		}
-		return r
-	}
 	var rs []*flow.Reader
 	for i := range 10 {
-		rs = append(rs, read(i))
+		rs = append(rs, r.read(i))
 	}
 	if sp.Conns() != 3 || dialed != 3 {
 		t.Fatalf("10 readers on %d connections (%d dialed), want 3", sp.Conns(), dialed)
 	}
-	for _, r := range rs[:4] {
-		r.Stop()
+	for _, rd := range rs[:4] {
+		rd.Stop()
 	}
 	natstest.Eventually(t, 10*time.Second, "4 readers' room given back", func() (bool, string) {
 		return sp.Readers() == 6, fmt.Sprint(sp.Readers(), " readers")
 	})
 	for i := range 4 {
-		defer read(10 + i).Stop()
-	}
-	for _, r := range rs[4:] {
-		r.Stop()
+		r.read(10 + i)
 	}
 	if sp.Conns() != 3 || dialed != 3 {
 		t.Fatalf("10 readers, 4 stopped and 4 more on %d connections (%d dialed), want 3", sp.Conns(), dialed)
@@ -88,43 +105,17 @@ func TestSpreadKeepsEachConnectionUnderItsPulls(t *testing.T) {
 // not read would stop its partition, where one on a full connection only risks a
 // slow consumer's cut-off.
 func TestSpreadSharesWhenNoConnectionCanBeMade(t *testing.T) {
-	s := natstest.Start(t)
-	js, err := jetstream.New(natstest.Connect(t, s))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}}); err != nil {
-		t.Fatal(err)
-	}
 	var logs bytes.Buffer
 	dialed := 0
-	sp := flow.NewSpread(js, 4<<20, func() (*nats.Conn, error) {
+	r := newSpreadRig(t, func(url string) (*nats.Conn, error) {
 		if dialed++; dialed > 1 {
 			return nil, errors.New("maximum connections exceeded")
 		}
-		return nats.Connect(s.ClientURL())
+		return nats.Connect(url)
 	}, slog.New(slog.NewTextHandler(&logs, nil)))
-	defer sp.Close()
+	sp := r.sp
 	for i := range 2 * sp.PerConn() {
-		subj := fmt.Sprintf("s.%d", i)
-		if _, err := js.Publish(ctx, subj, []byte(subj)); err != nil {
-			t.Fatal(err)
-		}
-		r, err := flow.Read(ctx, sp, "S", subj, 0, flow.Buffer{Msgs: 8})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Stop()
-		select {
-		case m := <-r.C:
-			if string(m.Data()) != subj {
-				t.Fatalf("reader of %s read %q", subj, m.Data())
-			}
-		case <-ctx.Done():
-			t.Fatalf("reader %d of %s read nothing", i, subj)
-		}
+		r.read(i)
 	}
 	if sp.Conns() != 1 || sp.Readers() != 2*sp.PerConn() {
 		t.Fatalf("%d readers on %d connections, want %d on 1", sp.Readers(), sp.Conns(), 2*sp.PerConn())
