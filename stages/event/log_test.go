@@ -17,6 +17,7 @@ import (
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/stages/hop"
+	"github.com/tally-dev/tally/stages/hop/hoptest"
 	"github.com/tally-dev/tally/store/cold"
 	"github.com/tally-dev/tally/store/graph"
 	"github.com/tally-dev/tally/store/stagelog"
@@ -197,23 +198,6 @@ func TestLogReplay(t *testing.T) {
 	}
 }
 
-// holdFirst publishes through js but holds back the first publish to subject: it is
-// never acknowledged (for an hour), as a publish lost without an error.
-type holdFirst struct {
-	js      jetstream.JetStream
-	subject string
-	held    atomic.Pointer[nats.Msg]
-}
-
-func (p *holdFirst) PublishMsgAsync(msg *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
-	if msg.Subject == p.subject && p.held.CompareAndSwap(nil, msg) {
-		return silentFuture{msg}, nil
-	}
-	return p.js.PublishMsgAsync(msg, opts...)
-}
-
-func (p *holdFirst) AckTimeout() time.Duration { return time.Hour }
-
 // TestUnsentOutboxFromTheLog: a logging stage keeps its outbox in its log, not in
 // Badger. A delta batch whose publish is lost stays unacknowledged while the batches of
 // later transactions are stored; the stage stops without it. Whoever takes the state
@@ -230,7 +214,7 @@ func TestUnsentOutboxFromTheLog(t *testing.T) {
 			// an idle stage waits for its outbox to be stored before it takes more, so
 			// that it may stop short of the 60.
 			h.likes(100, 7, 60)
-			pub := &holdFirst{js: h.js, subject: h.sj.Delta(pipeline.FamilyPost, 0)}
+			pub := &hoptest.Hold{Publisher: h.js, Subject: h.sj.Delta(pipeline.FamilyPost, 0), Nth: 1}
 			h.pub, h.batch = pub, 5
 			a := h.start("a.1", nil)
 			var sb *runningStage
@@ -241,7 +225,7 @@ func TestUnsentOutboxFromTheLog(t *testing.T) {
 			natstest.Eventually(t, 10*time.Second, "4 transactions after the first committed", func() (bool, string) {
 				return a.Position() >= 25, fmt.Sprint("at ", a.Position())
 			})
-			if pub.held.Load() == nil {
+			if pub.Held() == nil {
 				t.Fatal("no delta batch of post partition 0 was published")
 			}
 			st := h.state(a.db)

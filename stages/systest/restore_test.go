@@ -4,15 +4,14 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/stages/hop"
+	"github.com/tally-dev/tally/stages/hop/hoptest"
 	"github.com/tally-dev/tally/stages/node"
 	"github.com/tally-dev/tally/stages/systest/rig"
 )
@@ -27,7 +26,7 @@ func TestLostDeltaAcrossABackupRestore(t *testing.T) {
 	url, c := rig.NATSServer(t)
 	release := make(chan struct{})
 	sj := pipeline.NewSubjects("")
-	hold := &holdDelta{subject: sj.Delta(pipeline.FamilyPost, 0), nth: 5}
+	hold := &hoptest.Hold{Subject: sj.Delta(pipeline.FamilyPost, 0), Nth: 5}
 	a := rig.StartJoiner(t, url, func(cfg *node.Config) {
 		cfg.Partitions, cfg.Standbys = 1, false
 		cfg.BackupEvery, cfg.BackupRest = 20*time.Millisecond, -1 // back to back, while the backlog drains
@@ -58,7 +57,7 @@ func TestLostDeltaAcrossABackupRestore(t *testing.T) {
 	}
 	close(release)
 	rig.Eventually(t, "20 transactions, the fifth's delta batch held", func() (bool, string) {
-		return hold.held.Load() != nil && a.EventStats.Txns.Load() >= 20, fmt.Sprint(a.EventStats.Txns.Load(), " transactions")
+		return hold.Held() != nil && a.EventStats.Txns.Load() >= 20, fmt.Sprint(a.EventStats.Txns.Load(), " transactions")
 	})
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
@@ -88,30 +87,3 @@ func TestLostDeltaAcrossABackupRestore(t *testing.T) {
 		t.Fatalf("taken over from %q, want a backup restored", b.Takeover())
 	}
 }
-
-// holdDelta publishes through Publisher but holds back the nth publish to subject:
-// never sent, never acknowledged (for an hour), as a publish lost without an error.
-type holdDelta struct {
-	hop.Publisher
-	subject string
-	nth     int32
-	n       atomic.Int32
-	held    atomic.Pointer[nats.Msg]
-}
-
-func (h *holdDelta) PublishMsgAsync(msg *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
-	if msg.Subject == h.subject && h.n.Add(1) == h.nth {
-		h.held.Store(msg)
-		return neverAcked{msg}, nil
-	}
-	return h.Publisher.PublishMsgAsync(msg, opts...)
-}
-
-// AckTimeout keeps the outbox from sending the held batch again itself (hop.Outbox).
-func (h *holdDelta) AckTimeout() time.Duration { return time.Hour }
-
-type neverAcked struct{ msg *nats.Msg }
-
-func (f neverAcked) Ok() <-chan *jetstream.PubAck { return nil }
-func (f neverAcked) Err() <-chan error            { return nil }
-func (f neverAcked) Msg() *nats.Msg               { return f.msg }

@@ -336,3 +336,28 @@ func (u *future) fail(err error)               { u.err <- err }
 func (u *future) Ok() <-chan *jetstream.PubAck { return u.ok }
 func (u *future) Err() <-chan error            { return u.err }
 func (u *future) Msg() *nats.Msg               { return u.msg }
+
+// Hold publishes through Publisher but loses the Nth publish to Subject (1: the first):
+// never sent, its future never settled, as a publish lost without an error. An Outbox
+// publishing through it waits an hour before it sends that one again (AckTimeout).
+type Hold struct {
+	hop.Publisher
+	Subject string
+	Nth     int32
+	n       atomic.Int32
+	held    atomic.Pointer[nats.Msg]
+}
+
+func (h *Hold) PublishMsgAsync(msg *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
+	if msg.Subject == h.Subject && h.n.Add(1) == h.Nth {
+		h.held.Store(msg)
+		return newFuture(msg), nil
+	}
+	return h.Publisher.PublishMsgAsync(msg, opts...)
+}
+
+// AckTimeout keeps an Outbox from sending the lost message again itself.
+func (h *Hold) AckTimeout() time.Duration { return time.Hour }
+
+// Held is the message lost, nil before it.
+func (h *Hold) Held() *nats.Msg { return h.held.Load() }
