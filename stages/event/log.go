@@ -85,7 +85,7 @@ func (s *Stage) purgeLog(ctx context.Context) {
 		s.logStream, err = s.js.Stream(pctx, s.cfg.Subjects.LogStream())
 	}
 	if err == nil {
-		err = s.logStream.Purge(pctx, jetstream.WithPurgeSubject(s.cfg.Subjects.Log(s.cfg.Partition)), jetstream.WithPurgeSequence(keep))
+		err = flow.PurgeBelow(pctx, s.logStream, s.cfg.Subjects.Log(s.cfg.Partition), keep)
 	}
 	if err != nil {
 		if ctx.Err() == nil {

@@ -233,6 +233,16 @@ func Last(ctx context.Context, js jetstream.JetStream, stream, filter string) (*
 	return m, err
 }
 
+// PurgeBelow drops the messages on subject of stream st below sequence seq, keeping seq
+// itself (it may be the subject's last, which the next append with an expected last
+// sequence names).
+func PurgeBelow(ctx context.Context, st jetstream.Stream, subject string, seq uint64) error {
+	if seq <= 1 {
+		return nil
+	}
+	return st.Purge(ctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(seq))
+}
+
 // Fenced reports a publish or KV write refused because the subject's last sequence was
 // not the one expected: someone else wrote it.
 func Fenced(err error) bool {

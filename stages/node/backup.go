@@ -8,10 +8,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/tally-dev/tally/stages/cluster"
 	"github.com/tally-dev/tally/stages/event"
+	"github.com/tally-dev/tally/stages/flow"
 	"github.com/tally-dev/tally/store/checkpoint"
 	"github.com/tally-dev/tally/store/cold"
 	"github.com/tally-dev/tally/store/stagelog"
@@ -205,14 +204,11 @@ func (n *Node) backupPart(ctx context.Context, pt *owned) (uint64, error) {
 // the oldest. The record itself stays, which may be the subject's last sequence that the
 // next append expects.
 func (n *Node) purgeLog(ctx context.Context, p int, seq uint64) error {
-	if seq <= 1 {
-		return nil
-	}
 	st, err := n.js.Stream(ctx, n.subjects.LogStream())
 	if err != nil {
 		return err
 	}
-	return st.Purge(ctx, jetstream.WithPurgeSubject(n.subjects.Log(p)), jetstream.WithPurgeSequence(seq))
+	return flow.PurgeBelow(ctx, st, n.subjects.Log(p), seq)
 }
 
 // Takeover tells how this process's last event stage taken from another process

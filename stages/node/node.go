@@ -231,7 +231,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 			return n.Backups.Load(), n.BackupErrs.Load(), n.PartsRestored.Load(), n.PartsWarm.Load()
 		},
 		Standbys: func() int { return len(n.Standbys()) }, StandbyLag: n.StandbyLag, Partitions: cfg.Partitions, Streams: n.streams,
-		NATS: func() (int64, int) { return n.NATSDisconnects.Load(), 3 + n.readJS.Conns() }})
+		NATS: func() (int64, int) { return n.NATSDisconnects.Load(), len(n.conns()) + n.readJS.Conns() }})
 	n.query = query.New(query.Config{Subjects: sc.Subjects, Families: cfg.Families, Partitions: cfg.Partitions, OnQuery: n.metrics.OnQuery, OnAudit: n.metrics.OnAudit, MaxLag: cfg.MaxLag, TopEvery: cfg.FlushInterval},
 		n.qc, n.db, nil, log)
 	if err := n.query.Start(); err != nil {
@@ -275,6 +275,9 @@ func bucketErr(err error) error {
 	}
 	return err
 }
+
+// conns are the process's own connections to NATS (the readers' are readJS's).
+func (n *Node) conns() []*nats.Conn { return []*nats.Conn{n.nc, n.ctl, n.qc} }
 
 // connect opens one of the process's connections to NATS, named name. It reconnects
 // soon after a NATS restart (the default waits 2 s between attempts): the stages resume
@@ -547,7 +550,7 @@ func (n *Node) Close() error {
 	if n.readJS != nil {
 		n.readJS.Close()
 	}
-	for _, c := range []*nats.Conn{n.nc, n.ctl, n.qc} {
+	for _, c := range n.conns() {
 		if c != nil {
 			c.Close()
 		}
