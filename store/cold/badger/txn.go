@@ -412,6 +412,17 @@ func (txn *Txn) modify(e *Entry) error {
 	return nil
 }
 
+// PendingWrites calls fn with each key the transaction has written, in no order, as its
+// commit would write it: the value last set, or deleted. It stops when fn returns false.
+// (Tally: what a standby applies of its owner's transaction, see PATCHES.md.)
+func (txn *Txn) PendingWrites(fn func(key, value []byte, deleted bool) bool) {
+	for _, e := range txn.pendingWrites {
+		if !fn(e.Key, e.Value, e.meta&bitDelete != 0) {
+			return
+		}
+	}
+}
+
 // Blocks of entries and key bytes hold at most txnBlock of each.
 const txnBlock = 1 << 10
 
