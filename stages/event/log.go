@@ -200,17 +200,8 @@ func decodeLog(m jetstream.Msg) (*stagelog.Record, uint64, error) {
 // as its position (applied false). send sends the record's outbox too: a standby
 // (Mirror) leaves that to the owner.
 func (s *Stage) logRecord(ctx context.Context, rec *stagelog.Record, seq uint64, r *flow.Reader, c *coalescer, first, send bool) (applied bool, err error) {
-	own := rec.Prev != s.st.Pos || (rec.State.N != 0 && rec.State.N == s.st.N)
-	if first && own && rec.State.Pos == s.st.Pos {
-		// The state's transaction committed naming the record before its own (see
-		// stagelog.State.Log): this record is the state's own. (A transaction that
-		// consumed no message ends where the one before did: N tells them apart.)
-		s.st.Log = seq
-		return false, nil
-	}
-	if rec.Prev != s.st.Pos {
-		return false, fmt.Errorf("%w: log record %d continues position %d but the state is at %d; restore a newer backup",
-			ErrGap, seq, rec.Prev, s.st.Pos)
+	if own, err := s.ownRecord(rec, seq, first); own || err != nil {
+		return false, err
 	}
 	var msgs []jetstream.Msg
 	pos := s.st.Pos
@@ -231,6 +222,25 @@ func (s *Stage) logRecord(ctx context.Context, rec *stagelog.Record, seq uint64,
 		return false, fmt.Errorf("%w: log record %d ends at event %d, which is no longer in the events stream", ErrGap, seq, rec.State.Pos)
 	}
 	return true, s.applyRecord(ctx, msgs, rec, seq, c, send)
+}
+
+// ownRecord reports whether rec, log record seq, is the state's own — the first record
+// read after loading a state may be (first) — which it then takes as its position; and
+// ErrGap when rec does not continue the state.
+func (s *Stage) ownRecord(rec *stagelog.Record, seq uint64, first bool) (bool, error) {
+	own := rec.Prev != s.st.Pos || (rec.State.N != 0 && rec.State.N == s.st.N)
+	if first && own && rec.State.Pos == s.st.Pos {
+		// The state's transaction committed naming the record before its own (see
+		// stagelog.State.Log): this record is the state's own. (A transaction that
+		// consumed no message ends where the one before did: N tells them apart.)
+		s.st.Log = seq
+		return true, nil
+	}
+	if rec.Prev != s.st.Pos {
+		return false, fmt.Errorf("%w: log record %d continues position %d but the state is at %d; restore a newer backup",
+			ErrGap, seq, rec.Prev, s.st.Pos)
+	}
+	return false, nil
 }
 
 // applyRecord applies msgs in one transaction that commits rec's state and outbox, and

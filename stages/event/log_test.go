@@ -36,6 +36,10 @@ type logHarness struct {
 	batch int           // the stages' MaxBatch (its default when 0)
 	purge bool          // the stages purge their log (Config.PurgeLog)
 	nolog bool          // the stages do not log (Config.Log false)
+	// Config.LogWrites, ResidentBytes, MaxPayload and FanoutLimit of the stages run
+	// (their defaults when 0).
+	logWrites                 bool
+	resident, payload, fanout int
 }
 
 func newLogHarness(t *testing.T) *logHarness { return newHarness(t, 1) }
@@ -57,13 +61,33 @@ func newHarness(t *testing.T, parts int) *logHarness {
 // likes publishes n likes of post by users from uid on.
 func (h *logHarness) likes(uid, post, n int) {
 	for i := range n {
-		h.tx++
-		data, _ := pipeline.Marshal(&pipeline.Event{Type: pipeline.TypeLike, UID: pipeline.ID(uid + i), Post: pipeline.ID(post)}, false)
-		msg := &nats.Msg{Subject: h.sj.Event(pipeline.TypeLike, pipeline.ID(uid+i)), Data: data,
-			Header: nats.Header{jetstream.MsgIDHeader: []string{fmt.Sprint("tx", h.tx)}}}
-		if _, err := h.js.PublishMsg(context.Background(), msg); err != nil {
+		h.publish(pipeline.Event{Type: pipeline.TypeLike, UID: pipeline.ID(uid + i), Post: pipeline.ID(post)})
+	}
+}
+
+// publish publishes each of evs in a message of its own.
+func (h *logHarness) publish(evs ...pipeline.Event) {
+	for _, e := range evs {
+		data, err := pipeline.Marshal(&e, false)
+		if err != nil {
 			h.t.Fatal(err)
 		}
+		h.send(h.sj.Event(e.Type, e.Key()), data)
+	}
+}
+
+// publishBatch publishes evs in one batch (keyed by the first: every key is partition
+// 0's when there is one partition).
+func (h *logHarness) publishBatch(evs []pipeline.Event) {
+	h.send(h.sj.Event(pipeline.TypeBatch, evs[0].Key()), pipeline.AppendBatch(nil, &pipeline.Batch{Events: evs}))
+}
+
+// send publishes data to subject under a message id of its own.
+func (h *logHarness) send(subject string, data []byte) {
+	h.tx++
+	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{jetstream.MsgIDHeader: []string{fmt.Sprint("tx", h.tx)}}}
+	if _, err := h.js.PublishMsg(context.Background(), msg); err != nil {
+		h.t.Fatal(err)
 	}
 }
 
@@ -106,7 +130,8 @@ func (h *logHarness) run(owner string, db *cold.DB, run func(*Stage, context.Con
 		}
 		t.Cleanup(func() { db.Close() })
 	}
-	st, err := New(Config{Partition: 0, Partitions: h.parts, Subjects: h.sj, Families: pipeline.DefaultFamilies(), Log: !h.nolog, Owner: owner, Publisher: h.pub, MaxBatch: h.batch, PurgeLog: h.purge},
+	st, err := New(Config{Partition: 0, Partitions: h.parts, Subjects: h.sj, Families: pipeline.DefaultFamilies(), Log: !h.nolog, Owner: owner, Publisher: h.pub, MaxBatch: h.batch, PurgeLog: h.purge,
+		LogWrites: h.logWrites, ResidentBytes: h.resident, MaxPayload: h.payload, FanoutLimit: h.fanout},
 		h.js, db, slog.New(slog.NewTextHandler(io.Discard, nil)), NewStats())
 	if err != nil {
 		t.Fatal(err)

@@ -5,18 +5,24 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/klauspost/compress/s2"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tally-dev/tally/stages/flow"
+	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/stagelog"
+	"github.com/tally-dev/tally/store/unread"
 )
 
 // Mirror keeps the stage's state a warm copy of its partition's owner's, as a standby
 // (Kafka Streams' standby tasks): each record the owner appends to the partition's log
-// is applied here, as it comes, to the events it covers, with the record's state and
-// outbox, deleting the outbox entries the owner deleted — but nothing is sent and
-// nothing appended. A takeover by this process then replays only the records after the
-// last one applied here (Run), and re-sends the outbox the owner may not have sent:
-// every receiver recognises what it has had already.
+// is applied here as it comes — its writes (stagelog.Record.Writes), which are the
+// owner's transaction key for key, or, for a record that carries none, the events it
+// covers, executed again — with the record's state and outbox, deleting the outbox
+// entries the owner deleted; but nothing is sent and nothing appended. A takeover by
+// this process then replays only the records after the last one applied here (Run), and
+// re-sends the outbox the owner may not have sent: every receiver recognises what it
+// has had already. The events stream is read only while records carry no writes.
 //
 // Mirror returns nil when ctx ends, and an error wrapping ErrGap when the log or the
 // events stream no longer reaches back to its state (purged past it): a standby that
@@ -27,21 +33,23 @@ func (s *Stage) Mirror(ctx context.Context) error {
 		return err
 	}
 	defer s.uncountState()
-	st := s.st
-	s.logged.Store(st.Log)
+	s.logged.Store(s.st.Log)
 	sj := s.cfg.Subjects
-	r, err := flow.Read(ctx, s.js, sj.EventsStream(), sj.EventsStored(p), st.Pos, flow.Buffer{Msgs: 2 * s.cfg.MaxBatch, Bytes: ReadBytes})
-	if err != nil {
-		return err
-	}
-	defer r.Stop()
-	lr, err := flow.Read(ctx, s.js, sj.LogStream(), sj.Log(p), st.Log, flow.Buffer{Msgs: 16, Bytes: ReadBytes})
+	lr, err := flow.Read(ctx, s.js, sj.LogStream(), sj.Log(p), s.st.Log, flow.Buffer{Msgs: 16, Bytes: ReadBytes})
 	if err != nil {
 		return err
 	}
 	defer lr.Stop()
+	// r reads the events from the state's position on, while records carry no writes;
+	// a record applied from its writes leaves it behind, and it is stopped.
+	var r *flow.Reader
+	defer func() {
+		if r != nil {
+			r.Stop()
+		}
+	}()
 	c := newCoalescer(s.cfg.Partitions)
-	first := true
+	first, forgot := true, false
 	for {
 		var m jetstream.Msg
 		select {
@@ -51,8 +59,31 @@ func (s *Stage) Mirror(ctx context.Context) error {
 		}
 		rec, seq, err := decodeLog(m)
 		applied := false
-		if err == nil {
-			applied, err = s.logRecord(ctx, rec, seq, r, c, first, false)
+		switch {
+		case err != nil:
+		case rec.Writes != nil:
+			if r != nil {
+				r.Stop()
+				r = nil
+			}
+			if applied, err = s.logWrites(rec, seq, first); applied {
+				forgot = true
+			}
+		default:
+			if r == nil {
+				r, err = flow.Read(ctx, s.js, sj.EventsStream(), sj.EventsStored(p), s.st.Pos, flow.Buffer{Msgs: 2 * s.cfg.MaxBatch, Bytes: ReadBytes})
+			}
+			if err == nil && forgot {
+				// What the stage kept in RAM was read before the writes applied since.
+				err = s.refresh()
+				forgot = false
+			}
+			if err == nil {
+				applied, err = s.logRecord(ctx, rec, seq, r, c, first, false)
+				if applied {
+					s.stats.MirroredEvents.Add(1)
+				}
+			}
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -63,6 +94,56 @@ func (s *Stage) Mirror(ctx context.Context) error {
 		first = first && !applied
 		s.logged.Store(s.st.Log)
 	}
+}
+
+// logWrites applies rec, log record seq, from the writes it carries, and the state
+// naming it, in one transaction; applied is false for the state's own record (see
+// logRecord), which it only takes as its position.
+func (s *Stage) logWrites(rec *stagelog.Record, seq uint64, first bool) (applied bool, err error) {
+	if own, err := s.ownRecord(rec, seq, first); own || err != nil {
+		return false, err
+	}
+	writes, err := s2.Decode(s.writes[:cap(s.writes)], rec.Writes)
+	if err != nil {
+		return false, fmt.Errorf("%w: log record %d: writes: %w", cold.ErrCorrupt, seq, err)
+	}
+	defer func() { s.writes = kept(writes) }()
+	txn := s.db.NewTxn(true)
+	defer txn.Discard()
+	if err := txn.ApplyWrites(writes); err != nil {
+		return false, fmt.Errorf("log record %d: %w", seq, err)
+	}
+	st := rec.State
+	st.Log = seq
+	if err := stagelog.Put(txn, s.cfg.Partition, &st); err != nil {
+		return false, err
+	}
+	if err := txn.Commit(); err != nil {
+		return false, fmt.Errorf("cannot commit: %w", err)
+	}
+	if st.Unsent == 0 && len(rec.Outbox) > 0 { // the outbox went to Badger (see write)
+		s.stored = max(s.stored, rec.Outbox[len(rec.Outbox)-1].Seq)
+	}
+	s.noteCommitted(&st)
+	s.st = st
+	s.pos.Store(st.Pos)
+	s.countState()
+	s.stats.Txns.Add(1)
+	s.stats.MirroredWrites.Add(1)
+	return true, nil
+}
+
+// refresh reads again what the stage keeps in RAM of its state in Badger, once writes
+// applied from the log (logWrites) may have changed it: the users' state it keeps
+// (forget), and the authors whose posts its readers pull.
+func (s *Stage) refresh() error {
+	pulled, err := unread.LoadPulled(s.db, s.cfg.Partition)
+	if err != nil {
+		return err
+	}
+	s.pulled = pulled
+	s.forget()
+	return nil
 }
 
 // LogBehind is how far a mirroring stage (Mirror) is behind its owner's log: the age

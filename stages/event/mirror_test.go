@@ -3,9 +3,11 @@ package event
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
+	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/store/cold"
 	"github.com/tally-dev/tally/store/graph"
@@ -81,5 +83,136 @@ func TestMirrorCopiesOwner(t *testing.T) {
 	})
 	if n := h.msgs(h.sj.DeltasStream()); n != sent {
 		t.Fatalf("deltas stream holds %d messages after the takeover, %d before: something was sent under a new id", n, sent)
+	}
+}
+
+// mixed is n events of every kind an event stage writes for, among a few users and
+// posts, so that the same records change again and again: likes and unlikes (user 1
+// likes enough posts to be a heavy user), comments, follows and unfollows, posts (of
+// authors followed by more readers than the fan-out limit, too), views with their
+// viewers, mentions and reads.
+func mixed(r *rand.Rand, n int) []pipeline.Event {
+	evs := make([]pipeline.Event, n)
+	user := func() pipeline.ID { return pipeline.ID(1 + r.IntN(12)) }
+	for i := range evs {
+		u, post := user(), pipeline.ID(1000+r.IntN(60))
+		owner := pipeline.ID(1 + post%12)
+		switch k := r.IntN(20); {
+		case k < 6:
+			if r.IntN(3) == 0 {
+				u = 1
+			}
+			evs[i] = pipeline.Event{Type: pipeline.TypeLike, UID: u, Post: post, Owner: owner}
+		case k < 8:
+			evs[i] = pipeline.Event{Type: pipeline.TypeUnlike, UID: u, Post: post, Owner: owner}
+		case k < 9:
+			evs[i] = pipeline.Event{Type: pipeline.TypeComment, UID: u, Post: post, Owner: owner, Comment: pipeline.ID(5000 + i)}
+		case k < 12:
+			t := user()
+			if t == u {
+				t = u%12 + 1
+			}
+			typ := pipeline.TypeFollow
+			if r.IntN(4) == 0 {
+				typ = pipeline.TypeUnfollow
+			}
+			evs[i] = pipeline.Event{Type: typ, UID: u, Target: t}
+		case k < 14:
+			evs[i] = pipeline.Event{Type: pipeline.TypePost, UID: u, Post: pipeline.ID(100_000 + i)}
+		case k < 17:
+			evs[i] = pipeline.Event{Type: pipeline.TypeView, Post: post, UID: u, N: 1}
+		case k < 19:
+			evs[i] = pipeline.Event{Type: pipeline.TypeMention, UID: u, Target: owner, Post: post}
+		default:
+			evs[i] = pipeline.Event{Type: pipeline.TypeRead, UID: u, Kinds: []string{"like", "mention", "feed"}}
+		}
+	}
+	return evs
+}
+
+// standbyCopies waits until standby f has applied everything owner a logged and holds
+// a's keys and values (see sameKeys).
+func (h *logHarness) standbyCopies(a, f *runningStage) {
+	h.caughtUp(a)
+	natstest.Eventually(h.t, 10*time.Second, "owner's outbox settled", func() (bool, string) {
+		return !a.busy.Load(), "busy"
+	})
+	natstest.Eventually(h.t, 10*time.Second, "standby's state is the owner's", func() (bool, string) {
+		if f.Position() != a.Position() {
+			return false, fmt.Sprintf("standby at %d, owner at %d", f.Position(), a.Position())
+		}
+		return sameKeys(h, f.db, a.db)
+	})
+}
+
+// A standby of an owner whose records carry their writes applies them: it executes no
+// event and does not read the events stream, and holds the owner's state byte for byte
+// through every kind of event; a takeover from it goes on from there.
+func TestMirrorAppliesWrites(t *testing.T) {
+	h := newLogHarness(t)
+	h.logWrites, h.fanout = true, 3
+	a := h.start("a.1", nil)
+	f := h.mirror()
+	r := rand.New(rand.NewPCG(5, 6))
+	for range 8 {
+		h.publish(mixed(r, 150)...)
+		h.caughtUp(a)
+	}
+	h.standbyCopies(a, f)
+	if w, e := f.stats.MirroredWrites.Load(), f.stats.MirroredEvents.Load(); w == 0 || e != 0 {
+		t.Fatalf("the standby applied %d records from their writes and executed %d, want all from their writes", w, e)
+	}
+	if n := h.streamState(h.sj.EventsStream()).Consumers; n != 1 {
+		t.Fatalf("the events stream has %d consumers with an owner and its standby running, want the owner's alone", n)
+	}
+
+	// The standby takes over and goes on; the owner, started again on its own state
+	// once the standby's successor stops, replays what that one logged (executing the
+	// events) and comes to the same state.
+	if err := f.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.stop(); err != nil {
+		t.Fatal(err)
+	}
+	h.publish(mixed(r, 300)...)
+	b := h.start("b.1", f.db)
+	h.caughtUp(b)
+	natstest.Eventually(t, 10*time.Second, "outbox settled", func() (bool, string) { return !b.busy.Load(), "busy" })
+	if err := b.stop(); err != nil {
+		t.Fatal(err)
+	}
+	c := h.start("c.1", a.db)
+	h.caughtUp(c)
+	natstest.Eventually(t, 10*time.Second, "the state taken over is the owner's", func() (bool, string) {
+		if c.busy.Load() {
+			return false, "busy"
+		}
+		return sameKeys(h, b.db, c.db)
+	})
+}
+
+// A standby following records with writes and records without (their transaction's
+// writes too large for a record) applies the first and executes the second, and holds
+// the owner's keys and values; what it keeps in RAM of the users it executes
+// events of (a heavy liker's states, reader states) is read again after writes changed
+// them.
+func TestMirrorMixesWritesAndEvents(t *testing.T) {
+	h := newLogHarness(t)
+	h.logWrites, h.fanout, h.resident, h.payload = true, 3, 1<<20, 16<<10
+	a := h.start("a.1", nil)
+	f := h.mirror()
+	r := rand.New(rand.NewPCG(7, 8))
+	for round := range 16 {
+		if round%2 == 0 {
+			h.publish(mixed(r, 4)...) // small transactions: their writes fit in a record
+		} else {
+			h.publishBatch(mixed(r, 3000)) // one transaction whose writes do not
+		}
+		h.caughtUp(a)
+	}
+	h.standbyCopies(a, f)
+	if w, e, out := f.stats.MirroredWrites.Load(), f.stats.MirroredEvents.Load(), a.stats.WritesLeftOut.Load(); w == 0 || e == 0 || out == 0 {
+		t.Fatalf("the standby applied %d records from their writes and executed %d (the owner left out the writes of %d), want both kinds", w, e, out)
 	}
 }

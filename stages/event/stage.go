@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/klauspost/compress/s2"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tally-dev/tally/pipeline"
@@ -43,6 +44,11 @@ type Config struct {
 	// keeps the outbox, which is not written to Badger (outbox.go). tallyd always logs;
 	// off, the outbox is kept in Badger.
 	Log bool
+	// LogWrites has each log record carry what its transaction wrote in Badger
+	// (stagelog.Record.Writes), when that fits in the record: a standby (Mirror)
+	// applies it rather than executing the record's events again. Off, or for a
+	// record it did not fit in, a standby executes the events.
+	LogWrites bool
 	// PurgeLog, for a stage that logs where no backups purge its log (a process that
 	// owns every partition: the log is then only where its outbox is kept), drops the
 	// records its committed state no longer needs (stagelog.State.LogKept) as it goes.
@@ -86,6 +92,10 @@ type Stats struct {
 	HopDups   atomic.Int64 // hop batches from another partition skipped as applied already
 	HopsHeld  atomic.Int64 // hop batches held above a gap now
 	HopGaps   atomic.Int64 // gaps in another partition's hop batches given up (logged at error)
+	// Log records a standby applied from the writes they carry, and those whose events
+	// it executed (Mirror); records logged without their transaction's writes because
+	// those did not fit (Config.LogWrites).
+	MirroredWrites, MirroredEvents, WritesLeftOut atomic.Int64
 	// Resident is what the stages keep in RAM of their users' state (graph.Resident,
 	// --state-mem): its bytes now, and the reads it answered and those that went to Badger.
 	ResidentBytes, ResidentHits, ResidentMisses atomic.Int64
@@ -118,6 +128,9 @@ type Stage struct {
 	likes  *graph.Likes                        // reused by every transaction (graph.Likes.Reset)
 	dec    pipeline.EventDecoder               // a message's events, good until the next is decoded
 	fwd    []hopOut                            // by partition: what a transaction forwards there (reused)
+	// a log record's writes (Config.LogWrites) as the transaction wrote them, and
+	// compressed (stagelog.Record.Writes): room reused
+	writes, packed []byte
 	// behind and logBehind measure how far the stage is behind its events and, as a
 	// standby, its owner's log (health, metrics, warmth: asked often).
 	behind, logBehind *flow.Meter
@@ -298,15 +311,13 @@ func (s *Stage) load() ([]delivery.OutboxEntry, error) {
 	} else if n > 0 {
 		s.log.Info("indexed the follows made before follows had places", "follows", n)
 	}
-	// The state read afresh: what it knew may be gone. Views' sketches get a quarter of
-	// the RAM, reader states and like records the rest.
-	s.st, s.res = st, graph.NewResident[unread.ReaderState](s.cfg.ResidentBytes-s.cfg.ResidentBytes/4)
+	// The state read afresh: what it knew may be gone.
+	s.st = st
+	s.forget()
 	s.stored, s.inLog = 0, nil
 	if len(outbox) > 0 {
 		s.stored = outbox[len(outbox)-1].Seq
 	}
-	s.resHits, s.resMisses = 0, 0
-	s.seen = viewers.NewCache(s.cfg.ResidentBytes / 4)
 	s.pos.Store(st.Pos)
 	oldest := st.Outbox + 1
 	switch {
@@ -317,6 +328,15 @@ func (s *Stage) load() ([]delivery.OutboxEntry, error) {
 	}
 	s.setOutbox(st.Outbox, oldest)
 	return outbox, nil
+}
+
+// forget drops what the stage keeps in RAM of its state in Badger (read again as
+// events need it): views' sketches get a quarter of the RAM, reader states and like
+// records the rest.
+func (s *Stage) forget() {
+	s.res = graph.NewResident[unread.ReaderState](s.cfg.ResidentBytes - s.cfg.ResidentBytes/4)
+	s.resHits, s.resMisses = 0, 0
+	s.seen = viewers.NewCache(s.cfg.ResidentBytes / 4)
 }
 
 // finish waits briefly for outstanding acks and deletes the acknowledged outbox entries
@@ -452,7 +472,7 @@ func (s *Stage) try(ctx context.Context, msgs []jetstream.Msg, c *coalescer, dea
 	}
 	if s.cfg.Log {
 		rec := stagelog.Record{Prev: s.st.Pos, State: st, Outbox: outbox, Dead: w.dead, DeadHops: w.deadHops, Acked: s.published[:w.deleted]}
-		data, err := stagelog.EncodeRecord(&rec)
+		data, err := s.encodeRecord(txn, &rec)
 		if err != nil {
 			return len(msgs), w.released, err
 		}
@@ -517,6 +537,45 @@ func (s *Stage) write(txn *cold.Txn, st *stagelog.State, outbox []delivery.Outbo
 	}
 	return stagelog.Put(txn, p, st)
 }
+
+// encodeRecord encodes rec, the log record of txn, with what txn has written when the
+// stage's records carry it (Config.LogWrites) and it fits in a NATS message with the
+// rest of the record; without it when not.
+func (s *Stage) encodeRecord(txn *cold.Txn, rec *stagelog.Record) ([]byte, error) {
+	if s.cfg.LogWrites {
+		room := s.cfg.MaxPayload - 1024
+		// Compressed, the writes take a third of their bytes or less (s2: 17 bytes an
+		// event of the likes mix where they wrote 46).
+		writes, ok := txn.AppendWrites(s.writes[:0], 3*room)
+		if ok {
+			s.packed = s2.Encode(s.packed[:cap(s.packed)], writes)
+			rec.Writes = s.packed
+		}
+		s.writes, s.packed = kept(writes), kept(s.packed)
+		if ok {
+			data, err := stagelog.EncodeRecord(rec)
+			if err != nil || len(data) <= room {
+				return data, err
+			}
+			rec.Writes = nil
+		}
+		s.stats.WritesLeftOut.Add(1)
+	}
+	return stagelog.EncodeRecord(rec)
+}
+
+// kept is b emptied to be used again, or nil when it is larger than keepWrites.
+func kept(b []byte) []byte {
+	if cap(b) > keepWrites {
+		return nil
+	}
+	return b[:0]
+}
+
+// keepWrites is the most room a stage keeps for its records' writes between
+// transactions, as they were written and compressed: a few hundred kB for most (40–90
+// bytes an event of the benchmarks, before compression).
+const keepWrites = 1 << 20
 
 // likesBatch names the liker chunks of the transaction that ends in state st: unique in
 // the partition, though a transaction that consumed no message ends at the position of

@@ -92,6 +92,10 @@ func (n *Node) startStage(ctx context.Context, pt *owned) error {
 	ec.Log = n.backups != nil || n.js.Conn().MaxPayload() >= minLogPayload
 	if n.backups != nil {
 		ec.Owner, ec.Valid = pt.lease.Token(), pt.lease.Valid
+		// The partition's standby in another process applies the records' writes
+		// rather than executing their events again; without standbys nothing reads
+		// them (tallyd of one cluster run with the same --standbys).
+		ec.LogWrites = n.cfg.Standbys
 	} else {
 		ec.PurgeLog = true // no backup purges it
 	}

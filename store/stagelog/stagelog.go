@@ -74,6 +74,16 @@ type Record struct {
 	// the log, or a state of one — deletes them too, so that its outbox is the owner's
 	// and a takeover re-sends only what may be unsent.
 	Acked []uint64 `msgpack:"acked,omitempty"`
+	// Writes, when present, is everything the transaction wrote in Badger, its state
+	// with the record before named (State.Log) included (cold.Txn.AppendWrites, as an
+	// S2 block: github.com/klauspost/compress/s2): a
+	// standby applies them, then the state naming this record, rather than executing
+	// the record's events again. Absent when the stage's records carry none
+	// (stages/event's Config.LogWrites), when they did not fit in the record, and in
+	// records written before records carried them (a tallyd of a version before reads
+	// a record with them, skipping the field, as one without): a standby then executes
+	// the record's events.
+	Writes []byte `msgpack:"writes,omitempty"`
 }
 
 // EncodeRecord and DecodeRecord convert a record to and from its log message.
