@@ -122,7 +122,7 @@ func baseName(served map[string]string, n string) string {
 func servedMetrics(t *testing.T) map[string]string {
 	t.Helper()
 	m := metrics.New(metrics.Source{
-		Events: event.NewStats(), Counters: &counter.Stats{},
+		Events: event.NewStats(), StandbyEvents: event.NewStats(), Counters: &counter.Stats{},
 		Lags: func(context.Context) []metrics.Lag {
 			return []metrics.Lag{{Stage: "event", Msgs: 1}}
 		},

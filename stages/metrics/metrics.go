@@ -22,6 +22,8 @@ import (
 type Source struct {
 	Events   *event.Stats
 	Counters *counter.Stats
+	// StandbyEvents counts what the standbys' event stages apply (nil: none).
+	StandbyEvents *event.Stats
 	// Lags returns the lag of every partition of this process, each with whether the
 	// lookup failed.
 	Lags func(ctx context.Context) []Lag
@@ -132,6 +134,11 @@ func New(src Source) *Metrics {
 	counterFn("tally_event_hop_gaps_skipped_total", "Gaps in another event partition's hop batches given up because too much was held above them: logged at error.", ev.HopGaps.Load)
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tally_event_hops_held", Help: "Hop batches of other event partitions held above a gap."},
 		func() float64 { return float64(ev.HopsHeld.Load()) }))
+	counterFn("tally_log_records_without_writes_total", "Log records the event stages appended without their transaction's writes, which did not fit in one NATS message with the rest: a standby executes their events again.", ev.WritesLeftOut.Load)
+	if sb := src.StandbyEvents; sb != nil {
+		counterFn("tally_standby_records_written_total", "Log records the standbys applied from the writes they carry (the owner's transaction key for key).", sb.MirroredWrites.Load)
+		counterFn("tally_standby_records_executed_total", "Log records the standbys applied by executing their events again: records without writes (too large for one, or of a tallyd before).", sb.MirroredEvents.Load)
+	}
 	counterFn("tally_feed_pushed_total", "Feed counters posts were pushed to.", ev.Pushed.Load)
 	counterFn("tally_feed_pulled_total", "Posts left for readers to pull (author above the fan-out limit).", ev.Pulled.Load)
 	counterFn("tally_delta_batches_total", "Delta batches applied by counter partitions.", ct.Batches.Load)

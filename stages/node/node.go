@@ -88,8 +88,8 @@ type Node struct {
 	kick         chan struct{}          // asks for a round now (see own)
 	leaving      atomic.Bool            // Close is handing the partitions over: no more rounds
 	waiting      map[int]*moveWait      // how long each partition held here has waited to move (see losePatience), under rounds
-	// standbyEvents counts what the standbys' event stages apply.
-	standbyEvents *event.Stats
+	// StandbyEvents counts what the standbys' event stages apply.
+	StandbyEvents *event.Stats
 	// Backups and BackupErrs count rounds of state backups stored in NATS and failed
 	// backups; PartsRestored counts partitions taken over from another process by
 	// restoring a backup, PartsWarm those taken over from a standby kept here.
@@ -132,7 +132,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	n := &Node{cfg: cfg, log: log, failed: make(chan struct{}), EventStats: event.NewStats(), budget: counter.NewBudget(mem.Hot),
-		parts: map[int]*owned{}, starting: map[int]bool{}, claiming: map[int]*cluster.Lease{}, standbys: map[int]*standby{}, priming: make(chan struct{}, 1), standbyEvents: event.NewStats(), kick: make(chan struct{}, 1), waiting: map[int]*moveWait{}}
+		parts: map[int]*owned{}, starting: map[int]bool{}, claiming: map[int]*cluster.Lease{}, standbys: map[int]*standby{}, priming: make(chan struct{}, 1), StandbyEvents: event.NewStats(), kick: make(chan struct{}, 1), waiting: map[int]*moveWait{}}
 	defer func() {
 		if err != nil {
 			n.Close()
@@ -225,7 +225,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	n.runCtx, n.cancel = runCtx, cancel
-	n.metrics = metrics.New(metrics.Source{Events: n.EventStats, Counters: &n.CounterStats, Hot: n.hot, Lags: n.lags,
+	n.metrics = metrics.New(metrics.Source{Events: n.EventStats, StandbyEvents: n.StandbyEvents, Counters: &n.CounterStats, Hot: n.hot, Lags: n.lags,
 		Owned: func() (int, bool) { return len(n.heldParts()), n.Events() },
 		Moves: func() (int64, int64, int64, int64) {
 			return n.Backups.Load(), n.BackupErrs.Load(), n.PartsRestored.Load(), n.PartsWarm.Load()

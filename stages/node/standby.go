@@ -292,7 +292,7 @@ func (n *Node) follow(ctx, wctx context.Context, sb *standby) error {
 	})
 	sb.unserve = n.serveStandby(sb)
 	ec := event.Config{Partition: p, Partitions: n.cfg.Partitions, Subjects: n.subjects, Families: n.cfg.Families, FanoutLimit: n.cfg.FanoutLimit, ResidentBytes: n.residentBytes(), Windows: n.cfg.Windows, Log: true}
-	st, err := event.New(ec, n.readJS, n.db, n.log, n.standbyEvents)
+	st, err := event.New(ec, n.readJS, n.db, n.log, n.StandbyEvents)
 	if err != nil {
 		return err
 	}

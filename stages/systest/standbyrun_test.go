@@ -88,6 +88,13 @@ func TestStandbyTakeover(t *testing.T) {
 			if !behind && b.PartsWarm.Load() == warm {
 				t.Fatalf("the second restored %d of the first's partitions %v from backups and took none from its standbys", b.PartsRestored.Load()-restored, aParts)
 			}
+			// The owners' log records carry their transactions' writes, and the standbys
+			// apply them: none executes events again.
+			written := a.StandbyEvents.MirroredWrites.Load() + b.StandbyEvents.MirroredWrites.Load()
+			executed := a.StandbyEvents.MirroredEvents.Load() + b.StandbyEvents.MirroredEvents.Load()
+			if !behind && (written == 0 || executed != 0) {
+				t.Fatalf("the standbys applied %d log records from their writes and executed the events of %d, want all from their writes", written, executed)
+			}
 			if behind && a.StandbyRestarts.Load()+b.StandbyRestarts.Load() == 0 {
 				t.Fatal("no standby fell behind a backup: the test did not test that")
 			}
