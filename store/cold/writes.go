@@ -47,11 +47,8 @@ func (t *Txn) AppendWrites(b []byte, limit int) ([]byte, bool) {
 
 // ApplyWrites writes into t the writes another transaction recorded (AppendWrites). The
 // keys and values are w's: w must not change until t commits. A record it cannot read
-// is ErrCorrupt, and nothing of it is written.
+// is ErrCorrupt, with t holding the writes before the damage: discard it.
 func (t *Txn) ApplyWrites(w []byte) error {
-	if err := eachWrite(w, func([]byte, []byte, bool) error { return nil }); err != nil {
-		return err
-	}
 	return eachWrite(w, func(k, v []byte, deleted bool) error {
 		if deleted {
 			return t.Delete(k)

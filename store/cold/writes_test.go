@@ -86,7 +86,8 @@ func TestWritesApplyAsCommitted(t *testing.T) {
 }
 
 // Writes past the limit are not recorded, and what was given is given back as it was;
-// a record cut short or of an unknown kind is refused as corrupt, and none of it applied.
+// a record cut short or of an unknown kind is refused as corrupt, and the transaction
+// that applied it, discarded, commits none of it.
 func TestWritesBounded(t *testing.T) {
 	db := coldtest.Open(t, cold.Options{})
 	txn := db.NewTxn(true)
