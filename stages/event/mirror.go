@@ -71,7 +71,7 @@ func (s *Stage) Mirror(ctx context.Context) error {
 			}
 		default:
 			if r == nil {
-				r, err = flow.Read(ctx, s.js, sj.EventsStream(), sj.EventsStored(p), s.st.Pos, flow.Buffer{Msgs: 2 * s.cfg.MaxBatch, Bytes: ReadBytes})
+				r, err = s.readEvents(ctx)
 			}
 			if err == nil && forgot {
 				// What the stage kept in RAM was read before the writes applied since.

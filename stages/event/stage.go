@@ -243,7 +243,7 @@ func (s *Stage) Run(ctx context.Context) error {
 	if err := s.out.Reap(ctx, true); err != nil {
 		return nil
 	}
-	r, err := flow.Read(ctx, s.js, s.cfg.Subjects.EventsStream(), s.cfg.Subjects.EventsStored(p), s.st.Pos, flow.Buffer{Msgs: 2 * s.cfg.MaxBatch, Bytes: ReadBytes})
+	r, err := s.readEvents(ctx)
 	if err != nil {
 		return err
 	}
@@ -290,6 +290,12 @@ func (s *Stage) Run(ctx context.Context) error {
 		s.out.Reap(ctx, false)
 	}
 	return s.finish()
+}
+
+// readEvents reads the partition's events after the state's position.
+func (s *Stage) readEvents(ctx context.Context) (*flow.Reader, error) {
+	sj := s.cfg.Subjects
+	return flow.Read(ctx, s.js, sj.EventsStream(), sj.EventsStored(s.cfg.Partition), s.st.Pos, flow.Buffer{Msgs: 2 * s.cfg.MaxBatch, Bytes: ReadBytes})
 }
 
 // ReadBytes bounds the payloads an event partition's reader holds for it (flow.Buffer):
