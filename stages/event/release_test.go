@@ -16,6 +16,7 @@ import (
 	"github.com/tally-dev/tally/pipeline/buildinfo"
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/cold/coldtest"
 	"github.com/tally-dev/tally/store/graph"
 	"github.com/tally-dev/tally/store/stagelog"
 )
@@ -124,20 +125,7 @@ func releaseBacklog(t *testing.T, h *logHarness, n uint64, per int, pad string, 
 // sameKeys reports whether two databases hold the same keys and values, but for the
 // stage's state, whose maps encode in any order: it must decode the same.
 func sameKeys(h *logHarness, a, b *cold.DB) (bool, string) {
-	read := func(db *cold.DB) map[string][]byte {
-		out := map[string][]byte{}
-		err := db.View(func(txn *cold.Txn) error {
-			return txn.Scan(nil, nil, true, func(k, v []byte) (bool, error) {
-				out[string(k)] = bytes.Clone(v)
-				return true, nil
-			})
-		})
-		if err != nil {
-			h.t.Fatal(err)
-		}
-		return out
-	}
-	ka, kb := read(a), read(b)
+	ka, kb := coldtest.All(h.t, a), coldtest.All(h.t, b)
 	stage := string(h.stageKey())
 	for k, v := range ka {
 		if w, ok := kb[k]; k != stage && (!ok || !bytes.Equal(v, w)) {
