@@ -110,6 +110,7 @@ type Worker struct {
 	stats   *Stats
 	queries chan *query
 	stopped chan struct{} // closed as Run returns: queries are answered ErrStopped
+	role    string        // the role its goroutine's profile labels say (label)
 
 	ready      atomic.Bool
 	pos        atomic.Uint64
@@ -257,6 +258,7 @@ func (w *Worker) ask(ctx context.Context, q *query) error {
 // the giver's lease. Run is called at most once.
 func (w *Worker) Run(ctx context.Context) error {
 	defer close(w.stopped)
+	w.label(ctx)
 	// The batches the loaded marks hold are counted in Stats.Hop.Held until Close.
 	defer w.in.Close()
 	if err := w.load(); err != nil {
@@ -294,6 +296,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		case r := <-w.snapDone:
 			w.snapFinished(r)
 		case <-tick.C:
+			w.label(ctx)
 			if err := w.flush(ctx); err != nil {
 				return err
 			}
@@ -534,6 +537,19 @@ func (w *Worker) flush(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// label gives the worker's goroutine the profile labels of the role it runs in now
+// (flow.Label): a standby's workers go on as the owner's when it takes over.
+func (w *Worker) label(ctx context.Context) {
+	role := flow.RoleOwner
+	if w.cfg.Valid != nil && !w.cfg.Valid() {
+		role = flow.RoleStandby
+	}
+	if role != w.role {
+		w.role = role
+		flow.Label(ctx, "counter", w.cfg.Family.Name, w.cfg.Partition, role)
+	}
 }
 
 // Partition is the worker's family and partition.

@@ -29,6 +29,7 @@ import (
 // fell behind the owner's backups starts again from the newest one.
 func (s *Stage) Mirror(ctx context.Context) error {
 	p := s.cfg.Partition
+	flow.Label(ctx, "event", "", p, flow.RoleStandby)
 	if _, err := s.load(); err != nil {
 		return err
 	}

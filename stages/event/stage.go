@@ -226,6 +226,7 @@ func (s *Stage) Behind(ctx context.Context) (flow.Behind, error) {
 // still holds from before a crash, then resumes after the committed position.
 func (s *Stage) Run(ctx context.Context) error {
 	p := s.cfg.Partition
+	flow.Label(ctx, "event", "", p, flow.RoleOwner)
 	outbox, err := s.load()
 	if err != nil {
 		return err

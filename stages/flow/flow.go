@@ -49,7 +49,12 @@ const DefaultBufferBytes = 1 << 20
 // Read starts an ordered consumer on stream for filter, beginning after position pos.
 // Ordered consumers need no acks and no server-side durable state: the position a stage
 // commits with its own state is the only truth about what it has consumed.
-func Read(ctx context.Context, js jetstream.JetStream, stream, filter string, pos uint64, buf Buffer) (*Reader, error) {
+func Read(ctx context.Context, js jetstream.JetStream, stream, filter string, pos uint64, buf Buffer) (r *Reader, err error) {
+	unlabelled(func() { r, err = read(ctx, js, stream, filter, pos, buf) })
+	return r, err
+}
+
+func read(ctx context.Context, js jetstream.JetStream, stream, filter string, pos uint64, buf Buffer) (*Reader, error) {
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverAllPolicy}
 	if pos > 0 {
 		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy

@@ -122,9 +122,11 @@ func (s *Spread) take() (*spreadConn, error) {
 	return c, nil
 }
 
-// connect makes a connection for Readers.
+// connect makes a connection for Readers (its goroutines unlabelled: it is shared).
 func (s *Spread) connect() (jetstream.JetStream, error) {
-	nc, err := s.dial()
+	var nc *nats.Conn
+	var err error
+	unlabelled(func() { nc, err = s.dial() })
 	if err != nil {
 		return nil, err
 	}

@@ -1,10 +1,14 @@
 package systest
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"runtime/pprof"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -69,6 +73,8 @@ func TestStandbyTakeover(t *testing.T) {
 							return slices.Equal(b.Standbys(), a.Parts()) && slices.Equal(a.Standbys(), b.Parts()),
 								fmt.Sprintf("a owns %v, keeps %v; b owns %v, keeps %v", a.Parts(), a.Standbys(), b.Parts(), b.Standbys())
 						})
+						// A profile tells an owner's work from its standby's (flow.Label).
+						waitRoles(t, partitions, "owner", "standby")
 					}
 					aParts, restored, warm = a.Parts(), b.PartsRestored.Load(), b.PartsWarm.Load()
 					if err := a.Close(); err != nil {
@@ -77,6 +83,9 @@ func TestStandbyTakeover(t *testing.T) {
 					rig.Eventually(t, "the second owns every partition", func() (bool, string) {
 						return len(b.Parts()) == partitions, fmt.Sprint(b.Parts())
 					})
+					if !behind { // the standbys' workers go on as the owner's, and say so
+						waitRoles(t, partitions, "owner")
+					}
 				}
 			}
 			rig.WaitCaughtUp(t, c)
@@ -100,4 +109,54 @@ func TestStandbyTakeover(t *testing.T) {
 			}
 		})
 	}
+}
+
+// waitRoles waits until the goroutines of every stage (event, counter) of each of the
+// partitions run in exactly the roles given, as their profile labels say (flow.Label).
+func waitRoles(t *testing.T, partitions int, want ...string) {
+	t.Helper()
+	rig.Eventually(t, fmt.Sprint("every partition's stages labelled ", want, " for profiles"), func() (bool, string) {
+		got := labelledRoles(t)
+		for p := range partitions {
+			for _, stage := range []string{"event", "counter"} {
+				k := stage + "/" + strconv.Itoa(p)
+				if !slices.Equal(got[k], want) {
+					return false, fmt.Sprintf("%s: %v", k, got[k])
+				}
+			}
+		}
+		return true, ""
+	})
+}
+
+// labelledRoles reads the profile labels of this process's goroutines: for each stage
+// and partition ("event/3"), the roles its goroutines run in, sorted.
+func labelledRoles(t *testing.T) map[string][]string {
+	var buf bytes.Buffer
+	if err := pprof.Lookup("goroutine").WriteTo(&buf, 1); err != nil {
+		t.Fatal(err)
+	}
+	roles := map[string][]string{}
+	for line := range strings.Lines(buf.String()) {
+		text, ok := strings.CutPrefix(strings.TrimSpace(line), "# labels: ")
+		if !ok {
+			continue
+		}
+		var l map[string]string
+		if err := json.Unmarshal([]byte(text), &l); err != nil {
+			t.Fatalf("labels %q: %v", text, err)
+		}
+		if l["stage"] == "" {
+			continue
+		}
+		if l["stage"] == "counter" && l["family"] == "" {
+			t.Fatalf("a counter's goroutine labelled without its family: %q", text)
+		}
+		k := l["stage"] + "/" + l["partition"]
+		if !slices.Contains(roles[k], l["role"]) {
+			roles[k] = append(roles[k], l["role"])
+			slices.Sort(roles[k])
+		}
+	}
+	return roles
 }
