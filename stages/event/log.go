@@ -105,24 +105,35 @@ const (
 )
 
 // replay brings the state up to the partition's last log record: each record after the
-// state's is applied to the same events (read from r) in one transaction, with the
-// record's state and outbox rather than what this process would have cut and numbered,
-// and its outbox is sent again under the same message ids. This is how a new owner
-// (restored from a backup, or starting empty) or a restart after a crash between a
-// record and its commit continues exactly where the partition's last transaction left
-// it, whatever the previous owner had published. The outbox entries the state's own
-// transactions wrote that may not be stored yet (State.Unsent) are read from the log
-// on the way, from the record holding the oldest, and sent first.
-func (s *Stage) replay(ctx context.Context, r *flow.Reader, c *coalescer) error {
+// state's is applied in one transaction, with the record's state and outbox rather than
+// what this process would have cut and numbered, and its outbox is sent again under the
+// same message ids. A record that carries its transaction's writes (Config.LogWrites) is
+// applied from them, as a standby applies it (applyWrites); one that does not, to the
+// same events, executed again (read from an events reader opened only then). This is
+// how a new owner (restored from a backup, or starting empty) or a restart after a
+// crash between a record and its commit continues exactly where the partition's last
+// transaction left it, whatever the previous owner had published. The outbox entries
+// the state's own transactions wrote that may not be stored yet (State.Unsent) are read
+// from the log on the way, from the record holding the oldest, and sent first.
+//
+// It returns the events reader it left open after the state's position, if any; on an
+// error, none.
+func (s *Stage) replay(ctx context.Context, c *coalescer) (r *flow.Reader, err error) {
+	defer func() {
+		if err != nil && r != nil {
+			r.Stop()
+			r = nil
+		}
+	}()
 	sj := s.cfg.Subjects
 	subj := sj.Log(s.cfg.Partition)
 	var last uint64
-	err := s.retrying(ctx, "read the log", func() (err error) {
+	err = s.retrying(ctx, "read the log", func() (err error) {
 		last, err = flow.LastSeq(ctx, s.js, sj.LogStream(), subj)
 		return err
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	from, loaded := s.st.Log, s.st // loaded: the state as committed, whose entries are sought
 	unsent := loaded.Unsent != 0 && loaded.Unsent <= loaded.Outbox
@@ -130,29 +141,29 @@ func (s *Stage) replay(ctx context.Context, r *flow.Reader, c *coalescer) error 
 		from = min(from, max(loaded.UnsentLog, 1)-1) // Read starts after from
 	}
 	if last <= from {
-		return nil
+		return nil, nil
 	}
-	start, records := time.Now(), 0
+	start, records, written := time.Now(), 0, 0
 	var lr *flow.Reader
 	err = s.retrying(ctx, "read the log", func() (err error) {
 		lr, err = flow.Read(ctx, s.js, sj.LogStream(), subj, from, flow.Buffer{Msgs: 16, Bytes: ReadBytes})
 		return err
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer lr.Stop()
-	first := true
+	first, forgot := true, false
 	for seq := from; seq < last; {
 		var m jetstream.Msg
 		select {
 		case m = <-lr.C:
 		case <-ctx.Done():
-			return ctx.Err()
+			return r, ctx.Err()
 		}
 		rec, at, err := decodeLog(m)
 		if err != nil {
-			return err
+			return r, err
 		}
 		seq = at
 		if unsent && (seq <= s.st.Log || first) {
@@ -161,23 +172,63 @@ func (s *Stage) replay(ctx context.Context, r *flow.Reader, c *coalescer) error 
 			// record by record (Send waits while too many are in flight), each before
 			// any record after the state's sends its own.
 			if err := s.out.Send(ctx, s.unsentIn(nil, rec, seq, &loaded)); err != nil {
-				return err
+				return r, err
 			}
 		}
 		if seq <= s.st.Log {
 			continue
 		}
-		applied, err := s.logRecord(ctx, rec, seq, r, c, first, true)
+		var applied bool
+		if rec.Writes != nil {
+			if r != nil { // behind the position the writes take the state to
+				r.Stop()
+				r = nil
+			}
+			if applied, err = s.replayWrites(ctx, rec, seq, first); applied {
+				forgot, written = true, written+1
+			}
+		} else {
+			if r == nil {
+				r, err = s.readEvents(ctx)
+			}
+			if err == nil && forgot {
+				err = s.refresh() // what the stage kept in RAM was read before the writes
+				forgot = false
+			}
+			if err == nil {
+				applied, err = s.logRecord(ctx, rec, seq, r, c, first, true)
+			}
+		}
 		if err != nil {
-			return err
+			return r, err
 		}
 		first = first && !applied
 		if applied {
 			records++
 		}
 	}
-	s.log.Debug("replayed the partition's log", "records", records, "position", s.st.Pos, "took", time.Since(start))
-	return nil
+	if forgot {
+		if err := s.refresh(); err != nil {
+			return r, err
+		}
+	}
+	s.log.Debug("replayed the partition's log", "records", records, "from writes", written, "position", s.st.Pos, "took", time.Since(start))
+	return r, nil
+}
+
+// replayWrites applies rec, log record seq, from the writes it carries (applyWrites) and
+// sends its outbox again, as logRecord does for a record it executes; applied is false
+// for the state's own record.
+func (s *Stage) replayWrites(ctx context.Context, rec *stagelog.Record, seq uint64, first bool) (applied bool, err error) {
+	if own, err := s.ownRecord(rec, seq, first); own || err != nil {
+		return false, err
+	}
+	if err := s.applyWrites(rec, seq); err != nil {
+		return false, err
+	}
+	s.stats.ReplayedWrites.Add(1)
+	s.sentFrom(seq, rec.Outbox)
+	return true, s.out.Send(ctx, rec.Outbox)
 }
 
 // decodeLog decodes log message m, a record, and returns it with its sequence in the

@@ -26,7 +26,7 @@ import (
 // logHarness runs event stages of partition 0 (of parts) on one real NATS server, each
 // with its own Badger, as different owners would.
 type logHarness struct {
-	t     *testing.T
+	t     testing.TB
 	js    jetstream.JetStream
 	sj    pipeline.Subjects
 	parts int
@@ -44,7 +44,7 @@ type logHarness struct {
 
 func newLogHarness(t *testing.T) *logHarness { return newHarness(t, 1) }
 
-func newHarness(t *testing.T, parts int) *logHarness {
+func newHarness(t testing.TB, parts int) *logHarness {
 	nc := natstest.Connect(t, natstest.Start(t))
 	js, err := jetstream.New(nc)
 	if err != nil {

@@ -97,31 +97,49 @@ func (s *Stage) Mirror(ctx context.Context) error {
 	}
 }
 
-// logWrites applies rec, log record seq, from the writes it carries, and the state
-// naming it, in one transaction; applied is false for the state's own record (see
-// logRecord), which it only takes as its position.
+// logWrites applies rec, log record seq, from the writes it carries (applyWrites);
+// applied is false for the state's own record (see logRecord), which it only takes as
+// its position.
 func (s *Stage) logWrites(rec *stagelog.Record, seq uint64, first bool) (applied bool, err error) {
 	if own, err := s.ownRecord(rec, seq, first); own || err != nil {
 		return false, err
 	}
+	if err := s.applyWrites(rec, seq); err != nil {
+		return false, err
+	}
+	s.stats.MirroredWrites.Add(1)
+	return true, nil
+}
+
+// applyWrites applies rec, log record seq, from the writes it carries — its owner's
+// transaction, key for key — in one transaction with the state naming it, deleting
+// the outbox entries this stage has seen stored (none on a standby, which sends
+// nothing). What the stage keeps in RAM of its users is not read again: refresh.
+func (s *Stage) applyWrites(rec *stagelog.Record, seq uint64) error {
 	writes, err := s2.Decode(s.writes[:cap(s.writes)], rec.Writes)
 	if err != nil {
-		return false, fmt.Errorf("%w: log record %d: writes: %w", cold.ErrCorrupt, seq, err)
+		return fmt.Errorf("%w: log record %d: writes: %w", cold.ErrCorrupt, seq, err)
 	}
 	defer func() { s.writes = kept(writes) }()
 	txn := s.db.NewTxn(true)
 	defer txn.Discard()
 	if err := txn.ApplyWrites(writes); err != nil {
-		return false, fmt.Errorf("log record %d: %w", seq, err)
+		return fmt.Errorf("log record %d: %w", seq, err)
+	}
+	s.published = append(s.published, s.out.Published()...)
+	deleted := min(len(s.published), maxDeletes)
+	if err := stagelog.DeleteOutbox(txn, s.cfg.Partition, s.published[:deleted], s.stored); err != nil {
+		return err
 	}
 	st := rec.State
 	st.Log = seq
 	if err := stagelog.Put(txn, s.cfg.Partition, &st); err != nil {
-		return false, err
+		return err
 	}
 	if err := txn.Commit(); err != nil {
-		return false, fmt.Errorf("cannot commit: %w", err)
+		return fmt.Errorf("cannot commit: %w", err)
 	}
+	s.published = s.published[deleted:]
 	if st.Unsent == 0 && len(rec.Outbox) > 0 { // the outbox went to Badger (see write)
 		s.stored = max(s.stored, rec.Outbox[len(rec.Outbox)-1].Seq)
 	}
@@ -130,8 +148,7 @@ func (s *Stage) logWrites(rec *stagelog.Record, seq uint64, first bool) (applied
 	s.pos.Store(st.Pos)
 	s.countState()
 	s.stats.Txns.Add(1)
-	s.stats.MirroredWrites.Add(1)
-	return true, nil
+	return nil
 }
 
 // refresh reads again what the stage keeps in RAM of its state in Badger, once writes

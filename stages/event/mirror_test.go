@@ -167,8 +167,8 @@ func TestMirrorAppliesWrites(t *testing.T) {
 	}
 
 	// The standby takes over and goes on; the owner, started again on its own state
-	// once the standby's successor stops, replays what that one logged (executing the
-	// events) and comes to the same state.
+	// once the standby's successor stops, replays what that one logged (from the
+	// records' writes) and comes to the same state.
 	if err := f.stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -190,6 +190,9 @@ func TestMirrorAppliesWrites(t *testing.T) {
 		}
 		return sameKeys(h, b.db, c.db)
 	})
+	if c.stats.ReplayedWrites.Load() == 0 {
+		t.Fatal("the replay applied no record from its writes")
+	}
 }
 
 // A standby following records with writes and records without (their transaction's
@@ -214,5 +217,46 @@ func TestMirrorMixesWritesAndEvents(t *testing.T) {
 	h.standbyCopies(a, f)
 	if w, e, out := f.stats.MirroredWrites.Load(), f.stats.MirroredEvents.Load(), a.stats.WritesLeftOut.Load(); w == 0 || e == 0 || out == 0 {
 		t.Fatalf("the standby applied %d records from their writes and executed %d (the owner left out the writes of %d), want both kinds", w, e, out)
+	}
+}
+
+// A new owner replaying the log from an empty state (as one restored from a backup
+// replays what was logged after it) applies the records that carry their writes from
+// them, executing no event of theirs, and executes the others; it comes to the owner's
+// keys and values, and what it sends again goes under the ids the owner sent it.
+func TestReplayAppliesWrites(t *testing.T) {
+	h := newLogHarness(t)
+	h.logWrites, h.fanout, h.resident, h.payload = true, 3, 1<<20, 16<<10
+	a := h.start("a.1", nil)
+	r := rand.New(rand.NewPCG(9, 10))
+	for round := range 12 {
+		if round%3 == 2 {
+			h.publishBatch(mixed(r, 3000)) // a transaction whose writes do not fit in a record
+		} else {
+			h.publish(mixed(r, 4)...)
+		}
+		h.caughtUp(a)
+	}
+	natstest.Eventually(t, 10*time.Second, "owner's outbox settled", func() (bool, string) {
+		return !a.busy.Load(), "busy"
+	})
+	if err := a.stop(); err != nil {
+		t.Fatal(err)
+	}
+	deltas := h.msgs(h.sj.DeltasStream())
+	b := h.start("b.1", nil)
+	h.caughtUp(b)
+	natstest.Eventually(t, 10*time.Second, "the replayed state is the owner's", func() (bool, string) {
+		if b.busy.Load() {
+			return false, "busy"
+		}
+		return sameKeys(h, b.db, a.db)
+	})
+	written, executed := b.stats.ReplayedWrites.Load(), b.stats.Txns.Load()-b.stats.ReplayedWrites.Load()
+	if written == 0 || executed == 0 || a.stats.WritesLeftOut.Load() == 0 {
+		t.Fatalf("the replay applied %d records from their writes and executed %d (the owner left out the writes of %d), want both kinds", written, executed, a.stats.WritesLeftOut.Load())
+	}
+	if n := h.msgs(h.sj.DeltasStream()); n != deltas {
+		t.Fatalf("the deltas stream holds %d messages after the replay, %d before: something was sent under a new id", n, deltas)
 	}
 }

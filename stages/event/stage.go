@@ -96,6 +96,8 @@ type Stats struct {
 	// it executed (Mirror); records logged without their transaction's writes because
 	// those did not fit (Config.LogWrites).
 	MirroredWrites, MirroredEvents, WritesLeftOut atomic.Int64
+	// Log records a new owner's replay applied from the writes they carry (replay).
+	ReplayedWrites atomic.Int64
 	// Resident is what the stages keep in RAM of their users' state (graph.Resident,
 	// --state-mem): its bytes now, and the reads it answered and those that went to Badger.
 	ResidentBytes, ResidentHits, ResidentMisses atomic.Int64
@@ -244,20 +246,26 @@ func (s *Stage) Run(ctx context.Context) error {
 	if err := s.out.Reap(ctx, true); err != nil {
 		return nil
 	}
-	r, err := s.readEvents(ctx)
-	if err != nil {
-		return err
+	c := newCoalescer(s.cfg.Partitions)
+	var r *flow.Reader // the events after the state's position (replay may open it)
+	if s.cfg.Log || s.st.Unsent != 0 {
+		r, err = s.replay(ctx, c)
+		if err != nil {
+			if ctx.Err() != nil {
+				return s.finish()
+			}
+			return fmt.Errorf("event partition %d: %w", p, err)
+		}
+	}
+	if r == nil {
+		if r, err = s.readEvents(ctx); err != nil {
+			return err
+		}
 	}
 	defer r.Stop()
 	s.behind.Track(r, &s.pos)
 	defer s.behind.Track(nil, nil)
 	batch := make([]jetstream.Msg, 0, s.cfg.MaxBatch)
-	c := newCoalescer(s.cfg.Partitions)
-	if s.cfg.Log || s.st.Unsent != 0 {
-		if err := s.replay(ctx, r, c); err != nil && ctx.Err() == nil {
-			return fmt.Errorf("event partition %d: %w", p, err)
-		}
-	}
 	if !s.cfg.Log && s.st.Unsent != 0 {
 		// A state whose outbox is in the log, and a stage that no longer logs (a
 		// process started again where NATS takes smaller payloads): what the log holds
