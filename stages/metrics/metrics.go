@@ -134,6 +134,7 @@ func New(src Source) *Metrics {
 	counterFn("tally_event_hop_gaps_skipped_total", "Gaps in another event partition's hop batches given up because too much was held above them: logged at error.", ev.HopGaps.Load)
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tally_event_hops_held", Help: "Hop batches of other event partitions held above a gap."},
 		func() float64 { return float64(ev.HopsHeld.Load()) }))
+	counterFn("tally_log_records_replayed_from_writes_total", "Log records a new owner's replay applied from the writes they carry, after a restore, rather than executing their events again.", ev.ReplayedWrites.Load)
 	counterFn("tally_log_records_without_writes_total", "Log records the event stages appended without their transaction's writes, which did not fit in one NATS message with the rest: a standby executes their events again.", ev.WritesLeftOut.Load)
 	if sb := src.StandbyEvents; sb != nil {
 		counterFn("tally_standby_records_written_total", "Log records the standbys applied from the writes they carry (the owner's transaction key for key).", sb.MirroredWrites.Load)
