@@ -50,6 +50,8 @@ const DefaultBufferBytes = 1 << 20
 // Ordered consumers need no acks and no server-side durable state: the position a stage
 // commits with its own state is the only truth about what it has consumed.
 func Read(ctx context.Context, js jetstream.JetStream, stream, filter string, pos uint64, buf Buffer) (r *Reader, err error) {
+	// Its goroutines (and a Spread's connection made for it) carry no profile labels:
+	// they outlive the role of the stage that asked, or are shared (Label).
 	unlabelled(func() { r, err = read(ctx, js, stream, filter, pos, buf) })
 	return r, err
 }

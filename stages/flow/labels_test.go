@@ -3,9 +3,15 @@ package flow
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"runtime/pprof"
 	"strings"
 	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/tally-dev/tally/pipeline/natstest"
 )
 
 // TestLabels: a goroutine labelled for its stage, partition and role passes the labels
@@ -53,4 +59,47 @@ func goroutineOf(t *testing.T, fn string) string {
 	}
 	t.Fatalf("no goroutine runs %s", fn)
 	return ""
+}
+
+// A labelled goroutine's Reader — its consumer, and the connection a Spread makes for it
+// (shared with other Readers) — runs on goroutines without its labels: they would keep
+// them after its role changed.
+func TestReadUnlabelled(t *testing.T) {
+	s := natstest.Start(t)
+	js, err := jetstream.New(natstest.Connect(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "L", Subjects: []string{"l.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "l.1", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	sp := NewSpread(js, 1<<20, func() (*nats.Conn, error) { return nats.Connect(s.ClientURL()) }, slog.New(slog.DiscardHandler))
+	defer sp.Close()
+	read, stop := make(chan struct{}), make(chan struct{})
+	defer close(stop)
+	go func() {
+		Label(ctx, "event", "", 77, RoleStandby)
+		r, err := Read(ctx, sp, "L", "l.>", 0, Buffer{Msgs: 8})
+		if err != nil {
+			t.Error(err)
+			close(read)
+			return
+		}
+		defer r.Stop()
+		<-r.C
+		close(read)
+		<-stop
+	}()
+	<-read
+	var buf bytes.Buffer
+	if err := pprof.Lookup("goroutine").WriteTo(&buf, 1); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(buf.String(), `"partition":"77"`); n != 1 {
+		t.Fatalf("%d goroutine records labelled with the reader's partition, want 1 (its user's):\n%s", n, buf.String())
+	}
 }

@@ -122,11 +122,9 @@ func (s *Spread) take() (*spreadConn, error) {
 	return c, nil
 }
 
-// connect makes a connection for Readers (its goroutines unlabelled: it is shared).
+// connect makes a connection for Readers.
 func (s *Spread) connect() (jetstream.JetStream, error) {
-	var nc *nats.Conn
-	var err error
-	unlabelled(func() { nc, err = s.dial() })
+	nc, err := s.dial()
 	if err != nil {
 		return nil, err
 	}
