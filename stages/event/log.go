@@ -118,22 +118,26 @@ const (
 //
 // It returns the events reader it left open after the state's position, if any; on an
 // error, none.
-func (s *Stage) replay(ctx context.Context, c *coalescer) (r *flow.Reader, err error) {
-	defer func() {
-		if err != nil && r != nil {
-			r.Stop()
-			r = nil
-		}
-	}()
+func (s *Stage) replay(ctx context.Context, c *coalescer) (*flow.Reader, error) {
+	var a logApplier
+	if err := s.replayLog(ctx, &a, c); err != nil {
+		a.stop()
+		return nil, err
+	}
+	return a.r, nil
+}
+
+// replayLog is replay's work, its events reader kept in a.
+func (s *Stage) replayLog(ctx context.Context, a *logApplier, c *coalescer) error {
 	sj := s.cfg.Subjects
 	subj := sj.Log(s.cfg.Partition)
 	var last uint64
-	err = s.retrying(ctx, "read the log", func() (err error) {
+	err := s.retrying(ctx, "read the log", func() (err error) {
 		last, err = flow.LastSeq(ctx, s.js, sj.LogStream(), subj)
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	from, loaded := s.st.Log, s.st // loaded: the state as committed, whose entries are sought
 	unsent := loaded.Unsent != 0 && loaded.Unsent <= loaded.Outbox
@@ -141,7 +145,7 @@ func (s *Stage) replay(ctx context.Context, c *coalescer) (r *flow.Reader, err e
 		from = min(from, max(loaded.UnsentLog, 1)-1) // Read starts after from
 	}
 	if last <= from {
-		return nil, nil
+		return nil
 	}
 	start, records, written := time.Now(), 0, 0
 	var lr *flow.Reader
@@ -150,20 +154,20 @@ func (s *Stage) replay(ctx context.Context, c *coalescer) (r *flow.Reader, err e
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer lr.Stop()
-	first, forgot := true, false
+	first := true
 	for seq := from; seq < last; {
 		var m jetstream.Msg
 		select {
 		case m = <-lr.C:
 		case <-ctx.Done():
-			return r, ctx.Err()
+			return ctx.Err()
 		}
 		rec, at, err := decodeLog(m)
 		if err != nil {
-			return r, err
+			return err
 		}
 		seq = at
 		if unsent && (seq <= s.st.Log || first) {
@@ -172,63 +176,33 @@ func (s *Stage) replay(ctx context.Context, c *coalescer) (r *flow.Reader, err e
 			// record by record (Send waits while too many are in flight), each before
 			// any record after the state's sends its own.
 			if err := s.out.Send(ctx, s.unsentIn(nil, rec, seq, &loaded)); err != nil {
-				return r, err
+				return err
 			}
 		}
 		if seq <= s.st.Log {
 			continue
 		}
-		var applied bool
-		if rec.Writes != nil {
-			if r != nil { // behind the position the writes take the state to
-				r.Stop()
-				r = nil
-			}
-			if applied, err = s.replayWrites(ctx, rec, seq, first); applied {
-				forgot, written = true, written+1
-			}
-		} else {
-			if r == nil {
-				r, err = s.readEvents(ctx)
-			}
-			if err == nil && forgot {
-				err = s.refresh() // what the stage kept in RAM was read before the writes
-				forgot = false
-			}
-			if err == nil {
-				applied, err = s.logRecord(ctx, rec, seq, r, c, first, true)
-			}
-		}
+		applied, fromWrites, err := s.applyLogged(ctx, a, rec, seq, c, first, true)
 		if err != nil {
-			return r, err
+			return err
 		}
 		first = first && !applied
 		if applied {
 			records++
 		}
-	}
-	if forgot {
-		if err := s.refresh(); err != nil {
-			return r, err
+		if applied && fromWrites {
+			written++
+			s.stats.ReplayedWrites.Add(1)
 		}
 	}
+	if a.forgot { // what the stage kept in RAM was read before the writes
+		if err := s.refresh(); err != nil {
+			return err
+		}
+		a.forgot = false
+	}
 	s.log.Debug("replayed the partition's log", "records", records, "from writes", written, "position", s.st.Pos, "took", time.Since(start))
-	return r, nil
-}
-
-// replayWrites applies rec, log record seq, from the writes it carries (applyWrites) and
-// sends its outbox again, as logRecord does for a record it executes; applied is false
-// for the state's own record.
-func (s *Stage) replayWrites(ctx context.Context, rec *stagelog.Record, seq uint64, first bool) (applied bool, err error) {
-	if own, err := s.ownRecord(rec, seq, first); own || err != nil {
-		return false, err
-	}
-	if err := s.applyWrites(rec, seq); err != nil {
-		return false, err
-	}
-	s.stats.ReplayedWrites.Add(1)
-	s.sentFrom(seq, rec.Outbox)
-	return true, s.out.Send(ctx, rec.Outbox)
+	return nil
 }
 
 // decodeLog decodes log message m, a record, and returns it with its sequence in the

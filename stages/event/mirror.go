@@ -41,16 +41,10 @@ func (s *Stage) Mirror(ctx context.Context) error {
 		return err
 	}
 	defer lr.Stop()
-	// r reads the events from the state's position on, while records carry no writes;
-	// a record applied from its writes leaves it behind, and it is stopped.
-	var r *flow.Reader
-	defer func() {
-		if r != nil {
-			r.Stop()
-		}
-	}()
+	var a logApplier
+	defer a.stop()
 	c := newCoalescer(s.cfg.Partitions)
-	first, forgot := true, false
+	first := true
 	for {
 		var m jetstream.Msg
 		select {
@@ -59,32 +53,9 @@ func (s *Stage) Mirror(ctx context.Context) error {
 			return nil
 		}
 		rec, seq, err := decodeLog(m)
-		applied := false
-		switch {
-		case err != nil:
-		case rec.Writes != nil:
-			if r != nil {
-				r.Stop()
-				r = nil
-			}
-			if applied, err = s.logWrites(rec, seq, first); applied {
-				forgot = true
-			}
-		default:
-			if r == nil {
-				r, err = s.readEvents(ctx)
-			}
-			if err == nil && forgot {
-				// What the stage kept in RAM was read before the writes applied since.
-				err = s.refresh()
-				forgot = false
-			}
-			if err == nil {
-				applied, err = s.logRecord(ctx, rec, seq, r, c, first, false)
-				if applied {
-					s.stats.MirroredEvents.Add(1)
-				}
-			}
+		applied, fromWrites := false, false
+		if err == nil {
+			applied, fromWrites, err = s.applyLogged(ctx, &a, rec, seq, c, first, false)
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -92,23 +63,69 @@ func (s *Stage) Mirror(ctx context.Context) error {
 			}
 			return fmt.Errorf("standby of event partition %d: %w", p, err)
 		}
+		switch {
+		case applied && fromWrites:
+			s.stats.MirroredWrites.Add(1)
+		case applied:
+			s.stats.MirroredEvents.Add(1)
+		}
 		first = first && !applied
 		s.logged.Store(s.st.Log)
 	}
 }
 
-// logWrites applies rec, log record seq, from the writes it carries (applyWrites);
-// applied is false for the state's own record (see logRecord), which it only takes as
-// its position.
-func (s *Stage) logWrites(rec *stagelog.Record, seq uint64, first bool) (applied bool, err error) {
+// logApplier is what applying a partition's log records in order keeps between them
+// (Stage.applyLogged): the events reader of records without writes, and whether writes
+// were applied since the stage last read its users' state into RAM.
+type logApplier struct {
+	r      *flow.Reader
+	forgot bool
+}
+
+// stop stops the events reader, if one is open.
+func (a *logApplier) stop() {
+	if a.r != nil {
+		a.r.Stop()
+		a.r = nil
+	}
+}
+
+// applyLogged applies rec, log record seq — for a standby (Mirror) or a new owner's
+// replay, which sends its outbox again (send) — from the writes it carries
+// (applyWrites), or, when it carries none, by executing its events (logRecord), read
+// from an events reader opened only then at the state's position, after reading again
+// what the stage keeps in RAM when writes were applied since (refresh). A record with
+// writes takes the state past what that reader holds: it is stopped. applied is false
+// for the state's own record; fromWrites says which way rec went.
+func (s *Stage) applyLogged(ctx context.Context, a *logApplier, rec *stagelog.Record, seq uint64, c *coalescer, first, send bool) (applied, fromWrites bool, err error) {
+	if rec.Writes == nil {
+		if a.r == nil {
+			if a.r, err = s.readEvents(ctx); err != nil {
+				return false, false, err
+			}
+		}
+		if a.forgot {
+			if err := s.refresh(); err != nil {
+				return false, false, err
+			}
+			a.forgot = false
+		}
+		applied, err = s.logRecord(ctx, rec, seq, a.r, c, first, send)
+		return applied, false, err
+	}
+	a.stop()
 	if own, err := s.ownRecord(rec, seq, first); own || err != nil {
-		return false, err
+		return false, true, err
 	}
 	if err := s.applyWrites(rec, seq); err != nil {
-		return false, err
+		return false, true, err
 	}
-	s.stats.MirroredWrites.Add(1)
-	return true, nil
+	a.forgot = true
+	if send {
+		s.sentFrom(seq, rec.Outbox)
+		err = s.out.Send(ctx, rec.Outbox)
+	}
+	return true, true, err
 }
 
 // applyWrites applies rec, log record seq, from the writes it carries — its owner's
@@ -152,7 +169,7 @@ func (s *Stage) applyWrites(rec *stagelog.Record, seq uint64) error {
 }
 
 // refresh reads again what the stage keeps in RAM of its state in Badger, once writes
-// applied from the log (logWrites) may have changed it: the users' state it keeps
+// applied from the log (applyWrites) may have changed it: the users' state it keeps
 // (forget), and the authors whose posts its readers pull.
 func (s *Stage) refresh() error {
 	pulled, err := unread.LoadPulled(s.db, s.cfg.Partition)
