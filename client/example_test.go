@@ -67,7 +67,9 @@ func Example() {
 	var r *pipeline.GetReply
 	until(func() bool {
 		r, err = c.Get(ctx, "post", 42, 43)
-		return err == nil && r.Counts[0][3] == 10
+		// The likes reach post 42's partition through their users' partitions, the
+		// view straight: wait for all of them.
+		return err == nil && r.Counts[0][0] == 2 && r.Counts[0][3] == 10
 	})
 	fmt.Println(r.Fields)
 	fmt.Println(r.Counts)
