@@ -118,6 +118,22 @@ func ChangePos(id string) (uint64, bool) {
 // for ids of older versions, whose parts say nothing of the parts around them.
 func ChangePrev(id string) (uint64, bool) { return changeField(id, 4) }
 
+// ChangeCheckpoint is the owner and the checkpoint number a ChangeMsgID names. One owner
+// sends its checkpoints in order, each once every part of those before it is stored: a
+// stored id says that its owner's checkpoints numbered below it are stored whole. False
+// for ids of older versions.
+func ChangeCheckpoint(id string) (owner uint32, n uint64, ok bool) {
+	if n, ok = changeField(id, 2); !ok {
+		return 0, 0, false
+	}
+	f := strings.Split(id, ".")
+	o, err := strconv.ParseUint(f[len(f)-3], 16, 32)
+	if err != nil {
+		return 0, 0, false
+	}
+	return uint32(o), n, true
+}
+
 // changeField is the number fromEnd fields before the end of a ChangeMsgID (the family
 // may hold dots: fields are counted from the end).
 func changeField(id string, fromEnd int) (uint64, bool) {

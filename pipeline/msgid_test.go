@@ -59,6 +59,21 @@ func TestChangePos(t *testing.T) {
 	f("d.3.post.7.42", 0, false, 0, false)
 }
 
+// This version's change ids give their owner and checkpoint number; older ones none.
+func TestChangeCheckpoint(t *testing.T) {
+	f := func(id string, owner uint32, n uint64, ok bool) {
+		t.Helper()
+		if o, m, k := ChangeCheckpoint(id); o != owner || m != n || k != ok {
+			t.Errorf("%q: owner %x, checkpoint %d, %v; want %x, %d, %v", id, o, m, k, owner, n, ok)
+		}
+	}
+	f(ChangeMsgID("post", 3, 42, 40, 7, 9, 1), 7, 9, true)
+	f(ChangeMsgID("un.read", 0, 1, 0, 0xffffffff, 1<<40, 0), 0xffffffff, 1<<40, true)
+	f("chg.post.3.42.1", 0, 0, false)
+	f("chg2.post.3.42.40.zz.9.1", 0, 0, false)
+	f("chg2.post.3.42.1", 0, 0, false)
+}
+
 func TestParseHopMsgID(t *testing.T) {
 	f := func(t *testing.T, id string, src, dest int, seq uint64, ok bool) {
 		t.Helper()

@@ -28,6 +28,12 @@ import (
 // be stored in any order; a checkpoint's events are sent only once every earlier one is
 // stored, so a publish that fails and is retried can never land after a newer value,
 // and a stored part says its owner's checkpoints before it are announced whole.
+//
+// What a run leaves in the outbox may be stored already (a kill between the publish and
+// the next checkpoint, which deletes what was stored): the next run asks the stream
+// before it sends any of it, and drops what its last change event says is stored, never
+// counting on JetStream's duplicate window to drop it. Sent again, an older checkpoint
+// stored after the window would land after a newer one that the window still dropped.
 
 // changeSeq is the outbox Seq of part of checkpoint cp's change events: ordered by
 // checkpoint, and the checkpoint is the Seq's top 48 bits.
@@ -43,6 +49,9 @@ type changes struct {
 	pending [][]delivery.OutboxEntry
 	// published are stored in the stream, to be deleted by the next checkpoint.
 	published []uint64
+	// unsure: pending holds what an earlier run left, which the stream may hold already
+	// (dropAnnounced has not yet asked it).
+	unsure bool
 }
 
 // loadChanges takes the change events left in the outbox by the last run.
@@ -76,6 +85,7 @@ func (w *Worker) loadChanges() error {
 		left = left[n:]
 	}
 	if len(w.chg.pending) > 0 {
+		w.chg.unsure = true
 		w.log.Debug("change events of earlier checkpoints to send again", "checkpoints", len(w.chg.pending))
 	}
 	return nil
@@ -117,6 +127,13 @@ func (w *Worker) sendChanges(ctx context.Context) error {
 	}
 	if w.cfg.Valid != nil && !w.cfg.Valid() {
 		return nil // another process may own the partition: its counts are the true ones
+	}
+	if w.chg.unsure {
+		if err := w.dropAnnounced(ctx); err != nil {
+			w.log.Debug("cannot read the last change event: what the last run left waits", "err", err)
+			return nil // asked again at the next flush
+		}
+		w.chg.unsure = false
 	}
 	if err := w.chg.out.Reap(ctx, false); err != nil {
 		return err
@@ -162,62 +179,82 @@ func (w *Worker) drainChanges(ctx context.Context, wait time.Duration) error {
 
 // trimStandby drops, while another process owns the partition (a standby's worker, or
 // one that lost its lease), the change events of its checkpoints that the owner has
-// announced already: the owner sends its checkpoints' events in order, so once a part of
-// one is stored, every checkpoint it took before is stored whole, and every id changed
-// in the stream before that one's position has been announced with a value at least as
-// new. (Not the stored part's own checkpoint: the owner may have died before its other
-// parts were stored, and a checkpoint in the middle of a release shares its position
-// with the next.) What is left is sent if this process takes the partition over, and the
-// outbox stays as small as the owner's lead. It asks NATS at most once a second.
+// announced already (dropAnnounced). What is left is sent if this process takes the
+// partition over, and the outbox stays as small as the owner's lead. It asks NATS at
+// most once a second.
 func (w *Worker) trimStandby(ctx context.Context) {
 	if len(w.chg.pending) == 0 || time.Since(w.trimmed) < time.Second {
 		return
 	}
 	w.trimmed = time.Now()
-	upTo, err := w.announced(ctx)
-	if err != nil {
+	if err := w.dropAnnounced(ctx); err != nil {
 		w.log.Debug("cannot read the owner's last change event", "err", err)
-		return
+	}
+}
+
+// dropAnnounced drops the pending checkpoints whose changes the stream holds already,
+// as its last change event of the partition says: the checkpoints its owner numbered
+// below it (stored whole: its owner sent each only once those before were), and those
+// of any owner taken at a position below the checkpoint before it — every id changed
+// in the stream before that position was announced with a value at least as new. (Not
+// the stored part's own checkpoint: its owner may have died before its other parts
+// were stored, and a checkpoint in the middle of a release shares its position with the
+// next.) They are deleted from the outbox by the next checkpoint.
+func (w *Worker) dropAnnounced(ctx context.Context) error {
+	last, err := w.lastChange(ctx)
+	if err != nil {
+		return err
+	}
+	upTo, _ := pipeline.ChangePrev(last) // 0 for an older version's, which does not say
+	owner, top, mine := pipeline.ChangeCheckpoint(last)
+	if last == everything {
+		upTo = math.MaxUint64
 	}
 	n := 0
-	for n < len(w.chg.pending) {
-		pos, ok := pipeline.ChangePos(w.chg.pending[n][0].MsgID)
-		if !ok || pos >= upTo {
+	for ; n < len(w.chg.pending); n++ {
+		id := w.chg.pending[n][0].MsgID
+		pos, ok := pipeline.ChangePos(id)
+		o, cp, ok2 := pipeline.ChangeCheckpoint(id)
+		if stored := ok && pos < upTo || mine && ok2 && o == owner && cp < top; !stored {
 			break
 		}
 		for _, e := range w.chg.pending[n] {
-			w.chg.published = append(w.chg.published, e.Seq) // deleted by the next checkpoint
+			w.chg.published = append(w.chg.published, e.Seq)
 		}
-		n++
+	}
+	if n > 0 {
+		w.log.Debug("change events stored already, not sent again", "checkpoints", n, "last", last)
 	}
 	w.chg.pending = w.chg.pending[n:]
+	return nil
 }
 
-// announced is a position below which the partition's owner has announced every change:
-// that of the checkpoint before the one of the last change event stored in the changes
-// stream (0 when there is none, or it was sent by an older version, which does not say;
-// everything when there is no such stream, which would refuse them).
-func (w *Worker) announced(ctx context.Context) (uint64, error) {
+// everything stands for a last change event after every checkpoint: there is no changes
+// stream, which would refuse them.
+const everything = "*"
+
+// lastChange is the message id of the last change event of the partition stored in the
+// changes stream: "" when there is none, everything when there is no such stream.
+func (w *Worker) lastChange(ctx context.Context) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	st, err := w.js.Stream(ctx, w.cfg.Subjects.ChangesStream())
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return math.MaxUint64, nil
+		return everything, nil
 	}
 	if err != nil {
-		return 0, err
+		return "", err
 	}
 	m, err := st.GetLastMsgForSubject(ctx, w.cfg.Subjects.Change(w.cfg.Family.Name, w.cfg.Partition))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return 0, nil
+		return "", nil
 	}
 	if err != nil {
-		return 0, err
+		return "", err
 	}
 	id := m.Header.Get(jetstream.MsgIDHeader)
 	if _, ok := pipeline.ChangePos(id); !ok {
-		return 0, fmt.Errorf("change event %d has no change message id", m.Sequence)
+		return "", fmt.Errorf("change event %d has no change message id", m.Sequence)
 	}
-	prev, _ := pipeline.ChangePrev(id)
-	return prev, nil
+	return id, nil
 }

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -318,6 +319,72 @@ func TestChangeEventsInOrderUnderFaults(t *testing.T) {
 	}
 	t.Logf("%d change publishes: %d failed (%d stored, ack lost), %d delayed, %d reordered", faulty.Stats.Publishes.Load(),
 		faulty.Stats.Failed.Load(), faulty.Stats.AckLost.Load(), faulty.Stats.Delayed.Load(), faulty.Stats.Reordered.Load())
+}
+
+// A run killed after two checkpoints' change events were stored, before the next
+// checkpoint deleted them from the outbox, leaves both to the next run, which must not
+// send them again: the older, stored again once the duplicate window had forgotten it,
+// would land after the newer, which the window still dropped, and every mirror would
+// keep the older value for good (TestChaos, 11-30: a post's last change event said 2
+// reposts where it had 3). The kill is played by a run whose publishes never leave and
+// by the test storing what they would have, the older before the window and the newer
+// within it.
+func TestChangeEventsStoredBeforeAKillNotSentAgain(t *testing.T) {
+	r := newRig(t)
+	const window = time.Second
+	ctx := context.Background()
+	st, err := r.js.Stream(ctx, r.sc.Subjects.ChangesStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := st.CachedInfo().Config
+	sc.Duplicates = window
+	if _, err := r.js.UpdateStream(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	lost := hoptest.NewFaultyPublisher(r.js, hoptest.Faults{Lose: 1})
+	t.Cleanup(lost.Close)
+	var checkpoints atomic.Int64
+	cfg := r.config()
+	cfg.Publisher = lost
+	cfg.AfterCheckpoint = func() error {
+		if checkpoints.Add(1) == 3 {
+			return errCrash
+		}
+		return nil
+	}
+	_, stop := r.start(cfg)
+	const x, y = 7, 8
+	for i, id := range []uint64{x, x, y} { // x: 1 then 2, each in a checkpoint of its own
+		r.publish(0, uint64(i+1), id, 1)
+		natstest.Eventually(t, 5*time.Second, "a checkpoint", func() (bool, string) {
+			return checkpoints.Load() > int64(i), fmt.Sprint(checkpoints.Load(), " checkpoints")
+		})
+	}
+	if err := stop(); !errors.Is(err, errCrash) {
+		t.Fatalf("the worker stopped with %v, want the injected crash", err)
+	}
+	left, err := checkpoint.LoadChanges(r.db, r.fam.Name, 0)
+	if err != nil || len(left) != 3 || left[0].Seq>>16 == left[1].Seq>>16 {
+		t.Fatalf("the outbox holds %d change events (%v), want one of each of 3 checkpoints", len(left), err)
+	}
+	for i, e := range left[:2] {
+		if i == 1 {
+			time.Sleep(window + window/5) // the first forgotten by the window, the second not
+		}
+		msg := &nats.Msg{Subject: e.Subject, Data: e.Data, Header: nats.Header{jetstream.MsgIDHeader: []string{e.MsgID}}}
+		if _, err := r.js.PublishMsg(ctx, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.start(r.config())
+	natstest.Eventually(t, 10*time.Second, "the third checkpoint's change event", func() (bool, string) {
+		m := r.mirror()
+		return m[y] == 1, fmt.Sprint("mirror ", m)
+	})
+	if m := r.mirror(); m[x] != 2 {
+		t.Fatalf("the mirror's likes of %d: %d, want 2 (mirror %v)", x, m[x], m)
+	}
 }
 
 // publishRaw sends data as batch seq of source src, whatever it holds.
