@@ -14,6 +14,7 @@ import (
 
 	"github.com/tally-dev/tally/client"
 	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/pipeline/buildinfo"
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/stages/flow"
 	"github.com/tally-dev/tally/stages/node"
@@ -27,8 +28,11 @@ import (
 // acknowledged, with the same tx): every count and relation must still be exact.
 func TestNATSClusterServerLoss(t *testing.T) {
 	total := 24_000
-	if testing.Short() {
+	switch {
+	case testing.Short():
 		total = 8_000
+	case buildinfo.Race: // 47 s in CI at the full size: the loss is a third of the way in either way
+		total = 12_000
 	}
 	gaps := flow.Gaps.Load()
 	cl := natstest.StartCluster(t, 3)

@@ -39,8 +39,11 @@ const failoverTTL = 2 * time.Second
 // answered for ids of every partition is reported.
 func TestFailover(t *testing.T) {
 	total := 16_000
-	if testing.Short() {
+	switch {
+	case testing.Short():
 		total = 6_000
+	case buildinfo.Race: // 30–54 s in CI at the full size: the kill is half way in either way
+		total = 10_000
 	}
 	const partitions = 8
 	cl := natstest.StartCluster(t, 3)
