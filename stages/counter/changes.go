@@ -119,8 +119,9 @@ func (w *Worker) changeEntries(cp uint64, entries []checkpoint.Entry) ([]deliver
 
 // sendChanges collects acknowledgements and, once nothing is in flight, sends the
 // oldest checkpoint's change events. It never waits for NATS: change events are for
-// mirrors and push gateways, and must not hold up counting or queries. It fails only
-// when ctx ends: what is not stored then stays in the outbox for the next start.
+// mirrors and push gateways, and must not hold up counting or queries. It fails when
+// ctx ends, or when it cannot yet ask the stream what of the last run's outbox is
+// stored: what is not sent then stays in the outbox, for the next call or start.
 func (w *Worker) sendChanges(ctx context.Context) error {
 	if len(w.chg.pending) == 0 && w.chg.out.Len() == 0 {
 		return nil
@@ -131,7 +132,7 @@ func (w *Worker) sendChanges(ctx context.Context) error {
 	if w.chg.unsure {
 		if err := w.dropAnnounced(ctx); err != nil {
 			w.log.Debug("cannot read the last change event: what the last run left waits", "err", err)
-			return nil // asked again at the next flush
+			return err // asked again at the next call
 		}
 		w.chg.unsure = false
 	}

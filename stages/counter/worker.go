@@ -300,7 +300,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			if err := w.flush(ctx); err != nil {
 				return err
 			}
-			_ = w.sendChanges(ctx) // only when ctx ends: the outbox keeps them
+			_ = w.sendChanges(ctx) // the outbox keeps what is not sent, for the next call
 			w.evict()
 			w.refreshTops(time.Now())
 		case m := <-r.C:
@@ -321,7 +321,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			clear(batch) // the messages are not kept until the next batch
 			// Acknowledgements of change events come in while deltas are applied: the
 			// next checkpoint's events wait for them.
-			_ = w.sendChanges(ctx) // only when ctx ends: the outbox keeps them
+			_ = w.sendChanges(ctx) // the outbox keeps what is not sent, for the next call
 		}
 	}
 }
@@ -522,7 +522,7 @@ func (w *Worker) flush(ctx context.Context) error {
 	w.stats.Flushed.Add(int64(len(entries)))
 	owned := w.cfg.Valid == nil || w.cfg.Valid()
 	if owned {
-		_ = w.sendChanges(ctx) // only when ctx ends: the outbox keeps them
+		_ = w.sendChanges(ctx) // the outbox keeps what is not sent, for the next call
 	}
 	w.table.ClearDirty()
 	w.changed = 0
