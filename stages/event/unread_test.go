@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/pipeline/buildinfo"
 	"github.com/tally-dev/tally/stages/reference"
 	"github.com/tally-dev/tally/store/cold"
 	"github.com/tally-dev/tally/store/graph"
@@ -74,8 +75,11 @@ func (s *sim) publish(p int, e pipeline.Event) {
 // random source, a fresh simulation of parts partitions and the partition it holds
 // back, which applies its messages a tenth as often as the others (see interleave).
 func simSeeds(t *testing.T, parts int, seeds, short, salt uint64, fn func(seed uint64, r *rand.Rand, s *sim, held int)) {
-	if testing.Short() {
+	switch {
+	case testing.Short():
 		seeds = short
+	case buildinfo.Race: // the race detector's slowdown; every seed runs without it
+		seeds = max(short, seeds/2)
 	}
 	for seed := range seeds {
 		fn(seed, rand.New(rand.NewPCG(seed, salt)), newSim(t, parts, 3), int(seed%uint64(parts)))

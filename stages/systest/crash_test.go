@@ -20,6 +20,7 @@ import (
 
 	"github.com/tally-dev/tally/client"
 	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/pipeline/buildinfo"
 	"github.com/tally-dev/tally/stages/node"
 	"github.com/tally-dev/tally/stages/systest/rig"
 )
@@ -143,8 +144,11 @@ func (c *child) kill() {
 // equal the reference: nothing lost, nothing counted twice.
 func TestCrashKill9(t *testing.T) {
 	kills, total := 6, 40_000
-	if testing.Short() {
+	switch {
+	case testing.Short():
 		kills, total = 3, 10_000
+	case buildinfo.Race: // as many kills, closer together
+		total = 24_000
 	}
 	ch, c := startChild(t)
 	g := &gen{r: rand.New(rand.NewPCG(21, 22)), users: 800, posts: 600}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tally-dev/tally/client"
 	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/pipeline/buildinfo"
 	"github.com/tally-dev/tally/stages/node"
 	"github.com/tally-dev/tally/stages/systest/rig"
 )
@@ -24,8 +25,11 @@ import (
 func TestUnreadModel(t *testing.T) {
 	const users, limit = 40, 5
 	steps := 60
-	if testing.Short() {
+	switch {
+	case testing.Short():
 		steps = 20
+	case buildinfo.Race:
+		steps = 40
 	}
 	share := func(c *node.Config) {
 		c.Partitions, c.FanoutLimit = 8, limit

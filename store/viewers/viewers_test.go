@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/tally-dev/tally/pipeline/buildinfo"
 	"github.com/tally-dev/tally/store/cold"
 	"github.com/tally-dev/tally/store/sketch"
 )
@@ -61,13 +62,17 @@ func stored(t *testing.T, db *cold.DB, p uint64) uint64 {
 // that forgets, a cache that keeps everything and none: every post's stored sketch, and
 // the counts each transaction set, are those of a sketch of the views committed.
 func TestViewers(t *testing.T) {
+	rounds := 60
+	if buildinfo.Race { // 31–37 s in CI at the full size
+		rounds = 30
+	}
 	for name, cache := range map[string]*Cache{"none": nil, "small": NewCache(40_000), "large": NewCache(1 << 30)} {
 		t.Run(name, func(t *testing.T) {
 			db := openDB(t)
 			r := rand.New(rand.NewPCG(1, 2))
 			want := map[uint64]*sketch.Sketch{}
 			last := map[uint64]uint64{} // the count each post was last set to
-			for round := range 60 {
+			for round := range rounds {
 				discard := round%7 == 3
 				views := make([]view, 1+r.IntN(2000))
 				for i := range views {
