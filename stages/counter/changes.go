@@ -207,7 +207,7 @@ func (w *Worker) dropAnnounced(ctx context.Context) error {
 		return err
 	}
 	upTo, _ := pipeline.ChangePrev(last) // 0 for an older version's, which does not say
-	owner, top, mine := pipeline.ChangeCheckpoint(last)
+	owner, top, named := pipeline.ChangeCheckpoint(last)
 	if last == everything {
 		upTo = math.MaxUint64
 	}
@@ -216,7 +216,7 @@ func (w *Worker) dropAnnounced(ctx context.Context) error {
 		id := w.chg.pending[n][0].MsgID
 		pos, ok := pipeline.ChangePos(id)
 		o, cp, ok2 := pipeline.ChangeCheckpoint(id)
-		if stored := ok && pos < upTo || mine && ok2 && o == owner && cp < top; !stored {
+		if stored := ok && pos < upTo || named && ok2 && o == owner && cp < top; !stored {
 			break
 		}
 		for _, e := range w.chg.pending[n] {
