@@ -202,13 +202,13 @@ func (w *Worker) trimStandby(ctx context.Context) {
 // were stored, and a checkpoint in the middle of a release shares its position with the
 // next.) They are deleted from the outbox by the next checkpoint.
 func (w *Worker) dropAnnounced(ctx context.Context) error {
-	last, err := w.lastChange(ctx)
+	last, noStream, err := w.lastChange(ctx)
 	if err != nil {
 		return err
 	}
 	upTo, _ := pipeline.ChangePrev(last) // 0 for an older version's, which does not say
 	owner, top, named := pipeline.ChangeCheckpoint(last)
-	if last == everything {
+	if noStream { // it would refuse them: nothing is left to send
 		upTo = math.MaxUint64
 	}
 	n := 0
@@ -230,32 +230,28 @@ func (w *Worker) dropAnnounced(ctx context.Context) error {
 	return nil
 }
 
-// everything stands for a last change event after every checkpoint: there is no changes
-// stream, which would refuse them.
-const everything = "*"
-
 // lastChange is the message id of the last change event of the partition stored in the
-// changes stream: "" when there is none, everything when there is no such stream.
-func (w *Worker) lastChange(ctx context.Context) (string, error) {
+// changes stream ("" when there is none), or noStream when there is no such stream.
+func (w *Worker) lastChange(ctx context.Context) (id string, noStream bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	st, err := w.js.Stream(ctx, w.cfg.Subjects.ChangesStream())
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return everything, nil
+		return "", true, nil
 	}
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	m, err := st.GetLastMsgForSubject(ctx, w.cfg.Subjects.Change(w.cfg.Family.Name, w.cfg.Partition))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return "", nil
+		return "", false, nil
 	}
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
-	id := m.Header.Get(jetstream.MsgIDHeader)
+	id = m.Header.Get(jetstream.MsgIDHeader)
 	if _, ok := pipeline.ChangePos(id); !ok {
-		return "", fmt.Errorf("change event %d has no change message id", m.Sequence)
+		return "", false, fmt.Errorf("change event %d has no change message id", m.Sequence)
 	}
-	return id, nil
+	return id, false, nil
 }
