@@ -69,6 +69,7 @@ type Config struct {
 type Server struct {
 	cfg    Config
 	nc     *nats.Conn
+	heal   healer // of nc, after a released subscription's drain (release.go)
 	db     *cold.DB
 	log    *slog.Logger
 	unread pipeline.Family
@@ -152,8 +153,9 @@ func New(cfg Config, nc *nats.Conn, db *cold.DB, owners map[string][]Partition, 
 // SetOwner registers part as partition p of family in this process, or removes it when
 // part is nil (an untyped nil). It is safe while queries run. While the server is started,
 // a registered partition is served to other processes on <prefix>.part.<family>.<p>
-// (queue group PartQueueGroup) and a removed one stops being served (its subscription is
-// drained; requests still queued are answered that it is not here). SetOwner panics when
+// (queue group PartQueueGroup) and a removed one stops being served (see release: its
+// subscription is drained, so that requests still queued are answered that it is not
+// here, unless the connection is away). SetOwner panics when
 // family is not configured or p is out of range, as an index out of range would.
 func (s *Server) SetOwner(family string, p int, part Partition) {
 	if _, err := s.cfg.Families.Lookup(family); err != nil {
@@ -181,7 +183,7 @@ func (s *Server) SetOwner(family string, p int, part Partition) {
 				subscribed = true
 			}
 		case part == nil && ok:
-			_ = sub.Drain()
+			s.release(sub)
 			delete(s.partSubs, key)
 		}
 	}
@@ -291,15 +293,15 @@ func (s *Server) stop() {
 	s.subs = nil
 	s.stopServices()
 	for k, sub := range s.partSubs {
-		_ = sub.Drain()
+		s.release(sub)
 		delete(s.partSubs, k)
 	}
 	for p, sub := range s.evSubs {
-		_ = sub.Drain()
+		s.release(sub)
 		delete(s.evSubs, p)
 	}
 	for k, sub := range s.sbSubs {
-		_ = sub.Drain()
+		s.release(sub)
 		delete(s.sbSubs, k)
 	}
 	if s.watchStop != nil {

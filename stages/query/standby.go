@@ -33,7 +33,7 @@ func (s *Server) SetStandby(family string, p int, sb Standby) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if sub, ok := s.sbSubs[key]; ok {
-		_ = sub.Drain()
+		s.release(sub)
 		delete(s.sbSubs, key)
 	}
 	s.standbys[key] = sb
@@ -55,7 +55,7 @@ func (s *Server) DropStandby(family string, p int, sb Standby) {
 	}
 	delete(s.standbys, key)
 	if sub, ok := s.sbSubs[key]; ok {
-		_ = sub.Drain()
+		s.release(sub)
 		delete(s.sbSubs, key)
 	}
 }
