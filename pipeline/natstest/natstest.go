@@ -72,6 +72,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 		}
 		c.opts = append(c.opts, o)
 		c.Servers = append(c.Servers, c.start(t, o))
+		o.Port = c.Servers[i].Addr().(*net.TCPAddr).Port // the same one again after a Stop
 	}
 	t.Cleanup(func() {
 		for _, s := range c.Servers {
@@ -118,6 +119,13 @@ func (c *Cluster) URLs() string {
 func (c *Cluster) Stop(i int) {
 	c.Servers[i].Shutdown()
 	c.Servers[i].WaitForShutdown()
+}
+
+// Start starts server i again after Stop, on its client port and store, as its machine
+// coming back would.
+func (c *Cluster) Start(t testing.TB, i int) {
+	t.Helper()
+	c.Servers[i] = c.start(t, c.opts[i])
 }
 
 func freePort(t testing.TB) int {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/tally-dev/tally/client"
 	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/stages/hop/hoptest"
 	"github.com/tally-dev/tally/stages/node"
 	"github.com/tally-dev/tally/stages/systest/rig"
@@ -54,6 +55,11 @@ func runChaosChild(dir string) int {
 	cfg.DupWindow = chaosDupWindow
 	cfg.FanoutLimit = 6 // a few authors' posts are pulled, the rest pushed
 	cfg.HotMaxMem, cfg.SnapshotMin = 16<<10, 200
+	if os.Getenv("TALLY_CHAOS_JOIN") != "" {
+		// Backups as often as the failover tests take them; a dead owner's lease runs out
+		// a second after its last renewal, and its standbys take its partitions over.
+		cfg.Join, cfg.BackupEvery, cfg.LeaseTTL = true, 300*time.Millisecond, time.Second
+	}
 	if spec := os.Getenv("TALLY_CHAOS_FAULTS"); spec != "" {
 		f, err := hoptest.ParseFaults(spec)
 		if err != nil {
@@ -77,8 +83,10 @@ type chaosChild struct {
 	t        *testing.T
 	dir, url string
 	parts    int
-	faults   string // with %d for the seed
+	faults   string // with %d for the seed: seeds + the start's number
+	seeds    int
 	stderr   *rig.LogBuffer
+	join     bool // one of several tallyd sharing the partitions, with warm standbys
 
 	mu         sync.Mutex
 	p          *chaosProc // nil while killed
@@ -104,7 +112,10 @@ func (c *chaosChild) startLocked() {
 	c.starts++
 	p := &chaosProc{cmd: exec.Command(os.Args[0], "-test.run=^$"), log: &rig.LogBuffer{}, exited: make(chan struct{})}
 	p.cmd.Env = append(os.Environ(), "TALLY_CHAOS_CHILD="+c.dir, "TALLY_CHAOS_NATS="+c.url,
-		"TALLY_CHAOS_PARTITIONS="+strconv.Itoa(c.parts), "TALLY_CHAOS_FAULTS="+fmt.Sprintf(c.faults, c.starts))
+		"TALLY_CHAOS_PARTITIONS="+strconv.Itoa(c.parts), "TALLY_CHAOS_FAULTS="+fmt.Sprintf(c.faults, c.seeds+c.starts))
+	if c.join {
+		p.cmd.Env = append(p.cmd.Env, "TALLY_CHAOS_JOIN=1")
+	}
 	p.cmd.Stderr = io.MultiWriter(c.stderr, p.log)
 	if err := p.cmd.Start(); err != nil {
 		c.t.Error(err)
@@ -150,6 +161,23 @@ func (c *chaosChild) kill() {
 	}
 }
 
+// quit asks the running process to print its goroutines and exit (SIGQUIT), waiting up
+// to 5 s; it is not started again.
+func (c *chaosChild) quit() {
+	c.mu.Lock()
+	p := c.p
+	c.closed = true
+	c.mu.Unlock()
+	if p == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-p.exited:
+	case <-time.After(5 * time.Second):
+	}
+}
+
 func (c *chaosChild) close() {
 	c.mu.Lock()
 	c.closed = true
@@ -175,7 +203,46 @@ type chaosSize struct {
 // value and a mirror built from the change events must equal a model fed the stored
 // events in the stream's order. TALLY_CHAOS_CYCLES sets the cycles (task chaos: 100 at
 // full size), TALLY_CHAOS_SEED the seed.
-func TestChaos(t *testing.T) {
+func TestChaos(t *testing.T) { runChaos(t, 1, chaosServer(t)) }
+
+// TestChaosCluster is TestChaos with three tallyd sharing the partitions (--join), each
+// keeping warm standbys of others' and backing its own up: the SIGKILLs land on one of
+// them at a time, restarted after up to two seconds, so that partitions fail over to
+// their standbys (a lease outlives its owner by a second), move back as the killed one
+// rejoins, and are killed again while they move. TALLY_CHAOS_CLUSTER=1 runs it (task
+// chaos-cluster); TALLY_CHAOS_CYCLES and TALLY_CHAOS_SEED as for TestChaos.
+//
+// "nats-cluster": the same on a NATS cluster of three servers (every stream replicated
+// three times), whose outages take one server at a time away, so that stream leaders
+// move while Tally publishes and reads.
+func TestChaosCluster(t *testing.T) {
+	if os.Getenv("TALLY_CHAOS_CLUSTER") == "" {
+		t.Skip("set TALLY_CHAOS_CLUSTER=1 (task chaos-cluster)")
+	}
+	t.Run("nats-server", func(t *testing.T) { runChaos(t, 3, chaosServer(t)) })
+	t.Run("nats-cluster", func(t *testing.T) { runChaos(t, 3, chaosCluster(t)) })
+}
+
+// chaosNATS is where the chaos test's processes connect, and how it takes the NATS
+// servers away: down stops one for a while, up starts it again.
+type chaosNATS struct {
+	url      string
+	servers  int
+	down, up func(i int)
+}
+
+func chaosServer(t *testing.T) chaosNATS {
+	ns := rig.StartNATS(t)
+	return chaosNATS{url: ns.URL(), servers: 1, down: func(int) { ns.Stop() }, up: func(int) { ns.Start() }}
+}
+
+func chaosCluster(t *testing.T) chaosNATS {
+	cl := natstest.StartCluster(t, 3)
+	return chaosNATS{url: cl.URLs(), servers: 3, down: cl.Stop, up: func(i int) { cl.Start(t, i) }}
+}
+
+// runChaos is the chaos test with procs tallyd processes on ns.
+func runChaos(t *testing.T, procs int, ns chaosNATS) {
 	cycles := envInt("TALLY_CHAOS_CYCLES", 10)
 	size := chaosSize{partitions: 4, batches: 4, events: 300, backlog: 2, users: 240, posts: 300}
 	if cycles > 20 {
@@ -184,19 +251,34 @@ func TestChaos(t *testing.T) {
 	seed := uint64(envInt("TALLY_CHAOS_SEED", 13))
 	ctx := context.Background()
 
-	ns := rig.StartNATS(t)
 	// Lost publishes are found after 1 s (hoptest.DefaultLostAckTimeout) and sent again.
 	faults := "fail=0.05,delay=0.05,reorder=0.05,lose=0.01,seed=%d"
-	ch := &chaosChild{t: t, dir: t.TempDir(), url: ns.URL(), parts: size.partitions, faults: faults, stderr: &rig.LogBuffer{}}
-	ch.start()
+	stderr := &rig.LogBuffer{} // every process's, in turn
+	children := make([]*chaosChild, procs)
+	for i := range children {
+		children[i] = &chaosChild{t: t, dir: t.TempDir(), url: ns.url, parts: size.partitions, faults: faults, seeds: 1000 * i, stderr: stderr, join: procs > 1}
+		children[i].start()
+	}
 	t.Cleanup(func() {
-		ch.close()
+		if t.Failed() { // a process that hangs says where: Go prints every goroutine on SIGQUIT
+			for _, ch := range children {
+				ch.quit()
+			}
+		}
+		for _, ch := range children {
+			ch.close()
+		}
 		if t.Failed() {
-			logs := ch.stderr.String()
-			t.Logf("tallyd's stderr (last 200 lines of %d):\n%s", strings.Count(logs, "\n"), rig.Tail(logs, 200))
+			logs := stderr.String()
+			if path := os.Getenv("TALLY_CHAOS_LOG"); path != "" {
+				if err := os.WriteFile(path, []byte(logs), 0o644); err != nil {
+					t.Log(err)
+				}
+			}
+			t.Logf("tallyd's stderr (last 200 lines of %d; all of it in $TALLY_CHAOS_LOG when set):\n%s", strings.Count(logs, "\n"), rig.Tail(logs, 200))
 		}
 	})
-	nc, err := nats.Connect(ns.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond), nats.RetryOnFailedConnect(true))
+	nc, err := nats.Connect(ns.url, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond), nats.RetryOnFailedConnect(true))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +299,9 @@ func TestChaos(t *testing.T) {
 	for cycle := range cycles {
 		if cycle%10 == 5 { // a backlog: tallyd down while raw batches pile up
 			backlogs++
-			ch.kill()
+			for _, ch := range children {
+				ch.kill()
+			}
 			for range size.backlog {
 				evs := make([]pipeline.Event, pipeline.MaxBatch/2)
 				for i := range evs {
@@ -225,26 +309,37 @@ func TestChaos(t *testing.T) {
 				}
 				pr.send(g.nextTx(), evs, true)
 			}
-			ch.start()
+			for _, ch := range children {
+				ch.start()
+			}
 		}
 		var faultsDone sync.WaitGroup
 		if cycle > 0 && fr.IntN(3) != 0 { // SIGKILL at a random moment of publishing and applying
 			kills++
+			ch, down := children[0], time.Duration(0)
+			if len(children) > 1 { // one of several, down long enough for a failover
+				ch, down = children[fr.IntN(len(children))], time.Duration(fr.IntN(2000))*time.Millisecond
+			}
 			delay := time.Duration(fr.IntN(800)) * time.Millisecond
 			faultsDone.Go(func() {
 				time.Sleep(delay)
 				ch.kill()
+				time.Sleep(down)
 				ch.start()
 			})
 		}
-		if cycle > 0 && fr.IntN(4) == 0 { // NATS away for 0.3 to 1.3 s
+		if cycle > 0 && fr.IntN(4) == 0 { // a NATS server away for 0.3 to 1.3 s
 			outages++
+			server := 0
+			if ns.servers > 1 {
+				server = fr.IntN(ns.servers)
+			}
 			delay, down := time.Duration(fr.IntN(800))*time.Millisecond, time.Duration(300+fr.IntN(1000))*time.Millisecond
 			faultsDone.Go(func() {
 				time.Sleep(delay)
-				ns.Stop()
+				ns.down(server)
 				time.Sleep(down)
-				ns.Start()
+				ns.up(server)
 			})
 		}
 		for range size.batches {
@@ -262,31 +357,36 @@ func TestChaos(t *testing.T) {
 		pr.caughtUp(fmt.Sprintf("cycle %d reads applied", cycle))
 	}
 	ran := time.Since(start)
-	ch.mu.Lock()
-	starts := ch.starts
-	ch.mu.Unlock()
-	faulty := strings.Count(ch.stderr.String(), "on purpose (a test setting)")
+	var starts int
+	var stops, startFails []string
+	for _, ch := range children {
+		ch.mu.Lock()
+		starts += ch.starts
+		stops = append(stops, ch.stops...)
+		startFails = append(startFails, ch.startFails...)
+		ch.mu.Unlock()
+	}
+	faulty := strings.Count(stderr.String(), "on purpose (a test setting)")
+	moves := strings.Count(stderr.String(), "handing a counter partition over")
 
 	// The model: every event a producer stored, in the stream's order.
 	ref, st, err := chaosStoredEvents(ctx, js, c.Subjects())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("chaos: %d cycles in %v (seed %d, %d partitions, dup window %v): %d kills of tallyd (%d starts), %d backlogs of %d×5000 raw events, %d NATS restarts; internal publishes with %s (N: the start's number) in the %d starts that ran the event stages",
-		cycles, ran.Round(time.Millisecond), seed, size.partitions, chaosDupWindow, kills, starts, backlogs, size.backlog, outages, strings.Replace(faults, "%d", "N", 1), faulty)
+	t.Logf("chaos: %d cycles in %v (seed %d, %d tallyd, %d NATS servers, %d partitions, dup window %v): %d kills of tallyd (%d starts), %d backlogs of %d×5000 raw events, %d NATS restarts; internal publishes with %s (N: the start's number) in the %d starts that ran the event stages; %d counter partitions handed over",
+		cycles, ran.Round(time.Millisecond), seed, procs, ns.servers, size.partitions, chaosDupWindow, kills, starts, backlogs, size.backlog, outages, strings.Replace(faults, "%d", "N", 1), faulty, moves)
 	t.Logf("chaos: the producer sent %d transactions (%d batches, %d raw batches, %d of single events), %d retries, %d re-sent on purpose; stored %d messages, %d of them twice (a retry after the window), %d valid events: %v, %d invalid",
 		pr.txs, pr.batches, pr.raws, pr.singles, pr.retries, pr.resent, st.msgs, st.again, ref.Events(), ref.Applied, st.bad)
 	r := &chaosReport{t: t}
-	ch.mu.Lock()
-	for _, line := range ch.stops {
+	for _, line := range stops {
 		r.fail("process", "tallyd stopped by itself: %s", line)
 	}
 	why := map[string]int{}
-	for _, line := range ch.startFails {
+	for _, line := range startFails {
 		why[line]++
 	}
-	r.done("process", ch.starts, fmt.Sprintf("tallyd starts that did not stop by themselves (%d failed to start, as they may while NATS is away: %v)", len(ch.startFails), why))
-	ch.mu.Unlock()
+	r.done("process", starts, fmt.Sprintf("tallyd starts that did not stop by themselves (%d failed to start, as they may while NATS is away: %v)", len(startFails), why))
 	for tx, n := range pr.acked {
 		if st.perTx[tx] != n {
 			r.fail("acked", "transaction %s: %d events acknowledged, %d stored", tx, n, st.perTx[tx])
