@@ -15,11 +15,11 @@ import (
 // client sends the SUB of every subscription it still has, the draining one among them,
 // and when the drain ends it forgets it without an UNSUB. The server then goes on handing
 // the queue group's requests to a subscription nobody reads, and they go unanswered until
-// the connection drops again: after a NATS restart during which leases lapsed, every
-// health asked of a partition timed out for minutes (TestReleasedWhileReconnecting,
+// the connection drops again: after a NATS restart during which leases lapsed, the
+// health asked of partitions timed out for minutes (TestReleasedWhileReconnecting,
 // TestChaosCluster). So release drains only a connected connection (one that is not
 // unsubscribes at once: its reconnect then has nothing to send again), and a drain that a
-// reconnect overlapped makes the connection reconnect once more after it (see heal),
+// reconnect overlapped makes the connection reconnect once more after it (healer),
 // which sends only the subscriptions it has.
 func (s *Server) release(sub *nats.Subscription) {
 	if !s.nc.IsConnected() {
