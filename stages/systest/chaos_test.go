@@ -23,6 +23,7 @@ import (
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/stages/hop/hoptest"
 	"github.com/tally-dev/tally/stages/node"
+	"github.com/tally-dev/tally/stages/reference"
 	"github.com/tally-dev/tally/stages/systest/rig"
 )
 
@@ -370,10 +371,12 @@ func runChaos(t *testing.T, procs int, ns chaosNATS) {
 	moves := strings.Count(stderr.String(), "handing a counter partition over")
 
 	// The model: every event a producer stored, in the stream's order.
-	ref, st, err := chaosStoredEvents(ctx, js, c.Subjects())
-	if err != nil {
-		t.Fatal(err)
-	}
+	var ref *reference.Model
+	var st *chaosStored
+	chaosRead(t, "the events stream", func() (err error) {
+		ref, st, err = chaosStoredEvents(ctx, js, c.Subjects())
+		return err
+	})
 	t.Logf("chaos: %d cycles in %v (seed %d, %d tallyd, %d NATS servers, %d partitions, dup window %v): %d kills of tallyd (%d starts), %d backlogs of %d×5000 raw events, %d NATS restarts; internal publishes with %s (N: the start's number) in the %d starts that ran the event stages; %d counter partitions handed over",
 		cycles, ran.Round(time.Millisecond), seed, procs, ns.servers, size.partitions, chaosDupWindow, kills, starts, backlogs, size.backlog, outages, strings.Replace(faults, "%d", "N", 1), faulty, moves)
 	t.Logf("chaos: the producer sent %d transactions (%d batches, %d raw batches, %d of single events), %d retries, %d re-sent on purpose; stored %d messages, %d of them twice (a retry after the window), %d valid events: %v, %d invalid",
@@ -393,10 +396,11 @@ func runChaos(t *testing.T, procs int, ns chaosNATS) {
 		}
 	}
 	r.done("acked", len(pr.acked), "producer transactions acknowledged and stored whole")
-	dead, err := chaosDeadLetters(ctx, js, c.Subjects())
-	if err != nil {
-		t.Fatal(err)
-	}
+	var dead int
+	chaosRead(t, "the dead letters", func() (err error) {
+		dead, err = chaosDeadLetters(ctx, js, c.Subjects())
+		return err
+	})
 	if dead != st.bad {
 		r.fail("deadletters", "%d invalid events dead-lettered, %d stored", dead, st.bad)
 	}
@@ -410,6 +414,22 @@ func runChaos(t *testing.T, procs int, ns chaosNATS) {
 	chaosCompare(t, cq, js, ref, g, r)
 	t.Logf("chaos: compared in %v", time.Since(compared).Round(time.Millisecond))
 	r.summary()
+}
+
+// chaosRead reads again until read succeeds, for up to a minute: on a NATS cluster, a
+// server started again answers JetStream's API only once it has caught up, and the
+// client may be connected to it ("no responders").
+func chaosRead(t *testing.T, what string, read func() error) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		err := read()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
 }
 
 // chaosProducer publishes like a careful client: every transaction is sent until it is
