@@ -41,7 +41,8 @@ type Stage interface {
 // SetStage registers st as event partition p's stage in this process, or removes it when
 // st is nil (an untyped nil). Like SetOwner, it is safe while queries run, and a
 // registered partition is served to other processes on <prefix>.part.ev.<p> while the
-// server is started (a removed one's subscription is released as SetOwner's are). It panics when p is out of range, as an index out of range would.
+// server is started (a removed one's subscription is released as SetOwner's are). It
+// panics when p is out of range, as an index out of range would.
 func (s *Server) SetStage(p int, st Stage) {
 	if p < 0 || p >= s.cfg.Partitions {
 		panic(fmt.Sprintf("query.SetStage: partition %d out of range 0..%d", p, s.cfg.Partitions-1))

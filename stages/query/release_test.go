@@ -3,18 +3,15 @@ package query_test
 import (
 	"io"
 	"log/slog"
-	"net"
-	"strconv"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/tally-dev/tally/pipeline"
-	"github.com/tally-dev/tally/pipeline/embedded"
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/stages/query"
+	"github.com/tally-dev/tally/stages/systest/rig"
 )
 
 // TestReleasedWhileReconnecting: a process gives a partition up around a restart of its
@@ -31,12 +28,12 @@ import (
 func TestReleasedWhileReconnecting(t *testing.T) {
 	t.Run("while reconnecting", func(t *testing.T) {
 		r := newReleaseRig(t, false)
-		r.stopNATS()
+		r.ns.Stop()
 		natstest.Eventually(t, 10*time.Second, "the old owner's connection reconnecting", func() (bool, string) {
 			return r.old.Status() == nats.RECONNECTING, r.old.Status().String()
 		})
 		r.oldOwner.SetOwner("post", 0, nil) // its lease lapsed while NATS was away
-		r.startNATS()
+		r.ns.Start()
 		r.takeOver()
 	})
 	t.Run("drain overlapped", func(t *testing.T) {
@@ -51,8 +48,8 @@ func TestReleasedWhileReconnecting(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 		r.oldOwner.SetOwner("post", 0, nil)
-		r.stopNATS()
-		r.startNATS()
+		r.ns.Stop()
+		r.ns.Start()
 		time.Sleep(3 * releaseTimeout) // both answered, the drain over
 		r.takeOver()
 	})
@@ -66,9 +63,7 @@ const releaseTimeout = 500 * time.Millisecond
 // partition 0 of 2 (oldOwner, on connection old) and a client.
 type releaseRig struct {
 	t           *testing.T
-	store, url  string
-	port        int
-	s           *server.Server
+	ns          *rig.NATSProc
 	old, client *nats.Conn
 	oldOwner    *query.Server
 	get         []byte // a get of an id of partition 0
@@ -76,46 +71,22 @@ type releaseRig struct {
 }
 
 func newReleaseRig(t *testing.T, slow bool) *releaseRig {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &releaseRig{t: t, store: t.TempDir(), port: ln.Addr().(*net.TCPAddr).Port}
-	ln.Close()
-	r.url = "nats://127.0.0.1:" + strconv.Itoa(r.port)
-	r.startNATS()
-	t.Cleanup(r.stopNATS)
+	r := &releaseRig{t: t, ns: rig.StartNATS(t)}
 	r.old = r.connect()
 	r.oldOwner = r.serve(r.old, &memPart{fi: 0, p: 0, n: 2, slow: slow})
 	r.client = r.connect()
 	for r.id = 1; pipeline.PartitionOf(r.id, 2) != 0; r.id++ {
 	}
+	var err error
 	if r.get, err = pipeline.Marshal(map[string]any{"ids": []pipeline.ID{r.id}}, false); err != nil {
 		t.Fatal(err)
 	}
 	return r
 }
 
-func (r *releaseRig) startNATS() {
-	r.t.Helper()
-	var err error
-	for range 50 { // the port may linger briefly after a shutdown
-		if r.s, err = embedded.Start(embedded.Config{Host: "127.0.0.1", Port: r.port, StoreDir: r.store}); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	r.t.Fatal(err)
-}
-
-func (r *releaseRig) stopNATS() {
-	r.s.Shutdown()
-	r.s.WaitForShutdown()
-}
-
 func (r *releaseRig) connect() *nats.Conn {
 	r.t.Helper()
-	nc, err := nats.Connect(r.url, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	nc, err := nats.Connect(r.ns.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
 	if err != nil {
 		r.t.Fatal(err)
 	}

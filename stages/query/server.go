@@ -155,8 +155,8 @@ func New(cfg Config, nc *nats.Conn, db *cold.DB, owners map[string][]Partition, 
 // a registered partition is served to other processes on <prefix>.part.<family>.<p>
 // (queue group PartQueueGroup) and a removed one stops being served (see release: its
 // subscription is drained, so that requests still queued are answered that it is not
-// here, unless the connection is away). SetOwner panics when
-// family is not configured or p is out of range, as an index out of range would.
+// here, unless the connection is away). SetOwner panics when family is not configured
+// or p is out of range, as an index out of range would.
 func (s *Server) SetOwner(family string, p int, part Partition) {
 	if _, err := s.cfg.Families.Lookup(family); err != nil {
 		panic(fmt.Sprintf("query.SetOwner: %v", err))
