@@ -421,15 +421,12 @@ func runChaos(t *testing.T, procs int, ns chaosNATS) {
 // client may be connected to it ("no responders").
 func chaosRead(t *testing.T, what string, read func() error) {
 	t.Helper()
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
-		err := read()
-		if err == nil {
-			return
+	natstest.Eventually(t, time.Minute, what+" read", func() (bool, string) {
+		if err := read(); err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
+		return true, ""
+	})
 }
 
 // chaosProducer publishes like a careful client: every transaction is sent until it is
