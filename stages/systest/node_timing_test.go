@@ -105,6 +105,14 @@ func BenchmarkEndToEnd(b *testing.B) {
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	})
 	b.Run("jetstream-consume", func(b *testing.B) { benchConsume(b, 7) })
+	// The same consumer with the least Badger work an exactly-once consumer must add, and
+	// with the entries Tally's contract keeps (floorConsumer): ceilings of any Tally on
+	// Badger, beside the consumer.
+	b.Run("jetstream-consume-floor", func(b *testing.B) { benchConsumeFloor(b, 7, false) })
+	b.Run("jetstream-consume-floor-likes-only", func(b *testing.B) { benchConsumeFloor(b, 10, false) })
+	b.Run("jetstream-consume-contract", func(b *testing.B) { benchConsumeFloor(b, 7, true) })
+	b.Run("jetstream-consume-contract-likes-only", func(b *testing.B) { benchConsumeFloor(b, 10, true) })
+	b.Run("jetstream-consume-contract-views-only", func(b *testing.B) { benchConsumeFloor(b, 0, true) })
 	b.Run("tally", func(b *testing.B) { benchTally(b, 7, nil) })
 	// The same without the windowed counts (--windows=false): what they cost.
 	b.Run("tally-nowindows", func(b *testing.B) { benchTally(b, 7, func(c *node.Config) { c.Windows = false }) })
@@ -140,25 +148,37 @@ func benchConsume(b *testing.B, likes int) {
 // second like of a post too (it keeps no relation): its counts are checked against the
 // events, not against mix's counts.
 func benchConsumeMix(b *testing.B, mix func(n int) ([]pipeline.Event, map[uint64][2]uint64)) {
+	benchConsumeWith(b, mix, nil)
+}
+
+// benchConsumeWith is benchConsumeMix with also (unless nil) called on every event the
+// consumer counts, in its goroutine. It returns the CPU the run took an event, in µs.
+func benchConsumeWith(b *testing.B, mix func(n int) ([]pipeline.Event, map[uint64][2]uint64), also func(*pipeline.Event)) float64 {
 	evs, _ := mix(b.N)
 	want := map[uint64][2]uint64{}
 	for i := range evs {
 		countRaw(want, &evs[i])
 	}
 	got := make(map[uint64][2]uint64, len(want))
-	published := consumeAll(b, func(js jetstream.JetStream) {
+	published, cpu := consumeAll(b, func(js jetstream.JetStream) {
 		c, err := client.New(js.Conn(), client.WithPartitions(16))
 		if err != nil {
 			b.Fatal(err)
 		}
 		publishBench(b, c, evs)
-	}, func(e *pipeline.Event) { countRaw(got, e) })
+	}, func(e *pipeline.Event) {
+		countRaw(got, e)
+		if also != nil {
+			also(e)
+		}
+	})
 	b.ReportMetric(float64(b.N)/published.Seconds(), "published/s")
 	for id, w := range want {
 		if got[id] != w {
 			b.Fatalf("post %d: counted %v, want %v", id, got[id], w)
 		}
 	}
+	return cpu
 }
 
 // countRaw counts e in counts, as the trivial consumer does: every like and view of a post.
@@ -175,16 +195,16 @@ func countRaw(counts map[uint64][2]uint64, e *pipeline.Event) {
 // consumeAll is the trivial consumer: Tally's streams on a server with no tallyd, into
 // which publish publishes b.N events, read by one ordered consumer that decodes them
 // with the project's codec and hands each to count — no durability, no exactly-once. It
-// times publishing and consuming, reports events/s and allocations an event, and
-// returns how long publishing took.
-func consumeAll(b *testing.B, publish func(jetstream.JetStream), count func(*pipeline.Event)) time.Duration {
+// times publishing and consuming, reports events/s, CPU and allocations an event, and
+// returns how long publishing took and the CPU an event (µs).
+func consumeAll(b *testing.B, publish func(jetstream.JetStream), count func(*pipeline.Event)) (time.Duration, float64) {
 	return consumeBy(b, 0, publish, count)
 }
 
 // consumeBy is consumeAll read by one ordered consumer of the whole stream (partitions
 // 0), or by one for each partition's stored subject, as Tally's event stages read it,
 // their deliveries counted one at a time.
-func consumeBy(b *testing.B, partitions int, publish func(jetstream.JetStream), count func(*pipeline.Event)) time.Duration {
+func consumeBy(b *testing.B, partitions int, publish func(jetstream.JetStream), count func(*pipeline.Event)) (time.Duration, float64) {
 	s := natstest.Start(b)
 	nc := natstest.Connect(b, s)
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(8192))
@@ -251,10 +271,10 @@ func consumeBy(b *testing.B, partitions int, publish func(jetstream.JetStream), 
 	published := b.Elapsed()
 	<-done
 	b.StopTimer()
-	reportCPU(b, cpu)
+	perEvent := reportCPU(b, cpu)
 	b.ReportMetric(float64(mallocs()-allocs)/float64(b.N), "allocs/event")
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
-	return published
+	return published, perEvent
 }
 
 // benchTally publishes b.N events (likes tenths of them likes) in batches to one tallyd
@@ -304,9 +324,11 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// reportCPU reports the CPU spent since from per event, in µs.
-func reportCPU(b *testing.B, from time.Duration) {
-	b.ReportMetric(float64((cpuTime()-from).Microseconds())/float64(b.N), "cpu-µs/event")
+// reportCPU reports the CPU spent since from per event, in µs, and returns it.
+func reportCPU(b *testing.B, from time.Duration) float64 {
+	perEvent := float64((cpuTime() - from).Microseconds()) / float64(b.N)
+	b.ReportMetric(perEvent, "cpu-µs/event")
+	return perEvent
 }
 
 // mallocs is how many heap allocations this process has made: tallyd, the embedded NATS

@@ -1,0 +1,162 @@
+package systest
+
+import (
+	"encoding/binary"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/store/cold"
+)
+
+// benchConsumeFloor is the trivial consumer (benchConsume, likes tenths of its events
+// likes) doing beside it the least Badger work that any exactly-once consumer of the
+// same events must do (floorConsumer): for each like, by a user never seen, its like
+// record looked for and set — without it an unlike, or the like sent again, could not be
+// told — in transactions of 10 000 likes. With contract, also the other entries Tally's
+// contract has it keep, as many as it writes: each post's likers of a transaction in one
+// chunk (the likers list), and every 100 ms each changed post's counts and its window
+// record (durable counts, windowed counts). No rule is applied, no second stream is
+// read: what it reports is a ceiling for any Tally whose cold tier is Badger, beside its
+// consumer in the same run. ceiling-events/s is the most its CPU an event allows on
+// every core of the machine (publishing, NATS and Badger included): more than it gets
+// itself, since its consumer reads on one goroutine.
+func benchConsumeFloor(b *testing.B, likes int, contract bool) {
+	f := newFloorConsumer(b, contract)
+	defer f.close()
+	cpu := benchConsumeWith(b, func(n int) ([]pipeline.Event, map[uint64][2]uint64) { return benchMix(n, likes) }, f.count)
+	if f.seen != b.N {
+		b.Fatalf("the floor consumer saw %d events, want %d", f.seen, b.N)
+	}
+	b.ReportMetric(float64(runtime.NumCPU())/cpu*1e6, "ceiling-events/s")
+	b.ReportMetric(float64(f.puts)/float64(b.N), "badger-puts/event")
+	b.ReportMetric(float64(f.chunks)/float64(b.N), "chunks/event")
+}
+
+// floorConsumer keeps, in a Badger of its own opened as store/cold's BenchmarkFloor
+// opens it, a like record (40 bytes: the post, its place) for every liker of a stream's
+// events and, with contract, liker chunks, counts and window records.
+type floorConsumer struct {
+	b            *testing.B
+	db           *cold.DB
+	txn          *cold.Txn
+	inTxn        int
+	seen         int
+	puts, chunks int // entries set, liker chunks among them
+	key, val     []byte
+
+	contract bool
+	txns     uint64
+	likers   map[uint64][]byte    // this transaction's likers of each post: user and post, 16 bytes each
+	counts   map[uint64][2]uint64 // every post's likes and views: the hot table
+	changed  map[uint64]bool      // the posts counted since the last flush
+	flushed  time.Time
+}
+
+func newFloorConsumer(b *testing.B, contract bool) *floorConsumer {
+	db, err := cold.Open(cold.Options{Dir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return &floorConsumer{b: b, db: db, txn: db.NewTxn(true), val: make([]byte, 64), contract: contract,
+		likers: map[uint64][]byte{}, counts: map[uint64][2]uint64{}, changed: map[uint64]bool{}}
+}
+
+// count looks for the like record of e's user (when e is a like) and sets it, and
+// commits every 10 000 likes and once b.N events are seen; with contract, it counts e
+// and flushes the counts every 100 ms.
+func (f *floorConsumer) count(e *pipeline.Event) {
+	f.seen++
+	post := uint64(e.Post)
+	if e.Type == "like" {
+		p := pipeline.PartitionOf(e.UID, 16)
+		f.key = binary.BigEndian.AppendUint64(append(f.key[:0], 'L', byte(p>>8), byte(p), 'r'), uint64(e.UID))
+		_, err := f.txn.Get(f.key, nil)
+		f.check(err)
+		binary.BigEndian.PutUint64(f.val, post)
+		f.set(f.txn, f.key, f.val[:40])
+		if f.contract {
+			f.likers[post] = binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(f.likers[post], uint64(e.UID)), post)
+		}
+		f.inTxn++
+	}
+	if f.contract {
+		c := f.counts[post]
+		if e.Type == "like" {
+			c[0]++
+		} else {
+			c[1] += uint64(e.N)
+		}
+		f.counts[post], f.changed[post] = c, true
+	}
+	last := f.seen == f.b.N
+	if f.inTxn == 10_000 || last && f.inTxn > 0 {
+		f.commit()
+	}
+	if f.contract && (last || f.seen%1024 == 0 && time.Since(f.flushed) >= floorFlush) {
+		f.flush()
+	}
+}
+
+// commit writes the transaction's liker chunks and commits it.
+func (f *floorConsumer) commit() {
+	f.txns++
+	for post, chunk := range f.likers {
+		f.key = binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(append(f.key[:0], 'K', 0, byte(post%16), 'l'), post), f.txns)
+		f.set(f.txn, f.key, chunk)
+		f.chunks++
+	}
+	clear(f.likers)
+	f.check(f.txn.Commit())
+	f.txn, f.inTxn = f.db.NewTxn(true), 0
+}
+
+// flush writes each post counted since the last flush: its counts and its window record
+// (64 bytes, about what a window record of a post counted in a few minutes takes), in
+// transactions of up to 10 000 posts.
+func (f *floorConsumer) flush() {
+	txn, n := f.db.NewTxn(true), 0
+	for post := range f.changed {
+		if n++; n%10_000 == 0 {
+			f.check(txn.Commit())
+			txn = f.db.NewTxn(true)
+		}
+		c := f.counts[post]
+		v := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(f.val[:0], c[0]), c[1])
+		f.key = binary.BigEndian.AppendUint64(append(f.key[:0], 'c', 0, byte(post%16), 'p'), post)
+		f.set(txn, f.key, v)
+		f.key[0] = 'w'
+		f.set(txn, f.key, f.val[:64])
+	}
+	clear(f.changed)
+	f.check(txn.Commit())
+	f.flushed = time.Now()
+}
+
+func (f *floorConsumer) set(txn *cold.Txn, k, v []byte) {
+	f.check(txn.Set(k, v))
+	f.puts++
+}
+
+// check stops the benchmark on err. It runs on the consumer's goroutine, where b.Fatal
+// may not be called (and would leave the benchmark waiting for ever): it panics.
+func (f *floorConsumer) check(err error) {
+	if err != nil {
+		panic(fmt.Sprintf("floor consumer: %v", err))
+	}
+}
+
+func (f *floorConsumer) close() {
+	f.txn.Discard()
+	if err := f.db.Close(); err != nil {
+		f.b.Error(err)
+	}
+}
+
+// floorFlush is how often a contract floor consumer writes the counts changed. Tally
+// flushes every 100 ms, but what it flushes was coalesced first over an event stage's
+// transaction (several thousand events); 250 ms keeps the floor's entries an event at
+// or below Tally's in the same run (badger-puts/event beside each other).
+const floorFlush = time.Second
