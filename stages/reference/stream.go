@@ -20,8 +20,17 @@ import (
 // with how many of its events are valid and invalid. It returns the number of producer
 // messages read.
 func (m *Model) Stored(ctx context.Context, js jetstream.JetStream, sj pipeline.Subjects, prefix string, each func(msg jetstream.Msg, valid, invalid int)) (int, error) {
-	msgs := 0
-	err := ReadStream(ctx, js, sj.EventsStream(), func(msg jetstream.Msg, seq uint64, stored time.Time) error {
+	msgs, _, err := m.StoredAfter(ctx, js, sj, prefix, 0, each)
+	return msgs, err
+}
+
+// StoredAfter is Stored of the messages stored after stream sequence after only: a
+// model fed the whole stream in turns (each from the last sequence the turn before
+// returned) is the model of Stored. It returns the last sequence read (after when none).
+func (m *Model) StoredAfter(ctx context.Context, js jetstream.JetStream, sj pipeline.Subjects, prefix string, after uint64, each func(msg jetstream.Msg, valid, invalid int)) (int, uint64, error) {
+	msgs, last := 0, after
+	err := ReadStreamAfter(ctx, js, sj.EventsStream(), after, func(msg jetstream.Msg, seq uint64, stored time.Time) error {
+		last = seq
 		typ, err := sj.StoredType(msg.Subject())
 		if err != nil {
 			return fmt.Errorf("stored message %d: %w", seq, err)
@@ -40,12 +49,17 @@ func (m *Model) Stored(ctx context.Context, js jetstream.JetStream, sj pipeline.
 		}
 		return nil
 	})
-	return msgs, err
+	return msgs, last, err
 }
 
 // ReadStream hands every message of stream to fn in order, with its stream sequence and
 // the time the stream stored it, reading up to the last message stored when it starts.
 func ReadStream(ctx context.Context, js jetstream.JetStream, stream string, fn func(msg jetstream.Msg, seq uint64, stored time.Time) error) error {
+	return ReadStreamAfter(ctx, js, stream, 0, fn)
+}
+
+// ReadStreamAfter is ReadStream of the messages stored after stream sequence after.
+func ReadStreamAfter(ctx context.Context, js jetstream.JetStream, stream string, after uint64, fn func(msg jetstream.Msg, seq uint64, stored time.Time) error) error {
 	st, err := js.Stream(ctx, stream)
 	if err != nil {
 		return err
@@ -55,11 +69,18 @@ func ReadStream(ctx context.Context, js jetstream.JetStream, stream string, fn f
 		return err
 	}
 	last := info.State.LastSeq
-	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{})
+	if last <= after {
+		return nil
+	}
+	cfg := jetstream.OrderedConsumerConfig{}
+	if after > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, after+1
+	}
+	cons, err := js.OrderedConsumer(ctx, stream, cfg)
 	if err != nil {
 		return err
 	}
-	for seq := uint64(0); seq < last; {
+	for seq := after; seq < last; {
 		// No more than is left: a fetch of more waits its whole MaxWait for them.
 		batch, err := cons.Fetch(int(min(1000, last-seq)), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {

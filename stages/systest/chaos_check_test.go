@@ -137,13 +137,7 @@ func chaosOrZero(v []uint64, n int) []uint64 {
 func chaosCompare(t *testing.T, c *client.Client, js jetstream.JetStream, ref *reference.Model, g *chaosGen, r *chaosReport) {
 	t.Helper()
 	ctx := context.Background()
-	var posts, users []uint64
-	for p := range g.posts {
-		posts = append(posts, uint64(1<<41+p))
-	}
-	for u := 1; u <= g.users; u++ {
-		users = append(users, uint64(u))
-	}
+	posts, users := g.ids("post"), g.ids("user")
 	tally := map[string]map[uint64][]uint64{"post": chaosGet(t, c, "post", posts), "user": chaosGet(t, c, "user", users), "unread": chaosGet(t, c, "unread", users)}
 	for _, fam := range []string{"post", "user"} {
 		for id, got := range tally[fam] {

@@ -4,12 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tally-dev/tally/client"
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/stages/reference"
 )
@@ -119,6 +123,21 @@ func chaosKinds(r *rand.Rand, without string) []string {
 	return kinds // empty: every kind
 }
 
+// ids are every id of family the workload may count: its posts, or its users.
+func (g *chaosGen) ids(family string) []uint64 {
+	var ids []uint64
+	if family == "post" {
+		for p := range g.posts {
+			ids = append(ids, uint64(1<<41+p))
+		}
+		return ids
+	}
+	for u := 1; u <= g.users; u++ {
+		ids = append(ids, uint64(u))
+	}
+	return ids
+}
+
 // event is one event of any batch or a single event: every type, invalid ones too.
 func (g *chaosGen) event() pipeline.Event {
 	u, p := g.actor(), g.post()
@@ -192,4 +211,44 @@ func (g *chaosGen) reads() []pipeline.Event {
 		}
 	}
 	return evs
+}
+
+// chaosEach compares the post and user counts with the model after every cycle
+// (TALLY_CHAOS_EACH): a count that goes wrong is found in the cycle it went wrong in,
+// whose faults and log lines say how, where the end of a long run only says that it
+// did. Its model reads the events stream a cycle at a time.
+type chaosEach struct {
+	t     *testing.T
+	c     *client.Client
+	js    jetstream.JetStream
+	g     *chaosGen
+	ref   *reference.Model
+	read  uint64 // the last sequence of the events stream ref has read
+	wrong string // what was wrong after the last cycle checked
+}
+
+// check compares the counts once every event stored is applied (the cycle's reads
+// applied), and logs when what it finds wrong changes. A nil chaosEach checks nothing.
+func (e *chaosEach) check(cycle int) {
+	if e == nil {
+		return
+	}
+	chaosRead(e.t, "the events stream", func() (err error) {
+		_, e.read, err = e.ref.StoredAfter(context.Background(), e.js, e.c.Subjects(), "chaos.", e.read, nil)
+		return err
+	})
+	var wrong []string
+	for _, fam := range []string{"post", "user"} {
+		got := chaosGet(e.t, e.c, fam, e.g.ids(fam))
+		for _, id := range slices.Sorted(maps.Keys(got)) {
+			if w := e.ref.Counts(fam, id); !slices.Equal(got[id], w) {
+				wrong = append(wrong, fmt.Sprintf("%s %d: tally %v, model %v", fam, id, got[id], w))
+			}
+		}
+	}
+	if now := strings.Join(wrong, "; "); now != e.wrong {
+		e.t.Logf("chaos: after cycle %d (%s, events stream read to %d): %d counts differ from the model: %s",
+			cycle, time.Now().UTC().Format(time.RFC3339Nano), e.read, len(wrong), strings.Join(wrong[:min(len(wrong), 8)], "; "))
+		e.wrong = now
+	}
 }

@@ -293,6 +293,10 @@ func runChaos(t *testing.T, procs int, ns chaosNATS) {
 	pr.caughtUp("tallyd up")
 
 	g := &chaosGen{r: rand.New(rand.NewPCG(seed, 14)), users: size.users, posts: size.posts}
+	var each *chaosEach
+	if os.Getenv("TALLY_CHAOS_EACH") != "" {
+		each = &chaosEach{t: t, c: c, js: js, g: g, ref: reference.NewOf(chaosFamilies())}
+	}
 	fr := rand.New(rand.NewPCG(seed, 15)) // faults: their own source, so the workload does not depend on them
 	kills, outages := 0, 0
 	start := time.Now()
@@ -356,6 +360,7 @@ func runChaos(t *testing.T, procs int, ns chaosNATS) {
 			pr.send(g.nextTx(), reads, g.r.IntN(3) == 0)
 		}
 		pr.caughtUp(fmt.Sprintf("cycle %d reads applied", cycle))
+		each.check(cycle)
 	}
 	ran := time.Since(start)
 	var starts int
