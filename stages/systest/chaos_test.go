@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	"github.com/tally-dev/tally/client"
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/natstest"
+	"github.com/tally-dev/tally/stages/hop"
 	"github.com/tally-dev/tally/stages/hop/hoptest"
 	"github.com/tally-dev/tally/stages/node"
 	"github.com/tally-dev/tally/stages/reference"
@@ -68,6 +70,18 @@ func runChaosChild(dir string) int {
 			return 1
 		}
 		cfg.WrapPublisher = hoptest.Wrap(f)
+		if path := os.Getenv("TALLY_CHAOS_DELTAS"); path != "" {
+			out, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "chaos child:", err)
+				return 1
+			}
+			defer out.Close()
+			wrap := cfg.WrapPublisher
+			cfg.WrapPublisher = func(p hop.Publisher, salt uint64) hop.Publisher {
+				return wrap(&deltaRecorder{Publisher: p, f: out}, salt)
+			}
+		}
 	}
 	if err := node.Run(context.Background(), cfg, slog.New(slog.NewTextHandler(os.Stderr, nil))); err != nil {
 		fmt.Fprintln(os.Stderr, "chaos child:", err)
@@ -252,6 +266,11 @@ func runChaos(t *testing.T, procs int, ns chaosNATS) {
 	seed := uint64(envInt("TALLY_CHAOS_SEED", 13))
 	ctx := context.Background()
 
+	deltas := "" // the children's notes of the delta batches they send (deltaRecorder)
+	if os.Getenv("TALLY_CHAOS_EACH") != "" {
+		deltas = filepath.Join(t.TempDir(), "deltas")
+		t.Setenv("TALLY_CHAOS_DELTAS", deltas)
+	}
 	// Lost publishes are found after 1 s (hoptest.DefaultLostAckTimeout) and sent again.
 	faults := "fail=0.05,delay=0.05,reorder=0.05,lose=0.01,seed=%d"
 	stderr := &rig.LogBuffer{} // every process's, in turn
@@ -410,6 +429,16 @@ func runChaos(t *testing.T, procs int, ns chaosNATS) {
 		r.fail("deadletters", "%d invalid events dead-lettered, %d stored", dead, st.bad)
 	}
 	r.done("deadletters", st.bad, "invalid events each dead-lettered (by stream position and index)")
+	if deltas != "" {
+		n, two, err := chaosDeltaNumbers(deltas)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range two {
+			r.fail("deltas.numbers", "delta batch %s", line)
+		}
+		r.done("deltas.numbers", n, "delta batch numbers sent, each with one content (TALLY_CHAOS_EACH)")
+	}
 	// Queries of the whole id space may take longer than a producer's timeout.
 	cq, err := client.New(nc, client.WithPartitions(size.partitions), client.WithTimeout(20*time.Second))
 	if err != nil {
