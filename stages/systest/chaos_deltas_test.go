@@ -7,10 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"testing"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -90,15 +93,24 @@ func chaosDeltaNumbers(path string) (int, []string, error) {
 	var two []string
 	for id, hs := range sent {
 		if len(hs) > 1 {
-			two = append(two, fmt.Sprintf("%s: %d contents (by processes %v)", id, len(hs), slices.Sorted(func(yield func(string) bool) {
-				for _, pid := range hs {
-					if !yield(pid) {
-						return
-					}
-				}
-			})))
+			two = append(two, fmt.Sprintf("%s: %d contents (by processes %v)", id, len(hs), slices.Sorted(maps.Values(hs))))
 		}
 	}
 	slices.Sort(two)
 	return len(sent), two, sc.Err()
+}
+
+// TestChaosDeltaNumbers: a batch number noted with two contents is reported, one noted
+// twice with the same content (a re-send) is not.
+func TestChaosDeltaNumbers(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "deltas")
+	lines := "d.1.post.0.7 00000000000000aa 101\nd.1.post.0.7 00000000000000aa 102\n" +
+		"d.2.user.3.9 00000000000000bb 101\nd.2.user.3.9 00000000000000cc 103\n"
+	if err := os.WriteFile(path, []byte(lines), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n, two, err := chaosDeltaNumbers(path)
+	if err != nil || n != 2 || len(two) != 1 || !strings.HasPrefix(two[0], "d.2.user.3.9: 2 contents (by processes [101 103])") {
+		t.Fatalf("%d numbers, with two contents %q, %v; want 2 numbers, d.2.user.3.9 by 101 and 103", n, two, err)
+	}
 }
