@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"time"
@@ -18,14 +19,18 @@ import (
 // A snapshot file holds a partition's hot table as of one checkpoint, with the cold set
 // of that moment:
 //
-//	"TLYS" version(1) seq(u64) below(u32) groups(u32) group(u32)… crc32(header)
+//	"TLYS" version(2) seq(u64) id(u64) below(u32) groups(u32) group(u32)… crc32(header)
 //	the table's own snapshot (see hot.Table.WriteTo)
 //
-// All integers big-endian. Restart = snapshot + the journal of the checkpoints after seq
-// (checkpoint.LoadJournal) + the deltas after the last checkpoint.
+// All integers big-endian. id is drawn at random for each snapshot; the first checkpoint
+// after the file is durable records it (checkpoint.Checkpoint.Snap), and the file is
+// loaded only with a state whose checkpoint names it. Restart = snapshot + the journal
+// of the checkpoints after seq (checkpoint.LoadJournal) + the deltas after the last
+// checkpoint. Version 1 had no id: such a file is not loaded (every stored counter is,
+// once).
 const (
 	snapMagic   = "TLYS"
-	snapVersion = 1
+	snapVersion = 2
 )
 
 func (w *Worker) snapshotPath() string {
@@ -39,11 +44,12 @@ func SnapshotPath(dir, family string, p int) string {
 
 // encodeSnapshot writes the table and cold set as of checkpoint seq into a buffer: it
 // runs on the worker goroutine, which owns the table; the file is written elsewhere.
-func (w *Worker) encodeSnapshot(seq uint64) (*bytes.Buffer, error) {
+func (w *Worker) encodeSnapshot(seq, id uint64) (*bytes.Buffer, error) {
 	var buf bytes.Buffer
 	h := []byte(snapMagic)
 	h = append(h, snapVersion)
 	h = binary.BigEndian.AppendUint64(h, seq)
+	h = binary.BigEndian.AppendUint64(h, id)
 	h = binary.BigEndian.AppendUint32(h, w.cold.below)
 	h = binary.BigEndian.AppendUint32(h, uint32(len(w.cold.groups)))
 	for _, g := range w.cold.groups {
@@ -95,8 +101,8 @@ func (w *Worker) startSnapshot() {
 		return
 	}
 	start := time.Now()
-	seq := w.cp.Seq
-	buf, err := w.encodeSnapshot(seq)
+	seq, id := w.cp.Seq, rand.Uint64()|1 // never 0, which names no snapshot
+	buf, err := w.encodeSnapshot(seq, id)
 	if err != nil {
 		w.snapFailed(err)
 		return
@@ -108,13 +114,13 @@ func (w *Worker) startSnapshot() {
 		if err == nil && w.cfg.OnSnapshot != nil {
 			w.cfg.OnSnapshot(buf.Len(), time.Since(start))
 		}
-		w.snapDone <- snapResult{seq: seq, err: err}
+		w.snapDone <- snapResult{seq: seq, id: id, err: err}
 	}()
 }
 
 type snapResult struct {
-	seq uint64
-	err error
+	seq, id uint64
+	err     error
 }
 
 func (w *Worker) snapFinished(r snapResult) {
@@ -124,8 +130,12 @@ func (w *Worker) snapFinished(r snapResult) {
 		return
 	}
 	w.stats.Snapshots.Add(1)
-	w.snapSeq = r.seq
+	w.snapSeq, w.snapID = r.seq, r.id
 }
+
+// snapUnrecorded reports whether the last snapshot written is durable and not yet named
+// by a checkpoint: until one does, a restart cannot load it.
+func (w *Worker) snapUnrecorded() bool { return w.snapID != 0 && w.snapID != w.cp.Snap }
 
 // snapFailed logs a snapshot that could not be written: it costs restart time, not data
 // (the journal is kept until a snapshot covers it).
@@ -160,7 +170,7 @@ func (w *Worker) loadSnapshot(cp checkpoint.Checkpoint) bool {
 }
 
 func (w *Worker) readSnapshot(r io.Reader, cp checkpoint.Checkpoint) error {
-	h := make([]byte, 4+1+8+4+4)
+	h := make([]byte, 4+1+8+8+4+4)
 	if _, err := io.ReadFull(r, h); err != nil {
 		return fmt.Errorf("%w: %w", errSnapshotFile, err)
 	}
@@ -168,8 +178,9 @@ func (w *Worker) readSnapshot(r io.Reader, cp checkpoint.Checkpoint) error {
 		return fmt.Errorf("%w: not a version %d snapshot", errSnapshotFile, snapVersion)
 	}
 	seq := binary.BigEndian.Uint64(h[5:])
-	below := binary.BigEndian.Uint32(h[13:])
-	n := binary.BigEndian.Uint32(h[17:])
+	id := binary.BigEndian.Uint64(h[13:])
+	below := binary.BigEndian.Uint32(h[21:])
+	n := binary.BigEndian.Uint32(h[25:])
 	if n > 1<<24 {
 		return fmt.Errorf("%w: %d cold groups", errSnapshotFile, n)
 	}
@@ -180,6 +191,9 @@ func (w *Worker) readSnapshot(r io.Reader, cp checkpoint.Checkpoint) error {
 	h = append(h, rest[:4*n]...)
 	if crc32.ChecksumIEEE(h) != binary.BigEndian.Uint32(rest[4*n:]) {
 		return fmt.Errorf("%w: header checksum mismatch", errSnapshotFile)
+	}
+	if id != cp.Snap || seq != cp.SnapSeq {
+		return fmt.Errorf("%w: of another state: snapshot %016x taken at checkpoint %d, the checkpoint names snapshot %016x of checkpoint %d", errSnapshotFile, id, seq, cp.Snap, cp.SnapSeq)
 	}
 	if seq > cp.Seq || (seq < cp.Seq && seq+1 < cp.JournalFrom) || (seq < cp.Seq && cp.JournalFrom == 0) {
 		return fmt.Errorf("%w: taken at checkpoint %d, the journal covers %d to %d", errSnapshotFile, seq, cp.JournalFrom, cp.Seq)
@@ -206,6 +220,6 @@ func (w *Worker) readSnapshot(r io.Reader, cp checkpoint.Checkpoint) error {
 	if last != cp.Seq {
 		return fmt.Errorf("%w: journal ends at checkpoint %d, the last one is %d", errSnapshotFile, last, cp.Seq)
 	}
-	w.snapSeq = seq
+	w.snapSeq, w.snapID = seq, id
 	return nil
 }

@@ -140,8 +140,9 @@ type Worker struct {
 	cold        coldSet
 	cache       coldCache
 	lastAged    time.Time
-	reported    int64 // bytes last told to the budget
-	snapSeq     uint64
+	reported    int64  // bytes last told to the budget
+	snapSeq     uint64 // the checkpoint the last durable snapshot was taken at
+	snapID      uint64 // its id (see Checkpoint.Snap), 0 when none is known
 	snapping    bool
 	snapDone    chan snapResult
 	staleBehind staleBehind // see Stale
@@ -381,7 +382,7 @@ func (w *Worker) load() error {
 }
 
 // stop flushes once more and, with snapshots on, writes one, so the next start loads
-// RAM from it without a journal to replay.
+// RAM from it without a journal to replay, and a last checkpoint that names it.
 func (w *Worker) stop(ctx context.Context) error {
 	if err := w.flush(ctx); err != nil {
 		return err
@@ -393,6 +394,9 @@ func (w *Worker) stop(ctx context.Context) error {
 	if w.journaled > 0 || w.snapDue {
 		w.startSnapshot()
 		w.waitSnapshot()
+	}
+	if w.snapUnrecorded() { // a checkpoint names it, or the next start cannot load it
+		return w.flush(ctx)
 	}
 	return nil
 }
@@ -469,7 +473,7 @@ func (w *Worker) apply(ctx context.Context, m jetstream.Msg, b *pipeline.DeltaBa
 // reflect its owner's backup as soon as it has read that far, or its partition is
 // restored from the backup rather than taken over warm.
 func (w *Worker) flush(ctx context.Context) error {
-	if w.changed == 0 && len(w.win.gone) == 0 && w.cp.Pos == w.lastPos {
+	if w.changed == 0 && len(w.win.gone) == 0 && w.cp.Pos == w.lastPos && !w.snapUnrecorded() {
 		return nil
 	}
 	var entries []checkpoint.Entry
@@ -485,7 +489,7 @@ func (w *Worker) flush(ctx context.Context) error {
 	})
 	start := time.Now()
 	snaps := w.tier != nil && w.cfg.SnapshotDir != ""
-	j := checkpoint.Journal{Append: snaps, DropThrough: w.snapSeq}
+	j := checkpoint.Journal{Append: snaps, DropThrough: w.snapSeq, Snap: w.snapID}
 	chg, err := w.changeEntries(w.cp.Seq+1, entries)
 	if err != nil {
 		return fmt.Errorf("change event of %s/%d: %w", w.cfg.Family.Name, w.cfg.Partition, err)

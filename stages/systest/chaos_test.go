@@ -288,13 +288,13 @@ func runChaos(t *testing.T, procs int, ns chaosNATS) {
 		for _, ch := range children {
 			ch.close()
 		}
-		if t.Failed() {
-			logs := stderr.String()
-			if path := os.Getenv("TALLY_CHAOS_LOG"); path != "" {
-				if err := os.WriteFile(path, []byte(logs), 0o644); err != nil {
-					t.Log(err)
-				}
+		logs := stderr.String()
+		if path := os.Getenv("TALLY_CHAOS_LOG"); path != "" { // a passing run's too: its warnings say what it went through
+			if err := os.WriteFile(path, []byte(logs), 0o644); err != nil {
+				t.Log(err)
 			}
+		}
+		if t.Failed() {
 			t.Logf("tallyd's stderr (last 200 lines of %d; all of it in $TALLY_CHAOS_LOG when set):\n%s", strings.Count(logs, "\n"), rig.Tail(logs, 200))
 		}
 	})

@@ -26,6 +26,13 @@ type Checkpoint struct {
 	// WindowTop is the newest minute of a window change applied (Unix minutes): the
 	// windows keep the day up to it (store/window's floor), whatever the clock says.
 	WindowTop uint32 `msgpack:"wt,omitempty"`
+	// Snap and SnapSeq name the last snapshot of the hot table known durable when this
+	// checkpoint was saved, by the random id it was written with and the checkpoint it
+	// was taken at: the state those checkpoints lead to is the only one a snapshot file
+	// may be loaded with. A number alone does not tie a file to a state: a restore
+	// brings another process's checkpoints, numbered like this one's.
+	Snap    uint64 `msgpack:"sn,omitempty"`
+	SnapSeq uint64 `msgpack:"ss,omitempty"`
 }
 
 // Journal says what SaveCounters does with the partition's journal.
@@ -37,6 +44,9 @@ type Journal struct {
 	// DropThrough deletes the journal up to this checkpoint number (a durable snapshot
 	// covers it).
 	DropThrough uint64
+	// Snap, when not zero, is the id of that snapshot, taken at checkpoint DropThrough:
+	// the checkpoint records both (Checkpoint.Snap).
+	Snap uint64
 }
 
 // Entry is one id's counters; all zeros deletes it.
@@ -101,6 +111,9 @@ func SaveCheckpoint(db *cold.DB, family string, p int, entries []Entry, cp *Chec
 	}
 	next := *cp
 	next.Seq++
+	if j.Snap != 0 {
+		next.Snap, next.SnapSeq = j.Snap, j.DropThrough
+	}
 	if j.Append {
 		if next.JournalFrom == 0 {
 			next.JournalFrom = next.Seq
