@@ -22,9 +22,10 @@ import (
 //	"TLYS" version(2) seq(u64) id(u64) below(u32) groups(u32) group(u32)… crc32(header)
 //	the table's own snapshot (see hot.Table.WriteTo)
 //
-// All integers big-endian. id is drawn at random for each snapshot; the first checkpoint
-// after the file is durable records it (checkpoint.Checkpoint.Snap), and the file is
-// loaded only with a state whose checkpoint names it. Restart = snapshot + the journal
+// All integers big-endian. id is drawn at random for each snapshot; the checkpoints
+// taken while the file is written name it as being written, the first one after it is
+// durable as durable (checkpoint.Checkpoint.Writing, Snap), and the file is loaded only
+// with a state whose checkpoint names it. Restart = snapshot + the journal
 // of the checkpoints after seq (checkpoint.LoadJournal) + the deltas after the last
 // checkpoint. Version 1 had no id: such a file is not loaded (every stored counter is,
 // once).
@@ -108,6 +109,7 @@ func (w *Worker) startSnapshot() {
 		return
 	}
 	w.snapping, w.snapDue = true, false
+	w.writing = snapResult{seq: seq, id: id}
 	w.journaled = 0
 	go func() {
 		err := writeFile(w.snapshotPath(), buf.Bytes())
@@ -124,7 +126,7 @@ type snapResult struct {
 }
 
 func (w *Worker) snapFinished(r snapResult) {
-	w.snapping = false
+	w.snapping, w.writing = false, snapResult{}
 	if r.err != nil {
 		w.snapFailed(r.err)
 		return
@@ -192,8 +194,8 @@ func (w *Worker) readSnapshot(r io.Reader, cp checkpoint.Checkpoint) error {
 	if crc32.ChecksumIEEE(h) != binary.BigEndian.Uint32(rest[4*n:]) {
 		return fmt.Errorf("%w: header checksum mismatch", errSnapshotFile)
 	}
-	if id != cp.Snap || seq != cp.SnapSeq {
-		return fmt.Errorf("%w: of another state: snapshot %016x taken at checkpoint %d, the checkpoint names snapshot %016x of checkpoint %d", errSnapshotFile, id, seq, cp.Snap, cp.SnapSeq)
+	if (id != cp.Snap || seq != cp.SnapSeq) && (id != cp.Writing || seq != cp.WritingSeq) {
+		return fmt.Errorf("%w: of another state: snapshot %016x taken at checkpoint %d, the checkpoint names snapshot %016x of checkpoint %d (and %016x of %d being written)", errSnapshotFile, id, seq, cp.Snap, cp.SnapSeq, cp.Writing, cp.WritingSeq)
 	}
 	if seq > cp.Seq || (seq < cp.Seq && seq+1 < cp.JournalFrom) || (seq < cp.Seq && cp.JournalFrom == 0) {
 		return fmt.Errorf("%w: taken at checkpoint %d, the journal covers %d to %d", errSnapshotFile, seq, cp.JournalFrom, cp.Seq)

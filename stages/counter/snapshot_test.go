@@ -2,10 +2,15 @@ package counter_test
 
 import (
 	"bytes"
+	"fmt"
+	"os"
 	"testing"
 	"time"
 
+	"github.com/tally-dev/tally/pipeline/natstest"
+	"github.com/tally-dev/tally/stages/counter"
 	"github.com/tally-dev/tally/store"
+	"github.com/tally-dev/tally/store/checkpoint"
 	"github.com/tally-dev/tally/store/cold"
 	"github.com/tally-dev/tally/store/hot"
 )
@@ -82,5 +87,79 @@ func TestSnapshotOfAnotherStateNotLoaded(t *testing.T) {
 	}
 	if got := r.stats.Restored.Load(); got != restored {
 		t.Fatalf("the table was loaded from a snapshot of another state")
+	}
+}
+
+// A snapshot whose write is under way is named as such by the checkpoints taken
+// meanwhile: a process killed once the file is whole, before the checkpoint that records
+// it as durable, still loads it. Here that moment is copied — the partition's keys and the
+// file, with the snapshot written and not yet recorded — and started elsewhere.
+func TestSnapshotBeingRecordedIsLoaded(t *testing.T) {
+	r := newRig(t)
+	cfg := r.config()
+	cfg.NewTable = func(f int) store.Table { return hot.New(f) }
+	cfg.SnapshotDir = t.TempDir()
+	written, release := make(chan struct{}), make(chan struct{})
+	first := true
+	cfg.OnSnapshot = func(int, time.Duration) { // on the writer's goroutine, once the file is whole
+		if first {
+			first = false
+			close(written)
+			<-release
+		}
+	}
+	ms := uint64(time.Now().UnixMilli())
+	x, y := ms<<22, (ms+1)<<22
+	r.publish(1, 1, x, 1)
+	w, _ := r.start(cfg)
+	defer close(release)
+	<-written // the snapshot of the first checkpoint, which a full load asks for
+	r.publish(1, 2, y, 1)
+	if got := r.likes(w, y); got != 1 {
+		t.Fatalf("likes of y: %d, want 1", got)
+	}
+	var cp checkpoint.Checkpoint
+	natstest.Eventually(t, 5*time.Second, "a checkpoint naming the snapshot being written", func() (bool, string) {
+		var err error
+		cp, err = checkpoint.LoadCheckpoint(r.db, r.fam.Name, 0)
+		return err == nil && cp.Writing != 0 && cp.Pos >= r.last, fmt.Sprintf("%+v %v", cp, err)
+	})
+	if cp.Snap == cp.Writing {
+		t.Fatalf("checkpoint %+v: the snapshot is recorded as durable already", cp)
+	}
+
+	// The moment copied: the keys and the file.
+	var buf bytes.Buffer
+	ks := cold.CounterKeys([]string{r.fam.Name}, 0)
+	if err := r.db.Backup(&buf, ks); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := os.ReadFile(counter.SnapshotPath(cfg.SnapshotDir, r.fam.Name, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := cold.Open(cold.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if err := other.Restore(&buf, ks, t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	ocfg := cfg
+	ocfg.SnapshotDir, ocfg.OnSnapshot = t.TempDir(), nil
+	if err := os.WriteFile(counter.SnapshotPath(ocfg.SnapshotDir, r.fam.Name, 0), snap, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	restored := r.stats.Restored.Load()
+	ow, _ := r.startOn(other, ocfg)
+	if got := r.likes(ow, x); got != 1 {
+		t.Fatalf("likes of x: %d, want 1", got)
+	}
+	if got := r.likes(ow, y); got != 1 {
+		t.Fatalf("likes of y: %d, want 1", got)
+	}
+	if got := r.stats.Restored.Load(); got != restored+1 {
+		t.Fatalf("%d loads from a snapshot, want 1: the snapshot the checkpoint names as being written was not loaded", got-restored)
 	}
 }

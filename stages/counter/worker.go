@@ -144,6 +144,7 @@ type Worker struct {
 	snapSeq     uint64 // the checkpoint the last durable snapshot was taken at
 	snapID      uint64 // its id (see Checkpoint.Snap), 0 when none is known
 	snapping    bool
+	writing     snapResult // the snapshot being written while snapping
 	snapDone    chan snapResult
 	staleBehind staleBehind // see Stale
 	journaled   int         // entries journaled since the last snapshot
@@ -489,7 +490,7 @@ func (w *Worker) flush(ctx context.Context) error {
 	})
 	start := time.Now()
 	snaps := w.tier != nil && w.cfg.SnapshotDir != ""
-	j := checkpoint.Journal{Append: snaps, DropThrough: w.snapSeq, Snap: w.snapID}
+	j := checkpoint.Journal{Append: snaps, DropThrough: w.snapSeq, Snap: w.snapID, Writing: w.writing.id, WritingSeq: w.writing.seq}
 	chg, err := w.changeEntries(w.cp.Seq+1, entries)
 	if err != nil {
 		return fmt.Errorf("change event of %s/%d: %w", w.cfg.Family.Name, w.cfg.Partition, err)

@@ -33,6 +33,11 @@ type Checkpoint struct {
 	// brings another process's checkpoints, numbered like this one's.
 	Snap    uint64 `msgpack:"sn,omitempty"`
 	SnapSeq uint64 `msgpack:"ss,omitempty"`
+	// Writing and WritingSeq name the snapshot being written when this checkpoint was
+	// saved, if one was: a process killed before the checkpoint that records it as
+	// durable loads it all the same, when the file is there whole.
+	Writing    uint64 `msgpack:"sw,omitempty"`
+	WritingSeq uint64 `msgpack:"sws,omitempty"`
 }
 
 // Journal says what SaveCounters does with the partition's journal.
@@ -47,6 +52,9 @@ type Journal struct {
 	// Snap, when not zero, is the id of that snapshot, taken at checkpoint DropThrough:
 	// the checkpoint records both (Checkpoint.Snap).
 	Snap uint64
+	// Writing and WritingSeq name the snapshot being written, if any
+	// (Checkpoint.Writing).
+	Writing, WritingSeq uint64
 }
 
 // Entry is one id's counters; all zeros deletes it.
@@ -114,6 +122,7 @@ func SaveCheckpoint(db *cold.DB, family string, p int, entries []Entry, cp *Chec
 	if j.Snap != 0 {
 		next.Snap, next.SnapSeq = j.Snap, j.DropThrough
 	}
+	next.Writing, next.WritingSeq = j.Writing, j.WritingSeq
 	if j.Append {
 		if next.JournalFrom == 0 {
 			next.JournalFrom = next.Seq
