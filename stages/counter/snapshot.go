@@ -22,10 +22,10 @@ import (
 //	"TLYS" version(2) seq(u64) id(u64) below(u32) groups(u32) group(u32)… crc32(header)
 //	the table's own snapshot (see hot.Table.WriteTo)
 //
-// All integers big-endian. id is drawn at random for each snapshot; the checkpoints
-// taken while the file is written name it as being written, the first one after it is
-// durable as durable (checkpoint.Checkpoint.Writing, Snap), and the file is loaded only
-// with a state whose checkpoint names it. Restart = snapshot + the journal
+// All integers big-endian. id is drawn at random for each snapshot; the checkpoint it is
+// taken at and those after it name it as being written until it is durable, the next
+// as durable (checkpoint.Checkpoint.Writing, Snap), and the file is loaded only with a
+// state whose last checkpoint names it. Restart = snapshot + the journal
 // of the checkpoints after seq (checkpoint.LoadJournal) + the deltas after the last
 // checkpoint. Version 1 had no id: such a file is not loaded (every stored counter is,
 // once).
@@ -94,15 +94,25 @@ func writeFile(path string, data []byte) error {
 	return d.Sync()
 }
 
-// startSnapshot encodes a snapshot as of the last checkpoint and writes it in the
-// background; the journal it covers is dropped by the first checkpoint after it is
-// durable (see snapDone).
-func (w *Worker) startSnapshot() {
-	if w.tier == nil || w.cfg.SnapshotDir == "" || w.snapping {
-		return
+// snapshots reports whether the worker keeps snapshots of its table.
+func (w *Worker) snapshots() bool { return w.tier != nil && w.cfg.SnapshotDir != "" }
+
+// snapNext reports whether the checkpoint of entries, about to be saved, is to be
+// followed by a snapshot, and if so draws the id that checkpoint names it by.
+func (w *Worker) snapNext(entries int) (uint64, bool) {
+	if !w.snapshots() || w.snapping || !w.snapDue && w.journaled+entries <= max(w.cfg.SnapshotMin, w.table.Len()/4) {
+		return 0, false
 	}
+	return rand.Uint64() | 1, true // never 0, which names no snapshot
+}
+
+// startSnapshot encodes snapshot id as of the checkpoint just saved, which names it as
+// being written, and writes it in the background: no file is ever there before a
+// checkpoint names it. The journal it covers is dropped by the first checkpoint after
+// it is durable (see snapDone).
+func (w *Worker) startSnapshot(id uint64) {
 	start := time.Now()
-	seq, id := w.cp.Seq, rand.Uint64()|1 // never 0, which names no snapshot
+	seq := w.cp.Seq
 	buf, err := w.encodeSnapshot(seq, id)
 	if err != nil {
 		w.snapFailed(err)
@@ -136,7 +146,7 @@ func (w *Worker) snapFinished(r snapResult) {
 }
 
 // snapUnrecorded reports whether the last snapshot written is durable and not yet named
-// by a checkpoint: until one does, a restart cannot load it.
+// so by a checkpoint, which drops the journal it covers.
 func (w *Worker) snapUnrecorded() bool { return w.snapID != 0 && w.snapID != w.cp.Snap }
 
 // snapFailed logs a snapshot that could not be written: it costs restart time, not data
@@ -150,7 +160,7 @@ func (w *Worker) snapFailed(err error) {
 // reporting false (with the reason logged) when there is none or it cannot be used: the
 // caller then loads every stored counter instead.
 func (w *Worker) loadSnapshot(cp checkpoint.Checkpoint) bool {
-	if w.tier == nil || w.cfg.SnapshotDir == "" {
+	if !w.snapshots() {
 		return false
 	}
 	f, err := os.Open(w.snapshotPath())

@@ -90,10 +90,10 @@ func TestSnapshotOfAnotherStateNotLoaded(t *testing.T) {
 	}
 }
 
-// A snapshot whose write is under way is named as such by the checkpoints taken
-// meanwhile: a process killed once the file is whole, before the checkpoint that records
-// it as durable, still loads it. Here that moment is copied — the partition's keys and the
-// file, with the snapshot written and not yet recorded — and started elsewhere.
+// A snapshot is named as being written by the checkpoint it is taken at, before its
+// file is there: a process killed once the file is whole, before the checkpoint that
+// records it as durable, still loads it. Here that moment is copied — the partition's
+// keys and the file, written and not yet recorded as durable — and started elsewhere.
 func TestSnapshotBeingRecordedIsLoaded(t *testing.T) {
 	r := newRig(t)
 	cfg := r.config()

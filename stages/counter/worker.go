@@ -382,8 +382,8 @@ func (w *Worker) load() error {
 	return nil
 }
 
-// stop flushes once more and, with snapshots on, writes one, so the next start loads
-// RAM from it without a journal to replay, and a last checkpoint that names it.
+// stop flushes once more and, with snapshots on, writes one (after a checkpoint that
+// names it), so the next start loads RAM from it without a journal to replay.
 func (w *Worker) stop(ctx context.Context) error {
 	if err := w.flush(ctx); err != nil {
 		return err
@@ -392,12 +392,12 @@ func (w *Worker) stop(ctx context.Context) error {
 		return err
 	}
 	w.waitSnapshot()
-	if w.journaled > 0 || w.snapDue {
-		w.startSnapshot()
+	if w.snapshots() && (w.journaled > 0 || w.snapDue) {
+		w.snapDue = true // and a checkpoint that names it
+		if err := w.flush(ctx); err != nil {
+			return err
+		}
 		w.waitSnapshot()
-	}
-	if w.snapUnrecorded() { // a checkpoint names it, or the next start cannot load it
-		return w.flush(ctx)
 	}
 	return nil
 }
@@ -474,7 +474,7 @@ func (w *Worker) apply(ctx context.Context, m jetstream.Msg, b *pipeline.DeltaBa
 // reflect its owner's backup as soon as it has read that far, or its partition is
 // restored from the backup rather than taken over warm.
 func (w *Worker) flush(ctx context.Context) error {
-	if w.changed == 0 && len(w.win.gone) == 0 && w.cp.Pos == w.lastPos && !w.snapUnrecorded() {
+	if w.changed == 0 && len(w.win.gone) == 0 && w.cp.Pos == w.lastPos && !w.snapUnrecorded() && !(w.snapDue && w.snapshots() && !w.snapping) {
 		return nil
 	}
 	var entries []checkpoint.Entry
@@ -489,8 +489,13 @@ func (w *Worker) flush(ctx context.Context) error {
 		return true
 	})
 	start := time.Now()
-	snaps := w.tier != nil && w.cfg.SnapshotDir != ""
-	j := checkpoint.Journal{Append: snaps, DropThrough: w.snapSeq, Snap: w.snapID, Writing: w.writing.id, WritingSeq: w.writing.seq}
+	snaps := w.snapshots()
+	writing := w.writing
+	snapID, snapNow := w.snapNext(len(entries))
+	if snapNow {
+		writing = snapResult{seq: w.cp.Seq + 1, id: snapID}
+	}
+	j := checkpoint.Journal{Append: snaps, DropThrough: w.snapSeq, Snap: w.snapID, Writing: writing.id, WritingSeq: writing.seq}
 	chg, err := w.changeEntries(w.cp.Seq+1, entries)
 	if err != nil {
 		return fmt.Errorf("change event of %s/%d: %w", w.cfg.Family.Name, w.cfg.Partition, err)
@@ -537,9 +542,10 @@ func (w *Worker) flush(ctx context.Context) error {
 		w.trimStandby(ctx)
 	}
 	if snaps {
-		if w.journaled += len(entries); w.snapDue || w.journaled > max(w.cfg.SnapshotMin, w.table.Len()/4) {
-			w.startSnapshot()
-		}
+		w.journaled += len(entries)
+	}
+	if snapNow {
+		w.startSnapshot(snapID)
 	}
 	return nil
 }
