@@ -190,11 +190,7 @@ func TestRestoredOwnerChangeIDsDoNotCollide(t *testing.T) {
 
 	// The new owner restores the backup and replays batches 2 and 3: its first
 	// checkpoint is at P too, with 9 000 ids.
-	db, err := cold.Open(cold.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := openDB(t)
 	if err := db.Restore(&backup, cold.CounterKeys([]string{r.fam.Name}, 0), t.TempDir()); err != nil {
 		t.Fatal(err)
 	}

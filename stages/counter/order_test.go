@@ -47,13 +47,8 @@ func newRig(t *testing.T) *rig {
 	if err := pipeline.Setup(context.Background(), js, sc); err != nil {
 		t.Fatal(err)
 	}
-	db, err := cold.Open(cold.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
 	fam, _ := pipeline.Families(pipeline.DefaultFamilies()).Lookup(pipeline.FamilyPost)
-	return &rig{t: t, js: js, db: db, sc: sc, fam: fam, stats: &counter.Stats{}}
+	return &rig{t: t, js: js, db: openDB(t), sc: sc, fam: fam, stats: &counter.Stats{}}
 }
 
 func (r *rig) config() counter.Config {

@@ -54,11 +54,7 @@ func TestSnapshotOfAnotherStateNotLoaded(t *testing.T) {
 
 	// Another process of the same partition, from its start: x and y liked.
 	r.publish(1, 2, y, 1)
-	other, err := cold.Open(cold.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
+	other := openDB(t)
 	ocfg := cfg
 	ocfg.SnapshotDir = t.TempDir()
 	ow, ostop := r.startOn(other, ocfg)
@@ -69,14 +65,7 @@ func TestSnapshotOfAnotherStateNotLoaded(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Its state brought here, as a restore does; this process's snapshot stays.
-	var buf bytes.Buffer
-	ks := cold.CounterKeys([]string{r.fam.Name}, 0)
-	if err := other.Backup(&buf, ks); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.db.Restore(&buf, ks, t.TempDir()); err != nil {
-		t.Fatal(err)
-	}
+	r.copyState(other, r.db)
 	restored := r.stats.Restored.Load()
 	w, _ = r.start(cfg)
 	if got := r.likes(w, y); got != 1 {
@@ -129,21 +118,10 @@ func TestSnapshotBeingRecordedIsLoaded(t *testing.T) {
 	}
 
 	// The moment copied: the keys and the file.
-	var buf bytes.Buffer
-	ks := cold.CounterKeys([]string{r.fam.Name}, 0)
-	if err := r.db.Backup(&buf, ks); err != nil {
-		t.Fatal(err)
-	}
+	other := openDB(t)
+	r.copyState(r.db, other)
 	snap, err := os.ReadFile(counter.SnapshotPath(cfg.SnapshotDir, r.fam.Name, 0))
 	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := cold.Open(cold.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	if err := other.Restore(&buf, ks, t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
 	ocfg := cfg
@@ -161,5 +139,29 @@ func TestSnapshotBeingRecordedIsLoaded(t *testing.T) {
 	}
 	if got := r.stats.Restored.Load(); got != restored+1 {
 		t.Fatalf("%d loads from a snapshot, want 1: the snapshot the checkpoint names as being written was not loaded", got-restored)
+	}
+}
+
+func openDB(t *testing.T) *cold.DB {
+	t.Helper()
+	db, err := cold.Open(cold.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// copyState replaces the partition's keys in to with those of from, as a restore of a
+// backup does.
+func (r *rig) copyState(from, to *cold.DB) {
+	r.t.Helper()
+	var buf bytes.Buffer
+	ks := cold.CounterKeys([]string{r.fam.Name}, 0)
+	if err := from.Backup(&buf, ks); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := to.Restore(&buf, ks, r.t.TempDir()); err != nil {
+		r.t.Fatal(err)
 	}
 }

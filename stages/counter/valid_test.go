@@ -16,7 +16,6 @@ import (
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/stages/counter"
 	"github.com/tally-dev/tally/store/checkpoint"
-	"github.com/tally-dev/tally/store/cold"
 )
 
 // A worker whose partition may belong to another process by now (Valid false: its lease
@@ -35,11 +34,7 @@ func TestInvalidWorkerPublishesNoChange(t *testing.T) {
 	if err := pipeline.Setup(ctx, js, sc); err != nil {
 		t.Fatal(err)
 	}
-	db, err := cold.Open(cold.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := openDB(t)
 	fam, _ := pipeline.Families(pipeline.DefaultFamilies()).Lookup(pipeline.FamilyPost)
 	var valid atomic.Bool
 	valid.Store(true)

@@ -109,11 +109,7 @@ func TestWindowsOfStandbyAndBackup(t *testing.T) {
 		return pipeline.WindowDelta{ID: id, Minute: minute, N: n}
 	}
 	owner, stopOwner := r.start(r.config())
-	standbyDB, err := cold.Open(cold.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { standbyDB.Close() })
+	standbyDB := openDB(t)
 	promoted := new(atomic.Bool)
 	cfg := r.config()
 	cfg.Valid = promoted.Load
@@ -137,11 +133,7 @@ func TestWindowsOfStandbyAndBackup(t *testing.T) {
 	if got := fmt.Sprint(r.windowLikes(standby, now-4, 42, 43)); got != want {
 		t.Fatalf("promoted standby: got %s, want %s", got, want)
 	}
-	restored, err := cold.Open(cold.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { restored.Close() })
+	restored := openDB(t)
 	if err := restored.Restore(&backup, cold.CounterKeys([]string{r.fam.Name}, 0), t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
