@@ -205,7 +205,8 @@ func (w *Worker) readSnapshot(r io.Reader, cp checkpoint.Checkpoint) error {
 		return fmt.Errorf("%w: header checksum mismatch", errSnapshotFile)
 	}
 	if (id != cp.Snap || seq != cp.SnapSeq) && (id != cp.Writing || seq != cp.WritingSeq) {
-		return fmt.Errorf("%w: of another state: snapshot %016x taken at checkpoint %d, the checkpoint names snapshot %016x of checkpoint %d (and %016x of %d being written)", errSnapshotFile, id, seq, cp.Snap, cp.SnapSeq, cp.Writing, cp.WritingSeq)
+		return fmt.Errorf("%w: of another state: snapshot %016x taken at checkpoint %d, the state's checkpoint %d (journal from %d) names snapshot %016x of checkpoint %d (and %016x of %d being written)",
+			errSnapshotFile, id, seq, cp.Seq, cp.JournalFrom, cp.Snap, cp.SnapSeq, cp.Writing, cp.WritingSeq)
 	}
 	if seq > cp.Seq || (seq < cp.Seq && seq+1 < cp.JournalFrom) || (seq < cp.Seq && cp.JournalFrom == 0) {
 		return fmt.Errorf("%w: taken at checkpoint %d, the journal covers %d to %d", errSnapshotFile, seq, cp.JournalFrom, cp.Seq)
