@@ -73,6 +73,26 @@ type Piece struct {
 	// tables in RAM — must stop writing it first, and cannot go on as the owner's: its
 	// RAM would not match the keys restored under it.
 	Unwarm func()
+	// Replacing, when set, is called before the local state is replaced — a restore, or
+	// the clear of a piece never backed up — so that what is kept beside it of the state
+	// it held goes first: a counter partition's snapshot files, which a claim that fails
+	// after its restore, or a process killed right after one, left beside the restored
+	// keys, to be loaded with them at the next start (stages/counter ties a snapshot to
+	// its state as well: such a file was not loaded).
+	Replacing func()
+}
+
+// replacing calls pc.Replacing, when set.
+func (pc Piece) replacing() {
+	if pc.Replacing != nil {
+		pc.Replacing()
+	}
+}
+
+// clear deletes pc's keys, for a piece never backed up.
+func (b *Backups) clear(pc Piece) error {
+	pc.replacing()
+	return b.DB.Clear(pc.Keys)
 }
 
 // Current is what the pointer of a Piece records: its current backup and the positions
@@ -133,7 +153,7 @@ func (b *Backups) Prime(ctx context.Context, pc Piece, self string) (string, Cur
 		if ptr.Owner == "" { // nobody owned it yet: whatever is here is nobody's
 			return "local", cur, nil
 		}
-		return "empty", cur, b.DB.Clear(pc.Keys)
+		return "empty", cur, b.clear(pc)
 	}
 	return "backup", cur, b.restore(ctx, pc, ptr)
 }
@@ -319,7 +339,7 @@ func (b *Backups) Claim(ctx context.Context, pc Piece, l *Lease) (string, error)
 			from = "standby"
 		case last.Object == "":
 			from = "empty"
-			err = b.DB.Clear(pc.Keys)
+			err = b.clear(pc)
 		default:
 			from = "backup"
 			err = b.restore(ctx, pc, last)
@@ -411,6 +431,7 @@ func (b *Backups) restore(ctx context.Context, pc Piece, ptr pointer) error {
 			return fmt.Errorf("%w: backup %s is of layout %d, this tallyd knows layouts up to %d: a tallyd of a newer version must take %s", cold.ErrNewerLayout, ptr.Object, l, cold.Layout, pc.Name)
 		}
 	}
+	pc.replacing()
 	if err := b.DB.Restore(obj, pc.Keys, b.TmpDir); err != nil {
 		return fmt.Errorf("backup %s: %w", ptr.Object, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -427,6 +428,90 @@ func TestClaimStopsAStaleCopyBeforeRestoring(t *testing.T) {
 			}
 			if got := r.pos(b); got != 10 {
 				t.Fatalf("after the claim the copy is at %d, want 10", got)
+			}
+		})
+	}
+}
+
+// What is kept beside a piece's local state (a counter partition's snapshot files) goes
+// before a claim or a prime replaces that state, and only then: Replacing sees the old
+// state. Before, the node dropped the files after the claim, and a claim whose events
+// piece failed after its counters were restored (its lease lost meanwhile) returned
+// without it: the next start here took the restored keys as its own ("local") and loaded
+// the old files with them (46 such files in a 100-cycle chaos run).
+func TestReplacingBeforeTheStateIs(t *testing.T) {
+	claim := func(r *backupRig, n *proc, warm bool) (string, []uint64) {
+		t.Helper()
+		l := r.take(n)
+		pc := n.piece()
+		pc.Warm = warm
+		var seen []uint64
+		pc.Replacing = func() { seen = append(seen, r.pos(n)) }
+		from, err := n.b.Claim(t.Context(), pc, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return from, seen
+	}
+	prime := func(r *backupRig, n *proc) (string, []uint64) {
+		t.Helper()
+		pc := n.piece()
+		var seen []uint64
+		pc.Replacing = func() { seen = append(seen, r.pos(n)) }
+		from, _, err := n.b.Prime(t.Context(), pc, n.owners.ID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return from, seen
+	}
+	for _, tc := range []struct {
+		name string
+		run  func(r *backupRig, a, b *proc) (string, []uint64)
+		from string
+		seen []uint64 // b's position when Replacing ran
+	}{
+		{"claim from a backup", func(r *backupRig, a, b *proc) (string, []uint64) {
+			r.own(a, 10)
+			r.checkpoint(b, 5)
+			return claim(r, b, false)
+		}, "backup", []uint64{5}},
+		{"claim never backed up", func(r *backupRig, a, b *proc) (string, []uint64) {
+			if _, err := r.claim(a, r.take(a)); err != nil { // owned, no backup stored
+				t.Fatal(err)
+			}
+			r.checkpoint(b, 5)
+			return claim(r, b, false)
+		}, "empty", []uint64{5}},
+		{"claim of the last owner", func(r *backupRig, a, b *proc) (string, []uint64) {
+			r.own(a, 10)
+			r.checkpoint(a, 12)
+			return claim(r, a, false)
+		}, "local", nil},
+		{"claim of a warm standby", func(r *backupRig, a, b *proc) (string, []uint64) {
+			r.own(a, 10)
+			r.checkpoint(b, 10)
+			return claim(r, b, true)
+		}, "standby", nil},
+		{"prime from a backup", func(r *backupRig, a, b *proc) (string, []uint64) {
+			r.own(a, 10)
+			r.checkpoint(b, 5)
+			return prime(r, b)
+		}, "backup", []uint64{5}},
+		{"prime of a copy that reflects the backup", func(r *backupRig, a, b *proc) (string, []uint64) {
+			r.own(a, 10)
+			r.checkpoint(b, 11)
+			return prime(r, b)
+		}, "local", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newBackupRig(t)
+			a, b := r.process(), r.process()
+			from, seen := tc.run(r, a, b)
+			if from != tc.from {
+				t.Fatalf("from %q, want %q", from, tc.from)
+			}
+			if !slices.Equal(seen, tc.seen) {
+				t.Fatalf("Replacing saw the state at %v, want %v", seen, tc.seen)
 			}
 		})
 	}

@@ -60,7 +60,7 @@ func (n *Node) claimEvents(ctx context.Context, p int, l *cluster.Lease, warm bo
 }
 
 func (n *Node) counterPiece(p int) cluster.Piece {
-	return cluster.Piece{Name: counterObject(p), Keys: cold.CounterKeys(n.families(), p), Pos: func() ([]uint64, error) {
+	return cluster.Piece{Name: counterObject(p), Keys: cold.CounterKeys(n.families(), p), Replacing: func() { n.dropSnapshots(p) }, Pos: func() ([]uint64, error) {
 		pos := make([]uint64, len(n.cfg.Families))
 		for i, f := range n.cfg.Families {
 			cp, err := checkpoint.LoadCheckpoint(n.db, f.Name, p)

@@ -319,9 +319,6 @@ func (n *Node) startPart(ctx context.Context, p int) error {
 			l.Release(ctx)
 			return fmt.Errorf("partition %d: %w", p, err)
 		}
-		if from != "local" && from != "standby" {
-			n.dropSnapshots(p)
-		}
 		if unwarmed {
 			sb = nil
 		}
@@ -408,8 +405,8 @@ func (n *Node) runWorkers(ctx context.Context, p int, valid func() bool, wg *syn
 	return ws
 }
 
-// dropSnapshots removes partition p's counter snapshots: they are of this directory's
-// older state, not of the state just brought here.
+// dropSnapshots removes partition p's counter snapshots, before a restore replaces the
+// state they are of (the counter piece's Replacing).
 func (n *Node) dropSnapshots(p int) {
 	for _, f := range n.cfg.Families {
 		_ = os.Remove(counter.SnapshotPath(filepath.Join(n.cfg.DataDir, "snapshots"), f.Name, p))

@@ -197,13 +197,12 @@ func (n *Node) distrust(p int) {
 		return
 	}
 	if err == nil {
+		n.dropSnapshots(p)
 		err = n.db.Clear(n.counterPiece(p).Keys)
 	}
 	if err != nil {
 		n.log.Warn("cannot clear a broken standby's counters; the next standby takes them as they are if they reflect the backup", "partition", p, "err", err)
-		return
 	}
-	n.dropSnapshots(p)
 }
 
 // standbyStopping reports whether a standby of partition p is still stopping here.
@@ -278,9 +277,6 @@ func (n *Node) follow(ctx, wctx context.Context, sb *standby) error {
 		sb.watch[i] = backupWatch{gen: cur.Gen, reached: true}
 	}
 	<-n.priming
-	if from[0] != "local" {
-		n.dropSnapshots(p)
-	}
 	sb.workers = n.runWorkers(wctx, p, sb.valid, &sb.workersWG, func(err error) {
 		if sb.lease.Load() != nil { // taken over: the partition's own failure
 			n.fail(err)
