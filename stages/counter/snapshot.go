@@ -145,10 +145,6 @@ func (w *Worker) snapFinished(r snapResult) {
 	w.snapSeq, w.snapID = r.seq, r.id
 }
 
-// snapUnrecorded reports whether the last snapshot written is durable and not yet named
-// so by a checkpoint, which drops the journal it covers.
-func (w *Worker) snapUnrecorded() bool { return w.snapID != 0 && w.snapID != w.cp.Snap }
-
 // snapFailed logs a snapshot that could not be written: it costs restart time, not data
 // (the journal is kept until a snapshot covers it).
 func (w *Worker) snapFailed(err error) {

@@ -149,6 +149,7 @@ type Worker struct {
 	staleBehind staleBehind // see Stale
 	journaled   int         // entries journaled since the last snapshot
 	snapDue     bool        // a snapshot is wanted at the next checkpoint
+	stopping    bool        // the stop's checkpoint, taken for its snapshot if need be
 
 	win  windows // the windowed counts
 	tops tops    // the tops asked lately, ranked again at each flush tick
@@ -399,7 +400,7 @@ func (w *Worker) stop(ctx context.Context) error {
 	}
 	w.waitSnapshot()
 	if w.snapshots() && (w.journaled > 0 || w.snapDue) {
-		w.snapDue = true // and a checkpoint that names it
+		w.snapDue, w.stopping = true, true // and a checkpoint that names it
 		if err := w.flush(ctx); err != nil {
 			return err
 		}
@@ -480,7 +481,7 @@ func (w *Worker) apply(ctx context.Context, m jetstream.Msg, b *pipeline.DeltaBa
 // reflect its owner's backup as soon as it has read that far, or its partition is
 // restored from the backup rather than taken over warm.
 func (w *Worker) flush(ctx context.Context) error {
-	if w.changed == 0 && len(w.win.gone) == 0 && w.cp.Pos == w.lastPos && !w.snapUnrecorded() && !(w.snapDue && w.snapshots() && !w.snapping) {
+	if w.changed == 0 && len(w.win.gone) == 0 && w.cp.Pos == w.lastPos && !w.stopping {
 		return nil
 	}
 	var entries []checkpoint.Entry
