@@ -19,6 +19,7 @@ import (
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/store/checkpoint"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/cold/coldtest"
 )
 
 var errHeldBack = errors.New("held back by the test")
@@ -190,7 +191,7 @@ func TestRestoredOwnerChangeIDsDoNotCollide(t *testing.T) {
 
 	// The new owner restores the backup and replays batches 2 and 3: its first
 	// checkpoint is at P too, with 9 000 ids.
-	db := openDB(t)
+	db := coldtest.Open(t, cold.Options{})
 	if err := db.Restore(&backup, cold.CounterKeys([]string{r.fam.Name}, 0), t.TempDir()); err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/tally-dev/tally/stages/hop/hoptest"
 	"github.com/tally-dev/tally/store/checkpoint"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/cold/coldtest"
 	"github.com/tally-dev/tally/store/delivery"
 )
 
@@ -48,7 +49,7 @@ func newRig(t *testing.T) *rig {
 		t.Fatal(err)
 	}
 	fam, _ := pipeline.Families(pipeline.DefaultFamilies()).Lookup(pipeline.FamilyPost)
-	return &rig{t: t, js: js, db: openDB(t), sc: sc, fam: fam, stats: &counter.Stats{}}
+	return &rig{t: t, js: js, db: coldtest.Open(t, cold.Options{}), sc: sc, fam: fam, stats: &counter.Stats{}}
 }
 
 func (r *rig) config() counter.Config {

@@ -12,6 +12,7 @@ import (
 	"github.com/tally-dev/tally/store"
 	"github.com/tally-dev/tally/store/checkpoint"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/cold/coldtest"
 	"github.com/tally-dev/tally/store/hot"
 )
 
@@ -54,7 +55,7 @@ func TestSnapshotOfAnotherStateNotLoaded(t *testing.T) {
 
 	// Another process of the same partition, from its start: x and y liked.
 	r.publish(1, 2, y, 1)
-	other := openDB(t)
+	other := coldtest.Open(t, cold.Options{})
 	ocfg := cfg
 	ocfg.SnapshotDir = t.TempDir()
 	ow, ostop := r.startOn(other, ocfg)
@@ -118,7 +119,7 @@ func TestSnapshotBeingRecordedIsLoaded(t *testing.T) {
 	}
 
 	// The moment copied: the keys and the file.
-	other := openDB(t)
+	other := coldtest.Open(t, cold.Options{})
 	r.copyState(r.db, other)
 	snap, err := os.ReadFile(counter.SnapshotPath(cfg.SnapshotDir, r.fam.Name, 0))
 	if err != nil {
@@ -140,16 +141,6 @@ func TestSnapshotBeingRecordedIsLoaded(t *testing.T) {
 	if got := r.stats.Restored.Load(); got != restored+1 {
 		t.Fatalf("%d loads from a snapshot, want 1: the snapshot the checkpoint names as being written was not loaded", got-restored)
 	}
-}
-
-func openDB(t *testing.T) *cold.DB {
-	t.Helper()
-	db, err := cold.Open(cold.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
 }
 
 // copyState replaces the partition's keys in to with those of from, as a restore of a

@@ -16,6 +16,8 @@ import (
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/stages/counter"
 	"github.com/tally-dev/tally/store/checkpoint"
+	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/cold/coldtest"
 )
 
 // A worker whose partition may belong to another process by now (Valid false: its lease
@@ -34,7 +36,7 @@ func TestInvalidWorkerPublishesNoChange(t *testing.T) {
 	if err := pipeline.Setup(ctx, js, sc); err != nil {
 		t.Fatal(err)
 	}
-	db := openDB(t)
+	db := coldtest.Open(t, cold.Options{})
 	fam, _ := pipeline.Families(pipeline.DefaultFamilies()).Lookup(pipeline.FamilyPost)
 	var valid atomic.Bool
 	valid.Store(true)

@@ -12,6 +12,7 @@ import (
 	"github.com/tally-dev/tally/stages/counter"
 	"github.com/tally-dev/tally/store/checkpoint"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/cold/coldtest"
 )
 
 // publishWindows sends batch seq of source src: a like count change n of id, and its
@@ -109,7 +110,7 @@ func TestWindowsOfStandbyAndBackup(t *testing.T) {
 		return pipeline.WindowDelta{ID: id, Minute: minute, N: n}
 	}
 	owner, stopOwner := r.start(r.config())
-	standbyDB := openDB(t)
+	standbyDB := coldtest.Open(t, cold.Options{})
 	promoted := new(atomic.Bool)
 	cfg := r.config()
 	cfg.Valid = promoted.Load
@@ -133,7 +134,7 @@ func TestWindowsOfStandbyAndBackup(t *testing.T) {
 	if got := fmt.Sprint(r.windowLikes(standby, now-4, 42, 43)); got != want {
 		t.Fatalf("promoted standby: got %s, want %s", got, want)
 	}
-	restored := openDB(t)
+	restored := coldtest.Open(t, cold.Options{})
 	if err := restored.Restore(&backup, cold.CounterKeys([]string{r.fam.Name}, 0), t.TempDir()); err != nil {
 		t.Fatal(err)
 	}

@@ -6,18 +6,11 @@ import (
 
 	"github.com/tally-dev/tally/pipeline/buildinfo"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/cold/coldtest"
 	"github.com/tally-dev/tally/store/sketch"
 )
 
-func openDB(t testing.TB) *cold.DB {
-	t.Helper()
-	db, err := cold.Open(cold.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
-}
+func openDB(t testing.TB) *cold.DB { return coldtest.Open(t, cold.Options{}) }
 
 // view is one view of a post by a user.
 type view struct{ post, user uint64 }
