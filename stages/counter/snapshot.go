@@ -94,13 +94,16 @@ func writeFile(path string, data []byte) error {
 	return d.Sync()
 }
 
+// snapping reports whether a snapshot is being written.
+func (w *Worker) snapping() bool { return w.writing.id != 0 }
+
 // snapshots reports whether the worker keeps snapshots of its table.
 func (w *Worker) snapshots() bool { return w.tier != nil && w.cfg.SnapshotDir != "" }
 
 // snapNext reports whether the checkpoint of entries, about to be saved, is to be
 // followed by a snapshot, and if so draws the id that checkpoint names it by.
 func (w *Worker) snapNext(entries int) (uint64, bool) {
-	if !w.snapshots() || w.snapping || !w.snapDue && w.journaled+entries <= max(w.cfg.SnapshotMin, w.table.Len()/4) {
+	if !w.snapshots() || w.snapping() || !w.snapDue && w.journaled+entries <= max(w.cfg.SnapshotMin, w.table.Len()/4) {
 		return 0, false
 	}
 	return rand.Uint64() | 1, true // never 0, which names no snapshot
@@ -118,7 +121,7 @@ func (w *Worker) startSnapshot(id uint64) {
 		w.snapFailed(err)
 		return
 	}
-	w.snapping, w.snapDue = true, false
+	w.snapDue = false
 	w.writing = snapResult{seq: seq, id: id}
 	w.journaled = 0
 	go func() {
@@ -136,7 +139,7 @@ type snapResult struct {
 }
 
 func (w *Worker) snapFinished(r snapResult) {
-	w.snapping, w.writing = false, snapResult{}
+	w.writing = snapResult{}
 	if r.err != nil {
 		w.snapFailed(r.err)
 		return

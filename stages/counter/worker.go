@@ -140,11 +140,10 @@ type Worker struct {
 	cold        coldSet
 	cache       coldCache
 	lastAged    time.Time
-	reported    int64  // bytes last told to the budget
-	snapSeq     uint64 // the checkpoint the last durable snapshot was taken at
-	snapID      uint64 // its id (see Checkpoint.Snap), 0 when none is known
-	snapping    bool
-	writing     snapResult // the snapshot being written while snapping
+	reported    int64      // bytes last told to the budget
+	snapSeq     uint64     // the checkpoint the last durable snapshot was taken at
+	snapID      uint64     // its id (see Checkpoint.Snap), 0 when none is known
+	writing     snapResult // the snapshot being written, zero when none (snapping)
 	snapDone    chan snapResult
 	staleBehind staleBehind // see Stale
 	journaled   int         // entries journaled since the last snapshot
@@ -412,7 +411,7 @@ func (w *Worker) stop(ctx context.Context) error {
 // waitSnapshot waits for the snapshot being written, answering queries meanwhile (a
 // stop's: a snapshot of millions of ids takes seconds under load).
 func (w *Worker) waitSnapshot() {
-	for w.snapping {
+	for w.snapping() {
 		select {
 		case r := <-w.snapDone:
 			w.snapFinished(r)
