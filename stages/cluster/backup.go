@@ -73,25 +73,21 @@ type Piece struct {
 	// tables in RAM — must stop writing it first, and cannot go on as the owner's: its
 	// RAM would not match the keys restored under it.
 	Unwarm func()
-	// Replacing, when set, is called before the local state is replaced — a restore, or
-	// the clear of a piece never backed up — so that what is kept beside it of the state
-	// it held goes first: a counter partition's snapshot files, which a claim that fails
-	// after its restore, or a process killed right after one, left beside the restored
-	// keys, to be loaded with them at the next start (stages/counter ties a snapshot to
-	// its state as well: such a file was not loaded).
+	// Replacing, when set, is called before the local state is replaced — by a restore,
+	// once the backup has passed its checks (one refused leaves the state and its files
+	// as they were), or by the clear of a piece never backed up — so that what is kept
+	// beside it of the state it held goes first: a counter partition's snapshot files,
+	// which a claim that fails after its restore, or a process killed right after one,
+	// left beside the restored keys, to be loaded with them at the next start
+	// (stages/counter ties a snapshot to its state as well: such a file was not loaded).
 	Replacing func()
-}
-
-// replacing calls pc.Replacing, when set.
-func (pc Piece) replacing() {
-	if pc.Replacing != nil {
-		pc.Replacing()
-	}
 }
 
 // clear deletes pc's keys, for a piece never backed up.
 func (b *Backups) clear(pc Piece) error {
-	pc.replacing()
+	if pc.Replacing != nil {
+		pc.Replacing()
+	}
 	return b.DB.Clear(pc.Keys)
 }
 
@@ -431,8 +427,7 @@ func (b *Backups) restore(ctx context.Context, pc Piece, ptr pointer) error {
 			return fmt.Errorf("%w: backup %s is of layout %d, this tallyd knows layouts up to %d: a tallyd of a newer version must take %s", cold.ErrNewerLayout, ptr.Object, l, cold.Layout, pc.Name)
 		}
 	}
-	pc.replacing()
-	if err := b.DB.Restore(obj, pc.Keys, b.TmpDir); err != nil {
+	if err := b.DB.RestoreReplacing(obj, pc.Keys, b.TmpDir, pc.Replacing); err != nil {
 		return fmt.Errorf("backup %s: %w", ptr.Object, err)
 	}
 	if ok, err := Reflects(pc, ptr.Pos); err != nil || !ok {

@@ -153,6 +153,34 @@ func (r *backupRig) pointer(name string) (pointer, uint64) {
 	return p, m.Sequence
 }
 
+// counterObjectOf is the object the pointer of the rig's piece names.
+func counterObjectOf(r *backupRig) string {
+	p, _ := r.pointer("counters.0")
+	return p.Object
+}
+
+// damage replaces object name's bytes by others of the same length, keeping its metadata
+// (the lease it was taken under): a backup that passes every check but its own.
+func (r *backupRig) damage(name string) {
+	r.t.Helper()
+	ctx := r.t.Context()
+	data, err := r.obs.GetBytes(ctx, name)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	info, err := r.obs.GetInfo(ctx, name)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	data[len(data)/2] ^= 0xff
+	if _, err := r.obs.PutBytes(ctx, name, data); err != nil { // drops the metadata
+		r.t.Fatal(err)
+	}
+	if err := r.obs.UpdateMeta(ctx, name, info.ObjectMeta); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
 // An old owner that was paused after its lease check writes its backup after the new
 // owner claimed the partition, and again after the new owner's backup: neither becomes
 // current, and the next owner restores the new owner's backup. (Before pointers the old
@@ -497,6 +525,21 @@ func TestReplacingBeforeTheStateIs(t *testing.T) {
 			r.checkpoint(b, 5)
 			return prime(r, b)
 		}, "backup", []uint64{5}},
+		{"prime from a damaged backup", func(r *backupRig, a, b *proc) (string, []uint64) {
+			r.own(a, 10)
+			r.checkpoint(b, 5)
+			r.damage(counterObjectOf(r))
+			pc := b.piece()
+			var seen []uint64
+			pc.Replacing = func() { seen = append(seen, r.pos(b)) }
+			if _, _, err := b.b.Prime(t.Context(), pc, b.owners.ID()); !errors.Is(err, cold.ErrCorrupt) {
+				t.Fatalf("prime from a damaged backup: %v, want ErrCorrupt", err)
+			}
+			if got := r.pos(b); got != 5 {
+				t.Fatalf("a refused backup changed the state: at %d, want 5", got)
+			}
+			return "refused", seen
+		}, "refused", nil},
 		{"prime of a copy that reflects the backup", func(r *backupRig, a, b *proc) (string, []uint64) {
 			r.own(a, 10)
 			r.checkpoint(b, 11)

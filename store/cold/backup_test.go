@@ -102,3 +102,62 @@ func TestBackupRestore(t *testing.T) {
 		t.Fatalf("a refused restore changed partition 4: %d, %d", v, cp)
 	}
 }
+
+// RestoreReplacing calls its hook once the backup has passed its checks and before the
+// keys change, and never for a backup it refuses: what a caller keeps beside the keys
+// (a partition's snapshot files) goes only when the keys are about to be replaced.
+func TestRestoreReplacingOnlyWhenAccepted(t *testing.T) {
+	a, b := coldtest.Open(t, cold.Options{}), coldtest.Open(t, cold.Options{})
+	ks := cold.CounterKeys([]string{"post"}, 3)
+	save := func(db *cold.DB, id, pos uint64) {
+		t.Helper()
+		cp := &checkpoint.Checkpoint{Pos: pos, Marks: map[uint32]*delivery.Mark{}}
+		if err := checkpoint.SaveCounters(db, "post", 3, []checkpoint.Entry{{ID: id, Counts: []uint64{pos}}}, cp, checkpoint.Journal{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := func(id uint64) uint64 {
+		t.Helper()
+		got := [][]uint64{make([]uint64, 1)}
+		if err := checkpoint.Counts(b, "post", 3, []uint64{id}, got); err != nil {
+			t.Fatal(err)
+		}
+		return got[0][0]
+	}
+	save(a, 5, 9)
+	save(b, 7, 20)
+	var buf bytes.Buffer
+	if err := a.Backup(&buf, ks); err != nil {
+		t.Fatal(err)
+	}
+	backup := buf.Bytes()
+
+	calls := 0
+	replacing := func() {
+		calls++
+		if v := held(7); v != 20 {
+			t.Errorf("the keys changed before the hook: id 7 = %d, want 20", v)
+		}
+	}
+	for name, data := range map[string][]byte{
+		"truncated":    backup[:len(backup)-3],
+		"another part": backup,
+	} {
+		into := ks
+		if name == "another part" {
+			into = cold.CounterKeys([]string{"post"}, 4)
+		}
+		if err := b.RestoreReplacing(bytes.NewReader(data), into, t.TempDir(), replacing); !errors.Is(err, cold.ErrCorrupt) {
+			t.Fatalf("%s: restore error %v, want ErrCorrupt", name, err)
+		}
+	}
+	if calls != 0 {
+		t.Fatalf("the hook ran %d times for backups refused", calls)
+	}
+	if err := b.RestoreReplacing(bytes.NewReader(backup), ks, t.TempDir(), replacing); err != nil {
+		t.Fatal(err)
+	}
+	if calls != 1 || held(5) != 9 || held(7) != 0 {
+		t.Fatalf("after the restore: %d hook calls, id 5 = %d, id 7 = %d; want 1, 9, 0", calls, held(5), held(7))
+	}
+}

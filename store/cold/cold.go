@@ -297,6 +297,14 @@ func (c *crcWriter) Write(p []byte) (int, error) {
 // stopped halfway (a crash) leaves ks without their marks: what they reflect reads as
 // nothing, and they are restored again.
 func (d *DB) Restore(r io.Reader, ks Keys, tmpDir string) error {
+	return d.RestoreReplacing(r, ks, tmpDir, nil)
+}
+
+// RestoreReplacing is Restore calling replacing, when not nil, once the backup has passed
+// every check and before the first key of ks is deleted: what the caller keeps beside
+// the keys (a snapshot of them) goes only when they are about to change, not for a
+// backup then refused.
+func (d *DB) RestoreReplacing(r io.Reader, ks Keys, tmpDir string, replacing func()) error {
 	tmp, err := os.CreateTemp(tmpDir, "restore-*")
 	if err != nil {
 		return fmt.Errorf("cannot stage the backup: %w", err)
@@ -359,6 +367,9 @@ func (d *DB) Restore(r io.Reader, ks Keys, tmpDir string) error {
 		return nil
 	}); err != nil {
 		return err
+	}
+	if replacing != nil {
+		replacing()
 	}
 	if err := d.Clear(ks); err != nil {
 		return fmt.Errorf("cannot clear the part to restore: %w", err)
