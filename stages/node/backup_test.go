@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -15,8 +16,11 @@ import (
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/stages/cluster"
+	"github.com/tally-dev/tally/stages/counter"
 	"github.com/tally-dev/tally/stages/query"
+	"github.com/tally-dev/tally/store/checkpoint"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/delivery"
 	"github.com/tally-dev/tally/store/graph"
 	"github.com/tally-dev/tally/store/stagelog"
 )
@@ -272,5 +276,76 @@ func TestBackupPurgeKeepsTheUnsentOutbox(t *testing.T) {
 	}
 	if _, err := logs.GetMsg(ctx, recs[0]); !errors.Is(err, jetstream.ErrMsgNotFound) {
 		t.Fatalf("record 1 not purged once no state needs it: %v", err)
+	}
+}
+
+// A claim that restores a counter partition from a backup drops this process's
+// snapshot files of that partition as the restore begins, not once the whole start has
+// succeeded: a start whose events piece then failed (its lease lost), or a process
+// killed right after the restore, left files of its older state beside the restored
+// keys, which the next start, this process being the pointer's owner by then, took as
+// its own (the chaos runs' wrong counts of 12-01). A claim that keeps the local state
+// keeps its files: they are the state's.
+func TestClaimDropsSnapshotsAsItRestores(t *testing.T) {
+	r := newPartRig(t)
+	a, b := r.process(), r.process()
+	ctx := t.Context()
+	la := r.take(a)
+	if _, err := a.backups.Claim(ctx, a.counterPiece(0), la); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range a.cfg.Families {
+		cp := &checkpoint.Checkpoint{Pos: 10, Marks: map[uint32]*delivery.Mark{}}
+		if err := checkpoint.SaveCounters(a.db, f.Name, 0, nil, cp, checkpoint.Journal{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := a.backups.Store(ctx, a.counterPiece(0), la); err != nil {
+		t.Fatal(err)
+	}
+	la.Release(ctx)
+
+	dir := filepath.Join(b.cfg.DataDir, "snapshots")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write := func() {
+		t.Helper()
+		for _, f := range b.cfg.Families {
+			for p := range 2 {
+				if err := os.WriteFile(counter.SnapshotPath(dir, f.Name, p), []byte("b's older state"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	left := func(p int) int {
+		n := 0
+		for _, f := range b.cfg.Families {
+			if _, err := os.Stat(counter.SnapshotPath(dir, f.Name, p)); err == nil {
+				n++
+			}
+		}
+		return n
+	}
+	fams := len(b.cfg.Families)
+	write()
+	lb := r.take(b)
+	if from, err := b.backups.Claim(ctx, b.counterPiece(0), lb); err != nil || from != "backup" {
+		t.Fatalf("b's claim: %q %v, want from the backup", from, err)
+	}
+	if n, m := left(0), left(1); n != 0 || m != fams {
+		t.Fatalf("after the restore of partition 0: %d of its snapshot files left (want 0), %d of partition 1's (want %d)", n, m, fams)
+	}
+	// The events piece fails here, say: the start stops, and b claims again, the
+	// pointer's owner now. Its keys are the state: what is beside them is kept.
+	lb.Release(ctx)
+	write()
+	lb = r.take(b)
+	if from, err := b.backups.Claim(ctx, b.counterPiece(0), lb); err != nil || from != "local" {
+		t.Fatalf("b's second claim: %q %v, want local", from, err)
+	}
+	if n := left(0); n != fams {
+		t.Fatalf("a claim of the local state dropped %d of its %d snapshot files", fams-n, fams)
 	}
 }
