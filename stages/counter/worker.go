@@ -266,7 +266,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.load(); err != nil {
 		return err
 	}
-	r, err := flow.Read(ctx, w.js, w.cfg.Subjects.DeltasStream(), w.cfg.Subjects.Delta(w.cfg.Family.Name, w.cfg.Partition), w.cp.Pos, flow.Buffer{Msgs: 1024})
+	r, err := flow.Read(ctx, w.js, w.cfg.Subjects.DeltasStream(), w.cfg.Subjects.Delta(w.cfg.Family.Name, w.cfg.Partition), w.cp.Pos, flow.Buffer{Msgs: 1024}, w.log)
 	if err != nil {
 		return err
 	}

@@ -150,7 +150,7 @@ func (s *Stage) replayLog(ctx context.Context, a *logApplier, c *coalescer) erro
 	start, records, written := time.Now(), 0, 0
 	var lr *flow.Reader
 	err = s.retrying(ctx, "read the log", func() (err error) {
-		lr, err = flow.Read(ctx, s.js, sj.LogStream(), subj, from, flow.Buffer{Msgs: 16, Bytes: ReadBytes})
+		lr, err = flow.Read(ctx, s.js, sj.LogStream(), subj, from, flow.Buffer{Msgs: 16, Bytes: ReadBytes}, s.log)
 		return err
 	})
 	if err != nil {

@@ -36,7 +36,7 @@ func (s *Stage) Mirror(ctx context.Context) error {
 	defer s.uncountState()
 	s.logged.Store(s.st.Log)
 	sj := s.cfg.Subjects
-	lr, err := flow.Read(ctx, s.js, sj.LogStream(), sj.Log(p), s.st.Log, flow.Buffer{Msgs: 16, Bytes: ReadBytes})
+	lr, err := flow.Read(ctx, s.js, sj.LogStream(), sj.Log(p), s.st.Log, flow.Buffer{Msgs: 16, Bytes: ReadBytes}, s.log)
 	if err != nil {
 		return err
 	}

@@ -304,7 +304,7 @@ func (s *Stage) Run(ctx context.Context) error {
 // readEvents reads the partition's events after the state's position.
 func (s *Stage) readEvents(ctx context.Context) (*flow.Reader, error) {
 	sj := s.cfg.Subjects
-	return flow.Read(ctx, s.js, sj.EventsStream(), sj.EventsStored(s.cfg.Partition), s.st.Pos, flow.Buffer{Msgs: 2 * s.cfg.MaxBatch, Bytes: ReadBytes})
+	return flow.Read(ctx, s.js, sj.EventsStream(), sj.EventsStored(s.cfg.Partition), s.st.Pos, flow.Buffer{Msgs: 2 * s.cfg.MaxBatch, Bytes: ReadBytes}, s.log)
 }
 
 // ReadBytes bounds the payloads an event partition's reader holds for it (flow.Buffer):

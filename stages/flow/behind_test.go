@@ -117,7 +117,7 @@ func TestMeterTracksItsReader(t *testing.T) {
 	// Tracked before anything is published: what a reader delivered before it was
 	// tracked is not recorded, and the Meter then asks the stream (as it should), which
 	// failed this test once in CI when the reader was quicker than Track.
-	r, err := flow.Read(ctx, js, "S", "s.a", 0, flow.Buffer{Msgs: 100})
+	r, err := flow.Read(ctx, js, "S", "s.a", 0, flow.Buffer{Msgs: 100}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

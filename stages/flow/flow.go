@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,15 +49,25 @@ const DefaultBufferBytes = 1 << 20
 
 // Read starts an ordered consumer on stream for filter, beginning after position pos.
 // Ordered consumers need no acks and no server-side durable state: the position a stage
-// commits with its own state is the only truth about what it has consumed.
-func Read(ctx context.Context, js jetstream.JetStream, stream, filter string, pos uint64, buf Buffer) (r *Reader, err error) {
+// commits with its own state is the only truth about what it has consumed. While NATS
+// refuses it the consumer, Read tries again until ctx ends, and says why on log (nil:
+// nowhere) once it has tried for readPatience, and every readRepeat after.
+func Read(ctx context.Context, js jetstream.JetStream, stream, filter string, pos uint64, buf Buffer, log *slog.Logger) (r *Reader, err error) {
 	// Its goroutines (and a Spread's connection made for it) carry no profile labels:
 	// they outlive the role of the stage that asked, or are shared (Label).
-	unlabelled(func() { r, err = read(ctx, js, stream, filter, pos, buf) })
+	unlabelled(func() { r, err = read(ctx, js, stream, filter, pos, buf, log) })
 	return r, err
 }
 
-func read(ctx context.Context, js jetstream.JetStream, stream, filter string, pos uint64, buf Buffer) (*Reader, error) {
+// readPatience is how long Read tries for a consumer before it says so, and readRepeat
+// how often it says so again: a partition that cannot read does not move, and an
+// operator must be told why (a stream without a leader, NATS refusing consumers).
+const (
+	readPatience = 10 * time.Second
+	readRepeat   = 30 * time.Second
+)
+
+func read(ctx context.Context, js jetstream.JetStream, stream, filter string, pos uint64, buf Buffer, log *slog.Logger) (*Reader, error) {
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverAllPolicy}
 	if pos > 0 {
 		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
@@ -70,11 +81,16 @@ func read(ctx context.Context, js jetstream.JetStream, stream, filter string, po
 	var cons jetstream.Consumer
 	var st jetstream.Stream
 	var err error
+	begun, said := time.Now(), time.Time{}
 	for wait := backoff.New(50*time.Millisecond, 2*time.Second); ; {
 		if st, err = js.Stream(ctx, stream); err == nil {
 			if cons, err = js.OrderedConsumer(ctx, stream, cfg); err == nil {
 				break
 			}
+		}
+		if log != nil && time.Since(begun) >= readPatience && time.Since(said) >= readRepeat && ctx.Err() == nil {
+			said = time.Now()
+			log.Warn("cannot read a stream yet; trying again", "stream", stream, "subject", filter, "for", time.Since(begun).Round(time.Second), "err", err)
 		}
 		if wait.Wait(ctx) != nil {
 			return nil, fmt.Errorf("cannot read %s from %s: %w", filter, stream, err)

@@ -83,7 +83,7 @@ func TestReadUnlabelled(t *testing.T) {
 	defer close(stop)
 	go func() {
 		Label(ctx, "event", "", 77, RoleStandby)
-		r, err := Read(ctx, sp, "L", "l.>", 0, Buffer{Msgs: 8})
+		r, err := Read(ctx, sp, "L", "l.>", 0, Buffer{Msgs: 8}, nil)
 		if err != nil {
 			t.Error(err)
 			close(read)

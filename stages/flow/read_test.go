@@ -28,7 +28,7 @@ func TestReadWaitsForTheStream(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		r, err := flow.Read(ctx, js, "LATE", "late.>", 0, flow.Buffer{Msgs: 8})
+		r, err := flow.Read(ctx, js, "LATE", "late.>", 0, flow.Buffer{Msgs: 8}, nil)
 		done <- result{r, err}
 	}()
 	select {
@@ -89,7 +89,7 @@ func TestReaderBoundedByBytes(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		r, err := flow.Read(ctx, js, "B", c.subj, 0, flow.Buffer{Msgs: 1000, Bytes: c.bytes})
+		r, err := flow.Read(ctx, js, "B", c.subj, 0, flow.Buffer{Msgs: 1000, Bytes: c.bytes}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

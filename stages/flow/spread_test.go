@@ -50,7 +50,7 @@ func (r *spreadRig) read(i int) *flow.Reader {
 	if _, err := r.js.Publish(r.ctx, subj, []byte(subj)); err != nil {
 		t.Fatal(err)
 	}
-	rd, err := flow.Read(r.ctx, r.sp, "S", subj, 0, flow.Buffer{Msgs: 8, Bytes: 4 << 20})
+	rd, err := flow.Read(r.ctx, r.sp, "S", subj, 0, flow.Buffer{Msgs: 8, Bytes: 4 << 20}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
