@@ -73,6 +73,13 @@ func (c Config) options() (*server.Options, error) {
 		opts.MaxPayload = 8 << 20
 	}
 	opts.JetStream = true
+	if opts.JetStreamLimits.DefaultMaxConsumers == 0 {
+		// nats-server caps each stream at 1 000 consumers unless told: Tally's readers
+		// of TALLY_DELTAS alone are six a partition with standbys (three families, owner
+		// and standby), and a server that serves Tally alone needs no cap. A file that
+		// sets one (jetstream { limits { default_max_consumers } }) is kept.
+		opts.JetStreamLimits.DefaultMaxConsumers = -1
+	}
 	opts.NoSigs = true // the embedding process handles signals
 	opts.NoLog = c.Logger == nil
 	if err := c.Auth.apply(opts); err != nil {

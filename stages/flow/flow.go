@@ -55,9 +55,20 @@ const DefaultBufferBytes = 1 << 20
 func Read(ctx context.Context, js jetstream.JetStream, stream, filter string, pos uint64, buf Buffer, log *slog.Logger) (r *Reader, err error) {
 	// Its goroutines (and a Spread's connection made for it) carry no profile labels:
 	// they outlive the role of the stage that asked, or are shared (Label).
-	unlabelled(func() { r, err = read(ctx, js, stream, filter, pos, buf, log) })
+	unlabelled(func() { r, err = read(ctx, js, stream, filter, pos, buf, log, readInactive) })
 	return r, err
 }
+
+// readInactive is how long NATS keeps a Reader's consumer once no pull of it is
+// waiting: a reader whose process died (or whose connection is cut) leaves its consumer
+// that long. nats.go's default is 5 minutes, and nats-server caps a stream at 1 000
+// consumers unless told otherwise (its default_max_consumers, in 2.15): a process killed
+// every few seconds left so many on TALLY_DELTAS that no new reader could be made —
+// "maximum consumers limit reached" — for minutes (TestChaosCluster, NATS cluster,
+// seed 41, 12-01: eight counter partitions stuck). A live Reader always has a pull
+// waiting, or, blocked longer than its pull lasts (30 s), has its consumer made again
+// from where it was by the ordered consumer.
+const readInactive = 30 * time.Second
 
 // readPatience is how long Read tries for a consumer before it says so, and readRepeat
 // how often it says so again: a partition that cannot read does not move, and an
@@ -67,8 +78,8 @@ const (
 	readRepeat   = 30 * time.Second
 )
 
-func read(ctx context.Context, js jetstream.JetStream, stream, filter string, pos uint64, buf Buffer, log *slog.Logger) (*Reader, error) {
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverAllPolicy}
+func read(ctx context.Context, js jetstream.JetStream, stream, filter string, pos uint64, buf Buffer, log *slog.Logger, inactive time.Duration) (*Reader, error) {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverAllPolicy, InactiveThreshold: inactive}
 	if pos > 0 {
 		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
 		cfg.OptStartSeq = pos + 1
