@@ -61,6 +61,9 @@ func TestClusterConfigs(t *testing.T) {
 		if o.MaxPayload < 8<<20 {
 			t.Errorf("%s: max_payload %d is too small for a batch", f, o.MaxPayload)
 		}
+		if o.JetStreamLimits.DefaultMaxConsumers != -1 { // six readers a partition on the deltas
+			t.Errorf("%s: default_max_consumers %d, want -1 (nats-server's default caps a stream at 1 000)", f, o.JetStreamLimits.DefaultMaxConsumers)
+		}
 		if o.SystemAccount != "SYS" || len(o.Users) != len(users) {
 			t.Errorf("%s: system account %q, %d users", f, o.SystemAccount, len(o.Users))
 		}
@@ -377,5 +380,18 @@ func TestSystemdUnit(t *testing.T) {
 		if !regexp.MustCompile(`(?m)^` + want + `$`).Match(data) {
 			t.Errorf("tallyd.service has no %s", want)
 		}
+	}
+}
+
+// TestSingleConfig loads nats-single.conf, the one server beside a tallyd, as
+// nats-server would.
+func TestSingleConfig(t *testing.T) {
+	o, err := server.ProcessConfigFile("nats-single.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.JetStream || o.MaxPayload < 8<<20 || o.JetStreamLimits.DefaultMaxConsumers != -1 {
+		t.Errorf("jetstream %v, max_payload %d, default_max_consumers %d; want JetStream, at least 8 MiB and -1 (no cap on a stream's consumers)",
+			o.JetStream, o.MaxPayload, o.JetStreamLimits.DefaultMaxConsumers)
 	}
 }
