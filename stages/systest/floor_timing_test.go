@@ -52,6 +52,7 @@ type floorConsumer struct {
 	held, flushHeld []byte
 
 	contract    bool
+	counting    bool // the counts and their flushes (contract, unless a second stage keeps them)
 	txns        uint64
 	first, last uint64               // the first liker and the last
 	likers      map[uint64][]byte    // this transaction's likers of each post: user and post, 16 bytes each
@@ -65,7 +66,13 @@ func newFloorConsumer(b *testing.B, contract bool) *floorConsumer {
 	if err != nil {
 		b.Fatal(err)
 	}
-	return &floorConsumer{b: b, db: db, txn: db.NewTxn(true), val: make([]byte, 64), contract: contract,
+	return floorConsumerOn(b, db, contract, contract)
+}
+
+// floorConsumerOn is a floor consumer on db, keeping the likers' chunks with contract,
+// and the counts with counting.
+func floorConsumerOn(b *testing.B, db *cold.DB, contract, counting bool) *floorConsumer {
+	return &floorConsumer{b: b, db: db, txn: db.NewTxn(true), val: make([]byte, 64), contract: contract, counting: counting,
 		likers: map[uint64][]byte{}, counts: map[uint64][2]uint64{}, changed: map[uint64]bool{}}
 }
 
@@ -91,22 +98,27 @@ func (f *floorConsumer) count(e *pipeline.Event) {
 		}
 		f.inTxn++
 	}
-	if f.contract {
-		c := f.counts[post]
+	if f.counting {
 		if e.Type == "like" {
-			c[0]++
+			f.add(post, [2]uint64{1, 0})
 		} else {
-			c[1] += uint64(e.N)
+			f.add(post, [2]uint64{0, uint64(e.N)})
 		}
-		f.counts[post], f.changed[post] = c, true
 	}
 	last := f.seen == f.b.N
 	if f.inTxn == 10_000 || last && f.inTxn > 0 {
 		f.commit()
 	}
-	if f.contract && (last || f.seen%1024 == 0 && time.Since(f.flushed) >= floorFlush) {
+	if f.counting && (last || f.seen%1024 == 0 && time.Since(f.flushed) >= floorFlush) {
 		f.flush()
 	}
+}
+
+// add counts likes and views d of post in the hot table.
+func (f *floorConsumer) add(post uint64, d [2]uint64) {
+	c := f.counts[post]
+	c[0], c[1] = c[0]+d[0], c[1]+d[1]
+	f.counts[post], f.changed[post] = c, true
 }
 
 // commit writes the transaction's liker chunks and commits it.

@@ -113,6 +113,11 @@ func BenchmarkEndToEnd(b *testing.B) {
 	b.Run("jetstream-consume-contract", func(b *testing.B) { benchConsumeFloor(b, 7, true) })
 	b.Run("jetstream-consume-contract-likes-only", func(b *testing.B) { benchConsumeFloor(b, 10, true) })
 	b.Run("jetstream-consume-contract-views-only", func(b *testing.B) { benchConsumeFloor(b, 0, true) })
+	// The contract consumer cut in two stages through a second stream, as the design
+	// cuts Tally (benchConsumeStaged): the ceiling of the design's shape on Badger.
+	b.Run("jetstream-consume-staged", func(b *testing.B) { benchConsumeStaged(b, 7) })
+	b.Run("jetstream-consume-staged-likes-only", func(b *testing.B) { benchConsumeStaged(b, 10) })
+	b.Run("jetstream-consume-staged-views-only", func(b *testing.B) { benchConsumeStaged(b, 0) })
 	b.Run("tally", func(b *testing.B) { benchTally(b, 7, nil) })
 	// The same without the windowed counts (--windows=false): what they cost.
 	b.Run("tally-nowindows", func(b *testing.B) { benchTally(b, 7, func(c *node.Config) { c.Windows = false }) })
