@@ -21,13 +21,19 @@ import (
 // (3 200–5 100 events a transaction).
 const stagedTxn = 4096
 
+// stagedFlush is how often the staged consumer's second stage writes the counts changed:
+// Tally's counter workers' default (--flush, node.DefaultConfig), where counts become
+// durable and change events are sent. The contract consumer's floorFlush (a second) is
+// kinder; the staged one keeps the design's cadence.
+const stagedFlush = 100 * time.Millisecond
+
 // benchConsumeStaged is the contract consumer (benchConsumeFloor with contract) cut in
 // two as Tally's design cuts it, and nothing more: a first stage, the trivial consumer of
 // the events stream, keeps the like records and liker chunks, coalesces each post's
 // likes and views over stagedTxn events and publishes them as one message to a second
 // stream, noting its position in Badger; a second stage, an ordered consumer of that
 // stream on its own goroutine, applies them to its hot table (a Go map) and flushes each
-// changed post's counts and window record every floorFlush. No rules, no partitions (one
+// changed post's counts and window record every stagedFlush. No rules, no partitions (one
 // delta message a transaction, where Tally sends one to each counter partition), no
 // log, no checkpoints beyond those writes: a ceiling for any Tally of the design's shape —
 // stateful stages, coalesced increments through a durable hop, counter workers — on
@@ -162,7 +168,7 @@ func (s *stagedConsumer) apply(m jetstream.Msg) {
 		}
 		s.second.add(v[0], [2]uint64{v[1], v[2]})
 	}
-	if time.Since(s.second.flushed) >= floorFlush {
+	if time.Since(s.second.flushed) >= stagedFlush {
 		s.second.flush()
 	}
 	s.applied.Add(1)
