@@ -18,15 +18,10 @@ import (
 // unless told, and Tally reads TALLY_DELTAS with six consumers a partition (three
 // families, owner and standby). A configuration file that sets a cap keeps it.
 func TestStreamConsumersNotCapped(t *testing.T) {
-	consumers := func(t *testing.T, c embedded.Config, n int) error {
+	consumers := func(t *testing.T, a embedded.Auth, n int) error {
 		t.Helper()
-		c.Host, c.Port, c.StoreDir = "127.0.0.1", -1, t.TempDir()
-		s, err := embedded.Start(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-		nc, err := nats.Connect(s.ClientURL())
+		s, in := start(t, a)
+		nc, err := nats.Connect(in.URL(s), in.Options(s)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,7 +39,7 @@ func TestStreamConsumersNotCapped(t *testing.T) {
 		return nil
 	}
 	t.Run("default", func(t *testing.T) {
-		if err := consumers(t, embedded.Config{}, 1001); err != nil {
+		if err := consumers(t, embedded.Auth{}, 1001); err != nil {
 			t.Fatalf("the embedded server capped the stream's consumers: %v", err)
 		}
 	})
@@ -53,7 +48,7 @@ func TestStreamConsumersNotCapped(t *testing.T) {
 		if err := os.WriteFile(conf, []byte("jetstream { limits { default_max_consumers: 3 } }\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if err := consumers(t, embedded.Config{Auth: embedded.Auth{ConfigFile: conf}}, 4); !errors.Is(err, jetstream.ErrMaximumConsumersLimit) {
+		if err := consumers(t, embedded.Auth{ConfigFile: conf}, 4); !errors.Is(err, jetstream.ErrMaximumConsumersLimit) {
 			t.Fatalf("the fourth consumer under the file's cap of 3: %v, want the limit", err)
 		}
 	})
