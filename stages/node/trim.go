@@ -80,14 +80,18 @@ func TrimWhenIdle(ctx context.Context, every time.Duration) {
 		}
 		cur := readHeap()
 		if worthTrimming(trimmed, prev, cur) {
-			// The first collection moves what sync.Pools hold to their victim caches
-			// (the embedded NATS server pools its file store's 8 MiB block buffers); the
-			// second frees them, and returns the pages to the system.
-			runtime.GC()
-			debug.FreeOSMemory()
+			trim()
 			cur = readHeap() // what the trim allocated is not the next interval's
 			trimmed = cur
 		}
 		prev = cur
 	}
+}
+
+// trim collects twice and returns the free pages to the system. The first collection
+// moves what sync.Pools hold to their victim caches (the embedded NATS server pools its
+// file store's 8 MiB block buffers); the second frees them.
+func trim() {
+	runtime.GC()
+	debug.FreeOSMemory()
 }
