@@ -153,9 +153,9 @@ func (r *backupRig) pointer(name string) (pointer, uint64) {
 	return p, m.Sequence
 }
 
-// counterObjectOf is the object the pointer of the rig's piece names.
-func counterObjectOf(r *backupRig) string {
-	p, _ := r.pointer("counters.0")
+// object is the object the pointer of piece name names.
+func (r *backupRig) object(name string) string {
+	p, _ := r.pointer(name)
 	return p.Object
 }
 
@@ -528,7 +528,7 @@ func TestReplacingBeforeTheStateIs(t *testing.T) {
 		{"prime from a damaged backup", func(r *backupRig, a, b *proc) (string, []uint64) {
 			r.own(a, 10)
 			r.checkpoint(b, 5)
-			r.damage(counterObjectOf(r))
+			r.damage(r.object("counters.0"))
 			pc := b.piece()
 			var seen []uint64
 			pc.Replacing = func() { seen = append(seen, r.pos(b)) }

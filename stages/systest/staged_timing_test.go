@@ -162,7 +162,7 @@ func (s *stagedConsumer) apply(m jetstream.Msg) {
 		for i := range v {
 			x, n := binary.Uvarint(data)
 			if n <= 0 {
-				s.first.check(strconv.ErrSyntax)
+				s.second.check(strconv.ErrSyntax)
 			}
 			v[i], data = x, data[n:]
 		}
