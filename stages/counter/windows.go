@@ -3,6 +3,7 @@ package counter
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/store/checkpoint"
@@ -37,17 +38,24 @@ func floorOf(top uint32) uint32 {
 
 // loadWindows reads the stored window records into RAM, those of the day up to the
 // checkpoint's WindowTop; an id left with nothing is deleted at the next checkpoints.
+// Records an older tallyd stored apart from their counters are moved first
+// (checkpoint.MoveRecords).
 func (w *Worker) loadWindows() error {
 	w.win = windows{table: window.New(), top: w.cp.WindowTop, dirty: map[uint64]struct{}{}}
 	w.win.table.SetFloor(floorOf(w.win.top))
 	w.win.pruned = w.win.table.Floor()
+	if n, err := checkpoint.MoveRecords(w.db, w.cfg.Family.Name, w.cfg.Partition); err != nil {
+		return err
+	} else if n > 0 {
+		w.log.Info("window records moved to this layout, each with its counters", "records", n)
+	}
 	return checkpoint.LoadWindows(w.db, w.cfg.Family.Name, w.cfg.Partition, func(id uint64, rec []byte) error {
 		left, err := w.win.table.Put(id, rec)
 		if err != nil {
 			return err
 		}
 		if !left {
-			w.win.gone = append(w.win.gone, id)
+			w.win.gone = append(w.win.gone, id) // in id order, as stored
 		}
 		return nil
 	})
@@ -70,48 +78,117 @@ func (w *Worker) applyWindows(b *pipeline.DeltaBatch) {
 	}
 }
 
-// windowEntries are what the next checkpoint writes of the windows: the records of the
-// ids changed since the last one, and up to maxGone deletions of forgotten ones. First it
-// compacts the windows when the floor has moved on pruneEvery minutes or half the arena
-// is garbage, so that the ids that leaves with nothing are deleted with it.
-func (w *Worker) windowEntries() []checkpoint.WindowEntry {
+// windowed completes entries, the ids whose counters changed since the last checkpoint,
+// with what the checkpoint stores of the windows (checkpoint's windows.go): each entry's
+// record, or whether it has one no longer (Entry.Left); an entry for each id whose
+// windows changed with no counter, and for up to maxGone forgotten ones. It returns
+// entries and how many forgotten ids it took. First it compacts the windows when the
+// floor has moved on pruneEvery minutes or half the arena is garbage, so that the ids
+// that leaves with nothing are deleted with it.
+func (w *Worker) windowed(entries []checkpoint.Entry) ([]checkpoint.Entry, int, error) {
 	if f := w.win.table.Floor(); f >= w.win.pruned+pruneEvery || w.win.table.Worth() {
+		n := len(w.win.gone)
 		w.win.table.Prune(func(id uint64) {
 			if _, ok := w.win.dirty[id]; !ok {
 				w.win.gone = append(w.win.gone, id)
 			}
 		})
+		if len(w.win.gone) > n { // kept in order and each once: entries look ids up in it
+			slices.Sort(w.win.gone)
+			w.win.gone = slices.Compact(w.win.gone)
+		}
 		w.win.pruned = f
 	}
-	gone := w.win.gone[:min(len(w.win.gone), maxGone)]
-	if len(w.win.dirty) == 0 && len(gone) == 0 {
-		return nil
-	}
-	out := make([]checkpoint.WindowEntry, 0, len(w.win.dirty)+len(gone))
 	// The records share one buffer: a checkpoint holds thousands.
 	var buf []byte
-	ends := make([]int, 0, len(w.win.dirty))
-	for id := range w.win.dirty {
+	ends := make([]int, 0, len(entries)+len(w.win.dirty))
+	var both []uint64 // the ids of entries whose windows changed too, if not all did
+	found := 0
+	for i := range entries {
+		id := entries[i].ID
+		_, dirty := w.win.dirty[id]
+		if dirty {
+			found++
+		}
+		from := len(buf)
 		buf = w.win.table.Record(buf, id)
 		ends = append(ends, len(buf))
-		out = append(out, checkpoint.WindowEntry{ID: id})
+		if len(buf) == from {
+			entries[i].Left = dirty || w.win.table.Has(id) || w.forgotten(id)
+		}
+	}
+	if found < len(w.win.dirty) {
+		both = make([]uint64, 0, found)
+		for _, e := range entries {
+			if _, ok := w.win.dirty[e.ID]; ok {
+				both = append(both, e.ID)
+			}
+		}
+		slices.Sort(both)
+		var block []uint64
+		for id := range w.win.dirty {
+			if _, ok := slices.BinarySearch(both, id); ok {
+				continue
+			}
+			if len(block)+len(w.scratch) > cap(block) {
+				block = make([]uint64, 0, max(1024, len(w.scratch)))
+			}
+			n := len(block)
+			block = block[:n+len(w.scratch)]
+			counts := block[n:len(block):len(block)]
+			if err := w.countsOf(id, counts); err != nil {
+				return entries, 0, err
+			}
+			from := len(buf)
+			buf = w.win.table.Record(buf, id)
+			ends = append(ends, len(buf))
+			entries = append(entries, checkpoint.Entry{ID: id, Counts: counts, Left: len(buf) == from})
+		}
 	}
 	from := 0
 	for i, end := range ends {
-		out[i].Rec = buf[from:end:end]
+		if end > from {
+			entries[i].Rec = buf[from:end:end]
+		}
 		from = end
 	}
+	gone := w.win.gone[:min(len(w.win.gone), maxGone)]
 	for _, id := range gone {
-		out = append(out, checkpoint.WindowEntry{ID: id})
+		if w.win.table.Has(id) {
+			continue // changed again since it was forgotten: its entry writes its record
+		}
+		e := checkpoint.Entry{ID: id, Left: true} // the counters stored with its record move back
+		if c := make([]uint64, len(w.scratch)); w.table.Get(id, c) {
+			e.Counts = c
+		}
+		entries = append(entries, e)
 	}
-	return out
+	return entries, len(gone), nil
 }
 
-// windowsSaved takes note that a checkpoint wrote entries (windowEntries).
-func (w *Worker) windowsSaved(entries []checkpoint.WindowEntry) {
-	if len(entries) > 0 { // the deletions windowEntries took
-		w.win.gone = w.win.gone[min(len(w.win.gone), maxGone):]
+// forgotten reports whether id is a forgotten id whose record is still to delete.
+func (w *Worker) forgotten(id uint64) bool {
+	_, ok := slices.BinarySearch(w.win.gone, id)
+	return ok
+}
+
+// countsOf fills dst with id's counters: from the table, what RAM knows of a cold id,
+// or Badger.
+func (w *Worker) countsOf(id uint64, dst []uint64) error {
+	if w.table.Get(id, dst) {
+		return nil
 	}
+	if !w.isCold(id) {
+		clear(dst)
+		return nil
+	}
+	return w.readCold([]uint64{id}, [][]uint64{dst}, []int{0})
+}
+
+// windowsSaved takes note that a checkpoint wrote what windowed made, gone of the
+// forgotten ids with it.
+func (w *Worker) windowsSaved(gone int) {
+	w.win.gone = w.win.gone[gone:]
 	clear(w.win.dirty)
 }
 

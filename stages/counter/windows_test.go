@@ -3,7 +3,9 @@ package counter_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -178,5 +180,144 @@ func TestTopKept(t *testing.T) {
 	}
 	if got := top(now + 1); got != "[]" { // minutes past everything applied
 		t.Fatalf("a top over other minutes: %s, want none ranked", got)
+	}
+}
+
+// TestWindowedIDOneKey: a checkpoint stores an id whose counters and windows changed
+// under one key — its counters with its record — where it wrote two (layout 5: the
+// counter key and the record's key), and a worker started afresh reads both back.
+func TestWindowedIDOneKey(t *testing.T) {
+	r := newRig(t)
+	const now = 29_000_000
+	w, stop := r.start(r.config())
+	r.publishWindows(1, 1, 42, 3, pipeline.WindowDelta{ID: 42, Minute: now, N: 3})
+	if got := r.likes(w, 42); got != 3 {
+		t.Fatalf("likes %d, want 3", got)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	id := binary.BigEndian.AppendUint64(nil, 42)
+	var of42 []string
+	for k := range coldtest.All(t, r.db) {
+		if (k[0] == 'c' || k[0] == 'w') && strings.HasSuffix(k, string(id)) {
+			of42 = append(of42, fmt.Sprintf("%q", k))
+		}
+	}
+	if len(of42) != 1 {
+		t.Fatalf("id 42 stored under %d keys, want 1: %v", len(of42), of42)
+	}
+	w, _ = r.start(r.config())
+	if got := fmt.Sprint(r.windowLikes(w, now-4, 42), r.likes(w, 42)); got != "[3] 3" {
+		t.Fatalf("restarted: window and likes %s, want [3] 3", got)
+	}
+}
+
+// TestForgottenRecordsMoveBack: when a day passes, the ids whose windows it forgot have
+// their counters moved back to their counter keys, maxGone a checkpoint; an id among
+// those still to move whose counters change meanwhile is written there at once, never
+// left to its record's stale copy; and the cold tier reads every id's counters right
+// after each step.
+func TestForgottenRecordsMoveBack(t *testing.T) {
+	r := newRig(t)
+	const now, n = 29_000_000, 5000
+	cfg := r.config()
+	cfg.FlushInterval = time.Hour // a checkpoint at each stop only
+	w, stop := r.start(cfg)
+	b := pipeline.DeltaBatch{Source: 1, Seq: 1}
+	for id := uint64(1); id <= n; id++ {
+		b.Deltas = append(b.Deltas, pipeline.Delta{ID: id, Op: pipeline.OpAdd, N: 1})
+		b.Windows = append(b.Windows, pipeline.WindowDelta{ID: id, Minute: now, N: 1})
+	}
+	r.publishRaw(1, 1, pipeline.AppendDeltaBatch(nil, &b))
+	// A day on: every record above is forgotten at the next checkpoint, and 4990 — past
+	// the first maxGone to move — changes in the same batch.
+	b = pipeline.DeltaBatch{Source: 1, Seq: 2,
+		Deltas:  []pipeline.Delta{{ID: 9999, Op: pipeline.OpAdd, N: 1}, {ID: 4990, Op: pipeline.OpAdd, N: 5}},
+		Windows: []pipeline.WindowDelta{{ID: 9999, Minute: now + pipeline.WindowDay + 20, N: 1}}}
+	r.publishRaw(1, 2, pipeline.AppendDeltaBatch(nil, &b))
+	if got := r.likes(w, 4990); got != 6 {
+		t.Fatalf("likes of 4990: %d, want 6", got)
+	}
+	check := func(when string) {
+		t.Helper()
+		ids := make([]uint64, 0, n+1)
+		out := make([][]uint64, 0, n+1)
+		for id := uint64(1); id <= n; id++ {
+			ids, out = append(ids, id), append(out, make([]uint64, len(r.fam.Fields)))
+		}
+		ids, out = append(ids, 9999), append(out, make([]uint64, len(r.fam.Fields)))
+		if err := checkpoint.Counts(r.db, r.fam.Name, 0, ids, out); err != nil {
+			t.Fatal(err)
+		}
+		for i, id := range ids {
+			want := uint64(1)
+			if id == 4990 {
+				want = 6
+			}
+			if out[i][0] != want {
+				t.Fatalf("%s: stored likes of %d: %d, want %d", when, id, out[i][0], want)
+			}
+		}
+	}
+	records := func() int {
+		t.Helper()
+		n := 0
+		if err := checkpoint.LoadWindows(r.db, r.fam.Name, 0, func(uint64, []byte) error { n++; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if err := stop(); err != nil { // one checkpoint: the first maxGone records move back
+		t.Fatal(err)
+	}
+	check("after the first checkpoint")
+	if got := records(); got <= 1 || got >= n-4096+2 {
+		t.Fatalf("%d records stored after one checkpoint, want %d–%d (9999's and those still to move)", got, 2, n-4096+1)
+	}
+	w, stop = r.start(cfg)
+	if got := r.likes(w, 4990); got != 6 {
+		t.Fatalf("restarted: likes of 4990: %d, want 6", got)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	check("after the second")
+	if got := records(); got != 1 {
+		t.Fatalf("%d records stored, want 1 (9999's)", got)
+	}
+}
+
+// TestWindowOnlyChangeKeepsCounts: a batch that changes an id's windows and not its
+// counters (a like and its unlike a minute apart, coalesced) stores the id's record
+// with the counters it had.
+func TestWindowOnlyChangeKeepsCounts(t *testing.T) {
+	r := newRig(t)
+	const now = 29_000_000
+	w, stop := r.start(r.config())
+	r.publishWindows(1, 1, 50, 2, pipeline.WindowDelta{ID: 50, Minute: now, N: 2})
+	r.likes(w, 50)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	w, stop = r.start(r.config())
+	b := pipeline.DeltaBatch{Source: 1, Seq: 2, Windows: []pipeline.WindowDelta{{ID: 50, Minute: now + 1, N: 1}, {ID: 50, Minute: now + 2, N: -1}}}
+	r.publishRaw(1, 2, pipeline.AppendDeltaBatch(nil, &b))
+	if got := fmt.Sprint(r.windowLikes(w, now+1, 50), r.likes(w, 50)); got != "[0] 2" {
+		t.Fatalf("window since the unlike's minute and likes: %s, want [0] 2", got)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	out := [][]uint64{make([]uint64, len(r.fam.Fields))}
+	if err := checkpoint.Counts(r.db, r.fam.Name, 0, []uint64{50}, out); err != nil {
+		t.Fatal(err)
+	}
+	if out[0][0] != 2 {
+		t.Fatalf("stored likes of 50: %d, want 2", out[0][0])
+	}
+	w, _ = r.start(r.config())
+	if got := fmt.Sprint(r.windowLikes(w, now-4, 50)); got != "[2]" {
+		t.Fatalf("restarted: window %s, want [2]", got)
 	}
 }

@@ -507,10 +507,14 @@ func (w *Worker) flush(ctx context.Context) error {
 		return fmt.Errorf("change event of %s/%d: %w", w.cfg.Family.Name, w.cfg.Partition, err)
 	}
 	w.chg.published = append(w.chg.published, w.chg.out.Published()...)
-	wins := w.windowEntries()
+	changed := len(entries)
+	entries, gone, err := w.windowed(entries)
+	if err != nil {
+		return err
+	}
 	w.cp.WindowTop = w.win.top
 	err = w.serving(func() error {
-		err := checkpoint.SaveCheckpoint(w.db, w.cfg.Family.Name, w.cfg.Partition, entries, &w.cp, j, checkpoint.Changes{Put: chg, Published: w.chg.published, Released: w.store.released, Windows: wins})
+		err := checkpoint.SaveCheckpoint(w.db, w.cfg.Family.Name, w.cfg.Partition, entries, &w.cp, j, checkpoint.Changes{Put: chg, Published: w.chg.published, Released: w.store.released})
 		if err == nil && w.cfg.AfterCheckpoint != nil {
 			err = w.cfg.AfterCheckpoint()
 		}
@@ -520,13 +524,13 @@ func (w *Worker) flush(ctx context.Context) error {
 		return err
 	}
 	w.chg.published, w.store.released = nil, nil
-	w.windowsSaved(wins)
+	w.windowsSaved(gone)
 	w.lastPos = w.cp.Pos
 	if len(chg) > 0 {
 		w.chg.pending = append(w.chg.pending, chg)
 	}
 	if w.cfg.OnFlush != nil {
-		w.cfg.OnFlush(len(entries), time.Since(start))
+		w.cfg.OnFlush(changed, time.Since(start))
 	}
 	w.cold.zeroed = nil // the checkpoint deleted them from the cold tier
 	if w.tier != nil {
@@ -535,7 +539,7 @@ func (w *Worker) flush(ctx context.Context) error {
 		w.entries.Store(int64(w.table.Len()))
 	}
 	w.stats.Flushes.Add(1)
-	w.stats.Flushed.Add(int64(len(entries)))
+	w.stats.Flushed.Add(int64(changed))
 	owned := w.cfg.Valid == nil || w.cfg.Valid()
 	if owned {
 		_ = w.sendChanges(ctx) // the outbox keeps what is not sent, for the next call
@@ -548,7 +552,7 @@ func (w *Worker) flush(ctx context.Context) error {
 		w.trimStandby(ctx)
 	}
 	if snaps {
-		w.journaled += len(entries)
+		w.journaled += changed
 	}
 	if snapNow {
 		w.startSnapshot(snapID)

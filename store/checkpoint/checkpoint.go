@@ -57,10 +57,18 @@ type Journal struct {
 	Writing, WritingSeq uint64
 }
 
-// Entry is one id's counters; all zeros deletes it.
+// Entry is one id's counters as a checkpoint writes them; all zeros, with no record,
+// deletes them.
 type Entry struct {
 	ID     uint64
 	Counts []uint64
+	// Rec is the id's record of changes by minute (window.AppendRecord), when it has
+	// one: the counters are stored with it (windows.go).
+	Rec []byte
+	// Left says the id may have had a record stored that it has no longer: the record's
+	// key is deleted and the counters go back to the counter key. Counts nil then says
+	// they are not in RAM: those stored with the record move back as they are.
+	Left bool
 }
 
 // Changes is what a checkpoint writes to, and deletes from, its partition besides the
@@ -74,9 +82,6 @@ type Changes struct {
 	// Released are held delta batches applied since the last checkpoint: the marks of
 	// this one no longer hold them, so their payloads are deleted with it.
 	Released []delivery.HeldRef
-	// Windows are the window records of the ids whose windowed counts changed since the
-	// last checkpoint (or were forgotten: empty records).
-	Windows []WindowEntry
 }
 
 // changePrefix holds the outbox of (family, p)'s change events. It lies under the
@@ -104,12 +109,6 @@ func SaveCheckpoint(db *cold.DB, family string, p int, entries []Entry, cp *Chec
 		return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
 	}
 	if err := deleteHeld(txn, family, p, ch.Released); err != nil {
-		return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
-	}
-	// The keys and values of the counters and windows, which Badger holds until the
-	// commit: a checkpoint writes thousands.
-	var a arena.Arena
-	if err := putWindows(txn, &a, family, p, ch.Windows); err != nil {
 		return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
 	}
 	for i := range ch.Put {
@@ -142,15 +141,11 @@ func SaveCheckpoint(db *cold.DB, family string, p int, entries []Entry, cp *Chec
 	if err != nil {
 		return err
 	}
-	prefix := keys.Counters(family, p)
-	for _, e := range entries {
-		k := append(keys.Key(a.Alloc(len(prefix)+8)), prefix...).U64(e.ID)
-		if zero(e.Counts) {
-			err = txn.Delete(k)
-		} else {
-			err = txn.Set(k, appendCounts(a.Alloc(countsSize(e.Counts)), e.Counts))
-		}
-		if err != nil {
+	// The keys and values of the counters and windows, which Badger holds until the
+	// commit: a checkpoint writes thousands.
+	var a arena.Arena
+	for i := range entries {
+		if err := putEntry(txn, &a, family, p, &entries[i]); err != nil {
 			return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
 		}
 	}
@@ -245,10 +240,14 @@ func Counts(db *cold.DB, family string, p int, ids []uint64, out [][]uint64) err
 }
 
 // packEntries packs a checkpoint's entries: per entry the id (8 bytes BE), the number
-// of counters and the counters, all uvarints.
+// of counters and the counters, all uvarints. Those whose counters are not in RAM
+// (Entry.Left) are left out: the table the journal rebuilds holds none of them.
 func packEntries(entries []Entry) []byte {
 	b := make([]byte, 0, 12*len(entries))
 	for _, e := range entries {
+		if e.Counts == nil {
+			continue
+		}
 		b = binary.BigEndian.AppendUint64(b, e.ID)
 		b = binary.AppendUvarint(b, uint64(len(e.Counts)))
 		for _, v := range e.Counts {
@@ -297,23 +296,34 @@ func LoadCheckpoint(db *cold.DB, family string, p int) (Checkpoint, error) {
 	return cp, err
 }
 
-// LoadCounters calls fn for every stored id of (family, p). counts is only valid during
-// the call.
+// LoadCounters calls fn for every stored id of (family, p); for an id with a record, a
+// second time with the counters stored with it, which are the id's (windows.go).
+// counts is only valid during the call.
 func LoadCounters(db *cold.DB, family string, p, fields int, fn func(id uint64, counts []uint64)) error {
 	counts := make([]uint64, fields)
 	return db.View(func(txn *cold.Txn) error {
-		prefix := keys.Counters(family, p)
-		it := txn.Iterator(cold.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 256})
-		defer it.Close()
-		for it.Seek(prefix); it.ValidForPrefix(prefix); it.Next() {
-			k := it.Key()
-			if len(k) != len(prefix)+8 {
-				return fmt.Errorf("%w: counter key of %d bytes", cold.ErrCorrupt, len(k))
+		for _, prefix := range []keys.Key{keys.Counters(family, p), windowedPrefix(family, p)} {
+			windowed := prefix[0] != keys.NSCounter
+			err := txn.Scan(prefix, nil, true, func(k, v []byte) (bool, error) {
+				if len(k) != len(prefix)+8 {
+					return false, fmt.Errorf("%w: counter key of %d bytes", cold.ErrCorrupt, len(k))
+				}
+				var err error
+				if windowed {
+					v, _, err = splitWindowed(v)
+				}
+				if err == nil {
+					err = unpackCounts(v, counts)
+				}
+				if err != nil {
+					return false, fmt.Errorf("%w: counters of %s/%d: %w", cold.ErrCorrupt, family, p, err)
+				}
+				fn(keys.U64At(k, len(prefix)), counts)
+				return true, nil
+			})
+			if err != nil {
+				return err
 			}
-			if err := it.Value(func(v []byte) error { return unpackCounts(v, counts) }); err != nil {
-				return fmt.Errorf("%w: counters of %s/%d: %w", cold.ErrCorrupt, family, p, err)
-			}
-			fn(binary.BigEndian.Uint64(k[len(prefix):]), counts)
 		}
 		return nil
 	})
@@ -372,10 +382,21 @@ func deleteChanges(txn *cold.Txn, family string, p int, seqs []uint64) error {
 	return nil
 }
 
-// storedCounts reads the checkpointed counters of one id (all zeros if none). It lags
+// storedCounts reads the checkpointed counters of one id (all zeros if none): those
+// stored with its record when it has one, else its counter key's (windows.go). It lags
 // the counter worker's RAM by at most one flush.
 func storedCounts(txn *cold.Txn, family string, p int, id uint64, dst []uint64) error {
 	clear(dst)
-	_, err := txn.Get(keys.Counters(family, p).U64(id), func(v []byte) error { return unpackCounts(v, dst) })
+	found, err := txn.Get(windowedPrefix(family, p).U64(id), func(v []byte) error {
+		c, _, err := splitWindowed(v)
+		if err != nil {
+			return err
+		}
+		return unpackCounts(c, dst)
+	})
+	if found || err != nil {
+		return err
+	}
+	_, err = txn.Get(keys.Counters(family, p).U64(id), func(v []byte) error { return unpackCounts(v, dst) })
 	return err
 }

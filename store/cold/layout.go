@@ -44,8 +44,15 @@ const (
 	// where every entry was a key in Badger until stored. Nothing moves, but a tallyd of
 	// layout 4 would find no outbox to send again after a crash.
 	LayoutOutboxInLog = 5
+	// LayoutWindowedCounts: a counter partition keeps an id's counters with its window
+	// record while it has one, under the record's key (w|…|'v'|id), and its counter key
+	// only when it has none (store/checkpoint's windows.go), where layout 5 kept the
+	// record alone (w|…|'m'|id) beside the counters. The records move as a partition
+	// loads them (checkpoint.MoveRecords); a tallyd of layout 5 would read the stale
+	// counters the counter key keeps while a record holds the id's.
+	LayoutWindowedCounts = 6
 	// Layout is the layout this code writes, and the newest it reads.
-	Layout = LayoutOutboxInLog
+	Layout = LayoutWindowedCounts
 )
 
 // An Upgrade moves the keys of event partitions events, just restored from a backup of

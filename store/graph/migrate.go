@@ -175,6 +175,9 @@ var layoutSteps = []layoutStep{
 	{cold.LayoutStates, "like-states", "like records to relation states", moveLikeStates},
 	{cold.LayoutNoteChunks, "note-chunks", "notifications to chunks", nothingMoves},
 	{cold.LayoutOutboxInLog, "outbox-in-log", "outbox entries to the log", nothingMoves},
+	// A counter partition moves its own records as it loads them (checkpoint.MoveRecords):
+	// nothing of an event partition's moves.
+	{cold.LayoutWindowedCounts, "windowed-counts", "counters to their window records", nothingMoves},
 }
 
 // nothingMoves is a layout step that reads what the layout before wrote as it is.

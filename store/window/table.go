@@ -93,6 +93,13 @@ func (t *Table) Add(id uint64, c Change) {
 	t.store(id, w, t.scratch)
 }
 
+// Has reports whether the table holds id: its changes, below the floor too until a
+// Prune forgets them.
+func (t *Table) Has(id uint64) bool {
+	w := t.find(id)
+	return w.fresh || w.leaves
+}
+
 // Sum adds to out[f] the changes of field f of id at or after minute since (and the
 // floor); fields past out are skipped.
 func (t *Table) Sum(id uint64, since uint32, out []int64) {
