@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/tally-dev/tally/store"
-	"github.com/tally-dev/tally/store/checkpoint"
 	"github.com/tally-dev/tally/store/hot"
 )
 
@@ -156,7 +155,7 @@ func (w *Worker) readCold(ids []uint64, out [][]uint64, idx []int) error {
 		return nil
 	}
 	w.stats.ColdReads.Add(int64(len(missIDs)))
-	if err := checkpoint.Counts(w.db, w.cfg.Family.Name, w.cfg.Partition, missIDs, missOut); err != nil {
+	if err := w.stored.Counts(w.db, missIDs, missOut, w.recorded); err != nil {
 		return err
 	}
 	for i, id := range missIDs {
@@ -175,7 +174,7 @@ func (w *Worker) warm(id uint64) (bool, error) {
 	}
 	if !w.known(id, w.scratch) {
 		w.stats.ColdReads.Add(1)
-		if err := checkpoint.Counts(w.db, w.cfg.Family.Name, w.cfg.Partition, []uint64{id}, [][]uint64{w.scratch}); err != nil {
+		if err := w.stored.Counts(w.db, []uint64{id}, [][]uint64{w.scratch}, w.recorded); err != nil {
 			return true, err
 		}
 	}

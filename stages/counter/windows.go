@@ -114,7 +114,7 @@ func (w *Worker) windowed(entries []checkpoint.Entry) ([]checkpoint.Entry, int, 
 		buf = w.win.table.Record(buf, id)
 		ends = append(ends, len(buf))
 		if len(buf) == from {
-			entries[i].Left = dirty || w.win.table.Has(id) || w.forgotten(id)
+			entries[i].Left = w.recorded(id)
 		}
 	}
 	if found < len(w.win.dirty) {
@@ -164,6 +164,16 @@ func (w *Worker) windowed(entries []checkpoint.Entry) ([]checkpoint.Entry, int, 
 		entries = append(entries, e)
 	}
 	return entries, len(gone), nil
+}
+
+// recorded reports whether id may have a window record stored: every id with one is in
+// the table, forgotten with its record still to delete, or changed since the last
+// checkpoint (a prune may have emptied its record since).
+func (w *Worker) recorded(id uint64) bool {
+	if _, ok := w.win.dirty[id]; ok {
+		return true
+	}
+	return w.win.table.Has(id) || w.forgotten(id)
 }
 
 // forgotten reports whether id is a forgotten id whose record is still to delete.

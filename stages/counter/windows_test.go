@@ -12,9 +12,11 @@ import (
 
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/stages/counter"
+	"github.com/tally-dev/tally/store"
 	"github.com/tally-dev/tally/store/checkpoint"
 	"github.com/tally-dev/tally/store/cold"
 	"github.com/tally-dev/tally/store/cold/coldtest"
+	"github.com/tally-dev/tally/store/hot"
 )
 
 // publishWindows sends batch seq of source src: a like count change n of id, and its
@@ -319,5 +321,55 @@ func TestWindowOnlyChangeKeepsCounts(t *testing.T) {
 	w, _ = r.start(r.config())
 	if got := fmt.Sprint(r.windowLikes(w, now-4, 50)); got != "[2]" {
 		t.Fatalf("restarted: window %s, want [2]", got)
+	}
+}
+
+// TestColdWindowedIDReadWithItsRecord: an id past the cold age, whose counters live in
+// Badger and not in RAM, is read with its record when it has one — over the stale copy
+// its counter key keeps — by a query and by a checkpoint that stores a change of its
+// windows alone.
+func TestColdWindowedIDReadWithItsRecord(t *testing.T) {
+	r := newRig(t)
+	const now = 29_000_000
+	cfg := r.config()
+	cfg.FlushInterval = time.Hour // checkpoints at the stops alone
+	cfg.NewTable = func(f int) store.Table { return hot.New(f) }
+	cfg.ColdAge = time.Hour
+	x := uint64(1) << 40 // a snowflake of 2010: past the cold age
+	for seq, publish := range []func(){
+		func() { r.publish(1, 1, x, 1) }, // its counter key: 1
+		func() { r.publishWindows(1, 2, x, 2, pipeline.WindowDelta{ID: x, Minute: now, N: 2}) }, // with its record: 3
+	} {
+		w, stop := r.start(cfg)
+		publish()
+		if got := r.likes(w, x); got != uint64(1+2*seq) {
+			t.Fatalf("likes %d, want %d", got, 1+2*seq)
+		}
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reads := r.stats.ColdReads.Load()
+	w, stop := r.start(cfg)
+	if got := r.likes(w, x); got != 3 {
+		t.Fatalf("a query of the cold id: %d likes, want 3", got)
+	}
+	b := pipeline.DeltaBatch{Source: 1, Seq: 3, Windows: []pipeline.WindowDelta{{ID: x, Minute: now + 1, N: 1}, {ID: x, Minute: now + 2, N: -1}}}
+	r.publishRaw(1, 3, pipeline.AppendDeltaBatch(nil, &b))
+	if got := fmt.Sprint(r.windowLikes(w, now-4, x)); got != "[2]" {
+		t.Fatalf("window %s, want [2]", got)
+	}
+	if err := stop(); err != nil { // a checkpoint of the change of its windows alone
+		t.Fatal(err)
+	}
+	if r.stats.ColdReads.Load() == reads {
+		t.Fatal("the id was never read from the cold tier")
+	}
+	out := [][]uint64{make([]uint64, len(r.fam.Fields))}
+	if err := checkpoint.Counts(r.db, r.fam.Name, 0, []uint64{x}, out); err != nil {
+		t.Fatal(err)
+	}
+	if out[0][0] != 3 {
+		t.Fatalf("stored likes of the cold id %d, want 3", out[0][0])
 	}
 }

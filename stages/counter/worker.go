@@ -139,6 +139,7 @@ type Worker struct {
 	tier        tiered
 	cold        coldSet
 	cache       coldCache
+	stored      *checkpoint.Stored // reads what the cold tier holds
 	lastAged    time.Time
 	reported    int64      // bytes last told to the budget
 	snapSeq     uint64     // the checkpoint the last durable snapshot was taken at
@@ -341,6 +342,7 @@ func (w *Worker) load() error {
 	w.scratch = make([]uint64, fields)
 	w.table = w.cfg.NewTable(fields)
 	w.tier, _ = w.table.(tiered)
+	w.stored = checkpoint.NewStored(w.cfg.Family.Name, w.cfg.Partition)
 	cp, err := checkpoint.LoadCheckpoint(w.db, w.cfg.Family.Name, w.cfg.Partition)
 	if err != nil {
 		return err

@@ -144,8 +144,9 @@ func SaveCheckpoint(db *cold.DB, family string, p int, entries []Entry, cp *Chec
 	// The keys and values of the counters and windows, which Badger holds until the
 	// commit: a checkpoint writes thousands.
 	var a arena.Arena
+	ks := newEntryKeys(family, p)
 	for i := range entries {
-		if err := putEntry(txn, &a, family, p, &entries[i]); err != nil {
+		if err := ks.put(txn, &a, &entries[i]); err != nil {
 			return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
 		}
 	}
@@ -229,10 +230,32 @@ func LoadJournal(db *cold.DB, family string, p, fields int, after uint64, fn fun
 // Counts reads the stored counters of ids of (family, p) in one read transaction:
 // out[i] gets those of ids[i], all zeros for an id that has none.
 func Counts(db *cold.DB, family string, p int, ids []uint64, out [][]uint64) error {
+	return NewStored(family, p).Counts(db, ids, out, nil)
+}
+
+// Stored reads the stored counters of one partition, the prefixes of its keys made
+// once: a counter partition reads the ids that warm up one at a time. Its use is not
+// safe for concurrent use.
+type Stored struct {
+	family string
+	p      int
+	ks     entryKeys
+	kb     []byte // a read-only transaction keeps no key it is asked for
+}
+
+// NewStored returns the reader of (family, p)'s stored counters.
+func NewStored(family string, p int) *Stored {
+	return &Stored{family: family, p: p, ks: newEntryKeys(family, p), kb: make([]byte, 0, 64)}
+}
+
+// Counts is the package's Counts for a caller that knows which ids may have a window
+// record stored (recorded; nil: any of them): the others are read from their counter
+// key alone, one lookup where an id with no record takes two (windows.go).
+func (s *Stored) Counts(db *cold.DB, ids []uint64, out [][]uint64, recorded func(id uint64) bool) error {
 	return db.View(func(txn *cold.Txn) error {
 		for i, id := range ids {
-			if err := storedCounts(txn, family, p, id, out[i]); err != nil {
-				return fmt.Errorf("cold counters of %d in %s/%d: %w", id, family, p, err)
+			if err := s.ks.stored(txn, s.kb, id, recorded == nil || recorded(id), out[i]); err != nil {
+				return fmt.Errorf("cold counters of %d in %s/%d: %w", id, s.family, s.p, err)
 			}
 		}
 		return nil
@@ -382,21 +405,24 @@ func deleteChanges(txn *cold.Txn, family string, p int, seqs []uint64) error {
 	return nil
 }
 
-// storedCounts reads the checkpointed counters of one id (all zeros if none): those
-// stored with its record when it has one, else its counter key's (windows.go). It lags
-// the counter worker's RAM by at most one flush.
-func storedCounts(txn *cold.Txn, family string, p int, id uint64, dst []uint64) error {
+// stored reads the checkpointed counters of one id into dst (all zeros if none): those
+// stored with its record when it may have one (recorded) and has, else its counter
+// key's (windows.go); its keys are made in kb. It lags the counter worker's RAM by at
+// most one flush.
+func (ks entryKeys) stored(txn *cold.Txn, kb []byte, id uint64, recorded bool, dst []uint64) error {
 	clear(dst)
-	found, err := txn.Get(windowedPrefix(family, p).U64(id), func(v []byte) error {
-		c, _, err := splitWindowed(v)
-		if err != nil {
+	if recorded {
+		found, err := txn.Get(binary.BigEndian.AppendUint64(append(kb, ks.windowed...), id), func(v []byte) error {
+			c, _, err := splitWindowed(v)
+			if err != nil {
+				return err
+			}
+			return unpackCounts(c, dst)
+		})
+		if found || err != nil {
 			return err
 		}
-		return unpackCounts(c, dst)
-	})
-	if found || err != nil {
-		return err
 	}
-	_, err = txn.Get(keys.Counters(family, p).U64(id), func(v []byte) error { return unpackCounts(v, dst) })
+	_, err := txn.Get(binary.BigEndian.AppendUint64(append(kb, ks.counters...), id), func(v []byte) error { return unpackCounts(v, dst) })
 	return err
 }

@@ -63,18 +63,26 @@ func splitWindowed(v []byte) (counts, rec []byte, err error) {
 	return v[k : k+int(n)], v[k+int(n):], nil
 }
 
-// putEntry writes e in txn, its keys and values made in a.
-func putEntry(txn *cold.Txn, a *arena.Arena, family string, p int, e *Entry) error {
+// entryKeys are the key prefixes a checkpoint writes its entries under.
+type entryKeys struct{ counters, windowed keys.Key }
+
+func newEntryKeys(family string, p int) entryKeys {
+	return entryKeys{counters: keys.Counters(family, p), windowed: windowedPrefix(family, p)}
+}
+
+// key makes prefix|id in a.
+func key(a *arena.Arena, prefix keys.Key, id uint64) keys.Key {
+	return append(keys.Key(a.Alloc(len(prefix)+8)), prefix...).U64(id)
+}
+
+// put writes e in txn, its keys and values made in a.
+func (ks entryKeys) put(txn *cold.Txn, a *arena.Arena, e *Entry) error {
 	if len(e.Rec) > 0 {
-		prefix := windowedPrefix(family, p)
-		k := append(keys.Key(a.Alloc(len(prefix)+8)), prefix...).U64(e.ID)
-		return txn.Set(k, appendWindowed(a.Alloc(windowedSize(e.Counts, e.Rec)), e.Counts, e.Rec))
+		return txn.Set(key(a, ks.windowed, e.ID), appendWindowed(a.Alloc(windowedSize(e.Counts, e.Rec)), e.Counts, e.Rec))
 	}
-	prefix := keys.Counters(family, p)
-	ck := append(keys.Key(a.Alloc(len(prefix)+8)), prefix...).U64(e.ID)
+	ck := key(a, ks.counters, e.ID)
 	if e.Left {
-		prefix := windowedPrefix(family, p)
-		wk := append(keys.Key(a.Alloc(len(prefix)+8)), prefix...).U64(e.ID)
+		wk := key(a, ks.windowed, e.ID)
 		if e.Counts == nil {
 			// Not in RAM: the counters move from the record's key, when there is one.
 			return moveBack(txn, a, ck, wk)
