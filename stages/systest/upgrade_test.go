@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/stages/event"
 	"github.com/tally-dev/tally/stages/systest/rig"
+	"github.com/tally-dev/tally/store/cold"
 )
 
 // TestRollingUpgradeFromKeyedEvents upgrades three real tallyd of a version before 1.8
@@ -39,9 +42,17 @@ func TestRollingUpgradeFromKeyedEvents(t *testing.T) {
 	r := &availRig{c: c, g: &gen{r: rand.New(rand.NewPCG(71, 72)), users: 300, posts: 300}, stop: make(chan struct{})}
 	t.Cleanup(r.halt)
 	r.stream(t)
+	// What the tallyd logged of state of an older layout: a backup restored and moved,
+	// window records moved as their partition loaded them.
+	var restored, moved int
+	note := func(p *rig.TallydProc) {
+		restored += strings.Count(p.Logs(), "restored a backup of an older layout")
+		moved += strings.Count(p.Logs(), "window records moved to this layout")
+	}
 	replace := func(i int, bin string, extra ...string) {
 		t.Helper()
 		procs[i].Kill()
+		note(procs[i])
 		procs[i] = rig.StartTallyd(t, bin, cl.URLs(), extra...)
 		natstest.Eventually(t, 3*time.Minute, "every partition owned, with a warm standby", func() (bool, string) {
 			owned, warm := 0.0, 0.0
@@ -73,6 +84,13 @@ func TestRollingUpgradeFromKeyedEvents(t *testing.T) {
 	}
 	r.halt()
 	r.wg.Wait()
+	for _, p := range procs {
+		note(p)
+	}
+	t.Logf("backups of an older layout restored: %d; partitions whose window records moved: %d", restored, moved)
+	if oldLayout := stateLayout(t, old); oldLayout < cold.Layout && restored == 0 {
+		t.Errorf("no backup of the older tallyd's layout (%d) was restored: the upgrade moved no state", oldLayout)
+	}
 	js, err := jetstream.New(c.Conn())
 	if err != nil {
 		t.Fatal(err)
@@ -97,6 +115,21 @@ func TestRollingUpgradeFromKeyedEvents(t *testing.T) {
 		t.Fatalf("%d events dead-lettered for their subject during the upgrade", refused)
 	}
 	r.finish(t)
+}
+
+// stateLayout is the state layout the tallyd binary bin says it writes (--version).
+func stateLayout(t *testing.T, bin string) int {
+	t.Helper()
+	out, err := exec.Command(bin, "--version").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s --version: %v: %s", bin, err, out)
+	}
+	_, after, _ := strings.Cut(string(out), "state layout ")
+	n, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(after, " ", 2)[0]))
+	if err != nil {
+		t.Fatalf("%s --version says no state layout: %s", bin, out)
+	}
+	return n
 }
 
 // refusedSubjects is how many dead letters say their event's subject was refused.
