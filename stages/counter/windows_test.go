@@ -185,20 +185,37 @@ func TestTopKept(t *testing.T) {
 	}
 }
 
+// checkpointedWindows runs a worker that applies batch 1 of source 1 — n likes of id at
+// minute — and stops it, so that its checkpoint stores them.
+func (r *rig) checkpointedWindows(id uint64, n int64, minute uint32) {
+	r.t.Helper()
+	w, stop := r.start(r.config())
+	r.publishWindows(1, 1, id, n, pipeline.WindowDelta{ID: id, Minute: minute, N: n})
+	if got := r.likes(w, id); got != uint64(n) {
+		r.t.Fatalf("likes of %d: %d, want %d", id, got, n)
+	}
+	if err := stop(); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// storedLikes is the likes of id the partition's checkpoints stored.
+func (r *rig) storedLikes(id uint64) uint64 {
+	r.t.Helper()
+	out := [][]uint64{make([]uint64, len(r.fam.Fields))}
+	if err := checkpoint.Counts(r.db, r.fam.Name, 0, []uint64{id}, out); err != nil {
+		r.t.Fatal(err)
+	}
+	return out[0][0]
+}
+
 // TestWindowedIDOneKey: a checkpoint stores an id whose counters and windows changed
 // under one key — its counters with its record — where it wrote two (layout 5: the
 // counter key and the record's key), and a worker started afresh reads both back.
 func TestWindowedIDOneKey(t *testing.T) {
 	r := newRig(t)
 	const now = 29_000_000
-	w, stop := r.start(r.config())
-	r.publishWindows(1, 1, 42, 3, pipeline.WindowDelta{ID: 42, Minute: now, N: 3})
-	if got := r.likes(w, 42); got != 3 {
-		t.Fatalf("likes %d, want 3", got)
-	}
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
+	r.checkpointedWindows(42, 3, now)
 	id := binary.BigEndian.AppendUint64(nil, 42)
 	var of42 []string
 	for k := range coldtest.All(t, r.db) {
@@ -209,7 +226,7 @@ func TestWindowedIDOneKey(t *testing.T) {
 	if len(of42) != 1 {
 		t.Fatalf("id 42 stored under %d keys, want 1: %v", len(of42), of42)
 	}
-	w, _ = r.start(r.config())
+	w, _ := r.start(r.config())
 	if got := fmt.Sprint(r.windowLikes(w, now-4, 42), r.likes(w, 42)); got != "[3] 3" {
 		t.Fatalf("restarted: window and likes %s, want [3] 3", got)
 	}
@@ -296,13 +313,8 @@ func TestForgottenRecordsMoveBack(t *testing.T) {
 func TestWindowOnlyChangeKeepsCounts(t *testing.T) {
 	r := newRig(t)
 	const now = 29_000_000
+	r.checkpointedWindows(50, 2, now)
 	w, stop := r.start(r.config())
-	r.publishWindows(1, 1, 50, 2, pipeline.WindowDelta{ID: 50, Minute: now, N: 2})
-	r.likes(w, 50)
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	w, stop = r.start(r.config())
 	b := pipeline.DeltaBatch{Source: 1, Seq: 2, Windows: []pipeline.WindowDelta{{ID: 50, Minute: now + 1, N: 1}, {ID: 50, Minute: now + 2, N: -1}}}
 	r.publishRaw(1, 2, pipeline.AppendDeltaBatch(nil, &b))
 	if got := fmt.Sprint(r.windowLikes(w, now+1, 50), r.likes(w, 50)); got != "[0] 2" {
@@ -311,12 +323,8 @@ func TestWindowOnlyChangeKeepsCounts(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	out := [][]uint64{make([]uint64, len(r.fam.Fields))}
-	if err := checkpoint.Counts(r.db, r.fam.Name, 0, []uint64{50}, out); err != nil {
-		t.Fatal(err)
-	}
-	if out[0][0] != 2 {
-		t.Fatalf("stored likes of 50: %d, want 2", out[0][0])
+	if got := r.storedLikes(50); got != 2 {
+		t.Fatalf("stored likes of 50: %d, want 2", got)
 	}
 	w, _ = r.start(r.config())
 	if got := fmt.Sprint(r.windowLikes(w, now-4, 50)); got != "[2]" {
@@ -365,11 +373,7 @@ func TestColdWindowedIDReadWithItsRecord(t *testing.T) {
 	if r.stats.ColdReads.Load() == reads {
 		t.Fatal("the id was never read from the cold tier")
 	}
-	out := [][]uint64{make([]uint64, len(r.fam.Fields))}
-	if err := checkpoint.Counts(r.db, r.fam.Name, 0, []uint64{x}, out); err != nil {
-		t.Fatal(err)
-	}
-	if out[0][0] != 3 {
-		t.Fatalf("stored likes of the cold id %d, want 3", out[0][0])
+	if got := r.storedLikes(x); got != 3 {
+		t.Fatalf("stored likes of the cold id %d, want 3", got)
 	}
 }
