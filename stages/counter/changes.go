@@ -142,6 +142,7 @@ func (w *Worker) sendChanges(ctx context.Context) error {
 	for w.chg.out.Len() == 0 && len(w.chg.pending) > 0 {
 		next := w.chg.pending[0]
 		w.chg.pending = w.chg.pending[1:]
+		w.log.Debug("change events sent", "msg_id", next[0].MsgID, "parts", len(next))
 		if err := w.chg.out.Send(ctx, next); err != nil {
 			return err
 		}

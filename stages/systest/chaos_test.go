@@ -83,7 +83,11 @@ func runChaosChild(dir string) int {
 			}
 		}
 	}
-	if err := node.Run(context.Background(), cfg, slog.New(slog.NewTextHandler(os.Stderr, nil))); err != nil {
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if os.Getenv("TALLY_CHAOS_DEBUG") != "" { // every child's lines at debug level, each saying whose
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("pid", os.Getpid())
+	}
+	if err := node.Run(context.Background(), cfg, log); err != nil {
 		fmt.Fprintln(os.Stderr, "chaos child:", err)
 		return 1
 	}
