@@ -325,8 +325,8 @@ func LoadCheckpoint(db *cold.DB, family string, p int) (Checkpoint, error) {
 func LoadCounters(db *cold.DB, family string, p, fields int, fn func(id uint64, counts []uint64)) error {
 	counts := make([]uint64, fields)
 	return db.View(func(txn *cold.Txn) error {
-		for _, prefix := range []keys.Key{keys.Counters(family, p), windowedPrefix(family, p)} {
-			windowed := prefix[0] != keys.NSCounter
+		for i, prefix := range []keys.Key{keys.Counters(family, p), windowedPrefix(family, p)} {
+			windowed := i == 1
 			err := txn.Scan(prefix, nil, true, func(k, v []byte) (bool, error) {
 				if len(k) != len(prefix)+8 {
 					return false, fmt.Errorf("%w: counter key of %d bytes", cold.ErrCorrupt, len(k))
@@ -364,10 +364,13 @@ func appendCounts(b []byte, c []uint64) []byte {
 func countsSize(c []uint64) int {
 	n := 0
 	for _, v := range c {
-		n += max(bits.Len64(v)+6, 7) / 7
+		n += uvarintSize(v)
 	}
 	return n
 }
+
+// uvarintSize is the length of v as a uvarint.
+func uvarintSize(v uint64) int { return max(bits.Len64(v)+6, 7) / 7 }
 
 func unpackCounts(b []byte, dst []uint64) error {
 	clear(dst)

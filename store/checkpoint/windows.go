@@ -33,25 +33,15 @@ func windowedPrefix(family string, p int) keys.Key { return keys.Meta(family, p)
 
 func recordsV5Prefix(family string, p int) keys.Key { return keys.Meta(family, p).U8(nsRecordsV5) }
 
-// appendWindowed appends the value of an id's key with a record: counts, then rec.
-func appendWindowed(dst []byte, counts []uint64, rec []byte) []byte {
-	dst = binary.AppendUvarint(dst, uint64(countsSize(counts)))
-	return append(appendCounts(dst, counts), rec...)
+// appendWindowed appends the value of an id's key with a record: its counters, packed
+// by appendCounts, then rec.
+func appendWindowed(dst, packed, rec []byte) []byte {
+	return append(append(binary.AppendUvarint(dst, uint64(len(packed))), packed...), rec...)
 }
 
-// windowedSize is the length of appendWindowed's value.
-func windowedSize(counts []uint64, rec []byte) int {
-	n := countsSize(counts)
-	return uvarintLen(uint64(n)) + n + len(rec)
-}
-
-func uvarintLen(v uint64) int {
-	n := 1
-	for ; v >= 0x80; v >>= 7 {
-		n++
-	}
-	return n
-}
+// windowedSize is the length of appendWindowed's value of packed counters of n bytes
+// and rec.
+func windowedSize(n int, rec []byte) int { return uvarintSize(uint64(n)) + n + len(rec) }
 
 // splitWindowed returns the packed counters and the record of a value appendWindowed
 // made.
@@ -78,7 +68,8 @@ func key(a *arena.Arena, prefix keys.Key, id uint64) keys.Key {
 // put writes e in txn, its keys and values made in a.
 func (ks entryKeys) put(txn *cold.Txn, a *arena.Arena, e *Entry) error {
 	if len(e.Rec) > 0 {
-		return txn.Set(key(a, ks.windowed, e.ID), appendWindowed(a.Alloc(windowedSize(e.Counts, e.Rec)), e.Counts, e.Rec))
+		packed := appendCounts(a.Alloc(countsSize(e.Counts)), e.Counts)
+		return txn.Set(key(a, ks.windowed, e.ID), appendWindowed(a.Alloc(windowedSize(len(packed), e.Rec)), packed, e.Rec))
 	}
 	ck := key(a, ks.counters, e.ID)
 	if e.Left {
@@ -170,20 +161,23 @@ func MoveRecords(db *cold.DB, family string, p int) (int, error) {
 		if err != nil || len(ids) == 0 {
 			return moved, err
 		}
+		ks := newEntryKeys(family, p)
 		err = db.Update(func(txn *cold.Txn) error {
 			for i, id := range ids {
-				var packed []byte
-				if _, err := txn.Get(keys.Counters(family, p).U64(id), func(v []byte) error {
-					packed = append([]byte(nil), v...)
+				var v []byte
+				if _, err := txn.Get(key(nil, ks.counters, id), func(packed []byte) error {
+					v = appendWindowed(nil, packed, recs[i])
 					return nil
 				}); err != nil {
 					return err
 				}
-				v := append(binary.AppendUvarint(nil, uint64(len(packed))), packed...)
-				if err := txn.Set(windowedPrefix(family, p).U64(id), append(v, recs[i]...)); err != nil {
+				if v == nil { // counters of zero: no counter key
+					v = appendWindowed(nil, nil, recs[i])
+				}
+				if err := txn.Set(key(nil, ks.windowed, id), v); err != nil {
 					return err
 				}
-				if err := txn.Delete(recordsV5Prefix(family, p).U64(id)); err != nil { // a key each: Badger keeps them until the commit
+				if err := txn.Delete(key(nil, old, id)); err != nil {
 					return err
 				}
 			}
