@@ -3,13 +3,15 @@ package counter
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/pipeline/backoff"
+	"github.com/tally-dev/tally/stages/flow"
 	"github.com/tally-dev/tally/stages/hop"
 	"github.com/tally-dev/tally/store/checkpoint"
 	"github.com/tally-dev/tally/store/delivery"
@@ -24,10 +26,15 @@ import (
 // the same position or not, shares an id with them.
 //
 // A mirror takes the last value per id, so the stream must get each id's values in
-// checkpoint order. The ids of one checkpoint are disjoint across its parts, which may
-// be stored in any order; a checkpoint's events are sent only once every earlier one is
-// stored, so a publish that fails and is retried can never land after a newer value,
-// and a stored part says its owner's checkpoints before it are announced whole.
+// checkpoint order. They go one at a time, in checkpoint order, each expecting the
+// subject's last change event to be the one stored before it (the stream sequence of
+// its acknowledgement): a publish that fails and is retried can never land after a
+// newer value, and an owner that lost the partition — paused past its lease while
+// another took over and announced newer values — is fenced at its next change event
+// however long that one was held on the way (a paused client's buffer, a stalled
+// connection, a retry), rather than storing an older value after the new owner's
+// (TestPausedOwnersLateChangeEventFenced). A checkpoint's parts follow each other at a
+// round trip each: Run sends the next as soon as one is acknowledged.
 //
 // What a run leaves in the outbox may be stored already (a kill between the publish and
 // the next checkpoint, which deletes what was stored): the next run asks the stream
@@ -44,14 +51,33 @@ const maxParts = 1 << 16
 
 // changes is a worker's outbox of change events.
 type changes struct {
-	out *hop.Outbox
-	// pending are written and not yet sent, one group per checkpoint, oldest first.
+	pub        hop.Publisher
+	ackTimeout time.Duration
+	// pending are written and not yet stored, one group per checkpoint, oldest first;
+	// the first sent parts of pending[0] are stored.
 	pending [][]delivery.OutboxEntry
+	sent    int
+	// The publish of pending[0][sent] in flight (fut nil: none), its outcome's
+	// channels (Run selects on them) and when it was sent.
+	fut    jetstream.PubAckFuture
+	ok     <-chan *jetstream.PubAck
+	failed <-chan error
+	at     time.Time
+	// last is the stream sequence of the subject's last change event as this worker
+	// knows it, which the next publish expects (known false: to be asked first).
+	last  uint64
+	known bool
+	// After a transient failure, the next publish waits until retry.
+	wait  *backoff.Backoff
+	retry time.Time
 	// published are stored in the stream, to be deleted by the next checkpoint.
 	published []uint64
 	// unsure: pending holds what an earlier run left, which the stream may hold already
 	// (dropAnnounced has not yet asked it).
 	unsure bool
+	// failures not yet logged, and when one last was
+	failures int
+	logged   time.Time
 }
 
 // loadChanges takes the change events left in the outbox by the last run.
@@ -60,18 +86,7 @@ func (w *Worker) loadChanges() error {
 	if w.cfg.Publisher != nil {
 		pub = w.cfg.Publisher
 	}
-	w.chg = changes{out: hop.NewOutbox(pub, hop.OutboxOptions{
-		MaxInflight: 64,
-		Retries:     &w.stats.ChangeErrs,
-		Log:         w.log,
-		Permanent: func(e delivery.OutboxEntry, err error) []delivery.OutboxEntry {
-			// No stream for tally.chg.>, or larger than the server takes: sending it
-			// again cannot help, and holding it would hold every later change.
-			w.stats.ChangeErrs.Add(1)
-			w.log.Error("change event dropped: it can never be stored", "msg_id", e.MsgID, "bytes", len(e.Data), "err", err)
-			return nil
-		},
-	})}
+	w.chg = changes{pub: pub, ackTimeout: hop.AckTimeout(pub), wait: backoff.New(50*time.Millisecond, 2*time.Second)}
 	left, err := checkpoint.LoadChanges(w.db, w.cfg.Family.Name, w.cfg.Partition)
 	if err != nil {
 		return err
@@ -117,61 +132,144 @@ func (w *Worker) changeEntries(cp uint64, entries []checkpoint.Entry) ([]deliver
 	return out, nil
 }
 
-// sendChanges collects acknowledgements and, once nothing is in flight, sends the
-// oldest checkpoint's change events. It never waits for NATS: change events are for
-// mirrors and push gateways, and must not hold up counting or queries. It fails when
-// ctx ends, or when it cannot yet ask the stream what of the last run's outbox is
-// stored: what is not sent then stays in the outbox, for the next call or start.
+// sendChanges takes the outcome of the change event in flight, if it has come, and
+// sends the next one if there is one and none is in flight. It never waits for NATS:
+// change events are for mirrors and push gateways, and must not hold up counting or
+// queries. It fails when ctx ends, or when it cannot yet ask the stream for the
+// subject's last change event: what is not sent then stays in the outbox, for the next
+// call or start.
 func (w *Worker) sendChanges(ctx context.Context) error {
-	if len(w.chg.pending) == 0 && w.chg.out.Len() == 0 {
-		return nil
-	}
-	if w.cfg.Valid != nil && !w.cfg.Valid() {
-		return nil // another process may own the partition: its counts are the true ones
-	}
-	if w.chg.unsure {
-		if err := w.dropAnnounced(ctx); err != nil {
-			w.log.Debug("cannot read the last change event: what the last run left waits", "err", err)
-			return err // asked again at the next call
+	c := &w.chg
+	for {
+		if c.fut != nil {
+			select {
+			case ack := <-c.ok:
+				w.changeSettled(ctx, ack, nil)
+			case err := <-c.failed:
+				w.changeSettled(ctx, nil, err)
+			default:
+				if time.Since(c.at) < c.ackTimeout {
+					return nil
+				}
+				w.changeSettled(ctx, nil, errNoAck)
+			}
+			continue
 		}
-		w.chg.unsure = false
-	}
-	if err := w.chg.out.Reap(ctx, false); err != nil {
-		return err
-	}
-	for w.chg.out.Len() == 0 && len(w.chg.pending) > 0 {
-		next := w.chg.pending[0]
-		w.chg.pending = w.chg.pending[1:]
-		w.log.Debug("change events sent", "msg_id", next[0].MsgID, "parts", len(next))
-		if err := w.chg.out.Send(ctx, next); err != nil {
-			return err
+		if len(c.pending) == 0 || time.Now().Before(c.retry) {
+			return nil
 		}
+		if w.cfg.Valid != nil && !w.cfg.Valid() {
+			return nil // another process may own the partition: its counts are the true ones
+		}
+		if c.unsure || !c.known {
+			if err := w.dropAnnounced(ctx); err != nil {
+				w.log.Debug("cannot read the last change event: what is pending waits", "err", err)
+				return err // asked again at the next call
+			}
+			c.unsure = false
+			continue
+		}
+		e := &c.pending[0][c.sent]
+		msg := &nats.Msg{Subject: e.Subject, Data: e.Data, Header: nats.Header{jetstream.MsgIDHeader: []string{e.MsgID}}}
+		fut, err := c.pub.PublishMsgAsync(msg, jetstream.WithExpectLastSequencePerSubject(c.last))
+		if err != nil {
+			w.changeSettled(ctx, nil, err)
+			continue
+		}
+		c.fut, c.ok, c.failed, c.at = fut, fut.Ok(), fut.Err(), time.Now()
 	}
-	return nil
+}
+
+// changeSettled takes the outcome of the change event in flight: stored (ack), or
+// failed with err.
+func (w *Worker) changeSettled(ctx context.Context, ack *jetstream.PubAck, err error) {
+	c := &w.chg
+	c.fut, c.ok, c.failed = nil, nil, nil
+	e := c.pending[0][c.sent]
+	switch {
+	case err == nil:
+		c.stored(ack.Sequence)
+		return
+	case flow.Fenced(err):
+		// Not the subject's last as expected: this very event, stored by a try whose
+		// acknowledgement was lost (NATS checks the last sequence before the message
+		// id), or another's — an owner that took the partition over, or one before
+		// this worker first asked.
+		id, seq, _, lerr := w.lastChange(ctx)
+		switch {
+		case lerr != nil:
+			err = lerr
+		case id == e.MsgID:
+			c.stored(seq)
+			return
+		default:
+			// Asked again before the next publish, which only an owner sends: after a
+			// pause, not in a loop against a writer that keeps going.
+			c.known = false
+			c.retry = time.Now().Add(c.wait.Next())
+			if w.cfg.Valid == nil || w.cfg.Valid() {
+				w.log.Debug("the last change event is not this worker's; going on after it", "msg_id", id, "seq", seq)
+			} else {
+				w.stats.ChangeErrs.Add(1)
+				w.log.Info("change events fenced: the partition's lease lapsed and another owner announced since", "msg_id", e.MsgID, "last", id)
+			}
+			return
+		}
+	case hop.PermanentFailure(ctx, c.pub, e.Subject, err):
+		// No stream for tally.chg.>, or larger than the server takes: sending it
+		// again cannot help, and holding it would hold every later change.
+		w.stats.ChangeErrs.Add(1)
+		w.log.Error("change event dropped: it can never be stored", "msg_id", e.MsgID, "bytes", len(e.Data), "err", err)
+		c.stored(0)
+		return
+	}
+	w.stats.ChangeErrs.Add(1)
+	c.retry = time.Now().Add(c.wait.Next())
+	c.failures++
+	if time.Since(c.logged) >= time.Second {
+		w.log.Warn("change event publish failed, will retry", "failed", c.failures, "err", err)
+		c.failures, c.logged = 0, time.Now()
+	}
+}
+
+// stored retires the change event in flight, stored at stream sequence seq (0: dropped,
+// the subject's last unchanged).
+func (c *changes) stored(seq uint64) {
+	if seq != 0 {
+		c.last = seq
+	}
+	c.published = append(c.published, c.pending[0][c.sent].Seq)
+	c.wait.Reset()
+	if c.sent++; c.sent == len(c.pending[0]) {
+		c.pending, c.sent = c.pending[1:], 0
+	}
 }
 
 // drainChanges sends what is pending, for at most wait, and deletes from the outbox
 // what was stored: a clean stop leaves nothing to send again at the next start, unless
 // NATS did not answer in time, or the partition may be another's by now (its lease
-// lapsed meanwhile: sendChanges then sends nothing, and nothing is left in flight to
-// wait for).
+// lapsed meanwhile: sendChanges then sends nothing).
 func (w *Worker) drainChanges(ctx context.Context, wait time.Duration) error {
-	if w.cfg.Valid == nil || w.cfg.Valid() {
-		dctx, cancel := context.WithTimeout(ctx, wait)
-		for {
-			if err := w.chg.out.Reap(dctx, true); err != nil || len(w.chg.pending) == 0 || dctx.Err() != nil {
-				break
-			}
-			if w.cfg.Valid != nil && !w.cfg.Valid() {
-				break
-			}
-			if err := w.sendChanges(dctx); err != nil {
-				break
-			}
+	dctx, cancel := context.WithTimeout(ctx, wait)
+	c := &w.chg
+	for (len(c.pending) > 0 || c.fut != nil) && dctx.Err() == nil && (w.cfg.Valid == nil || w.cfg.Valid()) {
+		if err := w.sendChanges(dctx); err != nil {
+			break
 		}
-		cancel()
+		var retry <-chan time.Time
+		if c.fut == nil && len(c.pending) > 0 {
+			retry = time.After(time.Until(c.retry))
+		}
+		select {
+		case ack := <-c.ok:
+			w.changeSettled(dctx, ack, nil)
+		case err := <-c.failed:
+			w.changeSettled(dctx, nil, err)
+		case <-retry:
+		case <-dctx.Done():
+		}
 	}
-	w.chg.published = append(w.chg.published, w.chg.out.Published()...)
+	cancel()
 	if err := checkpoint.DeleteChanges(w.db, w.cfg.Family.Name, w.cfg.Partition, w.chg.published); err != nil {
 		return err
 	}
@@ -201,58 +299,64 @@ func (w *Worker) trimStandby(ctx context.Context) {
 // in the stream before that position was announced with a value at least as new. (Not
 // the stored part's own checkpoint: its owner may have died before its other parts
 // were stored, and a checkpoint in the middle of a release shares its position with the
-// next.) They are deleted from the outbox by the next checkpoint.
+// next.) They are deleted from the outbox by the next checkpoint. The next change
+// event this worker publishes expects that last one before it.
 func (w *Worker) dropAnnounced(ctx context.Context) error {
-	last, noStream, err := w.lastChange(ctx)
+	c := &w.chg
+	last, seq, noStream, err := w.lastChange(ctx)
 	if err != nil {
 		return err
 	}
+	c.last, c.known = seq, true
 	upTo, _ := pipeline.ChangePrev(last) // 0 for an older version's, which does not say
 	owner, top, named := pipeline.ChangeCheckpoint(last)
 	if noStream { // it would refuse them: nothing is left to send
 		upTo = math.MaxUint64
 	}
 	n := 0
-	for ; n < len(w.chg.pending); n++ {
-		id := w.chg.pending[n][0].MsgID
+	for ; n < len(c.pending); n++ {
+		id := c.pending[n][0].MsgID
 		pos, ok := pipeline.ChangePos(id)
 		o, cp, ok2 := pipeline.ChangeCheckpoint(id)
 		if stored := ok && pos < upTo || named && ok2 && o == owner && cp < top; !stored {
 			break
 		}
-		for _, e := range w.chg.pending[n] {
-			w.chg.published = append(w.chg.published, e.Seq)
+		for _, e := range c.pending[n] {
+			c.published = append(c.published, e.Seq)
 		}
 	}
 	if n > 0 {
 		w.log.Debug("change events stored already, not sent again", "checkpoints", n, "last", last)
+		// A publish still in flight, of a worker that lost its lease, is of the first
+		// of them: its outcome no longer matters.
+		c.pending, c.sent = c.pending[n:], 0
+		c.fut, c.ok, c.failed = nil, nil, nil
 	}
-	w.chg.pending = w.chg.pending[n:]
+	if c.fut == nil && len(c.pending) > 0 && c.pending[0][c.sent].MsgID == last {
+		c.stored(seq) // stored by a try whose outcome this worker did not see
+	}
 	return nil
 }
 
-// lastChange is the message id of the last change event of the partition stored in the
-// changes stream ("" when there is none), or noStream when there is no such stream.
-func (w *Worker) lastChange(ctx context.Context) (id string, noStream bool, err error) {
+// lastChange is the message id and stream sequence of the last change event of the
+// partition stored in the changes stream ("" and 0 when there is none), or noStream
+// when there is no such stream.
+func (w *Worker) lastChange(ctx context.Context) (id string, seq uint64, noStream bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	st, err := w.js.Stream(ctx, w.cfg.Subjects.ChangesStream())
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return "", true, nil
+		return "", 0, true, nil
 	}
 	if err != nil {
-		return "", false, err
+		return "", 0, false, err
 	}
 	m, err := st.GetLastMsgForSubject(ctx, w.cfg.Subjects.Change(w.cfg.Family.Name, w.cfg.Partition))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return "", false, nil
+		return "", 0, false, nil
 	}
 	if err != nil {
-		return "", false, err
+		return "", 0, false, err
 	}
-	id = m.Header.Get(jetstream.MsgIDHeader)
-	if _, ok := pipeline.ChangePos(id); !ok {
-		return "", false, fmt.Errorf("change event %d has no change message id", m.Sequence)
-	}
-	return id, false, nil
+	return m.Header.Get(jetstream.MsgIDHeader), m.Sequence, false, nil
 }

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/tally-dev/tally/pipeline"
-	"github.com/tally-dev/tally/stages/hop"
 	"github.com/tally-dev/tally/store/cold"
 	"github.com/tally-dev/tally/store/delivery"
 )
@@ -27,7 +26,7 @@ func TestDrainEndsWhenNoLongerOwned(t *testing.T) {
 		asked++
 		return asked == 1 // held when the drain begins, lapsed after
 	}}}
-	w.chg = changes{out: hop.NewOutbox(nil, hop.OutboxOptions{}), pending: [][]delivery.OutboxEntry{{{Seq: changeSeq(1, 0), Subject: "tally.chg.post.0", MsgID: "c", Data: []byte("{}")}}}}
+	w.chg = changes{pending: [][]delivery.OutboxEntry{{{Seq: changeSeq(1, 0), Subject: "tally.chg.post.0", MsgID: "c", Data: []byte("{}")}}}}
 	done := make(chan error, 1)
 	go func() { done <- w.drainChanges(context.Background(), time.Second) }()
 	select {

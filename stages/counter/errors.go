@@ -20,3 +20,7 @@ var ErrStopped = fmt.Errorf("%w: the partition has stopped in this process", pip
 // of another version or not covered by the journal): it loads every stored counter
 // instead.
 var errSnapshotFile = errors.New("bad snapshot file")
+
+// errNoAck fails a change event not acknowledged within the publisher's ack timeout
+// (hop.AckTimeout): it is sent again, under the same message id.
+var errNoAck = errors.New("change event not acknowledged in time")

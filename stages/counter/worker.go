@@ -331,6 +331,13 @@ func (w *Worker) Run(ctx context.Context) error {
 			// Acknowledgements of change events come in while deltas are applied: the
 			// next checkpoint's events wait for them.
 			_ = w.sendChanges(ctx) // the outbox keeps what is not sent, for the next call
+		case ack := <-w.chg.ok:
+			// One change event at a time: the next goes as this one is stored.
+			w.changeSettled(ctx, ack, nil)
+			_ = w.sendChanges(ctx)
+		case err := <-w.chg.failed:
+			w.changeSettled(ctx, nil, err)
+			_ = w.sendChanges(ctx)
 		}
 	}
 }
@@ -508,7 +515,6 @@ func (w *Worker) flush(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("change event of %s/%d: %w", w.cfg.Family.Name, w.cfg.Partition, err)
 	}
-	w.chg.published = append(w.chg.published, w.chg.out.Published()...)
 	changed := len(entries)
 	entries, gone, err := w.windowed(entries)
 	if err != nil {

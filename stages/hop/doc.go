@@ -1,7 +1,8 @@
 // Package hop is the exactly-once channel for every hop between partitions inside Tally:
 // delta batches from an event partition to a counter partition, events one event
-// partition hands to another (relation events of a batch, copies of a system notice),
-// change events of a counter partition.
+// partition hands to another (relation events of a batch, copies of a system notice).
+// (A counter partition's change events, which leave Tally, go one at a time, fenced by
+// ownership: stages/counter.)
 //
 // A sender numbers what it sends to each destination 1, 2, 3, … without gaps and keeps
 // the last number with its own state; it writes each message in its outbox in the same

@@ -121,16 +121,23 @@ const DefaultAckTimeout = 10 * time.Second
 // ackTimer is a Publisher that says how long its publishes may go unacknowledged.
 type ackTimer interface{ AckTimeout() time.Duration }
 
+// AckTimeout is how long a publish through p may go unacknowledged before it is taken
+// as failed: what p's AckTimeout method says, if it has one and it is positive, else
+// DefaultAckTimeout.
+func AckTimeout(p Publisher) time.Duration {
+	if at, ok := p.(ackTimer); ok && at.AckTimeout() > 0 {
+		return at.AckTimeout()
+	}
+	return DefaultAckTimeout
+}
+
 // NewOutbox returns an outbox publishing through p.
 func NewOutbox(p Publisher, opts OutboxOptions) *Outbox {
 	if opts.MaxInflight <= 0 {
 		opts.MaxInflight = 1024
 	}
-	if at, ok := p.(ackTimer); ok && opts.AckTimeout <= 0 {
-		opts.AckTimeout = at.AckTimeout()
-	}
 	if opts.AckTimeout <= 0 {
-		opts.AckTimeout = DefaultAckTimeout
+		opts.AckTimeout = AckTimeout(p)
 	}
 	if opts.Backoff <= 0 {
 		opts.Backoff = 50 * time.Millisecond
@@ -378,7 +385,7 @@ func (o *Outbox) publish(ctx context.Context, f *inflight) bool {
 // replaced (true: sent for the first time, not again). A replacement that fails for
 // good is dropped, and the next one goes in its place.
 func (o *Outbox) replace(ctx context.Context, f *inflight, err error) (keep, replaced bool) {
-	if o.opts.Permanent == nil || !o.permanent(ctx, f.entry.Subject, err) {
+	if o.opts.Permanent == nil || !PermanentFailure(ctx, o.pub, f.entry.Subject, err) {
 		return true, false
 	}
 	next := f.rest
@@ -405,8 +412,11 @@ func (o *Outbox) advance(f *inflight, next []delivery.OutboxEntry) bool {
 	return true
 }
 
-// permanent reports whether err means the entry can never be stored as it is.
-func (o *Outbox) permanent(ctx context.Context, subject string, err error) bool {
+// PermanentFailure reports whether err, the failure of a publish to subject through p,
+// means the entry can never be stored as it is: larger than the server or the stream
+// takes, or no stream captures subject (asked of p when it is a StreamFinder: the same
+// answer comes from a stream that is away).
+func PermanentFailure(ctx context.Context, p Publisher, subject string, err error) bool {
 	var apiErr *jetstream.APIError
 	switch {
 	case errors.Is(err, nats.ErrMaxPayload), errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum),
@@ -415,7 +425,7 @@ func (o *Outbox) permanent(ctx context.Context, subject string, err error) bool 
 	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders):
 		// The same answer comes from a subject no stream captures and from a stream
 		// that is away (restarting, electing a leader): ask which.
-		sf, ok := o.pub.(StreamFinder)
+		sf, ok := p.(StreamFinder)
 		if !ok {
 			return false
 		}
