@@ -60,3 +60,22 @@ func TestFamiliesWithViewers(t *testing.T) {
 		t.Errorf("viewers: listed %v, default %v, WithViewers %v (and the default after %v)", has(fams), has(def), has(pipeline.WithViewers(def)), has(def))
 	}
 }
+
+// TypeIndex places each event type where Types has it, and nothing else: the event
+// stage counts events by type in an array it indexes.
+func TestTypeIndex(t *testing.T) {
+	types := pipeline.Types()
+	if len(types) != pipeline.NumTypes {
+		t.Fatalf("%d types, NumTypes %d", len(types), pipeline.NumTypes)
+	}
+	for i, typ := range types {
+		if got := pipeline.TypeIndex(typ); got != i {
+			t.Errorf("TypeIndex(%q) = %d, want %d", typ, got, i)
+		}
+	}
+	for _, typ := range []string{pipeline.TypeNotify, pipeline.TypeFollower, pipeline.TypePush, "", "Like", "likes"} {
+		if got := pipeline.TypeIndex(typ); got != -1 || pipeline.ValidType(typ) {
+			t.Errorf("TypeIndex(%q) = %d (valid %v), want -1", typ, got, pipeline.ValidType(typ))
+		}
+	}
+}

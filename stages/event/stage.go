@@ -742,8 +742,8 @@ func (s *Stage) applyEvent(txn *cold.Txn, e *pipeline.Event, local bool, w *work
 	if err := s.apply(txn, e, w); err != nil {
 		return err
 	}
-	if s.stats.ByType[e.Type] != nil { // not the internal types
-		w.counted.byType[e.Type]++
+	if i := pipeline.TypeIndex(e.Type); i >= 0 { // not the internal types
+		w.counted.byType[i]++
 	}
 	return nil
 }

@@ -78,17 +78,22 @@ type work struct {
 // dead letters as well as the attempt that committed them.
 type counted struct {
 	messages, unchanged, forgotten, dead int64
-	byType                               map[string]int64 // events applied, by type
+	byType                               [pipeline.NumTypes]int64 // events applied, by pipeline.TypeIndex
 }
+
+// eventTypes are pipeline.Types, by pipeline.TypeIndex.
+var eventTypes = pipeline.Types()
 
 func (c *counted) addTo(st *Stats) {
 	st.Messages.Add(c.messages)
 	st.Unchanged.Add(c.unchanged)
 	st.Forgotten.Add(c.forgotten)
 	st.Dead.Add(c.dead)
-	for t, n := range c.byType {
-		st.ByType[t].Add(n)
-		st.Events.Add(n)
+	for i, n := range c.byType {
+		if n != 0 {
+			st.ByType[eventTypes[i]].Add(n)
+			st.Events.Add(n)
+		}
 	}
 }
 
@@ -112,7 +117,7 @@ func (s *Stage) newWork(txn *cold.Txn, c *coalescer, dead []uint64) *work {
 	for q := range s.fwd {
 		s.fwd[q].reset()
 	}
-	return &work{s: s, c: c, in: in, fwd: s.fwd, deadSeqs: dead, now: s.now, counted: counted{byType: map[string]int64{}},
+	return &work{s: s, c: c, in: in, fwd: s.fwd, deadSeqs: dead, now: s.now,
 		likes: likes, readers: unread.NewReaders(s.cfg.Partition, s.res), viewers: viewers.New(s.cfg.Partition, s.seen)}
 }
 
