@@ -64,7 +64,8 @@ type changes struct {
 	failed <-chan error
 	at     time.Time
 	// last is the stream sequence of the subject's last change event as this worker
-	// knows it, which the next publish expects (known false: to be asked first).
+	// knows it, which the next publish expects (known false: to be asked first, by
+	// dropAnnounced).
 	last  uint64
 	known bool
 	// After a transient failure, the next publish waits until retry.
@@ -72,9 +73,6 @@ type changes struct {
 	retry time.Time
 	// published are stored in the stream, to be deleted by the next checkpoint.
 	published []uint64
-	// unsure: pending holds what an earlier run left, which the stream may hold already
-	// (dropAnnounced has not yet asked it).
-	unsure bool
 	// failures not yet logged, and when one last was
 	failures int
 	logged   time.Time
@@ -100,7 +98,6 @@ func (w *Worker) loadChanges() error {
 		left = left[n:]
 	}
 	if len(w.chg.pending) > 0 {
-		w.chg.unsure = true
 		w.log.Debug("change events of earlier checkpoints to send again", "checkpoints", len(w.chg.pending))
 	}
 	return nil
@@ -161,12 +158,15 @@ func (w *Worker) sendChanges(ctx context.Context) error {
 		if w.cfg.Valid != nil && !w.cfg.Valid() {
 			return nil // another process may own the partition: its counts are the true ones
 		}
-		if c.unsure || !c.known {
-			if err := w.dropAnnounced(ctx); err != nil {
+		if !c.known {
+			// Asked before the first publish, and after a fence: what the last run left
+			// may be stored already, and another owner may have published since.
+			seq, err := w.dropAnnounced(ctx)
+			if err != nil {
 				w.log.Debug("cannot read the last change event: what is pending waits", "err", err)
 				return err // asked again at the next call
 			}
-			c.unsure = false
+			c.last, c.known = seq, true
 			continue
 		}
 		e := &c.pending[0][c.sent]
@@ -287,7 +287,7 @@ func (w *Worker) trimStandby(ctx context.Context) {
 		return
 	}
 	w.trimmed = time.Now()
-	if err := w.dropAnnounced(ctx); err != nil {
+	if _, err := w.dropAnnounced(ctx); err != nil {
 		w.log.Debug("cannot read the owner's last change event", "err", err)
 	}
 }
@@ -299,15 +299,14 @@ func (w *Worker) trimStandby(ctx context.Context) {
 // in the stream before that position was announced with a value at least as new. (Not
 // the stored part's own checkpoint: its owner may have died before its other parts
 // were stored, and a checkpoint in the middle of a release shares its position with the
-// next.) They are deleted from the outbox by the next checkpoint. The next change
-// event this worker publishes expects that last one before it.
-func (w *Worker) dropAnnounced(ctx context.Context) error {
+// next.) They are deleted from the outbox by the next checkpoint. It returns the last
+// change event's stream sequence.
+func (w *Worker) dropAnnounced(ctx context.Context) (uint64, error) {
 	c := &w.chg
 	last, seq, noStream, err := w.lastChange(ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	c.last, c.known = seq, true
 	upTo, _ := pipeline.ChangePrev(last) // 0 for an older version's, which does not say
 	owner, top, named := pipeline.ChangeCheckpoint(last)
 	if noStream { // it would refuse them: nothing is left to send
@@ -335,7 +334,7 @@ func (w *Worker) dropAnnounced(ctx context.Context) error {
 	if c.fut == nil && len(c.pending) > 0 && c.pending[0][c.sent].MsgID == last {
 		c.stored(seq) // stored by a try whose outcome this worker did not see
 	}
-	return nil
+	return seq, nil
 }
 
 // lastChange is the message id and stream sequence of the last change event of the
