@@ -43,7 +43,7 @@ func runChangeKillChild(dir string) int {
 	// A long flush: the views of one batch make one checkpoint, of several parts.
 	cfg.FlushInterval = 300 * time.Millisecond
 	cfg.ChangePublisher = func(_ string, _ int, pub hop.Publisher) hop.Publisher {
-		return &killBetweenParts{pub: pub, part0: map[string]jetstream.PubAckFuture{}}
+		return &killBetweenParts{pub: pub, part0: map[string]bool{}}
 	}
 	if err := node.Run(context.Background(), cfg, slog.New(slog.NewTextHandler(os.Stderr, nil))); err != nil {
 		fmt.Fprintln(os.Stderr, "change-kill child:", err)
@@ -52,11 +52,12 @@ func runChangeKillChild(dir string) int {
 	return 0
 }
 
-// killBetweenParts publishes change events until asked for part 1 of a checkpoint: it
-// waits for that checkpoint's part 0 to be stored, then SIGKILLs the process.
+// killBetweenParts publishes change events until asked for part 1 of a checkpoint
+// whose part 0 it published: a counter partition sends a part only once the one before
+// is stored, so it SIGKILLs the process between the two.
 type killBetweenParts struct {
 	pub   hop.Publisher
-	part0 map[string]jetstream.PubAckFuture // by id without its part
+	part0 map[string]bool // by id without its part
 }
 
 func (k *killBetweenParts) PublishMsgAsync(msg *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
@@ -67,21 +68,11 @@ func (k *killBetweenParts) PublishMsgAsync(msg *nats.Msg, opts ...jetstream.Publ
 	}
 	checkpoint, part := id[:cut], id[cut+1:]
 	if part == "0" {
-		fut, err := k.pub.PublishMsgAsync(msg, opts...)
-		if err == nil {
-			k.part0[checkpoint] = fut
-		}
-		return fut, err
-	}
-	if fut := k.part0[checkpoint]; fut != nil {
-		select {
-		case <-fut.Ok():
-			fmt.Fprintln(os.Stderr, "killed between the parts of", checkpoint)
-			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			select {} // the signal ends the process
-		case <-fut.Err():
-		case <-time.After(10 * time.Second):
-		}
+		k.part0[checkpoint] = true
+	} else if k.part0[checkpoint] {
+		fmt.Fprintln(os.Stderr, "killed between the parts of", checkpoint)
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // the signal ends the process
 	}
 	return k.pub.PublishMsgAsync(msg, opts...)
 }
