@@ -211,6 +211,7 @@ func (w *Worker) changeSettled(ctx context.Context, ack *jetstream.PubAck, err e
 				w.log.Debug("the last change event is not this worker's; going on after it", "msg_id", id, "seq", seq)
 			} else {
 				w.stats.ChangeErrs.Add(1)
+				w.stats.ChangesFenced.Add(1)
 				w.log.Info("change events fenced: the partition's lease lapsed and another owner announced since", "msg_id", e.MsgID, "last", id)
 			}
 			return

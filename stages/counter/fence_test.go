@@ -2,6 +2,7 @@ package counter_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -110,6 +111,9 @@ func TestPausedOwnersLateChangeEventFenced(t *testing.T) {
 	if err == nil {
 		t.Fatalf("the paused owner's change event was stored")
 	}
+	natstest.Eventually(t, 5*time.Second, "the paused owner to count the fence", func() (bool, string) {
+		return r.stats.ChangesFenced.Load() == 1, fmt.Sprint(r.stats.ChangesFenced.Load(), " fenced")
+	})
 }
 
 // The owner finds a change event it did not publish last on its subject (an older

@@ -86,6 +86,9 @@ type Stats struct {
 	Flushed    atomic.Int64 // ids written by flushes
 	Bad        atomic.Int64 // undecodable delta messages (dead-lettered)
 	ChangeErrs atomic.Int64 // change events that could not be published
+	// ChangesFenced counts change events refused because another owner announced after
+	// this process's lease lapsed (each also in ChangeErrs): a worker paused past its TTL.
+	ChangesFenced atomic.Int64
 
 	ColdReads    atomic.Int64 // ids read from the cold tier (Badger)
 	ColdHits     atomic.Int64 // cold ids answered by the cold cache
