@@ -141,6 +141,17 @@ func TestChangeEventsGoOnAfterAnotherWriter(t *testing.T) {
 		r.bigBatch(seq, 1, 2, want)
 	}
 	r.mirrorEquals(want)
+	st, err := r.js.Stream(context.Background(), r.sc.Subjects.ChangesStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, err := st.GetLastMsgForSubject(context.Background(), r.sc.Subjects.Change(r.fam.Name, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := last.Header.Get(jetstream.ExpectedLastSubjSeqHeader); h == "" || h == "0" {
+		t.Fatalf("the last change event expected %q as the subject's last: want the sequence of the one before it", h)
+	}
 	if got := r.likes(w, 2); got != want[2] {
 		t.Fatalf("likes of 2: %d, want %d", got, want[2])
 	}
