@@ -169,6 +169,21 @@ func (c *chaosChild) watch(p *chaosProc) {
 	})
 }
 
+// pause stops the running process (SIGSTOP) for d and lets it go on (SIGCONT), as a
+// long GC pause, a frozen VM or a throttled cgroup would: past its lease, its partitions
+// are taken over meanwhile, and what it held back — a publish in its client's buffer or
+// delayed by the faulty publisher — goes out as it resumes, after the new owners'.
+func (c *chaosChild) pause(d time.Duration) {
+	c.mu.Lock()
+	p := c.p
+	c.mu.Unlock()
+	if p == nil || p.cmd.Process.Signal(syscall.SIGSTOP) != nil {
+		return
+	}
+	time.Sleep(d)
+	_ = p.cmd.Process.Signal(syscall.SIGCONT) // an error: killed meanwhile, and gone
+}
+
 func (c *chaosChild) kill() {
 	c.mu.Lock()
 	p := c.p
@@ -230,6 +245,11 @@ func TestChaos(t *testing.T) { runChaos(t, 1, chaosServer(t)) }
 // their standbys (a lease outlives its owner by a second), move back as the killed one
 // rejoins, and are killed again while they move. TALLY_CHAOS_CLUSTER=1 runs it (task
 // chaos-cluster); TALLY_CHAOS_CYCLES and TALLY_CHAOS_SEED as for TestChaos.
+//
+// One cycle in four also pauses one of them (SIGSTOP) for 1.2 to 2.5 s, past its
+// lease, and lets it go on (chaosChild.pause); TALLY_CHAOS_PAUSES=0 leaves the pauses
+// out (they draw from a source of their own: the kills and outages of a seed are the
+// same either way).
 //
 // "nats-cluster": the same on a NATS cluster of three servers (every stream replicated
 // three times), whose outages take one server at a time away, so that stream leaders
@@ -322,6 +342,8 @@ func runChaos(t *testing.T, procs int, ns chaosNATS) {
 	}
 	fr := rand.New(rand.NewPCG(seed, 15)) // faults: their own source, so the workload does not depend on them
 	kills, outages := 0, 0
+	pz, pauses := rand.New(rand.NewPCG(seed, 16)), 0
+	pausing := procs > 1 && os.Getenv("TALLY_CHAOS_PAUSES") != "0"
 	start := time.Now()
 	backlogs := 0
 	for cycle := range cycles {
@@ -370,6 +392,15 @@ func runChaos(t *testing.T, procs int, ns chaosNATS) {
 				ns.up(server)
 			})
 		}
+		if pausing && cycle > 0 && pz.IntN(4) == 0 { // one paused past its lease
+			pauses++
+			ch := children[pz.IntN(len(children))]
+			delay, d := time.Duration(pz.IntN(800))*time.Millisecond, time.Duration(1200+pz.IntN(1300))*time.Millisecond
+			faultsDone.Go(func() {
+				time.Sleep(delay)
+				ch.pause(d)
+			})
+		}
 		for range size.batches {
 			pr.publish(g, size.events)
 			// Paced, so that the kill and the outage land while publishing as well as
@@ -394,6 +425,9 @@ func runChaos(t *testing.T, procs int, ns chaosNATS) {
 		stops = append(stops, ch.stops...)
 		startFails = append(startFails, ch.startFails...)
 		ch.mu.Unlock()
+	}
+	if pausing {
+		t.Logf("chaos: %d pauses of a tallyd past its lease; %d change events fenced", pauses, strings.Count(stderr.String(), "change events fenced"))
 	}
 	faulty := strings.Count(stderr.String(), "on purpose (a test setting)")
 	moves := strings.Count(stderr.String(), "handing a counter partition over")
