@@ -232,40 +232,8 @@ const NumTypes = len(types)
 func Types() []string { return slices.Clone(types[:]) }
 
 // TypeIndex is t's place in Types, or -1 when t is not an event type (an internal one
-// of a hop batch, or none): a switch, for what counts events by type event by event.
-func TypeIndex(t string) int {
-	switch t {
-	case TypeLike:
-		return 0
-	case TypeUnlike:
-		return 1
-	case TypeRepost:
-		return 2
-	case TypeComment:
-		return 3
-	case TypeUncomment:
-		return 4
-	case TypeView:
-		return 5
-	case TypePost:
-		return 6
-	case TypeFollow:
-		return 7
-	case TypeUnfollow:
-		return 8
-	case TypeMention:
-		return 9
-	case TypeDM:
-		return 10
-	case TypeRead:
-		return 11
-	case TypeIncr:
-		return 12
-	case TypeSystem:
-		return 13
-	}
-	return -1
-}
+// of a hop batch, or none).
+func TypeIndex(t string) int { return slices.Index(types[:], t) }
 
 // ValidType reports whether t is an event type.
 func ValidType(t string) bool { return TypeIndex(t) >= 0 }

@@ -58,7 +58,8 @@ type changes struct {
 	pending [][]delivery.OutboxEntry
 	sent    int
 	// The publish of pending[0][sent] in flight (fut nil: none), its outcome's
-	// channels (Run selects on them) and when it was sent.
+	// channels (Run selects on them) and when it was sent. (fut, not the channels, says
+	// whether one is in flight: a future may give nil channels, never settling.)
 	fut    jetstream.PubAckFuture
 	ok     <-chan *jetstream.PubAck
 	failed <-chan error
@@ -73,9 +74,7 @@ type changes struct {
 	retry time.Time
 	// published are stored in the stream, to be deleted by the next checkpoint.
 	published []uint64
-	// failures not yet logged, and when one last was
-	failures int
-	logged   time.Time
+	log       hop.FailureLog
 }
 
 // loadChanges takes the change events left in the outbox by the last run.
@@ -226,11 +225,7 @@ func (w *Worker) changeSettled(ctx context.Context, ack *jetstream.PubAck, err e
 	}
 	w.stats.ChangeErrs.Add(1)
 	c.retry = time.Now().Add(c.wait.Next())
-	c.failures++
-	if time.Since(c.logged) >= time.Second {
-		w.log.Warn("change event publish failed, will retry", "failed", c.failures, "err", err)
-		c.failures, c.logged = 0, time.Now()
-	}
+	c.log.Failed(w.log, "change event publish failed, will retry", err)
 }
 
 // stored retires the change event in flight, stored at stream sequence seq (0: dropped,

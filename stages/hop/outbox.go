@@ -81,9 +81,7 @@ type Outbox struct {
 	lastSeq   uint64             // the Seq of the last entry Send took
 	holes     uint64             // the gaps in Seq between the entries Send took
 	published []uint64
-	// failed publishes not yet logged, and when one last was
-	failures int
-	logged   time.Time
+	log       FailureLog
 }
 
 type inflight struct {
@@ -437,16 +435,29 @@ func PermanentFailure(ctx context.Context, p Publisher, subject string, err erro
 	return false
 }
 
-// failed counts a failed publish; it logs the first and then at most one a second, with
-// how many failed since, rather than a line per entry when NATS is away.
+// failed counts a failed publish that is sent again (OutboxOptions.Retries) and logs it.
 func (o *Outbox) failed(err error) {
 	if o.opts.Retries != nil {
 		o.opts.Retries.Add(1)
 	}
-	o.failures++
-	if time.Since(o.logged) >= time.Second {
-		o.opts.Log.Warn("outbox publish failed, will retry", "failed", o.failures, "err", err)
-		o.failures, o.logged = 0, time.Now()
+	o.log.Failed(o.opts.Log, "outbox publish failed, will retry", err)
+}
+
+// FailureLog logs failed publishes that will be sent again: the first, and then at most
+// one a second with how many failed since, rather than a line per message when NATS is
+// away. The zero value is ready.
+type FailureLog struct {
+	failures int       // failed since the last line
+	logged   time.Time // when the last line was
+}
+
+// Failed notes one failure, err, and logs msg on log if a second has passed since the
+// last line.
+func (l *FailureLog) Failed(log *slog.Logger, msg string, err error) {
+	l.failures++
+	if time.Since(l.logged) >= time.Second {
+		log.Warn(msg, "failed", l.failures, "err", err)
+		l.failures, l.logged = 0, time.Now()
 	}
 }
 
