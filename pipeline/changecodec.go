@@ -1,68 +1,64 @@
 package pipeline
 
-import "github.com/vmihailenco/msgpack/v5"
+import (
+	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
+)
 
-// EncodeMsgpack writes c as reflection did (a map of its non-empty fields, ids compact,
-// counts as full uint64s), without reflection: a checkpoint announces every id it wrote.
-func (c *Change) EncodeMsgpack(enc *msgpack.Encoder) error {
+// AppendChange appends c as reflection wrote it (a map of its non-empty fields, ids
+// compact, counts as full uint64s), without reflection and, given room (Change.Size),
+// without growing: a checkpoint announces every id it wrote.
+func AppendChange(dst []byte, c *Change) []byte {
 	n := 0
 	for _, full := range [...]bool{len(c.IDs) > 0, len(c.Fields) > 0, len(c.Counts) > 0} {
 		if full {
 			n++
 		}
 	}
-	if err := enc.EncodeMapLen(n); err != nil {
-		return err
-	}
+	dst = appendMapLen(dst, n)
 	if len(c.IDs) > 0 {
-		if err := encodeKeyLen(enc, "ids", len(c.IDs)); err != nil {
-			return err
-		}
+		dst = appendArrayLen(appendString(dst, "ids"), len(c.IDs))
 		for _, id := range c.IDs {
-			if err := enc.EncodeUint(uint64(id)); err != nil {
-				return err
-			}
+			dst = appendUint(dst, uint64(id))
 		}
 	}
 	if len(c.Fields) > 0 {
-		if err := encodeKeyLen(enc, "fields", len(c.Fields)); err != nil {
-			return err
-		}
+		dst = appendArrayLen(appendString(dst, "fields"), len(c.Fields))
 		for _, f := range c.Fields {
-			if err := enc.EncodeString(f); err != nil {
-				return err
-			}
+			dst = appendString(dst, f)
 		}
 	}
 	if len(c.Counts) == 0 {
-		return nil
+		return dst
 	}
-	if err := encodeKeyLen(enc, "counts", len(c.Counts)); err != nil {
-		return err
-	}
+	dst = appendArrayLen(appendString(dst, "counts"), len(c.Counts))
 	for _, row := range c.Counts {
 		if row == nil {
-			if err := enc.EncodeNil(); err != nil {
-				return err
-			}
+			dst = append(dst, msgpcode.Nil)
 			continue
 		}
-		if err := enc.EncodeArrayLen(len(row)); err != nil {
-			return err
-		}
+		dst = appendArrayLen(dst, len(row))
 		for _, v := range row {
-			if err := enc.EncodeUint64(v); err != nil {
-				return err
-			}
+			dst = appendFixed(dst, msgpcode.Uint64, v, 8) // as Encoder.EncodeUint64
 		}
 	}
-	return nil
+	return dst
 }
 
-// encodeKeyLen writes a map key and the length of the array that is its value.
-func encodeKeyLen(enc *msgpack.Encoder, key string, n int) error {
-	if err := enc.EncodeString(key); err != nil {
-		return err
+// Size is at least the bytes c takes encoded (AppendChange).
+func (c *Change) Size() int {
+	n := 32 + 9*len(c.IDs)
+	for _, f := range c.Fields {
+		n += 5 + len(f)
 	}
-	return enc.EncodeArrayLen(n)
+	for _, row := range c.Counts {
+		n += 5 + 9*len(row)
+	}
+	return n
+}
+
+// EncodeMsgpack writes c as AppendChange does, for an Encoder.
+func (c *Change) EncodeMsgpack(enc *msgpack.Encoder) error {
+	_, err := enc.Writer().Write(AppendChange(make([]byte, 0, c.Size()), c))
+	return err
 }

@@ -18,6 +18,7 @@ func TestChangeCodecMatchesReflection(t *testing.T) {
 		{IDs: []ID{1, 1 << 40, 1<<64 - 1}, Fields: []string{"like", "repost", "comment", "view"},
 			Counts: [][]uint64{{0, 1, 2, 3}, {1 << 33, 0, 0, 1<<64 - 1}, nil}},
 		{IDs: []ID{7}, Counts: [][]uint64{{}}},
+		bigChange(70_000), // lengths past 16 bits
 	} {
 		got, err := Marshal(&c, false)
 		if err != nil {
@@ -33,6 +34,15 @@ func TestChangeCodecMatchesReflection(t *testing.T) {
 		}
 		if !bytes.Equal(got, buf.Bytes()) {
 			t.Fatalf("%+v:\n codec      %x\n reflection %x", c, got, buf.Bytes())
+		}
+		// Size leaves room enough: the encoding never grows its buffer.
+		if room := make([]byte, 0, c.Size()); cap(AppendChange(room, &c)) != c.Size() {
+			t.Fatalf("%+v: %d bytes encoded, Size %d", c, len(got), c.Size())
+		}
+		// Through an Encoder (a Change inside another value): the same bytes.
+		var viaEnc bytes.Buffer
+		if err := msgpack.NewEncoder(&viaEnc).Encode(&c); err != nil || !bytes.Equal(viaEnc.Bytes(), got) {
+			t.Fatalf("%+v: through an Encoder %x (%v), want %x", c, viaEnc.Bytes(), err, got)
 		}
 		var back Change
 		if err := Unmarshal(got, false, &back); err != nil {
@@ -67,4 +77,14 @@ func BenchmarkChangeEncode(b *testing.B) {
 			}
 		}
 	})
+}
+
+// bigChange is a change event of n ids, each with four counts of every width.
+func bigChange(n int) Change {
+	c := Change{Fields: []string{"like", "repost", "comment", "view"}}
+	for i := range n {
+		c.IDs = append(c.IDs, ID(uint64(i)<<(i%64)))
+		c.Counts = append(c.Counts, []uint64{uint64(i), 1 << (i % 64), 0, uint64(i) * 300})
+	}
+	return c
 }

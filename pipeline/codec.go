@@ -120,6 +120,10 @@ func Marshal(v any, asJSON bool) ([]byte, error) {
 		if v != nil {
 			return AppendHopBatch(make([]byte, 0, 32+64*len(v.Events)), v), nil
 		}
+	case *Change:
+		if v != nil {
+			return AppendChange(make([]byte, 0, v.Size()), v), nil
+		}
 	}
 	var buf bytes.Buffer
 	e := msgpack.NewEncoder(&buf)

@@ -112,7 +112,7 @@ func SaveCheckpoint(db *cold.DB, family string, p int, entries []Entry, cp *Chec
 		return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
 	}
 	for i := range ch.Put {
-		if err := txn.PutValue(changeKey(family, p, ch.Put[i].Seq), &ch.Put[i]); err != nil {
+		if err := txn.PutSized(changeKey(family, p, ch.Put[i].Seq), &ch.Put[i], ch.Put[i].Size()); err != nil {
 			return fmt.Errorf("checkpoint %s/%d: %w", family, p, err)
 		}
 	}

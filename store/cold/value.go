@@ -1,6 +1,7 @@
 package cold
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 
@@ -24,10 +25,28 @@ func (t *Txn) GetValue(k []byte, v any, what string) (bool, error) {
 }
 
 // PutValue stores v as the MessagePack value of k.
-func (t *Txn) PutValue(k []byte, v any) error {
-	b, err := msgpack.Marshal(v)
+func (t *Txn) PutValue(k []byte, v any) error { return t.PutSized(k, v, 0) }
+
+// PutSized is PutValue of a value that encodes in about size bytes (Marshal).
+func (t *Txn) PutSized(k []byte, v any, size int) error {
+	b, err := Marshal(v, size)
 	if err != nil {
 		return err
 	}
 	return t.Set(k, b)
+}
+
+// Marshal is msgpack.Marshal into room for size bytes: a value that carries a message
+// (an outbox entry, a log record) is written at once, where msgpack.Marshal's buffer
+// starts at 64 bytes and doubles as it fills, copying and clearing all it holds each
+// time — the most of what encoding a large value cost.
+func Marshal(v any, size int) ([]byte, error) {
+	buf := bytes.NewBuffer(make([]byte, 0, max(size, 64)))
+	enc := msgpack.GetEncoder()
+	defer msgpack.PutEncoder(enc)
+	enc.Reset(buf)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }

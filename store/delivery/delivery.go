@@ -34,3 +34,7 @@ type OutboxEntry struct {
 	MsgID   string `msgpack:"i"`
 	Data    []byte `msgpack:"d"`
 }
+
+// Size is at least the bytes e takes encoded: its strings and data, and 40 for the
+// map, its keys and the lengths.
+func (e *OutboxEntry) Size() int { return len(e.Subject) + len(e.MsgID) + len(e.Data) + 40 }

@@ -87,7 +87,18 @@ type Record struct {
 }
 
 // EncodeRecord and DecodeRecord convert a record to and from its log message.
-func EncodeRecord(r *Record) ([]byte, error) { return msgpack.Marshal(r) }
+func EncodeRecord(r *Record) ([]byte, error) { return cold.Marshal(r, r.size()) }
+
+// size is about the bytes r takes encoded, at least those of its messages and writes,
+// which are most of it.
+func (r *Record) size() int {
+	n := 256 + len(r.Writes) + 9*(len(r.Dead)+len(r.Acked)) + 16*len(r.DeadHops) +
+		24*(len(r.State.Seqs)+len(r.State.HopSeqs)+len(r.State.Hops))
+	for i := range r.Outbox {
+		n += r.Outbox[i].Size()
+	}
+	return n
+}
 
 func DecodeRecord(data []byte) (*Record, error) {
 	var r Record
@@ -136,11 +147,7 @@ func Put(txn *cold.Txn, p int, st *State) error {
 
 // PutOutbox writes an outbox entry in txn; e.Seq must be the state's new Outbox value.
 func PutOutbox(txn *cold.Txn, p int, e *delivery.OutboxEntry) error {
-	v, err := msgpack.Marshal(e)
-	if err != nil {
-		return err
-	}
-	return txn.Set(outboxKey(p, e.Seq), v)
+	return txn.PutSized(outboxKey(p, e.Seq), e, e.Size())
 }
 
 // DeleteOutbox removes the published entries of partition p in txn that Badger may
