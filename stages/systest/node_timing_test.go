@@ -123,6 +123,8 @@ func BenchmarkEndToEnd(b *testing.B) {
 	b.Run("tally-nowindows", func(b *testing.B) { benchTally(b, 7, func(c *node.Config) { c.Windows = false }) })
 	b.Run("tally-views-only", func(b *testing.B) { benchTally(b, 0, nil) })
 	b.Run("tally-likes-only", func(b *testing.B) { benchTally(b, 10, nil) })
+	// Views only into tables of 4 M posts made over the last hour (large_timing_test.go).
+	b.Run("tally-views-large", benchTallyLarge)
 	// The mix with likers who like again (benchLikers): above, every like is a new
 	// user's, whose like record is looked up in Badger and not found.
 	likers := func(n int) ([]pipeline.Event, map[uint64][2]uint64) { return benchLikers(n, 7, 1_000_000) }
