@@ -39,7 +39,7 @@ func (t *Txn) PutSized(k []byte, v any, size int) error {
 // Marshal is msgpack.Marshal into room for size bytes: a value that carries a message
 // (an outbox entry, a log record) is written at once, where msgpack.Marshal's buffer
 // starts at 64 bytes and doubles as it fills, copying and clearing all it holds each
-// time — the most of what encoding a large value cost.
+// time — most of what encoding a large value cost.
 func Marshal(v any, size int) ([]byte, error) {
 	buf := bytes.NewBuffer(make([]byte, 0, max(size, 64)))
 	enc := msgpack.GetEncoder()

@@ -176,7 +176,8 @@ func (t *Table) Dirty(fn func(id uint64, counts []uint64) bool) {
 // eachSet calls fn with the index of every bit set in set, in order, until fn returns
 // false, and reports whether it went through them all. It skips a clear word at once:
 // a checkpoint's walk then costs what changed, not the size of a group holding it (a
-// group of an hour of 10 M ids holds ~700 000 entries, and a flush may change ten).
+// group of a table of 10 M ids made over an hour holds ~700 000 entries, and a flush
+// may change ten of them).
 func eachSet(set []uint64, fn func(i int) bool) bool {
 	for w, word := range set {
 		for word != 0 {
