@@ -14,7 +14,13 @@ import (
 // changed, not the table's size.
 // Run: go test ./store/hot -run XXX -bench Dirty
 func BenchmarkDirty(b *testing.B) {
-	for _, size := range randomSizes() {
+	// 1 M ids made over 180 days (ColdAge's default): ~59 000 groups of ~17 ids each.
+	sizes := append(randomSizes(), struct {
+		name   string
+		n      int
+		spanMS uint64
+	}{"1M-180d", 1_000_000, 180 * 24 * 3_600_000})
+	for _, size := range sizes {
 		ids := arrivals(size.n, size.spanMS)
 		tb := hot.New(4)
 		for _, id := range ids {

@@ -15,3 +15,20 @@ func Layout(t *Table) (runs, coarse, fine, far int) {
 	}
 	return runs, coarse, fine, t.dir.far
 }
+
+// DirtyLeft counts the buckets and groups with a dirty bitmap: none after ClearDirty,
+// whatever the table went through (their keys are listed wherever a bitmap is made).
+func DirtyLeft(t *Table) int {
+	n := 0
+	for _, b := range t.buckets {
+		if b.dirty != nil {
+			n++
+		}
+	}
+	for _, g := range t.groups {
+		if g.dirty != nil {
+			n++
+		}
+	}
+	return n
+}

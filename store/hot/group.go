@@ -108,6 +108,16 @@ func (g *group) bounds(sub uint8) (lo, hi int) {
 	return 0, 0
 }
 
+// runEnd is where bucket sub's run ends, given start, where it starts (the end of the
+// run before): bounds without summing a block of run lengths, for a walk in order.
+func (g *group) runEnd(sub uint8, start int) int {
+	if g.cnt != nil {
+		return start + int(g.cnt[sub])
+	}
+	_, hi := g.bounds(sub)
+	return hi
+}
+
 // find returns the entry of key in bucket sub, live or dead, or -1. Keys are spread
 // evenly enough over a run (a bucket, or a fence slice) that interpolating with the
 // run's key range — known without reading a key — lands on the entry or a few entries
@@ -304,7 +314,10 @@ func (t *Table) merge(gk uint32) {
 		return
 	}
 	ng.touched = g.touched
-	*g = *ng // in place, so cached pointers stay valid
+	*g = *ng            // in place, so cached pointers stay valid
+	if g.dirty != nil { // marks of its open buckets, listed by their keys
+		t.dirtyGroups = append(t.dirtyGroups, gk)
+	}
 }
 
 // setRuns indexes the entries by their buckets' run starts off (257 of them): with

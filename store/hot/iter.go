@@ -137,7 +137,12 @@ func (t *Table) Dirty(fn func(id uint64, counts []uint64) bool) {
 			return
 		}
 	}
-	for bk, b := range t.buckets {
+	t.dirtyBuckets, t.dirtyGroups = sortedOnce(t.dirtyBuckets), sortedOnce(t.dirtyGroups)
+	for _, bk := range t.dirtyBuckets {
+		b := t.buckets[bk]
+		if b == nil {
+			continue // merged into its group, or dropped
+		}
 		if !eachSet(b.dirty, func(s int) bool {
 			if b.isZero(s) {
 				return true
@@ -151,13 +156,17 @@ func (t *Table) Dirty(fn func(id uint64, counts []uint64) bool) {
 			return
 		}
 	}
-	for gk, g := range t.groups {
+	for _, gk := range t.dirtyGroups {
+		g := t.groups[gk]
+		if g == nil {
+			continue // dropped
+		}
 		// Entries are in bucket order: the bucket of each follows from the runs' bounds.
 		sub, hi := -1, 0
 		if !eachSet(g.dirty, func(i int) bool {
 			for i >= hi && sub < 1<<subBits-1 {
 				sub++
-				_, hi = g.bounds(uint8(sub))
+				hi = g.runEnd(uint8(sub), hi)
 			}
 			if g.isZero(i) {
 				return true
@@ -193,13 +202,34 @@ func eachSet(set []uint64, fn func(i int) bool) bool {
 // ClearDirty forgets what changed (after a checkpoint). The dirty bitmaps are freed, not
 // cleared: between checkpoints most buckets stay clean and need none.
 func (t *Table) ClearDirty() {
-	for _, b := range t.buckets {
-		b.dirty = nil
+	for _, bk := range t.dirtyBuckets {
+		if b := t.buckets[bk]; b != nil {
+			b.dirty = nil
+		}
 	}
-	for _, g := range t.groups {
-		g.dirty = nil
+	for _, gk := range t.dirtyGroups {
+		if g := t.groups[gk]; g != nil {
+			g.dirty = nil
+		}
 	}
+	t.dirtyBuckets, t.dirtyGroups = emptied(t.dirtyBuckets), emptied(t.dirtyGroups)
 	t.deleted = t.deleted[:0]
+}
+
+// emptied is keys emptied to be used again, or nil when it grew large (a table filled
+// at once lists every bucket it made): a few thousand keys a flush are the rule.
+func emptied(keys []uint32) []uint32 {
+	if cap(keys) > 4096 {
+		return nil
+	}
+	return keys[:0]
+}
+
+// sortedOnce sorts keys and drops the repeated ones: a bucket or group listed twice is
+// walked once.
+func sortedOnce(keys []uint32) []uint32 {
+	slices.Sort(keys)
+	return slices.Compact(keys)
 }
 
 // MemBytes estimates the RAM the table holds: arrays, their headers and index entries,

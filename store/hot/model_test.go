@@ -136,6 +136,9 @@ func applyDirty(t *testing.T, tb *hot.Table, cp *store.Map) {
 		return true
 	})
 	tb.ClearDirty()
+	if n := hot.DirtyLeft(tb); n != 0 {
+		t.Fatalf("%d buckets and groups still dirty after ClearDirty: changes the walk never listed", n)
+	}
 }
 
 func roundTrip(t *testing.T, tb *hot.Table) {

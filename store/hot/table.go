@@ -32,12 +32,16 @@ type Table struct {
 	lastKey uint32
 	n       int
 	deleted []uint64 // ids deleted since ClearDirty
-	newest  uint32   // the newest bucket seen; groups before its group are sealed
-	started bool
-	due     bool // a merge of group dueGK waits for the current call to finish
-	dueGK   uint32
-	scratch []uint64 // reused by merge
-	tick    uint32   // stamped on a group when one of its ids is used (see SetTick)
+	// dirtyBuckets and dirtyGroups hold the key of every bucket and group whose dirty
+	// bitmap is not nil (and maybe keys of some since dropped or clean, and twice): a
+	// checkpoint's walk goes through these, not the whole table.
+	dirtyBuckets, dirtyGroups []uint32
+	newest                    uint32 // the newest bucket seen; groups before its group are sealed
+	started                   bool
+	due                       bool // a merge of group dueGK waits for the current call to finish
+	dueGK                     uint32
+	scratch                   []uint64 // reused by merge
+	tick                      uint32   // stamped on a group when one of its ids is used (see SetTick)
 }
 
 var _ store.Table = (*Table)(nil)
@@ -190,7 +194,7 @@ func (t *Table) set(g *group, b *bucket, i int, id uint64, f int, v uint64) {
 	bk, key := split(id)
 	if b != nil {
 		storeCount(b.words[i*b.stride+1:(i+1)*b.stride], &b.ov, uint64(key)<<8|uint64(f), f, v)
-		b.markDirty(i)
+		t.markBucket(b, bk, i)
 		if v == 0 && b.isZero(i) {
 			// A tombstone: zero counters and a non-zero key, since key 0 would read as
 			// empty and cut the probe sequences that pass through this slot.
@@ -204,7 +208,7 @@ func (t *Table) set(g *group, b *bucket, i int, id uint64, f int, v uint64) {
 	}
 	wasZero := g.isZero(i)
 	storeCount(g.counters(i), &g.ov, gOvKey(uint8(bk), key, f), f, v)
-	g.markDirty(i)
+	t.markGroup(g, bk>>subBits, i)
 	switch isZero := g.isZero(i); {
 	case wasZero && !isZero:
 		g.live++
@@ -219,6 +223,23 @@ func (t *Table) set(g *group, b *bucket, i int, id uint64, f int, v uint64) {
 			t.due, t.dueGK = true, bk>>subBits
 		}
 	}
+}
+
+// markBucket and markGroup mark entry i of bucket bk or group gk changed, and list the
+// bucket or group when it has no changed entry yet. A bucket rehashed or a group merged
+// keeps its key listed: whatever it becomes carries the marks on.
+func (t *Table) markBucket(b *bucket, bk uint32, i int) {
+	if b.dirty == nil {
+		t.dirtyBuckets = append(t.dirtyBuckets, bk)
+	}
+	b.markDirty(i)
+}
+
+func (t *Table) markGroup(g *group, gk uint32, i int) {
+	if g.dirty == nil {
+		t.dirtyGroups = append(t.dirtyGroups, gk)
+	}
+	g.markDirty(i)
 }
 
 // settle runs a merge that set or insert asked for, once no entry index is held.
@@ -246,9 +267,9 @@ func (t *Table) Add(id uint64, f int, n int64) uint64 {
 			if v := int64(c) + n; v > 0 && v < escape {
 				putCount(w, f, uint16(v))
 				if b != nil {
-					b.markDirty(i)
+					t.markBucket(b, uint32(id>>32), i)
 				} else {
-					g.markDirty(i)
+					t.markGroup(g, uint32(id>>32)>>subBits, i)
 				}
 				return uint64(v)
 			}
