@@ -104,7 +104,7 @@ func (w *Worker) loadChanges() error {
 
 // changeEntries makes the change events announcing entries, the ids checkpoint cp
 // writes at the worker's position.
-func (w *Worker) changeEntries(cp uint64, entries []checkpoint.Entry) ([]delivery.OutboxEntry, error) {
+func (w *Worker) changeEntries(cp uint64, entries []checkpoint.Entry) []delivery.OutboxEntry {
 	size := max(w.cfg.MaxChange, (len(entries)+maxParts-1)/maxParts)
 	var out []delivery.OutboxEntry
 	for part := 0; len(entries) > 0; part++ {
@@ -114,18 +114,14 @@ func (w *Worker) changeEntries(cp uint64, entries []checkpoint.Entry) ([]deliver
 			ch.IDs[i], ch.Counts[i] = pipeline.ID(e.ID), e.Counts
 		}
 		entries = entries[n:]
-		data, err := pipeline.Marshal(&ch, false)
-		if err != nil {
-			return nil, err
-		}
 		out = append(out, delivery.OutboxEntry{
 			Seq:     changeSeq(cp, part),
 			Subject: w.cfg.Subjects.Change(w.cfg.Family.Name, w.cfg.Partition),
 			MsgID:   pipeline.ChangeMsgID(w.cfg.Family.Name, w.cfg.Partition, w.cp.Pos, w.lastPos, w.owner, cp, part),
-			Data:    data,
+			Data:    pipeline.AppendChange(make([]byte, 0, ch.Size()), &ch),
 		})
 	}
-	return out, nil
+	return out
 }
 
 // sendChanges takes the outcome of the change event in flight, if it has come, and

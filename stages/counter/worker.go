@@ -514,10 +514,7 @@ func (w *Worker) flush(ctx context.Context) error {
 		writing = snapResult{seq: w.cp.Seq + 1, id: snapID}
 	}
 	j := checkpoint.Journal{Append: snaps, DropThrough: w.snapSeq, Snap: w.snapID, Writing: writing.id, WritingSeq: writing.seq}
-	chg, err := w.changeEntries(w.cp.Seq+1, entries)
-	if err != nil {
-		return fmt.Errorf("change event of %s/%d: %w", w.cfg.Family.Name, w.cfg.Partition, err)
-	}
+	chg := w.changeEntries(w.cp.Seq+1, entries)
 	changed := len(entries)
 	entries, gone, err := w.windowed(entries)
 	if err != nil {

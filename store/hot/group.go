@@ -314,8 +314,9 @@ func (t *Table) merge(gk uint32) {
 		return
 	}
 	ng.touched = g.touched
-	*g = *ng            // in place, so cached pointers stay valid
-	if g.dirty != nil { // marks of its open buckets, listed by their keys
+	*g = *ng // in place, so cached pointers stay valid
+	// Marks carried from its open buckets were listed by their keys: list the group's.
+	if g.dirty != nil {
 		t.dirtyGroups = append(t.dirtyGroups, gk)
 	}
 }

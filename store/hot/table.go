@@ -32,16 +32,16 @@ type Table struct {
 	lastKey uint32
 	n       int
 	deleted []uint64 // ids deleted since ClearDirty
+	newest  uint32   // the newest bucket seen; groups before its group are sealed
+	started bool
+	due     bool // a merge of group dueGK waits for the current call to finish
+	dueGK   uint32
+	scratch []uint64 // reused by merge
+	tick    uint32   // stamped on a group when one of its ids is used (see SetTick)
 	// dirtyBuckets and dirtyGroups hold the key of every bucket and group whose dirty
 	// bitmap is not nil (and maybe keys of some since dropped or clean, and twice): a
 	// checkpoint's walk goes through these, not the whole table.
 	dirtyBuckets, dirtyGroups []uint32
-	newest                    uint32 // the newest bucket seen; groups before its group are sealed
-	started                   bool
-	due                       bool // a merge of group dueGK waits for the current call to finish
-	dueGK                     uint32
-	scratch                   []uint64 // reused by merge
-	tick                      uint32   // stamped on a group when one of its ids is used (see SetTick)
 }
 
 var _ store.Table = (*Table)(nil)
