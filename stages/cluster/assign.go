@@ -11,7 +11,9 @@ import (
 // can the partitions where holders (the live holder of each partition, "" when none)
 // says they are: every member gets ⌊P/n⌋ or ⌈P/n⌉ partitions and keeps
 // what it holds up to its room, giving up first those it ranks lowest; the rest go, each
-// to its last owner (last, "" when unknown) when that one is live and has room, else to
+// to its last owner (last, "" when unknown) when that one is live, has room and is not
+// stopping it (stopping, as in View.Stopping: it could not start it again before that
+// stop is over), else to
 // the member keeping a copy of it (Standbys) when it has room and that copy is warm (or
 // its warmth unknown: warm, as in View.Warm, says nothing of it), else to another member
 // with room whose standby of it is warm (a member it was moving to when its owner died),
@@ -20,7 +22,7 @@ import (
 // moves its own share only, and a member leaving moves only what it held
 // (TestAssign). Members compute it from what they read of the holders; while a
 // hand-over is under way two may want the same partition, and its lease decides.
-func Assign(members, holders, last []string, partitions int, warm map[string]map[int]bool) []string {
+func Assign(members, holders, last []string, partitions int, warm, stopping map[string]map[int]bool) []string {
 	n := len(members)
 	held := map[string][]int{}
 	for p, h := range holders {
@@ -54,12 +56,13 @@ func Assign(members, holders, last []string, partitions int, warm map[string]map
 		}
 	}
 	for p, m := range last { // free partitions back to their last owners, while they have room
-		if p < partitions && out[p] == "" && room[m] > 0 {
+		if p < partitions && out[p] == "" && room[m] > 0 && !stopping[m][p] {
 			out[p] = m
 			room[m]--
 		}
 	}
-	// The others to the member keeping a warm copy of them (see Standbys), while it has room.
+	// The others to the member keeping a warm copy of them (see Standbys), while it has
+	// room: a standby follows the last owner, stopping or not.
 	owner := make([]string, partitions)
 	for p := range owner {
 		if p < len(holders) && slices.Contains(members, holders[p]) {

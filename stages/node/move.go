@@ -40,18 +40,15 @@ func (n *Node) plan(ctx context.Context) (v cluster.View, target, want []string,
 			if last[p], err = n.backups.LastOwner(ctx, counterObject(p)); err != nil {
 				return v, nil, nil, fmt.Errorf("cannot read partition %d's last owner: %w", p, err)
 			}
-			// Not to a last owner still stopping it (its lease lost): it cannot start it
-			// again before the stop is over, which Badger may hold up for minutes
-			// (TestLostPartitionNotLeftToItsStoppingOwner).
-			if v.Stopping[last[p]][p] {
-				last[p] = ""
-			}
 		}
 	}
 	if len(v.Members) == 0 {
 		return v, nil, nil, nil
 	}
-	target = cluster.Assign(v.Members, holders, last, n.cfg.Partitions, v.Warm)
+	// Not to a last owner still stopping it (its lease lost): it cannot start it again
+	// before the stop is over, which Badger may hold up for minutes; its standby takes
+	// it over (TestLostPartitionNotLeftToItsStoppingOwner).
+	target = cluster.Assign(v.Members, holders, last, n.cfg.Partitions, v.Warm, v.Stopping)
 	return v, target, cluster.Effective(v.Live(), holders, target, v.Warm), nil
 }
 

@@ -77,6 +77,7 @@ type Node struct {
 	mu           sync.RWMutex
 	parts        map[int]*owned         // partitions owned here
 	stopping     map[int]time.Time      // partitions whose stop is under way, and since when, under mu
+	slowStops    map[int]bool           // those of them said to be slow (see stoppingParts), under mu
 	starting     map[int]bool           // partitions whose start is under way, under mu
 	claiming     map[int]*cluster.Lease // leases of partitions being started, under mu
 	starts       sync.WaitGroup         // the starts under way (see rebalance)
@@ -99,9 +100,12 @@ type Node struct {
 	// StandbyRestarts counts standbys that could not follow (they fell behind the
 	// backups, or the log or events no longer reached back to them) and start again.
 	StandbyRestarts atomic.Int64
-	metrics         *metrics.Metrics
-	http            *http.Server
-	metricsAddr     string
+	// SlowStops counts partitions whose stop here has taken longer than a lease TTL:
+	// the others no longer leave them to this process (see stoppingParts).
+	SlowStops   atomic.Int64
+	metrics     *metrics.Metrics
+	http        *http.Server
+	metricsAddr string
 	// backing, a test hook, is called as each backup of a partition begins, with the
 	// backup's context.
 	backing func(ctx context.Context, p int)

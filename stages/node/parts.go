@@ -223,12 +223,21 @@ func (n *Node) claimingLeases() []*cluster.Lease {
 // behind Badger's compactions took up to 10 minutes under a 27 M-id backlog — is taken
 // over by its standby.
 func (n *Node) stoppingParts() []int {
-	n.mu.RLock()
-	defer n.mu.RUnlock()
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	var ps []int
 	for p, since := range n.stopping {
-		if time.Since(since) > n.cfg.LeaseTTL {
-			ps = append(ps, p)
+		if time.Since(since) <= n.cfg.LeaseTTL {
+			continue
+		}
+		ps = append(ps, p)
+		if !n.slowStops[p] {
+			if n.slowStops == nil {
+				n.slowStops = map[int]bool{}
+			}
+			n.slowStops[p] = true
+			n.SlowStops.Add(1)
+			n.log.Warn("a partition's stop has taken longer than a lease TTL; its standby may take it over", "partition", p, "since", since)
 		}
 	}
 	slices.Sort(ps)
@@ -488,6 +497,7 @@ func (n *Node) stopPart(pt *owned, how leave) {
 	defer func() {
 		n.mu.Lock()
 		delete(n.stopping, p)
+		delete(n.slowStops, p)
 		n.mu.Unlock()
 		// Until here the partition cannot start again in this process, its last owner,
 		// which the others leave it to: a slow stop is a partition owned by nobody.

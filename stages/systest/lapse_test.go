@@ -20,8 +20,8 @@ import (
 // bucket has no leader for longer than the TTL (a NATS server crash), while events
 // stream in: each partition stops and is taken again by its last owner, from its own
 // state, not moved and restored elsewhere — and not started again before its stop is
-// over (two runs of a partition in one process lost counts) — and every count and
-// relation is exact.
+// over (two runs of a partition in one process lost counts); one whose stop is slow goes
+// to its standby — and every count and relation is exact.
 func TestLeasesLapse(t *testing.T) {
 	share := func(c *node.Config) {
 		c.Partitions, c.Join, c.BackupEvery, c.LeaseTTL = 6, true, 200*time.Millisecond, time.Second
@@ -85,9 +85,10 @@ func TestLeasesLapse(t *testing.T) {
 		m, all := owners()
 		return all, fmt.Sprint(m)
 	})
-	// Partitions stop one by one as their renewals fail, so for a moment the rooms are
-	// uneven and one may go to the other process; without the last owners they are dealt
-	// afresh (half of them move).
+	// A partition whose stop takes longer than a lease TTL (a process under load) is
+	// taken over by its standby meanwhile, and its standby's own may then go the other
+	// way (rooms are even): two moves for each slow stop, and none without one. Before,
+	// such a partition was dealt afresh, and any partition at all could move.
 	after, _ := owners()
 	moved := 0
 	for p := range after {
@@ -95,12 +96,13 @@ func TestLeasesLapse(t *testing.T) {
 			moved++
 		}
 	}
-	if moved > 1 {
-		t.Fatalf("owners before the lapse %v, after %v: %d partitions moved", before, after, moved)
+	slow := a.SlowStops.Load() + b.SlowStops.Load()
+	if moved > 2*int(slow) {
+		t.Fatalf("owners before the lapse %v, after %v: %d partitions moved, %d stops took longer than the lease TTL", before, after, moved, slow)
 	}
-	// While the rooms are uneven a partition may also go to the other process and come
-	// back (two restores): a cost, not an error, so it is reported, not checked.
-	t.Logf("after the lapse: %d of 6 partitions moved, %d restores", moved, a.PartsRestored.Load()+b.PartsRestored.Load()-restored)
+	// A partition that moved is a standby takeover as a rule, a restore if the standby
+	// was not warm yet: a cost, not an error, so it is reported, not checked.
+	t.Logf("after the lapse: %d of 6 partitions moved, %d stops slower than the TTL, %d restores", moved, slow, a.PartsRestored.Load()+b.PartsRestored.Load()-restored)
 	publish(total)
 	rig.WaitCaughtUp(t, c)
 	compare(t, c, g)
