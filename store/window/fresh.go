@@ -66,6 +66,10 @@ func (f *fresh) body(i int) []byte {
 // set writes body as id's, at slot i when it is there (found by slot), else as a new id.
 func (f *fresh) set(i int, there bool, id uint64, body []byte) {
 	if there {
+		if old := f.body(i); len(old) == len(body) { // in place: no garbage
+			copy(old, body)
+			return
+		}
 		f.garbage += f.size(i)
 	}
 	off := len(f.arena)

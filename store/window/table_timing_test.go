@@ -63,6 +63,17 @@ func BenchmarkAdd(b *testing.B) {
 				}
 			})
 		})
+		// Views: +1 to field 0 in the current minute of random ids, most of them
+		// counted already in that minute (as a post's views are), so the change keeps
+		// the body's length.
+		tbl, _ = active(n, now)
+		b.Run(fmt.Sprintf("table/views/%d", n), func(b *testing.B) {
+			onCPU(b, func() {
+				for i := range b.N {
+					tbl.Add(ids[order[i%(n/8)]], Change{Minute: now, N: 1})
+				}
+			})
+		})
 		tbl, _ = active(n, now)
 		m := activeMap(tbl)
 		tbl = nil
@@ -71,6 +82,14 @@ func BenchmarkAdd(b *testing.B) {
 				for i := range b.N {
 					id := ids[order[i%n]]
 					m[id] = mapAdd(m[id], at(i), now-1439)
+				}
+			})
+		})
+		b.Run(fmt.Sprintf("map/views/%d", n), func(b *testing.B) {
+			onCPU(b, func() {
+				for i := range b.N {
+					id := ids[order[i%(n/8)]]
+					m[id] = mapAdd(m[id], Change{Minute: now, N: 1}, now-1439)
 				}
 			})
 		})
