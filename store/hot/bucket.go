@@ -22,6 +22,7 @@ type bucket struct {
 	tombs  int
 	dirty  []uint64 // one bit per slot, nil while the bucket is clean
 	ov     overflow // escaped counters by suffix<<8 | field
+	acct   int      // its bytes as the table's total counts them (see MemBytes)
 }
 
 // strideOf is the words a slot of fields counters takes.

@@ -32,3 +32,19 @@ func DirtyLeft(t *Table) int {
 	}
 	return n
 }
+
+// MemWalk is MemBytes by a walk of every group and bucket: what its running total must
+// equal.
+func MemWalk(t *Table) int {
+	n := 8*cap(t.deleted) + 8*cap(t.scratch) + t.dir.bytes()
+	for _, b := range t.buckets {
+		n += b.bytes()
+	}
+	for _, g := range t.groups {
+		n += g.bytes()
+	}
+	return n
+}
+
+// MemStale reports whether MemBytes is to walk the whole table at its next call.
+func MemStale(t *Table) bool { return t.memStale }

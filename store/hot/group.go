@@ -54,6 +54,7 @@ type group struct {
 	// touched is the table's tick when an id of the group was last read or written.
 	touched uint32
 	shift   uint8 // of the fence: a slice is 2^shift keys
+	acct    int   // its bytes as the table's total counts them (see MemBytes)
 }
 
 func gOvKey(sub uint8, suffix uint32, f int) uint64 {
@@ -283,7 +284,7 @@ func (t *Table) merge(gk uint32) {
 				}
 			}
 			slices.Sort(scratch)
-			delete(t.buckets, bk)
+			t.forgetBucket(bk)
 		}
 		j := 0
 		for i := lo; i < hi || j < len(scratch); {
@@ -313,8 +314,9 @@ func (t *Table) merge(gk uint32) {
 		t.delGroup(gk)
 		return
 	}
-	ng.touched = g.touched
+	ng.touched, ng.acct = g.touched, g.acct
 	*g = *ng // in place, so cached pointers stay valid
+	t.remeasure(gk, false)
 	// Marks carried from its open buckets were listed by their keys: list the group's.
 	if g.dirty != nil {
 		t.dirtyGroups = append(t.dirtyGroups, gk)

@@ -79,8 +79,12 @@ func TestModel(t *testing.T) {
 			tb.Put(id, make([]uint64, fields))
 			ref.Put(id, make([]uint64, fields))
 		}
+		if i%7919 == 0 { // between checkpoints, its dirty lists full
+			checkMem(t, tb, "between checkpoints")
+		}
 		if i%100_000 == 99_999 {
 			applyDirty(t, tb, checkpoint)
+			checkMem(t, tb, "after a checkpoint")
 			storetest.Equal(t, checkpoint, ref)
 			if r.IntN(3) == 0 {
 				roundTrip(t, tb)
@@ -89,6 +93,7 @@ func TestModel(t *testing.T) {
 			if r.IntN(3) == 0 {
 				tb.Compact()
 				storetest.Equal(t, tb, ref)
+				checkMem(t, tb, "after Compact")
 			}
 			if bks := tb.Buckets(); r.IntN(2) == 0 && len(bks) > 0 {
 				// Moving a bucket to the cold tier: gone from the table, kept by the
@@ -107,6 +112,22 @@ func TestModel(t *testing.T) {
 					return true
 				})
 				storetest.Equal(t, checkpoint, ref)
+				checkMem(t, tb, "after DropBucket")
+			}
+			if gs := tb.Groups(); r.IntN(4) == 0 && len(gs) > 1 {
+				// A group moved to the cold tier (the table is clean).
+				gk := gs[r.IntN(len(gs))].Key
+				applyDirty(t, tb, checkpoint) // clean, as the tier drops groups
+				tb.Range(func(id uint64, _ []uint64) bool {
+					if uint32(id>>40) == gk {
+						ref.Put(id, make([]uint64, fields))
+						checkpoint.Put(id, make([]uint64, fields))
+					}
+					return true
+				})
+				tb.DropGroup(gk)
+				storetest.Equal(t, tb, ref)
+				checkMem(t, tb, "after DropGroup")
 			}
 		}
 		if g, w := tb.Get(id, got), ref.Get(id, make([]uint64, fields)); g != w {
@@ -126,6 +147,14 @@ func TestModel(t *testing.T) {
 	tb.RangeBucket(drop, func(id uint64, _ []uint64) bool { ref.Put(id, make([]uint64, fields)); return true })
 	tb.DropBucket(drop)
 	storetest.Equal(t, tb, ref)
+}
+
+// checkMem checks that MemBytes's running total is what a walk of the table finds.
+func checkMem(t *testing.T, tb *hot.Table, when string) {
+	t.Helper()
+	if got, want := tb.MemBytes(), hot.MemWalk(tb); got != want {
+		t.Fatalf("%s: MemBytes %d, a walk of the table %d", when, got, want)
+	}
 }
 
 // applyDirty applies what Dirty reports to a checkpoint copy, as a counter worker would.
@@ -203,4 +232,23 @@ func TestNoAllocs(t *testing.T) {
 	if a := testing.AllocsPerRun(10_000, func() { tb.Get(base+uint64(i%100_000), dst); i++ }); a != 0 {
 		t.Fatalf("lookup allocates %.1f times", a)
 	}
+}
+
+// A table whose MemBytes nobody asks for through many checkpoints stops listing what to
+// measure (its lists would grow for ever) and measures everything at the next call.
+func TestMemBytesUnasked(t *testing.T) {
+	tb := hot.New(2)
+	for round := range 40 {
+		for i := range 2_000 {
+			tb.Add(uint64(400_000_000+round*2_000+i)<<32|1, 0, 1) // a bucket each
+		}
+		tb.Dirty(func(uint64, []uint64) bool { return true })
+		tb.ClearDirty()
+	}
+	if !hot.MemStale(tb) {
+		t.Fatal("80 000 buckets listed to measure: want the lists dropped")
+	}
+	checkMem(t, tb, "unasked through 40 checkpoints")
+	tb.Add(1<<62, 1, 5)
+	checkMem(t, tb, "asked again")
 }

@@ -42,7 +42,17 @@ type Table struct {
 	// bitmap is not nil (and maybe keys of some since dropped or clean, and twice): a
 	// checkpoint's walk goes through these, not the whole table.
 	dirtyBuckets, dirtyGroups []uint32
+	// mem is the bytes of the groups and buckets as last measured (their acct), and
+	// remeasure the groups and buckets (by key, as the dirty lists) whose bytes may have
+	// changed since: MemBytes measures those, not the whole table. memStale: the lists
+	// grew past maxRemeasure (MemBytes not asked for), and MemBytes measures everything.
+	mem                               int
+	remeasureBuckets, remeasureGroups []uint32
+	memStale                          bool
 }
+
+// maxRemeasure bounds the remeasure lists of a table whose MemBytes nobody asks for.
+const maxRemeasure = 1 << 16
 
 var _ store.Table = (*Table)(nil)
 
@@ -86,7 +96,12 @@ func (t *Table) bucket(g *group, bk uint32) *bucket {
 // setBucket makes b group g's open bucket bk, a new one or one rehashed.
 func (t *Table) setBucket(g *group, bk uint32, b *bucket) {
 	sub := uint8(bk)
+	if old := t.buckets[bk]; old != nil && old != b {
+		t.mem -= old.acct
+	}
 	t.buckets[bk] = b
+	t.remeasure(bk, true)
+	t.remeasure(bk>>subBits, false) // its opened index, made at openedFrom buckets
 	t.last, t.lastKey = b, bk
 	switch {
 	case g.opened != nil:
@@ -105,7 +120,7 @@ func (t *Table) setBucket(g *group, bk uint32, b *bucket) {
 
 // dropBucket forgets group g's open bucket bk.
 func (t *Table) dropBucket(g *group, bk uint32) {
-	delete(t.buckets, bk)
+	t.forgetBucket(bk)
 	g.setOpen(uint8(bk), false)
 	if g.opened != nil {
 		g.opened[uint8(bk)] = nil
@@ -125,11 +140,40 @@ func (t *Table) group(gk uint32) *group {
 func (t *Table) addGroup(gk uint32, g *group) {
 	t.groups[gk] = g
 	t.dir.add(gk, g, t.groups)
+	t.remeasure(gk, false)
 }
 
 func (t *Table) delGroup(gk uint32) {
+	if g := t.groups[gk]; g != nil {
+		t.mem -= g.acct
+	}
 	delete(t.groups, gk)
 	t.dir.del(gk)
+}
+
+// forgetBucket deletes open bucket bk from the map (its group's bits are the caller's).
+func (t *Table) forgetBucket(bk uint32) {
+	if b := t.buckets[bk]; b != nil {
+		t.mem -= b.acct
+	}
+	delete(t.buckets, bk)
+}
+
+// remeasure lists group or bucket key k (bucket: a bucket's) as one whose bytes may have
+// changed: a new one, one rehashed, merged, given open buckets, or freed of its dirty
+// bitmap. Written entries need no call: the dirty lists hold their keys.
+func (t *Table) remeasure(k uint32, bucket bool) {
+	if t.memStale {
+		return
+	}
+	if bucket {
+		t.remeasureBuckets = append(t.remeasureBuckets, k)
+	} else {
+		t.remeasureGroups = append(t.remeasureGroups, k)
+	}
+	if len(t.remeasureBuckets)+len(t.remeasureGroups) > maxRemeasure {
+		t.memStale, t.remeasureBuckets, t.remeasureGroups = true, nil, nil
+	}
 }
 
 // find locates id: in open bucket b at slot i when b is not nil, else at sealed entry i
