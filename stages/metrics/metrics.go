@@ -53,6 +53,9 @@ type Source struct {
 	// NATS returns how many times the process's NATS connections were lost, and how
 	// many it holds.
 	NATS func() (disconnects int64, conns int)
+	// SlowStops counts partitions whose stop here took longer than a lease TTL (nil:
+	// none).
+	SlowStops func() int64
 }
 
 // Stream is the size of one stream and its bound (-1 when unbounded).
@@ -185,6 +188,13 @@ func New(src Source) *Metrics {
 	counterFn("tally_state_backup_errors_total", "State backups that could not be stored (deltas and log records are kept).", moves(1))
 	counterFn("tally_partitions_taken_over_total", "Partitions this process took over from another's state by restoring it (a backup, or empty).", moves(2))
 	counterFn("tally_partitions_taken_over_warm_total", "Partitions this process took over from a standby it kept (no restore).", moves(3))
+	counterFn("tally_partition_slow_stops_total", "Partitions whose stop here took longer than a lease TTL: meanwhile the others no longer left them to this process, their last owner, and their standbys took them over.",
+		func() int64 {
+			if src.SlowStops == nil {
+				return 0
+			}
+			return src.SlowStops()
+		})
 	owned := func() (int, bool) {
 		if src.Owned == nil {
 			return 0, false
