@@ -112,6 +112,14 @@ func (b *bucket) isDirty(slot int) bool {
 }
 
 // bytes is the bucket's RAM.
+// remeasure sets acct to the bucket's bytes and returns by how much it changed.
+func (b *bucket) remeasure() int {
+	n := b.bytes()
+	d := n - b.acct
+	b.acct = n
+	return d
+}
+
 func (b *bucket) bytes() int {
 	const header = 144 // struct, slice headers, the bucket index entry
 	return header + 4*cap(b.words) + 8*cap(b.dirty) + b.ov.bytes()

@@ -220,6 +220,14 @@ func (g *group) isDirty(i int) bool {
 	return g.dirty != nil && g.dirty[i/64]&(1<<(i%64)) != 0
 }
 
+// remeasure sets acct to the group's bytes and returns by how much it changed.
+func (g *group) remeasure() int {
+	n := g.bytes()
+	d := n - g.acct
+	g.acct = n
+	return d
+}
+
 func (g *group) bytes() int {
 	const header = 256 // struct, slice headers, the group map entry
 	n := header + 4*cap(g.words) + cap(g.cnt) + 2*cap(g.base) + 4*cap(g.fence) + 8*cap(g.dirty) + g.ov.bytes()
