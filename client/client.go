@@ -78,11 +78,13 @@ func (c *Client) Subjects() pipeline.Subjects { return c.subj }
 func NewTx() string { return nuid.Next() }
 
 // Publish publishes events one message each, with Nats-Msg-Id = the event's tx (a new
-// one when empty), and returns when all are stored. On an error (or ctx ending first)
-// some of them may have been stored: resend the same events with the same tx to be sure,
-// which counts none twice within the duplicate window. Set Tx yourself if you may retry.
+// one when empty), and returns when all are stored. Events of one key (a user's like and
+// unlike) are stored in the order given (see publishInOrder). On an error (or ctx ending
+// first) some of them may have been stored: resend the same events with the same tx to
+// be sure, which counts none twice within the duplicate window. Set Tx yourself if you
+// may retry.
 func (c *Client) Publish(ctx context.Context, events ...pipeline.Event) error {
-	futures := make([]jetstream.PubAckFuture, len(events))
+	msgs := make([]outMsg, len(events))
 	for i := range events {
 		e := events[i]
 		if !pipeline.ValidType(e.Type) {
@@ -91,31 +93,63 @@ func (c *Client) Publish(ctx context.Context, events ...pipeline.Event) error {
 		if e.Tx == "" {
 			e.Tx = NewTx()
 		}
-		f, err := c.js.PublishAsync(c.subj.Event(e.Type, e.Key()), pipeline.AppendEvent(nil, &e), jetstream.WithMsgID(e.Tx))
-		if err != nil {
-			return fmt.Errorf("cannot publish event %d: %w", i, err)
-		}
-		futures[i] = f
+		msgs[i] = outMsg{lane: uint64(e.Key()), subj: c.subj.Event(e.Type, e.Key()), data: pipeline.AppendEvent(nil, &e), id: e.Tx}
 	}
-	return c.wait(ctx, futures)
+	return c.publishInOrder(ctx, msgs)
 }
 
-// wait waits for every future's acknowledgement, within the client's timeout when ctx
-// has no deadline: a message published while NATS is away (a server killed, a
-// connection reconnecting) may never be answered, and a publish must not wait for ever.
-func (c *Client) wait(ctx context.Context, futures []jetstream.PubAckFuture) error {
+// outMsg is a message publishInOrder sends: those of one lane in the order given.
+type outMsg struct {
+	lane     uint64
+	subj, id string
+	data     []byte
+}
+
+// publishInOrder publishes msgs, each with Nats-Msg-Id id, and returns when all are
+// stored, within the client's timeout when ctx has no deadline: a message published
+// while NATS is away (a server killed, a connection reconnecting) may never be answered.
+// The messages of one lane go one at a time, each once the one before is stored; those
+// of different lanes at once. nats.go sends a publish answered "no responders" (a stream
+// leader being elected) again 250 ms later, behind the messages sent after it: two
+// messages of one partition sent together could be stored the other way round, a like
+// applied after its unlike (TestPublishKeepsOrder).
+func (c *Client) publishInOrder(ctx context.Context, msgs []outMsg) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 		defer cancel()
 	}
-	for i, f := range futures {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			return fmt.Errorf("message %d not stored: %w", i, err)
-		case <-ctx.Done():
-			return ctx.Err()
+	rank := make([]int, len(msgs)) // a message's place in its lane
+	seen := map[uint64]int{}
+	rounds := 0
+	for i, m := range msgs {
+		rank[i] = seen[m.lane]
+		seen[m.lane]++
+		rounds = max(rounds, seen[m.lane])
+	}
+	futures := make([]jetstream.PubAckFuture, len(msgs))
+	for r := range rounds {
+		for i, m := range msgs {
+			if rank[i] != r {
+				continue
+			}
+			f, err := c.js.PublishAsync(m.subj, m.data, jetstream.WithMsgID(m.id))
+			if err != nil {
+				return fmt.Errorf("cannot publish message %d: %w", i, err)
+			}
+			futures[i] = f
+		}
+		for i, f := range futures {
+			if rank[i] != r {
+				continue
+			}
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				return fmt.Errorf("message %d not stored: %w", i, err)
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 	}
 	return nil
@@ -125,6 +159,8 @@ func (c *Client) wait(ctx context.Context, futures []jetstream.PubAckFuture) err
 // partition, each deduplicated as a whole by the message id tx.<partition>. Re-sending
 // the same events with the same tx counts them once — which is also what to do after an
 // error, when some of the messages may already have been stored. This is the fast path.
+// A partition's messages (more than pipeline.MaxBatch events, or privileged ones) are
+// stored in the order of their events (see publishInOrder).
 func (c *Client) PublishBatch(ctx context.Context, tx string, events []pipeline.Event) error {
 	if tx == "" {
 		return fmt.Errorf("%w: a batch needs a transaction id", pipeline.ErrBadEvent)
@@ -166,7 +202,7 @@ func (c *Client) PublishBatch(ctx context.Context, tx string, events []pipeline.
 	for i := range events {
 		groups[of[i]] = append(groups[of[i]], events[i])
 	}
-	var futures []jetstream.PubAckFuture
+	var msgs []outMsg
 	for k, gr := range order {
 		g := groups[k]
 		for part := 0; len(g) > 0; part++ {
@@ -176,15 +212,11 @@ func (c *Client) PublishBatch(ctx context.Context, tx string, events []pipeline.
 			if gr.admin {
 				typ, id = pipeline.TypeAdminBatch, pipeline.AdminBatchMsgID(tx, gr.p, part)
 			}
-			f, err := c.js.PublishAsync(c.subj.Event(typ, g[0].Key()), data, jetstream.WithMsgID(id))
-			if err != nil {
-				return fmt.Errorf("cannot publish batch: %w", err)
-			}
-			futures = append(futures, f)
+			msgs = append(msgs, outMsg{lane: uint64(gr.p), subj: c.subj.Event(typ, g[0].Key()), data: data, id: id})
 			g = g[k:]
 		}
 	}
-	return c.wait(ctx, futures)
+	return c.publishInOrder(ctx, msgs)
 }
 
 var partitionsIn = regexp.MustCompile(`\{\{\s*partition\((\d+)`)

@@ -59,3 +59,48 @@ func TestPublishWhileNATSIsAway(t *testing.T) {
 		}
 	}
 }
+
+// TestPublishKeepsOrder: a like and its unlike published in one call are stored in that
+// order even when the like's publish is answered "no responders" (its stream's leader
+// being elected; here its subject is not yet the stream's). nats.go sends such a publish
+// again 250 ms later, and the client sent the unlike at once: stored first, the user
+// ended liking the post. The client now sends an event once the one before it of its
+// key is stored.
+func TestPublishKeepsOrder(t *testing.T) {
+	nc := natstest.Connect(t, natstest.Start(t))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	like := pipeline.Event{Type: "like", UID: 7, Post: 42, Tx: "like"}
+	unlike := pipeline.Event{Type: "unlike", UID: 7, Post: 42, Tx: "unlike"}
+	subj := func(e pipeline.Event) string { return c.Subjects().Event(e.Type, e.Key()) }
+	cfg := jetstream.StreamConfig{Name: "ORDER", Subjects: []string{subj(unlike)}}
+	st, err := js.CreateStream(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { // the like's subject comes back within the 250 ms nats.go waits
+		time.Sleep(100 * time.Millisecond)
+		cfg.Subjects = append(cfg.Subjects, subj(like))
+		_, _ = js.UpdateStream(context.Background(), cfg)
+	}()
+	if err := c.Publish(t.Context(), like, unlike); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for seq := uint64(1); seq <= 2; seq++ {
+		m, err := st.GetMsg(t.Context(), seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, m.Subject)
+	}
+	if want := []string{subj(like), subj(unlike)}; got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("stored %v, want %v: the unlike before its like", got, want)
+	}
+}
