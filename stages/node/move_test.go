@@ -2,12 +2,14 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -378,4 +380,41 @@ func TestHandOverServedUntilStopped(t *testing.T) {
 	if got := exact(); got != "" {
 		t.Fatalf("after the hand-over of partition %d: %s", p, got)
 	}
+}
+
+// A partition whose start failed is not started again before a pause, jittered, that
+// grows with the failures in a row (a backup that cannot be read was read again 30 times a second,
+// every failed start kicking the rounds); being owned elsewhere is no failure, and a
+// start that works forgets the failures.
+func TestFailedStartsPaced(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := &Node{cfg: Config{LeaseTTL: time.Second}, retries: map[int]*startRetry{}}
+		if n.retryLater(3) {
+			t.Fatal("a partition never started waits")
+		}
+		broken := errors.New("cannot restore: a corrupt object")
+		var pauses []time.Duration
+		for range 8 {
+			n.startDone(3, broken)
+			begun := time.Now()
+			for n.retryLater(3) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			pauses = append(pauses, time.Since(begun))
+		}
+		for _, d := range pauses { // at most 5 tries a second, where they came every 30 ms
+			if d < 200*time.Millisecond || d > 10*time.Second {
+				t.Fatalf("pauses %v: want each from a fifth of the TTL to 10 TTLs", pauses)
+			}
+		}
+		n.startDone(3, ErrOwned)
+		if n.retryLater(3) {
+			t.Fatal("a partition owned elsewhere waits")
+		}
+		n.startDone(3, broken)
+		n.startDone(3, nil)
+		if n.retryLater(3) {
+			t.Fatal("a partition that started waits")
+		}
+	})
 }

@@ -79,6 +79,7 @@ type Node struct {
 	stopping     map[int]time.Time      // partitions whose stop is under way, and since when, under mu
 	slowStops    map[int]bool           // those of them said to be slow (see stoppingParts), under mu
 	starting     map[int]bool           // partitions whose start is under way, under mu
+	retries      map[int]*startRetry    // partitions whose last start failed, under mu (see retryLater)
 	claiming     map[int]*cluster.Lease // leases of partitions being started, under mu
 	starts       sync.WaitGroup         // the starts under way (see rebalance)
 	standbys     map[int]*standby       // warm copies of partitions owned elsewhere, under mu
@@ -136,7 +137,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	n := &Node{cfg: cfg, log: log, failed: make(chan struct{}), EventStats: event.NewStats(), budget: counter.NewBudget(mem.Hot),
-		parts: map[int]*owned{}, starting: map[int]bool{}, claiming: map[int]*cluster.Lease{}, standbys: map[int]*standby{}, priming: make(chan struct{}, 1), StandbyEvents: event.NewStats(), kick: make(chan struct{}, 1), waiting: map[int]*moveWait{}}
+		parts: map[int]*owned{}, starting: map[int]bool{}, retries: map[int]*startRetry{}, claiming: map[int]*cluster.Lease{}, standbys: map[int]*standby{}, priming: make(chan struct{}, 1), StandbyEvents: event.NewStats(), kick: make(chan struct{}, 1), waiting: map[int]*moveWait{}}
 	defer func() {
 		if err != nil {
 			n.Close()
