@@ -12,9 +12,9 @@ import (
 	"github.com/tally-dev/tally/pipeline/natstest"
 )
 
-// putObject stores objects nats.go's object store reads back whole and checks by digest,
-// across many chunks and at the edges of one.
-func TestPutObjectReadsBack(t *testing.T) {
+// stateStore starts a NATS server and makes the object store bucket STATE on it.
+func stateStore(t *testing.T) (jetstream.JetStream, jetstream.ObjectStore) {
+	t.Helper()
 	js, err := jetstream.New(natstest.Connect(t, natstest.Start(t)))
 	if err != nil {
 		t.Fatal(err)
@@ -23,6 +23,13 @@ func TestPutObjectReadsBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return js, obs
+}
+
+// putObject stores objects nats.go's object store reads back whole and checks by digest,
+// across many chunks and at the edges of one.
+func TestPutObjectReadsBack(t *testing.T) {
+	js, obs := stateStore(t)
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, size := range []int{0, 1, 128 << 10, 128<<10 + 1, 3<<20 + 17} {
 		data := make([]byte, size)
@@ -51,14 +58,7 @@ func TestPutObjectReadsBack(t *testing.T) {
 // anywhere (TestChaosCluster, seed 7). The put fails instead, and the caller's next
 // backup stores it whole. Here the chunks' subjects leave the stream for a few chunks.
 func TestPutObjectNotReordered(t *testing.T) {
-	js, err := jetstream.New(natstest.Connect(t, natstest.Start(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	obs, err := js.CreateObjectStore(t.Context(), jetstream.ObjectStoreConfig{Bucket: "STATE"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	js, obs := stateStore(t)
 	st, err := js.Stream(t.Context(), "OBJ_STATE")
 	if err != nil {
 		t.Fatal(err)
