@@ -477,6 +477,12 @@ func runChaos(t *testing.T, procs int, ns chaosNATS) {
 		}
 		r.done("deltas.numbers", n, "delta batch numbers sent, each with one content (TALLY_CHAOS_EACH)")
 	}
+	if each != nil {
+		for _, name := range each.corrupt {
+			r.fail("backups", "state backup %s refused by its digest", name)
+		}
+		r.done("backups", each.backups, "state backups read back whole after the cycles (TALLY_CHAOS_EACH)")
+	}
 	// Queries of the whole id space may take longer than a producer's timeout.
 	cq, err := client.New(nc, client.WithPartitions(size.partitions), client.WithTimeout(20*time.Second))
 	if err != nil {
