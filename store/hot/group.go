@@ -324,7 +324,7 @@ func (t *Table) merge(gk uint32) {
 	}
 	ng.touched, ng.acct = g.touched, g.acct
 	*g = *ng // in place, so cached pointers stay valid
-	t.remeasure(gk, false)
+	t.remeasure(nil, []uint32{gk})
 	// Marks carried from its open buckets were listed by their keys: list the group's.
 	if g.dirty != nil {
 		t.dirtyGroups = append(t.dirtyGroups, gk)

@@ -214,12 +214,7 @@ func (t *Table) ClearDirty() {
 	}
 	// Their bytes changed: the bitmaps went, and written entries may have grown their
 	// overflow lists.
-	if !t.memStale && len(t.remeasureBuckets)+len(t.remeasureGroups)+len(t.dirtyBuckets)+len(t.dirtyGroups) <= maxRemeasure {
-		t.remeasureBuckets = append(t.remeasureBuckets, t.dirtyBuckets...)
-		t.remeasureGroups = append(t.remeasureGroups, t.dirtyGroups...)
-	} else {
-		t.memStale, t.remeasureBuckets, t.remeasureGroups = true, nil, nil
-	}
+	t.remeasure(t.dirtyBuckets, t.dirtyGroups)
 	t.dirtyBuckets, t.dirtyGroups = emptied(t.dirtyBuckets), emptied(t.dirtyGroups)
 	t.deleted = t.deleted[:0]
 }

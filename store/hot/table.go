@@ -100,8 +100,7 @@ func (t *Table) setBucket(g *group, bk uint32, b *bucket) {
 		t.mem -= old.acct
 	}
 	t.buckets[bk] = b
-	t.remeasure(bk, true)
-	t.remeasure(bk>>subBits, false) // its opened index, made at openedFrom buckets
+	t.remeasure([]uint32{bk}, []uint32{bk >> subBits}) // the group: its opened index, made at openedFrom buckets
 	t.last, t.lastKey = b, bk
 	switch {
 	case g.opened != nil:
@@ -140,7 +139,7 @@ func (t *Table) group(gk uint32) *group {
 func (t *Table) addGroup(gk uint32, g *group) {
 	t.groups[gk] = g
 	t.dir.add(gk, g, t.groups)
-	t.remeasure(gk, false)
+	t.remeasure(nil, []uint32{gk})
 }
 
 func (t *Table) delGroup(gk uint32) {
@@ -159,20 +158,18 @@ func (t *Table) forgetBucket(bk uint32) {
 	delete(t.buckets, bk)
 }
 
-// remeasure lists group or bucket key k (bucket: a bucket's) as one whose bytes may have
-// changed: a new one, one rehashed, merged, given open buckets, or freed of its dirty
-// bitmap. Written entries need no call: the dirty lists hold their keys.
-func (t *Table) remeasure(k uint32, bucket bool) {
-	if t.memStale {
-		return
-	}
-	if bucket {
-		t.remeasureBuckets = append(t.remeasureBuckets, k)
-	} else {
-		t.remeasureGroups = append(t.remeasureGroups, k)
-	}
-	if len(t.remeasureBuckets)+len(t.remeasureGroups) > maxRemeasure {
+// remeasure lists open buckets and groups (by key) whose bytes may have changed: new
+// ones, rehashed, merged, given open buckets, or freed of their dirty bitmaps. Written
+// entries need no call until ClearDirty: the dirty lists hold their keys. Past
+// maxRemeasure keys (MemBytes not asked for) the lists go, and MemBytes measures all.
+func (t *Table) remeasure(buckets, groups []uint32) {
+	switch {
+	case t.memStale:
+	case len(t.remeasureBuckets)+len(t.remeasureGroups)+len(buckets)+len(groups) > maxRemeasure:
 		t.memStale, t.remeasureBuckets, t.remeasureGroups = true, nil, nil
+	default:
+		t.remeasureBuckets = append(t.remeasureBuckets, buckets...)
+		t.remeasureGroups = append(t.remeasureGroups, groups...)
 	}
 }
 
