@@ -48,6 +48,10 @@ type pointer struct {
 	// it; 0 when stored by a version that did not say): one of an older layout is
 	// stored again in this one's, changed or not (see Store).
 	Layout int `json:"layout,omitempty"`
+	// Damaged says a claim found Object unreadable (ErrDamagedBackup): the next claims
+	// refuse it without reading it again, and the last owner's next backup replaces it,
+	// changed or not. Cleared with the next backup.
+	Damaged bool `json:"damaged,omitempty"`
 }
 
 // heldBy reports whether the pointer holds lease l: only then may l's owner write it.
@@ -238,7 +242,7 @@ func (b *Backups) Store(ctx context.Context, pc Piece, l *Lease) (uint64, []uint
 	if err != nil {
 		return 0, nil, err
 	}
-	if cur.heldBy(l) && cur.Object != "" && cur.Layout == cold.Layout && slices.Equal(cur.Pos, pos) {
+	if cur.heldBy(l) && cur.Object != "" && cur.Layout == cold.Layout && !cur.Damaged && slices.Equal(cur.Pos, pos) {
 		return 0, nil, nil
 	}
 	obj := fmt.Sprintf("%s.%s.%s", pc.Name, l.Token(), nuid.Next())
@@ -339,6 +343,9 @@ func (b *Backups) Claim(ctx context.Context, pc Piece, l *Lease) (string, error)
 		default:
 			from = "backup"
 			err = b.restore(ctx, pc, last)
+			if errors.Is(err, ErrDamagedBackup) && !last.Damaged {
+				b.markDamaged(ctx, pc.Name, l, last.Object)
+			}
 		}
 		if err != nil {
 			return "", fmt.Errorf("cannot restore %s: %w", pc.Name, err)
@@ -410,7 +417,13 @@ func (b *Backups) sweep(ctx context.Context, name string, l *Lease) {
 // and of a layout this process knows (cold.ErrNewerLayout: a process of an older version
 // cannot take a partition over from a newer one). An older layout's keys are moved to
 // this one as they are loaded (cold.DB.Restore).
+//
+// A backup that cannot be read whole, by its object's digest or its own checksums, is
+// refused with ErrDamagedBackup; one the pointer says is damaged is refused unread.
 func (b *Backups) restore(ctx context.Context, pc Piece, ptr pointer) error {
+	if ptr.Damaged {
+		return fmt.Errorf("%w: backup %s was found damaged by an earlier claim: only %s, the last owner of %s, can take it (with its local state)", ErrDamagedBackup, ptr.Object, ptr.Owner, pc.Name)
+	}
 	obj, err := b.Obs.Get(ctx, ptr.Object)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return fmt.Errorf("%w: backup %s is gone", ErrStaleBackup, ptr.Object)
@@ -428,6 +441,9 @@ func (b *Backups) restore(ctx context.Context, pc Piece, ptr pointer) error {
 		}
 	}
 	if err := b.DB.RestoreReplacing(obj, pc.Keys, b.TmpDir, pc.Replacing); err != nil {
+		if errors.Is(err, jetstream.ErrDigestMismatch) || errors.Is(err, cold.ErrCorrupt) {
+			return fmt.Errorf("%w: backup %s: %w: only %s, the last owner of %s, can take it (with its local state)", ErrDamagedBackup, ptr.Object, err, ptr.Owner, pc.Name)
+		}
 		return fmt.Errorf("backup %s: %w", ptr.Object, err)
 	}
 	if ok, err := Reflects(pc, ptr.Pos); err != nil || !ok {
@@ -437,6 +453,23 @@ func (b *Backups) restore(ctx context.Context, pc Piece, ptr pointer) error {
 		return err
 	}
 	return nil
+}
+
+// markDamaged records in name's pointer, which l holds, that its backup object cannot be
+// read (pointer.Damaged). A failure only costs the next claims a read of the object.
+func (b *Backups) markDamaged(ctx context.Context, name string, l *Lease, object string) {
+	err := b.setPointer(ctx, name, func(cur pointer) (pointer, error) {
+		if !cur.heldBy(l) || cur.Object != object {
+			return cur, fmt.Errorf("%w: the pointer moved on", ErrSuperseded)
+		}
+		cur.Damaged = true
+		return cur, nil
+	})
+	if err != nil {
+		b.Log.Warn("cannot mark a state backup damaged", "object", object, "err", err)
+		return
+	}
+	b.Log.Error("a state backup cannot be read; only its last owner can take the state over, and its next backup replaces it", "object", object, "what", name)
 }
 
 // setPointer writes name's pointer by compare-and-set: next gets the current one (zero

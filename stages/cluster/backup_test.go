@@ -181,6 +181,97 @@ func (r *backupRig) damage(name string) {
 	}
 }
 
+// damageChunks rewrites object name's chunks with one byte changed, leaving its info (its
+// digest) as it was: what a backup stored with its chunks out of order read as (see
+// TestPutObjectNotReordered), refused by nats.go's digest check.
+func (r *backupRig) damageChunks(name string) {
+	r.t.Helper()
+	ctx := r.t.Context()
+	data, err := r.obs.GetBytes(ctx, name)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	info, err := r.obs.GetInfo(ctx, name)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	bucket := r.sj.StateBucket()
+	st, err := r.js.Stream(ctx, "OBJ_"+bucket)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	subj := "$O." + bucket + ".C." + info.NUID
+	if err := st.Purge(ctx, jetstream.WithPurgeSubject(subj)); err != nil {
+		r.t.Fatal(err)
+	}
+	data[len(data)/2] ^= 0xff
+	if _, err := r.js.Publish(ctx, subj, data); err != nil {
+		r.t.Fatal(err)
+	}
+	if _, err := r.obs.GetBytes(ctx, name); !errors.Is(err, jetstream.ErrDigestMismatch) {
+		r.t.Fatalf("the damaged object reads with %v, want ErrDigestMismatch", err)
+	}
+}
+
+// A backup that cannot be read (TestChaosCluster, seed 7: a backup stored with its chunks
+// out of order before putObject stopped that) left its partition to its last owner
+// alone, and for good: the last owner, back, took its local state and found the piece
+// unchanged since that backup, so it never stored another, and every other process read
+// the whole object again at each start only to refuse it. The first claim to find it
+// damaged now records it in the pointer: the next refuse it unread, and the last owner's
+// next backup replaces it, changed or not.
+func TestDamagedBackupReplaced(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		damage func(r *backupRig, object string)
+		is     error
+	}{
+		{"digest", (*backupRig).damageChunks, jetstream.ErrDigestMismatch},
+		{"checksum", (*backupRig).damage, cold.ErrCorrupt},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newBackupRig(t)
+			a, b, c := r.process(), r.process(), r.process()
+			r.own(a, 10)
+			damaged, _ := r.pointer("counters.0")
+			tc.damage(r, damaged.Object)
+
+			if from, err := r.claim(b, r.take(b)); !errors.Is(err, ErrDamagedBackup) || !errors.Is(err, tc.is) {
+				t.Fatalf("b's claim of a damaged backup: %q %v, want ErrDamagedBackup and %v", from, err, tc.is)
+			}
+			if p, _ := r.pointer("counters.0"); !p.Damaged || p.Object != damaged.Object || p.Owner != a.owners.ID() {
+				t.Fatalf("after b's claim the pointer is %+v, want %s marked damaged, a its last owner", p, damaged.Object)
+			}
+			// Gone, it would be refused as stale if c read it.
+			if err := r.obs.Delete(t.Context(), damaged.Object); err != nil {
+				t.Fatal(err)
+			}
+			if from, err := r.claim(c, r.take(c)); !errors.Is(err, ErrDamagedBackup) || errors.Is(err, ErrStaleBackup) {
+				t.Fatalf("c's claim of a backup marked damaged: %q %v, want ErrDamagedBackup without reading it", from, err)
+			}
+			if _, _, err := c.b.Prime(t.Context(), c.piece(), c.owners.ID()); !errors.Is(err, ErrDamagedBackup) {
+				t.Fatalf("c's prime from a backup marked damaged: %v, want ErrDamagedBackup", err)
+			}
+
+			la := r.take(a)
+			if from, err := r.claim(a, la); err != nil || from != "local" {
+				t.Fatalf("the last owner's claim: %q %v, want its local state", from, err)
+			}
+			size, covered, err := a.b.Store(t.Context(), a.piece(), la)
+			if err != nil || size == 0 || !slices.Equal(covered, []uint64{10}) {
+				t.Fatalf("the last owner's backup of its unchanged piece: %d bytes covering %v, %v; want a new backup at 10", size, covered, err)
+			}
+			p, _ := r.pointer("counters.0")
+			if p.Damaged || p.Object == damaged.Object || p.Gen != damaged.Gen+1 {
+				t.Fatalf("after the last owner's backup the pointer is %+v, want a new backup after %+v", p, damaged)
+			}
+			if from, err := r.claim(b, r.take(b)); err != nil || from != "backup" || r.pos(b) != 10 {
+				t.Fatalf("b's claim of the new backup: %q %v, at %d; want it restored at 10", from, err, r.pos(b))
+			}
+		})
+	}
+}
+
 // An old owner that was paused after its lease check writes its backup after the new
 // owner claimed the partition, and again after the new owner's backup: neither becomes
 // current, and the next owner restores the new owner's backup. (Before pointers the old

@@ -17,6 +17,12 @@ var (
 	// than the pointer says. Starting from it (or from nothing) would lose what was
 	// purged after the backup the pointer records.
 	ErrStaleBackup = errors.New("the state backup is missing or older than its pointer says")
+	// ErrDamagedBackup: the backup the pointer names cannot be read whole (its object
+	// refused by its digest, or its own checksums failing). Only the piece's last owner,
+	// whose local state is the backup's or newer, can take it: it then stores a new one
+	// at its next backup, changed or not. The pointer records it once a claim has found it
+	// (pointer.Damaged), so that other claims refuse at once, without reading it again.
+	ErrDamagedBackup = errors.New("the state backup cannot be read")
 	// ErrSuperseded: a backup that cannot become current: another owner, under a newer
 	// lease, has claimed the partition since this one's lease was checked.
 	ErrSuperseded = errors.New("another owner has claimed the partition")
