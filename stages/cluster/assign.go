@@ -12,17 +12,19 @@ import (
 // says they are: every member gets ⌊P/n⌋ or ⌈P/n⌉ partitions and keeps
 // what it holds up to its room, giving up first those it ranks lowest; the rest go, each
 // to its last owner (last, "" when unknown) when that one is live, has room and is not
-// stopping it (stopping, as in View.Stopping: it could not start it again before that
-// stop is over), else to
+// stopping it (said.Stopping: it could not start it again before that stop is over) —
+// even without room when another member has refused it (said.Refused: its backup cannot
+// be read, and the last owner alone keeps its state) — else to
 // the member keeping a copy of it (Standbys) when it has room and that copy is warm (or
-// its warmth unknown: warm, as in View.Warm, says nothing of it), else to another member
+// its warmth unknown: said.Warm says nothing of it), else to another member
 // with room whose standby of it is warm (a member it was moving to when its owner died),
 // else to its Standbys member when it has room, else to the member
 // with room that ranks it highest (rendezvous hashing). So a member joining
 // moves its own share only, and a member leaving moves only what it held
 // (TestAssign). Members compute it from what they read of the holders; while a
 // hand-over is under way two may want the same partition, and its lease decides.
-func Assign(members, holders, last []string, partitions int, warm, stopping map[string]map[int]bool) []string {
+func Assign(members, holders, last []string, partitions int, said Said) []string {
+	warm := said.Warm
 	n := len(members)
 	held := map[string][]int{}
 	for p, h := range holders {
@@ -55,10 +57,19 @@ func Assign(members, holders, last []string, partitions int, warm, stopping map[
 			room[m]--
 		}
 	}
+	refused := func(p int) bool {
+		for _, m := range members {
+			if said.Refused[m][p] {
+				return true
+			}
+		}
+		return false
+	}
 	for p, m := range last { // free partitions back to their last owners, while they have room
-		if p < partitions && out[p] == "" && room[m] > 0 && !stopping[m][p] {
+		_, member := room[m]
+		if p < partitions && out[p] == "" && member && !said.Stopping[m][p] && (room[m] > 0 || refused(p)) {
 			out[p] = m
-			room[m]--
+			room[m]-- // below 0 for a refused one: the others' rooms still hold the rest
 		}
 	}
 	// The others to the member keeping a warm copy of them (see Standbys), while it has

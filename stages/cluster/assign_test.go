@@ -42,8 +42,8 @@ func TestAssign(t *testing.T) {
 			joiner := fmt.Sprintf("node%02d", 17*n%23)
 			members = append(members, joiner)
 			slices.Sort(members)
-			got := Assign(members, held, nil, parts, nil, nil)
-			if again := Assign(slices.Clone(members), slices.Clone(held), nil, parts, nil, nil); !slices.Equal(got, again) {
+			got := Assign(members, held, nil, parts, Said{})
+			if again := Assign(slices.Clone(members), slices.Clone(held), nil, parts, Said{}); !slices.Equal(got, again) {
 				t.Fatalf("%d partitions, %d members: two answers %v and %v", parts, n, got, again)
 			}
 			even(got, members, parts)
@@ -56,7 +56,7 @@ func TestAssign(t *testing.T) {
 		// the partitions go back to their last owners, but for the ⌈P/n⌉ rooms, which now
 		// go by name; without the last owners they would be dealt afresh.
 		lapsed := make([]string, parts)
-		back := Assign(members, lapsed, held, parts, nil, nil)
+		back := Assign(members, lapsed, held, parts, Said{})
 		even(back, members, parts)
 		if m := moved(held, back); m > len(members) {
 			t.Fatalf("%d partitions: %d moved when every lease lapsed (%v → %v)", parts, m, held, back)
@@ -70,7 +70,7 @@ func TestAssign(t *testing.T) {
 					live[p] = "" // its lease expired
 				}
 			}
-			got := Assign(members, live, nil, parts, nil, nil)
+			got := Assign(members, live, nil, parts, Said{})
 			even(got, members, parts)
 			if m := moved(held, got); m != load(held)[leaver] {
 				t.Fatalf("%d partitions: %s left holding %d, but %d moved (%v → %v)", parts, leaver, load(held)[leaver], m, held, got)
@@ -90,7 +90,7 @@ func TestStandbys(t *testing.T) {
 			for i := range n {
 				members = append(members, fmt.Sprintf("m%02d", i))
 			}
-			holders := Assign(members, make([]string, parts), nil, parts, nil, nil)
+			holders := Assign(members, make([]string, parts), nil, parts, Said{})
 			sb := Standbys(members, holders)
 			per := map[string]map[string]int{} // owner → standby → partitions
 			for p, s := range sb {
@@ -120,7 +120,7 @@ func TestStandbys(t *testing.T) {
 					}
 				}
 				lastSB := Standbys(live, holders) // the dead one's partitions by their last owner
-				got := Assign(live, held, last, parts, nil, nil)
+				got := Assign(live, held, last, parts, Said{})
 				cold := 0
 				for p := range holders {
 					if holders[p] != dead {
@@ -158,7 +158,7 @@ func TestEffective(t *testing.T) {
 			joiner := fmt.Sprintf("node%02d", 17*n%23)
 			members = append(members, joiner)
 			slices.Sort(members)
-			target := Assign(members, held, nil, parts, nil, nil)
+			target := Assign(members, held, nil, parts, Said{})
 			if got := Effective(members, held, target, map[string]map[int]bool{joiner: nil}); !slices.Equal(got, target) {
 				t.Fatalf("%d partitions: a joiner keeping no standbys waits: %v, want %v", parts, got, target)
 			}
@@ -175,7 +175,7 @@ func TestEffective(t *testing.T) {
 			}
 			for _, p := range due {
 				warm[joiner][p] = true
-				eff := Effective(members, held, Assign(members, held, nil, parts, warm, nil), warm)
+				eff := Effective(members, held, Assign(members, held, nil, parts, Said{Warm: warm}), warm)
 				if eff[p] != joiner {
 					t.Fatalf("%d partitions: %d warm on %s, effective gives it to %s", parts, p, joiner, eff[p])
 				}
@@ -187,7 +187,7 @@ func TestEffective(t *testing.T) {
 				// The holder lets it go; the joiner has not taken it yet.
 				last := make([]string, parts)
 				last[p], held[p] = held[p], ""
-				if got := Effective(members, held, Assign(members, held, last, parts, warm, nil), warm); got[p] != joiner {
+				if got := Effective(members, held, Assign(members, held, last, parts, Said{Warm: warm}), warm); got[p] != joiner {
 					t.Fatalf("%d partitions: %d released by %s for %s, then assigned to %s", parts, p, last[p], joiner, got[p])
 				}
 				held[p] = joiner
@@ -200,7 +200,7 @@ func TestEffective(t *testing.T) {
 		dead := members[0]
 		live := members[1:]
 		gone := slices.Clone(held)
-		target := Assign(live, gone, nil, parts, nil, nil)
+		target := Assign(live, gone, nil, parts, Said{})
 		if got := Effective(live, gone, target, map[string]map[int]bool{live[0]: {}}); !slices.Equal(got, target) {
 			t.Fatalf("%d partitions: %s dead, effective %v, target %v", parts, dead, got, target)
 		}
@@ -213,7 +213,7 @@ func TestEffective(t *testing.T) {
 func TestAssignPrefersWarm(t *testing.T) {
 	for _, parts := range []int{8, 16, 64} {
 		members := []string{"a", "b", "c"}
-		holders := Assign(members, make([]string, parts), nil, parts, nil, nil)
+		holders := Assign(members, make([]string, parts), nil, parts, Said{})
 		live := []string{"b", "c"}
 		sb := Standbys(live, holders)
 		for p, h := range holders {
@@ -231,7 +231,7 @@ func TestAssignPrefersWarm(t *testing.T) {
 					held[q], last[q] = "", "a"
 				}
 			}
-			if got := Assign(live, held, last, parts, warm, nil); got[p] != other {
+			if got := Assign(live, held, last, parts, Said{Warm: warm}); got[p] != other {
 				t.Fatalf("P=%d: a dead, partition %d warm on %s only, assigned to %s (standby %s)", parts, p, other, got[p], sb[p])
 			}
 		}
@@ -246,7 +246,7 @@ func TestAssignPrefersWarm(t *testing.T) {
 func TestAssignStoppingToStandby(t *testing.T) {
 	members := []string{"a", "b"}
 	for _, parts := range []int{2, 4, 6, 8, 12} {
-		last := Assign(members, make([]string, parts), nil, parts, nil, nil)
+		last := Assign(members, make([]string, parts), nil, parts, Said{})
 		sb := Standbys(members, last)
 		for k := 1; k <= parts/2; k++ { // each member stopping k of its partitions
 			stopping := map[string]map[int]bool{"a": {}, "b": {}}
@@ -255,7 +255,7 @@ func TestAssignStoppingToStandby(t *testing.T) {
 					stopping[o][p] = true
 				}
 			}
-			got := Assign(members, make([]string, parts), last, parts, nil, stopping)
+			got := Assign(members, make([]string, parts), last, parts, Said{Stopping: stopping})
 			for p := range got {
 				want := last[p]
 				if stopping[last[p]][p] {
@@ -263,6 +263,52 @@ func TestAssignStoppingToStandby(t *testing.T) {
 				}
 				if got[p] != want {
 					t.Fatalf("P=%d, stopping %v: partition %d (last owner %s) assigned to %s, want %s (%v → %v)", parts, stopping, p, last[p], got[p], want, last, got)
+				}
+			}
+		}
+	}
+}
+
+// A partition another member refused (its backup cannot be read: View.Refused) goes to
+// its last owner even when that one holds its share already: the last owner alone keeps
+// its state. Here a holds its share, and its other partitions, free, were refused by b;
+// without the refusal they go to b, who has room.
+func TestAssignRefusedToLastOwner(t *testing.T) {
+	members := []string{"a", "b", "c"}
+	for _, parts := range []int{3, 4, 6, 9, 16} {
+		for k := 1; k <= parts/3; k++ { // a's partitions free, k of them refused
+			share := (parts + 2) / 3
+			held, last := make([]string, parts), make([]string, parts)
+			refused := map[string]map[int]bool{"b": {}}
+			for p := range parts {
+				switch {
+				case p < share:
+					held[p] = "a"
+				case p < share+k:
+					last[p] = "a"
+					refused["b"][p] = true
+				default:
+					last[p] = []string{"b", "c"}[p%2]
+				}
+			}
+			for _, said := range []Said{{}, {Refused: refused}} {
+				got := Assign(members, held, last, parts, said)
+				load := map[string]int{}
+				for p, m := range got {
+					load[m]++
+					want := last[p]
+					if held[p] != "" {
+						want = held[p]
+					}
+					if refused["b"][p] && said.Refused == nil {
+						want = "" // anyone's but a's, who has no room
+					}
+					if m == "" || want != "" && m != want || want == "" && m == "a" {
+						t.Fatalf("P=%d, %d refused, %+v: partition %d (held by %q, last owner %q) assigned to %q (%v)", parts, k, said, p, held[p], last[p], m, got)
+					}
+				}
+				if over := load["a"] - share; said.Refused != nil && over != k || load["b"]+load["c"]+load["a"] != parts {
+					t.Fatalf("P=%d, %d refused: loads %v", parts, k, load)
 				}
 			}
 		}

@@ -98,6 +98,7 @@ type Owners struct {
 	warmth   string
 	priming  string // what the membership says of the standbys priming here (SetPriming)
 	stopping string // what the membership says of the partitions stopping here (SetStopping)
+	refused  string // what it says of the partitions this process cannot start (SetRefused)
 	leaving  bool
 	seen     map[string]bool // the members the last View found
 }
@@ -134,6 +135,7 @@ func (o *Owners) Register(ctx context.Context) error {
 	v := append(slices.Clone(o.value), o.warmth...)
 	v = append(v, o.priming...)
 	v = append(v, o.stopping...)
+	v = append(v, o.refused...)
 	if o.leaving {
 		v = append(v, " leaving"...)
 	}
@@ -166,6 +168,12 @@ func (o *Owners) SetPriming(ps []int) { o.say(&o.priming, "priming", ps) }
 // which may take long (a last checkpoint behind Badger's compactions), so the others do
 // not leave them to it as their last owner (see View.Stopping).
 func (o *Owners) SetStopping(ps []int) { o.say(&o.stopping, "stopping", ps) }
+
+// SetRefused says, from the next Register on, which partitions this process cannot
+// start because their state backup cannot be read (ErrDamagedBackup): their last owner,
+// which keeps their state, is given them over its share if need be (see
+// Said.Refused).
+func (o *Owners) SetRefused(ps []int) { o.say(&o.refused, "refused", ps) }
 
 // say sets *word, one of the membership's words, to name=ps, or to nothing when ps is
 // empty.
@@ -203,6 +211,12 @@ type View struct {
 	Members []string          // live, sorted, this process among them unless it is leaving
 	Leaving []string          // live but stopping (SetLeaving): they hold, and are assigned nothing
 	Holders map[string]string // each lease key's holder (its node id)
+	Said
+}
+
+// Said is what the live processes say of partitions in their memberships, each a set of
+// partitions by node id.
+type Said struct {
 	// Warm names, for each member that keeps standbys, the partitions whose standby there
 	// is warm; a member that keeps none (or does not say) has no entry.
 	Warm map[string]map[int]bool
@@ -212,6 +226,9 @@ type View struct {
 	// Stopping names, for each live process, the partitions it is still stopping
 	// (SetStopping): not its to start again until they have stopped.
 	Stopping map[string]map[int]bool
+	// Refused names, for each live process, the partitions it cannot start, their
+	// backup unreadable (SetRefused): their last owner alone can.
+	Refused map[string]map[int]bool
 }
 
 // Live is Members and Leaving: the processes whose leases are theirs still.
@@ -221,6 +238,7 @@ func (v View) Live() []string { return append(slices.Clone(v.Members), v.Leaving
 type member struct {
 	warm              map[int]bool // nil when it says nothing of its standbys (SetWarm)
 	priming, stopping map[int]bool // SetPriming, SetStopping
+	refused           map[int]bool // SetRefused
 	leaving           bool
 }
 
@@ -228,7 +246,7 @@ type member struct {
 // version's words.
 func memberOf(v []byte) member {
 	var m member
-	fs := strings.Fields(string(v)) // "<id> <host> [standbys=<p>,<p>…] [priming=<p>,…] [stopping=<p>,…] [leaving]"
+	fs := strings.Fields(string(v)) // "<id> <host> [standbys=<p>,<p>…] [priming=<p>,…] [stopping=<p>,…] [refused=<p>,…] [leaving]"
 	for _, f := range fs[min(2, len(fs)):] {
 		key, list, _ := strings.Cut(f, "=")
 		switch key {
@@ -240,6 +258,8 @@ func memberOf(v []byte) member {
 			m.priming = parseList(list)
 		case "stopping":
 			m.stopping = parseList(list)
+		case "refused":
+			m.refused = parseList(list)
 		}
 	}
 	return m
@@ -285,7 +305,7 @@ func (o *Owners) View(ctx context.Context, leases ...string) (View, error) {
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
 	entries, errs := o.getAll(ctx, keys)
-	v := View{Holders: map[string]string{}, Warm: map[string]map[int]bool{}, Priming: map[string]map[int]bool{}, Stopping: map[string]map[int]bool{}}
+	v := View{Holders: map[string]string{}, Said: Said{Warm: map[string]map[int]bool{}, Priming: map[string]map[int]bool{}, Stopping: map[string]map[int]bool{}, Refused: map[string]map[int]bool{}}}
 	seen := map[string]bool{}
 	for i, k := range keys {
 		e, err := entries[i], errs[i]
@@ -305,6 +325,9 @@ func (o *Owners) View(ctx context.Context, leases ...string) (View, error) {
 			}
 			if m.stopping != nil {
 				v.Stopping[id] = m.stopping
+			}
+			if m.refused != nil {
+				v.Refused[id] = m.refused
 			}
 			if m.leaving || id == o.id && o.isLeaving() {
 				v.Leaving = append(v.Leaving, id)

@@ -247,11 +247,11 @@ func TestSnapshotOfAnUnreadHolder(t *testing.T) {
 // A membership value is read as far as it is understood: each list by its name, in any
 // order, and words of a newer version passed over.
 func TestMemberOf(t *testing.T) {
-	m := memberOf([]byte("id host priming=3,5 newer=1 standbys=1 stopping=2 leaving"))
-	if !m.leaving || len(m.warm) != 1 || !m.warm[1] || len(m.priming) != 2 || !m.priming[3] || !m.priming[5] || len(m.stopping) != 1 || !m.stopping[2] {
+	m := memberOf([]byte("id host priming=3,5 newer=1 standbys=1 stopping=2 refused=4,0 leaving"))
+	if !m.leaving || len(m.warm) != 1 || !m.warm[1] || len(m.priming) != 2 || !m.priming[3] || !m.priming[5] || len(m.stopping) != 1 || !m.stopping[2] || len(m.refused) != 2 || !m.refused[4] || !m.refused[0] {
 		t.Fatalf("memberOf: %+v", m)
 	}
-	if m := memberOf([]byte("id host")); m.warm != nil || m.priming != nil || m.leaving {
+	if m := memberOf([]byte("id host")); m.warm != nil || m.priming != nil || m.stopping != nil || m.refused != nil || m.leaving {
 		t.Fatalf("a member that says nothing: %+v", m)
 	}
 }

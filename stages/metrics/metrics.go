@@ -56,6 +56,9 @@ type Source struct {
 	// SlowStops counts partitions whose stop here took longer than a lease TTL (nil:
 	// none).
 	SlowStops func() int64
+	// Refused returns the partitions this process cannot start, their state backup
+	// unreadable, left to their last owner (nil: none).
+	Refused func() int
 }
 
 // Stream is the size of one stream and its bound (-1 when unbounded).
@@ -218,6 +221,13 @@ func New(src Source) *Metrics {
 				return 0
 			}
 			return float64(src.Standbys())
+		}))
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tally_partitions_refused", Help: "Partitions this process cannot start because their state backup cannot be read (refused by its digest or checksums): each is left to its last owner, which keeps its state and replaces the backup at its next one. Non-zero for longer than a backup period means that owner is gone (docs/operations.md)."},
+		func() float64 {
+			if src.Refused == nil {
+				return 0
+			}
+			return float64(src.Refused())
 		}))
 	m.reg.MustRegister(newDynamic(src))
 	return m

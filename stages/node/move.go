@@ -48,7 +48,7 @@ func (n *Node) plan(ctx context.Context) (v cluster.View, target, want []string,
 	// Not to a last owner still stopping it (its lease lost): it cannot start it again
 	// before the stop is over, which Badger may hold up for minutes; its standby takes
 	// it over (TestLostPartitionNotLeftToItsStoppingOwner).
-	target = cluster.Assign(v.Members, holders, last, n.cfg.Partitions, v.Warm, v.Stopping)
+	target = cluster.Assign(v.Members, holders, last, n.cfg.Partitions, v.Said)
 	return v, target, cluster.Effective(v.Live(), holders, target, v.Warm), nil
 }
 

@@ -237,7 +237,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		},
 		Standbys: func() int { return len(n.Standbys()) }, StandbyLag: n.StandbyLag, Partitions: cfg.Partitions, Streams: n.streams,
 		NATS:      func() (int64, int) { return n.NATSDisconnects.Load(), len(n.conns()) + n.readJS.Conns() },
-		SlowStops: n.SlowStops.Load})
+		SlowStops: n.SlowStops.Load, Refused: func() int { return len(n.Refused()) }})
 	n.query = query.New(query.Config{Subjects: sc.Subjects, Families: cfg.Families, Partitions: cfg.Partitions, OnQuery: n.metrics.OnQuery, OnAudit: n.metrics.OnAudit, MaxLag: cfg.MaxLag, TopEvery: cfg.FlushInterval},
 		n.qc, n.db, nil, log)
 	if err := n.query.Start(); err != nil {

@@ -122,8 +122,13 @@ func (n *Node) rebalance(ctx context.Context, wait bool) error {
 	if n.standbysOn() {
 		n.keepStandbys(v.Members, want, cluster.Due(id, target, want))
 	}
-	for _, err := range errs {
-		if err != nil && !errors.Is(err, ErrOwned) {
+	for p, err := range errs {
+		switch {
+		case errors.Is(err, cluster.ErrDamagedBackup):
+			// Not this process's to start, but its last owner's: the process starts
+			// without it (a failed start here would stop it, and every start after).
+			n.log.Error("cannot start a partition: its backup cannot be read; leaving it to its last owner", "partition", p, "err", err)
+		case err != nil && !errors.Is(err, ErrOwned):
 			return err
 		}
 	}
@@ -137,6 +142,10 @@ func (n *Node) rebalance(ctx context.Context, wait bool) error {
 type startRetry struct {
 	wait *backoff.Backoff
 	at   time.Time
+	// damaged: the last start failed on a backup that cannot be read
+	// (cluster.ErrDamagedBackup). Until its pause is over the membership says so
+	// (Refused), and the partition goes to its last owner, who alone can start it.
+	damaged bool
 }
 
 // retryLater reports whether partition p's start failed last and its pause is not over.
@@ -161,6 +170,24 @@ func (n *Node) startDone(p int, err error) {
 		n.retries[p] = r
 	}
 	r.at = time.Now().Add(r.wait.Next())
+	r.damaged = errors.Is(err, cluster.ErrDamagedBackup)
+}
+
+// Refused lists the partitions whose last start here failed on a backup that cannot be
+// read, while their pause lasts (see startRetry.damaged): the membership says so, and
+// the others leave them to their last owner.
+func (n *Node) Refused() []int {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	var ps []int
+	now := time.Now()
+	for p, r := range n.retries {
+		if r.damaged && now.Before(r.at) {
+			ps = append(ps, p)
+		}
+	}
+	slices.Sort(ps)
+	return ps
 }
 
 // renew renews this process's membership and the leases of its counter partitions, each
@@ -192,6 +219,7 @@ func (n *Node) renew(ctx context.Context) error {
 		n.owners.SetPriming(n.primingStandbys())
 	}
 	n.owners.SetStopping(n.stoppingParts())
+	n.owners.SetRefused(n.Refused())
 	err := n.owners.Register(ctx)
 	wg.Wait()
 	if err != nil {
