@@ -85,7 +85,26 @@ func unmarshal(data []byte, asJSON bool, v any, strict bool) error {
 			r := mpReader{b: data}
 			return r.done(r.readHopBatch(v, false))
 		}
+	case *GetRequest: // what the readers do not take, reflection reads again below
+		if v != nil {
+			if r := (mpReader{b: data}); r.readGetRequest(v) == nil && r.i == len(data) {
+				return nil
+			}
+			*v = GetRequest{}
+		}
+	case *GetReply:
+		if v != nil {
+			if r := (mpReader{b: data}); r.readGetReply(v) == nil && r.i == len(data) {
+				return nil
+			}
+			*v = GetReply{}
+		}
 	}
+	return decodeReflect(data, v, strict)
+}
+
+// decodeReflect decodes the MessagePack payload data into v by reflection.
+func decodeReflect(data []byte, v any, strict bool) error {
 	if err := checkMsgpack(data); err != nil {
 		return err
 	}
@@ -123,6 +142,18 @@ func Marshal(v any, asJSON bool) ([]byte, error) {
 	case *Change:
 		if v != nil {
 			return AppendChange(make([]byte, 0, v.Size()), v), nil
+		}
+	case GetRequest:
+		return AppendGetRequest(make([]byte, 0, 32+9*len(v.IDs)), &v), nil
+	case *GetRequest:
+		if v != nil {
+			return AppendGetRequest(make([]byte, 0, 32+9*len(v.IDs)), v), nil
+		}
+	case GetReply:
+		return AppendGetReply(make([]byte, 0, v.Size()), &v), nil
+	case *GetReply:
+		if v != nil {
+			return AppendGetReply(make([]byte, 0, v.Size()), v), nil
 		}
 	}
 	var buf bytes.Buffer

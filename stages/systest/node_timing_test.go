@@ -424,13 +424,22 @@ func BenchmarkHealth(b *testing.B) {
 }
 
 // BenchmarkGet20 is the latency of a 20-id batch query over loopback, beside a bare NATS
-// request-reply echo of the same size.
+// request-reply echo of the same size, and the CPU and allocations of each (the whole
+// process: the asker, NATS, and tallyd or the echo).
 // Run: go test ./stages/systest -run XXX -bench Get20 -benchtime 20000x
 func BenchmarkGet20(b *testing.B) {
+	var cpu time.Duration
+	var allocs uint64
 	report := func(b *testing.B, lat []time.Duration) {
+		b.ReportMetric(float64((cpuTime()-cpu).Nanoseconds())/1e3/float64(b.N), "cpu-µs/get")
+		b.ReportMetric(float64(mallocs()-allocs)/float64(b.N), "allocs/get")
 		slices.Sort(lat)
 		b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+	}
+	start := func(b *testing.B) {
+		b.ResetTimer()
+		cpu, allocs = cpuTime(), mallocs()
 	}
 	ids := make([]uint64, 20)
 	b.Run("nats-echo", func(b *testing.B) {
@@ -441,7 +450,7 @@ func BenchmarkGet20(b *testing.B) {
 		}
 		req, _ := pipeline.Marshal(pipeline.GetRequest{IDs: make([]pipeline.ID, 20)}, false)
 		lat := make([]time.Duration, 0, b.N)
-		b.ResetTimer()
+		start(b)
 		for range b.N {
 			t0 := time.Now()
 			if _, err := nc.Request("echo", req, time.Second); err != nil {
@@ -460,7 +469,7 @@ func BenchmarkGet20(b *testing.B) {
 		rig.WaitCaughtUp(b, c)
 		r := rand.New(rand.NewSource(2))
 		lat := make([]time.Duration, 0, b.N)
-		b.ResetTimer()
+		start(b)
 		for range b.N {
 			for i := range ids {
 				ids[i] = 1<<41 + uint64(r.Intn(100_000))

@@ -1,0 +1,248 @@
+package pipeline
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// byReflection is what Marshal wrote for v before the get codec: msgpack's reflection.
+func byReflection(t testing.TB, v any) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	enc := msgpack.NewEncoder(&buf)
+	enc.SetCustomStructTag("json")
+	if err := enc.Encode(v); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func randomIDs(r *rand.Rand, nilOK bool) []ID {
+	if nilOK && r.IntN(4) == 0 {
+		return nil
+	}
+	ids := make([]ID, r.IntN(24))
+	for i := range ids {
+		ids[i] = ID(r.Uint64() >> r.IntN(64))
+	}
+	return ids
+}
+
+func randomString(r *rand.Rand) string {
+	return strings.Repeat("x", []int{0, 1, 31, 32, 255, 256, 70000}[r.IntN(7)])
+}
+
+func randomGetRequest(r *rand.Rand) GetRequest {
+	return GetRequest{IDs: randomIDs(r, true), Exact: r.IntN(2) == 0, Window: []string{"", "1h", randomString(r)}[r.IntN(3)]}
+}
+
+func randomGetReply(r *rand.Rand) GetReply {
+	rep := GetReply{Window: []string{"", "5m"}[r.IntN(2)], Error: randomString(r), Code: []string{"", "bad_request"}[r.IntN(2)]}
+	if r.IntN(4) > 0 {
+		rep.Fields = []string{"like", "repost", "comment", "view"}[:r.IntN(5)]
+	}
+	if r.IntN(3) > 0 {
+		rep.Counts = make([][]uint64, r.IntN(30))
+		for i := range rep.Counts {
+			if r.IntN(5) == 0 {
+				continue // unavailable: nil
+			}
+			rep.Counts[i] = make([]uint64, r.IntN(6))
+			for j := range rep.Counts[i] {
+				rep.Counts[i][j] = r.Uint64() >> r.IntN(64)
+			}
+		}
+	}
+	if r.IntN(3) == 0 {
+		rep.Changes = make([][]int64, r.IntN(30))
+		for i := range rep.Changes {
+			if r.IntN(5) == 0 {
+				continue
+			}
+			rep.Changes[i] = make([]int64, r.IntN(6))
+			for j := range rep.Changes[i] {
+				rep.Changes[i][j] = int64(r.Uint64()) >> r.IntN(64)
+			}
+		}
+	}
+	rep.Unavailable = randomIDs(r, true)
+	for range r.IntN(3) {
+		s := Stale{IDs: randomIDs(r, true), BehindMs: int64(r.Uint64() >> r.IntN(64)), BehindMsgs: r.Uint64() >> r.IntN(65)}
+		if r.IntN(4) > 0 {
+			s.At = make([]int, r.IntN(20))
+			for i := range s.At {
+				s.At[i] = int(r.Int64() >> r.IntN(64))
+			}
+		}
+		rep.Stale = append(rep.Stale, s)
+	}
+	if r.IntN(2) == 0 {
+		rep.Estimated = []string{"view"}
+	}
+	return rep
+}
+
+// The get codec writes what reflection wrote, byte for byte, and reads it back to the
+// value reflection reads; Marshal and Unmarshal take it for a get's request and reply.
+func TestGetCodecAsReflection(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for range 2000 {
+		req, rep := randomGetRequest(r), randomGetReply(r)
+		for _, c := range []struct {
+			v, into, want any
+			got           []byte
+		}{
+			{&req, &GetRequest{}, &GetRequest{}, AppendGetRequest(nil, &req)},
+			{&rep, &GetReply{}, &GetReply{}, AppendGetReply(nil, &rep)},
+		} {
+			if want := byReflection(t, c.v); !bytes.Equal(c.got, want) {
+				t.Fatalf("%+v:\n codec      %x\n reflection %x", c.v, c.got, want)
+			}
+			if m, err := Marshal(c.v, false); err != nil || !bytes.Equal(m, c.got) {
+				t.Fatalf("Marshal(%T) wrote %x (%v), not the codec's bytes", c.v, m, err)
+			}
+			if rep, ok := c.v.(*GetReply); ok && len(rep.Error) < 32 && len(c.got) > rep.Size() {
+				t.Fatalf("%+v: %d bytes, Size says %d at most", rep, len(c.got), rep.Size())
+			}
+			if err := decodeReflect(c.got, c.want, false); err != nil {
+				t.Fatal(err)
+			}
+			rd := mpReader{b: c.got}
+			var err error
+			switch into := c.into.(type) {
+			case *GetRequest:
+				err = rd.readGetRequest(into)
+			case *GetReply:
+				err = rd.readGetReply(into)
+			}
+			// A nil list is left to reflection; the rest the reader reads itself.
+			if err != nil && err != errNotFast || err == nil && rd.i != len(c.got) {
+				t.Fatalf("%T read %d of %d bytes: %v", c.into, rd.i, len(c.got), err)
+			}
+			if err == nil && !reflect.DeepEqual(c.into, c.want) {
+				t.Fatalf("read back:\n codec      %+v\n reflection %+v", c.into, c.want)
+			}
+		}
+	}
+}
+
+// checkGetCodec: Unmarshal (the readers, then reflection for what they leave) and
+// reflection alone make the same of data as a get request, strict or not, and as a get
+// reply: the same value, or the same error.
+func checkGetCodec(t *testing.T, data []byte) {
+	t.Helper()
+	if len(data) == 0 {
+		return // refused before either reads it
+	}
+	for _, c := range []struct {
+		strict    bool
+		got, want any
+	}{
+		{true, &GetRequest{}, &GetRequest{}},
+		{false, &GetRequest{}, &GetRequest{}},
+		{false, &GetReply{}, &GetReply{}},
+	} {
+		err := unmarshal(data, false, c.got, c.strict)
+		want := decodeReflect(data, c.want, c.strict)
+		if fmt.Sprint(err) != fmt.Sprint(want) || err == nil && !reflect.DeepEqual(c.got, c.want) {
+			t.Fatalf("%x as %T (strict %v):\n codec      %+v %v\n reflection %+v %v", data, c.got, c.strict, c.got, err, c.want, want)
+		}
+	}
+}
+
+func TestGetCodecEdges(t *testing.T) {
+	enc := func(v any) []byte {
+		b, err := msgpack.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	for _, data := range [][]byte{
+		enc(map[string]any{"ids": []any{1, "2", uint64(1 << 63)}, "exact": true, "window": "1h"}),
+		enc(map[string]any{"ids": nil}),
+		enc(map[string]any{"ids": []any{}}),
+		enc(map[string]any{"ids": []any{-1}}),
+		enc(map[string]any{"ids": []any{1.5}}),
+		enc(map[string]any{"ids": "1"}),
+		enc(map[string]any{"exact": 1}),
+		enc(map[string]any{"exact": nil}),
+		enc(map[string]any{"window": []byte("1h")}),
+		enc(map[string]any{"window": nil}),
+		enc(map[string]any{"later": 1, "ids": []any{1}}),
+		enc([]any{[]any{1}, true, "1h"}),
+		enc(map[string]any{"counts": []any{[]any{1, 2}, nil, []any{}, []any{-1}}, "fields": []any{"a"}}),
+		enc(map[string]any{"counts": []any{[]any{uint64(1 << 63)}}, "changes": []any{[]any{-5, 7}, nil}}),
+		enc(map[string]any{"counts": nil, "fields": nil, "error": nil}),
+		enc(map[string]any{"stale": []any{map[string]any{"ids": []any{1}, "at": []any{0}, "behind_ms": 5, "behind_msgs": 2, "later": []any{1}}}}),
+		enc(map[string]any{"stale": []any{map[string]any{"ids": nil, "at": nil}}}),
+		enc(map[string]any{"stale": []any{[]any{1}}}),
+		enc(map[string]any{"added_later": map[string]any{"x": []any{1, 2}}, "counts": []any{[]any{3}}}),
+		enc(map[string]any{"ids": []any{1}, "ids ": 2}),
+		enc(map[string]any{"counts": []any{[]any{1}}, "counts ": 2}),
+		{0x81, 0xa3, 'i', 'd', 's'}, {0x81, 0xa3, 'i', 'd', 's', 0x91}, {0x82, 0xa3, 'i', 'd', 's', 0x90}, {0xc1},
+		append(enc(map[string]any{"ids": []any{1}}), 0x01),
+	} {
+		checkGetCodec(t, data)
+	}
+}
+
+// FuzzGetCodec: the get codec's readers, with reflection for what they leave, make of
+// any payload what reflection alone makes of it.
+func FuzzGetCodec(f *testing.F) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for range 8 {
+		req, rep := randomGetRequest(r), randomGetReply(r)
+		f.Add(AppendGetRequest(nil, &req))
+		f.Add(AppendGetReply(nil, &rep))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) { checkGetCodec(t, data) })
+}
+
+// BenchmarkGetCodec is a 20-id get's four codings (the client's request written, the
+// query service's read, its reply of four counts each written, the client's read), by
+// the codec and by reflection.
+// Run: go test ./pipeline -run XXX -bench GetCodec -benchmem
+func BenchmarkGetCodec(b *testing.B) {
+	req := GetRequest{IDs: make([]ID, 20)}
+	rep := GetReply{Fields: []string{"like", "repost", "comment", "view"}, Counts: make([][]uint64, 20)}
+	for i := range req.IDs {
+		req.IDs[i] = ID(1<<41 + i*7919)
+		rep.Counts[i] = []uint64{uint64(i * 1000), 3, uint64(i), 1 << 20}
+	}
+	reqData, repData := AppendGetRequest(nil, &req), AppendGetReply(nil, &rep)
+	for _, c := range []struct {
+		name   string
+		encode func(v any) ([]byte, error)
+		decode func(data []byte, v any) error
+	}{
+		{"codec", func(v any) ([]byte, error) { return Marshal(v, false) }, func(data []byte, v any) error { return unmarshal(data, false, v, true) }},
+		{"reflection", func(v any) ([]byte, error) { return byReflection(b, v), nil }, func(data []byte, v any) error { return decodeReflect(data, v, true) }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := c.encode(&req); err != nil {
+					b.Fatal(err)
+				}
+				var gotReq GetRequest
+				if err := c.decode(reqData, &gotReq); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := c.encode(&rep); err != nil {
+					b.Fatal(err)
+				}
+				var gotRep GetReply
+				if err := c.decode(repData, &gotRep); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
