@@ -54,6 +54,8 @@ type Options struct {
 	// Upgrade moves a restored backup of an older layout to this one (graph.Upgrade);
 	// a database opened without it refuses to restore one.
 	Upgrade Upgrade
+
+	levelZero int // Badger's NumLevelZeroTables (its default, 5, when 0): for benchmarks
 }
 
 // DB is Tally's Badger database.
@@ -112,6 +114,9 @@ func Open(o Options) (*DB, error) {
 	}
 	if o.NumCompactors > 0 {
 		bo = bo.WithNumCompactors(max(o.NumCompactors, 2)) // Badger refuses 1
+	}
+	if o.levelZero > 0 {
+		bo = bo.WithNumLevelZeroTables(o.levelZero).WithNumLevelZeroTablesStall(o.levelZero + 10)
 	}
 	db, err := badger.Open(bo)
 	if err != nil {
