@@ -31,15 +31,21 @@ func AppendChange(dst []byte, c *Change) []byte {
 	if len(c.Counts) == 0 {
 		return dst
 	}
-	dst = appendArrayLen(appendString(dst, "counts"), len(c.Counts))
-	for _, row := range c.Counts {
+	return appendUintRows(appendString(dst, "counts"), c.Counts)
+}
+
+// appendUintRows appends rows as reflection writes a [][]uint64: a nil row as nil, each
+// count as a full uint64 (Encoder.EncodeUint64).
+func appendUintRows(dst []byte, rows [][]uint64) []byte {
+	dst = appendArrayLen(dst, len(rows))
+	for _, row := range rows {
 		if row == nil {
 			dst = append(dst, msgpcode.Nil)
 			continue
 		}
 		dst = appendArrayLen(dst, len(row))
 		for _, v := range row {
-			dst = appendFixed(dst, msgpcode.Uint64, v, 8) // as Encoder.EncodeUint64
+			dst = appendFixed(dst, msgpcode.Uint64, v, 8)
 		}
 	}
 	return dst

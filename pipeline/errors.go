@@ -42,5 +42,9 @@ var errTrailingJSON = errors.New("trailing data after the JSON object")
 // errTruncated: a MessagePack payload ends inside a value.
 var errTruncated = errors.New("truncated MessagePack")
 
+// errNotFast: what the get codec's readers leave to reflection (getcodec.go); never
+// returned to a caller.
+var errNotFast = errors.New("msgpack: read by reflection")
+
 // errTrailing: a MessagePack payload holds more than one value.
 var errTrailing = errors.New("trailing data after the MessagePack value")

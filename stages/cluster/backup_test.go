@@ -159,19 +159,26 @@ func (r *backupRig) object(name string) string {
 	return p.Object
 }
 
+// read reads object name whole, and its info.
+func (r *backupRig) read(name string) ([]byte, *jetstream.ObjectInfo) {
+	r.t.Helper()
+	data, err := r.obs.GetBytes(r.t.Context(), name)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	info, err := r.obs.GetInfo(r.t.Context(), name)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return data, info
+}
+
 // damage replaces object name's bytes by others of the same length, keeping its metadata
 // (the lease it was taken under): a backup that passes every check but its own.
 func (r *backupRig) damage(name string) {
 	r.t.Helper()
 	ctx := r.t.Context()
-	data, err := r.obs.GetBytes(ctx, name)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	info, err := r.obs.GetInfo(ctx, name)
-	if err != nil {
-		r.t.Fatal(err)
-	}
+	data, info := r.read(name)
 	data[len(data)/2] ^= 0xff
 	if _, err := r.obs.PutBytes(ctx, name, data); err != nil { // drops the metadata
 		r.t.Fatal(err)
@@ -187,14 +194,7 @@ func (r *backupRig) damage(name string) {
 func (r *backupRig) damageChunks(name string) {
 	r.t.Helper()
 	ctx := r.t.Context()
-	data, err := r.obs.GetBytes(ctx, name)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	info, err := r.obs.GetInfo(ctx, name)
-	if err != nil {
-		r.t.Fatal(err)
-	}
+	data, info := r.read(name)
 	bucket := r.sj.StateBucket()
 	st, err := r.js.Stream(ctx, "OBJ_"+bucket)
 	if err != nil {
