@@ -87,20 +87,40 @@ func (c *coldSet) raise(gk uint32) {
 // so the cache holds at most size ids and a hit in the old generation moves the id back
 // to the young one. Ids are never changed in the cache: an increment moves the id into
 // the table, which is read first.
+//
+// Each generation keeps its counts in one array, by slot, and a map of id to slot: no
+// pointer for the collector to follow, nothing allocated per id once the generations
+// have grown (they are emptied, not made again). A map of id to a slice of its own cost
+// an allocation per id read from Badger, and the collector a pointer per id cached.
 type coldCache struct {
 	size       int
-	young, old map[uint64][]uint64
+	width      int // counts an id (the family's fields), set by the first put
+	young, old cacheGen
+}
+
+// cacheGen is one generation of a coldCache: slot[id] is the id's place in vals, in
+// widths; dropped ids leave their slots until the generation is emptied.
+type cacheGen struct {
+	slot map[uint64]uint32
+	vals []uint64
+}
+
+func (g *cacheGen) get(id uint64, width int, dst []uint64) bool {
+	s, ok := g.slot[id]
+	if ok {
+		copy(dst, g.vals[int(s)*width:int(s+1)*width])
+	}
+	return ok
 }
 
 func (c *coldCache) get(id uint64, dst []uint64) bool {
-	v, ok := c.young[id]
-	if !ok {
-		if v, ok = c.old[id]; !ok {
-			return false
-		}
-		c.put(id, v)
+	if c.young.get(id, c.width, dst) {
+		return true
 	}
-	copy(dst, v)
+	if !c.old.get(id, c.width, dst) {
+		return false
+	}
+	c.put(id, dst)
 	return true
 }
 
@@ -108,19 +128,35 @@ func (c *coldCache) put(id uint64, v []uint64) {
 	if c.size <= 0 {
 		return
 	}
-	if len(c.young) >= c.size/2 {
-		c.old, c.young = c.young, make(map[uint64][]uint64, c.size/2)
+	if c.width == 0 {
+		c.width = len(v)
 	}
-	if c.young == nil {
-		c.young = make(map[uint64][]uint64)
+	if len(v) != c.width { // a worker's ids are of one family: never
+		return
 	}
-	c.young[id] = slices.Clone(v)
+	if s, ok := c.young.slot[id]; ok {
+		copy(c.young.vals[int(s)*c.width:], v)
+		return
+	}
+	if len(c.young.vals)/c.width >= max(c.size/2, 1) { // dropped ids' slots count: bounded
+		c.old, c.young = c.young, c.old
+		clear(c.young.slot)
+		c.young.vals = c.young.vals[:0]
+	}
+	if c.young.slot == nil {
+		c.young.slot = make(map[uint64]uint32)
+	}
+	c.young.slot[id] = uint32(len(c.young.vals) / c.width)
+	c.young.vals = append(c.young.vals, v...)
 }
 
 func (c *coldCache) drop(id uint64) {
-	delete(c.young, id)
-	delete(c.old, id)
+	delete(c.young.slot, id)
+	delete(c.old.slot, id)
 }
+
+// len is how many ids the cache holds.
+func (c *coldCache) len() int { return len(c.young.slot) + len(c.old.slot) }
 
 // isCold reports whether id may live in the cold tier (not whether it does).
 func (w *Worker) isCold(id uint64) bool {
