@@ -150,6 +150,9 @@ func (w *Worker) deadLetter(m jetstream.Msg, seq uint64, reason error) {
 // applyDeltas applies one batch the hop released.
 func (w *Worker) applyDeltas(b *pipeline.DeltaBatch) error {
 	fields := uint8(len(w.cfg.Family.Fields))
+	if err := w.warmAll(b.Deltas); err != nil {
+		return fmt.Errorf("counter %s/%d: %w", w.cfg.Family.Name, w.cfg.Partition, err)
+	}
 	for _, d := range b.Deltas {
 		if d.Field >= fields {
 			continue // validated by the producer stage; a newer config's field is ignored, not fatal
