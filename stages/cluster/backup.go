@@ -155,7 +155,13 @@ func (b *Backups) Prime(ctx context.Context, pc Piece, self string) (string, Cur
 		}
 		return "empty", cur, b.clear(pc)
 	}
-	return "backup", cur, b.restore(ctx, pc, ptr)
+	err = b.restore(ctx, pc, ptr)
+	if errors.Is(err, ErrDamagedBackup) && !ptr.Damaged {
+		// The owner's next backup replaces it, changed or not (see Store): an idle
+		// partition's standby would otherwise read it again and again, for good.
+		b.markDamaged(ctx, pc.Name, nil, ptr.Object)
+	}
+	return "backup", cur, err
 }
 
 // Backups stores pieces of state in a NATS object store and restores them: a backup
@@ -455,11 +461,13 @@ func (b *Backups) restore(ctx context.Context, pc Piece, ptr pointer) error {
 	return nil
 }
 
-// markDamaged records in name's pointer, which l holds, that its backup object cannot be
-// read (pointer.Damaged). A failure only costs the next claims a read of the object.
+// markDamaged records in name's pointer that its backup object cannot be read
+// (pointer.Damaged), while the pointer still names it and, with l, holds l: a claim
+// marks it under its lease, a standby's prime (l nil) under nobody's, as the mark
+// changes no owner. A failure only costs the next reader a read of the object.
 func (b *Backups) markDamaged(ctx context.Context, name string, l *Lease, object string) {
 	err := b.setPointer(ctx, name, func(cur pointer) (pointer, error) {
-		if !cur.heldBy(l) || cur.Object != object {
+		if l != nil && !cur.heldBy(l) || cur.Object != object {
 			return cur, fmt.Errorf("%w: the pointer moved on", ErrSuperseded)
 		}
 		cur.Damaged = true

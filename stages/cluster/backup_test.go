@@ -272,6 +272,30 @@ func TestDamagedBackupReplaced(t *testing.T) {
 	}
 }
 
+// A standby primed from a backup that cannot be read marks it, though it holds no lease,
+// and the owner's next backup of its unchanged, idle partition replaces it: the standby
+// then primes. Before, the owner skipped every backup of the idle partition, and its
+// standby read the damaged object again at every try, for good.
+func TestDamagedBackupFoundByAStandby(t *testing.T) {
+	r := newBackupRig(t)
+	a, c := r.process(), r.process()
+	la := r.own(a, 10)
+	damaged, _ := r.pointer("counters.0")
+	r.damageChunks(damaged.Object)
+	if _, _, err := c.b.Prime(t.Context(), c.piece(), c.owners.ID()); !errors.Is(err, ErrDamagedBackup) {
+		t.Fatalf("a prime from a damaged backup: %v, want ErrDamagedBackup", err)
+	}
+	if p, _ := r.pointer("counters.0"); !p.Damaged || !p.heldBy(la) || p.Object != damaged.Object {
+		t.Fatalf("after the prime the pointer is %+v, want %s marked damaged, a's lease kept", p, damaged.Object)
+	}
+	if size, covered, err := a.b.Store(t.Context(), a.piece(), la); err != nil || size == 0 || !slices.Equal(covered, []uint64{10}) {
+		t.Fatalf("the owner's backup of its unchanged piece: %d bytes covering %v, %v; want a new backup at 10", size, covered, err)
+	}
+	if from, _, err := c.b.Prime(t.Context(), c.piece(), c.owners.ID()); err != nil || from != "backup" || r.pos(c) != 10 {
+		t.Fatalf("the standby's prime of the new backup: %q %v, at %d", from, err, r.pos(c))
+	}
+}
+
 // An old owner that was paused after its lease check writes its backup after the new
 // owner claimed the partition, and again after the new owner's backup: neither becomes
 // current, and the next owner restores the new owner's backup. (Before pointers the old
