@@ -150,7 +150,7 @@ func (w *Worker) deadLetter(m jetstream.Msg, seq uint64, reason error) {
 // applyDeltas applies one batch the hop released.
 func (w *Worker) applyDeltas(b *pipeline.DeltaBatch) error {
 	fields := uint8(len(w.cfg.Family.Fields))
-	if err := w.warmAll(b.Deltas); err != nil {
+	if err := w.prefetch(b.Deltas); err != nil {
 		return fmt.Errorf("counter %s/%d: %w", w.cfg.Family.Name, w.cfg.Partition, err)
 	}
 	for _, d := range b.Deltas {

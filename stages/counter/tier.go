@@ -201,7 +201,7 @@ func (w *Worker) readCold(ids []uint64, out [][]uint64, idx []int) error {
 	return nil
 }
 
-// coldMisses are the cold ids of a delta batch that warmAll reads from Badger, and the
+// coldMisses are the cold ids of a delta batch that prefetch reads from Badger, and the
 // room their counts are read into.
 type coldMisses struct {
 	ids  []uint64
@@ -209,12 +209,12 @@ type coldMisses struct {
 	out  [][]uint64
 }
 
-// warmAll brings into the table, as warm does, the cold ids of ds that neither it nor
-// RAM's knowledge holds, read from Badger in one transaction: views of old posts took a
-// transaction an id (a fifth of the allocations of a views-only run). warm then finds
-// them in the table.
-func (w *Worker) warmAll(ds []pipeline.Delta) error {
-	if w.tier == nil || w.cold.empty() {
+// prefetch reads from Badger, in one transaction, the cold ids of ds that neither the
+// table nor RAM's knowledge holds, into the cold cache, where warm then finds each: views
+// of old posts took a transaction an id (a tenth of the allocations of a views-only run).
+// Most of those read zeros (posts never counted), which the table does not keep.
+func (w *Worker) prefetch(ds []pipeline.Delta) error {
+	if w.tier == nil || w.cold.empty() || w.cache.size <= 0 {
 		return nil
 	}
 	m := &w.misses
@@ -225,11 +225,13 @@ func (w *Worker) warmAll(ds []pipeline.Delta) error {
 			m.ids = append(m.ids, d.ID)
 		}
 	}
-	if len(m.ids) == 0 {
+	if len(m.ids) < 2 { // warm reads one as well
 		return nil
 	}
 	slices.Sort(m.ids) // an id's fields are deltas of their own
 	m.ids = slices.Compact(m.ids)
+	// More than the cache holds would push out of it what warm has yet to take.
+	m.ids = m.ids[:min(len(m.ids), w.cache.size/2)]
 	nf := len(w.scratch)
 	m.flat = slices.Grow(m.flat[:0], len(m.ids)*nf)[:len(m.ids)*nf]
 	m.out = m.out[:0]
@@ -241,7 +243,7 @@ func (w *Worker) warmAll(ds []pipeline.Delta) error {
 		return err
 	}
 	for i, id := range m.ids {
-		w.table.Put(id, m.out[i])
+		w.cache.put(id, m.out[i])
 	}
 	return nil
 }

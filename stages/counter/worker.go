@@ -137,7 +137,7 @@ type Worker struct {
 	trimmed   time.Time // when trimStandby last asked NATS
 	changed   int       // deltas applied since the last flush: at least the dirty ids
 	scratch   []uint64
-	misses    coldMisses // warmAll's, kept from batch to batch
+	misses    coldMisses // prefetch's, kept from batch to batch
 
 	// The cold tier, when the table is tiered.
 	tier        tiered
