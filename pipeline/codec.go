@@ -99,6 +99,20 @@ func unmarshal(data []byte, asJSON bool, v any, strict bool) error {
 			}
 			*v = GetReply{}
 		}
+	case *UnreadRequest:
+		if v != nil {
+			if r := (mpReader{b: data}); r.readUnreadRequest(v) == nil && r.i == len(data) {
+				return nil
+			}
+			*v = UnreadRequest{}
+		}
+	case *UnreadReply:
+		if v != nil {
+			if r := (mpReader{b: data}); r.readUnreadReply(v) == nil && r.i == len(data) {
+				return nil
+			}
+			*v = UnreadReply{}
+		}
 	}
 	return decodeReflect(data, v, strict)
 }
@@ -154,6 +168,18 @@ func Marshal(v any, asJSON bool) ([]byte, error) {
 	case *GetReply:
 		if v != nil {
 			return AppendGetReply(make([]byte, 0, v.Size()), v), nil
+		}
+	case UnreadRequest:
+		return AppendUnreadRequest(make([]byte, 0, 16+9*len(v.UIDs)), &v), nil
+	case *UnreadRequest:
+		if v != nil {
+			return AppendUnreadRequest(make([]byte, 0, 16+9*len(v.UIDs)), v), nil
+		}
+	case UnreadReply:
+		return AppendUnreadReply(make([]byte, 0, 128+96*len(v.Users)+len(v.Error)+len(v.Code)), &v), nil
+	case *UnreadReply:
+		if v != nil {
+			return AppendUnreadReply(make([]byte, 0, 128+96*len(v.Users)+len(v.Error)+len(v.Code)), v), nil
 		}
 	}
 	var buf bytes.Buffer

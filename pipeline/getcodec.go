@@ -408,3 +408,114 @@ func (r *mpReader) skip() error {
 	r.i = len(r.b) - len(rest)
 	return nil
 }
+
+// The unread request and reply (a user's badge), the same way.
+
+// AppendUnreadRequest appends r as Marshal writes it.
+func AppendUnreadRequest(dst []byte, r *UnreadRequest) []byte {
+	dst = appendMapLen(dst, count(r.UID != 0, len(r.UIDs) > 0))
+	if r.UID != 0 {
+		dst = appendUint(appendString(dst, "uid"), uint64(r.UID))
+	}
+	if len(r.UIDs) > 0 {
+		dst = appendIDs(appendString(dst, "uids"), r.UIDs)
+	}
+	return dst
+}
+
+// unreadFields are Unread's fields, in their order.
+var unreadFields = [...]string{"comment", "mention", "like", "dm", "system", "feed"}
+
+// counts are u's fields, in unreadFields' order.
+func (u *Unread) counts() [len(unreadFields)]*uint64 {
+	return [...]*uint64{&u.Comment, &u.Mention, &u.Like, &u.DM, &u.System, &u.Feed}
+}
+
+// appendUnreadFields appends u's fields, each as a full uint64 as reflection writes it.
+func appendUnreadFields(dst []byte, u *Unread) []byte {
+	for i, v := range u.counts() {
+		dst = appendFixed(appendString(dst, unreadFields[i]), msgpcode.Uint64, *v, 8)
+	}
+	return dst
+}
+
+// AppendUnreadReply appends r as Marshal writes it: Unread's fields inline.
+func AppendUnreadReply(dst []byte, r *UnreadReply) []byte {
+	dst = appendMapLen(dst, len(unreadFields)+count(len(r.Users) > 0, r.Error != "", r.Code != ""))
+	dst = appendUnreadFields(dst, &r.Unread)
+	if len(r.Users) > 0 {
+		dst = appendArrayLen(appendString(dst, "users"), len(r.Users))
+		for i := range r.Users {
+			dst = appendUnreadFields(appendMapLen(dst, len(unreadFields)), &r.Users[i])
+		}
+	}
+	if r.Error != "" {
+		dst = appendString(appendString(dst, "error"), r.Error)
+	}
+	if r.Code != "" {
+		dst = appendString(appendString(dst, "code"), r.Code)
+	}
+	return dst
+}
+
+// readUnreadRequest reads an unread request in its map form, with the fields it has.
+func (r *mpReader) readUnreadRequest(v *UnreadRequest) error {
+	return r.readMap(func(name []byte) error {
+		switch string(name) {
+		case "uid":
+			return r.id(&v.UID)
+		case "uids":
+			return r.ids(&v.UIDs)
+		}
+		return errNotFast
+	})
+}
+
+// readUnreadField reads the field of Unread called name into u, and reports whether it
+// is one.
+func (r *mpReader) readUnreadField(u *Unread, name []byte) (bool, error) {
+	for i, f := range unreadFields {
+		if string(name) == f {
+			c, err := r.code()
+			if err != nil {
+				return true, err
+			}
+			v, ok, err := r.integer(c)
+			switch {
+			case err != nil:
+				return true, err
+			case !ok || v < 0 && c != msgpcode.Uint64:
+				return true, errNotFast
+			}
+			*u.counts()[i] = uint64(v)
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// readUnreadReply reads an unread reply in its map form; a field it does not know is
+// skipped.
+func (r *mpReader) readUnreadReply(v *UnreadReply) error {
+	return r.readMap(func(name []byte) error {
+		if ok, err := r.readUnreadField(&v.Unread, name); ok {
+			return err
+		}
+		switch string(name) {
+		case "users":
+			return readList(r, &v.Users, func(u *Unread) error {
+				return r.readMap(func(name []byte) error {
+					if ok, err := r.readUnreadField(u, name); ok {
+						return err
+					}
+					return r.skip()
+				})
+			})
+		case "error":
+			return r.exactString(&v.Error)
+		case "code":
+			return r.exactString(&v.Code)
+		}
+		return r.skip()
+	})
+}

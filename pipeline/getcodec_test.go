@@ -88,18 +88,50 @@ func randomGetReply(r *rand.Rand) GetReply {
 	return rep
 }
 
+func randomUnread(r *rand.Rand) Unread {
+	var u Unread
+	for _, v := range u.counts() {
+		if r.IntN(3) > 0 {
+			*v = r.Uint64() >> r.IntN(65)
+		}
+	}
+	return u
+}
+
+func randomUnreadRequest(r *rand.Rand) UnreadRequest {
+	req := UnreadRequest{UIDs: randomIDs(r, true)}
+	if r.IntN(2) == 0 {
+		req.UID = ID(r.Uint64() >> r.IntN(65))
+	}
+	return req
+}
+
+func randomUnreadReply(r *rand.Rand) UnreadReply {
+	rep := UnreadReply{Unread: randomUnread(r), Error: []string{"", randomString(r)}[r.IntN(2)], Code: []string{"", "unavailable"}[r.IntN(2)]}
+	if r.IntN(2) == 0 {
+		rep.Users = make([]Unread, r.IntN(20))
+		for i := range rep.Users {
+			rep.Users[i] = randomUnread(r)
+		}
+	}
+	return rep
+}
+
 // The get codec writes what reflection wrote, byte for byte, and reads it back to the
 // value reflection reads; Marshal and Unmarshal take it for a get's request and reply.
 func TestGetCodecAsReflection(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	for range 2000 {
 		req, rep := randomGetRequest(r), randomGetReply(r)
+		ureq, urep := randomUnreadRequest(r), randomUnreadReply(r)
 		for _, c := range []struct {
 			v, into, want any
 			got           []byte
 		}{
 			{&req, &GetRequest{}, &GetRequest{}, AppendGetRequest(nil, &req)},
 			{&rep, &GetReply{}, &GetReply{}, AppendGetReply(nil, &rep)},
+			{&ureq, &UnreadRequest{}, &UnreadRequest{}, AppendUnreadRequest(nil, &ureq)},
+			{&urep, &UnreadReply{}, &UnreadReply{}, AppendUnreadReply(nil, &urep)},
 		} {
 			if want := byReflection(t, c.v); !bytes.Equal(c.got, want) {
 				t.Fatalf("%+v:\n codec      %x\n reflection %x", c.v, c.got, want)
@@ -120,6 +152,10 @@ func TestGetCodecAsReflection(t *testing.T) {
 				err = rd.readGetRequest(into)
 			case *GetReply:
 				err = rd.readGetReply(into)
+			case *UnreadRequest:
+				err = rd.readUnreadRequest(into)
+			case *UnreadReply:
+				err = rd.readUnreadReply(into)
 			}
 			// A nil list is left to reflection; the rest the reader reads itself.
 			if err != nil && err != errNotFast || err == nil && rd.i != len(c.got) {
@@ -147,6 +183,9 @@ func checkGetCodec(t *testing.T, data []byte) {
 		{true, &GetRequest{}, &GetRequest{}},
 		{false, &GetRequest{}, &GetRequest{}},
 		{false, &GetReply{}, &GetReply{}},
+		{true, &UnreadRequest{}, &UnreadRequest{}},
+		{false, &UnreadRequest{}, &UnreadRequest{}},
+		{false, &UnreadReply{}, &UnreadReply{}},
 	} {
 		err := unmarshal(data, false, c.got, c.strict)
 		want := decodeReflect(data, c.want, c.strict)
@@ -188,6 +227,12 @@ func TestGetCodecEdges(t *testing.T) {
 		enc(map[string]any{"counts": []any{[]any{1}}, "counts ": 2}),
 		{0x81, 0xa3, 'i', 'd', 's'}, {0x81, 0xa3, 'i', 'd', 's', 0x91}, {0x82, 0xa3, 'i', 'd', 's', 0x90}, {0xc1},
 		append(enc(map[string]any{"ids": []any{1}}), 0x01),
+		enc(map[string]any{"uid": "7", "uids": []any{1, "2"}}),
+		enc(map[string]any{"uid": -1}),
+		enc(map[string]any{"uid": nil, "uids": nil}),
+		enc(map[string]any{"comment": 3, "like": uint64(1 << 63), "users": []any{map[string]any{"dm": 2, "later": 1}, nil}, "later": "x"}),
+		enc(map[string]any{"comment": -3, "feed": 1.5}),
+		enc(map[string]any{"users": []any{[]any{1, 2, 3, 4, 5, 6}}}),
 	} {
 		checkGetCodec(t, data)
 	}
@@ -201,6 +246,9 @@ func FuzzGetCodec(f *testing.F) {
 		req, rep := randomGetRequest(r), randomGetReply(r)
 		f.Add(AppendGetRequest(nil, &req))
 		f.Add(AppendGetReply(nil, &rep))
+		ureq, urep := randomUnreadRequest(r), randomUnreadReply(r)
+		f.Add(AppendUnreadRequest(nil, &ureq))
+		f.Add(AppendUnreadReply(nil, &urep))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) { checkGetCodec(t, data) })
 }
@@ -241,6 +289,43 @@ func BenchmarkGetCodec(b *testing.B) {
 				var gotRep GetReply
 				if err := c.decode(repData, &gotRep); err != nil {
 					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkUnreadCodec is one user's badge asked (tally.unread): the four codings, by
+// the codec and by reflection.
+// Run: go test ./pipeline -run XXX -bench UnreadCodec -benchmem
+func BenchmarkUnreadCodec(b *testing.B) {
+	req := UnreadRequest{UID: 1<<41 + 7}
+	rep := UnreadReply{Unread: Unread{Comment: 3, Mention: 1, Like: 120, DM: 2, Feed: 40}}
+	reqData, repData := AppendUnreadRequest(nil, &req), AppendUnreadReply(nil, &rep)
+	for _, c := range []struct {
+		name   string
+		encode func(v any) ([]byte, error)
+		decode func(data []byte, v any) error
+	}{
+		{"codec", func(v any) ([]byte, error) { return Marshal(v, false) }, func(data []byte, v any) error { return unmarshal(data, false, v, true) }},
+		{"reflection", func(v any) ([]byte, error) { return byReflection(b, v), nil }, func(data []byte, v any) error { return decodeReflect(data, v, true) }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := c.encode(&req); err != nil {
+					b.Fatal(err)
+				}
+				var gotReq UnreadRequest
+				if err := c.decode(reqData, &gotReq); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := c.encode(&rep); err != nil {
+					b.Fatal(err)
+				}
+				var gotRep UnreadReply
+				if err := c.decode(repData, &gotRep); err != nil || gotRep.Like != 120 {
+					b.Fatal(err, gotRep)
 				}
 			}
 		})
