@@ -86,35 +86,35 @@ func unmarshal(data []byte, asJSON bool, v any, strict bool) error {
 			return r.done(r.readHopBatch(v, false))
 		}
 	case *GetRequest: // what the readers do not take, reflection reads again below
-		if v != nil {
-			if r := (mpReader{b: data}); r.readGetRequest(v) == nil && r.i == len(data) {
-				return nil
-			}
-			*v = GetRequest{}
+		if v != nil && readsAll(data, v, (*mpReader).readGetRequest) {
+			return nil
 		}
 	case *GetReply:
-		if v != nil {
-			if r := (mpReader{b: data}); r.readGetReply(v) == nil && r.i == len(data) {
-				return nil
-			}
-			*v = GetReply{}
+		if v != nil && readsAll(data, v, (*mpReader).readGetReply) {
+			return nil
 		}
 	case *UnreadRequest:
-		if v != nil {
-			if r := (mpReader{b: data}); r.readUnreadRequest(v) == nil && r.i == len(data) {
-				return nil
-			}
-			*v = UnreadRequest{}
+		if v != nil && readsAll(data, v, (*mpReader).readUnreadRequest) {
+			return nil
 		}
 	case *UnreadReply:
-		if v != nil {
-			if r := (mpReader{b: data}); r.readUnreadReply(v) == nil && r.i == len(data) {
-				return nil
-			}
-			*v = UnreadReply{}
+		if v != nil && readsAll(data, v, (*mpReader).readUnreadReply) {
+			return nil
 		}
 	}
 	return decodeReflect(data, v, strict)
+}
+
+// readsAll reports whether read took data whole into v; when not, v is left zero for
+// reflection to read again (see getcodec.go).
+func readsAll[T any](data []byte, v *T, read func(*mpReader, *T) error) bool {
+	r := mpReader{b: data}
+	if read(&r, v) == nil && r.i == len(data) {
+		return true
+	}
+	var zero T
+	*v = zero
+	return false
 }
 
 // decodeReflect decodes the MessagePack payload data into v by reflection.
@@ -158,25 +158,25 @@ func Marshal(v any, asJSON bool) ([]byte, error) {
 			return AppendChange(make([]byte, 0, v.Size()), v), nil
 		}
 	case GetRequest:
-		return AppendGetRequest(make([]byte, 0, 32+9*len(v.IDs)), &v), nil
+		return Marshal(&v, false)
 	case *GetRequest:
 		if v != nil {
 			return AppendGetRequest(make([]byte, 0, 32+9*len(v.IDs)), v), nil
 		}
 	case GetReply:
-		return AppendGetReply(make([]byte, 0, v.Size()), &v), nil
+		return Marshal(&v, false)
 	case *GetReply:
 		if v != nil {
 			return AppendGetReply(make([]byte, 0, v.Size()), v), nil
 		}
 	case UnreadRequest:
-		return AppendUnreadRequest(make([]byte, 0, 16+9*len(v.UIDs)), &v), nil
+		return Marshal(&v, false)
 	case *UnreadRequest:
 		if v != nil {
 			return AppendUnreadRequest(make([]byte, 0, 16+9*len(v.UIDs)), v), nil
 		}
 	case UnreadReply:
-		return AppendUnreadReply(make([]byte, 0, 128+96*len(v.Users)+len(v.Error)+len(v.Code)), &v), nil
+		return Marshal(&v, false)
 	case *UnreadReply:
 		if v != nil {
 			return AppendUnreadReply(make([]byte, 0, 128+96*len(v.Users)+len(v.Error)+len(v.Code)), v), nil

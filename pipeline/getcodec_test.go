@@ -253,6 +253,22 @@ func FuzzGetCodec(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) { checkGetCodec(t, data) })
 }
 
+// coding is one way of writing and reading a payload, for the benchmarks.
+type coding struct {
+	name   string
+	encode func(v any) ([]byte, error)
+	decode func(data []byte, v any) error
+}
+
+// codings are the codecs (through Marshal and unmarshal, as Tally calls them) and
+// reflection alone.
+func codings(b *testing.B) []coding {
+	return []coding{
+		{"codec", func(v any) ([]byte, error) { return Marshal(v, false) }, func(data []byte, v any) error { return unmarshal(data, false, v, true) }},
+		{"reflection", func(v any) ([]byte, error) { return byReflection(b, v), nil }, func(data []byte, v any) error { return decodeReflect(data, v, true) }},
+	}
+}
+
 // BenchmarkGetCodec is a 20-id get's four codings (the client's request written, the
 // query service's read, its reply of four counts each written, the client's read), by
 // the codec and by reflection.
@@ -265,14 +281,7 @@ func BenchmarkGetCodec(b *testing.B) {
 		rep.Counts[i] = []uint64{uint64(i * 1000), 3, uint64(i), 1 << 20}
 	}
 	reqData, repData := AppendGetRequest(nil, &req), AppendGetReply(nil, &rep)
-	for _, c := range []struct {
-		name   string
-		encode func(v any) ([]byte, error)
-		decode func(data []byte, v any) error
-	}{
-		{"codec", func(v any) ([]byte, error) { return Marshal(v, false) }, func(data []byte, v any) error { return unmarshal(data, false, v, true) }},
-		{"reflection", func(v any) ([]byte, error) { return byReflection(b, v), nil }, func(data []byte, v any) error { return decodeReflect(data, v, true) }},
-	} {
+	for _, c := range codings(b) {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
@@ -302,14 +311,7 @@ func BenchmarkUnreadCodec(b *testing.B) {
 	req := UnreadRequest{UID: 1<<41 + 7}
 	rep := UnreadReply{Unread: Unread{Comment: 3, Mention: 1, Like: 120, DM: 2, Feed: 40}}
 	reqData, repData := AppendUnreadRequest(nil, &req), AppendUnreadReply(nil, &rep)
-	for _, c := range []struct {
-		name   string
-		encode func(v any) ([]byte, error)
-		decode func(data []byte, v any) error
-	}{
-		{"codec", func(v any) ([]byte, error) { return Marshal(v, false) }, func(data []byte, v any) error { return unmarshal(data, false, v, true) }},
-		{"reflection", func(v any) ([]byte, error) { return byReflection(b, v), nil }, func(data []byte, v any) error { return decodeReflect(data, v, true) }},
-	} {
+	for _, c := range codings(b) {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
