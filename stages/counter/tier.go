@@ -207,6 +207,7 @@ type coldMisses struct {
 	ids  []uint64
 	flat []uint64
 	out  [][]uint64
+	idx  []int
 }
 
 // prefetch reads from Badger, in one transaction, the cold ids of ds that neither the
@@ -234,18 +235,12 @@ func (w *Worker) prefetch(ds []pipeline.Delta) error {
 	m.ids = m.ids[:min(len(m.ids), w.cache.size/2)]
 	nf := len(w.scratch)
 	m.flat = slices.Grow(m.flat[:0], len(m.ids)*nf)[:len(m.ids)*nf]
-	m.out = m.out[:0]
+	m.out, m.idx = m.out[:0], m.idx[:0]
 	for i := range m.ids {
 		m.out = append(m.out, m.flat[i*nf:(i+1)*nf:(i+1)*nf])
+		m.idx = append(m.idx, i)
 	}
-	w.stats.ColdReads.Add(int64(len(m.ids)))
-	if err := w.stored.Counts(w.db, m.ids, m.out, w.recorded); err != nil {
-		return err
-	}
-	for i, id := range m.ids {
-		w.cache.put(id, m.out[i])
-	}
-	return nil
+	return w.readCold(m.ids, m.out, m.idx) // one transaction, every id read cached
 }
 
 // warm brings a cold id into the table before it changes, so the change applies to its
