@@ -135,3 +135,67 @@ func TestQueriesAnsweredWhileStopping(t *testing.T) {
 		t.Fatalf("a read of a stopped worker: %v, want ErrStopped (unavailable)", err)
 	}
 }
+
+// TestQueriesQueued: a request hands each of its partitions its ids without waiting
+// (Send), then waits for them all, with no goroutine each. A query queued when its
+// worker stops is never taken: its wait answers ErrStopped at once, as a read of a
+// stopped worker does — and so does a standby's read (Stale), which before waited for
+// its context's end on a worker that had stopped.
+func TestQueriesQueued(t *testing.T) {
+	r := newRig(t)
+	const x = 42
+	r.publish(1, 1, x, 3)
+	get := func(w *counter.Worker) (func() error, [][]uint64) {
+		out := [][]uint64{make([]uint64, len(r.fam.Fields))}
+		return w.Send(t.Context(), []uint64{x}, out), out
+	}
+
+	// Sent before the worker runs: they wait in its queue, and are answered once it does.
+	w := counter.New(r.config(), r.js, r.db, slog.New(slog.DiscardHandler), r.stats)
+	var waits []func() error
+	for range 8 {
+		wait, _ := get(w)
+		waits = append(waits, wait)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- w.Run(ctx) }()
+	for i, wait := range waits {
+		if err := wait(); err != nil {
+			t.Fatalf("query %d, queued before Run: %v", i, err)
+		}
+	}
+	if got := r.likes(w, x); got != 3 {
+		t.Fatalf("likes of %d: %d, want 3", x, got)
+	}
+	wait, out := get(w)
+	if err := wait(); err != nil || out[0][0] != 3 {
+		t.Fatalf("a query sent to a running worker: %v, %v; want 3", err, out)
+	}
+	stop()
+	if err := <-ran; err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+
+	// Queued, and the worker stops without taking them.
+	w = counter.New(r.config(), r.js, r.db, slog.New(slog.DiscardHandler), r.stats)
+	waits = waits[:0]
+	for range 8 {
+		wait, _ := get(w)
+		waits = append(waits, wait)
+	}
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = w.Run(cancelled) // its error is the cancelled context's, or none
+	for i, wait := range waits {
+		if err := wait(); !errors.Is(err, counter.ErrStopped) || !errors.Is(err, pipeline.ErrUnavailable) {
+			t.Fatalf("query %d, queued as its worker stopped: %v, want ErrStopped (unavailable)", i, err)
+		}
+	}
+	long, cancelLong := context.WithTimeout(context.Background(), time.Minute)
+	defer cancelLong()
+	_, err := w.Stale(long, []uint64{x}, [][]uint64{make([]uint64, len(r.fam.Fields))})
+	if !errors.Is(err, counter.ErrStopped) {
+		t.Fatalf("a standby's read of a stopped worker: %v, want ErrStopped", err)
+	}
+}

@@ -28,18 +28,8 @@ type staleBehind struct {
 // every delta up to the worker's position applied, in order, and none after it.
 func (w *Worker) Stale(ctx context.Context, ids []uint64, out [][]uint64) (flow.Behind, error) {
 	q := &query{ids: ids, out: out, done: make(chan struct{})}
-	select {
-	case w.queries <- q:
-	case <-ctx.Done():
-		return flow.Behind{}, fmt.Errorf("partition %s/%d did not answer: %w", w.cfg.Family.Name, w.cfg.Partition, ctx.Err())
-	}
-	select {
-	case <-q.done:
-	case <-ctx.Done():
-		return flow.Behind{}, fmt.Errorf("partition %s/%d did not answer: %w", w.cfg.Family.Name, w.cfg.Partition, ctx.Err())
-	}
-	if q.err != nil {
-		return flow.Behind{}, q.err
+	if err := w.ask(ctx, q); err != nil {
+		return flow.Behind{}, err
 	}
 	return w.behindAt(ctx, q.pos)
 }

@@ -103,6 +103,10 @@ type Stats struct {
 	Hop hop.InStats
 }
 
+// queryQueue is how many queries wait for a worker without blocking their senders: a
+// request hands each of its partitions its ids, then waits for them all (Send).
+const queryQueue = 64
+
 // Worker owns one (family, partition).
 type Worker struct {
 	cfg     Config
@@ -111,7 +115,7 @@ type Worker struct {
 	db      *cold.DB
 	log     *slog.Logger
 	stats   *Stats
-	queries chan *query
+	queries chan *query   // queued, up to queryQueue, so that a request asks every partition before it waits
 	stopped chan struct{} // closed as Run returns: queries are answered ErrStopped
 	role    string        // the role its goroutine's profile labels say (label)
 
@@ -193,7 +197,7 @@ func New(cfg Config, js jetstream.JetStream, db *cold.DB, log *slog.Logger, stat
 		cfg.AgeEvery = time.Minute
 	}
 	return &Worker{
-		cfg: cfg, js: js, db: db, stats: stats, queries: make(chan *query), stopped: make(chan struct{}), snapDone: make(chan snapResult, 1),
+		cfg: cfg, js: js, db: db, stats: stats, queries: make(chan *query, queryQueue), stopped: make(chan struct{}), snapDone: make(chan snapResult, 1),
 		owner:  rand.Uint32(),
 		cache:  coldCache{size: cfg.ColdCache},
 		log:    log.With("stage", "counter", "family", cfg.Family.Name, "partition", cfg.Partition),
@@ -234,28 +238,66 @@ func (w *Worker) Position() uint64 { return w.pos.Load() }
 // Get fills out[i] with the counters of ids[i]; it blocks until the worker answers or ctx
 // ends.
 func (w *Worker) Get(ctx context.Context, ids []uint64, out [][]uint64) error {
-	if w.cfg.Valid != nil && !w.cfg.Valid() {
-		return fmt.Errorf("%w: partition %s/%d", ErrNotOwned, w.cfg.Family.Name, w.cfg.Partition)
-	}
-	return w.ask(ctx, &query{ids: ids, out: out, done: make(chan struct{})})
+	return w.Send(ctx, ids, out)()
 }
 
-// ask hands q to the worker's goroutine and waits for its answer; a worker that has
-// stopped answers ErrStopped at once (the query asks the partition's next owner).
+// Send hands the worker a get of ids and returns without waiting for its answer; the
+// function it returns waits for it (as Get) and must be called. A request's partitions
+// are all asked this way before it waits for any, with no goroutine each.
+func (w *Worker) Send(ctx context.Context, ids []uint64, out [][]uint64) (wait func() error) {
+	if w.cfg.Valid != nil && !w.cfg.Valid() {
+		err := fmt.Errorf("%w: partition %s/%d", ErrNotOwned, w.cfg.Family.Name, w.cfg.Partition)
+		return func() error { return err }
+	}
+	q := &query{ids: ids, out: out, done: make(chan struct{})}
+	if err := w.send(ctx, q); err != nil {
+		return func() error { return err }
+	}
+	return func() error { return w.wait(ctx, q) }
+}
+
+// ask hands q to the worker's goroutine and waits for its answer.
 func (w *Worker) ask(ctx context.Context, q *query) error {
+	if err := w.send(ctx, q); err != nil {
+		return err
+	}
+	return w.wait(ctx, q)
+}
+
+// send queues q for the worker's goroutine; a worker that has stopped answers
+// ErrStopped at once (the query asks the partition's next owner).
+func (w *Worker) send(ctx context.Context, q *query) error {
 	select {
 	case w.queries <- q:
+		return nil
 	case <-w.stopped:
-		return fmt.Errorf("partition %s/%d: %w", w.cfg.Family.Name, w.cfg.Partition, ErrStopped)
+		return w.errStopped()
 	case <-ctx.Done():
 		return fmt.Errorf("partition %s/%d did not answer: %w", w.cfg.Family.Name, w.cfg.Partition, ctx.Err())
 	}
+}
+
+// wait waits for the answer to q, sent. A query still queued when the worker stops is
+// never answered: once Run has returned, q is answered or never will be (Run answers
+// what it takes before it closes stopped), and it is then ErrStopped.
+func (w *Worker) wait(ctx context.Context, q *query) error {
 	select {
 	case <-q.done:
 		return q.err
+	case <-w.stopped:
+		select {
+		case <-q.done:
+			return q.err
+		default:
+			return w.errStopped()
+		}
 	case <-ctx.Done():
 		return fmt.Errorf("partition %s/%d did not answer: %w", w.cfg.Family.Name, w.cfg.Partition, ctx.Err())
 	}
+}
+
+func (w *Worker) errStopped() error {
+	return fmt.Errorf("partition %s/%d: %w", w.cfg.Family.Name, w.cfg.Partition, ErrStopped)
 }
 
 // Run loads the checkpoint, replays the stream after it, and applies deltas until ctx

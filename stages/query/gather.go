@@ -10,10 +10,11 @@ import (
 )
 
 // gather asks the partitions of ids for their values, in parallel: the partitions
-// registered here through local, the others through remote, which says when a standby
-// answered (stale), as counts describes. It serves counts and window changes alike.
+// registered here through send, or through local where send returns nil (or is nil),
+// the others through remote, which says when a standby answered (stale), as counts
+// describes. It serves counts and window changes alike.
 func gather[T uint64 | int64](s *Server, ctx context.Context, fam pipeline.Family, ids []pipeline.ID,
-	local func(o Partition, ids []uint64, out [][]T) error,
+	local func(o Partition, ids []uint64, out [][]T) error, send func(o Partition, ids []uint64, out [][]T) (wait func() error),
 	remote func(p int, ids []uint64, out [][]T) (*pipeline.Stale, error)) (values [][]T, unavailable []pipeline.ID, stale []pipeline.Stale, err error) {
 	if len(ids) == 0 {
 		return nil, nil, nil, fmt.Errorf("%w: ids is empty", pipeline.ErrBadRequest)
@@ -63,23 +64,47 @@ func gather[T uint64 | int64](s *Server, ctx context.Context, fam pipeline.Famil
 		pp.ids = append(pp.ids, uint64(id))
 		pp.out = append(pp.out, out[i])
 	}
+	// The partitions of this process that take a query without waiting (send) are all
+	// asked first, then waited for in turn; the others each on a goroutine, the last on
+	// this one. A partition that stopped here (a hand-over under way, or its lease may
+	// have lapsed) is asked of the process that serves it now.
 	var wg sync.WaitGroup
+	remotely := func(pp *part) { pp.stale, pp.err = remote(pp.p, pp.ids, pp.out) }
+	waits := make([]func() error, len(parts))
+	var called []int // parts asked as a call each
 	for k := range parts {
+		pp := &parts[k]
+		o := owners[pp.p]
+		if o != nil && send != nil {
+			waits[k] = send(o, pp.ids, pp.out)
+		}
+		if waits[k] == nil {
+			called = append(called, k)
+		}
+	}
+	for j, k := range called {
 		pp := &parts[k]
 		ask := func() {
 			if o := owners[pp.p]; o != nil {
-				// Unavailable here (its workers have stopped: a hand-over under way, or
-				// its lease may have lapsed): asked of the process that serves it now.
 				if pp.err = local(o, pp.ids, pp.out); !errors.Is(pp.err, errUnavailable) {
 					return
 				}
 			}
-			pp.stale, pp.err = remote(pp.p, pp.ids, pp.out)
+			remotely(pp)
 		}
-		if k == len(parts)-1 {
-			ask() // the last on this goroutine
+		if j == len(called)-1 && len(called) == len(parts) {
+			ask() // the last on this goroutine, when there is nothing else to wait for
 		} else {
 			wg.Go(ask)
+		}
+	}
+	for k, wait := range waits {
+		if wait == nil {
+			continue
+		}
+		pp := &parts[k]
+		if pp.err = wait(); errors.Is(pp.err, errUnavailable) {
+			wg.Go(func() { remotely(pp) })
 		}
 	}
 	wg.Wait()

@@ -27,6 +27,13 @@ type Partition interface {
 	Lagger
 }
 
+// Sender is a Partition that takes a get without waiting for its answer
+// (counter.Worker): a request hands each such partition its ids, then waits for them
+// all, with no goroutine each. The function Send returns waits for the answer, as Get.
+type Sender interface {
+	Send(ctx context.Context, ids []uint64, out [][]uint64) (wait func() error)
+}
+
 // Lagger is anything whose lag health and metrics report (a partition).
 type Lagger interface {
 	Behind(ctx context.Context) (flow.Behind, error)
@@ -515,6 +522,12 @@ func (s *Server) partRequest(r *request, key partKey, nf int) (req pipeline.GetR
 func (s *Server) counts(ctx context.Context, fam pipeline.Family, ids []pipeline.ID, exact bool) (counts [][]uint64, unavailable []pipeline.ID, stale []pipeline.Stale, err error) {
 	return gather(s, ctx, fam, ids,
 		func(o Partition, ids []uint64, out [][]uint64) error { return o.Get(ctx, ids, out) },
+		func(o Partition, ids []uint64, out [][]uint64) func() error {
+			if sd, ok := o.(Sender); ok {
+				return sd.Send(ctx, ids, out)
+			}
+			return nil
+		},
 		func(p int, ids []uint64, out [][]uint64) (*pipeline.Stale, error) {
 			return s.remote(ctx, fam.Name, fam.Fields, p, ids, out, exact)
 		})

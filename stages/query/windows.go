@@ -34,7 +34,7 @@ func (s *Server) getWindow(ctx context.Context, fam pipeline.Family, req *pipeli
 	}
 	since := pipeline.WindowSince(time.Now(), minutes)
 	changes, unavailable, _, err := gather(s, ctx, fam, req.IDs,
-		func(o Partition, ids []uint64, out [][]int64) error { return localWindow(ctx, o, ids, since, out) },
+		func(o Partition, ids []uint64, out [][]int64) error { return localWindow(ctx, o, ids, since, out) }, nil,
 		func(p int, ids []uint64, out [][]int64) (*pipeline.Stale, error) { // owners only: never stale
 			return nil, s.remoteWindow(ctx, fam, p, req.Window, since, ids, out)
 		})
