@@ -3,6 +3,7 @@ package systest
 import (
 	"context"
 	"expvar"
+	"maps"
 	"math/rand"
 	"runtime"
 	"slices"
@@ -460,9 +461,9 @@ func BenchmarkGet20(b *testing.B) {
 		}
 		report(b, lat)
 	})
-	b.Run("tally", func(b *testing.B) {
+	// gets reads 20 ids drawn from posts at a time, once the events evs are counted.
+	gets := func(b *testing.B, evs []pipeline.Event, posts []uint64) {
 		_, c := rig.StartNode(b, func(c *node.Config) { c.Partitions = 16 })
-		evs, _ := benchEvents(100_000)
 		if err := c.PublishBatch(context.Background(), "warm", evs); err != nil {
 			b.Fatal(err)
 		}
@@ -472,7 +473,7 @@ func BenchmarkGet20(b *testing.B) {
 		start(b)
 		for range b.N {
 			for i := range ids {
-				ids[i] = 1<<41 + uint64(r.Intn(100_000))
+				ids[i] = posts[r.Intn(len(posts))]
 			}
 			t0 := time.Now()
 			if _, err := c.Get(context.Background(), "post", ids...); err != nil {
@@ -481,5 +482,22 @@ func BenchmarkGet20(b *testing.B) {
 			lat = append(lat, time.Since(t0))
 		}
 		report(b, lat)
+	}
+	// Posts of long ago (snowflake-sized ids of the first minutes): cold, so each get
+	// reads them through the cold cache, and from Badger what it does not hold.
+	b.Run("tally", func(b *testing.B) {
+		evs, _ := benchEvents(100_000)
+		posts := make([]uint64, 100_000)
+		for i := range posts {
+			posts[i] = 1<<41 + uint64(i)
+		}
+		gets(b, evs, posts)
+	})
+	// Posts of the last hour, each viewed once: in the counter partitions' tables.
+	b.Run("tally-recent", func(b *testing.B) {
+		evs, _, want := largeViews(100_000, 0)
+		posts := slices.Collect(maps.Keys(want))
+		slices.Sort(posts)
+		gets(b, evs, posts)
 	})
 }
