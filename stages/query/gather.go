@@ -41,7 +41,7 @@ func gather[T uint64 | int64](s *Server, ctx context.Context, fam pipeline.Famil
 	// get some 50 allocations.
 	slot := make([]int32, s.cfg.Partitions) // 1 + the part of each partition asked
 	of := make([]int32, n)                  // the part of each id
-	var parts []part
+	parts := make([]part, 0, min(n, s.cfg.Partitions))
 	for i, id := range ids {
 		out[i] = flat[i*nf : (i+1)*nf : (i+1)*nf]
 		p := pipeline.PartitionOf(id, s.cfg.Partitions)

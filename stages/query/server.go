@@ -96,9 +96,10 @@ type Server struct {
 	mu       sync.Mutex // serialises SetOwner, SetStage, Start and Stop
 	started  bool
 	inFlight atomic.Int64 // requests being answered (see Stop)
-	// answering holds a token for each request answered on a goroutine of its own (see
-	// endpoint in micro.go).
-	answering chan struct{}
+	// jobs hands requests to idle answerers, of which there are answerers (see endpoint
+	// in micro.go).
+	jobs      chan *job
+	answerers atomic.Int64
 	subs      []*nats.Subscription
 	svcs      services                       // the query service's instances (see micro.go)
 	partSubs  map[partKey]*nats.Subscription // <prefix>.part.<family>.<p> of each registered partition
@@ -133,7 +134,7 @@ func New(cfg Config, nc *nats.Conn, db *cold.DB, owners map[string][]Partition, 
 	un, _ := cfg.Families.Lookup(pipeline.FamilyUnread)
 	s := &Server{cfg: cfg, nc: nc, db: db, log: log.With("stage", "query"), unread: un,
 		partSubs: map[partKey]*nats.Subscription{}, evSubs: map[int]*nats.Subscription{},
-		standbys: map[partKey]Standby{}, sbSubs: map[partKey]*nats.Subscription{}, answering: make(chan struct{}, maxAnswering)}
+		standbys: map[partKey]Standby{}, sbSubs: map[partKey]*nats.Subscription{}, jobs: make(chan *job)}
 	stages := make([]Stage, cfg.Partitions)
 	s.stages.Store(&stages)
 	reg := make(map[string][]Partition, len(cfg.Families))
