@@ -83,82 +83,6 @@ func (c *coldSet) raise(gk uint32) {
 	c.groups = slices.DeleteFunc(c.groups, func(g uint32) bool { return g > 0 && g < gk })
 }
 
-// coldCache keeps the counters of cold ids read recently, zeros included, in two
-// generations: a full young generation becomes the old one and the old one is dropped,
-// so the cache holds at most size ids and a hit in the old generation moves the id back
-// to the young one. Ids are never changed in the cache: an increment moves the id into
-// the table, which is read first.
-//
-// Each generation keeps its counts in one array, by slot, and a map of id to slot: no
-// pointer for the collector to follow, nothing allocated per id once the generations
-// have grown (they are emptied, not made again). A map of id to a slice of its own cost
-// an allocation per id read from Badger, and the collector a pointer per id cached.
-type coldCache struct {
-	size       int
-	width      int // counts an id (the family's fields), set by the first put
-	young, old cacheGen
-}
-
-// cacheGen is one generation of a coldCache: slot[id] is the id's place in vals, in
-// widths; dropped ids leave their slots until the generation is emptied.
-type cacheGen struct {
-	slot map[uint64]uint32
-	vals []uint64
-}
-
-func (g *cacheGen) get(id uint64, width int, dst []uint64) bool {
-	s, ok := g.slot[id]
-	if ok {
-		copy(dst, g.vals[int(s)*width:int(s+1)*width])
-	}
-	return ok
-}
-
-func (c *coldCache) get(id uint64, dst []uint64) bool {
-	if c.young.get(id, c.width, dst) {
-		return true
-	}
-	if !c.old.get(id, c.width, dst) {
-		return false
-	}
-	c.put(id, dst)
-	return true
-}
-
-func (c *coldCache) put(id uint64, v []uint64) {
-	if c.size <= 0 {
-		return
-	}
-	if c.width == 0 {
-		c.width = len(v)
-	}
-	if len(v) != c.width { // a worker's ids are of one family: never
-		return
-	}
-	if s, ok := c.young.slot[id]; ok {
-		copy(c.young.vals[int(s)*c.width:], v)
-		return
-	}
-	if len(c.young.vals)/c.width >= max(c.size/2, 1) { // dropped ids' slots count: bounded
-		c.old, c.young = c.young, c.old
-		clear(c.young.slot)
-		c.young.vals = c.young.vals[:0]
-	}
-	if c.young.slot == nil {
-		c.young.slot = make(map[uint64]uint32)
-	}
-	c.young.slot[id] = uint32(len(c.young.vals) / c.width)
-	c.young.vals = append(c.young.vals, v...)
-}
-
-func (c *coldCache) drop(id uint64) {
-	delete(c.young.slot, id)
-	delete(c.old.slot, id)
-}
-
-// len is how many ids the cache holds.
-func (c *coldCache) len() int { return len(c.young.slot) + len(c.old.slot) }
-
 // isCold reports whether id may live in the cold tier (not whether it does).
 func (w *Worker) isCold(id uint64) bool {
 	return w.tier != nil && !w.cold.empty() && w.cold.has(groupOf(id))
@@ -171,7 +95,7 @@ func (w *Worker) known(id uint64, dst []uint64) bool {
 		clear(dst)
 		return true
 	}
-	if w.cache.get(id, dst) {
+	if w.cache.Get(id, dst) {
 		w.stats.ColdHits.Add(1)
 		return true
 	}
@@ -196,7 +120,7 @@ func (w *Worker) readCold(ids []uint64, out [][]uint64, idx []int) error {
 		return err
 	}
 	for i, id := range missIDs {
-		w.cache.put(id, missOut[i])
+		w.cache.Put(id, missOut[i])
 	}
 	return nil
 }
@@ -215,7 +139,7 @@ type coldMisses struct {
 // of old posts took a transaction an id (a tenth of the allocations of a views-only run).
 // Most of those read zeros (posts never counted), which the table does not keep.
 func (w *Worker) prefetch(ds []pipeline.Delta) error {
-	if w.tier == nil || w.cold.empty() || w.cache.size <= 0 {
+	if w.tier == nil || w.cold.empty() || w.cache.Size() <= 0 {
 		return nil
 	}
 	m := &w.misses
@@ -232,7 +156,7 @@ func (w *Worker) prefetch(ds []pipeline.Delta) error {
 	slices.Sort(m.ids) // an id's fields are deltas of their own
 	m.ids = slices.Compact(m.ids)
 	// More than the cache holds would push out of it what warm has yet to take.
-	m.ids = m.ids[:min(len(m.ids), w.cache.size/2)]
+	m.ids = m.ids[:min(len(m.ids), w.cache.Size()/2)]
 	nf := len(w.scratch)
 	m.flat = slices.Grow(m.flat[:0], len(m.ids)*nf)[:len(m.ids)*nf]
 	m.out, m.idx = m.out[:0], m.idx[:0]
@@ -257,7 +181,7 @@ func (w *Worker) warm(id uint64) (bool, error) {
 			return true, err
 		}
 	}
-	w.cache.drop(id) // the table holds it now
+	w.cache.Drop(id) // the table holds it now
 	delete(w.cold.zeroed, id)
 	w.table.Put(id, w.scratch)
 	return true, nil

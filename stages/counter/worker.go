@@ -17,6 +17,7 @@ import (
 	"github.com/tally-dev/tally/store"
 	"github.com/tally-dev/tally/store/checkpoint"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/coldcache"
 )
 
 // Config configures one counter partition.
@@ -146,7 +147,7 @@ type Worker struct {
 	// The cold tier, when the table is tiered.
 	tier        tiered
 	cold        coldSet
-	cache       coldCache
+	cache       *coldcache.Cache
 	stored      *checkpoint.Stored // reads what the cold tier holds
 	lastAged    time.Time
 	reported    int64      // bytes last told to the budget
@@ -199,7 +200,7 @@ func New(cfg Config, js jetstream.JetStream, db *cold.DB, log *slog.Logger, stat
 	return &Worker{
 		cfg: cfg, js: js, db: db, stats: stats, queries: make(chan *query, queryQueue), stopped: make(chan struct{}), snapDone: make(chan snapResult, 1),
 		owner:  rand.Uint32(),
-		cache:  coldCache{size: cfg.ColdCache},
+		cache:  coldcache.New(cfg.ColdCache),
 		log:    log.With("stage", "counter", "family", cfg.Family.Name, "partition", cfg.Partition),
 		behind: flow.NewMeter(js, cfg.Subjects.DeltasStream(), cfg.Subjects.Delta(cfg.Family.Name, cfg.Partition)),
 	}

@@ -49,7 +49,7 @@ const (
 	// messages in flight, Go's own structures.
 	runtimeHeap = 48 << 20
 	// coldCacheEntry is the RAM of one id in the cold cache: 69 B measured for four
-	// fields (BenchmarkColdCache), 110 before its generations held their counts in one
+	// fields (coldcache.BenchmarkCache), 110 before its generations held their counts in one
 	// array; 100 leaves room for the families of more fields.
 	coldCacheEntry = 100
 	// minHot is the least the counter tables may be given.
