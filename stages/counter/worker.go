@@ -74,8 +74,10 @@ type Config struct {
 	// Budget bounds the RAM of the hot tables of all workers sharing it; nil is
 	// unbounded.
 	Budget *Budget
-	// ColdCache is the most cold ids whose counters are kept in RAM after a read.
-	ColdCache int
+	// ColdCache is the most cold ids whose counters are kept in RAM after a read, unless
+	// ColdBudget is set: a process's budget its workers' caches share.
+	ColdCache  int
+	ColdBudget *coldcache.Budget
 }
 
 // Stats counts what workers did; safe to read from any goroutine and shareable.
@@ -197,10 +199,14 @@ func New(cfg Config, js jetstream.JetStream, db *cold.DB, log *slog.Logger, stat
 	if cfg.AgeEvery <= 0 {
 		cfg.AgeEvery = time.Minute
 	}
+	cache := coldcache.New(cfg.ColdCache)
+	if cfg.ColdBudget != nil {
+		cache = cfg.ColdBudget.Cache()
+	}
 	return &Worker{
 		cfg: cfg, js: js, db: db, stats: stats, queries: make(chan *query, queryQueue), stopped: make(chan struct{}), snapDone: make(chan snapResult, 1),
 		owner:  rand.Uint32(),
-		cache:  coldcache.New(cfg.ColdCache),
+		cache:  cache,
 		log:    log.With("stage", "counter", "family", cfg.Family.Name, "partition", cfg.Partition),
 		behind: flow.NewMeter(js, cfg.Subjects.DeltasStream(), cfg.Subjects.Delta(cfg.Family.Name, cfg.Partition)),
 	}
@@ -308,6 +314,7 @@ func (w *Worker) errStopped() error {
 // the giver's lease. Run is called at most once.
 func (w *Worker) Run(ctx context.Context) error {
 	defer close(w.stopped)
+	defer w.cache.Close() // its share of a budget to the others
 	w.label(ctx)
 	// The batches the loaded marks hold are counted in Stats.Hop.Held until Close.
 	defer w.in.Close()

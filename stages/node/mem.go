@@ -66,7 +66,8 @@ type MemSplit struct {
 	// Hot bounds the counter tables (their least recently used ids move to the cold tier
 	// beyond it): what the other parts leave, or Config.HotMaxMem.
 	Hot int64
-	// ColdCache is the cold cache's RAM: Config.ColdCache ids, ~100 B each. State is
+	// ColdCache is the cold cache's RAM: Config.ColdCache ids, ~100 B each, one budget
+	// the counter partitions that hold cold ids share (coldcache.Budget). State is
 	// what the event partitions keep of their state (Config.StateMem: owned and standby
 	// partitions are never more than all of them).
 	ColdCache, State int64

@@ -33,6 +33,7 @@ import (
 	"github.com/tally-dev/tally/stages/query"
 	"github.com/tally-dev/tally/store"
 	"github.com/tally-dev/tally/store/cold"
+	"github.com/tally-dev/tally/store/coldcache"
 	"github.com/tally-dev/tally/store/graph"
 	"github.com/tally-dev/tally/store/hot"
 )
@@ -71,6 +72,7 @@ type Node struct {
 	EventStats   *event.Stats
 	CounterStats counter.Stats
 	budget       *counter.Budget
+	coldBudget   *coldcache.Budget // the cold caches' ids, shared by the counter workers that hold any
 	owners       *cluster.Owners
 	takeover     atomic.Value     // where the last event stage taken over came from
 	backups      *cluster.Backups // state backups; nil without BackupEvery
@@ -136,7 +138,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	n := &Node{cfg: cfg, log: log, failed: make(chan struct{}), EventStats: event.NewStats(), budget: counter.NewBudget(mem.Hot),
+	n := &Node{cfg: cfg, log: log, failed: make(chan struct{}), EventStats: event.NewStats(), budget: counter.NewBudget(mem.Hot), coldBudget: coldcache.NewBudget(cfg.ColdCache),
 		parts: map[int]*owned{}, starting: map[int]bool{}, retries: map[int]*startRetry{}, claiming: map[int]*cluster.Lease{}, standbys: map[int]*standby{}, priming: make(chan struct{}, 1), StandbyEvents: event.NewStats(), kick: make(chan struct{}, 1), waiting: map[int]*moveWait{}}
 	defer func() {
 		if err != nil {
@@ -387,7 +389,7 @@ func (n *Node) counterConfig() counter.Config {
 	mk, _ := newTable(n.cfg.Table)
 	cc := counter.Config{Subjects: n.subjects, FlushInterval: n.cfg.FlushInterval, NewTable: mk, OnFlush: n.metrics.OnFlush, PurgeEvery: n.cfg.PurgeEvery,
 		OnSnapshot: n.metrics.OnSnapshot, ColdAge: n.cfg.ColdAge, IDEpoch: n.cfg.IDEpoch, Budget: n.budget,
-		ColdCache: n.cfg.ColdCache / (len(n.cfg.Families) * n.cfg.Partitions), SnapshotMin: n.cfg.SnapshotMin, BoundPurge: n.cfg.BackupEvery > 0}
+		ColdBudget: n.coldBudget, SnapshotMin: n.cfg.SnapshotMin, BoundPurge: n.cfg.BackupEvery > 0}
 	if n.cfg.Snapshots {
 		cc.SnapshotDir = filepath.Join(n.cfg.DataDir, "snapshots")
 	}

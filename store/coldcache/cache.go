@@ -1,5 +1,7 @@
 package coldcache
 
+import "sync/atomic"
+
 // Cache keeps the counters of cold ids read recently, zeros included, in two
 // generations: a full young generation becomes the old one and the old one is dropped,
 // so the cache holds at most Size ids and a hit in the old generation moves the id back
@@ -12,10 +14,31 @@ package coldcache
 // have grown (they are emptied, not made again). A map of id to a slice of its own cost
 // an allocation per id read from Badger, and the collector a pointer per id cached.
 type Cache struct {
-	size       int
-	width      int // counts an id (the family's fields), set by the first put
+	size       int     // without a budget
+	budget     *Budget // else its share of it
+	holding    bool    // counted among the budget's holders
+	width      int     // counts an id (the family's fields), set by the first put
 	young, old cacheGen
 }
+
+// Budget is how many ids the caches of one process hold in all, shared out evenly
+// among the caches that hold any: the partitions whose readers ask for old posts get the
+// room of those that read none. A share is taken up as the cache's young generation
+// turns, so while caches join, those that joined first may hold up to their older, larger
+// share for one more turn.
+type Budget struct {
+	ids     int
+	holders atomic.Int64
+}
+
+// NewBudget returns a budget of ids.
+func NewBudget(ids int) *Budget { return &Budget{ids: ids} }
+
+// Cache returns a cache that draws on b.
+func (b *Budget) Cache() *Cache { return &Cache{budget: b} }
+
+// Holders is how many caches hold ids now.
+func (b *Budget) Holders() int { return int(b.holders.Load()) }
 
 // cacheGen is one generation of a Cache: slot[id] is the id's place in vals, in
 // widths; dropped ids leave their slots until the generation is emptied.
@@ -47,8 +70,13 @@ func (c *Cache) Get(id uint64, dst []uint64) bool {
 // Put caches a copy of v, the counters of id. Every id of a cache has as many counters
 // as the first put (a family's fields); a put of another width is ignored.
 func (c *Cache) Put(id uint64, v []uint64) {
-	if c.size <= 0 {
+	size := c.Size()
+	if size <= 0 {
 		return
+	}
+	if c.budget != nil && !c.holding {
+		c.holding = true
+		c.budget.holders.Add(1)
 	}
 	if c.width == 0 {
 		c.width = len(v)
@@ -60,7 +88,7 @@ func (c *Cache) Put(id uint64, v []uint64) {
 		copy(c.young.vals[int(s)*c.width:], v)
 		return
 	}
-	if len(c.young.vals)/c.width >= max(c.size/2, 1) { // dropped ids' slots count: bounded
+	if len(c.young.vals)/c.width >= max(size/2, 1) { // dropped ids' slots count: bounded
 		c.old, c.young = c.young, c.old
 		clear(c.young.slot)
 		c.young.vals = c.young.vals[:0]
@@ -84,5 +112,23 @@ func (c *Cache) Len() int { return len(c.young.slot) + len(c.old.slot) }
 // New returns a cache of at most size ids (none when size ≤ 0).
 func New(size int) *Cache { return &Cache{size: size} }
 
-// Size is the most ids the cache holds.
-func (c *Cache) Size() int { return c.size }
+// Size is the most ids the cache holds: with a budget, its share as a holder.
+func (c *Cache) Size() int {
+	if c.budget == nil {
+		return c.size
+	}
+	n := c.budget.holders.Load()
+	if !c.holding {
+		n++
+	}
+	return c.budget.ids / int(n)
+}
+
+// Close empties the cache and gives its share of the budget back; it may be used again.
+func (c *Cache) Close() {
+	if c.holding {
+		c.holding = false
+		c.budget.holders.Add(-1)
+	}
+	c.young, c.old = cacheGen{}, cacheGen{}
+}

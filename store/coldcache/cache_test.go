@@ -85,3 +85,56 @@ func BenchmarkCache(b *testing.B) {
 	b.ReportMetric(float64(heap()-before)/float64(size), "heap-B/id")
 	runtime.KeepAlive(c)
 }
+
+// TestBudget: caches drawing on one budget share it evenly among those that hold ids —
+// one alone may hold the whole budget, a cache that never held any takes nothing — each
+// takes its smaller share up as its young generation turns, and a closed cache gives its
+// share back.
+func TestBudget(t *testing.T) {
+	const ids = 1000
+	b := NewBudget(ids)
+	fill := func(c *Cache, from, n int) {
+		for i := range n {
+			c.Put(uint64(from+i), []uint64{uint64(from + i)})
+		}
+	}
+	held := func(cs ...*Cache) (n int) {
+		for _, c := range cs {
+			n += c.Len()
+		}
+		return n
+	}
+	a, idle := b.Cache(), b.Cache()
+	fill(a, 0, 5*ids)
+	if b.Holders() != 1 || a.Size() != ids || a.Len() <= ids/2 || a.Len() > ids {
+		t.Fatalf("alone: %d holders, size %d, %d ids held; want 1, %d, up to %d", b.Holders(), a.Size(), a.Len(), ids, ids)
+	}
+	if idle.Size() != ids/2 {
+		t.Fatalf("a cache holding nothing would get %d, want %d", idle.Size(), ids/2)
+	}
+	c := b.Cache()
+	fill(c, 10*ids, 5*ids)
+	fill(a, 20*ids, ids) // a's young generation turns: it takes up its half
+	if b.Holders() != 2 || a.Size() != ids/2 || c.Size() != ids/2 {
+		t.Fatalf("two holders: %d, sizes %d and %d, want 2, %d, %d", b.Holders(), a.Size(), c.Size(), ids/2, ids/2)
+	}
+	if n := held(a, c, idle); n > ids {
+		t.Fatalf("%d ids held in all, budget %d", n, ids)
+	}
+	for id := range uint64(20 * ids) { // what each holds is what was put
+		got := []uint64{0}
+		for _, x := range []*Cache{a, c} {
+			if x.Get(id+20*ids, got) && got[0] != id+20*ids {
+				t.Fatalf("id %d reads %d", id+20*ids, got[0])
+			}
+		}
+	}
+	a.Close()
+	if b.Holders() != 1 || a.Len() != 0 || c.Size() != ids {
+		t.Fatalf("after a closed: %d holders, a holds %d, c's size %d; want 1, 0, %d", b.Holders(), a.Len(), c.Size(), ids)
+	}
+	c.Close()
+	if b.Holders() != 0 {
+		t.Fatalf("%d holders after both closed", b.Holders())
+	}
+}
