@@ -365,6 +365,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 			_ = w.sendChanges(ctx) // the outbox keeps what is not sent, for the next call
 			w.evict()
+			w.cache.Tick()
 			w.refreshTops(time.Now())
 		case m := <-r.C:
 			batch = r.Drain(append(batch[:0], m), cap(batch))

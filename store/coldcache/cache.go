@@ -17,6 +17,8 @@ type Cache struct {
 	size       int     // without a budget
 	budget     *Budget // else its share of it
 	holding    bool    // counted among the budget's holders
+	used       bool    // asked or given an id since the last Tick
+	idle       int     // Ticks in a row without
 	width      int     // counts an id (the family's fields), set by the first put
 	young, old cacheGen
 }
@@ -57,6 +59,7 @@ func (g *cacheGen) get(id uint64, width int, dst []uint64) bool {
 
 // Get fills dst with the counters of id and reports whether the cache holds it.
 func (c *Cache) Get(id uint64, dst []uint64) bool {
+	c.used = true
 	if c.young.get(id, c.width, dst) {
 		return true
 	}
@@ -70,6 +73,7 @@ func (c *Cache) Get(id uint64, dst []uint64) bool {
 // Put caches a copy of v, the counters of id. Every id of a cache has as many counters
 // as the first put (a family's fields); a put of another width is ignored.
 func (c *Cache) Put(id uint64, v []uint64) {
+	c.used = true
 	size := c.Size()
 	if size <= 0 {
 		return
@@ -122,6 +126,24 @@ func (c *Cache) Size() int {
 		n++
 	}
 	return c.budget.ids / int(n)
+}
+
+// IdleTicks is how many Ticks in a row a cache drawing on a budget is neither asked
+// nor given an id before it gives its share back (Close): a counter partition ticks at
+// each flush (100 ms by default), so one that reads no cold id for 5 s leaves the room
+// to those that do.
+const IdleTicks = 50
+
+// Tick counts one period of its owner's (a counter partition's flush tick); a cache on a
+// budget unused for IdleTicks of them in a row is closed.
+func (c *Cache) Tick() {
+	if c.used {
+		c.used, c.idle = false, 0
+		return
+	}
+	if c.idle++; c.idle >= IdleTicks && c.holding {
+		c.Close()
+	}
 }
 
 // Close empties the cache and gives its share of the budget back; it may be used again.

@@ -138,3 +138,36 @@ func TestBudget(t *testing.T) {
 		t.Fatalf("%d holders after both closed", b.Holders())
 	}
 }
+
+// TestIdleCacheGivesBack: a cache on a budget that is neither asked nor given an id for
+// IdleTicks ticks in a row gives its share back, and the caches still in use take it up;
+// one asked, even for ids it does not hold, keeps its share.
+func TestIdleCacheGivesBack(t *testing.T) {
+	const ids = 1000
+	b := NewBudget(ids)
+	a, c, plain := b.Cache(), b.Cache(), New(10)
+	v := []uint64{7}
+	a.Put(1, v)
+	c.Put(2, v)
+	plain.Put(3, v)
+	for tick := 1; tick < 2*IdleTicks; tick++ {
+		a.Get(99, v) // a miss is a use
+		a.Tick()
+		c.Tick()
+		plain.Tick()
+		// c's first tick ends the period of its put; IdleTicks more close it.
+		if want := 2 - min((tick-1)/IdleTicks, 1); b.Holders() != want {
+			t.Fatalf("tick %d: %d holders, want %d", tick, b.Holders(), want)
+		}
+	}
+	if c.Len() != 0 || a.Len() != 1 || a.Size() != ids {
+		t.Fatalf("the idle cache holds %d, the other %d of size %d; want 0, 1 of %d", c.Len(), a.Len(), a.Size(), ids)
+	}
+	if plain.Len() != 1 {
+		t.Fatal("a cache without a budget was emptied by its ticks")
+	}
+	c.Put(2, v) // used again: it takes a share again
+	if b.Holders() != 2 || c.Len() != 1 {
+		t.Fatalf("%d holders, the cache used again holds %d", b.Holders(), c.Len())
+	}
+}
