@@ -2,7 +2,6 @@ package counter
 
 import (
 	"context"
-	"fmt"
 	"slices"
 
 	"github.com/tally-dev/tally/pipeline"
@@ -205,11 +204,12 @@ func (w *Worker) windowsSaved(gone int) {
 // GetWindow fills out[i][f] with the net change of field f of ids[i] in the minutes
 // since, and after; it blocks until the worker answers or ctx ends.
 func (w *Worker) GetWindow(ctx context.Context, ids []uint64, since uint32, out [][]int64) error {
-	if w.cfg.Valid != nil && !w.cfg.Valid() {
-		return fmt.Errorf("%w: partition %s/%d", ErrNotOwned, w.cfg.Family.Name, w.cfg.Partition)
-	}
-	q := &query{ids: ids, since: since, changes: out, done: make(chan struct{})}
-	return w.ask(ctx, q)
+	return w.SendWindow(ctx, ids, since, out)()
+}
+
+// SendWindow is GetWindow in two steps, as Send is Get's.
+func (w *Worker) SendWindow(ctx context.Context, ids []uint64, since uint32, out [][]int64) (wait func() error) {
+	return w.sendQuery(ctx, &query{ids: ids, since: since, changes: out, done: make(chan struct{})})
 }
 
 // answerWindow answers a windowed query.

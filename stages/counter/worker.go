@@ -252,11 +252,15 @@ func (w *Worker) Get(ctx context.Context, ids []uint64, out [][]uint64) error {
 // function it returns waits for it (as Get) and must be called. A request's partitions
 // are all asked this way before it waits for any, with no goroutine each.
 func (w *Worker) Send(ctx context.Context, ids []uint64, out [][]uint64) (wait func() error) {
+	return w.sendQuery(ctx, &query{ids: ids, out: out, done: make(chan struct{})})
+}
+
+// sendQuery hands q to the worker, as Send, unless the partition is not this process's.
+func (w *Worker) sendQuery(ctx context.Context, q *query) (wait func() error) {
 	if w.cfg.Valid != nil && !w.cfg.Valid() {
 		err := fmt.Errorf("%w: partition %s/%d", ErrNotOwned, w.cfg.Family.Name, w.cfg.Partition)
 		return func() error { return err }
 	}
-	q := &query{ids: ids, out: out, done: make(chan struct{})}
 	if err := w.send(ctx, q); err != nil {
 		return func() error { return err }
 	}

@@ -20,6 +20,12 @@ type Windowed interface {
 	GetWindow(ctx context.Context, ids []uint64, since uint32, out [][]int64) error
 }
 
+// WindowSender is a Windowed partition that takes a windowed get without waiting for its
+// answer, as a Sender takes a get.
+type WindowSender interface {
+	SendWindow(ctx context.Context, ids []uint64, since uint32, out [][]int64) (wait func() error)
+}
+
 // sinceHeader carries, from the process a windowed get arrived at to the owners of its
 // partitions, the first minute of the window: every partition answers for the same
 // minutes, whatever its clock.
@@ -34,7 +40,13 @@ func (s *Server) getWindow(ctx context.Context, fam pipeline.Family, req *pipeli
 	}
 	since := pipeline.WindowSince(time.Now(), minutes)
 	changes, unavailable, _, err := gather(s, ctx, fam, req.IDs,
-		func(o Partition, ids []uint64, out [][]int64) error { return localWindow(ctx, o, ids, since, out) }, nil,
+		func(o Partition, ids []uint64, out [][]int64) error { return localWindow(ctx, o, ids, since, out) },
+		func(o Partition, ids []uint64, out [][]int64) func() error {
+			if sd, ok := o.(WindowSender); ok {
+				return sd.SendWindow(ctx, ids, since, out)
+			}
+			return nil
+		},
 		func(p int, ids []uint64, out [][]int64) (*pipeline.Stale, error) { // owners only: never stale
 			return nil, s.remoteWindow(ctx, fam, p, req.Window, since, ids, out)
 		})
