@@ -75,9 +75,10 @@ func (s *Server) addEndpoints(handlers map[string]func(*request) (any, error)) e
 	return nil
 }
 
-// endpoint answers kind's requests, each on an answerer (see the top of this file). A failed one carries the Nats-Service-Error headers with the HTTP-like status of
-// its code, and is counted in micro's stats when answered within handOff; its body is
-// the same error reply as ever.
+// endpoint answers kind's requests, each on an answerer (see the top of this file). A
+// failed one carries the Nats-Service-Error headers with the HTTP-like status of its
+// code, and is counted in micro's stats when answered within handOff; its body is the
+// same error reply as ever.
 func (s *Server) endpoint(kind string, h func(*request) (any, error)) micro.Handler {
 	return micro.HandlerFunc(func(r micro.Request) {
 		m := &nats.Msg{Subject: r.Subject(), Reply: r.Reply(), Data: r.Data(), Header: nats.Header(r.Headers())}
