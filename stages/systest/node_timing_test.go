@@ -3,6 +3,7 @@ package systest
 import (
 	"context"
 	"expvar"
+	"fmt"
 	"maps"
 	"math/rand"
 	"runtime"
@@ -461,9 +462,15 @@ func BenchmarkGet20(b *testing.B) {
 		}
 		report(b, lat)
 	})
-	// gets reads 20 ids drawn from posts at a time, once the events evs are counted.
-	gets := func(b *testing.B, evs []pipeline.Event, posts []uint64) {
+	// one is a tallyd of 16 partitions with NATS embedded.
+	one := func(b *testing.B) *client.Client {
 		_, c := rig.StartNode(b, func(c *node.Config) { c.Partitions = 16 })
+		return c
+	}
+	// gets reads 20 ids drawn from posts at a time from the tallyd given, once the
+	// events evs are counted.
+	gets := func(b *testing.B, tallyd func(*testing.B) *client.Client, evs []pipeline.Event, posts []uint64) {
+		c := tallyd(b)
 		if err := c.PublishBatch(context.Background(), "warm", evs); err != nil {
 			b.Fatal(err)
 		}
@@ -491,13 +498,35 @@ func BenchmarkGet20(b *testing.B) {
 		for i := range posts {
 			posts[i] = 1<<41 + uint64(i)
 		}
-		gets(b, evs, posts)
+		gets(b, one, evs, posts)
 	})
 	// Posts of the last hour, each viewed once: in the counter partitions' tables.
-	b.Run("tally-recent", func(b *testing.B) {
+	recent := func() ([]pipeline.Event, []uint64) {
 		evs, _, want := largeViews(100_000, 0)
 		posts := slices.Collect(maps.Keys(want))
 		slices.Sort(posts)
-		gets(b, evs, posts)
+		return evs, posts
+	}
+	b.Run("tally-recent", func(b *testing.B) {
+		evs, posts := recent()
+		gets(b, one, evs, posts)
+	})
+	// The same of two tallyd sharing the 16 partitions (in this process, on one NATS
+	// server, no standbys): the one a get reaches asks the other for half its ids, a
+	// request for each of the other's partitions.
+	b.Run("tally-recent-two", func(b *testing.B) {
+		two := func(b *testing.B) *client.Client {
+			url, c := rig.NATSServer(b)
+			var ns []*node.Node
+			for range 2 {
+				ns = append(ns, rig.StartJoiner(b, url, func(c *node.Config) { c.Partitions, c.Standbys, c.BackupEvery = 16, false, 30*time.Second }))
+			}
+			rig.Eventually(b, "each tallyd owns 8 partitions", func() (bool, string) {
+				return len(ns[0].Parts()) == 8 && len(ns[1].Parts()) == 8, fmt.Sprint(ns[0].Parts(), ns[1].Parts())
+			})
+			return c
+		}
+		evs, posts := recent()
+		gets(b, two, evs, posts)
 	})
 }
