@@ -2,7 +2,6 @@ package counter
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/tally-dev/tally/pipeline"
@@ -45,14 +44,19 @@ type topQuery struct {
 // changes ranked, as of the last flush tick at most); it blocks until the worker answers
 // or ctx ends.
 func (w *Worker) Top(ctx context.Context, field uint8, minutes, since uint32, k int) ([]window.Ranked, error) {
-	if w.cfg.Valid != nil && !w.cfg.Valid() {
-		return nil, fmt.Errorf("%w: partition %s/%d", ErrNotOwned, w.cfg.Family.Name, w.cfg.Partition)
-	}
+	return w.SendTop(ctx, field, minutes, since, k)()
+}
+
+// SendTop is Top in two steps, as Send is Get's.
+func (w *Worker) SendTop(ctx context.Context, field uint8, minutes, since uint32, k int) (wait func() ([]window.Ranked, error)) {
 	q := &query{since: since, top: &topQuery{key: topKey{field, minutes, k}}, done: make(chan struct{})}
-	if err := w.ask(ctx, q); err != nil {
-		return nil, err
+	sent := w.sendQuery(ctx, q)
+	return func() ([]window.Ranked, error) {
+		if err := sent(); err != nil {
+			return nil, err
+		}
+		return q.top.ranked, nil
 	}
-	return q.top.ranked, nil
 }
 
 // answerTop answers a top query from the kept top when it was ranked for the same

@@ -24,6 +24,12 @@ type Topped interface {
 	Top(ctx context.Context, field uint8, minutes, since uint32, k int) ([]window.Ranked, error)
 }
 
+// TopSender is a Topped partition that takes a top without waiting for its answer, as
+// a Sender takes a get.
+type TopSender interface {
+	SendTop(ctx context.Context, field uint8, minutes, since uint32, k int) (wait func() ([]window.Ranked, error))
+}
+
 // topHeader asks the owner of a partition (its part subject) for its top instead of
 // counts: "<field index>,<window minutes>,<first minute>,<k>", the first minute fixed
 // where the request arrived, so that every partition ranks the same minutes.
@@ -82,12 +88,23 @@ func (s *Server) rank(ctx context.Context, family string, f uint8, minutes uint3
 	}
 	lists := make([][]window.Ranked, s.cfg.Partitions)
 	errs := make([]error, s.cfg.Partitions)
+	// The partitions here that take a top without waiting are all asked first, then
+	// waited for; the others each on a goroutine.
 	var wg sync.WaitGroup
+	waits := make([]func() ([]window.Ranked, error), len(owners))
 	for p, o := range owners {
-		if o != nil {
+		switch t, ok := o.(TopSender); {
+		case ok:
+			waits[p] = t.SendTop(ctx, f, minutes, since, k)
+		case o != nil:
 			wg.Go(func() { lists[p], errs[p] = localTop(ctx, o, f, minutes, since, k) })
-		} else {
+		default:
 			wg.Go(func() { lists[p], errs[p] = s.remoteTop(ctx, family, p, f, minutes, since, k) })
+		}
+	}
+	for p, wait := range waits {
+		if wait != nil {
+			lists[p], errs[p] = wait()
 		}
 	}
 	wg.Wait()
