@@ -97,7 +97,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (node.Co
 		cfg.StateMem = n
 		return err
 	})
-	fs.IntVar(&cfg.ColdCache, "cold-cache", cfg.ColdCache, "most cold ids whose counters stay in RAM after a read")
+	fs.IntVar(&cfg.ColdCache, "cold-cache", cfg.ColdCache, "most cold ids whose counters stay in RAM after a read, for the whole process")
 	fs.BoolVar(&cfg.Windows, "windows", cfg.Windows, "keep the net change of every counter over the last 5 minutes, hour and day (get with window); turn on only once every tallyd of the prefix runs protocol 1.4")
 	fs.BoolVar(&cfg.KeyedEvents, "keyed-events", cfg.KeyedEvents, "store each event under its key's subject as tallyd before protocol 1.8 did (the server then keeps ~330 bytes of RAM per key in the events stream); on only while a tallyd before 1.8 runs with the prefix, which refuses events stored otherwise")
 	fs.BoolVar(&cfg.Snapshots, "snapshots", cfg.Snapshots, "keep hot-table snapshots in <data>/snapshots for a fast restart")
