@@ -102,6 +102,13 @@ func (w *Worker) known(id uint64, dst []uint64) bool {
 	return false
 }
 
+// knows reports whether RAM knows a cold id (as known), without reading it or counting
+// a hit: prefetch's look before warm's, which counts.
+func (w *Worker) knows(id uint64) bool {
+	_, ok := w.cold.zeroed[id]
+	return ok || w.cache.Has(id)
+}
+
 // readCold fills out[i] for the ids at idx, which the table does not hold and which may
 // be cold: from what RAM knows, or one Badger transaction for the rest, which are cached.
 func (w *Worker) readCold(ids []uint64, out [][]uint64, idx []int) error {
@@ -146,7 +153,7 @@ func (w *Worker) prefetch(ds []pipeline.Delta) error {
 	m.ids = m.ids[:0]
 	fields := uint8(len(w.cfg.Family.Fields))
 	for _, d := range ds {
-		if d.Field < fields && w.isCold(d.ID) && !w.table.Get(d.ID, w.scratch) && !w.known(d.ID, w.scratch) {
+		if d.Field < fields && w.isCold(d.ID) && !w.table.Get(d.ID, w.scratch) && !w.knows(d.ID) {
 			m.ids = append(m.ids, d.ID)
 		}
 	}

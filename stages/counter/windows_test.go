@@ -377,3 +377,47 @@ func TestColdWindowedIDReadWithItsRecord(t *testing.T) {
 		t.Fatalf("stored likes of the cold id %d, want 3", got)
 	}
 }
+
+// TestColdHitsCountedOnce: a delta of a cold id the cold cache holds is one hit, though
+// the batch's prefetch looks for it before warm takes it (tally_cold_cache_hits_total).
+// Before, prefetch counted its look too: every cached id a delta changed, two hits.
+func TestColdHitsCountedOnce(t *testing.T) {
+	r := newRig(t)
+	cfg := r.config()
+	cfg.FlushInterval = time.Hour // checkpoints at the stops alone
+	cfg.NewTable = func(f int) store.Table { return hot.New(f) }
+	cfg.ColdAge, cfg.ColdCache = time.Hour, 1024
+	ids := []uint64{1 << 40, 1<<40 + 1, 1<<40 + 2} // snowflakes of 2010: past the cold age
+	w, stop := r.start(cfg)
+	for i, x := range ids {
+		r.publish(1, uint64(i+1), x, 1)
+	}
+	r.likes(w, ids[0])
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	w, stop = r.start(cfg) // the ids cold now: in Badger, not in the table
+	defer stop()
+	out := make([][]uint64, len(ids))
+	for i := range out {
+		out[i] = make([]uint64, len(r.fam.Fields))
+	}
+	r.likes(w, ids[0])                                            // started and caught up
+	if err := w.Get(context.Background(), ids, out); err != nil { // read from Badger and cached
+		t.Fatal(err)
+	}
+	hits := r.stats.ColdHits.Load()
+	b := pipeline.DeltaBatch{Source: 1, Seq: 4}
+	for _, x := range ids {
+		b.Deltas = append(b.Deltas, pipeline.Delta{ID: x, Field: 0, Op: pipeline.OpAdd, N: 1})
+	}
+	r.publishRaw(1, 4, pipeline.AppendDeltaBatch(nil, &b))
+	for _, x := range ids {
+		if got := r.likes(w, x); got != 2 {
+			t.Fatalf("likes of %d: %d, want 2", x, got)
+		}
+	}
+	if got := r.stats.ColdHits.Load() - hits; got != int64(len(ids)) {
+		t.Fatalf("%d cold-cache hits for %d cached ids changed once each, want %d", got, len(ids), len(ids))
+	}
+}

@@ -70,6 +70,13 @@ func (c *Cache) Get(id uint64, dst []uint64) bool {
 	return true
 }
 
+// Has reports whether the cache holds id, without reading it.
+func (c *Cache) Has(id uint64) bool {
+	_, young := c.young.slot[id]
+	_, old := c.old.slot[id]
+	return young || old
+}
+
 // Put caches a copy of v, the counters of id. Every id of a cache has as many counters
 // as the first put (a family's fields); a put of another width is ignored.
 func (c *Cache) Put(id uint64, v []uint64) {

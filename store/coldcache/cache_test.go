@@ -33,8 +33,11 @@ func TestCache(t *testing.T) {
 	if c.Get(1, got) || c.Get(10, got) {
 		t.Fatal("old ids still cached")
 	}
+	if !c.Has(0) || c.Has(1) {
+		t.Fatal("Has: 0 is held, 1 is not")
+	}
 	c.Drop(0)
-	if c.Get(0, got) {
+	if c.Has(0) || c.Get(0, got) {
 		t.Fatal("dropped id still cached")
 	}
 	// Ids dropped and cached again, again and again (a cold id changed, moved into the
