@@ -92,6 +92,16 @@ func (s Subjects) TopChanges(family, field, window string, limit int) string {
 // requests for the counters of ids in that partition (a GetRequest, a GetReply).
 func (s Subjects) Part(family string, p int) string { return s.join("part", family, strconv.Itoa(p)) }
 
+// Peer is where a process answers another's get of the ids of several partitions of a
+// family that it owns, in one request (a GetRequest, a GetReply whose Unavailable lists
+// the ids of partitions it does not own now): <prefix>.part.<family>.peer.<token>, token
+// the process's own (Peers). A process learns another's token from its replies on Part.
+// Five tokens after the prefix where Part has four, so neither matches the other.
+func (s Subjects) Peer(family, token string) string { return s.join("part", family, "peer", token) }
+
+// Peers is what the process of token subscribes to answer Peer requests of every family.
+func (s Subjects) Peers(token string) string { return s.join("part", "*", "peer", token) }
+
 // Standby is where a process keeping a standby of partition p of a family answers the
 // counters of ids in it from the state the standby has applied (a GetRequest, a
 // GetReply whose Stale says how far behind it is): what a get asks when no process owns

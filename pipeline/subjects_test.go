@@ -18,6 +18,8 @@ func TestPartSubjects(t *testing.T) {
 	f(t, s.Part("post", 3), "tally.part.post.3")
 	f(t, s.PartEvents(3), "tally.part.ev.3")
 	f(t, NewSubjects("t2").PartEvents(0), "t2.part.ev.0")
+	f(t, s.Peer("post", "abc"), "tally.part.post.peer.abc")
+	f(t, s.Peers("abc"), "tally.part.*.peer.abc")
 	if err := (Families{{Name: "ev", Fields: []string{"n"}}}).Validate(); err == nil {
 		t.Error("a family named ev is valid, but its part subjects would be the event partitions'")
 	}

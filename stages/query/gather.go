@@ -4,18 +4,35 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/tally-dev/tally/pipeline"
 )
 
-// gather asks the partitions of ids for their values, in parallel: the partitions
-// registered here through send, or through local where send returns nil (or is nil),
-// the others through remote, which says when a standby answered (stale), as counts
-// describes. It serves counts and window changes alike.
-func gather[T uint64 | int64](s *Server, ctx context.Context, fam pipeline.Family, ids []pipeline.ID,
-	local func(o Partition, ids []uint64, out [][]T) error, send func(o Partition, ids []uint64, out [][]T) (wait func() error),
-	remote func(p int, ids []uint64, out [][]T) (*pipeline.Stale, error)) (values [][]T, unavailable []pipeline.ID, stale []pipeline.Stale, err error) {
+// asker is how gather asks partitions for rows of T (counts, or a window's changes).
+type asker[T uint64 | int64] interface {
+	// local asks a partition registered here, and send hands it a query without
+	// waiting (nil when it cannot: it is asked through local then).
+	local(o Partition, ids []uint64, out [][]T) error
+	send(o Partition, ids []uint64, out [][]T) (wait func() error)
+	// remote asks the process serving partition p, and says when a standby answered.
+	remote(p int, ids []uint64, out [][]T) (*pipeline.Stale, error)
+}
+
+// peerAsker is an asker that asks the process of token, learned to serve two or more
+// of the partitions asked, for all their ids in one request (see peers.go); it returns
+// the ids that process did not answer, which are asked through remote.
+type peerAsker[T uint64 | int64] interface {
+	peer(token string, ids []uint64, out [][]T) (missing []pipeline.ID, err error)
+}
+
+// gather asks the partitions of ids for their values, in parallel, through a: the
+// partitions registered here through send (or local), the others through peer where a
+// is a peerAsker and a process is known to serve several, and through remote, which
+// says when a standby answered (stale), as counts describes. It serves counts and
+// window changes alike.
+func gather[T uint64 | int64](s *Server, ctx context.Context, fam pipeline.Family, ids []pipeline.ID, a asker[T]) (values [][]T, unavailable []pipeline.ID, stale []pipeline.Stale, err error) {
 	if len(ids) == 0 {
 		return nil, nil, nil, fmt.Errorf("%w: ids is empty", pipeline.ErrBadRequest)
 	}
@@ -66,36 +83,68 @@ func gather[T uint64 | int64](s *Server, ctx context.Context, fam pipeline.Famil
 	}
 	// The partitions of this process that take a query without waiting (send) are all
 	// asked first, then waited for in turn; the others each on a goroutine, the last on
-	// this one. A partition that stopped here (a hand-over under way, or its lease may
-	// have lapsed) is asked of the process that serves it now.
+	// this one, but for those of another process known to serve several, which are asked
+	// of it together. A partition that stopped here (a hand-over under way, or its lease
+	// may have lapsed) is asked of the process that serves it now.
+	pa, _ := a.(peerAsker[T])
 	var wg sync.WaitGroup
-	remotely := func(pp *part) { pp.stale, pp.err = remote(pp.p, pp.ids, pp.out) }
+	remotely := func(pp *part) { pp.stale, pp.err = a.remote(pp.p, pp.ids, pp.out) }
 	waits := make([]func() error, len(parts))
-	var called []int // parts asked as a call each
+	var tasks []func() // parts asked as a call each, or a peer's together
+	var groups []peerGroup
+	sent := 0
 	for k := range parts {
 		pp := &parts[k]
 		o := owners[pp.p]
-		if o != nil && send != nil {
-			waits[k] = send(o, pp.ids, pp.out)
+		if o != nil {
+			if waits[k] = a.send(o, pp.ids, pp.out); waits[k] != nil {
+				sent++
+				continue
+			}
 		}
-		if waits[k] == nil {
-			called = append(called, k)
+		if o == nil && pa != nil {
+			if token := s.peers.at(fam.Name, pp.p); token != "" {
+				groups = addToGroup(groups, token, k)
+				continue
+			}
 		}
-	}
-	for j, k := range called {
-		pp := &parts[k]
-		ask := func() {
-			if o := owners[pp.p]; o != nil {
-				if pp.err = local(o, pp.ids, pp.out); !errors.Is(pp.err, errUnavailable) {
+		tasks = append(tasks, func() {
+			if o != nil {
+				if pp.err = a.local(o, pp.ids, pp.out); !errors.Is(pp.err, errUnavailable) {
 					return
 				}
 			}
 			remotely(pp)
+		})
+	}
+	for _, g := range groups {
+		if len(g.parts) == 1 {
+			tasks = append(tasks, func() { remotely(&parts[g.parts[0]]) })
+			continue
 		}
-		if j == len(called)-1 && len(called) == len(parts) {
-			ask() // the last on this goroutine, when there is nothing else to wait for
+		tasks = append(tasks, func() {
+			var gids []uint64
+			var gout [][]T
+			for _, k := range g.parts {
+				gids, gout = append(gids, parts[k].ids...), append(gout, parts[k].out...)
+			}
+			missing, err := pa.peer(g.token, gids, gout)
+			for _, k := range g.parts {
+				pp := &parts[k]
+				switch {
+				case err != nil && ctx.Err() != nil:
+					pp.err = err
+				case err != nil || slices.ContainsFunc(missing, func(id pipeline.ID) bool { return pipeline.PartitionOf(id, s.cfg.Partitions) == pp.p }):
+					wg.Go(func() { remotely(pp) })
+				}
+			}
+		})
+	}
+	for j, task := range tasks {
+		if j == len(tasks)-1 && sent == 0 {
+			task() // the last on this goroutine, when there is nothing else to wait for
 		} else {
-			wg.Go(ask)
+			wg.Go(task)
 		}
 	}
 	for k, wait := range waits {
@@ -144,4 +193,21 @@ func gather[T uint64 | int64](s *Server, ctx context.Context, fam pipeline.Famil
 		s.log.Debug("some partitions unavailable", "family", fam.Name, "ids", len(unavailable), "of", len(ids), "err", errors.Join(errs...))
 	}
 	return out, unavailable, stale, nil
+}
+
+// peerGroup is the parts of a get asked of the process of token (askers.peer).
+type peerGroup struct {
+	token string
+	parts []int
+}
+
+// addToGroup adds part k to the group of token in groups (a get's few processes).
+func addToGroup(groups []peerGroup, token string, k int) []peerGroup {
+	for i := range groups {
+		if groups[i].token == token {
+			groups[i].parts = append(groups[i].parts, k)
+			return groups
+		}
+	}
+	return append(groups, peerGroup{token: token, parts: []int{k}})
 }

@@ -88,15 +88,9 @@ func (s *Server) endpoint(kind string, h func(*request) (any, error)) micro.Hand
 		j := &job{kind: kind, h: h, m: m, done: make(chan answer, 1)}
 		s.inFlight.Add(1) // until answered, for Stop
 		defer s.inFlight.Add(-1)
-		select {
-		case s.jobs <- j: // an idle answerer took it
-		default:
-			if s.answerers.Add(1) > maxAnswering { // as many answers under way as allowed: this one on the instance
-				s.answerers.Add(-1)
-				respond(r, s.answer(kind, h, m, false))
-				return
-			}
-			go s.answerer(j)
+		if !s.hand(j) { // as many answers under way as allowed: this one on the instance
+			respond(r, s.answer(kind, h, m, false))
+			return
 		}
 		t := time.NewTimer(handOff)
 		defer t.Stop()
@@ -138,12 +132,42 @@ func setError(hdr nats.Header, code, failure string) nats.Header {
 	return hdr
 }
 
-// job is a request handed to an answerer (see endpoint).
+// job is a request handed to an answerer: an endpoint's, whose answer goes to done (see
+// endpoint), or another process's (peer, done nil), which the answerer sends itself
+// (see finish).
 type job struct {
 	kind string
 	h    func(*request) (any, error)
 	m    *nats.Msg
 	done chan answer
+	peer bool
+}
+
+// hand hands j to an idle answerer, or to a new one while fewer than maxAnswering answer;
+// false when as many do, and the caller answers j itself.
+func (s *Server) hand(j *job) bool {
+	select {
+	case s.jobs <- j:
+		return true
+	default:
+	}
+	if s.answerers.Add(1) > maxAnswering {
+		s.answerers.Add(-1)
+		return false
+	}
+	go s.answerer(j)
+	return true
+}
+
+// finish sends a, the answer of j: to done for an endpoint's, to the asker for another
+// process's request, which its handler counted in flight (see handlePeer).
+func (s *Server) finish(j *job, a answer) {
+	if j.done != nil {
+		j.done <- a
+		return
+	}
+	_ = j.m.RespondMsg(&nats.Msg{Subject: j.m.Reply, Data: a.data, Header: a.hdr})
+	s.inFlight.Add(-1)
 }
 
 // answerer answers j, then the jobs handed to it, until none comes for answererIdle.
@@ -155,7 +179,7 @@ func (s *Server) answerer(j *job) {
 	idle := time.NewTimer(answererIdle)
 	defer idle.Stop()
 	for {
-		j.done <- s.answer(j.kind, j.h, j.m, false)
+		s.finish(j, s.answer(j.kind, j.h, j.m, j.peer))
 		idle.Reset(answererIdle)
 		select {
 		case j = <-s.jobs:

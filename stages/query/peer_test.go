@@ -58,3 +58,57 @@ func TestPeerRequestsSkipUnknownFields(t *testing.T) {
 		}
 	}
 }
+
+// TestPeerAskedOnce: a get asks another process for all of its partitions in one
+// request once it has learned that process serves them (from its replies on each
+// partition's subject), and stays exact while what it learned goes stale: a partition
+// moved to a third process is answered unavailable by the first and asked on its own
+// subject, a process stopped has no responders, and a partition nobody serves is
+// answered unavailable. Before, each of the other's partitions was a request of its own
+// in every get.
+func TestPeerAskedOnce(t *testing.T) {
+	const n = 8
+	s := natstest.Start(t)
+	client := natstest.Connect(t, s)
+	a := startNode(t, s, nil, n, 10*time.Second, 0, 1, 2, 3)
+	b := startNode(t, s, nil, n, 10*time.Second, 4, 5, 6, 7)
+	ids := idsIn(n)
+	asked := func(nodes ...*node) (parts, peers int64) {
+		for _, nd := range nodes {
+			parts, peers = parts+nd.answered("part"), peers+nd.answered("peer")
+		}
+		return parts, peers
+	}
+
+	// Each server learns the other's four partitions from one get, asking each on its
+	// subject; every later get asks the other once.
+	fromEach(t, client, []*node{a, b}, ids, n)
+	parts, peers := asked(a, b)
+	gets := a.gets.Load() + b.gets.Load()
+	if parts > 2*4 || peers < gets-2 {
+		t.Fatalf("%d gets asked %d partitions and %d processes: want at most 8 partitions (learning), every other get one process", gets, parts, peers)
+	}
+
+	// Partition 7 moves to c: b answers its ids unavailable, and the asker asks them on
+	// 7's subject, of c (one partition: its own subject is one request too).
+	c := startNode(t, s, nil, n, 10*time.Second)
+	b.setOwned(false, 7)
+	c.setOwned(true, 7)
+	fromEach(t, client, []*node{a, b, c}, ids, n)
+
+	// b stops: its partitions are answered unavailable (no hand-over wait here) until c
+	// owns them; then, once learned, a get asks each process once and no partition on
+	// its own subject.
+	b.Stop()
+	fromEach(t, client, []*node{a, c}, ids, n, 4, 5, 6)
+	c.setOwned(true, 4, 5, 6)
+	fromEach(t, client, []*node{a, c}, ids, n)
+	parts, peers = asked(a, c)
+	gets = a.gets.Load() + c.gets.Load()
+	fromEach(t, client, []*node{a, c}, ids, n)
+	parts2, peers2 := asked(a, c)
+	gets2 := a.gets.Load() + c.gets.Load()
+	if parts2 != parts || peers2-peers != gets2-gets {
+		t.Errorf("%d gets, all learned, asked %d partitions and %d processes: want none and one each", gets2-gets, parts2-parts, peers2-peers)
+	}
+}

@@ -44,7 +44,11 @@ func (s *Server) remote(ctx context.Context, family string, fields []string, p i
 	case err != nil:
 		return nil, fmt.Errorf("partition %s/%d did not answer: %w", family, p, err)
 	}
-	return nil, readCounts(msg.Data, family, fields, p, ids, out)
+	if err := readCounts(msg.Data, family, fields, p, ids, out); err != nil {
+		return nil, err
+	}
+	s.peers.learn(family, p, msg.Header.Get(peerHeader))
+	return nil, nil
 }
 
 // readCounts checks that a partition's reply answers ids with fields and copies its

@@ -100,7 +100,8 @@ type Server struct {
 	// in micro.go).
 	jobs      chan *job
 	answerers atomic.Int64
-	subs      []*nats.Subscription
+	subs      []*nats.Subscription           // the peer subject's (see peers.go)
+	peers     peers                          // where other processes serve partitions (see peers.go)
 	svcs      services                       // the query service's instances (see micro.go)
 	partSubs  map[partKey]*nats.Subscription // <prefix>.part.<family>.<p> of each registered partition
 	standbys  map[partKey]Standby            // the standbys kept here (see standby.go)
@@ -134,7 +135,8 @@ func New(cfg Config, nc *nats.Conn, db *cold.DB, owners map[string][]Partition, 
 	un, _ := cfg.Families.Lookup(pipeline.FamilyUnread)
 	s := &Server{cfg: cfg, nc: nc, db: db, log: log.With("stage", "query"), unread: un,
 		partSubs: map[partKey]*nats.Subscription{}, evSubs: map[int]*nats.Subscription{},
-		standbys: map[partKey]Standby{}, sbSubs: map[partKey]*nats.Subscription{}, jobs: make(chan *job)}
+		standbys: map[partKey]Standby{}, sbSubs: map[partKey]*nats.Subscription{}, jobs: make(chan *job),
+		peers: newPeers(cfg.Families, cfg.Partitions)}
 	stages := make([]Stage, cfg.Partitions)
 	s.stages.Store(&stages)
 	reg := make(map[string][]Partition, len(cfg.Families))
@@ -208,7 +210,20 @@ func (s *Server) SetOwner(family string, p int, part Partition) {
 // subscribePart serves a registered partition to other processes; s.mu is held.
 func (s *Server) subscribePart(key partKey) error {
 	subj := s.cfg.Subjects.Part(key.family, key.p)
-	sub, err := s.nc.QueueSubscribe(subj, PartQueueGroup, s.handle("part", s.part(key)))
+	h := s.part(key)
+	sub, err := s.nc.QueueSubscribe(subj, PartQueueGroup, func(m *nats.Msg) {
+		if m.Reply == "" {
+			return // a publish, not a request: there is no one to answer
+		}
+		a := s.answer("part", h, m, true)
+		if a.code == "" { // answered here: the asker may ask this process for several (peers.go)
+			if a.hdr == nil {
+				a.hdr = nats.Header{}
+			}
+			a.hdr.Set(peerHeader, s.peers.token)
+		}
+		_ = m.RespondMsg(&nats.Msg{Subject: m.Reply, Data: a.data, Header: a.hdr})
+	})
 	if err != nil {
 		return fmt.Errorf("cannot subscribe %s: %w", subj, err)
 	}
@@ -248,6 +263,13 @@ func (s *Server) start() error {
 	if err := s.subscribe(handlers); err != nil {
 		return err
 	}
+	// Queue group PartQueueGroup, as the part subjects: one subscriber, but the
+	// permissions of tallyd's user are those of <prefix>.part.> (deploy/README.md).
+	peer, err := s.nc.QueueSubscribe(sj.Peers(s.peers.token), PartQueueGroup, s.handlePeer)
+	if err != nil {
+		return fmt.Errorf("cannot subscribe %s: %w", sj.Peers(s.peers.token), err)
+	}
+	s.subs = append(s.subs, peer)
 	for fam, ps := range *s.owners.Load() {
 		for p, o := range ps {
 			if o != nil {
@@ -296,7 +318,7 @@ func (s *Server) Stop() {
 
 func (s *Server) stop() {
 	for _, sub := range s.subs {
-		_ = sub.Drain()
+		s.release(sub)
 	}
 	s.subs = nil
 	s.stopServices()
@@ -521,15 +543,45 @@ func (s *Server) partRequest(r *request, key partKey, nf int) (req pipeline.GetR
 // unavailable, in the order asked, with nil counts. Only when no partition could answer
 // is it an error.
 func (s *Server) counts(ctx context.Context, fam pipeline.Family, ids []pipeline.ID, exact bool) (counts [][]uint64, unavailable []pipeline.ID, stale []pipeline.Stale, err error) {
-	return gather(s, ctx, fam, ids,
-		func(o Partition, ids []uint64, out [][]uint64) error { return o.Get(ctx, ids, out) },
-		func(o Partition, ids []uint64, out [][]uint64) func() error {
-			if sd, ok := o.(Sender); ok {
-				return sd.Send(ctx, ids, out)
-			}
-			return nil
-		},
-		func(p int, ids []uint64, out [][]uint64) (*pipeline.Stale, error) {
-			return s.remote(ctx, fam.Name, fam.Fields, p, ids, out, exact)
-		})
+	return gather[uint64](s, ctx, fam, ids, &askCounts{hereCounts: hereCounts{ctx, fam.Name}, s: s, fam: fam, exact: exact})
+}
+
+// hereCounts asks the partitions registered here for counts; a partition not here is
+// answered unavailable (another process's get of several partitions: peers.go).
+type hereCounts struct {
+	ctx    context.Context
+	family string
+}
+
+func (h *hereCounts) local(o Partition, ids []uint64, out [][]uint64) error {
+	return o.Get(h.ctx, ids, out)
+}
+
+func (h *hereCounts) send(o Partition, ids []uint64, out [][]uint64) func() error {
+	if sd, ok := o.(Sender); ok {
+		return sd.Send(h.ctx, ids, out)
+	}
+	return nil
+}
+
+func (h *hereCounts) remote(p int, _ []uint64, _ [][]uint64) (*pipeline.Stale, error) {
+	return nil, fmt.Errorf("%w: partition %s/%d is not served here", errUnavailable, h.family, p)
+}
+
+// askCounts asks for counts as a get does: the partitions here, then the owners of the
+// others (each on its subject, or a process for several: peers.go), or their standbys
+// unless exact.
+type askCounts struct {
+	hereCounts
+	s     *Server
+	fam   pipeline.Family
+	exact bool
+}
+
+func (a *askCounts) remote(p int, ids []uint64, out [][]uint64) (*pipeline.Stale, error) {
+	return a.s.remote(a.ctx, a.fam.Name, a.fam.Fields, p, ids, out, a.exact)
+}
+
+func (a *askCounts) peer(token string, ids []uint64, out [][]uint64) ([]pipeline.ID, error) {
+	return a.s.askPeer(a.ctx, a.fam, token, ids, out)
 }

@@ -39,21 +39,35 @@ func (s *Server) getWindow(ctx context.Context, fam pipeline.Family, req *pipeli
 		return nil, err
 	}
 	since := pipeline.WindowSince(time.Now(), minutes)
-	changes, unavailable, _, err := gather(s, ctx, fam, req.IDs,
-		func(o Partition, ids []uint64, out [][]int64) error { return localWindow(ctx, o, ids, since, out) },
-		func(o Partition, ids []uint64, out [][]int64) func() error {
-			if sd, ok := o.(WindowSender); ok {
-				return sd.SendWindow(ctx, ids, since, out)
-			}
-			return nil
-		},
-		func(p int, ids []uint64, out [][]int64) (*pipeline.Stale, error) { // owners only: never stale
-			return nil, s.remoteWindow(ctx, fam, p, req.Window, since, ids, out)
-		})
+	changes, unavailable, _, err := gather[int64](s, ctx, fam, req.IDs, &askWindow{ctx: ctx, s: s, fam: fam, window: req.Window, since: since})
 	if err != nil {
 		return nil, err
 	}
 	return pipeline.GetReply{Fields: fam.Fields, Window: req.Window, Changes: changes, Unavailable: unavailable}, nil
+}
+
+// askWindow asks for the changes of fam in a window, of the owners only: never stale.
+type askWindow struct {
+	ctx    context.Context
+	s      *Server
+	fam    pipeline.Family
+	window string
+	since  uint32
+}
+
+func (a *askWindow) local(o Partition, ids []uint64, out [][]int64) error {
+	return localWindow(a.ctx, o, ids, a.since, out)
+}
+
+func (a *askWindow) send(o Partition, ids []uint64, out [][]int64) func() error {
+	if sd, ok := o.(WindowSender); ok {
+		return sd.SendWindow(a.ctx, ids, a.since, out)
+	}
+	return nil
+}
+
+func (a *askWindow) remote(p int, ids []uint64, out [][]int64) (*pipeline.Stale, error) {
+	return nil, a.s.remoteWindow(a.ctx, a.fam, p, a.window, a.since, ids, out)
 }
 
 func localWindow(ctx context.Context, o Partition, ids []uint64, since uint32, out [][]int64) error {

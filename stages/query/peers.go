@@ -1,0 +1,173 @@
+package query
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
+
+	"github.com/tally-dev/tally/pipeline"
+)
+
+// A get whose ids fall in partitions of other processes asks each partition's owner on
+// the partition's own subject (remote): half of a 20-id get's partitions in another
+// process cost six requests, 2.5× the CPU of a get answered in one process
+// (BenchmarkGet20/tally-recent-two). So a process learns which process answered each
+// partition — an owner's reply names its peer token (peerHeader) — and asks a process it
+// has learned serves two or more of a get's partitions for all of their ids in one
+// request (<prefix>.part.<family>.peer.<token>). That process answers them from the
+// partitions registered with it only, as it answers a partition's subject, and answers
+// unavailable the ids of any partition it does not serve now (a hand-over): the asker
+// asks those on their partitions' subjects as before, and forgets what it had learned of
+// them. What is learned is only ever a shortcut: a process gone (no responders on its
+// token) or an answer refused sends every partition asked of it back to its own subject,
+// so a read follows a hand-over by the same rules as ever (request: waits out a
+// hand-over, the standby unless exact).
+
+// peerHeader names, in an owner's reply on a partition's subject, the token of its peer
+// subject (Subjects.Peer).
+const peerHeader = "Tally-Peer"
+
+// peers is what this process has learned of where the partitions of each family are
+// served: the peer token of the process that last answered each.
+type peers struct {
+	token string                              // this process's own: a NUID, new each start of the process
+	of    map[string][]atomic.Pointer[string] // family → partition → token (nil: not known)
+}
+
+func newPeers(fams pipeline.Families, n int) peers {
+	ps := peers{token: nuid.Next(), of: make(map[string][]atomic.Pointer[string], len(fams))}
+	for _, f := range fams {
+		ps.of[f.Name] = make([]atomic.Pointer[string], n)
+	}
+	return ps
+}
+
+// at is the token of the process that serves partition p of family, as last learned
+// ("" when not known).
+func (ps *peers) at(family string, p int) string {
+	if t := ps.of[family][p].Load(); t != nil {
+		return *t
+	}
+	return ""
+}
+
+// learn records that the process of token answered partition p of family. A token that is
+// not one subject token (an older or a foreign process's header) is not learned.
+func (ps *peers) learn(family string, p int, token string) {
+	if token == "" || token == ps.token || strings.ContainsAny(token, ".*> \t\r\n") {
+		return
+	}
+	slot := &ps.of[family][p]
+	if t := slot.Load(); t == nil || *t != token {
+		slot.Store(&token)
+	}
+}
+
+// forget drops what was learned of partition p of family, if it is still token.
+func (ps *peers) forget(family string, p int, token string) {
+	slot := &ps.of[family][p]
+	if t := slot.Load(); t != nil && *t == token {
+		slot.CompareAndSwap(t, nil)
+	}
+}
+
+// forgetAll drops every partition learned to be served by the process of token: it
+// answers no more (stopped, or killed).
+func (ps *peers) forgetAll(token string) {
+	for family, slots := range ps.of {
+		for p := range slots {
+			ps.forget(family, p, token)
+		}
+	}
+}
+
+// askPeer asks the process of token for the counters of ids, which lie in two or more
+// partitions of fam that it was learned to serve (see the top of this file), and
+// copies them into out. It returns the ids that process did not answer (partitions it
+// does not serve now), or an error when it answered nothing: the asker then asks every
+// partition on its own subject.
+func (s *Server) askPeer(ctx context.Context, fam pipeline.Family, token string, ids []uint64, out [][]uint64) (missing []pipeline.ID, err error) {
+	req := pipeline.GetRequest{IDs: make([]pipeline.ID, len(ids))}
+	for i, id := range ids {
+		req.IDs[i] = pipeline.ID(id)
+	}
+	data, err := pipeline.Marshal(req, false)
+	if err != nil {
+		return nil, err
+	}
+	msg, err := s.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: s.cfg.Subjects.Peer(fam.Name, token), Data: data})
+	if errors.Is(err, nats.ErrNoResponders) {
+		s.peers.forgetAll(token)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the process serving partitions of %s (%s) did not answer: %w", fam.Name, token, err)
+	}
+	var reply pipeline.GetReply
+	if err := pipeline.UnmarshalReply(msg.Data, false, &reply); err != nil {
+		return nil, fmt.Errorf("the process serving partitions of %s (%s): cannot decode its reply: %w", fam.Name, token, err)
+	}
+	if reply.Error != "" {
+		return nil, fmt.Errorf("the process serving partitions of %s (%s) answered: %s", fam.Name, token, reply.Error)
+	}
+	if !slices.Equal(reply.Fields, fam.Fields) || len(reply.Counts) != len(ids) || len(reply.Stale) > 0 {
+		return nil, fmt.Errorf("the process serving partitions of %s (%s) answered %d ids with fields %v, want %d with %v", fam.Name, token, len(reply.Counts), reply.Fields, len(ids), fam.Fields)
+	}
+	for i, c := range reply.Counts {
+		if c != nil && len(c) != len(out[i]) {
+			return nil, fmt.Errorf("the process serving partitions of %s (%s) answered %d fields for id %d, want %d", fam.Name, token, len(c), ids[i], len(out[i]))
+		}
+	}
+	for i, c := range reply.Counts {
+		if c == nil { // unavailable there: asked on its partition's subject
+			missing = append(missing, pipeline.ID(ids[i]))
+			s.peers.forget(fam.Name, pipeline.PartitionOf(pipeline.ID(ids[i]), s.cfg.Partitions), token)
+			continue
+		}
+		copy(out[i], c)
+	}
+	return missing, nil
+}
+
+// handlePeer takes another process's get of the partitions it learned are here
+// (Subjects.Peers) and hands it to an answerer, which answers it (see finish): the
+// subscription goes on to the next request meanwhile.
+func (s *Server) handlePeer(m *nats.Msg) {
+	if m.Reply == "" {
+		return
+	}
+	j := &job{kind: "peer", h: s.peerGet, m: m, peer: true}
+	s.inFlight.Add(1) // until answered, for Stop
+	if !s.hand(j) {
+		s.finish(j, s.answer(j.kind, j.h, j.m, true))
+	}
+}
+
+// peerGet answers another process's get of ids in partitions it learned are here: from
+// the partitions registered here only; the ids of a partition not here, or unavailable
+// here (handed over), are answered unavailable, never asked of another process. Never
+// stale, as a partition's subject is never.
+func (s *Server) peerGet(r *request) (any, error) {
+	family, _, _ := strings.Cut(strings.TrimPrefix(r.msg.Subject, s.cfg.Subjects.Prefix+".part."), ".")
+	fam, err := s.cfg.Families.Lookup(family)
+	if err != nil {
+		return nil, err
+	}
+	var req pipeline.GetRequest
+	if err := r.decode(&req); err != nil {
+		return nil, err
+	}
+	if req.Window != "" {
+		return nil, fmt.Errorf("%w: a peer get of a window is not served", pipeline.ErrBadRequest)
+	}
+	counts, unavailable, _, err := gather[uint64](s, r.ctx, fam, req.IDs, &hereCounts{r.ctx, fam.Name})
+	if err != nil {
+		return nil, err
+	}
+	return pipeline.GetReply{Fields: fam.Fields, Estimated: fam.Estimated(), Counts: counts, Unavailable: unavailable}, nil
+}
