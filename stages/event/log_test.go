@@ -239,7 +239,7 @@ func TestUnsentOutboxFromTheLog(t *testing.T) {
 			// an idle stage waits for its outbox to be stored before it takes more, so
 			// that it may stop short of the 60.
 			h.likes(100, 7, 60)
-			pub := &hoptest.Hold{Publisher: h.js, Subject: h.sj.Delta(pipeline.FamilyPost, 0), Nth: 1}
+			pub := &hoptest.Hold{Publisher: h.js, Subject: h.sj.Delta(pipeline.FamilyPost, 0), Nth: 1, Pause: time.Second}
 			h.pub, h.batch = pub, 5
 			a := h.start("a.1", nil)
 			var sb *runningStage
@@ -250,7 +250,9 @@ func TestUnsentOutboxFromTheLog(t *testing.T) {
 			// One transaction after the one whose batch is held is what the checks need.
 			// More were asked for before, and a stage idle a moment (its reader slower
 			// than its commits: CI's other packages on both cores) settles its outbox,
-			// which waits for the held batch for good: it stopped at 16 once.
+			// which waits for the held batch for good: it stopped at 16 once, and at 1
+			// (the held transaction itself) once, its reader not yet ready with the
+			// second like; the held publish pauses a second for it (Pause).
 			natstest.Eventually(t, 10*time.Second, "a transaction after the first committed", func() (bool, string) {
 				return a.Position() > 5, fmt.Sprint("at ", a.Position()) // MaxBatch is 5
 			})

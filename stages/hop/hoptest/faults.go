@@ -344,13 +344,18 @@ type Hold struct {
 	hop.Publisher
 	Subject string
 	Nth     int32
-	n       atomic.Int32
-	held    atomic.Pointer[nats.Msg]
+	// Pause, when set, is how long the lost publish takes to return: a stage publishing
+	// on its own goroutine has its reader's next messages ready by then, so it is not
+	// idle after that transaction (an idle stage waits for its outbox to be stored).
+	Pause time.Duration
+	n     atomic.Int32
+	held  atomic.Pointer[nats.Msg]
 }
 
 func (h *Hold) PublishMsgAsync(msg *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
 	if msg.Subject == h.Subject && h.n.Add(1) == h.Nth {
 		h.held.Store(msg)
+		time.Sleep(h.Pause)
 		return newFuture(msg), nil
 	}
 	return h.Publisher.PublishMsgAsync(msg, opts...)
