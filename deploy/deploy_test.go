@@ -493,10 +493,13 @@ func TestPermissions(t *testing.T) {
 		// Another tallyd asks the node for the counters of each of its partitions, with no
 		// violation (those logged so far are the refusals checked above).
 		logged.take()
+		var ids []pipeline.ID
+		var token string // the node's peer token, named in its replies
 		for p := range cfg.Partitions {
 			var id pipeline.ID
 			for id = 1; pipeline.PartitionOf(id, cfg.Partitions) != p; id++ {
 			}
+			ids = append(ids, id)
 			data, err := pipeline.Marshal(pipeline.GetRequest{IDs: []pipeline.ID{id}}, false)
 			if err != nil {
 				t.Fatal(err)
@@ -509,6 +512,20 @@ func TestPermissions(t *testing.T) {
 			if err := pipeline.Unmarshal(m.Data, false, &r); err != nil || r.Error != "" || len(r.Counts) != 1 {
 				t.Errorf("tally.part.post.%d for %d: %+v %v", p, id, r, err)
 			}
+			token = m.Header.Get("Tally-Peer")
+		}
+		// And for the ids of all its partitions at once, on its peer subject.
+		data, err := pipeline.Marshal(pipeline.GetRequest{IDs: ids}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := td.Request("tally.part.post.peer."+token, data, 10*time.Second)
+		if err != nil {
+			t.Fatalf("tallyd request tally.part.post.peer.%s: %v (violations: %q)", token, err, logged.take())
+		}
+		var r pipeline.GetReply
+		if err := pipeline.Unmarshal(m.Data, false, &r); err != nil || r.Error != "" || len(r.Counts) != len(ids) || len(r.Unavailable) != 0 {
+			t.Errorf("tally.part.post.peer.%s for %v: %+v %v", token, ids, r, err)
 		}
 		logged.none(t)
 		td.denied(t, `Subscription to "tally.part.post.0" using queue "other"`, func() error {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -87,13 +88,15 @@ func (ps *peers) forgetAll(token string) {
 	}
 }
 
-// askPeer asks the process of token for the counters of ids, which lie in two or more
-// partitions of fam that it was learned to serve (see the top of this file), and
-// copies them into out. It returns the ids that process did not answer (partitions it
-// does not serve now), or an error when it answered nothing: the asker then asks every
-// partition on its own subject.
-func (s *Server) askPeer(ctx context.Context, fam pipeline.Family, token string, ids []uint64, out [][]uint64) (missing []pipeline.ID, err error) {
-	req := pipeline.GetRequest{IDs: make([]pipeline.ID, len(ids))}
+// askPeer asks the process of token for the rows of ids (counts, or the changes of
+// window since minute since), which lie in two or more partitions of fam that it was
+// learned to serve (see the top of this file), and copies them into out; rows reads them
+// from its reply. It returns the ids that process did not answer (partitions it does not
+// serve now), or an error when it answered nothing: the asker then asks every partition
+// on its own subject.
+func askPeer[T uint64 | int64](s *Server, ctx context.Context, fam pipeline.Family, token, window string, since uint32, ids []uint64, out [][]T,
+	rows func(*pipeline.GetReply) [][]T) (missing []pipeline.ID, err error) {
+	req := pipeline.GetRequest{IDs: make([]pipeline.ID, len(ids)), Window: window}
 	for i, id := range ids {
 		req.IDs[i] = pipeline.ID(id)
 	}
@@ -101,7 +104,11 @@ func (s *Server) askPeer(ctx context.Context, fam pipeline.Family, token string,
 	if err != nil {
 		return nil, err
 	}
-	msg, err := s.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: s.cfg.Subjects.Peer(fam.Name, token), Data: data})
+	m := &nats.Msg{Subject: s.cfg.Subjects.Peer(fam.Name, token), Data: data}
+	if window != "" {
+		m.Header = nats.Header{sinceHeader: []string{strconv.FormatUint(uint64(since), 10)}}
+	}
+	msg, err := s.nc.RequestMsgWithContext(ctx, m)
 	if errors.Is(err, nats.ErrNoResponders) {
 		s.peers.forgetAll(token)
 	}
@@ -115,15 +122,17 @@ func (s *Server) askPeer(ctx context.Context, fam pipeline.Family, token string,
 	if reply.Error != "" {
 		return nil, fmt.Errorf("the process serving partitions of %s (%s) answered: %s", fam.Name, token, reply.Error)
 	}
-	if !slices.Equal(reply.Fields, fam.Fields) || len(reply.Counts) != len(ids) || len(reply.Stale) > 0 {
-		return nil, fmt.Errorf("the process serving partitions of %s (%s) answered %d ids with fields %v, want %d with %v", fam.Name, token, len(reply.Counts), reply.Fields, len(ids), fam.Fields)
+	got := rows(&reply)
+	if reply.Window != window || !slices.Equal(reply.Fields, fam.Fields) || len(got) != len(ids) || len(reply.Stale) > 0 {
+		return nil, fmt.Errorf("the process serving partitions of %s (%s) answered window %q of %d ids with fields %v, want %q of %d with %v",
+			fam.Name, token, reply.Window, len(got), reply.Fields, window, len(ids), fam.Fields)
 	}
-	for i, c := range reply.Counts {
+	for i, c := range got {
 		if c != nil && len(c) != len(out[i]) {
 			return nil, fmt.Errorf("the process serving partitions of %s (%s) answered %d fields for id %d, want %d", fam.Name, token, len(c), ids[i], len(out[i]))
 		}
 	}
-	for i, c := range reply.Counts {
+	for i, c := range got {
 		if c == nil { // unavailable there: asked on its partition's subject
 			missing = append(missing, pipeline.ID(ids[i]))
 			s.peers.forget(fam.Name, pipeline.PartitionOf(pipeline.ID(ids[i]), s.cfg.Partitions), token)
@@ -163,11 +172,28 @@ func (s *Server) peerGet(r *request) (any, error) {
 		return nil, err
 	}
 	if req.Window != "" {
-		return nil, fmt.Errorf("%w: a peer get of a window is not served", pipeline.ErrBadRequest)
+		minutes, err := pipeline.ParseWindow(req.Window)
+		if err != nil {
+			return nil, err
+		}
+		since, err := askedSince(r, minutes)
+		if err != nil {
+			return nil, err
+		}
+		changes, unavailable, _, err := gather[int64](s, r.ctx, fam, req.IDs, &hereWindow{r.ctx, fam.Name, since})
+		if err != nil {
+			return nil, err
+		}
+		return pipeline.GetReply{Fields: fam.Fields, Window: req.Window, Changes: changes, Unavailable: unavailable}, nil
 	}
 	counts, unavailable, _, err := gather[uint64](s, r.ctx, fam, req.IDs, &hereCounts{r.ctx, fam.Name})
 	if err != nil {
 		return nil, err
 	}
 	return pipeline.GetReply{Fields: fam.Fields, Estimated: fam.Estimated(), Counts: counts, Unavailable: unavailable}, nil
+}
+
+// notHere answers a partition asked of this process by another that is not served here.
+func notHere(family string, p int) error {
+	return fmt.Errorf("%w: partition %s/%d is not served here", errUnavailable, family, p)
 }

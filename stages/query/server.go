@@ -565,7 +565,7 @@ func (h *hereCounts) send(o Partition, ids []uint64, out [][]uint64) func() erro
 }
 
 func (h *hereCounts) remote(p int, _ []uint64, _ [][]uint64) (*pipeline.Stale, error) {
-	return nil, fmt.Errorf("%w: partition %s/%d is not served here", errUnavailable, h.family, p)
+	return nil, notHere(h.family, p)
 }
 
 // askCounts asks for counts as a get does: the partitions here, then the owners of the
@@ -583,5 +583,7 @@ func (a *askCounts) remote(p int, ids []uint64, out [][]uint64) (*pipeline.Stale
 }
 
 func (a *askCounts) peer(token string, ids []uint64, out [][]uint64) ([]pipeline.ID, error) {
-	return a.s.askPeer(a.ctx, a.fam, token, ids, out)
+	return askPeer(a.s, a.ctx, a.fam, token, "", 0, ids, out, countsOf)
 }
+
+func countsOf(r *pipeline.GetReply) [][]uint64 { return r.Counts }

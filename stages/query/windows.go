@@ -39,36 +39,56 @@ func (s *Server) getWindow(ctx context.Context, fam pipeline.Family, req *pipeli
 		return nil, err
 	}
 	since := pipeline.WindowSince(time.Now(), minutes)
-	changes, unavailable, _, err := gather[int64](s, ctx, fam, req.IDs, &askWindow{ctx: ctx, s: s, fam: fam, window: req.Window, since: since})
+	changes, unavailable, _, err := gather[int64](s, ctx, fam, req.IDs, &askWindow{hereWindow: hereWindow{ctx, fam.Name, since}, s: s, fam: fam, window: req.Window})
 	if err != nil {
 		return nil, err
 	}
 	return pipeline.GetReply{Fields: fam.Fields, Window: req.Window, Changes: changes, Unavailable: unavailable}, nil
 }
 
-// askWindow asks for the changes of fam in a window, of the owners only: never stale.
-type askWindow struct {
+// hereWindow asks the partitions registered here for the changes of a window since
+// minute since; a partition not here is answered unavailable (another process's get of
+// several partitions: peers.go).
+type hereWindow struct {
 	ctx    context.Context
-	s      *Server
-	fam    pipeline.Family
-	window string
+	family string
 	since  uint32
 }
 
-func (a *askWindow) local(o Partition, ids []uint64, out [][]int64) error {
-	return localWindow(a.ctx, o, ids, a.since, out)
+func (h *hereWindow) local(o Partition, ids []uint64, out [][]int64) error {
+	return localWindow(h.ctx, o, ids, h.since, out)
 }
 
-func (a *askWindow) send(o Partition, ids []uint64, out [][]int64) func() error {
+func (h *hereWindow) send(o Partition, ids []uint64, out [][]int64) func() error {
 	if sd, ok := o.(WindowSender); ok {
-		return sd.SendWindow(a.ctx, ids, a.since, out)
+		return sd.SendWindow(h.ctx, ids, h.since, out)
 	}
 	return nil
+}
+
+func (h *hereWindow) remote(p int, _ []uint64, _ [][]int64) (*pipeline.Stale, error) {
+	return nil, notHere(h.family, p)
+}
+
+// askWindow asks for the changes of fam in a window as a get does: the partitions here,
+// then the owners of the others (each on its subject, or a process for several), never
+// their standbys.
+type askWindow struct {
+	hereWindow
+	s      *Server
+	fam    pipeline.Family
+	window string
 }
 
 func (a *askWindow) remote(p int, ids []uint64, out [][]int64) (*pipeline.Stale, error) {
 	return nil, a.s.remoteWindow(a.ctx, a.fam, p, a.window, a.since, ids, out)
 }
+
+func (a *askWindow) peer(token string, ids []uint64, out [][]int64) ([]pipeline.ID, error) {
+	return askPeer(a.s, a.ctx, a.fam, token, a.window, a.since, ids, out, changesOf)
+}
+
+func changesOf(r *pipeline.GetReply) [][]int64 { return r.Changes }
 
 func localWindow(ctx context.Context, o Partition, ids []uint64, since uint32, out [][]int64) error {
 	w, ok := o.(Windowed)
@@ -85,13 +105,9 @@ func partWindow(r *request, fam pipeline.Family, o Partition, ids []uint64, req 
 	if err != nil {
 		return nil, err
 	}
-	since := pipeline.WindowSince(time.Now(), minutes)
-	if h := r.msg.Header.Get(sinceHeader); h != "" {
-		m, err := strconv.ParseUint(h, 10, 32)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %s %q", pipeline.ErrBadRequest, sinceHeader, h)
-		}
-		since = uint32(m)
+	since, err := askedSince(r, minutes)
+	if err != nil {
+		return nil, err
 	}
 	nf := len(fam.Fields)
 	flat := make([]int64, len(ids)*nf)
@@ -103,6 +119,20 @@ func partWindow(r *request, fam pipeline.Family, o Partition, ids []uint64, req 
 		return nil, err
 	}
 	return pipeline.GetReply{Fields: fam.Fields, Window: req.Window, Changes: out}, nil
+}
+
+// askedSince is the first minute of the window another process asked for (sinceHeader),
+// or of the window of minutes ending now when it did not say.
+func askedSince(r *request, minutes uint32) (uint32, error) {
+	h := r.msg.Header.Get(sinceHeader)
+	if h == "" {
+		return pipeline.WindowSince(time.Now(), minutes), nil
+	}
+	m, err := strconv.ParseUint(h, 10, 32)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %s %q", pipeline.ErrBadRequest, sinceHeader, h)
+	}
+	return uint32(m), nil
 }
 
 // remoteWindow asks the process owning partition p of fam for the window changes of ids
@@ -144,5 +174,6 @@ func (s *Server) remoteWindow(ctx context.Context, fam pipeline.Family, p int, w
 		}
 		copy(out[i], c)
 	}
+	s.peers.learn(fam.Name, p, msg.Header.Get(peerHeader))
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,16 +30,23 @@ func (windowPart) Behind(context.Context) (flow.Behind, error) { return flow.Beh
 
 // TestGetWindowAcrossProcesses: a windowed get of ids in partitions of two processes is
 // answered for the same minutes by each — those where it arrived — with signed changes
-// and the window named.
+// and the window named, whether the other process is asked for each partition or, once
+// learned, for both at once (peers.go).
 func TestGetWindowAcrossProcesses(t *testing.T) {
 	const n = 4
 	s := natstest.Start(t)
+	var peerGets atomic.Int64
 	start := func(owned ...int) {
 		parts := make([]query.Partition, n)
 		for _, p := range owned {
 			parts[p] = windowPart{}
 		}
-		srv := query.New(query.Config{Subjects: pipeline.NewSubjects(""), Families: pipeline.DefaultFamilies(), Partitions: n, Timeout: 10 * time.Second},
+		srv := query.New(query.Config{Subjects: pipeline.NewSubjects(""), Families: pipeline.DefaultFamilies(), Partitions: n, Timeout: 10 * time.Second,
+			OnQuery: func(kind string, _ time.Duration, failed bool) {
+				if kind == "peer" && !failed {
+					peerGets.Add(1)
+				}
+			}},
 			natstest.Connect(t, s), nil, map[string][]query.Partition{"post": parts}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 		if err := srv.Start(); err != nil {
 			t.Fatal(err)
@@ -53,7 +61,7 @@ func TestGetWindowAcrossProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for range 10 { // each server takes some of the requests
+	for range 20 { // each server takes some of the requests
 		before := pipeline.WindowSince(time.Now(), 60)
 		m, err := nc.Request("tally.get.post", data, 10*time.Second)
 		if err != nil {
@@ -76,5 +84,8 @@ func TestGetWindowAcrossProcesses(t *testing.T) {
 				t.Fatalf("id %d: changes %v, want [%d %d 0 0] (the same minutes in every partition)", ids[i], c, since, -int64(ids[i]))
 			}
 		}
+	}
+	if peerGets.Load() == 0 {
+		t.Error("20 windowed gets, and no process was asked for the other's two partitions at once")
 	}
 }
