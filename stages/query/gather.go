@@ -195,7 +195,7 @@ func gather[T uint64 | int64](s *Server, ctx context.Context, fam pipeline.Famil
 	return out, unavailable, stale, nil
 }
 
-// peerGroup is the parts of a get asked of the process of token (askers.peer).
+// peerGroup is the parts of a get asked of the process of token (peerAsker).
 type peerGroup struct {
 	token string
 	parts []int
