@@ -1,13 +1,19 @@
 package query_test
 
 import (
+	"context"
+	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/natstest"
+	"github.com/tally-dev/tally/stages/query"
 )
 
 // TestPeerRequestsSkipUnknownFields: a request from another tallyd (to a partition's
@@ -111,4 +117,61 @@ func TestPeerAskedOnce(t *testing.T) {
 	if parts2 != parts || peers2-peers != gets2-gets {
 		t.Errorf("%d gets, all learned, asked %d partitions and %d processes: want none and one each", gets2-gets, parts2-parts, peers2-peers)
 	}
+}
+
+// TestSilentPeerForgotten: a process that answered partitions on their subjects and then
+// does not answer a request for several at once — paused, as a frozen VM is, its
+// subscriptions still on the NATS server — holds a get up no longer than peerPatience:
+// the partitions are asked on their own subjects, where their owners answer, and that
+// process is not asked for several again. Before, the get waited out its timeout.
+func TestSilentPeerForgotten(t *testing.T) {
+	const n = 4
+	s := natstest.Start(t)
+	client := natstest.Connect(t, s)
+	a := startNode(t, s, nil, n, 10*time.Second, 0, 1)
+	// Partitions 2 and 3 answered by a stand-in whose replies name the peer token
+	// "paused", on which nothing answers.
+	nc := natstest.Connect(t, s)
+	for p := 2; p < n; p++ {
+		part := &memPart{fi: 0, p: p, n: n}
+		if _, err := nc.QueueSubscribe(fmt.Sprintf("tally.part.post.%d", p), query.PartQueueGroup, func(m *nats.Msg) {
+			var req pipeline.GetRequest
+			if err := pipeline.Unmarshal(m.Data, false, &req); err != nil {
+				t.Error(err)
+				return
+			}
+			ids := make([]uint64, len(req.IDs))
+			out := make([][]uint64, len(req.IDs))
+			for i, id := range req.IDs {
+				ids[i], out[i] = uint64(id), make([]uint64, len(families[0].Fields))
+			}
+			if err := part.Get(context.Background(), ids, out); err != nil {
+				t.Error(err)
+				return
+			}
+			data, _ := pipeline.Marshal(pipeline.GetReply{Fields: families[0].Fields, Counts: out}, false)
+			_ = m.RespondMsg(&nats.Msg{Subject: m.Reply, Data: data, Header: nats.Header{"Tally-Peer": []string{"paused"}}})
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var silent atomic.Int64
+	if _, err := nc.QueueSubscribe("tally.part.*.peer.paused", query.PartQueueGroup, func(*nats.Msg) { silent.Add(1) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	ids := idsIn(n)
+	for i := range 5 {
+		start := time.Now()
+		check(t, get(t, client, "tally.get.post", ids), ids, n)
+		if took := time.Since(start); took > 2*time.Second {
+			t.Fatalf("get %d took %v: a silent process held it up", i, took)
+		}
+	}
+	if got := silent.Load(); got != 1 {
+		t.Errorf("the silent process was asked for several partitions %d times, want once (then not learned again for a while)", got)
+	}
+	_ = a
 }

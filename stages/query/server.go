@@ -101,7 +101,7 @@ type Server struct {
 	jobs      chan *job
 	answerers atomic.Int64
 	subs      []*nats.Subscription           // the peer subject's (see peers.go)
-	peers     peers                          // where other processes serve partitions (see peers.go)
+	peers     *peers                         // where other processes serve partitions (see peers.go)
 	svcs      services                       // the query service's instances (see micro.go)
 	partSubs  map[partKey]*nats.Subscription // <prefix>.part.<family>.<p> of each registered partition
 	standbys  map[partKey]Standby            // the standbys kept here (see standby.go)
