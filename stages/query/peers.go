@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/store/window"
 )
 
 // A get whose ids fall in partitions of other processes asks each partition's owner on
@@ -181,6 +182,97 @@ func askPeer[T uint64 | int64](s *Server, ctx context.Context, fam pipeline.Fami
 	return missing, nil
 }
 
+// partsHeader lists, in a request for a top of several partitions on a process's peer
+// subject, the partitions asked: "<p>,<p>,…".
+const partsHeader = "Tally-Parts"
+
+// peerTopReply is a process's top of several of its partitions, merged, and the
+// partitions it did not rank (not served there now).
+type peerTopReply struct {
+	IDs     []pipeline.ID `json:"ids,omitempty"`
+	Changes []int64       `json:"changes,omitempty"`
+	Missing []int         `json:"missing,omitempty"`
+	Error   string        `json:"error,omitempty"`
+}
+
+// peerTop asks the process of token for the top of partitions ps of family, which it was
+// learned to serve, merged into one list: a top merged of every partition's is exact, and
+// so is one merged of merged ones. It returns the partitions that process did not rank,
+// or an error when it answered nothing (every partition is then asked on its subject).
+func (s *Server) peerTop(ctx context.Context, family, token string, ps []int, f uint8, minutes, since uint32, k int) (ranked []window.Ranked, missing []int, err error) {
+	pctx, cancel := context.WithTimeout(ctx, peerPatience)
+	defer cancel()
+	list := make([]byte, 0, 4*len(ps))
+	for i, p := range ps {
+		if i > 0 {
+			list = append(list, ',')
+		}
+		list = strconv.AppendInt(list, int64(p), 10)
+	}
+	msg, err := s.nc.RequestMsgWithContext(pctx, &nats.Msg{Subject: s.cfg.Subjects.Peer(family, token),
+		Header: nats.Header{topHeader: []string{topAsked(f, minutes, since, k)}, partsHeader: []string{string(list)}}})
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		s.peers.forgetAll(token)
+	case err != nil && ctx.Err() == nil:
+		s.peers.hush(token)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("the process serving partitions of %s (%s) did not answer: %w", family, token, err)
+	}
+	var reply peerTopReply
+	if err := pipeline.UnmarshalReply(msg.Data, false, &reply); err != nil {
+		return nil, nil, fmt.Errorf("the process serving partitions of %s (%s): cannot decode its reply: %w", family, token, err)
+	}
+	if reply.Error != "" {
+		return nil, nil, fmt.Errorf("the process serving partitions of %s (%s) answered: %s", family, token, reply.Error)
+	}
+	if len(reply.Changes) != len(reply.IDs) || len(reply.IDs) > k || slices.ContainsFunc(reply.Missing, func(p int) bool { return !slices.Contains(ps, p) }) {
+		return nil, nil, fmt.Errorf("the process serving partitions of %s (%s) answered %d ids and %d changes for a top %d, missing %v of %v",
+			family, token, len(reply.IDs), len(reply.Changes), k, reply.Missing, ps)
+	}
+	for _, p := range reply.Missing {
+		s.peers.forget(family, p, token)
+	}
+	return rankedOf(reply.IDs, reply.Changes), reply.Missing, nil
+}
+
+// topHere answers another process's request for the top of several partitions it
+// learned are here (topHeader h, partsHeader): those registered here ranked and merged,
+// the others (handed over) listed as missing, never asked of another process.
+func (s *Server) topHere(r *request, fam pipeline.Family, h string) (any, error) {
+	f, minutes, since, k, err := parseTop(h)
+	if err != nil {
+		return nil, err
+	}
+	var ps []int
+	for p := range strings.SplitSeq(r.msg.Header.Get(partsHeader), ",") {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 0 || n >= s.cfg.Partitions || slices.Contains(ps, n) {
+			return nil, fmt.Errorf("%w: %s %q", pipeline.ErrBadRequest, partsHeader, r.msg.Header.Get(partsHeader))
+		}
+		ps = append(ps, n)
+	}
+	owners := (*s.owners.Load())[fam.Name]
+	var here, missing []int
+	for _, p := range ps {
+		if owners[p] != nil {
+			here = append(here, p)
+		} else {
+			missing = append(missing, p)
+		}
+	}
+	lists := make([][]window.Ranked, s.cfg.Partitions)
+	for p := range s.topsHere(r.ctx, owners, here, f, minutes, since, k, lists) {
+		missing = append(missing, p) // the asker asks it on its subject, and hears why
+	}
+	reply := peerTopReply{Missing: missing}
+	for _, rk := range window.Merge(k, lists...) {
+		reply.IDs, reply.Changes = append(reply.IDs, pipeline.ID(rk.ID)), append(reply.Changes, rk.N)
+	}
+	return reply, nil
+}
+
 // handlePeer takes another process's get of the partitions it learned are here
 // (Subjects.Peers) and hands it to an answerer, which answers it (see finish): the
 // subscription goes on to the next request meanwhile.
@@ -204,6 +296,9 @@ func (s *Server) peerGet(r *request) (any, error) {
 	fam, err := s.cfg.Families.Lookup(family)
 	if err != nil {
 		return nil, err
+	}
+	if h := r.msg.Header.Get(topHeader); h != "" {
+		return s.topHere(r, fam, h)
 	}
 	var req pipeline.GetRequest
 	if err := r.decode(&req); err != nil {

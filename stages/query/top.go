@@ -79,32 +79,58 @@ func (s *Server) top(r *request) (any, error) {
 }
 
 // rank merges every partition's top k of field f of family over the window of minutes
-// that ends at now.
+// that ends at now: the partitions here, the others of their owners — a process learned
+// to serve several asked once for their top (see peers.go), each other partition on its
+// own subject.
 func (s *Server) rank(ctx context.Context, family string, f uint8, minutes uint32, k int, now time.Time) ([]window.Ranked, error) {
 	since := pipeline.WindowSince(now, minutes)
 	owners := (*s.owners.Load())[family]
 	if len(owners) != s.cfg.Partitions {
 		return nil, fmt.Errorf("family %s is not served here", family)
 	}
-	lists := make([][]window.Ranked, s.cfg.Partitions)
-	errs := make([]error, s.cfg.Partitions)
-	// The partitions here that take a top without waiting are all asked first, then
-	// waited for; the others each on a goroutine.
-	var wg sync.WaitGroup
-	waits := make([]func() ([]window.Ranked, error), len(owners))
+	var here []int
+	var groups []peerGroup
 	for p, o := range owners {
-		switch t, ok := o.(TopSender); {
-		case ok:
-			waits[p] = t.SendTop(ctx, f, minutes, since, k)
+		switch token := s.peers.at(family, p); {
 		case o != nil:
-			wg.Go(func() { lists[p], errs[p] = localTop(ctx, o, f, minutes, since, k) })
+			here = append(here, p)
+		case token != "":
+			groups = addToGroup(groups, token, p)
 		default:
-			wg.Go(func() { lists[p], errs[p] = s.remoteTop(ctx, family, p, f, minutes, since, k) })
+			groups = append(groups, peerGroup{parts: []int{p}})
 		}
 	}
-	for p, wait := range waits {
-		if wait != nil {
-			lists[p], errs[p] = wait()
+	// Each list and error by partition, and one more for each group asked of a process.
+	lists := make([][]window.Ranked, s.cfg.Partitions+len(groups))
+	errs := make([]error, len(lists))
+	remotely := func(p int) { lists[p], errs[p] = s.remoteTop(ctx, family, p, f, minutes, since, k) }
+	var wg sync.WaitGroup
+	for i, g := range groups {
+		if len(g.parts) == 1 {
+			wg.Go(func() { remotely(g.parts[0]) })
+			continue
+		}
+		wg.Go(func() {
+			ranked, missing, err := s.peerTop(ctx, family, g.token, g.parts, f, minutes, since, k)
+			switch {
+			case err != nil && ctx.Err() != nil:
+				errs[s.cfg.Partitions+i] = err
+				return
+			case err != nil:
+				missing = g.parts
+			default:
+				lists[s.cfg.Partitions+i] = ranked
+			}
+			for _, p := range missing {
+				wg.Go(func() { remotely(p) })
+			}
+		})
+	}
+	for p, err := range s.topsHere(ctx, owners, here, f, minutes, since, k, lists) {
+		if errors.Is(err, errUnavailable) { // stopped here: a hand-over
+			wg.Go(func() { remotely(p) })
+		} else {
+			errs[p] = err
 		}
 	}
 	wg.Wait()
@@ -112,6 +138,34 @@ func (s *Server) rank(ctx context.Context, family string, f uint8, minutes uint3
 		return nil, fmt.Errorf("%w: a top of %s needs every partition: %w", errUnavailable, family, err)
 	}
 	return window.Merge(k, lists...), nil
+}
+
+// topsHere ranks the partitions ps of owners, all registered here, into lists (by
+// partition): those that take a top without waiting are all asked first, then waited
+// for, the others in turn. It returns the error of each partition that failed.
+func (s *Server) topsHere(ctx context.Context, owners []Partition, ps []int, f uint8, minutes, since uint32, k int, lists [][]window.Ranked) map[int]error {
+	waits := make([]func() ([]window.Ranked, error), len(ps))
+	for i, p := range ps {
+		if t, ok := owners[p].(TopSender); ok {
+			waits[i] = t.SendTop(ctx, f, minutes, since, k)
+		}
+	}
+	var errs map[int]error
+	for i, p := range ps {
+		var err error
+		if waits[i] != nil {
+			lists[p], err = waits[i]()
+		} else {
+			lists[p], err = localTop(ctx, owners[p], f, minutes, since, k)
+		}
+		if err != nil {
+			if errs == nil {
+				errs = map[int]error{}
+			}
+			errs[p], lists[p] = err, nil
+		}
+	}
+	return errs
 }
 
 // topReply is the reply listing ranked.
@@ -133,33 +187,49 @@ func localTop(ctx context.Context, o Partition, f uint8, minutes, since uint32, 
 
 // partTop answers another process's request for this partition's top (topHeader h).
 func partTop(r *request, o Partition, h string) (any, error) {
-	parts := strings.Split(h, ",")
-	bad := fmt.Errorf("%w: %s %q", pipeline.ErrBadRequest, topHeader, h)
-	if len(parts) != 4 {
-		return nil, bad
+	f, minutes, since, k, err := parseTop(h)
+	if err != nil {
+		return nil, err
 	}
-	var v [4]uint64
-	for i, bits := range []int{8, 32, 32, 16} {
-		n, err := strconv.ParseUint(parts[i], 10, bits)
-		if err != nil {
-			return nil, bad
-		}
-		v[i] = n
-	}
-	if v[1] == 0 || v[3] == 0 {
-		return nil, bad
-	}
-	ranked, err := localTop(r.ctx, o, uint8(v[0]), uint32(v[1]), uint32(v[2]), int(v[3]))
+	ranked, err := localTop(r.ctx, o, f, minutes, since, k)
 	if err != nil {
 		return nil, err
 	}
 	return topReply(ranked), nil
 }
 
+// parseTop reads a topHeader: the field's index, the window's minutes, its first minute
+// and k.
+func parseTop(h string) (f uint8, minutes, since uint32, k int, err error) {
+	parts := strings.Split(h, ",")
+	bad := fmt.Errorf("%w: %s %q", pipeline.ErrBadRequest, topHeader, h)
+	if len(parts) != 4 {
+		return 0, 0, 0, 0, bad
+	}
+	var v [4]uint64
+	for i, bits := range []int{8, 32, 32, 16} {
+		n, err := strconv.ParseUint(parts[i], 10, bits)
+		if err != nil {
+			return 0, 0, 0, 0, bad
+		}
+		v[i] = n
+	}
+	if v[1] == 0 || v[3] == 0 {
+		return 0, 0, 0, 0, bad
+	}
+	return uint8(v[0]), uint32(v[1]), uint32(v[2]), int(v[3]), nil
+}
+
+// topAsked is the topHeader of a top of field f over the window of minutes from minute
+// since, k long.
+func topAsked(f uint8, minutes, since uint32, k int) string {
+	return fmt.Sprintf("%d,%d,%d,%d", f, minutes, since, k)
+}
+
 // remoteTop asks the process owning partition p of family for its top.
 func (s *Server) remoteTop(ctx context.Context, family string, p int, f uint8, minutes, since uint32, k int) ([]window.Ranked, error) {
 	subj := s.cfg.Subjects.Part(family, p)
-	hdr := fmt.Sprintf("%d,%d,%d,%d", f, minutes, since, k)
+	hdr := topAsked(f, minutes, since, k)
 	msg, err := s.request(ctx, func() *nats.Msg {
 		return &nats.Msg{Subject: subj, Header: nats.Header{topHeader: []string{hdr}}}
 	}, nil) // windows are the owner's only
@@ -179,9 +249,15 @@ func (s *Server) remoteTop(ctx context.Context, family string, p int, f uint8, m
 	if len(reply.Changes) != len(reply.IDs) || len(reply.IDs) > k {
 		return nil, fmt.Errorf("partition %s/%d answered %d ids and %d changes for a top %d", family, p, len(reply.IDs), len(reply.Changes), k)
 	}
-	ranked := make([]window.Ranked, len(reply.IDs))
-	for i, id := range reply.IDs {
-		ranked[i] = window.Ranked{ID: uint64(id), N: reply.Changes[i]}
+	s.peers.learn(family, p, msg.Header.Get(peerHeader))
+	return rankedOf(reply.IDs, reply.Changes), nil
+}
+
+// rankedOf is the list a top reply's ids and changes give.
+func rankedOf(ids []pipeline.ID, changes []int64) []window.Ranked {
+	ranked := make([]window.Ranked, len(ids))
+	for i, id := range ids {
+		ranked[i] = window.Ranked{ID: uint64(id), N: changes[i]}
 	}
-	return ranked, nil
+	return ranked
 }

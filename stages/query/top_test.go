@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,18 +36,26 @@ func (topPart) Ready() bool                                 { return true }
 func (topPart) Behind(context.Context) (flow.Behind, error) { return flow.Behind{}, nil }
 
 // TestTopAcrossProcesses: a top of ids in partitions of two processes is the exact top
-// of them all, for the same minutes, ties by id; a partition owned by no process makes
-// it unavailable, not shorter; bad requests name what is wrong.
+// of them all, for the same minutes, ties by id, whether the other process is asked for
+// each partition or, once learned, for the top of both at once (peers.go), and after a
+// partition it served moved to a third; a partition owned by no process makes it
+// unavailable, not shorter; bad requests name what is wrong.
 func TestTopAcrossProcesses(t *testing.T) {
 	const n = 4
 	s := natstest.Start(t)
+	var peerTops atomic.Int64
 	start := func(owned ...int) *query.Server {
 		parts := make([]query.Partition, n)
 		for _, p := range owned {
 			parts[p] = topPart{p}
 		}
 		fams := pipeline.WithViewers(pipeline.DefaultFamilies())
-		srv := query.New(query.Config{Subjects: pipeline.NewSubjects(""), Families: fams, Partitions: n, Timeout: 10 * time.Second, HandOver: 100 * time.Millisecond},
+		srv := query.New(query.Config{Subjects: pipeline.NewSubjects(""), Families: fams, Partitions: n, Timeout: 10 * time.Second, HandOver: 100 * time.Millisecond,
+			OnQuery: func(kind string, _ time.Duration, failed bool) {
+				if kind == "peer" && !failed {
+					peerTops.Add(1)
+				}
+			}},
 			natstest.Connect(t, s), nil, map[string][]query.Partition{"post": parts}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 		if err := srv.Start(); err != nil {
 			t.Fatal(err)
@@ -69,25 +78,39 @@ func TestTopAcrossProcesses(t *testing.T) {
 		}
 		return r
 	}
-	for _, k := range []int{1, 7, 100, 1000} {
-		for range 4 { // each server takes some of the requests
-			r := ask(fmt.Sprintf(`{"field":"like","window":"1h","limit":%d}`, k))
-			if r.Error != "" {
-				t.Fatalf("limit %d: %s", k, r.Error)
-			}
-			var want, got []window.Ranked
-			for i := uint64(1); i <= 200; i++ {
-				if n := int64(i % 37); n > 0 { // a change of 0 is not ranked
-					want = append(want, window.Ranked{ID: i, N: n})
-				}
-			}
-			for i, id := range r.IDs {
-				got = append(got, window.Ranked{ID: uint64(id), N: r.Changes[i]})
-			}
-			if want = window.Merge(k, want); !slices.Equal(got, want) {
-				t.Fatalf("limit %d: %d ranked, first %v, want %d, first %v", k, len(got), got[:min(3, len(got))], len(want), want[:min(3, len(want))])
+	exact := func(k int) {
+		t.Helper()
+		r := ask(fmt.Sprintf(`{"field":"like","window":"1h","limit":%d}`, k))
+		if r.Error != "" {
+			t.Fatalf("limit %d: %s", k, r.Error)
+		}
+		var want, got []window.Ranked
+		for i := uint64(1); i <= 200; i++ {
+			if n := int64(i % 37); n > 0 { // a change of 0 is not ranked
+				want = append(want, window.Ranked{ID: i, N: n})
 			}
 		}
+		for i, id := range r.IDs {
+			got = append(got, window.Ranked{ID: uint64(id), N: r.Changes[i]})
+		}
+		if want = window.Merge(k, want); !slices.Equal(got, want) {
+			t.Fatalf("limit %d: %d ranked, first %v, want %d, first %v", k, len(got), got[:min(3, len(got))], len(want), want[:min(3, len(want))])
+		}
+	}
+	for _, k := range []int{1, 7, 100, 1000} {
+		for range 4 { // each server takes some of the requests
+			exact(k)
+		}
+	}
+	if peerTops.Load() == 0 {
+		t.Error("16 tops, and no process was asked for the top of the other's two partitions at once")
+	}
+	// Partition 3 moves to a third process: the one asked for 2 and 3 ranks 2 and names 3
+	// missing, which is asked on its subject.
+	other.SetOwner("post", 3, nil)
+	start(3)
+	for range 8 {
+		exact(7)
 	}
 	for req, wantErr := range map[string]string{
 		`{"field":"nope","window":"1h"}`:              "nope",
