@@ -515,18 +515,21 @@ func BenchmarkGet20(b *testing.B) {
 	// server, no standbys): the one a get reaches asks the other for half its ids, a
 	// request for each of the other's partitions.
 	b.Run("tally-recent-two", func(b *testing.B) {
-		two := func(b *testing.B) *client.Client {
-			url, c := rig.NATSServer(b)
-			var ns []*node.Node
-			for range 2 {
-				ns = append(ns, rig.StartJoiner(b, url, func(c *node.Config) { c.Partitions, c.Standbys, c.BackupEvery = 16, false, 30*time.Second }))
-			}
-			rig.Eventually(b, "each tallyd owns 8 partitions", func() (bool, string) {
-				return len(ns[0].Parts()) == 8 && len(ns[1].Parts()) == 8, fmt.Sprint(ns[0].Parts(), ns[1].Parts())
-			})
-			return c
-		}
 		evs, posts := recent()
-		gets(b, two, evs, posts)
+		gets(b, twoTallyd, evs, posts)
 	})
+}
+
+// twoTallyd starts two tallyd in this process on one NATS server, sharing 16 partitions
+// (8 each, no standbys), and returns a client of them.
+func twoTallyd(b *testing.B) *client.Client {
+	url, c := rig.NATSServer(b)
+	var ns []*node.Node
+	for range 2 {
+		ns = append(ns, rig.StartJoiner(b, url, func(c *node.Config) { c.Partitions, c.Standbys, c.BackupEvery = 16, false, 30*time.Second }))
+	}
+	rig.Eventually(b, "each tallyd owns 8 partitions", func() (bool, string) {
+		return len(ns[0].Parts()) == 8 && len(ns[1].Parts()) == 8, fmt.Sprint(ns[0].Parts(), ns[1].Parts())
+	})
+	return c
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tally-dev/tally/client"
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/stages/node"
 	"github.com/tally-dev/tally/stages/systest/rig"
@@ -15,13 +16,23 @@ import (
 
 // BenchmarkTop is the latency of a top 100 by likes over the hour (tally.top.post) on one
 // tallyd of 16 partitions whose posts were liked in the last minutes — 20 000 and 100 000
-// of them — beside a 20-id get of the same posts asked in turn, in the same run. Each
+// of them — and on two sharing them (20 000-two), beside a 20-id get of the same posts
+// asked in turn, in the same run, and the CPU of the two (the whole process). Each
 // partition ranks every post it holds changes of, per request.
 // Run: go test ./stages/systest -run XXX -bench Top -benchtime 300x
 func BenchmarkTop(b *testing.B) {
-	for _, posts := range []int{20_000, 100_000} {
-		b.Run(fmt.Sprint(posts), func(b *testing.B) {
-			_, c := rig.StartNode(b, func(c *node.Config) { c.Partitions, c.FlushInterval = 16, 100*time.Millisecond })
+	one := func(b *testing.B) *client.Client {
+		_, c := rig.StartNode(b, func(c *node.Config) { c.Partitions, c.FlushInterval = 16, 100*time.Millisecond })
+		return c
+	}
+	for _, run := range []struct {
+		name   string
+		posts  int
+		tallyd func(*testing.B) *client.Client
+	}{{"20000", 20_000, one}, {"100000", 100_000, one}, {"20000-two", 20_000, twoTallyd}} {
+		posts := run.posts
+		b.Run(run.name, func(b *testing.B) {
+			c := run.tallyd(b)
 			ctx := context.Background()
 			r := rand.New(rand.NewPCG(1, 2))
 			evs := make([]pipeline.Event, 0, 3*posts)
@@ -37,6 +48,7 @@ func BenchmarkTop(b *testing.B) {
 			ids := make([]uint64, 20)
 			var top, get []time.Duration
 			b.ResetTimer()
+			cpu := cpuTime()
 			for i := range b.N {
 				start := time.Now()
 				t, err := c.Top(ctx, "post", "like", "1h", 100)
@@ -54,6 +66,7 @@ func BenchmarkTop(b *testing.B) {
 				get = append(get, time.Since(start))
 			}
 			b.StopTimer()
+			b.ReportMetric(float64((cpuTime()-cpu).Nanoseconds())/1e3/float64(b.N), "cpu-µs/op")
 			slices.Sort(top)
 			slices.Sort(get)
 			b.ReportMetric(float64(top[len(top)/2].Microseconds()), "top-p50-µs")
