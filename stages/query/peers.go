@@ -305,11 +305,7 @@ func (s *Server) peerGet(r *request) (any, error) {
 		return nil, err
 	}
 	if req.Window != "" {
-		minutes, err := pipeline.ParseWindow(req.Window)
-		if err != nil {
-			return nil, err
-		}
-		since, err := askedSince(r, minutes)
+		since, err := askedSince(r, req.Window)
 		if err != nil {
 			return nil, err
 		}

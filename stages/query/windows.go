@@ -101,11 +101,7 @@ func localWindow(ctx context.Context, o Partition, ids []uint64, since uint32, o
 // partWindow answers a windowed part request of another process, for the minutes its
 // sinceHeader names.
 func partWindow(r *request, fam pipeline.Family, o Partition, ids []uint64, req *pipeline.GetRequest) (any, error) {
-	minutes, err := pipeline.ParseWindow(req.Window)
-	if err != nil {
-		return nil, err
-	}
-	since, err := askedSince(r, minutes)
+	since, err := askedSince(r, req.Window)
 	if err != nil {
 		return nil, err
 	}
@@ -122,8 +118,12 @@ func partWindow(r *request, fam pipeline.Family, o Partition, ids []uint64, req 
 }
 
 // askedSince is the first minute of the window another process asked for (sinceHeader),
-// or of the window of minutes ending now when it did not say.
-func askedSince(r *request, minutes uint32) (uint32, error) {
+// or of the window ending now when it did not say; a window not known is a bad request.
+func askedSince(r *request, window string) (uint32, error) {
+	minutes, err := pipeline.ParseWindow(window)
+	if err != nil {
+		return 0, err
+	}
 	h := r.msg.Header.Get(sinceHeader)
 	if h == "" {
 		return pipeline.WindowSince(time.Now(), minutes), nil
