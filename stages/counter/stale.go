@@ -27,7 +27,8 @@ type staleBehind struct {
 // is gone), and says how far behind its stream that state is. The state is consistent:
 // every delta up to the worker's position applied, in order, and none after it.
 func (w *Worker) Stale(ctx context.Context, ids []uint64, out [][]uint64) (flow.Behind, error) {
-	q := &query{ids: ids, out: out, done: make(chan struct{})}
+	q := newQuery()
+	q.ids, q.out = ids, out
 	if err := w.ask(ctx, q); err != nil {
 		return flow.Behind{}, err
 	}

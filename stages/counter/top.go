@@ -49,7 +49,8 @@ func (w *Worker) Top(ctx context.Context, field uint8, minutes, since uint32, k 
 
 // SendTop is Top in two steps, as Send is Get's.
 func (w *Worker) SendTop(ctx context.Context, field uint8, minutes, since uint32, k int) (wait func() ([]window.Ranked, error)) {
-	q := &query{since: since, top: &topQuery{key: topKey{field, minutes, k}}, done: make(chan struct{})}
+	q := newQuery()
+	q.since, q.top = since, &topQuery{key: topKey{field, minutes, k}}
 	sent := w.sendQuery(ctx, q)
 	return func() ([]window.Ranked, error) {
 		if err := sent(); err != nil {
@@ -72,7 +73,7 @@ func (w *Worker) answerTop(q *query) {
 	}
 	kp.asked = time.Now()
 	q.top.ranked = kp.ranked
-	close(q.done)
+	q.answered()
 }
 
 // refreshTops ranks the tops asked in the last topKeep again, for the minutes their

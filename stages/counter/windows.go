@@ -209,7 +209,9 @@ func (w *Worker) GetWindow(ctx context.Context, ids []uint64, since uint32, out 
 
 // SendWindow is GetWindow in two steps, as Send is Get's.
 func (w *Worker) SendWindow(ctx context.Context, ids []uint64, since uint32, out [][]int64) (wait func() error) {
-	return w.sendQuery(ctx, &query{ids: ids, since: since, changes: out, done: make(chan struct{})})
+	q := w.pooled(ctx)
+	q.ids, q.since, q.changes = ids, since, out
+	return w.sendQuery(ctx, q)
 }
 
 // answerWindow answers a windowed query.
@@ -217,5 +219,5 @@ func (w *Worker) answerWindow(q *query) {
 	for i, id := range q.ids {
 		w.win.table.Sum(id, q.since, q.changes[i])
 	}
-	close(q.done)
+	q.answered()
 }
