@@ -294,7 +294,8 @@ func (w *Worker) Get(ctx context.Context, ids []uint64, out [][]uint64) error {
 }
 
 // Send hands the worker a get of ids and returns without waiting for its answer; the
-// function it returns waits for it (as Get) and must be called. A request's partitions
+// function it returns waits for it (as Get) and must be called, once: the query is
+// reused once its answer has been waited for (queryPool). A request's partitions
 // are all asked this way before it waits for any, with no goroutine each.
 func (w *Worker) Send(ctx context.Context, ids []uint64, out [][]uint64) (wait func() error) {
 	q := w.pooled(ctx)

@@ -29,7 +29,8 @@ type Partition interface {
 
 // Sender is a Partition that takes a get without waiting for its answer
 // (counter.Worker): a request hands each such partition its ids, then waits for them
-// all, with no goroutine each. The function Send returns waits for the answer, as Get.
+// all, with no goroutine each. The function Send returns waits for the answer, as Get,
+// and is called once.
 type Sender interface {
 	Send(ctx context.Context, ids []uint64, out [][]uint64) (wait func() error)
 }
