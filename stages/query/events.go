@@ -80,7 +80,7 @@ func (s *Server) stage(p int) Stage { return (*s.stages.Load())[p] }
 // subscribeEvents serves a registered event partition to other processes; s.mu is held.
 func (s *Server) subscribeEvents(p int) error {
 	subj := s.cfg.Subjects.PartEvents(p)
-	sub, err := s.nc.QueueSubscribe(subj, PartQueueGroup, s.handle("part.ev", s.partEvents(p)))
+	sub, err := s.nc.QueueSubscribe(subj, PartQueueGroup, s.handleOwned("part.ev", s.partEvents(p)))
 	if err != nil {
 		return fmt.Errorf("cannot subscribe %s: %w", subj, err)
 	}
@@ -121,6 +121,11 @@ const (
 	evSettle  = "settle"  // has p's stage published what it had committed (see settle.go)?
 	evHops    = "hops"    // the hop batches p has sent to each partition and applied of each (settle.go)
 )
+
+// quick are the kinds of queries a reader waits for, answered within a moment: those
+// asked of a process for several partitions at once (see gather), within peerPatience.
+// An audit's (recounts, samples) and a settle's may take longer.
+var quick = map[string]bool{evLiked: true, evList: true, evUnread: true}
 
 // evRequest is a query of one event partition; each kind reads the fields it names.
 type evRequest struct {
@@ -203,6 +208,7 @@ func (s *Server) ev(ctx context.Context, p int, kind string, req *evRequest) (*e
 	if reply.Error != "" {
 		return nil, &remoteError{sentinel: pipeline.CodeError(reply.Code), msg: reply.Error}
 	}
+	s.peers.learn(evPeers, p, m.Header.Get(peerHeader))
 	return &reply, nil
 }
 
@@ -217,14 +223,42 @@ type remoteError struct {
 func (e *remoteError) Error() string { return e.msg }
 func (e *remoteError) Unwrap() error { return e.sentinel }
 
-// gather asks every event partition in ps in parallel; it returns the replies in the
-// order of ps, or the first error in that order.
+// gather asks every event partition in ps in parallel — those of a process learned to
+// serve several of them in one request (see peers.go), the others each as ev does; it
+// returns the replies in the order of ps, or the first error in that order.
 func (s *Server) gather(ctx context.Context, ps []int, kind string, req func(p int) *evRequest) ([]*evReply, error) {
 	replies := make([]*evReply, len(ps))
 	errs := make([]error, len(ps))
 	var wg sync.WaitGroup
+	one := func(i int) { replies[i], errs[i] = s.ev(ctx, ps[i], kind, req(ps[i])) }
+	var groups []peerGroup // of indexes into ps
 	for i, p := range ps {
-		wg.Go(func() { replies[i], errs[i] = s.ev(ctx, p, kind, req(p)) })
+		if token := s.peers.at(evPeers, p); token != "" && quick[kind] && (s.stage(p) == nil || !s.stage(p).Owned()) {
+			groups = addToGroup(groups, token, i)
+			continue
+		}
+		wg.Go(func() { one(i) })
+	}
+	for _, g := range groups {
+		if len(g.parts) == 1 {
+			wg.Go(func() { one(g.parts[0]) })
+			continue
+		}
+		wg.Go(func() {
+			got, err := s.evPeer(ctx, g.token, kind, ps, g.parts, req)
+			for j, i := range g.parts {
+				switch {
+				case err != nil && ctx.Err() != nil:
+					errs[i] = fmt.Errorf("%w: event partition %d did not answer: %w", errUnavailable, ps[i], err)
+				case err != nil || got[j].Code == pipeline.CodeUnavailable: // not there now: asked on its subject
+					wg.Go(func() { one(i) })
+				case got[j].Error != "":
+					errs[i] = &remoteError{sentinel: pipeline.CodeError(got[j].Code), msg: got[j].Error}
+				default:
+					replies[i] = got[j]
+				}
+			}
+		})
 	}
 	wg.Wait()
 	for _, err := range errs {

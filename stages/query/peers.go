@@ -61,11 +61,15 @@ type peers struct {
 	silent sync.Map
 }
 
+// evPeers is the event partitions' name among peers.of (Subjects.PartEvents: "ev").
+const evPeers = "ev"
+
 func newPeers(fams pipeline.Families, n int) *peers {
-	ps := &peers{token: nuid.Next(), of: make(map[string][]atomic.Pointer[string], len(fams))}
+	ps := &peers{token: nuid.Next(), of: make(map[string][]atomic.Pointer[string], len(fams)+1)}
 	for _, f := range fams {
 		ps.of[f.Name] = make([]atomic.Pointer[string], n)
 	}
+	ps.of[evPeers] = make([]atomic.Pointer[string], n)
 	return ps
 }
 
@@ -273,6 +277,102 @@ func (s *Server) topHere(r *request, fam pipeline.Family, h string) (any, error)
 	return reply, nil
 }
 
+// evPeerRequest asks a process for queries of several event partitions (the kind in
+// queryHeader), and evPeerReply answers each in turn: a partition not served there is
+// answered with the code unavailable, which the asker asks on its subject.
+type evPeerRequest struct {
+	Parts []evPeerPart `json:"parts"`
+}
+
+type evPeerPart struct {
+	P   int        `json:"p"`
+	Req *evRequest `json:"req"`
+}
+
+type evPeerReply struct {
+	Replies []*evReply `json:"replies,omitempty"`
+	Error   string     `json:"error,omitempty"`
+}
+
+// evPeer asks the process of token, learned to serve event partitions ps[i] of each i
+// in at, for the query kind of each (req), in one request; it returns their replies in
+// the order of at (a failed one with its Error and Code), or an error when that process
+// answered nothing.
+func (s *Server) evPeer(ctx context.Context, token, kind string, ps, at []int, req func(p int) *evRequest) ([]*evReply, error) {
+	ask := evPeerRequest{Parts: make([]evPeerPart, len(at))}
+	for j, i := range at {
+		ask.Parts[j] = evPeerPart{P: ps[i], Req: req(ps[i])}
+	}
+	data, err := pipeline.Marshal(ask, false)
+	if err != nil {
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, peerPatience)
+	defer cancel()
+	m := nats.NewMsg(s.cfg.Subjects.Peer(evPeers, token))
+	m.Header.Set(queryHeader, kind)
+	m.Data = data
+	msg, err := s.nc.RequestMsgWithContext(pctx, m)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		s.peers.forgetAll(token)
+	case err != nil && ctx.Err() == nil:
+		s.peers.hush(token)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the process serving event partitions (%s) did not answer: %w", token, err)
+	}
+	var reply evPeerReply
+	if err := pipeline.UnmarshalReply(msg.Data, false, &reply); err != nil {
+		return nil, fmt.Errorf("the process serving event partitions (%s): cannot decode its reply: %w", token, err)
+	}
+	if reply.Error != "" || len(reply.Replies) != len(at) || slices.Contains(reply.Replies, nil) {
+		return nil, fmt.Errorf("the process serving event partitions (%s) answered %d of %d partitions: %s", token, len(reply.Replies), len(at), reply.Error)
+	}
+	for j, r := range reply.Replies {
+		if r.Code == pipeline.CodeUnavailable {
+			s.peers.forget(evPeers, ps[at[j]], token)
+		}
+	}
+	return reply.Replies, nil
+}
+
+// evHere answers another process's queries of several event partitions it learned are
+// here (evPeerRequest), each from the stage registered here, or unavailable when none
+// is (handed over): never asked of another process.
+func (s *Server) evHere(r *request) (any, error) {
+	var req evPeerRequest
+	if err := r.decode(&req); err != nil {
+		return nil, err
+	}
+	if len(req.Parts) == 0 || len(req.Parts) > s.cfg.Partitions {
+		return nil, fmt.Errorf("%w: %d event partitions asked, want 1 to %d", pipeline.ErrBadRequest, len(req.Parts), s.cfg.Partitions)
+	}
+	kind := r.msg.Header.Get(queryHeader)
+	reply := evPeerReply{Replies: make([]*evReply, len(req.Parts))}
+	var wg sync.WaitGroup
+	for j, pp := range req.Parts {
+		wg.Go(func() {
+			var got *evReply
+			var err error
+			switch st := s.stage(max(pp.P, 0) % s.cfg.Partitions); {
+			case pp.P < 0 || pp.P >= s.cfg.Partitions || pp.Req == nil:
+				err = fmt.Errorf("%w: event partition %d of %d", pipeline.ErrBadRequest, pp.P, s.cfg.Partitions)
+			case st == nil || !st.Owned():
+				err = fmt.Errorf("%w: event partition %d is not served here", errUnavailable, pp.P)
+			default:
+				got, err = s.evLocal(r.ctx, pp.P, st, kind, pp.Req)
+			}
+			if err != nil {
+				got = &evReply{Error: err.Error(), Code: pipeline.ErrorCode(err)}
+			}
+			reply.Replies[j] = got
+		})
+	}
+	wg.Wait()
+	return reply, nil
+}
+
 // handlePeer takes another process's get of the partitions it learned are here
 // (Subjects.Peers) and hands it to an answerer, which answers it (see finish): the
 // subscription goes on to the next request meanwhile.
@@ -293,6 +393,9 @@ func (s *Server) handlePeer(m *nats.Msg) {
 // stale, as a partition's subject is never.
 func (s *Server) peerGet(r *request) (any, error) {
 	family, _, _ := strings.Cut(strings.TrimPrefix(r.msg.Subject, s.cfg.Subjects.Prefix+".part."), ".")
+	if family == evPeers {
+		return s.evHere(r)
+	}
 	fam, err := s.cfg.Families.Lookup(family)
 	if err != nil {
 		return nil, err

@@ -288,7 +288,8 @@ func twoServers(t *testing.T, n int, timeout time.Duration) (*world, []*node, *n
 // TestRelationsAcrossServers: every relation query answers the same whichever of two
 // servers receives it, each holding half of the partitions' state in its own database:
 // liked, the lists (the likes of a post merged newest first from every partition, paged
-// across partitions), unread and the audit.
+// across partitions, the other server's two asked at once once learned), unread and the
+// audit.
 func TestRelationsAcrossServers(t *testing.T) {
 	const n = 4
 	w, nodes, nc := twoServers(t, n, 10*time.Second)
@@ -340,6 +341,9 @@ func TestRelationsAcrossServers(t *testing.T) {
 				}
 			}
 		})
+	}
+	if nodes[0].answered("peer")+nodes[1].answered("peer") == 0 { // no get before: the lists'
+		t.Error("no list asked the other server for its two event partitions at once (peers.go)")
 	}
 	if len(w.likers[posts[0]]) < 15 {
 		t.Fatalf("post %d has %d likers: too few to page across partitions", posts[0], len(w.likers[posts[0]]))

@@ -211,20 +211,7 @@ func (s *Server) SetOwner(family string, p int, part Partition) {
 // subscribePart serves a registered partition to other processes; s.mu is held.
 func (s *Server) subscribePart(key partKey) error {
 	subj := s.cfg.Subjects.Part(key.family, key.p)
-	h := s.part(key)
-	sub, err := s.nc.QueueSubscribe(subj, PartQueueGroup, func(m *nats.Msg) {
-		if m.Reply == "" {
-			return // a publish, not a request: there is no one to answer
-		}
-		a := s.answer("part", h, m, true)
-		if a.code == "" { // answered here: the asker may ask this process for several (peers.go)
-			if a.hdr == nil {
-				a.hdr = nats.Header{}
-			}
-			a.hdr.Set(peerHeader, s.peers.token)
-		}
-		_ = m.RespondMsg(&nats.Msg{Subject: m.Reply, Data: a.data, Header: a.hdr})
-	})
+	sub, err := s.nc.QueueSubscribe(subj, PartQueueGroup, s.handleOwned("part", s.part(key)))
 	if err != nil {
 		return fmt.Errorf("cannot subscribe %s: %w", subj, err)
 	}
@@ -374,6 +361,25 @@ func (s *Server) handle(kind string, h func(*request) (any, error)) nats.MsgHand
 			return // a publish, not a request: there is no one to answer
 		}
 		a := s.answer(kind, h, m, true)
+		_ = m.RespondMsg(&nats.Msg{Subject: m.Reply, Data: a.data, Header: a.hdr})
+	}
+}
+
+// handleOwned is handle for a partition's subject: a reply that answered names this
+// process's peer token (peerHeader), so that the asker may ask it for several of its
+// partitions at once (peers.go).
+func (s *Server) handleOwned(kind string, h func(*request) (any, error)) nats.MsgHandler {
+	return func(m *nats.Msg) {
+		if m.Reply == "" {
+			return // a publish, not a request: there is no one to answer
+		}
+		a := s.answer(kind, h, m, true)
+		if a.code == "" {
+			if a.hdr == nil {
+				a.hdr = nats.Header{}
+			}
+			a.hdr.Set(peerHeader, s.peers.token)
+		}
 		_ = m.RespondMsg(&nats.Msg{Subject: m.Reply, Data: a.data, Header: a.hdr})
 	}
 }
