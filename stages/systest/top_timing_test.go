@@ -76,3 +76,52 @@ func BenchmarkTop(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkLikers is the latency and CPU (the whole process) of a page of 20 of a post's
+// likers (tally.likes.post: every event partition asked, the pages merged newest
+// first), on one tallyd of 16 partitions and on two sharing them (one-two), after 60 000
+// likes of 2 000 posts by 100 000 users.
+// Run: go test ./stages/systest -run XXX -bench Likers -benchtime 5000x
+func BenchmarkLikers(b *testing.B) {
+	one := func(b *testing.B) *client.Client {
+		_, c := rig.StartNode(b, func(c *node.Config) { c.Partitions = 16 })
+		return c
+	}
+	for _, run := range []struct {
+		name   string
+		tallyd func(*testing.B) *client.Client
+	}{{"one", one}, {"two", twoTallyd}} {
+		b.Run(run.name, func(b *testing.B) {
+			c := run.tallyd(b)
+			ctx := context.Background()
+			r := rand.New(rand.NewPCG(3, 4))
+			const posts = 2_000
+			evs := make([]pipeline.Event, 0, 60_000)
+			for range cap(evs) {
+				evs = append(evs, pipeline.Event{Type: "like", UID: pipeline.ID(1 + r.IntN(100_000)), Post: pipeline.ID(1 + r.IntN(posts))})
+			}
+			for i := 0; i < len(evs); i += pipeline.MaxBatch {
+				if err := c.PublishBatch(ctx, fmt.Sprint("b", i), evs[i:min(i+pipeline.MaxBatch, len(evs))]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			rig.WaitCaughtUp(b, c)
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			cpu := cpuTime()
+			for i := range b.N {
+				start := time.Now()
+				p, err := c.List(ctx, client.LikesOfPost, uint64(1+i%posts), 20, "")
+				if err != nil || len(p.IDs) == 0 {
+					b.Fatalf("likers: %v, %v", err, p)
+				}
+				lat = append(lat, time.Since(start))
+			}
+			b.StopTimer()
+			b.ReportMetric(float64((cpuTime()-cpu).Nanoseconds())/1e3/float64(b.N), "cpu-µs/page")
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+		})
+	}
+}
