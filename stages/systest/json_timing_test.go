@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/tally-dev/tally/client"
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/stages/node"
 	"github.com/tally-dev/tally/stages/reference"
@@ -217,15 +218,27 @@ func benchJSONTally(b *testing.B, batch int, split, viewers bool) {
 // BenchmarkGet20Loaded is the latency of a 20-id get while a JSON producer publishes
 // split batches at a steady rate (TALLY_LOAD_RATE events a second, 100 000), beside a bare NATS request-reply echo
 // of the same size answered by the same server: the two are asked in turn, so both see
-// the same load.
+// the same load. one is a tallyd owning all 16 partitions, two two tallyd sharing them
+// (a get asks the other for about half its ids).
 // Run: go test ./stages/systest -run XXX -bench Get20Loaded -benchtime 5000x
 func BenchmarkGet20Loaded(b *testing.B) {
-	n, c := rig.StartNode(b, func(c *node.Config) { c.Partitions, c.FlushInterval = 16, 100*time.Millisecond })
+	b.Run("one", func(b *testing.B) {
+		n, c := rig.StartNode(b, func(c *node.Config) { c.Partitions, c.FlushInterval = 16, 100*time.Millisecond })
+		get20Loaded(b, n.ClientURL(), c)
+	})
+	b.Run("two", func(b *testing.B) {
+		url, c := startTwo(b)
+		get20Loaded(b, url, c)
+	})
+}
+
+// get20Loaded is BenchmarkGet20Loaded of the tallyd c asks, on the NATS server at url.
+func get20Loaded(b *testing.B, url string, c *client.Client) {
 	nc := c.Conn()
 	if _, err := nc.Subscribe("echo", func(m *nats.Msg) { _ = m.Respond(make([]byte, 200)) }); err != nil {
 		b.Fatal(err)
 	}
-	posts, stop := steadyLoad(b, n, c)
+	posts, stop := steadyLoad(b, url, c)
 	req, _ := pipeline.Marshal(pipeline.GetRequest{IDs: make([]pipeline.ID, 20)}, false)
 	r := rand.New(rand.NewSource(2))
 	ids := make([]uint64, 20)
@@ -261,7 +274,7 @@ func BenchmarkGet20Loaded(b *testing.B) {
 func BenchmarkTopLoaded(b *testing.B) {
 	n, c := rig.StartNode(b, func(c *node.Config) { c.Partitions, c.FlushInterval = 16, 100*time.Millisecond })
 	ctx := context.Background()
-	posts, stop := steadyLoad(b, n, c)
+	posts, stop := steadyLoad(b, n.ClientURL(), c)
 	rig.Eventually(b, "the load ranks 100 posts", func() (bool, string) {
 		t, err := c.Top(ctx, "post", "like", "1h", 100)
 		return err == nil && len(t.IDs) == 100, fmt.Sprint(err)
@@ -304,10 +317,10 @@ func reportLatency(b *testing.B, name string, lat []time.Duration) {
 // (TALLY_LOAD_RATE events a second, 100 000), the same messages again and again under new
 // ids. It returns the posts the load touches, and stop, which ends the load and reports
 // the rate it kept (load-events/s).
-func steadyLoad(b *testing.B, n *node.Node, c interface{ Subjects() pipeline.Subjects }) ([]uint64, func()) {
+func steadyLoad(b *testing.B, url string, c interface{ Subjects() pipeline.Subjects }) ([]uint64, func()) {
 	// The producer has a connection of its own, as it would in a process of its own:
 	// on the readers' one, their requests would wait behind its batches.
-	pc, err := nats.Connect(n.ClientURL())
+	pc, err := nats.Connect(url)
 	if err != nil {
 		b.Fatal(err)
 	}
