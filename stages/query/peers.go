@@ -110,9 +110,16 @@ func (ps *peers) forget(family string, p int, token string) {
 
 // hush forgets the process of token, which did not answer, and does not learn it again
 // for peerQuiet: its partitions' owners answer on their subjects meanwhile, and it
-// again (a paused process resumed) then.
+// again (a paused process resumed) then. The silences past are dropped.
 func (ps *peers) hush(token string) {
-	ps.silent.Store(token, time.Now().Add(peerQuiet))
+	now := time.Now()
+	ps.silent.Range(func(t, until any) bool { // those of processes long gone too: bounded
+		if now.After(until.(time.Time)) {
+			ps.silent.Delete(t)
+		}
+		return true
+	})
+	ps.silent.Store(token, now.Add(peerQuiet))
 	ps.forgetAll(token)
 }
 
