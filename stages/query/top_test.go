@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/stages/flow"
@@ -49,54 +52,17 @@ func TestTopAcrossProcesses(t *testing.T) {
 		for _, p := range owned {
 			parts[p] = topPart{p}
 		}
-		fams := pipeline.WithViewers(pipeline.DefaultFamilies())
-		srv := query.New(query.Config{Subjects: pipeline.NewSubjects(""), Families: fams, Partitions: n, Timeout: 10 * time.Second, HandOver: 100 * time.Millisecond,
-			OnQuery: func(kind string, _ time.Duration, failed bool) {
-				if kind == "peer" && !failed {
-					peerTops.Add(1)
-				}
-			}},
-			natstest.Connect(t, s), nil, map[string][]query.Partition{"post": parts}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-		if err := srv.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(srv.Stop)
-		return srv
+		return startTops(t, s, parts, 100*time.Millisecond, func(kind string, _ time.Duration, failed bool) {
+			if kind == "peer" && !failed {
+				peerTops.Add(1)
+			}
+		})
 	}
 	start(0, 1)
 	other := start(2, 3)
 	nc := natstest.Connect(t, s)
-	ask := func(req string) pipeline.TopReply {
-		t.Helper()
-		m, err := nc.Request("tally.top.post", []byte(req), 10*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var r pipeline.TopReply
-		if err := pipeline.UnmarshalReply(m.Data, true, &r); err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
-	exact := func(k int) {
-		t.Helper()
-		r := ask(fmt.Sprintf(`{"field":"like","window":"1h","limit":%d}`, k))
-		if r.Error != "" {
-			t.Fatalf("limit %d: %s", k, r.Error)
-		}
-		var want, got []window.Ranked
-		for i := uint64(1); i <= 200; i++ {
-			if n := int64(i % 37); n > 0 { // a change of 0 is not ranked
-				want = append(want, window.Ranked{ID: i, N: n})
-			}
-		}
-		for i, id := range r.IDs {
-			got = append(got, window.Ranked{ID: uint64(id), N: r.Changes[i]})
-		}
-		if want = window.Merge(k, want); !slices.Equal(got, want) {
-			t.Fatalf("limit %d: %d ranked, first %v, want %d, first %v", k, len(got), got[:min(3, len(got))], len(want), want[:min(3, len(want))])
-		}
-	}
+	ask := func(req string) pipeline.TopReply { t.Helper(); return askTop(t, nc, req) }
+	exact := func(k int) { t.Helper(); exactTop(t, nc, k) }
 	for _, k := range []int{1, 7, 100, 1000} {
 		for range 4 { // each server takes some of the requests
 			exact(k)
@@ -127,5 +93,74 @@ func TestTopAcrossProcesses(t *testing.T) {
 	other.Stop()
 	if r := ask(`{"field":"like","window":"1h"}`); r.Code != pipeline.CodeUnavailable || len(r.IDs) != 0 {
 		t.Errorf("a top with two partitions owned by nobody: %+v, want unavailable", r)
+	}
+}
+
+// startTops starts a query server of 4 partitions of post, parts those registered here,
+// with Config.HandOver handOver and OnQuery onQuery.
+func startTops(t *testing.T, s *server.Server, parts []query.Partition, handOver time.Duration, onQuery func(string, time.Duration, bool)) *query.Server {
+	fams := pipeline.WithViewers(pipeline.DefaultFamilies())
+	srv := query.New(query.Config{Subjects: pipeline.NewSubjects(""), Families: fams, Partitions: len(parts), Timeout: 10 * time.Second, HandOver: handOver, OnQuery: onQuery},
+		natstest.Connect(t, s), nil, map[string][]query.Partition{"post": parts}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	return srv
+}
+
+// askTop asks tally.top.post with the JSON request req.
+func askTop(t *testing.T, nc *nats.Conn, req string) pipeline.TopReply {
+	t.Helper()
+	m, err := nc.Request("tally.top.post", []byte(req), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r pipeline.TopReply
+	if err := pipeline.UnmarshalReply(m.Data, true, &r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// exactTop asks the top k of like over the hour of topParts 0..3 and checks it.
+func exactTop(t *testing.T, nc *nats.Conn, k int) {
+	t.Helper()
+	r := askTop(t, nc, fmt.Sprintf(`{"field":"like","window":"1h","limit":%d}`, k))
+	if r.Error != "" {
+		t.Fatalf("limit %d: %s", k, r.Error)
+	}
+	var want, got []window.Ranked
+	for i := uint64(1); i <= 200; i++ {
+		if n := int64(i % 37); n > 0 { // a change of 0 is not ranked
+			want = append(want, window.Ranked{ID: i, N: n})
+		}
+	}
+	for i, id := range r.IDs {
+		got = append(got, window.Ranked{ID: uint64(id), N: r.Changes[i]})
+	}
+	if want = window.Merge(k, want); !slices.Equal(got, want) {
+		t.Fatalf("limit %d: %d ranked, first %v, want %d, first %v", k, len(got), got[:min(3, len(got))], len(want), want[:min(3, len(want))])
+	}
+}
+
+// stoppedTop is a partition whose worker has stopped here (a hand-over): it answers
+// unavailable.
+type stoppedTop struct{ topPart }
+
+func (stoppedTop) Top(context.Context, uint8, uint32, uint32, int) ([]window.Ranked, error) {
+	return nil, fmt.Errorf("%w: stopped here", pipeline.ErrUnavailable)
+}
+
+// TestTopDuringHandOver: a top reaching a process whose partition has just stopped there
+// (a hand-over: its worker answers unavailable, as its next owner already serves it)
+// asks the partition's next owner, and is exact. Before, such a top failed unavailable.
+func TestTopDuringHandOver(t *testing.T) {
+	s := natstest.Start(t)
+	startTops(t, s, []query.Partition{topPart{0}, topPart{1}, topPart{2}, stoppedTop{topPart{3}}}, 2*time.Second, nil)
+	startTops(t, s, []query.Partition{nil, nil, nil, topPart{3}}, 2*time.Second, nil)
+	nc := natstest.Connect(t, s)
+	for range 8 { // each server takes some of the requests
+		exactTop(t, nc, 50)
 	}
 }
