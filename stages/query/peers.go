@@ -133,6 +133,22 @@ func (ps *peers) forgetAll(token string) {
 	}
 }
 
+// askProcess sends m, a request for several partitions, to the process of token, within
+// peerPatience: one that has gone (no responders) is forgotten, one that does not answer
+// in time is hushed (see peers).
+func (s *Server) askProcess(ctx context.Context, token string, m *nats.Msg) (*nats.Msg, error) {
+	pctx, cancel := context.WithTimeout(ctx, peerPatience)
+	defer cancel()
+	msg, err := s.nc.RequestMsgWithContext(pctx, m)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		s.peers.forgetAll(token) // gone
+	case err != nil && ctx.Err() == nil:
+		s.peers.hush(token) // paused, or hung: its partitions' subjects may reach their owners
+	}
+	return msg, err
+}
+
 // askPeer asks the process of token for the rows of ids (counts, or the changes of
 // window since minute since), which lie in two or more partitions of fam that it was
 // learned to serve (see the top of this file), and copies them into out; rows reads them
@@ -153,15 +169,7 @@ func askPeer[T uint64 | int64](s *Server, ctx context.Context, fam pipeline.Fami
 	if window != "" {
 		m.Header = nats.Header{sinceHeader: []string{strconv.FormatUint(uint64(since), 10)}}
 	}
-	pctx, cancel := context.WithTimeout(ctx, peerPatience)
-	defer cancel()
-	msg, err := s.nc.RequestMsgWithContext(pctx, m)
-	switch {
-	case errors.Is(err, nats.ErrNoResponders):
-		s.peers.forgetAll(token) // gone
-	case err != nil && ctx.Err() == nil:
-		s.peers.hush(token) // paused, or hung: its partitions' subjects may reach their owners
-	}
+	msg, err := s.askProcess(ctx, token, m)
 	if err != nil {
 		return nil, fmt.Errorf("the process serving partitions of %s (%s) did not answer: %w", fam.Name, token, err)
 	}
@@ -211,8 +219,6 @@ type peerTopReply struct {
 // so is one merged of merged ones. It returns the partitions that process did not rank,
 // or an error when it answered nothing (every partition is then asked on its subject).
 func (s *Server) peerTop(ctx context.Context, family, token string, ps []int, f uint8, minutes, since uint32, k int) (ranked []window.Ranked, missing []int, err error) {
-	pctx, cancel := context.WithTimeout(ctx, peerPatience)
-	defer cancel()
 	list := make([]byte, 0, 4*len(ps))
 	for i, p := range ps {
 		if i > 0 {
@@ -220,14 +226,8 @@ func (s *Server) peerTop(ctx context.Context, family, token string, ps []int, f 
 		}
 		list = strconv.AppendInt(list, int64(p), 10)
 	}
-	msg, err := s.nc.RequestMsgWithContext(pctx, &nats.Msg{Subject: s.cfg.Subjects.Peer(family, token),
+	msg, err := s.askProcess(ctx, token, &nats.Msg{Subject: s.cfg.Subjects.Peer(family, token),
 		Header: nats.Header{topHeader: []string{topAsked(f, minutes, since, k)}, partsHeader: []string{string(list)}}})
-	switch {
-	case errors.Is(err, nats.ErrNoResponders):
-		s.peers.forgetAll(token)
-	case err != nil && ctx.Err() == nil:
-		s.peers.hush(token)
-	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("the process serving partitions of %s (%s) did not answer: %w", family, token, err)
 	}
@@ -314,18 +314,10 @@ func (s *Server) evPeer(ctx context.Context, token, kind string, ps, at []int, r
 	if err != nil {
 		return nil, err
 	}
-	pctx, cancel := context.WithTimeout(ctx, peerPatience)
-	defer cancel()
 	m := nats.NewMsg(s.cfg.Subjects.Peer(evPeers, token))
 	m.Header.Set(queryHeader, kind)
 	m.Data = data
-	msg, err := s.nc.RequestMsgWithContext(pctx, m)
-	switch {
-	case errors.Is(err, nats.ErrNoResponders):
-		s.peers.forgetAll(token)
-	case err != nil && ctx.Err() == nil:
-		s.peers.hush(token)
-	}
+	msg, err := s.askProcess(ctx, token, m)
 	if err != nil {
 		return nil, fmt.Errorf("the process serving event partitions (%s) did not answer: %w", token, err)
 	}
