@@ -233,9 +233,11 @@ func (s *Server) gather(ctx context.Context, ps []int, kind string, req func(p i
 	one := func(i int) { replies[i], errs[i] = s.ev(ctx, ps[i], kind, req(ps[i])) }
 	var groups []peerGroup // of indexes into ps
 	for i, p := range ps {
-		if token := s.peers.at(evPeers, p); token != "" && quick[kind] && (s.stage(p) == nil || !s.stage(p).Owned()) {
-			groups = addToGroup(groups, token, i)
-			continue
+		if st := s.stage(p); quick[kind] && (st == nil || !st.Owned()) {
+			if token := s.peers.at(evPeers, p); token != "" {
+				groups = addToGroup(groups, token, i)
+				continue
+			}
 		}
 		wg.Go(func() { one(i) })
 	}

@@ -91,12 +91,11 @@ func (s *Server) rank(ctx context.Context, family string, f uint8, minutes uint3
 	var here []int
 	var groups []peerGroup
 	for p, o := range owners {
-		switch token := s.peers.at(family, p); {
-		case o != nil:
+		if o != nil {
 			here = append(here, p)
-		case token != "":
+		} else if token := s.peers.at(family, p); token != "" {
 			groups = addToGroup(groups, token, p)
-		default:
+		} else {
 			groups = append(groups, peerGroup{parts: []int{p}})
 		}
 	}
