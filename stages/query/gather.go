@@ -123,8 +123,11 @@ func gather[T uint64 | int64](s *Server, ctx context.Context, fam pipeline.Famil
 			continue
 		}
 		tasks = append(tasks, func() {
-			var gids []uint64
-			var gout [][]T
+			n := 0
+			for _, k := range g.parts {
+				n += len(parts[k].ids)
+			}
+			gids, gout := make([]uint64, 0, n), make([][]T, 0, n)
 			for _, k := range g.parts {
 				gids, gout = append(gids, parts[k].ids...), append(gout, parts[k].out...)
 			}
