@@ -80,10 +80,15 @@ func (n *Node) counterPiece(p int) cluster.Piece {
 // NATS's default is 1 MiB.
 const minLogPayload = 64 << 10
 
+// eventConfig is what partition p's event stage is, owned or standby.
+func (n *Node) eventConfig(p int) event.Config {
+	return event.Config{Partition: p, Partitions: n.cfg.Partitions, Subjects: n.subjects, Families: n.cfg.Families, FanoutLimit: n.cfg.FanoutLimit, ResidentBytes: n.residentBytes(), Windows: n.cfg.Windows}
+}
+
 // startStage starts partition p's event stage in pt, under pt's lease.
 func (n *Node) startStage(ctx context.Context, pt *owned) error {
 	p := pt.p
-	ec := event.Config{Partition: p, Partitions: n.cfg.Partitions, Subjects: n.subjects, Families: n.cfg.Families, FanoutLimit: n.cfg.FanoutLimit, ResidentBytes: n.residentBytes(), Windows: n.cfg.Windows}
+	ec := n.eventConfig(p)
 	ec.Publisher = n.cfg.publisher(n.js, uint64(1<<20+p))
 	// Every transaction is logged: the log keeps the outbox (stagelog.State.Unsent), and
 	// when the state moves between processes a new owner replays it. A process that owns

@@ -287,7 +287,8 @@ func (n *Node) follow(ctx, wctx context.Context, sb *standby) error {
 		n.StandbyRestarts.Add(1)
 	})
 	sb.unserve = n.serveStandby(sb)
-	ec := event.Config{Partition: p, Partitions: n.cfg.Partitions, Subjects: n.subjects, Families: n.cfg.Families, FanoutLimit: n.cfg.FanoutLimit, ResidentBytes: n.residentBytes(), Windows: n.cfg.Windows, Log: true}
+	ec := n.eventConfig(p)
+	ec.Log = true
 	st, err := event.New(ec, n.readJS, n.db, n.log, n.StandbyEvents)
 	if err != nil {
 		return err
