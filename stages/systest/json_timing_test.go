@@ -267,6 +267,79 @@ func get20Loaded(b *testing.B, url string, c *client.Client) {
 	b.ReportMetric(float64(get[len(get)*99/100])/float64(echo[len(echo)*99/100]), "p99-ratio")
 }
 
+// BenchmarkCountLatency is how long an event takes to be counted — a view of a post no
+// event named before, published by the Go client (acked: until its publish is
+// acknowledged), until a get of that post, asked again as soon as answered, counts it —
+// while a JSON producer publishes split batches at a steady rate (steadyLoad,
+// TALLY_LOAD_RATE events a second) to one tallyd of 16 partitions; beside it, in turn,
+// the same message published to a stream of its own on the same server until an
+// ordered consumer of it is handed it (stream): what JetStream alone takes under the
+// same load. Gets are asked back to back, not after a sleep: a 200 µs sleep took ~1 ms
+// here, which the first version of this benchmark measured.
+// Run: go test ./stages/systest -run XXX -bench CountLatency -benchtime 2000x
+func BenchmarkCountLatency(b *testing.B) {
+	n, c := rig.StartNode(b, func(c *node.Config) { c.Partitions, c.FlushInterval = 16, 100*time.Millisecond })
+	ctx := context.Background()
+	js, err := jetstream.New(c.Conn())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "PROBE", Subjects: []string{"probe"}}); err != nil {
+		b.Fatal(err)
+	}
+	cons, err := js.OrderedConsumer(ctx, "PROBE", jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverNewPolicy})
+	if err != nil {
+		b.Fatal(err)
+	}
+	delivered := make(chan struct{}, 1)
+	cc, err := cons.Consume(func(jetstream.Msg) { delivered <- struct{}{} })
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cc.Stop()
+	_, stop := steadyLoad(b, n.ClientURL(), c)
+	var stream, counted, acked []time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		post := uint64(1<<50 + i)
+		e := pipeline.Event{Type: "view", Post: pipeline.ID(post), N: 1, Tx: fmt.Sprintf("probe-%d", i)}
+		data, err := pipeline.Marshal(&e, false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		t0 := time.Now()
+		if _, err := js.Publish(ctx, "probe", data); err != nil {
+			b.Fatal(err)
+		}
+		select {
+		case <-delivered:
+		case <-time.After(10 * time.Second):
+			b.Fatal("the probe stream's consumer was not handed its message")
+		}
+		stream = append(stream, time.Since(t0))
+		t0 = time.Now()
+		if err := c.Publish(ctx, e); err != nil {
+			b.Fatal(err)
+		}
+		acked = append(acked, time.Since(t0))
+		for {
+			r, err := c.Get(ctx, "post", post)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(r.Counts) == 1 && r.Counts[0][3] == 1 { // like, repost, comment, view
+				break
+			}
+		}
+		counted = append(counted, time.Since(t0))
+	}
+	b.StopTimer()
+	stop()
+	reportLatency(b, "stream", stream)
+	reportLatency(b, "counted", counted)
+	reportLatency(b, "acked", acked)
+}
+
 // BenchmarkTopLoaded is the latency of a top 100 by likes over the hour (tally.top.post)
 // under the steady load of BenchmarkGet20Loaded — 75 % of it likes of 20 000 posts, so
 // every ranking changes while it is asked — beside a 20-id get asked in turn.
