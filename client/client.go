@@ -24,6 +24,7 @@ type Client struct {
 	// partitions is the partition count batches are split by: set by WithPartitions, or
 	// read from the events stream by the first PublishBatch, which may run beside others.
 	partitions atomic.Int64
+	replies    *replies // of its requests
 }
 
 // Option configures a Client.
@@ -58,7 +59,7 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{nc: nc, js: js, subj: pipeline.NewSubjects(""), timeout: 5 * time.Second}
+	c := &Client{nc: nc, js: js, subj: pipeline.NewSubjects(""), timeout: 5 * time.Second, replies: &replies{nc: nc}}
 	for _, o := range opts {
 		if err := o(c); err != nil {
 			return nil, err

@@ -63,6 +63,10 @@ func TestErrorsIs(t *testing.T) {
 			}
 		}
 	}
+	// No tallyd at all is told at once by NATS ("no responders"), not waited out.
+	if _, err := nobody.Get(ctx, "post", 42); !errors.Is(err, nats.ErrNoResponders) {
+		t.Errorf("no tallyd: %v, want it to say no responders", err)
+	}
 	// What a nats CLI user sees: the code beside the text.
 	m, err := nc.Request("tally.get.post", []byte(`{"ids":"42"}`), 5*time.Second)
 	if err != nil || !strings.Contains(string(m.Data), `"code":"bad_request"`) {

@@ -28,7 +28,7 @@ func (c *Client) request(ctx context.Context, subject string, req, reply any, er
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 		defer cancel()
 	}
-	msg, err := c.nc.RequestWithContext(ctx, subject, data)
+	msg, err := c.replies.request(ctx, subject, data)
 	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%w: %s: %w", ErrUnavailable, subject, err)
 	}
