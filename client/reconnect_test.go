@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -66,7 +67,7 @@ func TestRequestAskedAgainAfterReconnect(t *testing.T) {
 	if nc.ConnectedServerName() != cl.Servers[0].Name() {
 		t.Fatalf("connected to %s, want the first server", nc.ConnectedServerName())
 	}
-	c, err := client.New(nc, client.WithTimeout(5*time.Second))
+	c, err := client.New(nc, client.WithTimeout(30*time.Second)) // sent again at a reconnect, long before a quarter of this
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,4 +118,51 @@ func errString(err error) string {
 		return "nil"
 	}
 	return err.Error()
+}
+
+// A request lost inside NATS, the client's connection never going anywhere (routed to a
+// server as it stopped: TestReadsThroughNATSServerLoss lost one so), is sent once more
+// after a quarter of its time, and answered; one answered at once is sent once.
+func TestRequestUnansweredAskedOnceMore(t *testing.T) {
+	nc := natstest.Connect(t, natstest.Start(t))
+	reply, err := pipeline.Marshal(pipeline.GetReply{Fields: []string{"like"}, Counts: [][]uint64{{7}}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lose atomic.Bool
+	var asked atomic.Int32
+	if _, err := nc.Subscribe("tally.get.post", func(m *nats.Msg) {
+		asked.Add(1)
+		if lose.CompareAndSwap(true, false) {
+			return // lost on the way: never answered
+		}
+		_ = m.Respond(reply)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(nc, client.WithTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := c.Get(ctx, "post", 42); err != nil || asked.Load() != 1 {
+		t.Fatalf("a get answered at once: %v, asked %d times, want once", err, asked.Load())
+	}
+	asked.Store(0)
+	lose.Store(true)
+	r, err := c.Get(ctx, "post", 42)
+	if err != nil {
+		t.Fatalf("a get whose first request was lost: %v (asked %d times)", err, asked.Load())
+	}
+	if len(r.Counts) != 1 || r.Counts[0][0] != 7 || asked.Load() != 2 {
+		t.Fatalf("answer %+v after being asked %d times, want 7 likes, asked twice", r, asked.Load())
+	}
+	// Given too little time to send it again, a request is sent once.
+	asked.Store(0)
+	lose.Store(true)
+	short, cancel := context.WithTimeout(ctx, 150*time.Millisecond)
+	defer cancel()
+	if _, err := c.Get(short, "post", 42); !errors.Is(err, client.ErrUnavailable) || asked.Load() != 1 {
+		t.Fatalf("a lost get given 150 ms: %v, asked %d times; want unavailable, asked once", err, asked.Load())
+	}
 }
