@@ -194,7 +194,7 @@ func (s *Server) ev(ctx context.Context, p int, kind string, req *evRequest) (*e
 		msg.Header.Set(queryHeader, kind)
 		msg.Data = data
 		return msg
-	}, nil) // relation queries are the owner's only: a standby's event state answers nothing
+	}, nil, 0) // the owner's only (a standby's event state answers nothing); an audit's recount may take long
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return nil, fmt.Errorf("%w: event partition %d is owned by no process (hand-over?)", errUnavailable, p)

@@ -175,3 +175,53 @@ func TestSilentPeerForgotten(t *testing.T) {
 	}
 	_ = a
 }
+
+// A read of a partition lost inside NATS — routed to a server as it stopped, or answered
+// through one — is sent once more after partPatience, and answered, where it waited out
+// the whole of the get's time (TestReadsThroughNATSServerLoss: a get given 1 s failed).
+// Here the first request partition 2's owner receives goes unanswered.
+func TestLostPartRequestAskedAgain(t *testing.T) {
+	const n = 4
+	s := natstest.Start(t)
+	client := natstest.Connect(t, s)
+	a := startNode(t, s, nil, n, 10*time.Second, 0, 1, 3)
+	nc := natstest.Connect(t, s)
+	part := &memPart{fi: 0, p: 2, n: n}
+	var asked atomic.Int64
+	if _, err := nc.QueueSubscribe("tally.part.post.2", query.PartQueueGroup, func(m *nats.Msg) {
+		if asked.Add(1) == 1 {
+			return // lost on the way
+		}
+		var req pipeline.GetRequest
+		if err := pipeline.Unmarshal(m.Data, false, &req); err != nil {
+			t.Error(err)
+			return
+		}
+		ids := make([]uint64, len(req.IDs))
+		out := make([][]uint64, len(req.IDs))
+		for i, id := range req.IDs {
+			ids[i], out[i] = uint64(id), make([]uint64, len(families[0].Fields))
+		}
+		if err := part.Get(context.Background(), ids, out); err != nil {
+			t.Error(err)
+			return
+		}
+		data, _ := pipeline.Marshal(pipeline.GetReply{Fields: families[0].Fields, Counts: out}, false)
+		_ = m.Respond(data)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	ids := idsIn(n)
+	start := time.Now()
+	check(t, get(t, client, "tally.get.post", ids), ids, n)
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("the get took %v: its lost request to partition 2 waited out the get's time", took)
+	}
+	if got := asked.Load(); got != 2 {
+		t.Errorf("partition 2 asked %d times, want twice: the lost request, then once more", got)
+	}
+	_ = a
+}

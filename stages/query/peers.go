@@ -41,7 +41,7 @@ import (
 // the NATS server until the server gives its connection up, minutes later, and the
 // partitions it owned may have another owner by then; a partition's subject, shared in
 // a queue group, may reach that owner, a process's subject never would.
-const peerPatience = 500 * time.Millisecond
+const peerPatience = 250 * time.Millisecond
 
 // peerQuiet is how long a process that did not answer within peerPatience is not asked
 // for several partitions again, though its replies on partitions' subjects name it.

@@ -35,7 +35,7 @@ func (s *Server) remote(ctx context.Context, family string, fields []string, p i
 		}
 	}
 	subj := s.cfg.Subjects.Part(family, p)
-	msg, err := s.request(ctx, func() *nats.Msg { return &nats.Msg{Subject: subj, Data: data} }, standby)
+	msg, err := s.request(ctx, func() *nats.Msg { return &nats.Msg{Subject: subj, Data: data} }, standby, partPatience)
 	switch {
 	case stale != nil:
 		return stale, nil

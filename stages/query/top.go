@@ -231,7 +231,7 @@ func (s *Server) remoteTop(ctx context.Context, family string, p int, f uint8, m
 	hdr := topAsked(f, minutes, since, k)
 	msg, err := s.request(ctx, func() *nats.Msg {
 		return &nats.Msg{Subject: subj, Header: nats.Header{topHeader: []string{hdr}}}
-	}, nil) // windows are the owner's only
+	}, nil, partPatience) // windows are the owner's only
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return nil, fmt.Errorf("partition %s/%d is owned by no process (hand-over?)", family, p)

@@ -150,7 +150,7 @@ func (s *Server) remoteWindow(ctx context.Context, fam pipeline.Family, p int, w
 	hdr := strconv.FormatUint(uint64(since), 10)
 	msg, err := s.request(ctx, func() *nats.Msg {
 		return &nats.Msg{Subject: subj, Data: data, Header: nats.Header{sinceHeader: []string{hdr}}}
-	}, nil) // windows are the owner's only: a windowed get is never answered stale
+	}, nil, partPatience) // windows are the owner's only: a windowed get is never answered stale
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return fmt.Errorf("partition %s/%d is owned by no process (hand-over?)", fam.Name, p)
