@@ -69,6 +69,14 @@ type changes struct {
 	// dropAnnounced).
 	last  uint64
 	known bool
+	// asking is the answer to come of a lookup of the subject's last change event under
+	// way off the worker's goroutine (nil: none; Run selects on it): a JetStream request,
+	// which NATS may leave unanswered for its whole timeout (a server of the cluster
+	// gone), and the worker answers the partition's queries meanwhile. forSend says the
+	// answer also tells the next publish what to expect, and fenced that a publish was
+	// refused for not following the last one.
+	asking          chan lookup
+	forSend, fenced bool
 	// After a transient failure, the next publish waits until retry.
 	wait  *backoff.Backoff
 	retry time.Time
@@ -155,14 +163,10 @@ func (w *Worker) sendChanges(ctx context.Context) error {
 		}
 		if !c.known {
 			// Asked before the first publish, and after a fence: what the last run left
-			// may be stored already, and another owner may have published since.
-			seq, err := w.dropAnnounced(ctx)
-			if err != nil {
-				w.log.Debug("cannot read the last change event: what is pending waits", "err", err)
-				return err // asked again at the next call
-			}
-			c.last, c.known = seq, true
-			continue
+			// may be stored already, and another owner may have published since. The
+			// answer comes to Run (lookedUp), which calls again.
+			w.lookUp(ctx, true)
+			return nil
 		}
 		e := &c.pending[0][c.sent]
 		msg := &nats.Msg{Subject: e.Subject, Data: e.Data, Header: nats.Header{jetstream.MsgIDHeader: []string{e.MsgID}}}
@@ -189,28 +193,11 @@ func (w *Worker) changeSettled(ctx context.Context, ack *jetstream.PubAck, err e
 		// Not the subject's last as expected: this very event, stored by a try whose
 		// acknowledgement was lost (NATS checks the last sequence before the message
 		// id), or another's — an owner that took the partition over, or one before
-		// this worker first asked.
-		id, seq, _, lerr := w.lastChange(ctx)
-		switch {
-		case lerr != nil:
-			err = lerr
-		case id == e.MsgID:
-			c.stored(seq)
-			return
-		default:
-			// Asked again before the next publish, which only an owner sends: after a
-			// pause, not in a loop against a writer that keeps going.
-			c.known = false
-			c.retry = time.Now().Add(c.wait.Next())
-			if w.cfg.Valid == nil || w.cfg.Valid() {
-				w.log.Debug("the last change event is not this worker's; going on after it", "msg_id", id, "seq", seq)
-			} else {
-				w.stats.ChangeErrs.Add(1)
-				w.stats.ChangesFenced.Add(1)
-				w.log.Info("change events fenced: the partition's lease lapsed and another owner announced since", "msg_id", e.MsgID, "last", id)
-			}
-			return
-		}
+		// this worker first asked. The last one is looked up (lookedUp tells which),
+		// and the next publish waits for it.
+		c.known, c.fenced = false, true
+		w.lookUp(ctx, true)
+		return
 	case hop.PermanentFailure(ctx, c.pub, e.Subject, err):
 		// No stream for tally.chg.>, or larger than the server takes: sending it
 		// again cannot help, and holding it would hold every later change.
@@ -249,7 +236,7 @@ func (w *Worker) drainChanges(ctx context.Context, wait time.Duration) error {
 			break
 		}
 		var retry <-chan time.Time
-		if c.fut == nil && len(c.pending) > 0 {
+		if c.fut == nil && len(c.pending) > 0 && c.asking == nil {
 			retry = time.After(time.Until(c.retry))
 		}
 		select {
@@ -257,6 +244,8 @@ func (w *Worker) drainChanges(ctx context.Context, wait time.Duration) error {
 			w.changeSettled(dctx, ack, nil)
 		case err := <-c.failed:
 			w.changeSettled(dctx, nil, err)
+		case l := <-c.asking:
+			w.lookedUp(l)
 		case <-retry:
 		case <-dctx.Done():
 		}
@@ -279,9 +268,7 @@ func (w *Worker) trimStandby(ctx context.Context) {
 		return
 	}
 	w.trimmed = time.Now()
-	if _, err := w.dropAnnounced(ctx); err != nil {
-		w.log.Debug("cannot read the owner's last change event", "err", err)
-	}
+	w.lookUp(ctx, false)
 }
 
 // dropAnnounced drops the pending checkpoints whose changes the stream holds already,
@@ -293,12 +280,9 @@ func (w *Worker) trimStandby(ctx context.Context) {
 // were stored, and a checkpoint in the middle of a release shares its position with the
 // next.) They are deleted from the outbox by the next checkpoint. It returns the last
 // change event's stream sequence.
-func (w *Worker) dropAnnounced(ctx context.Context) (uint64, error) {
+func (w *Worker) dropAnnounced(l lookup) uint64 {
 	c := &w.chg
-	last, seq, noStream, err := w.lastChange(ctx)
-	if err != nil {
-		return 0, err
-	}
+	last, seq, noStream := l.id, l.seq, l.noStream
 	upTo, _ := pipeline.ChangePrev(last) // 0 for an older version's, which does not say
 	owner, top, named := pipeline.ChangeCheckpoint(last)
 	if noStream { // it would refuse them: nothing is left to send
@@ -326,7 +310,70 @@ func (w *Worker) dropAnnounced(ctx context.Context) (uint64, error) {
 	if c.fut == nil && len(c.pending) > 0 && c.pending[0][c.sent].MsgID == last {
 		c.stored(seq) // stored by a try whose outcome this worker did not see
 	}
-	return seq, nil
+	return seq
+}
+
+// lookup is what lastChange answered.
+type lookup struct {
+	id       string
+	seq      uint64
+	noStream bool
+	err      error
+}
+
+// lookUp begins a lookup of the subject's last change event off the worker's
+// goroutine, unless one is under way; forSend, the answer also sets what the next
+// publish expects. The answer comes to Run, which hands it to lookedUp.
+func (w *Worker) lookUp(ctx context.Context, forSend bool) {
+	c := &w.chg
+	c.forSend = c.forSend || forSend
+	if c.asking != nil {
+		return
+	}
+	ch := make(chan lookup, 1)
+	c.asking = ch
+	w.lookups.Go(func() {
+		var l lookup
+		l.id, l.seq, l.noStream, l.err = w.lastChange(ctx)
+		ch <- l
+	})
+}
+
+// lookedUp takes the answer of a lookup begun by lookUp: the pending checkpoints whose
+// changes the stream holds are dropped (dropAnnounced), and, when asked for a send,
+// the next publish expects the last one — after a fence, once its pause is over.
+func (w *Worker) lookedUp(l lookup) {
+	c := &w.chg
+	c.asking = nil
+	forSend, fenced := c.forSend, c.fenced
+	c.forSend, c.fenced = false, false
+	if l.err != nil {
+		c.retry = time.Now().Add(c.wait.Next())
+		w.log.Debug("cannot read the last change event: what is pending waits", "err", l.err)
+		return
+	}
+	var mine string // the event in flight when fenced
+	if fenced && c.fut == nil && len(c.pending) > 0 {
+		mine = c.pending[0][c.sent].MsgID
+	}
+	seq := w.dropAnnounced(l)
+	if !forSend {
+		return
+	}
+	c.last, c.known = seq, true
+	if !fenced || l.id == mine {
+		return // fenced by this very event, stored by a try whose outcome was lost
+	}
+	// Another's: the next publish, which only an owner sends, after a pause, not in a
+	// loop against a writer that keeps going.
+	c.retry = time.Now().Add(c.wait.Next())
+	if w.cfg.Valid == nil || w.cfg.Valid() {
+		w.log.Debug("the last change event is not this worker's; going on after it", "msg_id", l.id, "seq", l.seq)
+	} else {
+		w.stats.ChangeErrs.Add(1)
+		w.stats.ChangesFenced.Add(1)
+		w.log.Info("change events fenced: the partition's lease lapsed and another owner announced since", "msg_id", mine, "last", l.id)
+	}
 }
 
 // lastChange is the message id and stream sequence of the last change event of the

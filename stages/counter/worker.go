@@ -140,6 +140,7 @@ type Worker struct {
 	purgedTo  atomic.Uint64       // deltas below this sequence are purged
 	purging   atomic.Bool         // a purge is under way
 	purges    sync.WaitGroup
+	lookups   sync.WaitGroup // of the last change event (see lookUp)
 	lastPurge time.Time
 	trimmed   time.Time // when trimStandby last asked NATS
 	changed   int       // deltas applied since the last flush: at least the dirty ids
@@ -393,6 +394,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer w.ready.Store(false)
 	defer w.unaccount()
 	defer w.purges.Wait()
+	defer w.lookups.Wait()
 	defer w.waitSnapshot()
 	// A release cut by a checkpoint and a stop: what its marks hold that is next.
 	if err := w.release(ctx); err != nil {
@@ -453,6 +455,9 @@ func (w *Worker) Run(ctx context.Context) error {
 			_ = w.sendChanges(ctx)
 		case err := <-w.chg.failed:
 			w.changeSettled(ctx, nil, err)
+			_ = w.sendChanges(ctx)
+		case l := <-w.chg.asking:
+			w.lookedUp(l)
 			_ = w.sendChanges(ctx)
 		}
 	}
