@@ -14,9 +14,10 @@
 // watch of the client then answers there.
 //
 // Every request is a read. One still waiting when the connection reconnects (its NATS
-// server went, and its message or its answer with it) is sent again, so a server lost
-// costs a request no more than the reconnect; the client's replies come to one
-// subscription of its own under the connection's inbox prefix.
+// server went, and its message or its answer with it) is sent again, and one still
+// unanswered after a quarter of its time (lost in a server of the cluster that went)
+// once more; the first answer is taken. The client's replies come to one subscription
+// of its own under the connection's inbox prefix.
 //
 // Failures are tested with errors.Is against the sentinels in errors.go.
 package client

@@ -20,11 +20,13 @@ import (
 
 // TestReadsThroughNATSServerLoss: three tallyd on a three-server NATS cluster, a reader
 // on a server that stays, and the server leading the ownership bucket stopped for good,
-// with leases long enough to outlive its election: no partition moves, and a reader
-// loses at most the requests in flight when the server went (one each of the reader's
-// and of a tallyd's scatter). A round that read a holder as free while the bucket
-// elected its leader dealt that partition afresh and moved it: its reads failed until
-// the taker started.
+// with leases long enough to outlive its election: no partition moves, and the reader
+// loses no get. A round that read a holder as free while the bucket elected its leader
+// dealt that partition afresh and moved it: its reads failed until the taker started.
+// And a get sent as the server went waited about a second, and failed, given 1 s, in
+// 4 runs of 18 (12-02): every counter partition asked the changes stream for its last
+// change event on its own goroutine, which NATS left unanswered for the second of that
+// request's timeout (TestQueriesAnsweredWhileLookingUpChanges); 0 of 10 since.
 func TestReadsThroughNATSServerLoss(t *testing.T) {
 	if buildinfo.Race {
 		// Under -race in CI a partition moved once at the loss and 4 polls timed out
@@ -148,7 +150,7 @@ func TestReadsThroughNATSServerLoss(t *testing.T) {
 			t.Errorf("tallyd %d owned partitions %v before the server was lost, %v after: a partition moved", i, owned[i], n.Parts())
 		}
 	}
-	if failed > 2 {
-		t.Errorf("%d polls failed; at most the requests in flight when the server went may", failed)
+	if failed > 0 {
+		t.Errorf("%d polls failed; none may", failed)
 	}
 }
