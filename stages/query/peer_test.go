@@ -133,27 +133,7 @@ func TestSilentPeerForgotten(t *testing.T) {
 	// "paused", on which nothing answers.
 	nc := natstest.Connect(t, s)
 	for p := 2; p < n; p++ {
-		part := &memPart{fi: 0, p: p, n: n}
-		if _, err := nc.QueueSubscribe(fmt.Sprintf("tally.part.post.%d", p), query.PartQueueGroup, func(m *nats.Msg) {
-			var req pipeline.GetRequest
-			if err := pipeline.Unmarshal(m.Data, false, &req); err != nil {
-				t.Error(err)
-				return
-			}
-			ids := make([]uint64, len(req.IDs))
-			out := make([][]uint64, len(req.IDs))
-			for i, id := range req.IDs {
-				ids[i], out[i] = uint64(id), make([]uint64, len(families[0].Fields))
-			}
-			if err := part.Get(context.Background(), ids, out); err != nil {
-				t.Error(err)
-				return
-			}
-			data, _ := pipeline.Marshal(pipeline.GetReply{Fields: families[0].Fields, Counts: out}, false)
-			_ = m.RespondMsg(&nats.Msg{Subject: m.Reply, Data: data, Header: nats.Header{"Tally-Peer": []string{"paused"}}})
-		}); err != nil {
-			t.Fatal(err)
-		}
+		standIn(t, nc, p, n, nats.Header{"Tally-Peer": []string{"paused"}}, nil)
 	}
 	var silent atomic.Int64
 	if _, err := nc.QueueSubscribe("tally.part.*.peer.paused", query.PartQueueGroup, func(*nats.Msg) { silent.Add(1) }); err != nil {
@@ -186,11 +166,30 @@ func TestLostPartRequestAskedAgain(t *testing.T) {
 	client := natstest.Connect(t, s)
 	a := startNode(t, s, nil, n, 10*time.Second, 0, 1, 3)
 	nc := natstest.Connect(t, s)
-	part := &memPart{fi: 0, p: 2, n: n}
 	var asked atomic.Int64
-	if _, err := nc.QueueSubscribe("tally.part.post.2", query.PartQueueGroup, func(m *nats.Msg) {
-		if asked.Add(1) == 1 {
-			return // lost on the way
+	standIn(t, nc, 2, n, nil, func() bool { return asked.Add(1) > 1 }) // the first lost on the way
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	ids := idsIn(n)
+	start := time.Now()
+	check(t, get(t, client, "tally.get.post", ids), ids, n)
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("the get took %v: its lost request to partition 2 waited out the get's time", took)
+	}
+	if got := asked.Load(); got != 2 {
+		t.Errorf("partition 2 asked %d times, want twice: the lost request, then once more", got)
+	}
+	_ = a
+}
+
+// standIn answers partition p of n's reads on its subject from a memPart, with header on
+// each reply; a request for which answer (when set) says false goes unanswered.
+func standIn(t *testing.T, nc *nats.Conn, p, n int, header nats.Header, answer func() bool) {
+	part := &memPart{fi: 0, p: p, n: n}
+	if _, err := nc.QueueSubscribe(fmt.Sprintf("tally.part.post.%d", p), query.PartQueueGroup, func(m *nats.Msg) {
+		if answer != nil && !answer() {
+			return
 		}
 		var req pipeline.GetRequest
 		if err := pipeline.Unmarshal(m.Data, false, &req); err != nil {
@@ -207,21 +206,8 @@ func TestLostPartRequestAskedAgain(t *testing.T) {
 			return
 		}
 		data, _ := pipeline.Marshal(pipeline.GetReply{Fields: families[0].Fields, Counts: out}, false)
-		_ = m.Respond(data)
+		_ = m.RespondMsg(&nats.Msg{Subject: m.Reply, Data: data, Header: header})
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	ids := idsIn(n)
-	start := time.Now()
-	check(t, get(t, client, "tally.get.post", ids), ids, n)
-	if took := time.Since(start); took > 5*time.Second {
-		t.Fatalf("the get took %v: its lost request to partition 2 waited out the get's time", took)
-	}
-	if got := asked.Load(); got != 2 {
-		t.Errorf("partition 2 asked %d times, want twice: the lost request, then once more", got)
-	}
-	_ = a
 }
