@@ -198,6 +198,13 @@ func (w *Worker) changeSettled(ctx context.Context, ack *jetstream.PubAck, err e
 		c.known, c.fenced = false, true
 		w.lookUp(ctx, true)
 		return
+	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders):
+		// A stream electing its leader, or no stream for tally.chg.> at all: the lookup
+		// of the last change event tells which, off this goroutine (lookedUp drops what
+		// is pending when there is no stream), and the next publish waits for it.
+		// hop.PermanentFailure would ask here, for up to 2 s, while reads wait.
+		c.known = false
+		w.lookUp(ctx, true)
 	case hop.PermanentFailure(ctx, c.pub, e.Subject, err):
 		// No stream for tally.chg.>, or larger than the server takes: sending it
 		// again cannot help, and holding it would hold every later change.
@@ -287,6 +294,10 @@ func (w *Worker) dropAnnounced(l lookup) uint64 {
 	owner, top, named := pipeline.ChangeCheckpoint(last)
 	if noStream { // it would refuse them: nothing is left to send
 		upTo = math.MaxUint64
+		if len(c.pending) > 0 {
+			w.stats.ChangeErrs.Add(1)
+			w.log.Error("change events dropped: no stream takes them", "stream", w.cfg.Subjects.ChangesStream(), "checkpoints", len(c.pending))
+		}
 	}
 	n := 0
 	for ; n < len(c.pending); n++ {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/buildinfo"
+	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/stages/counter"
 )
 
@@ -225,19 +226,39 @@ type stallingJS struct {
 	entered, released chan struct{}
 	once              sync.Once
 	returned          atomic.Bool
+	after             atomic.Bool // stall only once set (with armed)
+	armed             bool
 }
 
 func (s *stallingJS) Stream(ctx context.Context, name string) (jetstream.Stream, error) {
 	if name == s.changes {
-		s.once.Do(func() { close(s.entered) })
-		defer s.returned.Store(true)
-		select {
-		case <-s.released:
-		case <-ctx.Done():
-			return nil, ctx.Err()
+		if err := s.stall(ctx); err != nil {
+			return nil, err
 		}
 	}
 	return s.JetStream.Stream(ctx, name)
+}
+
+// StreamNameBySubject stalls too: what hop.PermanentFailure asks.
+func (s *stallingJS) StreamNameBySubject(ctx context.Context, subject string) (string, error) {
+	if err := s.stall(ctx); err != nil {
+		return "", err
+	}
+	return s.JetStream.StreamNameBySubject(ctx, subject)
+}
+
+func (s *stallingJS) stall(ctx context.Context) error {
+	if s.armed && !s.after.Load() {
+		return nil
+	}
+	s.once.Do(func() { close(s.entered) })
+	defer s.returned.Store(true)
+	select {
+	case <-s.released:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // TestQueriesAnsweredWhileLookingUpChanges: a worker that asks the changes stream for
@@ -265,5 +286,56 @@ func TestQueriesAnsweredWhileLookingUpChanges(t *testing.T) {
 	}
 	if js.returned.Load() {
 		t.Fatal("the read was answered only once the lookup had given up")
+	}
+}
+
+// TestQueriesAnsweredWhileChangesStreamAway: a change event answered "no responders" —
+// its stream electing a leader, or gone — is looked into off the worker's goroutine,
+// which answers its readers meanwhile; with the stream gone, what is pending is dropped
+// and counting goes on. Before, the worker asked which (hop.PermanentFailure) on its
+// own goroutine, for up to 2 s.
+func TestQueriesAnsweredWhileChangesStreamAway(t *testing.T) {
+	r := newRig(t)
+	js := &stallingJS{JetStream: r.js, changes: r.sc.Subjects.ChangesStream(), entered: make(chan struct{}), released: make(chan struct{}), armed: true}
+	w := counter.New(r.config(), js, r.db, slog.New(slog.DiscardHandler), r.stats)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go func() { _ = w.Run(ctx) }()
+	const x = 42
+	r.publish(1, 1, x, 3)
+	if got := r.likes(w, x); got != 3 {
+		t.Fatalf("likes of %d: %d, want 3", x, got)
+	}
+	r.checkpointedAt(r.db, r.last) // its change event stored
+	natstest.Eventually(t, 10*time.Second, "the first change event stored", func() (bool, string) {
+		st, err := r.js.Stream(context.Background(), r.sc.Subjects.ChangesStream())
+		if err != nil {
+			return false, err.Error()
+		}
+		info, err := st.Info(context.Background())
+		return err == nil && info.State.Msgs == 1, fmt.Sprint(err)
+	})
+	if err := r.js.DeleteStream(context.Background(), r.sc.Subjects.ChangesStream()); err != nil {
+		t.Fatal(err)
+	}
+	js.after.Store(true)
+	r.publish(1, 2, x, 2) // its change event: no responders
+	select {
+	case <-js.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the worker never looked into its change event's refusal")
+	}
+	if got := r.likes(w, x); got != 5 {
+		t.Fatalf("likes of %d: %d, want 5", x, got)
+	}
+	if js.returned.Load() {
+		t.Fatal("the read was answered only once NATS was done with")
+	}
+	close(js.released)
+	natstest.Eventually(t, 10*time.Second, "the change event with no stream dropped", func() (bool, string) {
+		return r.stats.ChangeErrs.Load() > 0, fmt.Sprint(r.stats.ChangeErrs.Load(), " change errors")
+	})
+	if got := r.likes(w, x); got != 5 {
+		t.Fatalf("likes of %d after: %d, want 5", x, got)
 	}
 }
