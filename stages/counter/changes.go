@@ -65,8 +65,8 @@ type changes struct {
 	failed <-chan error
 	at     time.Time
 	// last is the stream sequence of the subject's last change event as this worker
-	// knows it, which the next publish expects (known false: to be asked first, by
-	// dropAnnounced).
+	// knows it, which the next publish expects (known false: to be looked up first,
+	// lookUp).
 	last  uint64
 	known bool
 	// asking is the answer to come of a lookup of the subject's last change event under
@@ -135,10 +135,10 @@ func (w *Worker) changeEntries(cp uint64, entries []checkpoint.Entry) []delivery
 // sendChanges takes the outcome of the change event in flight, if it has come, and
 // sends the next one if there is one and none is in flight. It never waits for NATS:
 // change events are for mirrors and push gateways, and must not hold up counting or
-// queries. It fails when ctx ends, or when it cannot yet ask the stream for the
-// subject's last change event: what is not sent then stays in the outbox, for the next
+// queries; what NATS must be asked first (the subject's last change event) is asked
+// beside the worker (lookUp), and what is not sent stays in the outbox, for the next
 // call or start.
-func (w *Worker) sendChanges(ctx context.Context) error {
+func (w *Worker) sendChanges(ctx context.Context) {
 	c := &w.chg
 	for {
 		if c.fut != nil {
@@ -149,24 +149,24 @@ func (w *Worker) sendChanges(ctx context.Context) error {
 				w.changeSettled(ctx, nil, err)
 			default:
 				if time.Since(c.at) < c.ackTimeout {
-					return nil
+					return
 				}
 				w.changeSettled(ctx, nil, errNoAck)
 			}
 			continue
 		}
 		if len(c.pending) == 0 || time.Now().Before(c.retry) {
-			return nil
+			return
 		}
 		if w.cfg.Valid != nil && !w.cfg.Valid() {
-			return nil // another process may own the partition: its counts are the true ones
+			return // another process may own the partition: its counts are the true ones
 		}
 		if !c.known {
 			// Asked before the first publish, and after a fence: what the last run left
 			// may be stored already, and another owner may have published since. The
 			// answer comes to Run (lookedUp), which calls again.
 			w.lookUp(ctx, true)
-			return nil
+			return
 		}
 		e := &c.pending[0][c.sent]
 		msg := &nats.Msg{Subject: e.Subject, Data: e.Data, Header: nats.Header{jetstream.MsgIDHeader: []string{e.MsgID}}}
@@ -239,9 +239,7 @@ func (w *Worker) drainChanges(ctx context.Context, wait time.Duration) error {
 	dctx, cancel := context.WithTimeout(ctx, wait)
 	c := &w.chg
 	for (len(c.pending) > 0 || c.fut != nil) && dctx.Err() == nil && (w.cfg.Valid == nil || w.cfg.Valid()) {
-		if err := w.sendChanges(dctx); err != nil {
-			break
-		}
+		w.sendChanges(dctx)
 		var retry <-chan time.Time
 		if c.fut == nil && len(c.pending) > 0 && c.asking == nil {
 			retry = time.After(time.Until(c.retry))

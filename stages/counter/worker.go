@@ -426,7 +426,7 @@ func (w *Worker) Run(ctx context.Context) error {
 				// waited 30 s for a delta to go, in a CI run).
 				w.purge(ctx)
 			}
-			_ = w.sendChanges(ctx) // the outbox keeps what is not sent, for the next call
+			w.sendChanges(ctx) // the outbox keeps what is not sent, for the next call
 			w.evict()
 			w.cache.Tick()
 			w.refreshTops(time.Now())
@@ -448,17 +448,17 @@ func (w *Worker) Run(ctx context.Context) error {
 			clear(batch) // the messages are not kept until the next batch
 			// Acknowledgements of change events come in while deltas are applied: the
 			// next checkpoint's events wait for them.
-			_ = w.sendChanges(ctx) // the outbox keeps what is not sent, for the next call
+			w.sendChanges(ctx) // the outbox keeps what is not sent, for the next call
 		case ack := <-w.chg.ok:
 			// One change event at a time: the next goes as this one is stored.
 			w.changeSettled(ctx, ack, nil)
-			_ = w.sendChanges(ctx)
+			w.sendChanges(ctx)
 		case err := <-w.chg.failed:
 			w.changeSettled(ctx, nil, err)
-			_ = w.sendChanges(ctx)
+			w.sendChanges(ctx)
 		case l := <-w.chg.asking:
 			w.lookedUp(l)
-			_ = w.sendChanges(ctx)
+			w.sendChanges(ctx)
 		}
 	}
 }
@@ -668,7 +668,7 @@ func (w *Worker) flush(ctx context.Context) error {
 	w.stats.Flushed.Add(int64(changed))
 	owned := w.cfg.Valid == nil || w.cfg.Valid()
 	if owned {
-		_ = w.sendChanges(ctx) // the outbox keeps what is not sent, for the next call
+		w.sendChanges(ctx) // the outbox keeps what is not sent, for the next call
 	}
 	w.table.ClearDirty()
 	w.changed = 0
