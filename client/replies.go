@@ -117,8 +117,8 @@ func (r *replies) request(ctx context.Context, subject string, data []byte) (*na
 	}
 	var hedge <-chan time.Time // once, after a quarter of the time the request has
 	if d, ok := ctx.Deadline(); ok && time.Until(d) >= 4*minHedge {
-		t := time.NewTimer(time.Until(d) / 4)
-		defer t.Stop()
+		t := hedgeTimer(time.Until(d) / 4)
+		defer putHedgeTimer(t)
 		hedge = t.C
 	}
 	for {
@@ -147,4 +147,24 @@ func (r *replies) request(ctx context.Context, subject string, data []byte) (*na
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// hedgeTimers keeps the stopped timers of finished requests: a request's own timer was
+// three of a 20-id get's 80 allocations.
+var hedgeTimers sync.Pool
+
+// hedgeTimer is a timer firing after d, taken from hedgeTimers when there is one.
+func hedgeTimer(d time.Duration) *time.Timer {
+	if t, ok := hedgeTimers.Get().(*time.Timer); ok {
+		t.Reset(d)
+		return t
+	}
+	return time.NewTimer(d)
+}
+
+// putHedgeTimer stops t and keeps it for another request: once stopped, its channel
+// delivers nothing of before (Go 1.23 timers).
+func putHedgeTimer(t *time.Timer) {
+	t.Stop()
+	hedgeTimers.Put(t)
 }
