@@ -19,10 +19,9 @@ const minHedge = 50 * time.Millisecond
 // reconnects can be sent again: its message, or the answer to it, may have been on the
 // way through the server that went. A request can also be lost inside NATS without the
 // client's connection going anywhere — routed to a server just as it stopped, or
-// answered through one (TestReadsThroughNATSServerLoss lost a get sent 0.5 ms after a
-// server of the cluster stopped, the reader on another): one unanswered after a quarter
-// of its time is sent once more. Every request of the client is a read, which asking
-// twice changes nothing; the first answer is taken.
+// answered through one (TestRequestUnansweredAskedOnceMore): one unanswered after a
+// quarter of its time is sent once more. Every request of the client is a read, which
+// asking twice changes nothing; the first answer is taken.
 type replies struct {
 	nc    *nats.Conn
 	once  sync.Once

@@ -55,7 +55,7 @@ func (s *Server) request(ctx context.Context, msg func() *nats.Msg, meanwhile fu
 // the request once more (see ask): an owner answers within a millisecond or so, and a
 // request lost inside NATS — routed to a server as it stopped, or answered through it —
 // is never answered. A read of a partition waited out the whole of its time then
-// (TestReadsThroughNATSServerLoss: the reader's get, given 1 s, failed in 4 runs of 18).
+// (TestLostPartRequestAskedAgain).
 const partPatience = 250 * time.Millisecond
 
 // ask sends the message msg makes and returns its answer. When patience is not 0, one
