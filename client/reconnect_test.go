@@ -36,10 +36,7 @@ func (d *slowDialer) Dial(network, address string) (net.Conn, error) {
 func TestRequestAskedAgainAfterReconnect(t *testing.T) {
 	cl := natstest.StartCluster(t, 2)
 	rc := natstest.Connect(t, cl.Servers[1]) // the tallyd that answers, on the server that stays
-	reply, err := pipeline.Marshal(pipeline.GetReply{Fields: []string{"like"}, Counts: [][]uint64{{7}}}, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reply := sevenLikes(t)
 	var armed atomic.Bool
 	var asked atomic.Int32
 	arrived := make(chan struct{}, 8)
@@ -125,10 +122,7 @@ func errString(err error) string {
 // after a quarter of its time, and answered; one answered at once is sent once.
 func TestRequestUnansweredAskedOnceMore(t *testing.T) {
 	nc := natstest.Connect(t, natstest.Start(t))
-	reply, err := pipeline.Marshal(pipeline.GetReply{Fields: []string{"like"}, Counts: [][]uint64{{7}}}, false)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reply := sevenLikes(t)
 	var lose atomic.Bool
 	var asked atomic.Int32
 	if _, err := nc.Subscribe("tally.get.post", func(m *nats.Msg) {
@@ -165,4 +159,14 @@ func TestRequestUnansweredAskedOnceMore(t *testing.T) {
 	if _, err := c.Get(short, "post", 42); !errors.Is(err, client.ErrUnavailable) || asked.Load() != 1 {
 		t.Fatalf("a lost get given 150 ms: %v, asked %d times; want unavailable, asked once", err, asked.Load())
 	}
+}
+
+// sevenLikes is a get reply of one post liked seven times.
+func sevenLikes(t *testing.T) []byte {
+	t.Helper()
+	reply, err := pipeline.Marshal(pipeline.GetReply{Fields: []string{"like"}, Counts: [][]uint64{{7}}}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reply
 }

@@ -226,8 +226,7 @@ type stallingJS struct {
 	entered, released chan struct{}
 	once              sync.Once
 	returned          atomic.Bool
-	after             atomic.Bool // stall only once set (with armed)
-	armed             bool
+	on                atomic.Bool // stalls only while set
 }
 
 func (s *stallingJS) Stream(ctx context.Context, name string) (jetstream.Stream, error) {
@@ -248,7 +247,7 @@ func (s *stallingJS) StreamNameBySubject(ctx context.Context, subject string) (s
 }
 
 func (s *stallingJS) stall(ctx context.Context) error {
-	if s.armed && !s.after.Load() {
+	if !s.on.Load() {
 		return nil
 	}
 	s.once.Do(func() { close(s.entered) })
@@ -269,6 +268,7 @@ func (s *stallingJS) stall(ctx context.Context) error {
 func TestQueriesAnsweredWhileLookingUpChanges(t *testing.T) {
 	r := newRig(t)
 	js := &stallingJS{JetStream: r.js, changes: r.sc.Subjects.ChangesStream(), entered: make(chan struct{}), released: make(chan struct{})}
+	js.on.Store(true)
 	w := counter.New(r.config(), js, r.db, slog.New(slog.DiscardHandler), r.stats)
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -296,7 +296,7 @@ func TestQueriesAnsweredWhileLookingUpChanges(t *testing.T) {
 // own goroutine, for up to 2 s.
 func TestQueriesAnsweredWhileChangesStreamAway(t *testing.T) {
 	r := newRig(t)
-	js := &stallingJS{JetStream: r.js, changes: r.sc.Subjects.ChangesStream(), entered: make(chan struct{}), released: make(chan struct{}), armed: true}
+	js := &stallingJS{JetStream: r.js, changes: r.sc.Subjects.ChangesStream(), entered: make(chan struct{}), released: make(chan struct{})}
 	w := counter.New(r.config(), js, r.db, slog.New(slog.DiscardHandler), r.stats)
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -318,7 +318,7 @@ func TestQueriesAnsweredWhileChangesStreamAway(t *testing.T) {
 	if err := r.js.DeleteStream(context.Background(), r.sc.Subjects.ChangesStream()); err != nil {
 		t.Fatal(err)
 	}
-	js.after.Store(true)
+	js.on.Store(true)
 	r.publish(1, 2, x, 2) // its change event: no responders
 	select {
 	case <-js.entered:
