@@ -72,14 +72,8 @@ func (d dest) String() string { return fmt.Sprintf("%s.%d", d.family, d.partitio
 // counterAt is where a transaction's last changes of a counter are: its last delta in
 // deltas, and its window change of minute in windowed (-1: none).
 type counterAt struct {
-	delta, window int
+	delta, window int32
 	minute        uint32
-}
-
-// counterKey and windowKey have no padding, so that a map hashes them in one call.
-type counterKey struct {
-	id    uint64
-	field uint64
 }
 
 // coalescer merges the deltas of one transaction per counter (+1 +1 +1 → +3) where that
@@ -137,19 +131,13 @@ func (c *coalescer) partitionOf(id pipeline.ID) int {
 const keepDeltas = 1 << 14
 
 type destDeltas struct {
-	used    bool                     // touched by this transaction (in order)
-	index   map[counterKey]counterAt // each counter's last delta and window change
+	used    bool             // touched by this transaction (in order)
+	index   index[counterAt] // each counter's (id, field) last delta and window change
 	deltas  []pipeline.Delta
-	windows map[windowKey]int // each counter and minute's entry in windowed
+	windows index[int32] // each counter and minute's (id, minute<<8 | field) entry in windowed
 	// windowed are the window changes in first-touched order; those that net to 0 are
 	// dropped when sent (windowDeltas).
 	windowed []pipeline.WindowDelta
-}
-
-type windowKey struct {
-	id     uint64
-	minute uint32
-	field  uint32
 }
 
 // windowDeltas returns the window changes of dd that change something.
@@ -177,53 +165,40 @@ func (c *coalescer) add(f fieldRef, id pipeline.ID, op pipeline.Op, n int64) {
 		dd.used = true
 		c.order = append(c.order, d)
 	}
-	k := counterKey{uint64(id), uint64(f.field)}
-	at, ok := dd.index[k]
+	at, ok := dd.index.ref(uint64(id), uint64(f.field))
 	if !ok {
-		at = counterAt{delta: -1, window: -1}
+		*at = counterAt{delta: -1, window: -1}
 	}
-	moved := !ok // at changed, to store again
 	if c.minute != 0 && op == pipeline.OpAdd && n != 0 {
-		moved = dd.addWindow(k, &at, c.minute, n) || moved
+		dd.addWindow(uint64(id), f.field, at, c.minute, n)
 	}
 	x := pipeline.Delta{ID: uint64(id), Field: f.field, Op: op, N: n}
-	merged := false
 	if at.delta >= 0 {
 		if m, ok := dd.deltas[at.delta].Then(x); ok {
-			dd.deltas[at.delta], merged = m, true
+			dd.deltas[at.delta] = m
+			return
 		}
 	}
-	if !merged {
-		at.delta, moved = len(dd.deltas), true
-		dd.deltas = append(dd.deltas, x)
-	}
-	if moved {
-		dd.index[k] = at
-	}
+	at.delta = int32(len(dd.deltas))
+	dd.deltas = append(dd.deltas, x)
 }
 
-// addWindow adds n to counter k's window change of minute, whose entry at caches when
-// it is the minute of the counter's last change, and reports whether at changed. A
-// counter changed in several minutes has an entry for each, found through windows.
-func (dd *destDeltas) addWindow(k counterKey, at *counterAt, minute uint32, n int64) bool {
+// addWindow adds n to the window change of counter (id, field) in minute, whose entry
+// at caches when it is the minute of the counter's last change. A counter changed in
+// several minutes has an entry for each, found through windows.
+func (dd *destDeltas) addWindow(id uint64, field uint8, at *counterAt, minute uint32, n int64) {
 	if at.window >= 0 && at.minute == minute {
 		dd.windowed[at.window].N += n
-		return false
+		return
 	}
-	if dd.windows == nil {
-		dd.windows = map[windowKey]int{}
-	}
-	wk := windowKey{k.id, minute, uint32(k.field)}
-	i, ok := dd.windows[wk]
+	i, ok := dd.windows.ref(id, uint64(minute)<<8|uint64(field))
 	if ok {
-		dd.windowed[i].N += n
+		dd.windowed[*i].N += n
 	} else {
-		i = len(dd.windowed)
-		dd.windows[wk] = i
-		dd.windowed = append(dd.windowed, pipeline.WindowDelta{ID: k.id, Field: uint8(k.field), Minute: minute, N: n})
+		*i = int32(len(dd.windowed))
+		dd.windowed = append(dd.windowed, pipeline.WindowDelta{ID: id, Field: field, Minute: minute, N: n})
 	}
-	at.window, at.minute = i, minute
-	return true
+	at.window, at.minute = *i, minute
 }
 
 // destOf is destination d's deltas, made on first use.
@@ -244,7 +219,7 @@ func (c *coalescer) destOf(d dest) *destDeltas {
 	}
 	dd := c.byDest[d]
 	if dd == nil {
-		dd = &destDeltas{index: map[counterKey]counterAt{}}
+		dd = &destDeltas{}
 		c.byDest[d] = dd
 	}
 	if dests != nil {
@@ -261,8 +236,8 @@ func (c *coalescer) reset() {
 			c.families = c.families[:0] // they may hold dd
 			continue
 		}
-		clear(dd.index)
-		clear(dd.windows)
+		dd.index.clear()
+		dd.windows.clear()
 		dd.deltas, dd.windowed, dd.used = dd.deltas[:0], dd.windowed[:0], false
 	}
 	c.order = c.order[:0]

@@ -43,7 +43,7 @@ func TestCoalescer(t *testing.T) {
 			t.Fatal("reset left destinations")
 		}
 		for d, dd := range c.byDest {
-			if len(dd.deltas) != 0 || len(dd.index) != 0 || dd.used {
+			if len(dd.deltas) != 0 || dd.index.len() != 0 || dd.used {
 				t.Fatalf("reset left deltas of %v: %v", d, dd.deltas)
 			}
 		}
