@@ -111,7 +111,10 @@ func eventSlots(evs *[]Event, n int, bounded bool) (done bool, err error) {
 	if cap(s) >= n {
 		s = s[:n]
 	} else {
-		grown := make([]Event, n)
+		// Room read over again and again (EventDecoder's) grows by half again at least,
+		// not to each batch a little larger than the last: batches of about the same
+		// size made one large allocation in every few.
+		grown := make([]Event, n, max(n, min(cap(s)+cap(s)/2, maxRoom)))
 		copy(grown, s[:cap(s)])
 		s = grown
 	}

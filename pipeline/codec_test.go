@@ -54,6 +54,38 @@ func TestDecodeEventsAllocs(t *testing.T) {
 	}
 }
 
+// An EventDecoder whose batches grow an event at a time makes room for more than the
+// largest so far: batches of about one size (a client's split by partition) made a
+// large allocation in every few.
+func TestEventDecoderRoomGrows(t *testing.T) {
+	var d EventDecoder
+	d.Families = DefaultFamilies()
+	batches := make([][]byte, 100)
+	for i := range batches {
+		evs := make([]Event, 1000+i)
+		for j := range evs {
+			evs[j] = Event{Type: TypeView, Post: ID(1 + j)}
+		}
+		var err error
+		if batches[i], err = Marshal(&Batch{Events: evs}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	grown := 0
+	for _, data := range batches {
+		before := cap(d.room)
+		if _, _, err := d.Decode(TypeBatch, data, nil); err != nil {
+			t.Fatal(err)
+		}
+		if cap(d.room) != before {
+			grown++
+		}
+	}
+	if grown > 2 {
+		t.Errorf("batches of 1 000 to 1 099 events grew the room %d times, want at most 2", grown)
+	}
+}
+
 // An EventDecoder reading batch after batch into the same room decodes each as
 // DecodeEvents does into a slice of its own: no field of an earlier batch's event
 // shows through an event that leaves it out, after batches that failed halfway, were
