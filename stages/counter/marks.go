@@ -164,13 +164,17 @@ func (w *Worker) applyDeltas(b *pipeline.DeltaBatch) error {
 			// checkpoint, before it.
 			return fmt.Errorf("counter %s/%d: %w", w.cfg.Family.Name, w.cfg.Partition, err)
 		}
+		var v uint64
 		switch d.Op {
 		case pipeline.OpAdd:
-			w.table.Add(d.ID, int(d.Field), d.N)
+			v = w.table.Add(d.ID, int(d.Field), d.N)
 		case pipeline.OpSet:
-			w.table.Set(d.ID, int(d.Field), uint64(max(d.N, 0)))
+			v = uint64(max(d.N, 0))
+			w.table.Set(d.ID, int(d.Field), v)
 		}
-		if isCold && !w.table.Get(d.ID, w.scratch) {
+		// A counter left above zero keeps its id in the table: only one at zero may
+		// have left it, all of its counters zero.
+		if isCold && v == 0 && !w.table.Get(d.ID, w.scratch) {
 			if w.cold.zeroed == nil {
 				w.cold.zeroed = map[uint64]struct{}{}
 			}
