@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math/rand"
 	"os"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -275,7 +276,8 @@ func get20Loaded(b *testing.B, url string, c *client.Client) {
 // the same message published to a stream of its own on the same server until an
 // ordered consumer of it is handed it (stream): what JetStream alone takes under the
 // same load. Gets are asked back to back, not after a sleep: a 200 µs sleep took ~1 ms
-// here, which the first version of this benchmark measured.
+// here, which the first version of this benchmark measured. sched is how long the
+// process's goroutines waited to run meanwhile.
 // Run: go test ./stages/systest -run XXX -bench CountLatency -benchtime 2000x
 func BenchmarkCountLatency(b *testing.B) {
 	n, c := rig.StartNode(b, func(c *node.Config) { c.Partitions, c.FlushInterval = 16, 100*time.Millisecond })
@@ -299,6 +301,7 @@ func BenchmarkCountLatency(b *testing.B) {
 	defer cc.Stop()
 	_, stop := steadyLoad(b, n.ClientURL(), c)
 	var stream, counted, acked []time.Duration
+	sched0 := schedLatencies()
 	b.ResetTimer()
 	for i := range b.N {
 		post := uint64(1<<50 + i)
@@ -334,6 +337,7 @@ func BenchmarkCountLatency(b *testing.B) {
 		counted = append(counted, time.Since(t0))
 	}
 	b.StopTimer()
+	reportSched(b, sched0, schedLatencies())
 	stop()
 	reportLatency(b, "stream", stream)
 	reportLatency(b, "counted", counted)
@@ -445,4 +449,37 @@ func steadyLoad(b *testing.B, url string, c interface{ Subjects() pipeline.Subje
 		pc.Close()
 		b.ReportMetric(float64(published.Load())/time.Since(start).Seconds(), "load-events/s")
 	}
+}
+
+// schedLatencies is how long the process's goroutines have waited, runnable, to run
+// (runtime/metrics), so far.
+func schedLatencies() *metrics.Float64Histogram {
+	s := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	metrics.Read(s)
+	return s[0].Value.Float64Histogram()
+}
+
+// reportSched reports the p50, p99 and p999 of the waits to run between h0 and h1 (the
+// upper bound of the bucket each falls in), in µs: what two cores shared by tallyd, its
+// NATS server and the load add to every hand-over between goroutines.
+func reportSched(b *testing.B, h0, h1 *metrics.Float64Histogram) {
+	counts := make([]uint64, len(h1.Counts))
+	var total uint64
+	for i := range counts {
+		counts[i] = h1.Counts[i] - h0.Counts[i]
+		total += counts[i]
+	}
+	q := func(f float64) float64 {
+		var n uint64
+		for i, c := range counts {
+			n += c
+			if float64(n) >= f*float64(total) {
+				return h1.Buckets[i+1] * 1e6
+			}
+		}
+		return 0
+	}
+	b.ReportMetric(q(0.5), "sched-p50-µs")
+	b.ReportMetric(q(0.99), "sched-p99-µs")
+	b.ReportMetric(q(0.999), "sched-p999-µs")
 }
