@@ -2,9 +2,11 @@ package event
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -78,5 +80,57 @@ func TestBusyUntilItsOutboxIsStored(t *testing.T) {
 			t.Fatalf("Lag %d (%v) while the outbox left from before is not stored, want at least 1", lag, err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// losesFirstDelta publishes through js but for the first delta batch, which it drops
+// silently: a publish lost in a server restart the client did not see, found only after
+// the outbox's AckTimeout (10 s) — or once told on found, which fails it.
+type losesFirstDelta struct {
+	js    jetstream.JetStream
+	sj    pipeline.Subjects
+	lost  atomic.Bool
+	found chan error
+}
+
+// lostFuture is a publish never acknowledged, failed with what found is told.
+type lostFuture struct {
+	silentFuture
+	found chan error
+}
+
+func (f lostFuture) Err() <-chan error { return f.found }
+
+func (p *losesFirstDelta) PublishMsgAsync(msg *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
+	if strings.HasPrefix(msg.Subject, p.sj.Prefix+".delta.") && p.lost.CompareAndSwap(false, true) {
+		return lostFuture{silentFuture{msg}, p.found}, nil
+	}
+	return p.js.PublishMsgAsync(msg, opts...)
+}
+
+// A partition with nothing to apply waits for its outbox's acknowledgements only until a
+// message comes: it waited for every one, so that a delta batch lost on its way (its
+// acknowledgement awaited for AckTimeout, 10 s) held the partition's next events as long,
+// and under load every event that came while acknowledgements were on their way waited
+// for them.
+func TestIdleOutboxWaitsNoEvent(t *testing.T) {
+	h := newHarness(t, 1)
+	pub := &losesFirstDelta{js: h.js, sj: h.sj, found: make(chan error, 1)}
+	h.pub = pub
+	r := h.start("a", nil)
+	defer func() { pub.found <- errors.New("lost") }() // sent again: the stage stops without waiting it out
+	h.likes(1, 1<<41, 1)
+	natstest.Eventually(t, 10*time.Second, "the first delta batch lost", func() (bool, string) {
+		return pub.lost.Load(), "not yet"
+	})
+	h.likes(2, 2<<41, 1) // to a partition idle since, its outbox waiting on the lost batch
+	last := h.streamState(h.sj.EventsStream()).LastSeq
+	start := time.Now()
+	natstest.Eventually(t, 5*time.Second, "the second like applied", func() (bool, string) {
+		return r.pos.Load() >= last, fmt.Sprintf("at %d of %d", r.pos.Load(), last)
+	})
+	t.Logf("the second like applied %v after it was stored", time.Since(start).Round(time.Millisecond))
+	if lag, err := r.Lag(context.Background()); err != nil || lag == 0 {
+		t.Fatalf("Lag %d (%v) while a delta batch is unacknowledged, want at least 1", lag, err)
 	}
 }

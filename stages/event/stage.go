@@ -278,9 +278,14 @@ func (s *Stage) Run(ctx context.Context) error {
 		var m jetstream.Msg
 		select {
 		case m = <-r.C:
-		default: // idle: settle the outbox before waiting
-			if err := s.out.Reap(ctx, true); err != nil {
-				continue // ctx ended
+		default:
+			// Idle: settle the outbox, but only until a message comes. Waiting for
+			// every acknowledgement held the events that came meanwhile — those under
+			// load, and for AckTimeout (10 s) every one after a publish lost on its way
+			// (TestIdleOutboxWaitsNoEvent).
+			settled, err := s.out.ReapUntil(ctx, r.Arrived())
+			if err != nil || !settled {
+				continue // ctx ended, or a message came: take it, or settle on
 			}
 			s.busy.Store(false)
 			select {

@@ -21,6 +21,9 @@ type Reader struct {
 	C    <-chan jetstream.Msg
 	cc   jetstream.ConsumeContext
 	stop context.CancelFunc
+	// arrived is ready once a message was put on C since it was last received from
+	// (Arrived).
+	arrived chan struct{}
 	// What it delivered past its user's position, once a Meter tracks it.
 	ahead ahead
 }
@@ -109,7 +112,7 @@ func read(ctx context.Context, js jetstream.JetStream, stream, filter string, po
 	}
 	ctx, stop := context.WithCancel(ctx)
 	ch := make(chan jetstream.Msg, max(buf.Msgs, 1))
-	r := &Reader{C: ch, stop: stop, ahead: ahead{last: pos}}
+	r := &Reader{C: ch, stop: stop, ahead: ahead{last: pos}, arrived: make(chan struct{}, 1)}
 	held := onChan{max: buf.Bytes}
 	var mu sync.Mutex // a consumer made again may deliver while the last one's delivery waits
 	cc, err := cons.Consume(func(m jetstream.Msg) {
@@ -137,6 +140,11 @@ func read(ctx context.Context, js jetstream.JetStream, stream, filter string, po
 		select {
 		case ch <- m:
 		case <-ctx.Done():
+			return
+		}
+		select {
+		case r.arrived <- struct{}{}:
+		default: // told already
 		}
 	}, jetstream.PullMaxBytes(pullBytes(js, buf.Bytes)))
 	if err != nil {
@@ -231,6 +239,12 @@ func (r *Reader) Stop() {
 	r.stop()
 	r.cc.Stop()
 }
+
+// Arrived is ready once a message was put on C since Arrived was last received from: a
+// user waiting on something else as well (an outbox's acknowledgements) stops for it.
+// It may be ready with C empty again (taken already); a message on C before the first
+// receive from Arrived made it ready.
+func (r *Reader) Arrived() <-chan struct{} { return r.arrived }
 
 // Drain appends to batch every message already waiting on C, up to max in all.
 func (r *Reader) Drain(batch []jetstream.Msg, max int) []jetstream.Msg {

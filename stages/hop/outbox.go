@@ -182,7 +182,7 @@ func (o *Outbox) Published() []uint64 {
 func (o *Outbox) Send(ctx context.Context, entries []delivery.OutboxEntry) error {
 	for _, e := range entries {
 		for len(o.inflight) >= o.opts.MaxInflight || !o.room(&e) {
-			if err := o.reap(ctx, o.opts.MaxInflight-1, &e); err != nil {
+			if err := o.reap(ctx, o.opts.MaxInflight-1, &e, nil); err != nil {
 				return err
 			}
 		}
@@ -198,12 +198,29 @@ func (o *Outbox) Send(ctx context.Context, entries []delivery.OutboxEntry) error
 // re-sending failures with backoff, or when ctx ends.
 func (o *Outbox) Reap(ctx context.Context, wait bool) error {
 	if !wait {
-		o.collect(ctx, -1, "")
+		o.collect(ctx, -1, "", nil)
 		o.resend(ctx)
 		return nil
 	}
-	return o.reap(ctx, 0, nil)
+	return o.reap(ctx, 0, nil, nil)
 }
+
+// ReapUntil is Reap with wait that returns as well, having settled what it could, once
+// wake is ready: it reports whether every entry is stored. An event partition with
+// nothing to apply settles its outbox so until a message comes, which would otherwise
+// wait for every acknowledgement in flight — AckTimeout for one lost on its way.
+func (o *Outbox) ReapUntil(ctx context.Context, wake <-chan struct{}) (bool, error) {
+	switch err := o.reap(ctx, 0, nil, wake); {
+	case errors.Is(err, errWoken):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return true, nil
+}
+
+// errWoken is what a wait ends with when its wake channel is ready (ReapUntil).
+var errWoken = errors.New("outbox: woken")
 
 // room reports whether e may be published now: its window is empty, or has room for it.
 func (o *Outbox) room(e *delivery.OutboxEntry) bool {
@@ -247,7 +264,7 @@ func (o *Outbox) leave(f *inflight) { f.w.n-- }
 
 // reap waits until at most left entries are outstanding and, unless next is nil, next
 // may be published.
-func (o *Outbox) reap(ctx context.Context, left int, next *delivery.OutboxEntry) error {
+func (o *Outbox) reap(ctx context.Context, left int, next *delivery.OutboxEntry, wake <-chan struct{}) error {
 	wait := backoff.New(o.opts.Backoff, o.opts.MaxBackoff)
 	ready := func() bool { return len(o.inflight) <= left && (next == nil || o.room(next)) }
 	dest := ""
@@ -257,17 +274,17 @@ func (o *Outbox) reap(ctx context.Context, left int, next *delivery.OutboxEntry)
 	for {
 		// What is settled already first: an entry acknowledged behind one still in
 		// flight may be all that has to leave.
-		if o.collect(ctx, -1, ""); ready() {
+		if o.collect(ctx, -1, "", nil); ready() {
 			return nil
 		}
-		if err := o.collect(ctx, left, dest); err != nil {
+		if err := o.collect(ctx, left, dest, wake); err != nil {
 			return err
 		}
 		if ready() {
 			return nil
 		}
 		// Only failures are left to send again: after a pause.
-		if err := wait.Wait(ctx); err != nil {
+		if err := pause(ctx, wait, wake); err != nil {
 			return err
 		}
 		o.resend(ctx)
@@ -278,8 +295,9 @@ func (o *Outbox) reap(ctx context.Context, left int, next *delivery.OutboxEntry)
 // ones are marked to be sent again (or replaced, when the failure is permanent). It
 // blocks on each entry in turn, oldest first, while more than left (≥ 0) are unsettled,
 // and on the oldest entry to dest (unless empty), so publishing goes on while the
-// oldest acknowledgements come in. It then finds each window's oldest entry.
-func (o *Outbox) collect(ctx context.Context, left int, dest string) error {
+// oldest acknowledgements come in; errWoken once wake is ready while it blocks. It then
+// finds each window's oldest entry.
+func (o *Outbox) collect(ctx context.Context, left int, dest string, wake <-chan struct{}) error {
 	keep := o.inflight[:0]
 	for i := range o.inflight {
 		f := o.inflight[i]
@@ -289,7 +307,7 @@ func (o *Outbox) collect(ctx context.Context, left int, dest string) error {
 		}
 		if f.fut != nil {
 			wait := oldest || (left >= 0 && len(keep)+len(o.inflight)-i > left)
-			stored, failure, err := o.settle(ctx, f, wait)
+			stored, failure, err := o.settle(ctx, f, wait, wake)
 			if err != nil {
 				keep = append(keep, o.inflight[i:]...)
 				o.inflight = keep
@@ -463,8 +481,8 @@ func (l *FailureLog) Failed(log *slog.Logger, msg string, err error) {
 
 // settle reports whether f was stored or failed (a publish not acknowledged within
 // AckTimeout has failed); without wait it does not block, and reports neither for a
-// publish still in flight.
-func (o *Outbox) settle(ctx context.Context, f inflight, wait bool) (stored bool, failure, err error) {
+// publish still in flight. Waiting, it returns errWoken once wake is ready.
+func (o *Outbox) settle(ctx context.Context, f inflight, wait bool, wake <-chan struct{}) (stored bool, failure, err error) {
 	left := time.Until(f.sent.Add(o.opts.AckTimeout))
 	select {
 	case <-f.fut.Ok():
@@ -490,5 +508,21 @@ func (o *Outbox) settle(ctx context.Context, f inflight, wait bool) (stored bool
 		return false, errAckTimeout, nil
 	case <-ctx.Done():
 		return false, nil, ctx.Err()
+	case <-wake:
+		return false, nil, errWoken
+	}
+}
+
+// pause waits b's next pause, or until ctx ends or wake is ready (errWoken).
+func pause(ctx context.Context, b *backoff.Backoff, wake <-chan struct{}) error {
+	t := time.NewTimer(b.Next())
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-wake:
+		return errWoken
 	}
 }

@@ -157,6 +157,37 @@ func TestOutboxWaitsUnderBackPressure(t *testing.T) {
 	}
 }
 
+// ReapUntil settles what it can and returns once woken, keeping what is unacknowledged,
+// and reports every entry stored when they are, woken or not; Reap, woken by nothing,
+// waits as before.
+func TestOutboxReapUntil(t *testing.T) {
+	p := &fakePub{decide: func(*nats.Msg) (error, error, bool) { return nil, nil, true }}
+	o := NewOutbox(p, OutboxOptions{})
+	if err := o.Send(t.Context(), entries(0, 3, "s")); err != nil {
+		t.Fatal(err)
+	}
+	p.store(p.pending[0]) // the oldest acknowledged, the others hanging
+	p.pending = p.pending[1:]
+	wake := make(chan struct{}, 1)
+	wake <- struct{}{}
+	if settled, err := o.ReapUntil(t.Context(), wake); settled || err != nil {
+		t.Fatalf("woken with two entries hanging: settled %v, %v", settled, err)
+	}
+	if o.Len() != 2 || !slices.Equal(o.Published(), []uint64{0}) {
+		t.Fatalf("%d in flight, published %v; want 2 and the first", o.Len(), o.Published())
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := o.ReapUntil(ctx, make(chan struct{})); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("neither woken nor acknowledged: %v, want to wait", err)
+	}
+	p.release(rand.New(rand.NewPCG(1, 1)))
+	wake <- struct{}{} // stored by now: reported so, woken or not
+	if settled, err := o.ReapUntil(t.Context(), wake); !settled || err != nil || o.Len() != 0 {
+		t.Fatalf("every entry acknowledged: settled %v, %v, %d in flight", settled, err, o.Len())
+	}
+}
+
 // An entry that can never be stored — no stream for its subject, too large — is
 // replaced by what Permanent returns, under its own Seq; a stream that is away is not
 // permanent.
