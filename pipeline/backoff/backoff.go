@@ -41,12 +41,20 @@ func (b *Backoff) Reset() { b.last = b.min }
 
 // Wait pauses for Next, or until ctx ends, whose error it returns then.
 func (b *Backoff) Wait(ctx context.Context) error {
+	_, err := b.WaitOr(ctx, nil)
+	return err
+}
+
+// WaitOr is Wait that also ends, reporting woken, once wake is ready (nil: never).
+func (b *Backoff) WaitOr(ctx context.Context, wake <-chan struct{}) (woken bool, err error) {
 	t := time.NewTimer(b.Next())
 	defer t.Stop()
 	select {
 	case <-t.C:
-		return nil
+		return false, nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return false, ctx.Err()
+	case <-wake:
+		return true, nil
 	}
 }

@@ -73,6 +73,27 @@ func TestWaitEndsWithContext(t *testing.T) {
 	})
 }
 
+// WaitOr ends when woken, reporting it, before its pause is over; and as Wait when not.
+func TestWaitOrEndsWhenWoken(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := backoff.New(time.Hour, time.Hour)
+		wake := make(chan struct{})
+		go func() {
+			time.Sleep(time.Second)
+			close(wake)
+		}()
+		start := time.Now()
+		if woken, err := b.WaitOr(context.Background(), wake); !woken || err != nil || time.Since(start) != time.Second {
+			t.Fatalf("WaitOr: woken %v, %v after %v; want woken after 1s", woken, err, time.Since(start))
+		}
+		b = backoff.New(time.Minute, time.Minute)
+		start = time.Now()
+		if woken, err := b.WaitOr(context.Background(), nil); woken || err != nil || time.Since(start) != time.Minute {
+			t.Fatalf("WaitOr of nothing: woken %v, %v after %v; want the pause", woken, err, time.Since(start))
+		}
+	})
+}
+
 // Pauses stay within bounds for any bounds, however long the retries go on.
 func TestNextBounds(t *testing.T) {
 	f := func(lo, hi, wantLo, wantHi time.Duration) {

@@ -219,9 +219,6 @@ func (o *Outbox) ReapUntil(ctx context.Context, wake <-chan struct{}) (bool, err
 	return true, nil
 }
 
-// errWoken is what a wait ends with when its wake channel is ready (ReapUntil).
-var errWoken = errors.New("outbox: woken")
-
 // room reports whether e may be published now: its window is empty, or has room for it.
 func (o *Outbox) room(e *delivery.OutboxEntry) bool {
 	w := o.windows[e.Subject]
@@ -284,8 +281,11 @@ func (o *Outbox) reap(ctx context.Context, left int, next *delivery.OutboxEntry,
 			return nil
 		}
 		// Only failures are left to send again: after a pause.
-		if err := pause(ctx, wait, wake); err != nil {
+		switch woken, err := wait.WaitOr(ctx, wake); {
+		case err != nil:
 			return err
+		case woken:
+			return errWoken
 		}
 		o.resend(ctx)
 	}
@@ -510,19 +510,5 @@ func (o *Outbox) settle(ctx context.Context, f inflight, wait bool, wake <-chan 
 		return false, nil, ctx.Err()
 	case <-wake:
 		return false, nil, errWoken
-	}
-}
-
-// pause waits b's next pause, or until ctx ends or wake is ready (errWoken).
-func pause(ctx context.Context, b *backoff.Backoff, wake <-chan struct{}) error {
-	t := time.NewTimer(b.Next())
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-wake:
-		return errWoken
 	}
 }
