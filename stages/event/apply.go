@@ -1,6 +1,11 @@
 package event
 
 import (
+	"fmt"
+	"slices"
+
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/store/cold"
 	"github.com/tally-dev/tally/store/graph"
@@ -164,4 +169,134 @@ func boolInt(b bool) int64 {
 		return 1
 	}
 	return 0
+}
+
+// applyMsgs applies msgs in txn and returns how many it applied (all, unless it fails
+// or the transaction is full before the last: see work.full), the position of the last
+// one, and collects in w what they cause.
+func (s *Stage) applyMsgs(txn *cold.Txn, msgs []jetstream.Msg, w *work) (n int, pos uint64, err error) {
+	for i, m := range msgs {
+		if i > 0 && w.full(txn) {
+			return i, pos, nil
+		}
+		seq, err := streamSeq(m)
+		if err != nil {
+			return i, pos, err
+		}
+		w.counted.messages++
+		if err := s.applyMsg(txn, m, seq, w); err != nil {
+			return i, pos, err
+		}
+		pos = seq
+	}
+	return len(msgs), pos, nil
+}
+
+// applyMsg applies one message: a producer's event or batch, or a hop batch of another
+// partition. What cannot be applied because of its content is dead-lettered.
+func (s *Stage) applyMsg(txn *cold.Txn, m jetstream.Msg, seq uint64, w *work) error {
+	typ, err := s.cfg.Subjects.StoredType(m.Subject())
+	if slices.Contains(w.deadSeqs, seq) {
+		w.deadLetter(m, seq, -1, m.Data(), fmt.Errorf("%w: applying it would not fit in one transaction", pipeline.ErrBadEvent))
+		w.dead = append(w.dead, seq)
+		if err == nil && typ == pipeline.TypeHop {
+			return s.fillHop(m, w)
+		}
+		return nil
+	}
+	if s.cfg.Windows {
+		if md, err := m.Metadata(); err == nil {
+			w.now = max(w.now, pipeline.MinuteOf(md.Timestamp.UnixMilli()))
+		}
+	}
+	if err == nil && typ == pipeline.TypeHop {
+		return s.applyHop(txn, m, seq, w)
+	}
+	var evs []pipeline.Event
+	var bad []pipeline.BadEvent
+	if err == nil {
+		evs, bad, err = s.decode(typ, m)
+	}
+	if err != nil {
+		w.deadLetter(m, seq, -1, m.Data(), err)
+		return nil
+	}
+	for _, b := range bad {
+		data, _ := pipeline.Marshal(&b.Event, true)
+		w.deadLetter(m, seq, b.Index, data, b.Err)
+	}
+	ts := int64(0)
+	for i := range evs {
+		e := &evs[i]
+		// Places are Tally's: what a producer sent is ignored.
+		e.Seq, e.Local = pipeline.SeqOf(seq, i), false
+		if e.TS == 0 {
+			if ts == 0 {
+				md, _ := m.Metadata()
+				ts = md.Timestamp.UnixMilli()
+			}
+			e.TS = ts
+		}
+		if err := s.applyEvent(txn, e, false, w); err != nil {
+			return fmt.Errorf("cannot apply %s event at %d: %w", e.Type, seq, err)
+		}
+	}
+	return nil
+}
+
+// applyEvent applies one event here, or hands it to the partition that owns its
+// relations; a system notice is also handed to every other partition. Events that came
+// in a hop batch (local) are this partition's.
+func (s *Stage) applyEvent(txn *cold.Txn, e *pipeline.Event, local bool, w *work) error {
+	if !local && !e.Local {
+		if e.Type == pipeline.TypeSystem {
+			for q := range s.cfg.Partitions {
+				if q != s.cfg.Partition {
+					w.forward(q, e)
+				}
+			}
+		}
+		// A view with a uid counts a viewer in the post's sketch, kept in its partition.
+		if owned := e.Relational() || (s.fields.counted && e.Type == pipeline.TypeView && e.UID != 0); owned {
+			if q := w.c.partitionOf(e.Key()); q != s.cfg.Partition {
+				w.forward(q, e)
+				return nil
+			}
+		}
+	}
+	if s.cfg.Windows {
+		w.c.minute, w.ts = windowMinute(e.TS, w.now), e.TS
+	}
+	if err := s.apply(txn, e, w); err != nil {
+		return err
+	}
+	if i := pipeline.TypeIndex(e.Type); i >= 0 { // not the internal types
+		w.counted.byType[i]++
+	}
+	return nil
+}
+
+// streamSeq is a message's sequence in the events stream.
+func streamSeq(m jetstream.Msg) (uint64, error) {
+	md, err := m.Metadata()
+	if err != nil {
+		return 0, fmt.Errorf("message without metadata: %w", err)
+	}
+	return md.Sequence.Stream, nil
+}
+
+// decode returns a message's events, or the reason it must be dead-lettered.
+func (s *Stage) decode(typ string, m jetstream.Msg) ([]pipeline.Event, []pipeline.BadEvent, error) {
+	batch := typ == pipeline.TypeBatch || typ == pipeline.TypeAdminBatch
+	if m.Headers().Get(jetstream.MsgIDHeader) == "" && batch {
+		return nil, nil, fmt.Errorf("%w: a batch needs a Nats-Msg-Id header", pipeline.ErrBadEvent)
+	}
+	evs, bad, err := s.dec.Decode(typ, m.Data(), m.Headers())
+	if err != nil {
+		return nil, nil, err
+	}
+	if m.Headers().Get(jetstream.MsgIDHeader) == "" && !batch && evs[0].Tx == "" {
+		return nil, nil, fmt.Errorf("%w: no transaction id: set the Nats-Msg-Id header (or tx in the event)", pipeline.ErrBadEvent)
+	}
+	return evs, bad, nil
 }
