@@ -111,8 +111,14 @@ func (r *replies) request(ctx context.Context, subject string, data []byte) (*na
 		return nil, nats.ErrConnectionClosed
 	}
 	msg := &nats.Msg{Subject: subject, Reply: r.inbox + "." + token, Data: data}
-	if err := r.nc.PublishMsg(msg); err != nil {
-		return nil, fmt.Errorf("cannot send the request: %w", err)
+	send := func(again string) error {
+		if err := r.nc.PublishMsg(msg); err != nil {
+			return fmt.Errorf("cannot send the request%s: %w", again, err)
+		}
+		return nil
+	}
+	if err := send(""); err != nil {
+		return nil, err
 	}
 	var hedge <-chan time.Time // once, after a quarter of the time the request has
 	if d, ok := ctx.Deadline(); ok && time.Until(d) >= 4*minHedge {
@@ -124,8 +130,8 @@ func (r *replies) request(ctx context.Context, subject string, data []byte) (*na
 		select {
 		case <-hedge:
 			hedge = nil
-			if err := r.nc.PublishMsg(msg); err != nil {
-				return nil, fmt.Errorf("cannot send the request again: %w", err)
+			if err := send(" again"); err != nil {
+				return nil, err
 			}
 		case m := <-ch:
 			if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
@@ -139,8 +145,8 @@ func (r *replies) request(ctx context.Context, subject string, data []byte) (*na
 			if closed {
 				return nil, nats.ErrConnectionClosed
 			}
-			if err := r.nc.PublishMsg(msg); err != nil {
-				return nil, fmt.Errorf("cannot send the request again: %w", err)
+			if err := send(" again"); err != nil {
+				return nil, err
 			}
 		case <-ctx.Done():
 			return nil, ctx.Err()

@@ -287,10 +287,10 @@ func (w *Worker) trimStandby(ctx context.Context) {
 // change event's stream sequence.
 func (w *Worker) dropAnnounced(l lookup) uint64 {
 	c := &w.chg
-	last, seq, noStream := l.id, l.seq, l.noStream
+	last, seq := l.id, l.seq
 	upTo, _ := pipeline.ChangePrev(last) // 0 for an older version's, which does not say
 	owner, top, named := pipeline.ChangeCheckpoint(last)
-	if noStream { // it would refuse them: nothing is left to send
+	if l.noStream { // it would refuse them: nothing is left to send
 		upTo = math.MaxUint64
 		if len(c.pending) > 0 {
 			w.stats.ChangeErrs.Add(1)
@@ -322,7 +322,7 @@ func (w *Worker) dropAnnounced(l lookup) uint64 {
 	return seq
 }
 
-// lookup is what lastChange answered.
+// lookup is what lastChange answered; err when it could not tell.
 type lookup struct {
 	id       string
 	seq      uint64
@@ -341,11 +341,7 @@ func (w *Worker) lookUp(ctx context.Context, forSend bool) {
 	}
 	ch := make(chan lookup, 1)
 	c.asking = ch
-	w.lookups.Go(func() {
-		var l lookup
-		l.id, l.seq, l.noStream, l.err = w.lastChange(ctx)
-		ch <- l
-	})
+	w.lookups.Go(func() { ch <- w.lastChange(ctx) })
 }
 
 // lookedUp takes the answer of a lookup begun by lookUp: the pending checkpoints whose
@@ -385,25 +381,25 @@ func (w *Worker) lookedUp(l lookup) {
 	}
 }
 
-// lastChange is the message id and stream sequence of the last change event of the
-// partition stored in the changes stream ("" and 0 when there is none), or noStream
-// when there is no such stream.
-func (w *Worker) lastChange(ctx context.Context) (id string, seq uint64, noStream bool, err error) {
+// lastChange looks up the message id and stream sequence of the last change event of
+// the partition stored in the changes stream ("" and 0 when there is none), or that
+// there is no such stream (noStream).
+func (w *Worker) lastChange(ctx context.Context) lookup {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	st, err := w.js.Stream(ctx, w.cfg.Subjects.ChangesStream())
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return "", 0, true, nil
+		return lookup{noStream: true}
 	}
 	if err != nil {
-		return "", 0, false, err
+		return lookup{err: err}
 	}
 	m, err := st.GetLastMsgForSubject(ctx, w.cfg.Subjects.Change(w.cfg.Family.Name, w.cfg.Partition))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return "", 0, false, nil
+		return lookup{}
 	}
 	if err != nil {
-		return "", 0, false, err
+		return lookup{err: err}
 	}
-	return m.Header.Get(jetstream.MsgIDHeader), m.Sequence, false, nil
+	return lookup{id: m.Header.Get(jetstream.MsgIDHeader), seq: m.Sequence}
 }

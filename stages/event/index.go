@@ -34,8 +34,7 @@ func (x *index[V]) ref(a, b uint64) (*V, bool) {
 	for i := mix(a, b) & mask; ; i = (i + 1) & mask {
 		s := &x.slots[i]
 		if s.gen != x.gen {
-			var zero V
-			*s = slot[V]{a: a, b: b, gen: x.gen, v: zero}
+			*s = slot[V]{a: a, b: b, gen: x.gen}
 			x.n++
 			return &s.v, false
 		}
@@ -44,27 +43,6 @@ func (x *index[V]) ref(a, b uint64) (*V, bool) {
 		}
 	}
 }
-
-// get returns the value of key (a, b) and whether it is there.
-func (x *index[V]) get(a, b uint64) (V, bool) {
-	if x.n > 0 {
-		mask := uint64(len(x.slots) - 1)
-		for i := mix(a, b) & mask; ; i = (i + 1) & mask {
-			s := &x.slots[i]
-			if s.gen != x.gen {
-				break
-			}
-			if s.a == a && s.b == b {
-				return s.v, true
-			}
-		}
-	}
-	var zero V
-	return zero, false
-}
-
-// len is the number of keys there.
-func (x *index[V]) len() int { return x.n }
 
 // clear empties the index and keeps its room.
 func (x *index[V]) clear() {

@@ -51,3 +51,24 @@ func TestIndexAsMap(t *testing.T) {
 		check("after the clear")
 	}
 }
+
+// get (for the tests) returns the value of key (a, b) and whether it is there.
+func (x *index[V]) get(a, b uint64) (V, bool) {
+	if x.n > 0 {
+		mask := uint64(len(x.slots) - 1)
+		for i := mix(a, b) & mask; ; i = (i + 1) & mask {
+			s := &x.slots[i]
+			if s.gen != x.gen {
+				break
+			}
+			if s.a == a && s.b == b {
+				return s.v, true
+			}
+		}
+	}
+	var zero V
+	return zero, false
+}
+
+// len (for the tests) is the number of keys there.
+func (x *index[V]) len() int { return x.n }

@@ -164,7 +164,7 @@ func TestLostPartRequestAskedAgain(t *testing.T) {
 	const n = 4
 	s := natstest.Start(t)
 	client := natstest.Connect(t, s)
-	a := startNode(t, s, nil, n, 10*time.Second, 0, 1, 3)
+	startNode(t, s, nil, n, 10*time.Second, 0, 1, 3) // partitions 0, 1 and 3
 	nc := natstest.Connect(t, s)
 	var asked atomic.Int64
 	standIn(t, nc, 2, n, nil, func() bool { return asked.Add(1) > 1 }) // the first lost on the way
@@ -180,7 +180,6 @@ func TestLostPartRequestAskedAgain(t *testing.T) {
 	if got := asked.Load(); got != 2 {
 		t.Errorf("partition 2 asked %d times, want twice: the lost request, then once more", got)
 	}
-	_ = a
 }
 
 // standIn answers partition p of n's reads on its subject from a memPart, with header on
