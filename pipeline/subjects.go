@@ -77,6 +77,14 @@ func (s Subjects) BackupPointer(name string) string { return s.join("log", "back
 // Get is the batch query subject of a family.
 func (s Subjects) Get(family string) string { return s.join("get", family) }
 
+// GetAt is where the process of token answers gets of the ids of the partitions of a
+// family it serves (1.9, see WhereHeader): <prefix>.get.<family>.at.<token>, within a
+// reader's permissions of <prefix>.get.> but not of <prefix>.get.*.
+func (s Subjects) GetAt(family, token string) string { return s.join("get", family, "at", token) }
+
+// GetsAt is what the process of token subscribes to answer GetAt of every family.
+func (s Subjects) GetsAt(token string) string { return s.join("get", "*", "at", token) }
+
 // Top is where the ids of a family whose field changed most over a window are asked
 // (a TopRequest, a TopReply).
 func (s Subjects) Top(family string) string { return s.join("top", family) }

@@ -34,7 +34,10 @@ package pipeline
 // 1.8 stores events under <prefix>.ep.<p>.<type>, without their key (StreamConfig's
 // KeyedEvents): a dead letter's subject no longer names the key, and a tallyd before
 // 1.8 refuses events stored so.
-const ProtocolVersion = "1.8"
+// 1.9 added gets asked of the process serving their partitions: a get request's
+// WhereHeader is answered with where each partition is served, and the process of token
+// answers the ids of its own partitions on <prefix>.get.<family>.at.<token> (GetAt).
+const ProtocolVersion = "1.9"
 
 // ServiceVersion is ProtocolVersion as a semantic version (major.minor.0), the version
 // of the NATS micro service that answers the queries.
