@@ -85,7 +85,7 @@ func (ps *peers) at(family string, p int) string {
 // learn records that the process of token answered partition p of family. A token that is
 // not one subject token (an older or a foreign process's header) is not learned.
 func (ps *peers) learn(family string, p int, token string) {
-	if token == "" || token == ps.token || strings.ContainsAny(token, ".*> \t\r\n") {
+	if !pipeline.ValidToken(token) || token == ps.token {
 		return
 	}
 	if until, ok := ps.silent.Load(token); ok {

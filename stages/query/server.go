@@ -101,7 +101,7 @@ type Server struct {
 	// in micro.go).
 	jobs      chan *job
 	answerers atomic.Int64
-	subs      []*nats.Subscription           // the peer subject's (see peers.go)
+	subs      []*nats.Subscription           // the peer subject's (see peers.go) and the gets' at this process (where.go)
 	peers     *peers                         // where other processes serve partitions (see peers.go)
 	svcs      services                       // the query service's instances (see micro.go)
 	partSubs  map[partKey]*nats.Subscription // <prefix>.part.<family>.<p> of each registered partition
@@ -258,6 +258,11 @@ func (s *Server) start() error {
 		return fmt.Errorf("cannot subscribe %s: %w", sj.Peers(s.peers.token), err)
 	}
 	s.subs = append(s.subs, peer)
+	at, err := s.nc.QueueSubscribe(sj.GetsAt(s.peers.token), QueueGroup, s.handleGetAt)
+	if err != nil {
+		return fmt.Errorf("cannot subscribe %s: %w", sj.GetsAt(s.peers.token), err)
+	}
+	s.subs = append(s.subs, at)
 	for fam, ps := range *s.owners.Load() {
 		for p, o := range ps {
 			if o != nil {
@@ -337,6 +342,16 @@ type request struct {
 	// peer: sent by another tallyd (the part and standby subjects), whose unknown fields
 	// are skipped (pipeline.DecodePeerRequest) so that a rolling upgrade may add some.
 	peer bool
+	// hdr holds the headers a handler sets on its reply (a failed one's too).
+	hdr nats.Header
+}
+
+// setHeader sets a header of the reply to r.
+func (r *request) setHeader(key, value string) {
+	if r.hdr == nil {
+		r.hdr = nats.Header{}
+	}
+	r.hdr.Set(key, value)
 }
 
 func (r *request) decode(v any) error {
@@ -420,8 +435,12 @@ func (s *Server) answer(kind string, h func(*request) (any, error), m *nats.Msg,
 		code, failure = pipeline.CodeInternal, "cannot encode reply: "+err.Error()
 		data, _ = pipeline.Marshal(errorReply{Error: failure, Code: code}, r.asJSON)
 	}
+	hdr = r.hdr
 	if r.asJSON {
-		hdr = nats.Header{"Content-Type": []string{pipeline.ContentTypeJSON}}
+		if hdr == nil {
+			hdr = nats.Header{}
+		}
+		hdr.Set("Content-Type", pipeline.ContentTypeJSON)
 	}
 	if gone { // a hand-over: the asker asks again (see request)
 		if hdr == nil {
@@ -454,6 +473,9 @@ func (s *Server) get(r *request) (any, error) {
 	}
 	if req.Window != "" { // answered by owners only: a windowed get is never stale
 		return s.getWindow(r.ctx, fam, &req)
+	}
+	if r.msg.Header.Get(pipeline.WhereHeader) != "" {
+		r.setHeader(pipeline.WhereHeader, s.where(fam.Name).String())
 	}
 	counts, unavailable, stale, err := s.counts(r.ctx, fam, req.IDs, req.Exact)
 	if err != nil {
