@@ -25,6 +25,10 @@ type Client struct {
 	// read from the events stream by the first PublishBatch, which may run beside others.
 	partitions atomic.Int64
 	replies    *replies // of its requests
+	// direct: gets ask the processes serving their partitions (where.go), where learns
+	// which those are.
+	direct bool
+	where  where
 }
 
 // Option configures a Client.
@@ -53,13 +57,22 @@ func WithTimeout(d time.Duration) Option {
 	return func(c *Client) error { c.timeout = d; return nil }
 }
 
+// WithDirectGets sets whether a get asks the tallyd processes serving its ids'
+// partitions itself, each once and all at once, once it has learned which those are
+// (default true; tallyd 1.9, see docs/protocol.md). Off, every get is asked on
+// <prefix>.get.<family>, and the tallyd it reaches asks the others: turn it off where
+// the client's user may not publish to <prefix>.get.*.at.* (deploy/README.md).
+func WithDirectGets(on bool) Option {
+	return func(c *Client) error { c.direct = on; return nil }
+}
+
 // New returns a client on nc.
 func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(8192))
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{nc: nc, js: js, subj: pipeline.NewSubjects(""), timeout: 5 * time.Second, replies: &replies{nc: nc}}
+	c := &Client{nc: nc, js: js, subj: pipeline.NewSubjects(""), timeout: 5 * time.Second, replies: &replies{nc: nc}, direct: true}
 	for _, o := range opts {
 		if err := o(c); err != nil {
 			return nil, err

@@ -19,34 +19,45 @@ import (
 // the reply becomes an error wrapping ErrRemote and the sentinel of the reply's code; no
 // answer at all (no responders, a timeout) wraps ErrUnavailable.
 func (c *Client) request(ctx context.Context, subject string, req, reply any, errField, code *string) error {
+	_, err := c.ask(ctx, subject, nil, req, reply, errField, code)
+	return err
+}
+
+// ask is request with the request's headers hdr, returning the reply's.
+func (c *Client) ask(ctx context.Context, subject string, hdr nats.Header, req, reply any, errField, code *string) (nats.Header, error) {
 	data, err := pipeline.Marshal(req, false)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.timeout)
-		defer cancel()
-	}
-	msg, err := c.replies.request(ctx, subject, data)
+	ctx, cancel := c.bounded(ctx)
+	defer cancel()
+	msg, err := c.replies.request(ctx, &nats.Msg{Subject: subject, Header: hdr, Data: data})
 	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%w: %s: %w", ErrUnavailable, subject, err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, subject, err)
 	}
 	if err != nil {
-		return fmt.Errorf("%s: %w", subject, err)
+		return nil, fmt.Errorf("%s: %w", subject, err)
 	}
 	if err := pipeline.UnmarshalReply(msg.Data, false, reply); err != nil {
-		return fmt.Errorf("%s: cannot decode reply: %w", subject, err)
+		return nil, fmt.Errorf("%s: cannot decode reply: %w", subject, err)
 	}
 	if *errField != "" {
 		if sentinel := pipeline.CodeError(*code); sentinel != nil {
 			// The reply's error names its sentinel too ("bad request: …"): once is enough.
 			text := strings.TrimLeft(strings.TrimPrefix(*errField, sentinel.Error()), ": ")
-			return fmt.Errorf("%w: %w: %s: %s", ErrRemote, sentinel, subject, text)
+			return msg.Header, fmt.Errorf("%w: %w: %s: %s", ErrRemote, sentinel, subject, text)
 		}
-		return fmt.Errorf("%w: %s: %s", ErrRemote, subject, *errField)
+		return msg.Header, fmt.Errorf("%w: %s: %s", ErrRemote, subject, *errField)
 	}
-	return nil
+	return msg.Header, nil
+}
+
+// bounded is ctx bounded by the client's timeout when it has no deadline.
+func (c *Client) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, c.timeout)
 }
 
 func toIDs(ids []uint64) []pipeline.ID {
@@ -90,9 +101,7 @@ func (c *Client) GetWith(ctx context.Context, family string, ids []uint64, opts 
 			return nil, err
 		}
 	}
-	var r pipeline.GetReply
-	err := c.request(ctx, c.subj.Get(family), req, &r, &r.Error, &r.Code)
-	return &r, err
+	return c.get(ctx, family, req)
 }
 
 // GetWindow returns the net change of the counters of ids over the last window ("5m",

@@ -88,12 +88,13 @@ func (r *replies) watch(st chan nats.Status) {
 	r.mu.Unlock()
 }
 
-// request sends data to subject and returns its reply, sending it again each time the
-// connection reconnects meanwhile, and once more when a quarter of the time ctx gives
-// it has passed unanswered, until ctx ends. "No responders" is nats.ErrNoResponders.
-func (r *replies) request(ctx context.Context, subject string, data []byte) (*nats.Msg, error) {
+// request sends msg (its subject, headers and data) and returns its reply, sending it
+// again each time the connection reconnects meanwhile, and once more when a quarter of
+// the time ctx gives it has passed unanswered, until ctx ends. "No responders" is
+// nats.ErrNoResponders.
+func (r *replies) request(ctx context.Context, msg *nats.Msg) (*nats.Msg, error) {
 	if err := r.start(); err != nil {
-		return r.nc.RequestWithContext(ctx, subject, data)
+		return r.nc.RequestMsgWithContext(ctx, msg)
 	}
 	ch := make(chan *nats.Msg, 1)
 	r.mu.Lock()
@@ -110,7 +111,7 @@ func (r *replies) request(ctx context.Context, subject string, data []byte) (*na
 	if closed {
 		return nil, nats.ErrConnectionClosed
 	}
-	msg := &nats.Msg{Subject: subject, Reply: r.inbox + "." + token, Data: data}
+	msg.Reply = r.inbox + "." + token
 	send := func(again string) error {
 		if err := r.nc.PublishMsg(msg); err != nil {
 			return fmt.Errorf("cannot send the request%s: %w", again, err)

@@ -317,6 +317,15 @@ func TestPermissions(t *testing.T) {
 		got := fmt.Sprint(r.Counts)
 		return got == "[[3 0 0 10] [1 1 0 0]]", got // like, repost, comment, view
 	})
+	// Asked again, a get goes to the tallyd serving the posts' partitions, as the first
+	// one's answer named it (tally.get.post.at.<token>, protocol 1.9): within the
+	// reader's permissions, as the subscription answering it is within tallyd's.
+	for range 2 {
+		if r, err := read.Get(ctx, "post", 42, 43); err != nil || fmt.Sprint(r.Counts) != "[[3 0 0 10] [1 1 0 0]]" {
+			t.Fatalf("a get asked again: %+v, %v", r, err)
+		}
+	}
+	logged.none(t)
 	natstest.Eventually(t, 30*time.Second, "unread and health", func() (bool, string) {
 		logged.none(t)
 		u, err := read.Unread(ctx, 3)
