@@ -185,7 +185,7 @@ func (c *Client) split(ctx context.Context, family string, at *pipeline.Where, r
 		missed := p.err != nil || len(p.reply.Counts) != len(p.at)
 		n := len(again.at)
 		for j, i := range p.at {
-			if missed || p.reply.Counts[j] == nil || (len(m.fields) > 0 && len(p.reply.Counts[j]) != len(m.fields)) {
+			if missed || p.reply.Counts[j] == nil || len(p.reply.Counts[j]) != len(p.reply.Fields) {
 				again.at, again.req.IDs = append(again.at, i), append(again.req.IDs, req.IDs[i])
 				continue
 			}
@@ -217,7 +217,7 @@ func (c *Client) missed(ctx context.Context, family, token string, err error) {
 	c.where.forget(family)
 }
 
-// askPart asks p's ids of the process of token within directPatience, or on the
+// askPart asks req's ids of the process of token within directPatience, or on the
 // family's subject when token is "".
 func (c *Client) askPart(ctx context.Context, family, token string, req pipeline.GetRequest) (*pipeline.GetReply, error) {
 	if token == "" {
@@ -227,9 +227,6 @@ func (c *Client) askPart(ctx context.Context, family, token string, req pipeline
 	defer cancel()
 	var r pipeline.GetReply
 	_, err := c.ask(pctx, c.subj.GetAt(family, token), nil, req, &r, &r.Error, &r.Code)
-	if errors.Is(err, nats.ErrNoResponders) {
-		c.where.forget(family) // gone
-	}
 	return &r, err
 }
 
