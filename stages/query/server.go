@@ -462,13 +462,8 @@ func (s *Server) answer(kind string, h func(*request) (any, error), m *nats.Msg,
 }
 
 func (s *Server) get(r *request) (any, error) {
-	family := strings.TrimPrefix(r.msg.Subject, s.cfg.Subjects.Prefix+".get.")
-	fam, err := s.cfg.Families.Lookup(family)
+	fam, req, err := s.getRequest(r, strings.TrimPrefix(r.msg.Subject, s.cfg.Subjects.Prefix+".get."))
 	if err != nil {
-		return nil, err
-	}
-	var req pipeline.GetRequest
-	if err := r.decode(&req); err != nil {
 		return nil, err
 	}
 	if req.Window != "" { // answered by owners only: a windowed get is never stale
@@ -482,6 +477,16 @@ func (s *Server) get(r *request) (any, error) {
 		return nil, err
 	}
 	return pipeline.GetReply{Fields: fam.Fields, Estimated: fam.Estimated(), Counts: counts, Unavailable: unavailable, Stale: stale}, nil
+}
+
+// getRequest reads r, a get of the ids of family.
+func (s *Server) getRequest(r *request, family string) (pipeline.Family, pipeline.GetRequest, error) {
+	var req pipeline.GetRequest
+	fam, err := s.cfg.Families.Lookup(family)
+	if err == nil {
+		err = r.decode(&req)
+	}
+	return fam, req, err
 }
 
 // errUnavailable marks an answer withheld because a partition is not here or did not

@@ -51,12 +51,8 @@ func (s *Server) handleGetAt(m *nats.Msg) {
 // on <prefix>.get.<family>. A window is asked there too.
 func (s *Server) getAt(r *request) (any, error) {
 	family, _, _ := strings.Cut(strings.TrimPrefix(r.msg.Subject, s.cfg.Subjects.Prefix+".get."), ".")
-	fam, err := s.cfg.Families.Lookup(family)
+	fam, req, err := s.getRequest(r, family)
 	if err != nil {
-		return nil, err
-	}
-	var req pipeline.GetRequest
-	if err := r.decode(&req); err != nil {
 		return nil, err
 	}
 	if req.Window != "" {
