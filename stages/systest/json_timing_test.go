@@ -220,7 +220,8 @@ func benchJSONTally(b *testing.B, batch int, split, viewers bool) {
 // split batches at a steady rate (TALLY_LOAD_RATE events a second, 100 000), beside a bare NATS request-reply echo
 // of the same size answered by the same server: the two are asked in turn, so both see
 // the same load. one is a tallyd owning all 16 partitions, two two tallyd sharing them
-// (a get asks the other for about half its ids).
+// (the client asks each for its own partitions' ids, at once). sched is how long the
+// process's goroutines waited to run meanwhile.
 // Run: go test ./stages/systest -run XXX -bench Get20Loaded -benchtime 5000x
 func BenchmarkGet20Loaded(b *testing.B) {
 	b.Run("one", func(b *testing.B) {
@@ -245,6 +246,7 @@ func get20Loaded(b *testing.B, url string, c *client.Client) {
 	ids := make([]uint64, 20)
 	echo := make([]time.Duration, 0, b.N)
 	get := make([]time.Duration, 0, b.N)
+	sched0 := schedLatencies()
 	b.ResetTimer()
 	for range b.N {
 		t0 := time.Now()
@@ -265,6 +267,7 @@ func get20Loaded(b *testing.B, url string, c *client.Client) {
 	stop()
 	reportLatency(b, "echo", echo)
 	reportLatency(b, "get", get)
+	reportSched(b, sched0, schedLatencies())
 	b.ReportMetric(float64(get[len(get)*99/100])/float64(echo[len(echo)*99/100]), "p99-ratio")
 }
 
