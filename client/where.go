@@ -26,12 +26,12 @@ import (
 
 // directPatience bounds how long a get waits for a process asked for its partitions'
 // ids (a healthy one answers within a millisecond or so): the ids of one that does not
-// answer are asked on the family's subject, within what is left of the get's time, and
-// that process is not asked directly again for directQuiet.
+// answer, or has no responders, are asked on the family's subject, within what is left
+// of the get's time, and that process is not asked directly again for directQuiet.
 const directPatience = 250 * time.Millisecond
 
-// directQuiet is how long a process that did not answer within directPatience is not
-// asked directly.
+// directQuiet is how long a process that did not answer within directPatience, or had
+// no responders, is not asked directly.
 const directQuiet = 30 * time.Second
 
 // where is what the client learned of where each family's partitions are served.
@@ -207,10 +207,12 @@ func (c *Client) split(ctx context.Context, family string, at *pipeline.Where, r
 }
 
 // missed records that the process of token did not answer every id asked of it (err
-// when it answered none): one silent (paused, or hung) is hushed, and where the
-// family's partitions are served is learned again.
+// when it answered none): one silent (paused, or hung: the request timed out within the
+// get's time) or with no responders (gone, or not allowed to subscribe to its subject:
+// a tallyd whose user lacks the permission would be named again by every get's reply)
+// is hushed, and where the family's partitions are served is learned again.
 func (c *Client) missed(ctx context.Context, family, token string, err error) {
-	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+	if errors.Is(err, nats.ErrNoResponders) || (errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil) {
 		c.where.hush(family, token)
 		return
 	}
