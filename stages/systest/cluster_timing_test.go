@@ -66,7 +66,7 @@ func benchProcs(b *testing.B, tallyd func(testing.TB) string, procs int, extra .
 	if *procsProfile != "" {
 		extra = append(slices.Clip(extra), "--pprof")
 	}
-	ps, c := rig.StartTallyds(b, bin, cl, procs, extra...)
+	ps, c := rig.StartTallyds(b, bin, cl.URLs(), procs, extra...)
 	// With several processes and standbys on (the default), the run starts once every
 	// partition has a warm standby and ends once they have applied it all: a standby
 	// still priming when the events come, or behind when the owners are done, left its
@@ -220,7 +220,7 @@ const preloadRound = 16 * benchBatch * 64
 
 func benchFailover(b *testing.B, bin string, ids int) {
 	cl := natstest.StartCluster(b, 3)
-	ps, c := rig.StartTallyds(b, bin, cl, 3)
+	ps, c := rig.StartTallyds(b, bin, cl.URLs(), 3)
 	if dir := os.Getenv("TALLY_BENCH_LOGS"); dir != "" { // each process's log to the end, to read
 		b.Cleanup(func() {
 			for i, p := range ps {

@@ -31,6 +31,9 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv("TALLY_CRASH_CHILD"); dir != "" {
 		os.Exit(runChild(dir))
 	}
+	if url := os.Getenv(echoChild); url != "" {
+		os.Exit(runEchoChild(url))
+	}
 	code := m.Run()
 	rig.RemoveTallyd()
 	os.Exit(code)

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math/rand"
 	"os"
+	"os/exec"
 	"runtime/metrics"
 	"slices"
 	"strconv"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/tally-dev/tally/client"
 	"github.com/tally-dev/tally/pipeline"
+	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/stages/node"
 	"github.com/tally-dev/tally/stages/reference"
 	"github.com/tally-dev/tally/stages/systest/rig"
@@ -220,8 +222,9 @@ func benchJSONTally(b *testing.B, batch int, split, viewers bool) {
 // split batches at a steady rate (TALLY_LOAD_RATE events a second, 100 000), beside a bare NATS request-reply echo
 // of the same size answered by the same server: the two are asked in turn, so both see
 // the same load. one is a tallyd owning all 16 partitions, two two tallyd sharing them
-// (the client asks each for its own partitions' ids, at once). sched is how long the
-// process's goroutines waited to run meanwhile.
+// (the client asks each for its own partitions' ids, at once), in this process or
+// (two-procs) each in its own. sched is how long this process's goroutines waited to
+// run meanwhile.
 // Run: go test ./stages/systest -run XXX -bench Get20Loaded -benchtime 5000x
 func BenchmarkGet20Loaded(b *testing.B) {
 	b.Run("one", func(b *testing.B) {
@@ -232,13 +235,70 @@ func BenchmarkGet20Loaded(b *testing.B) {
 		url, c := startTwo(b)
 		get20Loaded(b, url, c)
 	})
+	// one-procs and two-procs are one and two as tallyd processes of cmd/tallyd built
+	// from this tree, the NATS server, the load and the gets in this one, as in a
+	// deployment; the echo is answered by a process of its own too (echoChild).
+	for n, name := range map[int]string{1: "one-procs", 2: "two-procs"} {
+		b.Run(name, func(b *testing.B) {
+			url := natstest.Start(b).ClientURL()
+			_, c := rig.StartTallyds(b, rig.Tallyd(b), url, n, "--standbys=false")
+			startEchoChild(b, url)
+			get20Loaded(b, url, c)
+		})
+	}
+}
+
+// echoChild, set to a NATS server's URL, makes the test binary a process that answers
+// requests on "echo" there with 200 bytes until killed (see TestMain).
+const echoChild = "TALLY_ECHO_CHILD"
+
+// runEchoChild is the process echoChild asks for.
+func runEchoChild(url string) int {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if _, err := nc.Subscribe("echo", func(m *nats.Msg) { _ = m.Respond(make([]byte, 200)) }); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := nc.Flush(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	select {}
+}
+
+// startEchoChild starts a process answering "echo" on the NATS server at url, killed at
+// cleanup, and waits until it answers.
+func startEchoChild(b *testing.B, url string) {
+	cmd := exec.Command(os.Args[0], "-test.run=XXX")
+	cmd.Env = append(os.Environ(), echoChild+"="+url)
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	nc, err := nats.Connect(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	rig.Eventually(b, "the echo process answers", func() (bool, string) {
+		_, err := nc.Request("echo", nil, time.Second)
+		return err == nil, fmt.Sprint(err)
+	})
 }
 
 // get20Loaded is BenchmarkGet20Loaded of the tallyd c asks, on the NATS server at url.
+// Requests on "echo" are answered by a process of its own when one is (startEchoChild),
+// else by this one.
 func get20Loaded(b *testing.B, url string, c *client.Client) {
 	nc := c.Conn()
-	if _, err := nc.Subscribe("echo", func(m *nats.Msg) { _ = m.Respond(make([]byte, 200)) }); err != nil {
-		b.Fatal(err)
+	if _, err := nc.Request("echo", nil, 100*time.Millisecond); err != nil {
+		if _, err := nc.Subscribe("echo", func(m *nats.Msg) { _ = m.Respond(make([]byte, 200)) }); err != nil {
+			b.Fatal(err)
+		}
 	}
 	posts, stop := steadyLoad(b, url, c)
 	req, _ := pipeline.Marshal(pipeline.GetRequest{IDs: make([]pipeline.ID, 20)}, false)

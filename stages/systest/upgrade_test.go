@@ -38,7 +38,7 @@ func TestRollingUpgradeFromKeyedEvents(t *testing.T) {
 	}
 	noFlag := os.Getenv("TALLY_UPGRADE_NO_FLAG") != ""
 	cl := natstest.StartCluster(t, 3)
-	procs, c := rig.StartTallyds(t, old, cl, 3)
+	procs, c := rig.StartTallyds(t, old, cl.URLs(), 3)
 	r := &availRig{c: c, g: &gen{r: rand.New(rand.NewPCG(71, 72)), users: 300, posts: 300}, stop: make(chan struct{})}
 	t.Cleanup(r.halt)
 	r.stream(t)

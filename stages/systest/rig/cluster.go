@@ -12,13 +12,14 @@ import (
 	"github.com/tally-dev/tally/pipeline/natstest"
 )
 
-// StartTallyds starts n tallyd processes (StartTallyd) on the cluster: the first alone
-// until it answers healthy (it creates the streams), then the others, and waits until
-// every process owns its share of the partitions and every partition has caught up.
-func StartTallyds(tb testing.TB, bin string, cl *natstest.Cluster, n int, extra ...string) ([]*TallydProc, *client.Client) {
+// StartTallyds starts n tallyd processes (StartTallyd) on the NATS servers at urls: the
+// first alone until it answers healthy (it creates the streams), then the others, and
+// waits until every process owns its share of the partitions and every partition has
+// caught up.
+func StartTallyds(tb testing.TB, bin, urls string, n int, extra ...string) ([]*TallydProc, *client.Client) {
 	tb.Helper()
-	ps := []*TallydProc{StartTallyd(tb, bin, cl.URLs(), extra...)}
-	nc, err := nats.Connect(cl.URLs(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	ps := []*TallydProc{StartTallyd(tb, bin, urls, extra...)}
+	nc, err := nats.Connect(urls, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -29,7 +30,7 @@ func StartTallyds(tb testing.TB, bin string, cl *natstest.Cluster, n int, extra 
 	}
 	WaitHealthy(tb, c, time.Minute)
 	for range n - 1 {
-		ps = append(ps, StartTallyd(tb, bin, cl.URLs(), extra...))
+		ps = append(ps, StartTallyd(tb, bin, urls, extra...))
 	}
 	natstest.Eventually(tb, 2*time.Minute, "partitions spread over the processes", func() (bool, string) {
 		var owned []float64
