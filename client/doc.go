@@ -17,7 +17,9 @@
 // server went, and its message or its answer with it) is sent again, and one still
 // unanswered after a quarter of its time (lost in a server of the cluster that went)
 // once more; the first answer is taken. The client's replies come to one subscription
-// of its own under the connection's inbox prefix.
+// of its own under the connection's inbox prefix. A get asks the tallyd processes that
+// serve its ids' partitions, each once and all at once, once the client has learned
+// where they are from an earlier get's reply (tallyd 1.9, where.go; WithDirectGets).
 //
 // Failures are tested with errors.Is against the sentinels in errors.go.
 package client
