@@ -339,3 +339,49 @@ func TestQueriesAnsweredWhileChangesStreamAway(t *testing.T) {
 		t.Fatalf("likes of %d after: %d, want 5", x, got)
 	}
 }
+
+// TestQueryAnsweredBetweenDeltaMessages: a query that comes while a partition applies a
+// batch of delta messages is answered after the message being applied, with what the
+// partition has applied so far, not after the rest of the batch (up to 1 024 messages,
+// a get's wait under load). A checkpoint after every message (MaxDirty 1) calls OnFlush
+// between them, where the query is sent. Before, it was answered once the batch was done.
+func TestQueryAnsweredBetweenDeltaMessages(t *testing.T) {
+	r := newRig(t)
+	const x, n, at = 42, 300, 20
+	for i := range n {
+		r.publish(1, uint64(i+1), x, 1)
+	}
+	cfg := r.config()
+	cfg.FlushInterval, cfg.MaxDirty = time.Hour, 1
+	var w *counter.Worker
+	var flushes atomic.Int64
+	waits := make(chan func() error, 1)
+	out := [][]uint64{make([]uint64, len(r.fam.Fields))}
+	cfg.OnFlush = func(changed int, _ time.Duration) {
+		if changed == 0 {
+			return
+		}
+		if flushes.Add(1) == at {
+			waits <- w.Send(context.Background(), []uint64{x}, out)
+		}
+	}
+	w = counter.New(cfg, r.js, r.db, slog.New(slog.DiscardHandler), r.stats)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go func() { _ = w.Run(ctx) }()
+	var wait func() error
+	select {
+	case wait = <-waits:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%d messages applied in 30 s, want %d", flushes.Load(), at)
+	}
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	if out[0][0] != at {
+		t.Fatalf("a query sent after message %d was answered with %d likes: want %d, what was applied when it came", at, out[0][0], at)
+	}
+	if got := r.likes(w, x); got != n {
+		t.Fatalf("likes of %d: %d, want %d", x, got, n)
+	}
+}

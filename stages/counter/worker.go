@@ -311,6 +311,7 @@ func (w *Worker) Run(ctx context.Context) error {
 						return err
 					}
 				}
+				w.answerWaiting()
 			}
 			clear(batch) // the messages are not kept until the next batch
 			// Acknowledgements of change events come in while deltas are applied: the
