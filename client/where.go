@@ -77,8 +77,17 @@ func (w *where) learn(family string, hdr nats.Header) {
 func (w *where) forget(family string) { w.of.Delete(family) }
 
 // hush forgets family and does not ask the process of token directly for directQuiet.
+// The silences past are dropped, those of processes gone for good too: a long-lived
+// client sees every restart of every tallyd.
 func (w *where) hush(family, token string) {
-	w.silent.Store(token, time.Now().Add(directQuiet))
+	now := time.Now()
+	w.silent.Range(func(t, until any) bool {
+		if now.After(until.(time.Time)) {
+			w.silent.Delete(t)
+		}
+		return true
+	})
+	w.silent.Store(token, now.Add(directQuiet))
 	w.forget(family)
 }
 
