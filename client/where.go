@@ -37,7 +37,7 @@ const directQuiet = 30 * time.Second
 // where is what the client learned of where each family's partitions are served.
 type where struct {
 	of     sync.Map // family → *pipeline.Where, never changed once stored
-	silent sync.Map // token → until when it is not asked directly (directQuiet)
+	silent pipeline.Silences
 }
 
 // at is where the partitions of family are served, as last learned (nil when not known).
@@ -59,14 +59,9 @@ func (w *where) learn(family string, hdr nats.Header) {
 	if err != nil {
 		return
 	}
-	now := time.Now()
 	for p, tok := range at.At {
-		if until, ok := w.silent.Load(tok); ok && tok != "" {
-			if now.Before(until.(time.Time)) {
-				at.At[p] = ""
-			} else {
-				w.silent.Delete(tok)
-			}
+		if tok != "" && w.silent.Quiet(tok) {
+			at.At[p] = ""
 		}
 	}
 	w.of.Store(family, &at)
@@ -77,17 +72,8 @@ func (w *where) learn(family string, hdr nats.Header) {
 func (w *where) forget(family string) { w.of.Delete(family) }
 
 // hush forgets family and does not ask the process of token directly for directQuiet.
-// The silences past are dropped, those of processes gone for good too: a long-lived
-// client sees every restart of every tallyd.
 func (w *where) hush(family, token string) {
-	now := time.Now()
-	w.silent.Range(func(t, until any) bool {
-		if now.After(until.(time.Time)) {
-			w.silent.Delete(t)
-		}
-		return true
-	})
-	w.silent.Store(token, now.Add(directQuiet))
+	w.silent.Hush(token, directQuiet)
 	w.forget(family)
 }
 

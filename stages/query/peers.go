@@ -58,7 +58,7 @@ type peers struct {
 	of    map[string][]atomic.Pointer[string] // family → partition → token (nil: not known)
 	// silent holds the tokens of processes that did not answer within peerPatience, each
 	// until when it is not learned again (peerQuiet).
-	silent sync.Map
+	silent pipeline.Silences
 }
 
 // evPeers is the event partitions' name among peers.of (Subjects.PartEvents: "ev").
@@ -88,11 +88,8 @@ func (ps *peers) learn(family string, p int, token string) {
 	if !pipeline.ValidToken(token) || token == ps.token {
 		return
 	}
-	if until, ok := ps.silent.Load(token); ok {
-		if time.Now().Before(until.(time.Time)) {
-			return
-		}
-		ps.silent.Delete(token)
+	if ps.silent.Quiet(token) {
+		return
 	}
 	slot := &ps.of[family][p]
 	if t := slot.Load(); t == nil || *t != token {
@@ -112,14 +109,7 @@ func (ps *peers) forget(family string, p int, token string) {
 // for peerQuiet: its partitions' owners answer on their subjects meanwhile, and it
 // again (a paused process resumed) then. The silences past are dropped.
 func (ps *peers) hush(token string) {
-	now := time.Now()
-	ps.silent.Range(func(t, until any) bool { // those of processes long gone too: bounded
-		if now.After(until.(time.Time)) {
-			ps.silent.Delete(t)
-		}
-		return true
-	})
-	ps.silent.Store(token, now.Add(peerQuiet))
+	ps.silent.Hush(token, peerQuiet)
 	ps.forgetAll(token)
 }
 
