@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -34,7 +35,7 @@ type Where struct {
 func (w Where) String() string {
 	b := strconv.AppendInt(make([]byte, 0, 16+len(w.At)*4), int64(len(w.At)), 10)
 	for p, tok := range w.At {
-		if tok == "" || w.first(tok) != p {
+		if tok == "" || slices.Index(w.At, tok) != p { // each token's group once, at its first
 			continue
 		}
 		b = append(b, ';')
@@ -49,16 +50,6 @@ func (w Where) String() string {
 		}
 	}
 	return string(b)
-}
-
-// first is the first partition served by tok.
-func (w Where) first(tok string) int {
-	for p, t := range w.At {
-		if t == tok {
-			return p
-		}
-	}
-	return -1
 }
 
 // maxWherePartitions bounds the partition count a WhereHeader may name.

@@ -159,8 +159,22 @@ func (s *Server) hand(j *job) bool {
 	return true
 }
 
+// handOver hands j, a request on a plain subscription (another process's, or a
+// client's of this process's own partitions), to an answerer, which answers it (see
+// finish): the subscription goes on to the next request meanwhile. A publish, with no
+// one to answer, is dropped.
+func (s *Server) handOver(j *job) {
+	if j.m.Reply == "" {
+		return
+	}
+	s.inFlight.Add(1) // until answered, for Stop
+	if !s.hand(j) {
+		s.finish(j, s.answer(j.kind, j.h, j.m, j.peer))
+	}
+}
+
 // finish sends a, the answer of j: to done for an endpoint's, to the asker for another
-// process's request, which its handler counted in flight (see handlePeer).
+// process's request, which its handler counted in flight (see handOver).
 func (s *Server) finish(j *job, a answer) {
 	if j.done != nil {
 		j.done <- a

@@ -363,17 +363,9 @@ func (s *Server) evHere(r *request) (any, error) {
 }
 
 // handlePeer takes another process's get of the partitions it learned are here
-// (Subjects.Peers) and hands it to an answerer, which answers it (see finish): the
-// subscription goes on to the next request meanwhile.
+// (Subjects.Peers) and hands it to an answerer (handOver).
 func (s *Server) handlePeer(m *nats.Msg) {
-	if m.Reply == "" {
-		return
-	}
-	j := &job{kind: "peer", h: s.peerGet, m: m, peer: true}
-	s.inFlight.Add(1) // until answered, for Stop
-	if !s.hand(j) {
-		s.finish(j, s.answer(j.kind, j.h, j.m, true))
-	}
+	s.handOver(&job{kind: "peer", h: s.peerGet, m: m, peer: true})
 }
 
 // peerGet answers another process's get of ids in partitions it learned are here: from

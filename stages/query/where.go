@@ -32,16 +32,9 @@ func (s *Server) where(family string) pipeline.Where {
 }
 
 // handleGetAt takes a client's get of the ids of partitions served here (Subjects.GetAt)
-// and hands it to an answerer, as another process's (handlePeer).
+// and hands it to an answerer (handOver).
 func (s *Server) handleGetAt(m *nats.Msg) {
-	if m.Reply == "" {
-		return
-	}
-	j := &job{kind: "get.at", h: s.getAt, m: m}
-	s.inFlight.Add(1) // until answered, for Stop
-	if !s.hand(j) {
-		s.finish(j, s.answer(j.kind, j.h, j.m, false))
-	}
+	s.handOver(&job{kind: "get.at", h: s.getAt, m: m})
 }
 
 // getAt answers a client's get on <prefix>.get.<family>.at.<token> from the partitions
