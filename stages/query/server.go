@@ -434,19 +434,13 @@ func (s *Server) answer(kind string, h func(*request) (any, error), m *nats.Msg,
 		code, failure = pipeline.CodeInternal, "cannot encode reply: "+err.Error()
 		data, _ = pipeline.Marshal(errorReply{Error: failure, Code: code}, r.asJSON)
 	}
-	hdr = r.hdr
 	if r.asJSON {
-		if hdr == nil {
-			hdr = nats.Header{}
-		}
-		hdr.Set("Content-Type", pipeline.ContentTypeJSON)
+		r.setHeader("Content-Type", pipeline.ContentTypeJSON)
 	}
 	if gone { // a hand-over: the asker asks again (see request)
-		if hdr == nil {
-			hdr = nats.Header{}
-		}
-		hdr.Set(goneHeader, "1")
+		r.setHeader(goneHeader, "1")
 	}
+	hdr = r.hdr
 	// NATS counts the headers in max_payload (micro adds none to a reply that succeeds).
 	if max := s.nc.MaxPayload(); int64((&nats.Msg{Data: data, Header: hdr}).Size()) > max {
 		// NATS would refuse it, and the asker would only see its request time out.
