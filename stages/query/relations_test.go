@@ -492,7 +492,12 @@ func TestRelationsUnavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(true, wantUnread, "liked", "likes.post", "unread")
-	_ = sub.Unsubscribe()
+	if err := sub.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil { // the silent owner gone before the next ask
+		t.Fatal(err)
+	}
 
 	nodes[1].SetStage(3, nodes[1].stages[3])
 	check(false, "")
