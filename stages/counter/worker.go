@@ -93,6 +93,10 @@ type Stats struct {
 	// this process's lease lapsed (each also in ChangeErrs): a worker paused past its TTL.
 	ChangesFenced atomic.Int64
 
+	// Peeked counts gets read by their asker while the worker's goroutine waited
+	// (Worker.Send): the others were handed to it.
+	Peeked atomic.Int64
+
 	ColdReads    atomic.Int64 // ids read from the cold tier (Badger)
 	ColdHits     atomic.Int64 // cold ids answered by the cold cache
 	Evicted      atomic.Int64 // groups moved out of RAM
@@ -120,7 +124,11 @@ type Worker struct {
 	stats   *Stats
 	queries chan *query   // queued, up to queryQueue, so that a request asks every partition before it waits
 	stopped chan struct{} // closed as Run returns: queries are answered ErrStopped
-	role    string        // the role its goroutine's profile labels say (label)
+	// view is what a query reads (the table, the cold tier's set): Run holds it but
+	// where it answers queries — waiting for work, a checkpoint or a snapshot — so a
+	// get's asker may read it there itself (peek), as Run would answer it.
+	view sync.Mutex
+	role string // the role its goroutine's profile labels say (label)
 
 	ready      atomic.Bool
 	pos        atomic.Uint64
@@ -242,6 +250,8 @@ func (w *Worker) Position() uint64 { return w.pos.Load() }
 // until the giver's workers have stopped, and the taker has nothing to wait for but
 // the giver's lease. Run is called at most once.
 func (w *Worker) Run(ctx context.Context) error {
+	w.view.Lock()
+	defer w.view.Unlock()
 	defer close(w.stopped)
 	defer w.cache.Close() // its share of a budget to the others
 	w.label(ctx)
@@ -275,14 +285,19 @@ func (w *Worker) Run(ctx context.Context) error {
 		if ctx.Err() != nil { // before what else is ready: a stop waits for no more work
 			return w.stop(context.WithoutCancel(ctx))
 		}
+		w.view.Unlock() // waiting: a get may be read here (peek); every case takes it back
 		select {
 		case <-ctx.Done():
+			w.view.Lock()
 			return w.stop(context.WithoutCancel(ctx))
 		case q := <-w.queries:
+			w.view.Lock()
 			w.answer(q)
 		case r := <-w.snapDone:
+			w.view.Lock()
 			w.snapFinished(r)
 		case <-tick.C:
+			w.view.Lock()
 			w.label(ctx)
 			if err := w.flush(ctx); err != nil {
 				return err
@@ -298,6 +313,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.cache.Tick()
 			w.refreshTops(time.Now())
 		case m := <-r.C:
+			w.view.Lock()
 			batch = r.Drain(append(batch[:0], m), cap(batch))
 			for _, m := range batch {
 				if ctx.Err() != nil { // the rest is read again at the next start
@@ -318,13 +334,16 @@ func (w *Worker) Run(ctx context.Context) error {
 			// next checkpoint's events wait for them.
 			w.sendChanges(ctx) // the outbox keeps what is not sent, for the next call
 		case ack := <-w.chg.ok:
+			w.view.Lock()
 			// One change event at a time: the next goes as this one is stored.
 			w.changeSettled(ctx, ack, nil)
 			w.sendChanges(ctx)
 		case err := <-w.chg.failed:
+			w.view.Lock()
 			w.changeSettled(ctx, nil, err)
 			w.sendChanges(ctx)
 		case l := <-w.chg.asking:
+			w.view.Lock()
 			w.lookedUp(l)
 			w.sendChanges(ctx)
 		}
@@ -410,10 +429,13 @@ func (w *Worker) stop(ctx context.Context) error {
 // stop's: a snapshot of millions of ids takes seconds under load).
 func (w *Worker) waitSnapshot() {
 	for w.snapping() {
+		w.view.Unlock()
 		select {
 		case r := <-w.snapDone:
+			w.view.Lock()
 			w.snapFinished(r)
 		case q := <-w.queries:
+			w.view.Lock()
 			w.answer(q)
 		}
 	}

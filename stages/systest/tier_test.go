@@ -12,7 +12,9 @@ import (
 // TestHotMaxMem counts views of 60 000 recent posts spread over three hours (about forty
 // groups of ids) with and without a 256 KiB bound on the hot tier: with it, the tables
 // stay within the bound once checkpointed (the least recently used groups move to
-// Badger), and every count read back — now mostly from the cold tier — is exact.
+// Badger), and every count read back — now mostly from the cold tier — is exact. A get
+// of ids in the cold tier is answered by the partition's worker, never by its asker
+// reading the table (counter.Stats.Peeked; without the bound, gets are).
 func TestHotMaxMem(t *testing.T) {
 	const posts, bound = 60_000, 256 << 10
 	base := uint64(1_790_000_000_000) // 2026: younger than the cold age
@@ -50,6 +52,9 @@ func TestHotMaxMem(t *testing.T) {
 	}
 	free := run(0)
 	t.Logf("unbounded: %d B in RAM (%.1f B/id)", free.HotBytes(), float64(free.HotBytes())/posts)
+	if free.CounterStats.Peeked.Load() == 0 { // every id in RAM, the partitions idle
+		t.Fatal("unbounded: no partition's get was read by its asker")
+	}
 	bounded := run(bound)
 	st := &bounded.CounterStats
 	t.Logf("bounded to %d B: %d B in RAM, %d groups (%d ids) evicted, %d cold reads, %d cache hits", bound, bounded.HotBytes(),

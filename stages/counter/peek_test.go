@@ -1,0 +1,138 @@
+package counter_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tally-dev/tally/pipeline/natstest"
+	"github.com/tally-dev/tally/store"
+	"github.com/tally-dev/tally/store/hot"
+)
+
+// TestGetReadByItsAsker: a get of a partition whose worker waits for work is read by
+// its asker itself, with what the worker has applied (Stats.Peeked), not handed to the
+// worker's goroutine; while the worker is busy (here held in a checkpoint's OnFlush) a
+// get is queued, and answered by the worker once it is back where it answers queries,
+// with what it has applied then — never read in the middle of its work. Before, every
+// get was handed to the worker's goroutine.
+func TestGetReadByItsAsker(t *testing.T) {
+	r := newRig(t)
+	const x, y, absent = 42, 43, 44
+	r.publish(1, 1, x, 3)
+	r.publish(1, 2, y, 2)
+	cfg := r.config()
+	hold, held, release := make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
+	cfg.OnFlush = func(changed int, _ time.Duration) {
+		select {
+		case <-hold:
+			close(held)
+			<-release
+		default:
+		}
+	}
+	w, _ := r.start(cfg)
+	var once sync.Once
+	unhold := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(unhold) // before the worker's stop, should the test fail while it is held
+	if got := r.likes(w, x); got != 3 {
+		t.Fatalf("likes of %d: %d, want 3", x, got)
+	}
+	natstest.Eventually(t, 5*time.Second, "a get read by its asker", func() (bool, string) {
+		before := r.stats.Peeked.Load()
+		out := r.get(w, x, y, absent)
+		if fmt.Sprint(out) != "[[3 0 0 0] [2 0 0 0] [0 0 0 0]]" {
+			t.Fatalf("counts of %d, %d, %d: %v", x, y, absent, out)
+		}
+		return r.stats.Peeked.Load() == before+1, fmt.Sprint(r.stats.Peeked.Load()-before, " gets peeked")
+	})
+
+	// The worker held in the checkpoint of a like of x: a get waits for it.
+	hold <- struct{}{}
+	r.publish(1, 3, x, 1)
+	<-held
+	peeked := r.stats.Peeked.Load()
+	out := [][]uint64{make([]uint64, len(r.fam.Fields))}
+	wait := w.Send(t.Context(), []uint64{x}, out)
+	answered := make(chan error, 1)
+	go func() { answered <- wait() }()
+	select {
+	case err := <-answered:
+		t.Fatalf("a get answered (%v, %v) while its worker is busy", err, out)
+	case <-time.After(100 * time.Millisecond):
+	}
+	unhold()
+	if err := <-answered; err != nil || out[0][0] != 4 {
+		t.Fatalf("a get queued while its worker was busy: %v, %v; want 4 likes", err, out)
+	}
+	if got := r.stats.Peeked.Load(); got != peeked {
+		t.Fatalf("%d gets peeked while the worker was busy", got-peeked)
+	}
+}
+
+// TestGetsReadWhileDeltasApply: gets read by their askers on many goroutines while the
+// worker applies deltas and takes checkpoints and snapshots of its table (the hot one,
+// whose reads move its own cursors) see every count only grow, and the last the total
+// (run with -race: what a get reads is never written meanwhile).
+func TestGetsReadWhileDeltasApply(t *testing.T) {
+	r := newRig(t)
+	cfg := r.config()
+	cfg.NewTable = func(f int) store.Table { return hot.New(f) }
+	cfg.SnapshotDir, cfg.SnapshotMin = t.TempDir(), 1
+	w, _ := r.start(cfg)
+	const ids, batches = 8, 300
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			last := make([]uint64, ids)
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				out := r.get(w, 100, 101, 102, 103, 104, 105, 106, 107)
+				for i := range ids {
+					if out[i][0] < last[i] {
+						t.Errorf("likes of %d went from %d to %d", 100+i, last[i], out[i][0])
+						return
+					}
+					last[i] = out[i][0]
+				}
+			}
+		})
+	}
+	want := map[uint64]uint64{}
+	for seq := uint64(1); seq <= batches; seq++ {
+		r.publish(1, seq, 100+seq%ids, 1)
+		want[100+seq%ids]++
+	}
+	for id, n := range want {
+		if got := r.likes(w, id); got != n {
+			t.Errorf("likes of %d: %d, want %d", id, got, n)
+		}
+	}
+	close(done)
+	wg.Wait()
+	if r.stats.Peeked.Load() == 0 {
+		t.Fatal("no get was read by its asker")
+	}
+}
+
+// get asks w for the counts of ids and returns them.
+func (r *rig) get(w interface {
+	Get(context.Context, []uint64, [][]uint64) error
+}, ids ...uint64) [][]uint64 {
+	r.t.Helper()
+	out := make([][]uint64, len(ids))
+	for i := range out {
+		out[i] = make([]uint64, len(r.fam.Fields))
+	}
+	if err := w.Get(context.Background(), ids, out); err != nil {
+		r.t.Fatal(err)
+	}
+	return out
+}
