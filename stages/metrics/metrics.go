@@ -160,6 +160,7 @@ func New(src Source) *Metrics {
 	counterFn("tally_delta_batches_bad_total", "Undecodable delta batches dead-lettered.", ct.Bad.Load)
 	counterFn("tally_change_publish_errors_total", "Change events that could not be published.", ct.ChangeErrs.Load)
 	counterFn("tally_changes_fenced_total", "Change events refused because another owner announced after this process's lease lapsed (also in tally_change_publish_errors_total).", ct.ChangesFenced.Load)
+	counterFn("tally_partition_gets_read_total", "A partition's part of a get read by the request itself while the partition's worker waited, not handed to the worker.", ct.Peeked.Load)
 	counterFn("tally_cold_reads_total", "Ids read from the cold tier (Badger): cache misses.", ct.ColdReads.Load)
 	counterFn("tally_cold_cache_hits_total", "Cold ids answered from the cold cache; hits / (hits + cold_reads) is its hit rate.", ct.ColdHits.Load)
 	counterFn("tally_cold_cache_misses_total", "Cold ids not in the cold cache (each one Badger read; same as tally_cold_reads_total).", ct.ColdReads.Load)
