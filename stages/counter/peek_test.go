@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/store"
 	"github.com/tally-dev/tally/store/hot"
@@ -14,15 +15,15 @@ import (
 
 // TestGetReadByItsAsker: a get of a partition whose worker waits for work is read by
 // its asker itself, with what the worker has applied (Stats.Peeked), not handed to the
-// worker's goroutine; while the worker is busy (here held in a checkpoint's OnFlush) a
+// worker's goroutine — a windowed get too; while the worker is busy (here held in a checkpoint's OnFlush) a
 // get is queued, and answered by the worker once it is back where it answers queries,
 // with what it has applied then — never read in the middle of its work. Before, every
 // get was handed to the worker's goroutine.
 func TestGetReadByItsAsker(t *testing.T) {
 	r := newRig(t)
-	const x, y, absent = 42, 43, 44
-	r.publish(1, 1, x, 3)
-	r.publish(1, 2, y, 2)
+	const x, y, absent, now = 42, 43, 44, 29_000_000
+	r.publishWindows(1, 1, x, 3, pipeline.WindowDelta{ID: x, Minute: now, N: 3})
+	r.publishWindows(1, 2, y, 2, pipeline.WindowDelta{ID: y, Minute: now - 90, N: 2})
 	cfg := r.config()
 	hold, held, release := make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
 	cfg.OnFlush = func(changed int, _ time.Duration) {
@@ -45,6 +46,17 @@ func TestGetReadByItsAsker(t *testing.T) {
 		out := r.get(w, x, y, absent)
 		if fmt.Sprint(out) != "[[3 0 0 0] [2 0 0 0] [0 0 0 0]]" {
 			t.Fatalf("counts of %d, %d, %d: %v", x, y, absent, out)
+		}
+		return r.stats.Peeked.Load() == before+1, fmt.Sprint(r.stats.Peeked.Load()-before, " gets peeked")
+	})
+	natstest.Eventually(t, 5*time.Second, "a windowed get read by its asker", func() (bool, string) {
+		before := r.stats.Peeked.Load()
+		changes := [][]int64{make([]int64, len(r.fam.Fields)), make([]int64, len(r.fam.Fields))}
+		if err := w.GetWindow(t.Context(), []uint64{x, y}, now-59, changes); err != nil {
+			t.Fatal(err)
+		}
+		if changes[0][0] != 3 || changes[1][0] != 0 {
+			t.Fatalf("likes of %d and %d in the last hour: %v, want 3 and 0", x, y, changes)
 		}
 		return r.stats.Peeked.Load() == before+1, fmt.Sprint(r.stats.Peeked.Load()-before, " gets peeked")
 	})

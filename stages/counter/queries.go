@@ -74,7 +74,7 @@ func (w *Worker) Get(ctx context.Context, ids []uint64, out [][]uint64) error {
 // reused once its answer has been waited for (queryPool). A request's partitions
 // are all asked this way before it waits for any, with no goroutine each.
 func (w *Worker) Send(ctx context.Context, ids []uint64, out [][]uint64) (wait func() error) {
-	if w.peek(ids, out) {
+	if w.peek(func() bool { return w.readCounts(ids, out) }) {
 		return answeredNow
 	}
 	q := w.pooled(ctx)
@@ -85,28 +85,33 @@ func (w *Worker) Send(ctx context.Context, ids []uint64, out [][]uint64) (wait f
 // answeredNow is the wait of a get already answered.
 func answeredNow() error { return nil }
 
-// peek reads a get of ids itself, as the worker's goroutine would answer it, when that
-// goroutine waits where it answers queries (Run releases w.view there) and holds every
-// id in RAM or knows it has none: the get is not handed to the partition's goroutine,
-// which on a busy machine waited for a core to be scheduled — a get of 20 ids asks some
-// 12 partitions. It reports false, and out is to be filled again, when the worker is
-// busy (w.view held: the get is queued and answered between its delta messages, as
-// ever), not ready or not the owner (Send says why), or an id is in the cold tier
-// (read from Badger by the worker).
-func (w *Worker) peek(ids []uint64, out [][]uint64) bool {
+// peek runs read, a get's own reading of what its query would read, when the worker's
+// goroutine waits where it answers queries (Run releases w.view there): the get is not
+// handed to the partition's goroutine, which on a busy machine waited for a core to be
+// scheduled — a get of 20 ids asks some 12 partitions. It reports false, and the get is
+// to be sent, when the worker is busy (w.view held: the get is queued and answered
+// between its delta messages, as ever), not ready or not the owner (sendQuery says
+// why), or read reports false.
+func (w *Worker) peek(read func() bool) bool {
 	if !w.view.TryLock() {
 		return false
 	}
 	defer w.view.Unlock()
-	if !w.ready.Load() || w.cfg.Valid != nil && !w.cfg.Valid() {
+	if !w.ready.Load() || w.cfg.Valid != nil && !w.cfg.Valid() || !read() {
 		return false
 	}
+	w.stats.Peeked.Add(1)
+	return true
+}
+
+// readCounts fills out with the counters of ids as answer does, and reports false, out
+// to be filled again, at an id in the cold tier (read from Badger by the worker).
+func (w *Worker) readCounts(ids []uint64, out [][]uint64) bool {
 	for i, id := range ids {
 		if !w.table.Get(id, out[i]) && w.isCold(id) {
 			return false
 		}
 	}
-	w.stats.Peeked.Add(1)
 	return true
 }
 

@@ -209,6 +209,9 @@ func (w *Worker) GetWindow(ctx context.Context, ids []uint64, since uint32, out 
 
 // SendWindow is GetWindow in two steps, as Send is Get's.
 func (w *Worker) SendWindow(ctx context.Context, ids []uint64, since uint32, out [][]int64) (wait func() error) {
+	if w.peek(func() bool { w.sumWindows(ids, since, out); return true }) {
+		return answeredNow
+	}
 	q := w.pooled(ctx)
 	q.ids, q.since, q.changes = ids, since, out
 	return w.sendQuery(ctx, q)
@@ -216,8 +219,13 @@ func (w *Worker) SendWindow(ctx context.Context, ids []uint64, since uint32, out
 
 // answerWindow answers a windowed query.
 func (w *Worker) answerWindow(q *query) {
-	for i, id := range q.ids {
-		w.win.table.Sum(id, q.since, q.changes[i])
-	}
+	w.sumWindows(q.ids, q.since, q.changes)
 	q.answered()
+}
+
+// sumWindows fills out with the changes of ids since minute since.
+func (w *Worker) sumWindows(ids []uint64, since uint32, out [][]int64) {
+	for i, id := range ids {
+		w.win.table.Sum(id, since, out[i])
+	}
 }
