@@ -15,7 +15,7 @@ import (
 
 // TestGetReadByItsAsker: a get of a partition whose worker waits for work is read by
 // its asker itself, with what the worker has applied (Stats.Peeked), not handed to the
-// worker's goroutine — a windowed get too; while the worker is busy (here held in a checkpoint's OnFlush) a
+// worker's goroutine — a windowed get and a top too; while the worker is busy (here held in a checkpoint's OnFlush) a
 // get is queued, and answered by the worker once it is back where it answers queries,
 // with what it has applied then — never read in the middle of its work. Before, every
 // get was handed to the worker's goroutine.
@@ -60,6 +60,14 @@ func TestGetReadByItsAsker(t *testing.T) {
 		}
 		return r.stats.Peeked.Load() == before+1, fmt.Sprint(r.stats.Peeked.Load()-before, " gets peeked")
 	})
+	natstest.Eventually(t, 5*time.Second, "a top read by its asker", func() (bool, string) {
+		before := r.stats.Peeked.Load()
+		top, err := w.Top(t.Context(), 0, 1440, now-1439, 10)
+		if err != nil || fmt.Sprint(top) != "[{42 3} {43 2}]" {
+			t.Fatalf("the top of the day: %v, %v; want 42 (3 likes) and 43 (2)", top, err)
+		}
+		return r.stats.Peeked.Load() == before+1, fmt.Sprint(r.stats.Peeked.Load()-before, " tops peeked")
+	})
 
 	// The worker held in the checkpoint of a like of x: a get waits for it.
 	hold <- struct{}{}
@@ -86,15 +94,16 @@ func TestGetReadByItsAsker(t *testing.T) {
 
 // TestGetsReadWhileDeltasApply: gets read by their askers on many goroutines while the
 // worker applies deltas and takes checkpoints and snapshots of its table (the hot one,
-// whose reads move its own cursors) see every count only grow, and the last the total
-// (run with -race: what a get reads is never written meanwhile).
+// whose reads move its own cursors) see every count only grow, and the last the total;
+// windowed gets and tops are read beside them (run with -race: what a read reads is
+// never written meanwhile, the kept tops included).
 func TestGetsReadWhileDeltasApply(t *testing.T) {
 	r := newRig(t)
 	cfg := r.config()
 	cfg.NewTable = func(f int) store.Table { return hot.New(f) }
 	cfg.SnapshotDir, cfg.SnapshotMin = t.TempDir(), 1
 	w, _ := r.start(cfg)
-	const ids, batches = 8, 300
+	const ids, batches, now = 8, 300, 29_000_000
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	for range 4 {
@@ -107,6 +116,15 @@ func TestGetsReadWhileDeltasApply(t *testing.T) {
 				default:
 				}
 				out := r.get(w, 100, 101, 102, 103, 104, 105, 106, 107)
+				changes := [][]int64{make([]int64, len(r.fam.Fields))}
+				if err := w.GetWindow(t.Context(), []uint64{100}, now-59, changes); err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := w.Top(t.Context(), 0, 60, now-59, 3); err != nil {
+					t.Error(err)
+					return
+				}
 				for i := range ids {
 					if out[i][0] < last[i] {
 						t.Errorf("likes of %d went from %d to %d", 100+i, last[i], out[i][0])
@@ -119,8 +137,9 @@ func TestGetsReadWhileDeltasApply(t *testing.T) {
 	}
 	want := map[uint64]uint64{}
 	for seq := uint64(1); seq <= batches; seq++ {
-		r.publish(1, seq, 100+seq%ids, 1)
-		want[100+seq%ids]++
+		id := 100 + seq%ids
+		r.publishWindows(1, seq, id, 1, pipeline.WindowDelta{ID: id, Minute: now, N: 1})
+		want[id]++
 	}
 	for id, n := range want {
 		if got := r.likes(w, id); got != n {

@@ -51,6 +51,9 @@ func (w *Worker) Top(ctx context.Context, field uint8, minutes, since uint32, k 
 func (w *Worker) SendTop(ctx context.Context, field uint8, minutes, since uint32, k int) (wait func() ([]window.Ranked, error)) {
 	q := newQuery()
 	q.since, q.top = since, &topQuery{key: topKey{field, minutes, k}}
+	if w.peek(func() bool { w.rankTop(q); return true }) {
+		return func() ([]window.Ranked, error) { return q.top.ranked, nil }
+	}
 	sent := w.sendQuery(ctx, q)
 	return func() ([]window.Ranked, error) {
 		if err := sent(); err != nil {
@@ -60,9 +63,16 @@ func (w *Worker) SendTop(ctx context.Context, field uint8, minutes, since uint32
 	}
 }
 
-// answerTop answers a top query from the kept top when it was ranked for the same
-// minutes, else ranks it now and keeps it.
+// answerTop answers a top query (rankTop).
 func (w *Worker) answerTop(q *query) {
+	w.rankTop(q)
+	q.answered()
+}
+
+// rankTop fills q's top from the kept top when it was ranked for the same minutes, else
+// ranks it now and keeps it: on the worker's goroutine (answerTop) or by its asker
+// (SendTop's peek), never both at once.
+func (w *Worker) rankTop(q *query) {
 	if w.tops == nil {
 		w.tops = tops{}
 	}
@@ -73,7 +83,6 @@ func (w *Worker) answerTop(q *query) {
 	}
 	kp.asked = time.Now()
 	q.top.ranked = kp.ranked
-	q.answered()
 }
 
 // refreshTops ranks the tops asked in the last topKeep again, for the minutes their
