@@ -15,7 +15,7 @@ import (
 
 // TestGetReadByItsAsker: a get of a partition whose worker waits for work is read by
 // its asker itself, with what the worker has applied (Stats.Peeked), not handed to the
-// worker's goroutine — a windowed get and a top too; while the worker is busy (here held in a checkpoint's OnFlush) a
+// worker's goroutine — a windowed get, a top and a standby's stale read too; while the worker is busy (here held in a checkpoint's OnFlush) a
 // get is queued, and answered by the worker once it is back where it answers queries,
 // with what it has applied then — never read in the middle of its work. Before, every
 // get was handed to the worker's goroutine.
@@ -67,6 +67,15 @@ func TestGetReadByItsAsker(t *testing.T) {
 			t.Fatalf("the top of the day: %v, %v; want 42 (3 likes) and 43 (2)", top, err)
 		}
 		return r.stats.Peeked.Load() == before+1, fmt.Sprint(r.stats.Peeked.Load()-before, " tops peeked")
+	})
+	natstest.Eventually(t, 5*time.Second, "a stale read by its asker", func() (bool, string) {
+		before := r.stats.Peeked.Load()
+		out := [][]uint64{make([]uint64, len(r.fam.Fields))}
+		behind, err := w.Stale(t.Context(), []uint64{y}, out)
+		if err != nil || out[0][0] != 2 || behind.Msgs != 0 {
+			t.Fatalf("a stale read of %d: %v, %v behind, %v; want 2 likes, none behind", y, out, behind, err)
+		}
+		return r.stats.Peeked.Load() == before+1, fmt.Sprint(r.stats.Peeked.Load()-before, " stale reads peeked")
 	})
 
 	// The worker held in the checkpoint of a like of x: a get waits for it.

@@ -74,7 +74,7 @@ func (w *Worker) Get(ctx context.Context, ids []uint64, out [][]uint64) error {
 // reused once its answer has been waited for (queryPool). A request's partitions
 // are all asked this way before it waits for any, with no goroutine each.
 func (w *Worker) Send(ctx context.Context, ids []uint64, out [][]uint64) (wait func() error) {
-	if w.peek(func() bool { return w.readCounts(ids, out) }) {
+	if w.peek(true, func() bool { return w.readCounts(ids, out) }) {
 		return answeredNow
 	}
 	q := w.pooled(ctx)
@@ -90,14 +90,14 @@ func answeredNow() error { return nil }
 // handed to the partition's goroutine, which on a busy machine waited for a core to be
 // scheduled — a get of 20 ids asks some 12 partitions. It reports false, and the get is
 // to be sent, when the worker is busy (w.view held: the get is queued and answered
-// between its delta messages, as ever), not ready or not the owner (sendQuery says
-// why), or read reports false.
-func (w *Worker) peek(read func() bool) bool {
+// between its delta messages, as ever), not ready, not the owner when owner is asked
+// for (sendQuery says why; a standby's stale read is not), or read reports false.
+func (w *Worker) peek(owner bool, read func() bool) bool {
 	if !w.view.TryLock() {
 		return false
 	}
 	defer w.view.Unlock()
-	if !w.ready.Load() || w.cfg.Valid != nil && !w.cfg.Valid() || !read() {
+	if !w.ready.Load() || owner && w.cfg.Valid != nil && !w.cfg.Valid() || !read() {
 		return false
 	}
 	w.stats.Peeked.Add(1)

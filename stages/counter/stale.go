@@ -27,6 +27,10 @@ type staleBehind struct {
 // is gone), and says how far behind its stream that state is. The state is consistent:
 // every delta up to the worker's position applied, in order, and none after it.
 func (w *Worker) Stale(ctx context.Context, ids []uint64, out [][]uint64) (flow.Behind, error) {
+	var pos uint64
+	if w.peek(false, func() bool { pos = w.pos.Load(); return w.readCounts(ids, out) }) {
+		return w.behindAt(ctx, pos)
+	}
 	q := newQuery()
 	q.ids, q.out = ids, out
 	if err := w.ask(ctx, q); err != nil {

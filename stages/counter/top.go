@@ -51,7 +51,7 @@ func (w *Worker) Top(ctx context.Context, field uint8, minutes, since uint32, k 
 func (w *Worker) SendTop(ctx context.Context, field uint8, minutes, since uint32, k int) (wait func() ([]window.Ranked, error)) {
 	q := newQuery()
 	q.since, q.top = since, &topQuery{key: topKey{field, minutes, k}}
-	if w.peek(func() bool { w.rankTop(q); return true }) {
+	if w.peek(true, func() bool { w.rankTop(q); return true }) {
 		return func() ([]window.Ranked, error) { return q.top.ranked, nil }
 	}
 	sent := w.sendQuery(ctx, q)

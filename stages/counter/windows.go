@@ -209,7 +209,7 @@ func (w *Worker) GetWindow(ctx context.Context, ids []uint64, since uint32, out 
 
 // SendWindow is GetWindow in two steps, as Send is Get's.
 func (w *Worker) SendWindow(ctx context.Context, ids []uint64, since uint32, out [][]int64) (wait func() error) {
-	if w.peek(func() bool { w.sumWindows(ids, since, out); return true }) {
+	if w.peek(true, func() bool { w.sumWindows(ids, since, out); return true }) {
 		return answeredNow
 	}
 	q := w.pooled(ctx)
