@@ -7,8 +7,8 @@ import (
 
 // A partition's reads: gets, windowed gets and tops, answered by its worker's goroutine
 // between delta messages (answer, answerWaiting), and while a checkpoint waits for
-// Badger (serving); a get of ids in RAM, a windowed get or a top is read by its asker
-// itself while that goroutine waits (peek).
+// Badger (serving); a get of ids in RAM, a windowed get, a top or a stale read is read
+// by its asker itself while that goroutine waits (peek).
 
 // query is one read of the partition, asked on the worker's queries channel.
 type query struct {

@@ -93,8 +93,8 @@ type Stats struct {
 	// this process's lease lapsed (each also in ChangeErrs): a worker paused past its TTL.
 	ChangesFenced atomic.Int64
 
-	// Peeked counts reads (gets, windowed gets, tops) done by their asker while the
-	// worker's goroutine waited (Worker.Send): the others were handed to it.
+	// Peeked counts reads (gets, windowed gets, tops, stale reads) done by their asker
+	// while the worker's goroutine waited (Worker.Send): the others were handed to it.
 	Peeked atomic.Int64
 
 	ColdReads    atomic.Int64 // ids read from the cold tier (Badger)
