@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tally-dev/tally/pipeline"
 	"github.com/tally-dev/tally/pipeline/natstest"
+	"github.com/tally-dev/tally/stages/counter"
 	"github.com/tally-dev/tally/store"
 	"github.com/tally-dev/tally/store/hot"
 )
@@ -25,16 +27,18 @@ func TestGetReadByItsAsker(t *testing.T) {
 	r.publishWindows(1, 1, x, 3, pipeline.WindowDelta{ID: x, Minute: now, N: 3})
 	r.publishWindows(1, 2, y, 2, pipeline.WindowDelta{ID: y, Minute: now - 90, N: 2})
 	cfg := r.config()
-	hold, held, release := make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
+	// Held in the first checkpoint past position holdPast, once set: the one of a like
+	// published after it, not a late one of what came before.
+	var w *counter.Worker
+	var holdPast atomic.Uint64
+	held, release := make(chan struct{}), make(chan struct{})
 	cfg.OnFlush = func(changed int, _ time.Duration) {
-		select {
-		case <-hold:
+		if past := holdPast.Load(); past != 0 && w.Position() > past && holdPast.CompareAndSwap(past, 0) {
 			close(held)
 			<-release
-		default:
 		}
 	}
-	w, _ := r.start(cfg)
+	w, _ = r.start(cfg)
 	var once sync.Once
 	unhold := func() { once.Do(func() { close(release) }) }
 	t.Cleanup(unhold) // before the worker's stop, should the test fail while it is held
@@ -79,10 +83,10 @@ func TestGetReadByItsAsker(t *testing.T) {
 	})
 
 	// The worker held in the checkpoint of a like of x: a get waits for it.
-	hold <- struct{}{}
+	holdPast.Store(r.last)
 	r.publish(1, 3, x, 1)
 	<-held
-	peeked := r.stats.Peeked.Load()
+	peeked, queued := r.stats.Peeked.Load(), r.stats.Queued.Load()
 	out := [][]uint64{make([]uint64, len(r.fam.Fields))}
 	wait := w.Send(t.Context(), []uint64{x}, out)
 	answered := make(chan error, 1)
@@ -98,6 +102,9 @@ func TestGetReadByItsAsker(t *testing.T) {
 	}
 	if got := r.stats.Peeked.Load(); got != peeked {
 		t.Fatalf("%d gets peeked while the worker was busy", got-peeked)
+	}
+	if got := r.stats.Queued.Load(); got != queued+1 {
+		t.Fatalf("%d gets queued while the worker was busy, want 1", got-queued)
 	}
 }
 

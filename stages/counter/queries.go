@@ -149,6 +149,7 @@ func (w *Worker) ask(ctx context.Context, q *query) error {
 func (w *Worker) send(ctx context.Context, q *query) error {
 	select {
 	case w.queries <- q:
+		w.stats.Queued.Add(1)
 		return nil
 	case <-w.stopped:
 		return w.errStopped()

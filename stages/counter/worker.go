@@ -94,8 +94,10 @@ type Stats struct {
 	ChangesFenced atomic.Int64
 
 	// Peeked counts reads (gets, windowed gets, tops, stale reads) done by their asker
-	// while the worker's goroutine waited (Worker.Send): the others were handed to it.
+	// while the worker's goroutine waited (Worker.Send); Queued those handed to it (a
+	// worker busy, or an id in the cold tier).
 	Peeked atomic.Int64
+	Queued atomic.Int64
 
 	ColdReads    atomic.Int64 // ids read from the cold tier (Badger)
 	ColdHits     atomic.Int64 // cold ids answered by the cold cache

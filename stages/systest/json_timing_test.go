@@ -229,11 +229,11 @@ func benchJSONTally(b *testing.B, batch int, split, viewers bool) {
 func BenchmarkGet20Loaded(b *testing.B) {
 	b.Run("one", func(b *testing.B) {
 		n, c := rig.StartNode(b, func(c *node.Config) { c.Partitions, c.FlushInterval = 16, 100*time.Millisecond })
-		get20Loaded(b, n.ClientURL(), c, false)
+		get20Loaded(b, n.ClientURL(), c, false, n)
 	})
 	b.Run("two", func(b *testing.B) {
-		url, c := startTwo(b)
-		get20Loaded(b, url, c, false)
+		url, c, ns := startTwo(b)
+		get20Loaded(b, url, c, false, ns...)
 	})
 	// one-procs and two-procs are one and two as tallyd processes of cmd/tallyd built
 	// from this tree, the NATS server, the load and the gets in this one, as in a
@@ -292,8 +292,10 @@ func startEchoChild(b *testing.B, url string) {
 
 // get20Loaded is BenchmarkGet20Loaded of the tallyd c asks, on the NATS server at url.
 // Requests on "echo" are answered by this process unless echoed says a process of its
-// own answers them (startEchoChild).
-func get20Loaded(b *testing.B, url string, c *client.Client, echoed bool) {
+// own answers them (startEchoChild). Of the tallyd given in ns (those in this process),
+// it reports the share of the partitions' reads the requests did themselves
+// (read-by-get-%, counter.Stats.Peeked) rather than handed to a busy worker.
+func get20Loaded(b *testing.B, url string, c *client.Client, echoed bool, ns ...*node.Node) {
 	nc := c.Conn()
 	if !echoed {
 		if _, err := nc.Subscribe("echo", func(m *nats.Msg) { _ = m.Respond(make([]byte, 200)) }); err != nil {
@@ -307,6 +309,13 @@ func get20Loaded(b *testing.B, url string, c *client.Client, echoed bool) {
 	echo := make([]time.Duration, 0, b.N)
 	get := make([]time.Duration, 0, b.N)
 	sched0 := schedLatencies()
+	reads := func() (peeked, queued int64) {
+		for _, n := range ns {
+			peeked, queued = peeked+n.CounterStats.Peeked.Load(), queued+n.CounterStats.Queued.Load()
+		}
+		return peeked, queued
+	}
+	peeked0, queued0 := reads()
 	b.ResetTimer()
 	for range b.N {
 		t0 := time.Now()
@@ -329,6 +338,9 @@ func get20Loaded(b *testing.B, url string, c *client.Client, echoed bool) {
 	reportLatency(b, "get", get)
 	reportSched(b, sched0, schedLatencies())
 	b.ReportMetric(float64(get[len(get)*99/100])/float64(echo[len(echo)*99/100]), "p99-ratio")
+	if peeked, queued := reads(); len(ns) > 0 && peeked+queued > peeked0+queued0 {
+		b.ReportMetric(100*float64(peeked-peeked0)/float64(peeked-peeked0+queued-queued0), "read-by-get-%")
+	}
 }
 
 // BenchmarkCountLatency is how long an event takes to be counted — a view of a post no

@@ -523,12 +523,12 @@ func BenchmarkGet20(b *testing.B) {
 // twoTallyd starts two tallyd in this process on one NATS server, sharing 16 partitions
 // (8 each, no standbys), and returns a client of them.
 func twoTallyd(b *testing.B) *client.Client {
-	_, c := startTwo(b)
+	_, c, _ := startTwo(b)
 	return c
 }
 
 // startTwo is twoTallyd, and the URL of their NATS server.
-func startTwo(b *testing.B) (string, *client.Client) {
+func startTwo(b *testing.B) (string, *client.Client, []*node.Node) {
 	url, c := rig.NATSServer(b)
 	var ns []*node.Node
 	for range 2 {
@@ -537,5 +537,5 @@ func startTwo(b *testing.B) (string, *client.Client) {
 	rig.Eventually(b, "each tallyd owns 8 partitions", func() (bool, string) {
 		return len(ns[0].Parts()) == 8 && len(ns[1].Parts()) == 8, fmt.Sprint(ns[0].Parts(), ns[1].Parts())
 	})
-	return url, c
+	return url, c, ns
 }
