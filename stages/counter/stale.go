@@ -41,8 +41,10 @@ func (w *Worker) Stale(ctx context.Context, ids []uint64, out [][]uint64) (flow.
 
 // behindAt is how far behind its stream the state at position pos is, as the worker
 // knew at most staleEvery ago: a reading that young of a position at or before pos
-// serves, aged by the time since when it lagged (the oldest delta not applied at pos is
-// no older than the one not applied then), less the messages applied since.
+// serves, less the messages applied since, aged by the time since when it still lags
+// (the oldest delta not applied at pos is no older than the one not applied then), and
+// nothing behind once every message it counted is applied (the protocol's "0 when it
+// had applied every one": it said up to 100 ms with none left, TestBehindAtCaughtUp).
 func (w *Worker) behindAt(ctx context.Context, pos uint64) (flow.Behind, error) {
 	sb := &w.staleBehind
 	sb.mu.Lock()
@@ -50,10 +52,11 @@ func (w *Worker) behindAt(ctx context.Context, pos uint64) (flow.Behind, error) 
 	now := time.Now()
 	if since := now.Sub(sb.at); since < staleEvery && sb.pos <= pos && !sb.at.IsZero() {
 		b := sb.behind
-		if b.Msgs > 0 {
+		if b.Msgs -= min(b.Msgs, pos-sb.pos); b.Msgs > 0 {
 			b.Age += since
+		} else {
+			b.Age = 0
 		}
-		b.Msgs -= min(b.Msgs, pos-sb.pos)
 		return b, nil
 	}
 	b, err := w.behind.Behind(ctx, pos, now)
