@@ -131,7 +131,11 @@ func TestGetsReadWhileDeltasApply(t *testing.T) {
 					return
 				default:
 				}
-				out := r.get(w, 100, 101, 102, 103, 104, 105, 106, 107)
+				out, err := r.tryGet(w, 100, 101, 102, 103, 104, 105, 106, 107)
+				if err != nil {
+					t.Error(err)
+					return
+				}
 				changes := [][]int64{make([]int64, len(r.fam.Fields))}
 				if err := w.GetWindow(t.Context(), []uint64{100}, now-59, changes); err != nil {
 					t.Error(err)
@@ -169,17 +173,21 @@ func TestGetsReadWhileDeltasApply(t *testing.T) {
 	}
 }
 
-// get asks w for the counts of ids and returns them.
-func (r *rig) get(w interface {
-	Get(context.Context, []uint64, [][]uint64) error
-}, ids ...uint64) [][]uint64 {
+// get asks w for the counts of ids and returns them; on the test's goroutine.
+func (r *rig) get(w *counter.Worker, ids ...uint64) [][]uint64 {
 	r.t.Helper()
+	out, err := r.tryGet(w, ids...)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return out
+}
+
+// tryGet asks w for the counts of ids; on any goroutine.
+func (r *rig) tryGet(w *counter.Worker, ids ...uint64) ([][]uint64, error) {
 	out := make([][]uint64, len(ids))
 	for i := range out {
 		out[i] = make([]uint64, len(r.fam.Fields))
 	}
-	if err := w.Get(context.Background(), ids, out); err != nil {
-		r.t.Fatal(err)
-	}
-	return out
+	return out, w.Get(context.Background(), ids, out)
 }
