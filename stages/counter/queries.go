@@ -74,7 +74,7 @@ func (w *Worker) Get(ctx context.Context, ids []uint64, out [][]uint64) error {
 // reused once its answer has been waited for (queryPool). A request's partitions
 // are all asked this way before it waits for any, with no goroutine each.
 func (w *Worker) Send(ctx context.Context, ids []uint64, out [][]uint64) (wait func() error) {
-	if w.peek(true, func() bool { return w.readCounts(ids, out) }) {
+	if w.peek(true, func() bool { return len(w.readCounts(ids, out, nil)) == 0 }) {
 		return answeredNow
 	}
 	q := w.pooled(ctx)
@@ -104,15 +104,16 @@ func (w *Worker) peek(owner bool, read func() bool) bool {
 	return true
 }
 
-// readCounts fills out with the counters of ids as answer does, and reports false, out
-// to be filled again, at an id in the cold tier (read from Badger by the worker).
-func (w *Worker) readCounts(ids []uint64, out [][]uint64) bool {
+// readCounts fills out with the counters of ids in RAM (zero for an id not counted) and
+// appends to cold the places of the ids in the cold tier, whose counters only the
+// worker reads (readCold, from Badger).
+func (w *Worker) readCounts(ids []uint64, out [][]uint64, cold []int) []int {
 	for i, id := range ids {
 		if !w.table.Get(id, out[i]) && w.isCold(id) {
-			return false
+			cold = append(cold, i)
 		}
 	}
-	return true
+	return cold
 }
 
 // sendQuery hands q to the worker, as Send, unless the partition is not this process's.
@@ -191,13 +192,7 @@ func (w *Worker) answer(q *query) {
 		w.answerWindow(q)
 		return
 	}
-	var cold []int
-	for i, id := range q.ids {
-		if !w.table.Get(id, q.out[i]) && w.isCold(id) {
-			cold = append(cold, i)
-		}
-	}
-	if len(cold) > 0 {
+	if cold := w.readCounts(q.ids, q.out, nil); len(cold) > 0 {
 		q.err = w.readCold(q.ids, q.out, cold)
 	}
 	q.answered()

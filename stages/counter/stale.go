@@ -28,7 +28,7 @@ type staleBehind struct {
 // every delta up to the worker's position applied, in order, and none after it.
 func (w *Worker) Stale(ctx context.Context, ids []uint64, out [][]uint64) (flow.Behind, error) {
 	var pos uint64
-	if w.peek(false, func() bool { pos = w.pos.Load(); return w.readCounts(ids, out) }) {
+	if w.peek(false, func() bool { pos = w.pos.Load(); return len(w.readCounts(ids, out, nil)) == 0 }) {
 		return w.behindAt(ctx, pos)
 	}
 	q := newQuery()

@@ -49,11 +49,12 @@ func (w *Worker) Top(ctx context.Context, field uint8, minutes, since uint32, k 
 
 // SendTop is Top in two steps, as Send is Get's.
 func (w *Worker) SendTop(ctx context.Context, field uint8, minutes, since uint32, k int) (wait func() ([]window.Ranked, error)) {
-	q := newQuery()
-	q.since, q.top = since, &topQuery{key: topKey{field, minutes, k}}
-	if w.peek(true, func() bool { w.rankTop(q); return true }) {
-		return func() ([]window.Ranked, error) { return q.top.ranked, nil }
+	t := &topQuery{key: topKey{field, minutes, k}}
+	if w.peek(true, func() bool { w.rankTop(t, since); return true }) {
+		return func() ([]window.Ranked, error) { return t.ranked, nil }
 	}
+	q := newQuery()
+	q.since, q.top = since, t
 	sent := w.sendQuery(ctx, q)
 	return func() ([]window.Ranked, error) {
 		if err := sent(); err != nil {
@@ -65,24 +66,24 @@ func (w *Worker) SendTop(ctx context.Context, field uint8, minutes, since uint32
 
 // answerTop answers a top query (rankTop).
 func (w *Worker) answerTop(q *query) {
-	w.rankTop(q)
+	w.rankTop(q.top, q.since)
 	q.answered()
 }
 
-// rankTop fills q's top from the kept top when it was ranked for the same minutes, else
-// ranks it now and keeps it: on the worker's goroutine (answerTop) or by its asker
-// (SendTop's peek), never both at once.
-func (w *Worker) rankTop(q *query) {
+// rankTop fills t, of the window starting at minute since, from the kept top when it
+// was ranked for the same minutes, else ranks it now and keeps it: on the worker's
+// goroutine (answerTop) or by its asker (SendTop's peek), never both at once.
+func (w *Worker) rankTop(t *topQuery, since uint32) {
 	if w.tops == nil {
 		w.tops = tops{}
 	}
-	kp := w.tops[q.top.key]
-	if kp == nil || kp.since != q.since {
-		kp = &kept{since: q.since, ranked: w.win.table.Top(q.top.key.field, q.since, q.top.key.k)}
-		w.tops[q.top.key] = kp
+	kp := w.tops[t.key]
+	if kp == nil || kp.since != since {
+		kp = &kept{since: since, ranked: w.win.table.Top(t.key.field, since, t.key.k)}
+		w.tops[t.key] = kp
 	}
 	kp.asked = time.Now()
-	q.top.ranked = kp.ranked
+	t.ranked = kp.ranked
 }
 
 // refreshTops ranks the tops asked in the last topKeep again, for the minutes their

@@ -94,7 +94,7 @@ type Stats struct {
 	ChangesFenced atomic.Int64
 
 	// Peeked counts reads (gets, windowed gets, tops, stale reads) done by their asker
-	// while the worker's goroutine waited (Worker.Send); Queued those handed to it (a
+	// while the worker's goroutine waited (Worker.peek); Queued those handed to it (a
 	// worker busy, or an id in the cold tier).
 	Peeked atomic.Int64
 	Queued atomic.Int64
@@ -126,9 +126,10 @@ type Worker struct {
 	stats   *Stats
 	queries chan *query   // queued, up to queryQueue, so that a request asks every partition before it waits
 	stopped chan struct{} // closed as Run returns: queries are answered ErrStopped
-	// view is what a query reads (the table, the cold tier's set): Run holds it but
-	// where it answers queries — waiting for work, a checkpoint or a snapshot — so a
-	// get's asker may read it there itself (peek), as Run would answer it.
+	// view is what a query reads (the table, the cold tier's set, the window table and
+	// the kept tops): Run holds it but where it answers queries — waiting for work, a
+	// checkpoint or a snapshot — so a read's asker may read them there itself (peek),
+	// as Run would answer it.
 	view sync.Mutex
 	role string // the role its goroutine's profile labels say (label)
 
