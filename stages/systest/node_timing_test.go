@@ -2,7 +2,6 @@ package systest
 
 import (
 	"context"
-	"expvar"
 	"fmt"
 	"maps"
 	"math/rand"
@@ -22,6 +21,7 @@ import (
 	"github.com/tally-dev/tally/pipeline/natstest"
 	"github.com/tally-dev/tally/stages/node"
 	"github.com/tally-dev/tally/stages/systest/rig"
+	"github.com/tally-dev/tally/store/cold"
 )
 
 // benchEvents makes n events over a Zipf-skewed set of posts: 70% likes (each a new
@@ -359,9 +359,11 @@ func likesIn(evs []pipeline.Event) int {
 	return n
 }
 
-// badgerPuts is how many entries Badger has written in this process (every key set or
-// deleted, and one mark per transaction committed): Badger's own expvar counter.
-func badgerPuts() int64 { return expvar.Get("badger_put_num_user").(*expvar.Int).Value() }
+// badgerPuts is how many keys the cold tier has written in this process (every key set
+// or deleted by a transaction committed: cold.Counted; Badger's own counter, before
+// the thirty-fourth session, also counted a mark for each transaction, and a key
+// written twice in one transaction once).
+func badgerPuts() int64 { return cold.Counted().Writes }
 
 // publishBench publishes evs as the Go client does, about benchBatch events a message
 // per partition.

@@ -96,7 +96,9 @@ func Open(o Options) (*DB, error) {
 		WithNumVersionsToKeep(1).
 		// Each key has one writer goroutine (its partition), so transactions never conflict;
 		// tracking their reads for conflict detection would be pure cost.
-		WithDetectConflicts(false)
+		WithDetectConflicts(false).
+		// Counted instead, once a transaction (Counts).
+		WithMetricsEnabled(false)
 	if o.NumMemtables > 0 {
 		bo = bo.WithNumMemtables(o.NumMemtables)
 	}

@@ -54,19 +54,35 @@ func (i Iterator) Close() { i.it.Close() }
 // Batch writes many keys outside a transaction, in as many commits as they take: for
 // writes that need not be atomic (deleting garbage, moving keys that a crash moves
 // again). Cancel it when done, Flush to write.
-type Batch struct{ wb *badger.WriteBatch }
+type Batch struct {
+	wb     *badger.WriteBatch
+	writes int64 // keys set or deleted since the last flush (Counted)
+}
 
 // NewBatch starts a Batch.
 func (d *DB) NewBatch() *Batch { return &Batch{wb: d.db.NewWriteBatch()} }
 
 // Set writes v under k.
-func (b *Batch) Set(k, v []byte) error { return b.wb.Set(k, v) }
+func (b *Batch) Set(k, v []byte) error {
+	b.writes++
+	return b.wb.Set(k, v)
+}
 
 // Delete deletes k.
-func (b *Batch) Delete(k []byte) error { return b.wb.Delete(k) }
+func (b *Batch) Delete(k []byte) error {
+	b.writes++
+	return b.wb.Delete(k)
+}
 
 // Flush writes what the batch holds.
-func (b *Batch) Flush() error { return b.wb.Flush() }
+func (b *Batch) Flush() error {
+	err := b.wb.Flush()
+	if err == nil {
+		counted.writes.Add(b.writes)
+	}
+	b.writes = 0
+	return err
+}
 
 // Cancel drops what was not flushed; after Flush it does nothing.
 func (b *Batch) Cancel() { b.wb.Cancel() }

@@ -2,6 +2,7 @@ package cold
 
 import (
 	"errors"
+	"sync/atomic"
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/skl"
@@ -17,6 +18,25 @@ type Txn struct {
 	// checkSize), against the bounds lim: see FillWith.
 	size, count int64
 	lim         *limits
+	gets        int64 // keys looked for, added to counted when the transaction ends
+}
+
+// Counts are what the transactions of this process have read and written, over every
+// database it opened (Counted). Badger's own counters (its expvar metrics) are off: it
+// counted each key looked for at each level of its tree in a map shared by every
+// goroutine, 6 % of the CPU of a like (docs/performance.md).
+type Counts struct {
+	Gets   int64 // keys looked for (Txn.Get)
+	Writes int64 // keys written by transactions committed (each once a transaction) and batches flushed
+	Bytes  int64 // what those writes took, by Badger's measure of a transaction (Txn.wrote)
+}
+
+// counted is Counted's, added to once a transaction (or a batch's flush), not a key.
+var counted struct{ gets, writes, bytes atomic.Int64 }
+
+// Counted is what the process's transactions have read and written so far.
+func Counted() Counts {
+	return Counts{Gets: counted.gets.Load(), Writes: counted.writes.Load(), Bytes: counted.bytes.Load()}
 }
 
 // limits are Badger's bounds of one transaction, as Badger derives them from the
@@ -34,19 +54,64 @@ func (d *DB) NewTxn(update bool) *Txn { return &Txn{b: d.db.NewTransaction(updat
 
 // Update runs fn in a transaction that writes, committed when fn returns nil.
 func (d *DB) Update(fn func(txn *Txn) error) error {
-	return tooBig(d.db.Update(func(b *badger.Txn) error { return fn(&Txn{b: b, lim: &d.lim}) }))
+	t, keys := Txn{lim: &d.lim}, 0
+	err := d.db.Update(func(b *badger.Txn) error {
+		t.b = b
+		err := fn(&t)
+		keys = b.Writes() // committed next, when err is nil
+		return err
+	})
+	if err == nil {
+		t.committed(keys)
+	}
+	t.ended()
+	return tooBig(err)
 }
 
 // View runs fn in a transaction that only reads.
 func (d *DB) View(fn func(txn *Txn) error) error {
-	return d.db.View(func(b *badger.Txn) error { return fn(&Txn{b: b}) })
+	var t Txn
+	err := d.db.View(func(b *badger.Txn) error {
+		t.b = b
+		return fn(&t)
+	})
+	t.ended()
+	return err
 }
 
 // Commit commits the transaction's writes.
-func (t *Txn) Commit() error { return tooBig(t.b.Commit()) }
+func (t *Txn) Commit() error {
+	keys := t.b.Writes()
+	err := t.b.Commit()
+	if err == nil {
+		t.committed(keys)
+	}
+	t.ended()
+	return tooBig(err)
+}
 
 // Discard ends the transaction without writing; after Commit it does nothing.
-func (t *Txn) Discard() { t.b.Discard() }
+func (t *Txn) Discard() {
+	t.b.Discard()
+	t.ended()
+}
+
+// committed counts the writes of a transaction committed (Counted), the keys it wrote
+// taken (Writes) before its commit gave them up.
+func (t *Txn) committed(keys int) {
+	if keys > 0 {
+		counted.writes.Add(int64(keys))
+		counted.bytes.Add(t.size)
+	}
+}
+
+// ended counts the keys a transaction ending has looked for (Counted).
+func (t *Txn) ended() {
+	if t.gets > 0 {
+		counted.gets.Add(t.gets)
+		t.gets = 0
+	}
+}
 
 // Set writes v under k. The store's functions build keys and values; tests and tools
 // writing what an older layout held use it raw.
@@ -86,7 +151,10 @@ func (t *Txn) FillWith(bytes, keys int) float64 {
 	return max(float64(t.size+int64(bytes))/float64(t.lim.size), float64(t.count+int64(keys))/float64(t.lim.count))
 }
 
-func (t *Txn) get(k []byte) (*badger.Item, error) { return t.b.Get(k) }
+func (t *Txn) get(k []byte) (*badger.Item, error) {
+	t.gets++
+	return t.b.Get(k)
+}
 
 // tooBig maps Badger's ErrTxnTooBig to ErrTxnTooBig, and passes any other error as it is.
 func tooBig(err error) error {
@@ -99,6 +167,7 @@ func tooBig(err error) error {
 // Get calls fn with the value of k, if k is there, and reports whether it was; the value
 // is valid only until fn returns. fn may be nil.
 func (t *Txn) Get(k []byte, fn func(v []byte) error) (bool, error) {
+	t.gets++
 	item, err := t.b.Get(k)
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		return false, nil

@@ -2,7 +2,6 @@ package graph
 
 import (
 	"encoding/binary"
-	"expvar"
 	"math/rand/v2"
 	"testing"
 
@@ -94,4 +93,4 @@ func likeKeyPerList(txn *cold.Txn, u, post uint64, ts int64, seq uint64) (bool, 
 	return true, txn.Set(objectKey(0, Like, rel, ts), nil)
 }
 
-func badgerBytes() int64 { return expvar.Get("badger_write_bytes_user").(*expvar.Int).Value() }
+func badgerBytes() int64 { return cold.Counted().Bytes }

@@ -1,7 +1,6 @@
 package graph
 
 import (
-	"expvar"
 	"slices"
 	"testing"
 
@@ -187,4 +186,4 @@ func TestHeavyLikesReadNothing(t *testing.T) {
 	}
 }
 
-func badgerGets() int64 { return expvar.Get("badger_get_num_user").(*expvar.Int).Value() }
+func badgerGets() int64 { return cold.Counted().Gets }

@@ -269,6 +269,11 @@ type Txn struct {
 	update       bool // update is used to conditionally keep track of reads.
 }
 
+// Writes is how many entries the transaction's commit would write, its commit's mark
+// aside: each key set or deleted once, however many times it was. Tally's (its own
+// count of what its transactions write, with Badger's metrics off).
+func (txn *Txn) Writes() int { return len(txn.pendingWrites) + len(txn.duplicateWrites) }
+
 type pendingWritesIterator struct {
 	entries  []*Entry
 	nextIdx  int
