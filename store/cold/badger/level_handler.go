@@ -7,6 +7,7 @@ package badger
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 
@@ -38,6 +39,19 @@ type levelHandler struct {
 	level    int
 	strLevel string
 	db       *DB
+	// view is the levels' (levelsController.view): Tally's. A get holds it for
+	// reading to list the tables of every level; tables changes only under it too.
+	view *sync.RWMutex
+}
+
+// setTables makes tables the level's list of tables, under the levels' view lock
+// (levelsController.view): Tally's. Every change to s.tables goes through it, and is
+// made whole before: a reader holding the view lock for reading sees it as it was or
+// as it is. Caller must hold s.Lock().
+func (s *levelHandler) setTables(tables []*table.Table) {
+	s.view.Lock()
+	s.tables = tables
+	s.view.Unlock()
 }
 
 func (s *levelHandler) isLastLevel() bool {
@@ -61,7 +75,6 @@ func (s *levelHandler) initTables(tables []*table.Table) {
 	s.Lock()
 	defer s.Unlock()
 
-	s.tables = tables
 	s.totalSize = 0
 	s.totalStaleSize = 0
 	for _, t := range tables {
@@ -71,15 +84,16 @@ func (s *levelHandler) initTables(tables []*table.Table) {
 	if s.level == 0 {
 		// Key range will overlap. Just sort by fileID in ascending order
 		// because newer tables are at the end of level 0.
-		sort.Slice(s.tables, func(i, j int) bool {
-			return s.tables[i].ID() < s.tables[j].ID()
+		sort.Slice(tables, func(i, j int) bool {
+			return tables[i].ID() < tables[j].ID()
 		})
 	} else {
 		// Sort tables by keys.
-		sort.Slice(s.tables, func(i, j int) bool {
-			return y.CompareKeys(s.tables[i].Smallest(), s.tables[j].Smallest()) < 0
+		sort.Slice(tables, func(i, j int) bool {
+			return y.CompareKeys(tables[i].Smallest(), tables[j].Smallest()) < 0
 		})
 	}
+	s.setTables(tables)
 }
 
 // deleteTables remove tables idx0, ..., idx1-1.
@@ -101,7 +115,7 @@ func (s *levelHandler) deleteTables(toDel []*table.Table) error {
 		}
 		s.subtractSize(t)
 	}
-	s.tables = newTables
+	s.setTables(newTables)
 
 	s.Unlock() // Unlock s _before_ we DecrRef our tables, which can be slow.
 
@@ -137,11 +151,11 @@ func (s *levelHandler) replaceTables(toDel, toAdd []*table.Table) error {
 		newTables = append(newTables, t)
 	}
 
-	// Assign tables.
-	s.tables = newTables
-	sort.Slice(s.tables, func(i, j int) bool {
-		return y.CompareKeys(s.tables[i].Smallest(), s.tables[j].Smallest()) < 0
+	// Assign tables, sorted first.
+	sort.Slice(newTables, func(i, j int) bool {
+		return y.CompareKeys(newTables[i].Smallest(), newTables[j].Smallest()) < 0
 	})
+	s.setTables(newTables)
 	s.Unlock() // s.Unlock before we DecrRef tables -- that can be slow.
 	return decrRefs(toDel)
 }
@@ -157,7 +171,7 @@ func (s *levelHandler) addTable(t *table.Table) {
 
 	s.addSize(t) // Increase totalSize first.
 	t.IncrRef()
-	s.tables = append(s.tables, t)
+	s.setTables(append(s.tables, t))
 }
 
 // sortTables sorts tables of levelHandler based on table.Smallest.
@@ -166,9 +180,11 @@ func (s *levelHandler) sortTables() {
 	s.Lock()
 	defer s.Unlock()
 
-	sort.Slice(s.tables, func(i, j int) bool {
-		return y.CompareKeys(s.tables[i].Smallest(), s.tables[j].Smallest()) < 0
+	tables := slices.Clone(s.tables)
+	sort.Slice(tables, func(i, j int) bool {
+		return y.CompareKeys(tables[i].Smallest(), tables[j].Smallest()) < 0
 	})
+	s.setTables(tables)
 }
 
 func decrRefs(tables []*table.Table) error {
@@ -180,11 +196,12 @@ func decrRefs(tables []*table.Table) error {
 	return nil
 }
 
-func newLevelHandler(db *DB, level int) *levelHandler {
+func newLevelHandler(db *DB, level int, view *sync.RWMutex) *levelHandler {
 	s := &levelHandler{
 		level:    level,
 		strLevel: fmt.Sprintf("l%d", level),
 		db:       db,
+		view:     view,
 	}
 	if level == 0 {
 		// The cond's Locker is the handler's write lock (RWMutex.Lock/Unlock).
@@ -216,7 +233,7 @@ func (s *levelHandler) numTablesLocked() int {
 // of tryAddLevel0Table, used by addLevel0Table which already holds the lock to
 // wait on the stall cond.
 func (s *levelHandler) addLevel0TableLocked(t *table.Table) {
-	s.tables = append(s.tables, t)
+	s.setTables(append(s.tables, t))
 	t.IncrRef()
 	s.addSize(t)
 }
@@ -232,7 +249,7 @@ func (s *levelHandler) tryAddLevel0Table(t *table.Table) bool {
 		return false
 	}
 
-	s.tables = append(s.tables, t)
+	s.setTables(append(s.tables, t))
 	t.IncrRef()
 	s.addSize(t)
 
@@ -268,15 +285,15 @@ func (s *levelHandler) close() error {
 	return y.Wrap(err, "levelHandler.close")
 }
 
-// tablesForKey acquires a read-lock to access s.tables, and appends to tables those
-// that may hold key, with a reference to each: the caller drops them (decrRefs). Tally: it appends where getTableForKey returned a slice and a closure,
-// allocated for every level of every key looked for; and it tests each table's Bloom
-// filter for hash (the key's, without its version) before taking a reference, which a
-// table no filter lets through is then spared: a table listed while the read-lock is
-// held is not closed (its last reference goes once it is taken out, under the lock).
+// tablesForKey appends to tables those of the level that may hold key, with a
+// reference to each: the caller drops them (decrRefs). Tally: the caller holds the
+// levels' view lock for reading (levelsController.get), which every change to s.tables
+// is made under, not the level's own; it appends where getTableForKey returned a slice
+// and a closure, allocated for every level of every key looked for; and it tests each
+// table's Bloom filter for hash (the key's, without its version) before taking a
+// reference, which a table no filter lets through is then spared: a table listed while
+// the lock is held is not closed (its last reference goes once it is taken out).
 func (s *levelHandler) tablesForKey(tables []*table.Table, key []byte, hash uint32) []*table.Table {
-	s.RLock()
-	defer s.RUnlock()
 	if s.level == 0 {
 		// For level 0, we need to check every table. Remember to make a copy as s.tables may change
 		// once we exit this function, and we don't want to lock s.tables while seeking in tables.
@@ -309,32 +326,6 @@ func (s *levelHandler) doesNotHave(t *table.Table, hash uint32) bool {
 		return true
 	}
 	return false
-}
-
-// get returns value for a given key or the key after that. If not found, return nil.
-// Tally: hash is the key's without its version (y.Hash), made once for every level.
-func (s *levelHandler) get(key []byte, hash uint32) (y.ValueStruct, error) {
-	// Tally: the tables in an array of the stack (see tablesForKey), those whose Bloom
-	// filter lets the key through.
-	var buf [16]*table.Table
-	tables := s.tablesForKey(buf[:0], key, hash)
-
-	var maxVs y.ValueStruct
-	for _, th := range tables {
-		// Tally: closed at the end of its turn, not deferred (a deferral in a loop
-		// is allocated).
-		it := th.NewIterator(0)
-		y.NumLSMGetsAdd(s.db.opt.MetricsEnabled, s.strLevel, 1)
-		it.Seek(key)
-		if it.Valid() && y.SameKey(key, it.Key()) {
-			if version := y.ParseTs(it.Key()); maxVs.Version < version {
-				maxVs = it.ValueCopy()
-				maxVs.Version = version
-			}
-		}
-		_ = it.Close()
-	}
-	return maxVs, decrRefs(tables)
 }
 
 // appendIterators appends iterators to an array of iterators, for merging.

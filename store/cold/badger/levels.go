@@ -38,6 +38,14 @@ type levelsController struct {
 	kv     *DB
 
 	cstatus compactStatus
+
+	// view is Tally's: held for reading while a key looked for gathers the tables of
+	// every level that may hold it (get), and for writing, within a level's own lock,
+	// wherever a level's list of tables changes (levelHandler.setTables and the
+	// sites that call it). A get took and let go each level's read lock in turn: 14
+	// atomic operations on lines every reader shares, 3 % of the CPU of the likes mix
+	// on two cores; it takes one lock now, and sees every level as of one moment.
+	view sync.RWMutex
 }
 
 // revertToManifest checks that all necessary table files exist and removes all table files not
@@ -75,7 +83,7 @@ func newLevelsController(db *DB, mf *Manifest) (*levelsController, error) {
 	s.cstatus.levels = make([]*levelCompactStatus, db.opt.MaxLevels)
 
 	for i := 0; i < db.opt.MaxLevels; i++ {
-		s.levels[i] = newLevelHandler(db, i)
+		s.levels[i] = newLevelHandler(db, i, &s.view)
 		s.cstatus.levels[i] = new(levelCompactStatus)
 	}
 
@@ -234,7 +242,7 @@ func (s *levelsController) dropTree() (int, error) {
 	for _, l := range s.levels {
 		l.Lock()
 		l.totalSize = 0
-		l.tables = l.tables[:0]
+		l.setTables(l.tables[:0])
 		l.Unlock()
 	}
 	for _, table := range all {
@@ -1710,32 +1718,42 @@ func (s *levelsController) get(key []byte, hash uint32, maxVs y.ValueStruct, sta
 	if s.kv.IsClosed() {
 		return y.ValueStruct{}, ErrDBClosed
 	}
-	// It's important that we iterate the levels from 0 on upward. The reason is, if we iterated
-	// in opposite order, or in parallel (naively calling all the h.RLock() in some order) we could
-	// read level L's tables post-compaction and level L+1's tables pre-compaction. (If we do
-	// parallelize this, we will need to call the h.RLock() function by increasing order of level
-	// number.)
-	version := y.ParseTs(key)
+	// Tally: the tables of every level that may hold the key, gathered under one read
+	// lock (view) rather than each level's in turn, with a reference to each; then
+	// each is read, as before from level 0 on upward. A compaction's tables are added
+	// to the next level before they are taken out of theirs: no moment misses them.
+	var buf [16]*table.Table
+	tables := buf[:0]
+	s.view.RLock()
 	for _, h := range s.levels {
 		// Ignore all levels below startLevel. This is useful for GC when L0 is kept in memory.
-		if h.level < startLevel {
-			continue
+		if h.level >= startLevel {
+			tables = h.tablesForKey(tables, key, hash)
 		}
-		vs, err := h.get(key, hash) // Calls h.RLock() and h.RUnlock().
-		if err != nil {
-			// Tally: a copy of the key in the error, so that the key does not escape.
-			return y.ValueStruct{}, y.Wrapf(err, "get key: %q", y.Copy(key))
+	}
+	s.view.RUnlock()
+	version := y.ParseTs(key)
+	for _, th := range tables {
+		// Tally: closed at the end of its turn, not deferred (a deferral in a loop
+		// is allocated).
+		it := th.NewIterator(0)
+		y.NumLSMGetsAdd(s.kv.opt.MetricsEnabled, "tables", 1)
+		it.Seek(key)
+		if it.Valid() && y.SameKey(key, it.Key()) {
+			if v := y.ParseTs(it.Key()); maxVs.Version < v {
+				maxVs = it.ValueCopy()
+				maxVs.Version = v
+				y.NumBytesReadsLSMAdd(s.kv.opt.MetricsEnabled, int64(len(maxVs.Value)))
+			}
 		}
-		if vs.Value == nil && vs.Meta == 0 {
-			continue
+		_ = it.Close()
+		if maxVs.Version == version {
+			break
 		}
-		y.NumBytesReadsLSMAdd(s.kv.opt.MetricsEnabled, int64(len(vs.Value)))
-		if vs.Version == version {
-			return vs, nil
-		}
-		if maxVs.Version < vs.Version {
-			maxVs = vs
-		}
+	}
+	if err := decrRefs(tables); err != nil {
+		// Tally: a copy of the key in the error, so that the key does not escape.
+		return y.ValueStruct{}, y.Wrapf(err, "get key: %q", y.Copy(key))
 	}
 	if len(maxVs.Value) > 0 {
 		y.NumGetsWithResultsAdd(s.kv.opt.MetricsEnabled, 1)
