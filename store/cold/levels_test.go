@@ -29,7 +29,9 @@ func TestReadsThroughCompactions(t *testing.T) {
 		rounds = 16
 	}
 	pad := bytes.Repeat([]byte{'t'}, 120)
-	value := func(round int) []byte { return binary.BigEndian.AppendUint64(append([]byte(nil), pad...), uint64(round)) }
+	value := func(round int) []byte {
+		return binary.BigEndian.AppendUint64(append([]byte(nil), pad...), uint64(round))
+	}
 	roundOf := func(v []byte) int { return int(binary.BigEndian.Uint64(v[len(v)-8:])) }
 
 	var done atomic.Int64 // the last round committed whole
