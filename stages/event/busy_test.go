@@ -134,3 +134,65 @@ func TestIdleOutboxWaitsNoEvent(t *testing.T) {
 		t.Fatalf("Lag %d (%v) while a delta batch is unacknowledged, want at least 1", lag, err)
 	}
 }
+
+// A partition that starts with an outbox left from before sends it and goes on to its
+// events without waiting for the acknowledgements: it waited for every one, so that a
+// delta batch of that outbox lost on its way (found only after AckTimeout, 10 s) held
+// the start of a new owner's partition as long. The receivers order what comes after a
+// lost batch (the outbox's window), and the partition is not caught up (Lag) until the
+// lost batch is stored.
+func TestStartWaitsNoLostPublish(t *testing.T) {
+	h := newHarness(t, 1)
+	db, err := cold.Open(cold.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	b := pipeline.DeltaBatch{Source: 0, Seq: 1, Deltas: []pipeline.Delta{{ID: 1 << 41, Field: 0, Op: pipeline.OpAdd, N: 1}}}
+	left := delivery.OutboxEntry{Seq: 1, Subject: h.sj.Delta(pipeline.FamilyPost, 0), MsgID: pipeline.DeltaMsgID(0, pipeline.FamilyPost+".0", 1),
+		Data: pipeline.AppendDeltaBatch(nil, &b)}
+	err = db.Update(func(txn *cold.Txn) error {
+		if err := stagelog.PutOutbox(txn, 0, &left); err != nil {
+			return err
+		}
+		return stagelog.Put(txn, 0, &stagelog.State{Seqs: map[string]uint64{pipeline.FamilyPost + ".0": 1}, Outbox: 1})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := &losesFirstDelta{js: h.js, sj: h.sj, found: make(chan error, 1)}
+	h.pub = pub
+	r := h.start("a", db)
+	natstest.Eventually(t, 10*time.Second, "the left delta batch lost", func() (bool, string) {
+		return pub.lost.Load(), "not yet"
+	})
+	h.likes(1, 2<<41, 1)
+	last := h.streamState(h.sj.EventsStream()).LastSeq
+	start := time.Now()
+	natstest.Eventually(t, 5*time.Second, "the like applied", func() (bool, string) {
+		return r.pos.Load() >= last, fmt.Sprintf("at %d of %d", r.pos.Load(), last)
+	})
+	t.Logf("the like applied %v after it was stored, the left batch still unacknowledged", time.Since(start).Round(time.Millisecond))
+	if lag, err := r.Lag(context.Background()); err != nil || lag == 0 {
+		t.Fatalf("Lag %d (%v) while the left delta batch is unacknowledged, want at least 1", lag, err)
+	}
+	// Found lost: sent again, stored once, beside the like's batch.
+	pub.found <- errors.New("lost")
+	deltas := h.sj.Delta(pipeline.FamilyPost, 0)
+	natstest.Eventually(t, 10*time.Second, "both delta batches stored", func() (bool, string) {
+		info, err := h.js.Stream(context.Background(), h.sj.DeltasStream())
+		if err != nil {
+			return false, err.Error()
+		}
+		si, err := info.Info(context.Background(), jetstream.WithSubjectFilter(deltas))
+		if err != nil {
+			return false, err.Error()
+		}
+		n := si.State.Subjects[deltas]
+		return n == 2, fmt.Sprint(n, " stored")
+	})
+	natstest.Eventually(t, 10*time.Second, "caught up", func() (bool, string) {
+		lag, err := r.Lag(context.Background())
+		return err == nil && lag == 0, fmt.Sprint("lag ", lag, " ", err)
+	})
+}
