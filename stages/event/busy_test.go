@@ -42,23 +42,7 @@ func (s *silent) PublishMsgAsync(msg *nats.Msg, _ ...jetstream.PublishOpt) (jets
 // the deltas a new owner re-sent were not in the stream yet.
 func TestBusyUntilItsOutboxIsStored(t *testing.T) {
 	h := newHarness(t, 1)
-	db, err := cold.Open(cold.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	b := pipeline.DeltaBatch{Source: 0, Seq: 1, Deltas: []pipeline.Delta{{ID: 1 << 41, Field: 0, Op: pipeline.OpAdd, N: 1}}}
-	left := delivery.OutboxEntry{Seq: 1, Subject: h.sj.Delta(pipeline.FamilyPost, 0), MsgID: pipeline.DeltaMsgID(0, pipeline.FamilyPost+".0", 1),
-		Data: pipeline.AppendDeltaBatch(nil, &b)}
-	err = db.Update(func(txn *cold.Txn) error {
-		if err := stagelog.PutOutbox(txn, 0, &left); err != nil {
-			return err
-		}
-		return stagelog.Put(txn, 0, &stagelog.State{Seqs: map[string]uint64{pipeline.FamilyPost + ".0": 1}, Outbox: 1})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := leftOutbox(t, h)
 	pub := &silent{}
 	st, err := New(Config{Partition: 0, Partitions: 1, Subjects: h.sj, Families: pipeline.DefaultFamilies(), Publisher: pub},
 		h.js, db, slog.New(slog.NewTextHandler(io.Discard, nil)), NewStats())
@@ -81,6 +65,29 @@ func TestBusyUntilItsOutboxIsStored(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// leftOutbox is the database of partition 0 as a crash left it: one delta batch in its
+// outbox, committed and not known stored. It is closed when the test ends.
+func leftOutbox(t *testing.T, h *logHarness) *cold.DB {
+	db, err := cold.Open(cold.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	b := pipeline.DeltaBatch{Source: 0, Seq: 1, Deltas: []pipeline.Delta{{ID: 1 << 41, Field: 0, Op: pipeline.OpAdd, N: 1}}}
+	left := delivery.OutboxEntry{Seq: 1, Subject: h.sj.Delta(pipeline.FamilyPost, 0), MsgID: pipeline.DeltaMsgID(0, pipeline.FamilyPost+".0", 1),
+		Data: pipeline.AppendDeltaBatch(nil, &b)}
+	err = db.Update(func(txn *cold.Txn) error {
+		if err := stagelog.PutOutbox(txn, 0, &left); err != nil {
+			return err
+		}
+		return stagelog.Put(txn, 0, &stagelog.State{Seqs: map[string]uint64{pipeline.FamilyPost + ".0": 1}, Outbox: 1})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db
 }
 
 // losesFirstDelta publishes through js but for the first delta batch, which it drops
@@ -143,23 +150,7 @@ func TestIdleOutboxWaitsNoEvent(t *testing.T) {
 // lost batch is stored.
 func TestStartWaitsNoLostPublish(t *testing.T) {
 	h := newHarness(t, 1)
-	db, err := cold.Open(cold.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	b := pipeline.DeltaBatch{Source: 0, Seq: 1, Deltas: []pipeline.Delta{{ID: 1 << 41, Field: 0, Op: pipeline.OpAdd, N: 1}}}
-	left := delivery.OutboxEntry{Seq: 1, Subject: h.sj.Delta(pipeline.FamilyPost, 0), MsgID: pipeline.DeltaMsgID(0, pipeline.FamilyPost+".0", 1),
-		Data: pipeline.AppendDeltaBatch(nil, &b)}
-	err = db.Update(func(txn *cold.Txn) error {
-		if err := stagelog.PutOutbox(txn, 0, &left); err != nil {
-			return err
-		}
-		return stagelog.Put(txn, 0, &stagelog.State{Seqs: map[string]uint64{pipeline.FamilyPost + ".0": 1}, Outbox: 1})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := leftOutbox(t, h)
 	pub := &losesFirstDelta{js: h.js, sj: h.sj, found: make(chan error, 1)}
 	h.pub = pub
 	r := h.start("a", db)
