@@ -52,31 +52,22 @@ func newLimits(memTableSize, valueThreshold int64) limits {
 // commits it or discards it (Discard after Commit does nothing).
 func (d *DB) NewTxn(update bool) *Txn { return &Txn{b: d.db.NewTransaction(update), lim: &d.lim} }
 
-// Update runs fn in a transaction that writes, committed when fn returns nil.
+// Update runs fn in a transaction that writes, committed when fn returns nil (as
+// Badger's Update does, through Commit and Discard, which count what it did).
 func (d *DB) Update(fn func(txn *Txn) error) error {
-	t, keys := Txn{lim: &d.lim}, 0
-	err := d.db.Update(func(b *badger.Txn) error {
-		t.b = b
-		err := fn(&t)
-		keys = b.Writes() // committed next, when err is nil
-		return err
-	})
-	if err == nil {
-		t.committed(keys)
+	t := d.NewTxn(true)
+	defer t.Discard()
+	if err := fn(t); err != nil {
+		return tooBig(err)
 	}
-	t.ended()
-	return tooBig(err)
+	return t.Commit()
 }
 
 // View runs fn in a transaction that only reads.
 func (d *DB) View(fn func(txn *Txn) error) error {
-	var t Txn
-	err := d.db.View(func(b *badger.Txn) error {
-		t.b = b
-		return fn(&t)
-	})
-	t.ended()
-	return err
+	t := d.NewTxn(false)
+	defer t.Discard()
+	return fn(t)
 }
 
 // Commit commits the transaction's writes.
