@@ -72,10 +72,11 @@ func (d *DB) View(fn func(txn *Txn) error) error {
 
 // Commit commits the transaction's writes.
 func (t *Txn) Commit() error {
-	keys := t.b.Writes()
+	keys := int64(t.b.Writes()) // what it writes (Counted), taken before the commit gives them up
 	err := t.b.Commit()
-	if err == nil {
-		t.committed(keys)
+	if err == nil && keys > 0 {
+		counted.writes.Add(keys)
+		counted.bytes.Add(t.size)
 	}
 	t.ended()
 	return tooBig(err)
