@@ -88,15 +88,6 @@ func (t *Txn) Discard() {
 	t.ended()
 }
 
-// committed counts the writes of a transaction committed (Counted), the keys it wrote
-// taken (Writes) before its commit gave them up.
-func (t *Txn) committed(keys int) {
-	if keys > 0 {
-		counted.writes.Add(int64(keys))
-		counted.bytes.Add(t.size)
-	}
-}
-
 // ended counts the keys a transaction ending has looked for (Counted).
 func (t *Txn) ended() {
 	if t.gets > 0 {
