@@ -21,16 +21,20 @@ func TestStaleReadOfStandby(t *testing.T) {
 	r := newRig(t)
 	cfg := r.config()
 	cfg.Valid = func() bool { return false } // a standby
+	// Held in the first checkpoint past position holdPast, once set: the one of the
+	// second delta, not a late one of the first (which a stale read, done by its asker
+	// from the table, may find applied before its checkpoint).
 	inside, release := make(chan struct{}), make(chan struct{})
-	var hold atomic.Bool
+	var w *counter.Worker
+	var holdPast atomic.Uint64
 	cfg.AfterCheckpoint = func() error {
-		if hold.CompareAndSwap(true, false) {
+		if past := holdPast.Load(); past != 0 && w.Position() > past && holdPast.CompareAndSwap(past, 0) {
 			close(inside)
 			<-release
 		}
 		return nil
 	}
-	w, _ := r.start(cfg)
+	w, _ = r.start(cfg)
 	const x = 42
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -55,7 +59,7 @@ func TestStaleReadOfStandby(t *testing.T) {
 
 	// Held in the checkpoint of its second delta, it answers what it has applied and
 	// knows the third is not.
-	hold.Store(true)
+	holdPast.Store(r.last)
 	r.publish(1, 2, x, 2)
 	<-inside
 	defer close(release)
