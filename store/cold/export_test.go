@@ -16,3 +16,6 @@ func Levels(d *DB) []badger.LevelInfo { return d.db.Levels() }
 
 // Flatten compacts d's LSM tree into one level.
 func Flatten(d *DB) error { return d.db.Flatten(2) }
+
+// VerifyChecksum reads every table of d whole and checks each block's checksum.
+func VerifyChecksum(d *DB) error { return d.db.VerifyChecksum() }

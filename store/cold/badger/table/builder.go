@@ -9,6 +9,7 @@ import (
 	"crypto/aes"
 	"errors"
 	"math"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -414,6 +415,44 @@ func (bd *buildData) Copy(dst []byte) int {
 	written += copy(dst[written:], y.U32ToBytes(uint32(len(bd.checksum))))
 	return written
 }
+
+// writeTo writes what Copy copies to f, gathered into writes of up to tableWriteSize.
+func (bd *buildData) writeTo(f *os.File) error {
+	bufp := tableWriteBufs.Get().(*[]byte)
+	defer tableWriteBufs.Put(bufp)
+	buf := (*bufp)[:0]
+	add := func(b []byte) error {
+		for len(b) > 0 {
+			if len(buf) == cap(buf) {
+				if _, err := f.Write(buf); err != nil {
+					return err
+				}
+				buf = buf[:0]
+			}
+			n := min(len(b), cap(buf)-len(buf))
+			buf = append(buf, b[:n]...)
+			b = b[n:]
+		}
+		return nil
+	}
+	for _, bl := range bd.blockList {
+		if err := add(bl.data[:bl.end]); err != nil {
+			return err
+		}
+	}
+	for _, b := range [][]byte{bd.index, y.U32ToBytes(uint32(len(bd.index))), bd.checksum, y.U32ToBytes(uint32(len(bd.checksum)))} {
+		if err := add(b); err != nil {
+			return err
+		}
+	}
+	_, err := f.Write(buf)
+	return err
+}
+
+// tableWriteSize is the size of a table file's writes (buildData.writeTo).
+const tableWriteSize = 1 << 20
+
+var tableWriteBufs = sync.Pool{New: func() any { b := make([]byte, 0, tableWriteSize); return &b }}
 
 func (b *Builder) Done() buildData {
 	b.finishBlock() // This will never start a new block.

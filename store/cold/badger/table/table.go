@@ -244,20 +244,32 @@ func (b *Block) verifyCheckSum() error {
 
 func CreateTable(fname string, builder *Builder) (*Table, error) {
 	bd := builder.Done()
-	mf, err := z.OpenMmapFile(fname, os.O_CREATE|os.O_RDWR|os.O_EXCL, bd.Size)
-	if err == z.NewFile {
-		// Expected.
+	fd, err := os.OpenFile(fname, os.O_CREATE|os.O_RDWR|os.O_EXCL, 0666)
+	if errors.Is(err, os.ErrExist) {
+		return nil, fmt.Errorf("file already exists: %s", fname)
 	} else if err != nil {
 		return nil, y.Wrapf(err, "while creating table: %s", fname)
-	} else {
-		return nil, fmt.Errorf("file already exists: %s", fname)
 	}
-
-	written := bd.Copy(mf.Data)
-	y.AssertTrue(written == len(mf.Data))
-	if err := z.Msync(mf.Data); err != nil {
-		return nil, y.Wrapf(err, "while calling msync on %s", fname)
+	// The table is written through the file, not through a mapping of it: writing into
+	// a new file's mapping faults each page in, and msync then write-protects each page
+	// again, a TLB shootdown on every core for each. Mapped once it is on disk, the
+	// file's pages are read from the page cache.
+	if err := bd.writeTo(fd); err != nil {
+		fd.Close()
+		os.Remove(fname)
+		return nil, y.Wrapf(err, "while writing table: %s", fname)
 	}
+	if err := fd.Sync(); err != nil {
+		fd.Close()
+		os.Remove(fname)
+		return nil, y.Wrapf(err, "while syncing table: %s", fname)
+	}
+	mf, err := z.OpenMmapFileUsing(fd, 0, true)
+	if err != nil {
+		fd.Close()
+		return nil, y.Wrapf(err, "while mapping table: %s", fname)
+	}
+	y.AssertTrue(len(mf.Data) == bd.Size)
 	return OpenTable(mf, *builder.opts)
 }
 
