@@ -279,9 +279,10 @@ func TestDiskFull(t *testing.T) {
 		publishUntil(t, c, "after."+strconv.Itoa(i), evs, func() bool { return false })
 	}
 	// What the child accepted past the limit is a backlog of as many chunks as it took
-	// to fail (55–155 in CI's runs, each with 20 messages dead-lettered), applied now by
-	// a process that shares the machine with the rest of the suite under -race: a
-	// minute and a half for it, where a partition that stopped would not catch up at all.
+	// to fail (55–155 in the runs of 12-02, each with 20 messages dead-lettered),
+	// applied now by a process that shares the machine with the rest of the suite under
+	// -race: a minute and a half for it, where a partition that stopped would not catch
+	// up at all.
 	caught := time.Now()
 	rig.WaitHealthy(t, c, 90*time.Second)
 	t.Logf("caught up %v after the restart", time.Since(caught).Round(time.Millisecond))
