@@ -6,6 +6,7 @@
 package table
 
 import (
+	"bufio"
 	"crypto/aes"
 	"errors"
 	"math"
@@ -405,54 +406,45 @@ type buildData struct {
 
 func (bd *buildData) Copy(dst []byte) int {
 	var written int
-	for _, bl := range bd.blockList {
-		written += copy(dst[written:], bl.data[:bl.end])
-	}
-	written += copy(dst[written:], bd.index)
-	written += copy(dst[written:], y.U32ToBytes(uint32(len(bd.index))))
-
-	written += copy(dst[written:], bd.checksum)
-	written += copy(dst[written:], y.U32ToBytes(uint32(len(bd.checksum))))
+	bd.pieces(func(b []byte) error {
+		written += copy(dst[written:], b)
+		return nil
+	})
 	return written
 }
 
-// writeTo writes what Copy copies to f, gathered into writes of up to tableWriteSize.
-func (bd *buildData) writeTo(f *os.File) error {
-	bufp := tableWriteBufs.Get().(*[]byte)
-	defer tableWriteBufs.Put(bufp)
-	buf := (*bufp)[:0]
-	add := func(b []byte) error {
-		for len(b) > 0 {
-			if len(buf) == cap(buf) {
-				if _, err := f.Write(buf); err != nil {
-					return err
-				}
-				buf = buf[:0]
-			}
-			n := min(len(b), cap(buf)-len(buf))
-			buf = append(buf, b[:n]...)
-			b = b[n:]
-		}
-		return nil
-	}
+// pieces calls fn with the table's parts in the order its file holds them: the
+// blocks, the index and its size, the checksum and its size; it stops at fn's error.
+func (bd *buildData) pieces(fn func(b []byte) error) error {
 	for _, bl := range bd.blockList {
-		if err := add(bl.data[:bl.end]); err != nil {
+		if err := fn(bl.data[:bl.end]); err != nil {
 			return err
 		}
 	}
 	for _, b := range [][]byte{bd.index, y.U32ToBytes(uint32(len(bd.index))), bd.checksum, y.U32ToBytes(uint32(len(bd.checksum)))} {
-		if err := add(b); err != nil {
+		if err := fn(b); err != nil {
 			return err
 		}
 	}
-	_, err := f.Write(buf)
-	return err
+	return nil
+}
+
+// writeTo writes the table to f as Copy copies it, in writes of tableWriteSize.
+func (bd *buildData) writeTo(f *os.File) error {
+	w := tableWriters.Get().(*bufio.Writer)
+	defer tableWriters.Put(w)
+	w.Reset(f)
+	defer w.Reset(nil) // the pool keeps no file
+	if err := bd.pieces(func(b []byte) error { _, err := w.Write(b); return err }); err != nil {
+		return err
+	}
+	return w.Flush()
 }
 
 // tableWriteSize is the size of a table file's writes (buildData.writeTo).
 const tableWriteSize = 1 << 20
 
-var tableWriteBufs = sync.Pool{New: func() any { b := make([]byte, 0, tableWriteSize); return &b }}
+var tableWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, tableWriteSize) }}
 
 func (b *Builder) Done() buildData {
 	b.finishBlock() // This will never start a new block.

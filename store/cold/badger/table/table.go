@@ -254,15 +254,14 @@ func CreateTable(fname string, builder *Builder) (*Table, error) {
 	// a new file's mapping faults each page in, and msync then write-protects each page
 	// again, a TLB shootdown on every core for each. Mapped once it is on disk, the
 	// file's pages are read from the page cache.
-	if err := bd.writeTo(fd); err != nil {
+	err = bd.writeTo(fd)
+	if err == nil {
+		err = fd.Sync()
+	}
+	if err != nil {
 		fd.Close()
 		os.Remove(fname)
 		return nil, y.Wrapf(err, "while writing table: %s", fname)
-	}
-	if err := fd.Sync(); err != nil {
-		fd.Close()
-		os.Remove(fname)
-		return nil, y.Wrapf(err, "while syncing table: %s", fname)
 	}
 	mf, err := z.OpenMmapFileUsing(fd, 0, true)
 	if err != nil {
