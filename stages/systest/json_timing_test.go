@@ -157,19 +157,24 @@ func BenchmarkJSON(b *testing.B) {
 			// What reading the stream a partition at a time costs NATS, as the event
 			// stages read it: for one event a message, most of what sets Tally apart.
 			b.Run(c.name+"/consume-partitioned", func(b *testing.B) { benchJSONConsume(b, 16, c.batch, c.split, c.viewers) })
+			// The same partitions read with one consumer a process, filtered on the
+			// subjects of the partitions it owns: three tallyd sharing them, and one
+			// owning them all.
+			b.Run(c.name+"/consume-by-process", func(b *testing.B) { benchJSONConsume(b, 3, c.batch, c.split, c.viewers) })
+			b.Run(c.name+"/consume-one-process", func(b *testing.B) { benchJSONConsume(b, 1, c.batch, c.split, c.viewers) })
 		}
 		b.Run(c.name+"/tally", func(b *testing.B) { benchJSONTally(b, c.batch, c.split, c.viewers) })
 	}
 }
 
-// benchJSONConsume is the trivial consumer (consumeBy, partitions readers: 0 is one for
-// the whole stream) of the same JSON messages.
-func benchJSONConsume(b *testing.B, partitions, batch int, split, viewers bool) {
+// benchJSONConsume is the trivial consumer (consumeBy, its readers: 0 is one for the
+// whole stream) of the same JSON messages.
+func benchJSONConsume(b *testing.B, readers, batch int, split, viewers bool) {
 	evs, want := jsonEvents(b, b.N, viewers)
 	msgs := jsonMessages(b, evs, batch, split)
 	got := make(map[uint64][2]uint64, len(want))
 	liked := map[[2]uint64]bool{}
-	consumeBy(b, partitions, func(js jetstream.JetStream) {
+	consumeBy(b, readers, func(js jetstream.JetStream) {
 		publishJSON(b, js, pipeline.NewSubjects(""), msgs)
 	}, func(e *pipeline.Event) {
 		w := got[uint64(e.Post)]

@@ -210,10 +210,12 @@ func consumeAll(b *testing.B, publish func(jetstream.JetStream), count func(*pip
 	return consumeBy(b, 0, publish, count)
 }
 
-// consumeBy is consumeAll read by one ordered consumer of the whole stream (partitions
-// 0), or by one for each partition's stored subject, as Tally's event stages read it,
-// their deliveries counted one at a time.
-func consumeBy(b *testing.B, partitions int, publish func(jetstream.JetStream), count func(*pipeline.Event)) (time.Duration, float64) {
+// consumeBy is consumeAll read by one ordered consumer of the whole stream (readers
+// 0), or by readers consumers filtered on the 16 partitions' stored subjects, each
+// given an equal share of them (16: one a partition, as Tally's event stages read it;
+// 3: one a process, were three tallyd to read their partitions with one consumer
+// each), their deliveries counted one at a time.
+func consumeBy(b *testing.B, readers int, publish func(jetstream.JetStream), count func(*pipeline.Event)) (time.Duration, float64) {
 	s := natstest.Start(b)
 	nc := natstest.Connect(b, s)
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(8192))
@@ -232,18 +234,15 @@ func consumeBy(b *testing.B, partitions int, publish func(jetstream.JetStream), 
 	fams := pipeline.Families(pipeline.DefaultFamilies())
 	allocs, cpu := mallocs(), cpuTime()
 	b.ResetTimer()
-	filters := []string{""}
-	if partitions > 0 {
-		filters = nil
-		for p := range partitions {
-			filters = append(filters, sc.Subjects.EventsStored(p))
+	filters := [][]string{nil}
+	if readers > 0 {
+		filters = make([][]string, readers)
+		for p := range sc.Partitions {
+			filters[p%readers] = append(filters[p%readers], sc.Subjects.EventsStored(p))
 		}
 	}
 	for _, filter := range filters {
-		cfg := jetstream.OrderedConsumerConfig{}
-		if filter != "" {
-			cfg.FilterSubjects = []string{filter}
-		}
+		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filter}
 		cons, err := js.OrderedConsumer(ctx, sc.Subjects.EventsStream(), cfg)
 		if err != nil {
 			b.Fatal(err)
