@@ -121,9 +121,14 @@ func jsonMessages(b *testing.B, evs []pipeline.Event, batch int, split bool) []j
 // publishJSON publishes msgs as a JSON producer does (Content-Type application/json,
 // Nats-Msg-Id), waiting for every acknowledgement.
 func publishJSON(b *testing.B, js jetstream.JetStream, subj pipeline.Subjects, msgs []jsonMsg) {
+	publishJSONBy(b, js, func(jsonMsg) pipeline.Subjects { return subj }, msgs)
+}
+
+// publishJSONBy is publishJSON with each message under the subjects subj gives it.
+func publishJSONBy(b *testing.B, js jetstream.JetStream, subj func(jsonMsg) pipeline.Subjects, msgs []jsonMsg) {
 	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
 	for _, m := range msgs {
-		msg := nats.NewMsg(subj.Event(m.typ, m.key))
+		msg := nats.NewMsg(subj(m).Event(m.typ, m.key))
 		msg.Data = m.data
 		msg.Header.Set("Content-Type", "application/json")
 		f, err := js.PublishMsgAsync(msg, jetstream.WithMsgID(m.id), jetstream.WithStallWait(time.Minute))
@@ -162,6 +167,8 @@ func BenchmarkJSON(b *testing.B) {
 			// owning them all.
 			b.Run(c.name+"/consume-by-process", func(b *testing.B) { benchJSONConsume(b, 3, c.batch, c.split, c.viewers) })
 			b.Run(c.name+"/consume-one-process", func(b *testing.B) { benchJSONConsume(b, 1, c.batch, c.split, c.viewers) })
+			// And each partition in a stream of its own, read without a filter.
+			b.Run(c.name+"/consume-streams", func(b *testing.B) { benchJSONConsume(b, streamAPartition, c.batch, c.split, c.viewers) })
 		}
 		b.Run(c.name+"/tally", func(b *testing.B) { benchJSONTally(b, c.batch, c.split, c.viewers) })
 	}
@@ -175,7 +182,13 @@ func benchJSONConsume(b *testing.B, readers, batch int, split, viewers bool) {
 	got := make(map[uint64][2]uint64, len(want))
 	liked := map[[2]uint64]bool{}
 	consumeBy(b, readers, func(js jetstream.JetStream) {
-		publishJSON(b, js, pipeline.NewSubjects(""), msgs)
+		subj := func(jsonMsg) pipeline.Subjects { return pipeline.NewSubjects("") }
+		if readers == streamAPartition {
+			subj = func(m jsonMsg) pipeline.Subjects {
+				return pipeline.NewSubjects(partitionPrefix(pipeline.PartitionOf(m.key, 16)))
+			}
+		}
+		publishJSONBy(b, js, subj, msgs)
 	}, func(e *pipeline.Event) {
 		w := got[uint64(e.Post)]
 		if e.Type == "like" {

@@ -210,11 +210,21 @@ func consumeAll(b *testing.B, publish func(jetstream.JetStream), count func(*pip
 	return consumeBy(b, 0, publish, count)
 }
 
+// streamAPartition, as consumeBy's readers, stores each of the 16 partitions in an
+// events stream of its own, under the prefix partitionPrefix names, each read by one
+// consumer without a filter: the layout that would spare NATS the filtered walks.
+const streamAPartition = -1
+
+// partitionPrefix is the prefix of partition p's streams under streamAPartition: a
+// publisher publishes p's events there.
+func partitionPrefix(p int) string { return "t" + strconv.Itoa(p) }
+
 // consumeBy is consumeAll read by one ordered consumer of the whole stream (readers
 // 0), or by readers consumers filtered on the 16 partitions' stored subjects, each
 // given an equal share of them (16: one a partition, as Tally's event stages read it;
 // 3: one a process, were three tallyd to read their partitions with one consumer
-// each), their deliveries counted one at a time.
+// each), or by one for each partition's stream (streamAPartition), their deliveries
+// counted one at a time.
 func consumeBy(b *testing.B, readers int, publish func(jetstream.JetStream), count func(*pipeline.Event)) (time.Duration, float64) {
 	s := natstest.Start(b)
 	nc := natstest.Connect(b, s)
@@ -225,8 +235,34 @@ func consumeBy(b *testing.B, readers int, publish func(jetstream.JetStream), cou
 	ctx := context.Background()
 	sc := pipeline.DefaultStreamConfig()
 	sc.Partitions = 16
-	if err := pipeline.Setup(ctx, js, sc); err != nil {
-		b.Fatal(err)
+	// What each consumer reads: a stream, and the subjects it is filtered on.
+	type read struct {
+		subj   pipeline.Subjects
+		filter []string
+	}
+	reads := []read{{sc.Subjects, nil}}
+	switch {
+	case readers == streamAPartition:
+		reads = nil
+		for p := range sc.Partitions {
+			pc := sc
+			pc.Subjects = pipeline.NewSubjects(partitionPrefix(p))
+			if err := pipeline.Setup(ctx, js, pc); err != nil {
+				b.Fatal(err)
+			}
+			reads = append(reads, read{pc.Subjects, nil})
+		}
+	case readers > 0:
+		reads = make([]read, readers)
+		for p := range sc.Partitions {
+			r := &reads[p%readers]
+			r.subj, r.filter = sc.Subjects, append(r.filter, sc.Subjects.EventsStored(p))
+		}
+	}
+	if readers != streamAPartition {
+		if err := pipeline.Setup(ctx, js, sc); err != nil {
+			b.Fatal(err)
+		}
 	}
 	var mu sync.Mutex
 	counted := 0
@@ -234,16 +270,9 @@ func consumeBy(b *testing.B, readers int, publish func(jetstream.JetStream), cou
 	fams := pipeline.Families(pipeline.DefaultFamilies())
 	allocs, cpu := mallocs(), cpuTime()
 	b.ResetTimer()
-	filters := [][]string{nil}
-	if readers > 0 {
-		filters = make([][]string, readers)
-		for p := range sc.Partitions {
-			filters[p%readers] = append(filters[p%readers], sc.Subjects.EventsStored(p))
-		}
-	}
-	for _, filter := range filters {
-		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filter}
-		cons, err := js.OrderedConsumer(ctx, sc.Subjects.EventsStream(), cfg)
+	for _, r := range reads {
+		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: r.filter}
+		cons, err := js.OrderedConsumer(ctx, r.subj.EventsStream(), cfg)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -251,7 +280,7 @@ func consumeBy(b *testing.B, readers int, publish func(jetstream.JetStream), cou
 		// room reused.
 		dec := pipeline.EventDecoder{Families: fams}
 		cc, err := cons.Consume(func(m jetstream.Msg) {
-			typ, err := sc.Subjects.StoredType(m.Subject())
+			typ, err := r.subj.StoredType(m.Subject())
 			if err != nil {
 				b.Error(err)
 				return
