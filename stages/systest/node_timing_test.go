@@ -235,22 +235,20 @@ func consumeBy(b *testing.B, readers int, publish func(jetstream.JetStream), cou
 	ctx := context.Background()
 	sc := pipeline.DefaultStreamConfig()
 	sc.Partitions = 16
-	// What each consumer reads: a stream, and the subjects it is filtered on.
+	// The streams set up, and what each consumer reads: a stream, and the subjects it
+	// is filtered on.
 	type read struct {
 		subj   pipeline.Subjects
 		filter []string
 	}
-	reads := []read{{sc.Subjects, nil}}
+	setups, reads := []pipeline.StreamConfig{sc}, []read{{sc.Subjects, nil}}
 	switch {
 	case readers == streamAPartition:
-		reads = nil
+		setups, reads = nil, nil
 		for p := range sc.Partitions {
 			pc := sc
 			pc.Subjects = pipeline.NewSubjects(partitionPrefix(p))
-			if err := pipeline.Setup(ctx, js, pc); err != nil {
-				b.Fatal(err)
-			}
-			reads = append(reads, read{pc.Subjects, nil})
+			setups, reads = append(setups, pc), append(reads, read{pc.Subjects, nil})
 		}
 	case readers > 0:
 		reads = make([]read, readers)
@@ -259,8 +257,8 @@ func consumeBy(b *testing.B, readers int, publish func(jetstream.JetStream), cou
 			r.subj, r.filter = sc.Subjects, append(r.filter, sc.Subjects.EventsStored(p))
 		}
 	}
-	if readers != streamAPartition {
-		if err := pipeline.Setup(ctx, js, sc); err != nil {
+	for _, c := range setups {
+		if err := pipeline.Setup(ctx, js, c); err != nil {
 			b.Fatal(err)
 		}
 	}
