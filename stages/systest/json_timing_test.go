@@ -158,10 +158,16 @@ func BenchmarkJSON(b *testing.B) {
 		split, viewers bool
 	}{{"split", 1000, true, false}, {"split-viewers", 1000, true, true}, {"unsplit", 1000, false, false}, {"single", 1, false, false}} {
 		b.Run(c.name+"/consume", func(b *testing.B) { benchJSONConsume(b, 0, c.batch, c.split, c.viewers) })
+		// The same, doing beside it a floor consumer's Badger work (floorConsumer: each
+		// like's record read from Badger and set, and the contract's other entries): the
+		// least for likers never seen. Where likers return, as here, Tally keeps their
+		// records in RAM and does less: then it is no ceiling.
+		b.Run(c.name+"/consume-contract", func(b *testing.B) { benchJSONContract(b, 0, c.batch, c.split, c.viewers) })
 		if c.batch == 1 {
 			// What reading the stream a partition at a time costs NATS, as the event
 			// stages read it: for one event a message, most of what sets Tally apart.
 			b.Run(c.name+"/consume-partitioned", func(b *testing.B) { benchJSONConsume(b, 16, c.batch, c.split, c.viewers) })
+			b.Run(c.name+"/consume-partitioned-contract", func(b *testing.B) { benchJSONContract(b, 16, c.batch, c.split, c.viewers) })
 			// The same partitions read with one consumer a process, filtered on the
 			// subjects of the partitions it owns: three tallyd sharing them, and one
 			// owning them all.
@@ -177,6 +183,22 @@ func BenchmarkJSON(b *testing.B) {
 // benchJSONConsume is the trivial consumer (consumeBy, its readers: 0 is one for the
 // whole stream) of the same JSON messages.
 func benchJSONConsume(b *testing.B, readers, batch int, split, viewers bool) {
+	benchJSONConsumeWith(b, readers, batch, split, viewers, nil)
+}
+
+// benchJSONContract is benchJSONConsume that gives every event to a contract floor
+// consumer (floorConsumer) as well.
+func benchJSONContract(b *testing.B, readers, batch int, split, viewers bool) {
+	f := newFloorConsumer(b, true)
+	defer f.close()
+	benchJSONConsumeWith(b, readers, batch, split, viewers, f.count)
+	f.checkStored()
+	b.ReportMetric(float64(f.puts)/float64(b.N), "badger-puts/event")
+}
+
+// benchJSONConsumeWith is benchJSONConsume that also gives every event to also, when
+// it is not nil.
+func benchJSONConsumeWith(b *testing.B, readers, batch int, split, viewers bool, also func(*pipeline.Event)) {
 	evs, want := jsonEvents(b, b.N, viewers)
 	msgs := jsonMessages(b, evs, batch, split)
 	got := make(map[uint64][2]uint64, len(want))
@@ -200,6 +222,9 @@ func benchJSONConsume(b *testing.B, readers, batch int, split, viewers bool) {
 			w[1] += uint64(e.N)
 		}
 		got[uint64(e.Post)] = w
+		if also != nil {
+			also(e)
+		}
 	})
 	for id, w := range want {
 		if got[id] != w {
@@ -223,12 +248,17 @@ func benchJSONTally(b *testing.B, batch int, split, viewers bool) {
 	}
 	evs, want := jsonEvents(b, b.N, viewers)
 	msgs := jsonMessages(b, evs, batch, split)
+	sent := ownMsgs(b, js, c.Subjects())
+	misses := n.EventStats.ResidentMisses.Load()
 	allocs, puts, cpu := mallocs(), badgerPuts(), cpuTime()
 	b.ResetTimer()
 	publishJSON(b, js, c.Subjects(), msgs)
 	rig.WaitCaughtUp(b, c)
 	b.StopTimer()
 	reportCPU(b, cpu)
+	reportOwnMsgs(b, js, c.Subjects(), sent, len(msgs))
+	// What the event partitions read of their users' state from Badger, not from RAM.
+	b.ReportMetric(float64(n.EventStats.ResidentMisses.Load()-misses)/float64(b.N), "state-reads/event")
 	b.ReportMetric(float64(mallocs()-allocs)/float64(b.N), "allocs/event")
 	b.ReportMetric(float64(badgerPuts()-puts)/float64(b.N), "badger-puts/event")
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")

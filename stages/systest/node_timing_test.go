@@ -366,6 +366,37 @@ func reportCPU(b *testing.B, from time.Duration) float64 {
 	return perEvent
 }
 
+// ownMsgs is how many messages each of Tally's streams has stored so far.
+func ownMsgs(b *testing.B, js jetstream.JetStream, sj pipeline.Subjects) map[string]uint64 {
+	n := map[string]uint64{}
+	for _, name := range []string{sj.EventsStream(), sj.DeltasStream(), sj.ChangesStream(), sj.LogStream()} {
+		s, err := js.Stream(context.Background(), name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		info, err := s.Info(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		n[name] = info.State.LastSeq
+	}
+	return n
+}
+
+// reportOwnMsgs reports the messages Tally published itself since from (ownMsgs), an
+// event: hop batches (the events stream's beyond the producer's published), delta
+// batches, change events and log records.
+func reportOwnMsgs(b *testing.B, js jetstream.JetStream, sj pipeline.Subjects, from map[string]uint64, published int) {
+	now := ownMsgs(b, js, sj)
+	for name, unit := range map[string]string{sj.EventsStream(): "hop-msgs/event", sj.DeltasStream(): "delta-msgs/event", sj.ChangesStream(): "change-msgs/event", sj.LogStream(): "log-msgs/event"} {
+		n := now[name] - from[name]
+		if name == sj.EventsStream() {
+			n -= uint64(published)
+		}
+		b.ReportMetric(float64(n)/float64(b.N), unit)
+	}
+}
+
 // mallocs is how many heap allocations this process has made: tallyd, the embedded NATS
 // server and the benchmark's producer together.
 func mallocs() uint64 {
