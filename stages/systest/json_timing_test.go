@@ -204,11 +204,14 @@ func benchJSONConsumeWith(b *testing.B, readers, batch int, split, viewers bool,
 	got := make(map[uint64][2]uint64, len(want))
 	liked := map[[2]uint64]bool{}
 	consumeBy(b, readers, func(js jetstream.JetStream) {
-		subj := func(jsonMsg) pipeline.Subjects { return pipeline.NewSubjects("") }
+		whole := pipeline.NewSubjects("")
+		subj := func(jsonMsg) pipeline.Subjects { return whole }
 		if readers == streamAPartition {
-			subj = func(m jsonMsg) pipeline.Subjects {
-				return pipeline.NewSubjects(partitionPrefix(pipeline.PartitionOf(m.key, 16)))
+			parts := make([]pipeline.Subjects, 16) // named once, not for each message
+			for p := range parts {
+				parts[p] = pipeline.NewSubjects(partitionPrefix(p))
 			}
+			subj = func(m jsonMsg) pipeline.Subjects { return parts[pipeline.PartitionOf(m.key, 16)] }
 		}
 		publishJSONBy(b, js, subj, msgs)
 	}, func(e *pipeline.Event) {
