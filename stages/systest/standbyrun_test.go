@@ -75,6 +75,16 @@ func TestStandbyTakeover(t *testing.T) {
 						})
 						// A profile tells an owner's work from its standby's (flow.Label).
 						waitRoles(t, partitions, "owner", "standby")
+						// Events after the standbys are warm, so that they follow their
+						// owners' log records: a standby that primed from a backup taken
+						// after every event so far had none to apply (a CI run under
+						// load, where the check below then found none applied).
+						publishRetrying(t, c, "sb.warm", g.chunk(&total, 200, 200))
+						rig.Eventually(t, "the standbys applied log records of their owners'", func() (bool, string) {
+							n := a.StandbyEvents.MirroredWrites.Load() + b.StandbyEvents.MirroredWrites.Load() +
+								a.StandbyEvents.MirroredEvents.Load() + b.StandbyEvents.MirroredEvents.Load()
+							return n > 0, fmt.Sprint(n, " applied")
+						})
 					}
 					aParts, restored, warm = a.Parts(), b.PartsRestored.Load(), b.PartsWarm.Load()
 					if err := a.Close(); err != nil {
