@@ -253,7 +253,7 @@ func benchJSONTally(b *testing.B, batch int, split, viewers bool) {
 	msgs := jsonMessages(b, evs, batch, split)
 	sent := ownMsgs(b, js, c.Subjects())
 	misses := n.EventStats.ResidentMisses.Load()
-	allocs, puts, cpu := mallocs(), badgerPuts(), cpuTime()
+	heap, puts, cpu := heapNow(), badgerPuts(), cpuTime()
 	b.ResetTimer()
 	publishJSON(b, js, c.Subjects(), msgs)
 	rig.WaitCaughtUp(b, c)
@@ -262,7 +262,7 @@ func benchJSONTally(b *testing.B, batch int, split, viewers bool) {
 	reportOwnMsgs(b, js, c.Subjects(), sent, len(msgs))
 	// What the event partitions read of their users' state from Badger, not from RAM.
 	b.ReportMetric(float64(n.EventStats.ResidentMisses.Load()-misses)/float64(b.N), "state-reads/event")
-	b.ReportMetric(float64(mallocs()-allocs)/float64(b.N), "allocs/event")
+	heap.report(b, "event")
 	b.ReportMetric(float64(badgerPuts()-puts)/float64(b.N), "badger-puts/event")
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	b.ReportMetric(float64(b.N)/float64(n.EventStats.Txns.Load()), "events/txn")

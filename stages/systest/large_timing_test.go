@@ -69,7 +69,7 @@ func benchTallyLarge(b *testing.B) {
 	rig.WaitCaughtUp(b, c)
 	// Badger compacts the preload's writes for seconds after: not the views' cost.
 	settle(b)
-	flushed, allocs, cpu := n.CounterStats.Flushed.Load(), mallocs(), cpuTime()
+	flushed, heap, cpu := n.CounterStats.Flushed.Load(), heapNow(), cpuTime()
 	b.ResetTimer()
 	publishBench(b, c, views)
 	rig.WaitCaughtUp(b, c)
@@ -78,7 +78,7 @@ func benchTallyLarge(b *testing.B) {
 	// What the views left to compact is their cost, done after they are applied.
 	settle(b)
 	reportCPU(b, cpu)
-	b.ReportMetric(float64(mallocs()-allocs)/float64(b.N), "allocs/event")
+	heap.report(b, "event")
 	b.ReportMetric(float64(n.CounterStats.Flushed.Load()-flushed)/float64(b.N), "writes/event")
 	checkBench(b, c, want)
 }

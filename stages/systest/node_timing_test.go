@@ -266,7 +266,7 @@ func consumeBy(b *testing.B, readers int, publish func(jetstream.JetStream), cou
 	counted := 0
 	done := make(chan struct{})
 	fams := pipeline.Families(pipeline.DefaultFamilies())
-	allocs, cpu := mallocs(), cpuTime()
+	heap, cpu := heapNow(), cpuTime()
 	b.ResetTimer()
 	for _, r := range reads {
 		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: r.filter}
@@ -307,7 +307,7 @@ func consumeBy(b *testing.B, readers int, publish func(jetstream.JetStream), cou
 	<-done
 	b.StopTimer()
 	perEvent := reportCPU(b, cpu)
-	b.ReportMetric(float64(mallocs()-allocs)/float64(b.N), "allocs/event")
+	heap.report(b, "event")
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	return published, perEvent
 }
@@ -328,14 +328,14 @@ func benchTallyMix(b *testing.B, mix func(n int) ([]pipeline.Event, map[uint64][
 		}
 	})
 	evs, want := mix(b.N)
-	puts, allocs, cpu := badgerPuts(), mallocs(), cpuTime()
+	puts, heap, cpu := badgerPuts(), heapNow(), cpuTime()
 	b.ResetTimer()
 	publishBench(b, c, evs)
 	published := b.Elapsed()
 	rig.WaitCaughtUp(b, c)
 	b.StopTimer()
 	reportCPU(b, cpu)
-	b.ReportMetric(float64(mallocs()-allocs)/float64(b.N), "allocs/event")
+	heap.report(b, "event")
 	b.ReportMetric(float64(b.N)/published.Seconds(), "published/s")
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	checkBench(b, c, want)
@@ -400,12 +400,21 @@ func reportOwnMsgs(b *testing.B, js jetstream.JetStream, sj pipeline.Subjects, f
 	}
 }
 
-// mallocs is how many heap allocations this process has made: tallyd, the embedded NATS
-// server and the benchmark's producer together.
-func mallocs() uint64 {
+// heapUse is how many heap allocations this process has made and their bytes: tallyd,
+// the embedded NATS server and the benchmark's producer together.
+type heapUse struct{ allocs, bytes uint64 }
+
+func heapNow() heapUse {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	return ms.Mallocs
+	return heapUse{ms.Mallocs, ms.TotalAlloc}
+}
+
+// report reports the allocations and bytes allocated since h, per b.N of unit.
+func (h heapUse) report(b *testing.B, unit string) {
+	now := heapNow()
+	b.ReportMetric(float64(now.allocs-h.allocs)/float64(b.N), "allocs/"+unit)
+	b.ReportMetric(float64(now.bytes-h.bytes)/float64(b.N), "alloc-B/"+unit)
 }
 
 // likesIn counts the likes of evs.
@@ -493,17 +502,17 @@ func BenchmarkHealth(b *testing.B) {
 // Run: go test ./stages/systest -run XXX -bench Get20 -benchtime 20000x
 func BenchmarkGet20(b *testing.B) {
 	var cpu time.Duration
-	var allocs uint64
+	var heap heapUse
 	report := func(b *testing.B, lat []time.Duration) {
 		b.ReportMetric(float64((cpuTime()-cpu).Nanoseconds())/1e3/float64(b.N), "cpu-µs/get")
-		b.ReportMetric(float64(mallocs()-allocs)/float64(b.N), "allocs/get")
+		heap.report(b, "get")
 		slices.Sort(lat)
 		b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 	}
 	start := func(b *testing.B) {
 		b.ResetTimer()
-		cpu, allocs = cpuTime(), mallocs()
+		cpu, heap = cpuTime(), heapNow()
 	}
 	ids := make([]uint64, 20)
 	b.Run("nats-echo", func(b *testing.B) {
