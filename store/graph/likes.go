@@ -251,7 +251,7 @@ func (l *Likes) Toggle(txn *cold.Txn, u, post uint64, on bool, e rel.Event) (bef
 	}
 	r.list[i].State, r.dirty = st, true
 	l.dirtied(r, was)
-	slices.SortStableFunc(r.list, recordOrder)
+	r.place(i)
 	return before, st, forgot, l.moveLiker(txn, u, post, before, st)
 }
 

@@ -822,3 +822,35 @@ func TestNewLikerAllocations(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestPlaceKeepsRecordOrder: moving the one like a toggle changed or added leaves a
+// record as sorting it whole would, wherever the like goes, over random records.
+func TestPlaceKeepsRecordOrder(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	random := func() rel.State {
+		if r.IntN(3) == 0 {
+			return rel.State{Off: r.Uint64N(100)}
+		}
+		return rel.State{On: true, Made: rel.Event{TS: r.Int64N(8), Place: r.Uint64N(100)}}
+	}
+	for range 5000 {
+		l := &likes{}
+		for post := range r.Uint64N(maxLightLikes) {
+			l.list = append(l.list, like{post: post * 7 % 41, State: random()})
+		}
+		slices.SortStableFunc(l.list, recordOrder)
+		i := len(l.list)
+		if i == 0 || r.IntN(3) == 0 {
+			l.list = append(l.list, like{post: 1000 + r.Uint64N(5)})
+		} else {
+			i = r.IntN(i)
+		}
+		l.list[i].State = random()
+		want := slices.Clone(l.list)
+		slices.SortStableFunc(want, recordOrder)
+		l.place(i)
+		if !slices.EqualFunc(l.list, want, func(a, b like) bool { return a.post == b.post && a.Equal(b.State) }) {
+			t.Fatalf("placed %v, sorted %v", l.list, want)
+		}
+	}
+}

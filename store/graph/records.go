@@ -140,6 +140,20 @@ func (l *likes) appendTo(v []byte) []byte {
 	return v
 }
 
+// place moves the like at i, the one just changed or added, to where recordOrder puts
+// it. Every record is kept in that order, so the others are in it already and the list
+// ends as a sort would leave it, at the cost of the steps the like moves.
+func (l *likes) place(i int) {
+	x := l.list[i]
+	for ; i > 0 && recordOrder(x, l.list[i-1]) < 0; i-- {
+		l.list[i] = l.list[i-1]
+	}
+	for ; i < len(l.list)-1 && recordOrder(x, l.list[i+1]) > 0; i++ {
+		l.list[i] = l.list[i+1]
+	}
+	l.list[i] = x
+}
+
 func (l *likes) find(post uint64) int {
 	return slices.IndexFunc(l.list, func(e like) bool { return e.post == post })
 }
