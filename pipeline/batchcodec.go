@@ -171,6 +171,49 @@ func appendUint(dst []byte, v uint64) []byte {
 	return appendFixed(dst, msgpcode.Uint64, v, 8)
 }
 
+// uintSize is how many bytes appendUint(dst, v) appends.
+func uintSize(v uint64) int {
+	switch {
+	case v <= math.MaxInt8:
+		return 1
+	case v <= math.MaxUint8:
+		return 2
+	case v <= math.MaxUint16:
+		return 3
+	case v <= math.MaxUint32:
+		return 5
+	}
+	return 9
+}
+
+// intSize is how many bytes appendInt(dst, v) appends.
+func intSize(v int64) int {
+	switch {
+	case v >= 0:
+		return uintSize(uint64(v))
+	case v >= -32:
+		return 1
+	case v >= math.MinInt8:
+		return 2
+	case v >= math.MinInt16:
+		return 3
+	case v >= math.MinInt32:
+		return 5
+	}
+	return 9
+}
+
+// arrayLenSize is how many bytes appendArrayLen(dst, n) appends.
+func arrayLenSize(n int) int {
+	switch {
+	case n < 16:
+		return 1
+	case n <= math.MaxUint16:
+		return 3
+	}
+	return 5
+}
+
 // appendInt appends v as msgpack.Encoder.EncodeInt does: as appendUint when not
 // negative, else in the fewest bytes of a negative fixnum, int8, int16, int32 or int64.
 func appendInt(dst []byte, v int64) []byte {

@@ -97,6 +97,22 @@ func AppendDeltaBatch(dst []byte, b *DeltaBatch) []byte {
 	return dst
 }
 
+// Size is the length of b's encoding, so that AppendDeltaBatch can write it into one
+// allocation of the size it needs.
+func (b *DeltaBatch) Size() int {
+	n := 1 + uintSize(uint64(b.Source)) + uintSize(b.Seq) + arrayLenSize(4*len(b.Deltas))
+	for _, d := range b.Deltas {
+		n += uintSize(d.ID) + uintSize(uint64(d.Field)) + uintSize(uint64(d.Op)) + intSize(d.N)
+	}
+	if len(b.Windows) > 0 {
+		n += arrayLenSize(4 * len(b.Windows))
+		for _, w := range b.Windows {
+			n += uintSize(w.ID) + uintSize(uint64(w.Field)) + uintSize(uint64(w.Minute)) + intSize(w.N)
+		}
+	}
+	return n
+}
+
 // DecodeDeltaBatch decodes into b, reusing b.Deltas and b.Windows. It reads the payload
 // in place (mpReader) and accepts what msgpack.Decoder did (TestDeltaBatchCodecs).
 func DecodeDeltaBatch(data []byte, b *DeltaBatch) error {

@@ -45,6 +45,9 @@ func TestDeltaBatchCodecs(t *testing.T) {
 		if want := encoderDeltaBatch(nil, b); string(data) != string(want) {
 			t.Fatalf("batch %d: encoded %x, msgpack.Encoder %x", i, data, want)
 		}
+		if b.Size() != len(data) {
+			t.Fatalf("batch %d: Size %d, encoded in %d bytes", i, b.Size(), len(data))
+		}
 		payloads := [][]byte{data, data[:len(data)/2], append(data[:len(data):len(data)], 0)}
 		if len(data) > 0 {
 			bad := append([]byte(nil), data...)

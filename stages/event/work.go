@@ -254,7 +254,7 @@ func (s *Stage) next(pos uint64, w *work) (stagelog.State, []delivery.OutboxEntr
 			outbox = append(outbox, delivery.OutboxEntry{
 				Subject: s.cfg.Subjects.Delta(d.family, d.partition),
 				MsgID:   pipeline.DeltaMsgID(p, key, b.Seq),
-				Data:    pipeline.AppendDeltaBatch(nil, &b),
+				Data:    pipeline.AppendDeltaBatch(make([]byte, 0, b.Size()), &b),
 			})
 			w.deltas += int64(k)
 			deltas = deltas[k:]
