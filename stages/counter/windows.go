@@ -26,6 +26,7 @@ type windows struct {
 	dirty  map[uint64]struct{} // ids whose record the next checkpoint writes
 	gone   []uint64            // ids forgotten whose stored record is still to delete
 	pruned uint32              // the floor at the last prune
+	ends   []int               // windowed's, kept from flush to flush
 }
 
 func floorOf(top uint32) uint32 {
@@ -100,7 +101,12 @@ func (w *Worker) windowed(entries []checkpoint.Entry) ([]checkpoint.Entry, int, 
 	}
 	// The records share one buffer: a checkpoint holds thousands.
 	var buf []byte
-	ends := make([]int, 0, len(entries)+len(w.win.dirty))
+	ends := slices.Grow(w.win.ends[:0], len(entries)+len(w.win.dirty))
+	defer func() {
+		if cap(ends) <= 4*w.cfg.MaxDirty { // kept unless a flush far larger than most made it
+			w.win.ends = ends[:0]
+		}
+	}()
 	var both []uint64 // the ids of entries whose windows changed too, if not all did
 	found := 0
 	for i := range entries {

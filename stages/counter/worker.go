@@ -156,7 +156,8 @@ type Worker struct {
 	trimmed   time.Time // when trimStandby last asked NATS
 	changed   int       // deltas applied since the last flush: at least the dirty ids
 	scratch   []uint64
-	misses    coldMisses // prefetch's, kept from batch to batch
+	misses    coldMisses         // prefetch's, kept from batch to batch
+	flushed   []checkpoint.Entry // flush's entries, emptied, for the next flush to fill
 
 	// The cold tier, when the table is tiered.
 	tier        tiered
@@ -458,6 +459,16 @@ func (w *Worker) apply(ctx context.Context, m jetstream.Msg, b *pipeline.DeltaBa
 	return w.accept(ctx, m.Data(), b)
 }
 
+// keepEntries keeps the slice of a flush's entries, emptied, for the next flush, unless
+// a flush far larger than most made it.
+func (w *Worker) keepEntries(entries []checkpoint.Entry) {
+	clear(entries) // not to keep the counts and records they point to alive
+	if cap(entries) > 4*w.cfg.MaxDirty {
+		entries = nil
+	}
+	w.flushed = entries[:0]
+}
+
 // flush writes every changed id with the position and watermarks in one transaction,
 // then announces the new values. A position moved by batches that changed no count
 // (duplicates, batches held above a gap) is written too: a standby's stored state must
@@ -467,7 +478,7 @@ func (w *Worker) flush(ctx context.Context) error {
 	if w.changed == 0 && len(w.win.gone) == 0 && w.cp.Pos == w.lastPos && !w.stopping {
 		return nil
 	}
-	var entries []checkpoint.Entry
+	entries := w.flushed
 	var block []uint64 // the entries' counts, many to an allocation (what a checkpoint's changes keep)
 	w.table.Dirty(func(id uint64, counts []uint64) bool {
 		if len(block)+len(counts) > cap(block) {
@@ -503,6 +514,7 @@ func (w *Worker) flush(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	w.keepEntries(entries)
 	w.chg.published, w.store.released = nil, nil
 	w.windowsSaved(gone)
 	w.lastPos = w.cp.Pos
