@@ -140,10 +140,15 @@ type destDeltas struct {
 	windowed []pipeline.WindowDelta
 }
 
-// windowDeltas returns the window changes of dd that change something.
+// windowDeltas returns the window changes of dd that change something: dd.windowed
+// itself when none nets to 0, as most do (the index points into it: it is not changed).
 func (dd *destDeltas) windowDeltas() []pipeline.WindowDelta {
-	out := dd.windowed[:0:0]
-	for _, w := range dd.windowed {
+	i := slices.IndexFunc(dd.windowed, func(w pipeline.WindowDelta) bool { return w.N == 0 })
+	if i < 0 {
+		return dd.windowed
+	}
+	out := slices.Clone(dd.windowed[:i])
+	for _, w := range dd.windowed[i+1:] {
 		if w.N != 0 {
 			out = append(out, w)
 		}
