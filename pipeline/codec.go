@@ -288,21 +288,27 @@ func (d *EventDecoder) Decode(typ string, data []byte, h nats.Header) ([]Event, 
 		case len(b.Events) == 0:
 			return nil, nil, fmt.Errorf("%w: empty batch", ErrBadEvent)
 		}
-		// The good events are kept in place: the bad ones are few, and rarely any.
+		// The good events are kept in place: the bad ones are few, and rarely any. An
+		// event is validated where it lies and moved only past a bad one: a batch's
+		// events copied one by one took a sixth of the event stage's CPU for views.
 		var bad []BadEvent
-		good := b.Events[:0]
-		for i, e := range b.Events {
+		good := 0
+		for i := range b.Events {
+			e := &b.Events[i]
 			if typ == TypeBatch && e.Privileged() {
-				bad = append(bad, BadEvent{Index: i, Event: e, Err: fmt.Errorf("%w: batch event %d: a %s event needs the admin grant: publish it on its own subject or in a %s batch", ErrBadEvent, i, e.Type, TypeAdminBatch)})
+				bad = append(bad, BadEvent{Index: i, Event: *e, Err: fmt.Errorf("%w: batch event %d: a %s event needs the admin grant: publish it on its own subject or in a %s batch", ErrBadEvent, i, e.Type, TypeAdminBatch)})
 				continue
 			}
 			if err := e.Validate(fams); err != nil {
-				bad = append(bad, BadEvent{Index: i, Event: e, Err: fmt.Errorf("batch event %d: %w", i, err)})
+				bad = append(bad, BadEvent{Index: i, Event: *e, Err: fmt.Errorf("batch event %d: %w", i, err)})
 				continue
 			}
-			good = append(good, e)
+			if good < i {
+				b.Events[good] = *e
+			}
+			good++
 		}
-		return good, bad, nil
+		return b.Events[:good], bad, nil
 	}
 	if !ValidType(typ) {
 		return nil, nil, fmt.Errorf("%w: unknown type %q in subject", ErrBadEvent, typ)

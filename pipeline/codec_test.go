@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strconv"
 	"testing"
 )
@@ -169,5 +170,34 @@ func TestEventDecoderReusesRoom(t *testing.T) {
 				t.Fatalf("round %d: bad event %d %+v, want %+v", round, i, bad[i], wantBad[i])
 			}
 		}
+		if err == nil {
+			sameAsFiltered(t, data, asJSON, fams, got, bad)
+		}
+	}
+}
+
+// sameAsFiltered fails unless good and bad are the events of batch data, decoded
+// without validation, split by Validate: the valid ones in order, the others by index.
+func sameAsFiltered(t *testing.T, data []byte, asJSON bool, fams Families, good []Event, bad []BadEvent) {
+	t.Helper()
+	var raw Batch
+	if err := Unmarshal(data, asJSON, &raw); err != nil {
+		t.Fatal(err)
+	}
+	var want []Event
+	var wantBad []int
+	for i, e := range raw.Events {
+		if e.Validate(fams) != nil {
+			wantBad = append(wantBad, i)
+			continue
+		}
+		want = append(want, e)
+	}
+	gotBad := make([]int, len(bad))
+	for i, b := range bad {
+		gotBad[i] = b.Index
+	}
+	if len(good) != len(want) || (len(want) > 0 && !reflect.DeepEqual(good, want)) || !slices.Equal(gotBad, wantBad) {
+		t.Fatalf("good %+v, bad at %v;\nwant %+v, bad at %v", good, gotBad, want, wantBad)
 	}
 }
