@@ -10,7 +10,8 @@ import (
 // the same run: encoding/json (with DisallowUnknownFields, as before) for JSON, msgpack
 // by reflection for MessagePack; msgpack-decode/decoder is the codec as it was before it
 // read the bytes itself, through a msgpack.Decoder. decode-events is DecodeEvents, the
-// whole path of a batch message: decoded, validated and the good events kept.
+// whole path of a batch message: decoded, validated and the good events kept; its
+// "-room" variants decode as an event stage does, into an EventDecoder's room.
 // Run: go test ./pipeline -run XXX -bench BatchCodec -benchmem
 func BenchmarkBatchCodec(b *testing.B) {
 	fams := Families(DefaultFamilies())
@@ -21,6 +22,7 @@ func BenchmarkBatchCodec(b *testing.B) {
 	}
 	asMsgpack, _ := Marshal(&Batch{Events: evs}, false)
 	plain := &plainBatch{Events: toPlain(evs)}
+	dec := EventDecoder{Families: fams} // as an event stage decodes: into room it reuses
 	for _, c := range []struct {
 		name string
 		run  func() error
@@ -34,6 +36,8 @@ func BenchmarkBatchCodec(b *testing.B) {
 		{"msgpack-encode/reflection", func() error { reflectEncode(b, plain, false); return nil }},
 		{"decode-events/json", func() error { _, _, err := DecodeEvents(TypeBatch, asJSON, nil, fams); return err }},
 		{"decode-events/msgpack", func() error { _, _, err := DecodeEvents(TypeBatch, asMsgpack, nil, fams); return err }},
+		{"decode-events/msgpack-room", func() error { _, _, err := dec.Decode(TypeBatch, asMsgpack, nil); return err }},
+		{"decode-events/json-room", func() error { _, _, err := dec.Decode(TypeBatch, asJSON, nil); return err }},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
