@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -184,17 +185,19 @@ func (c *Client) PublishBatch(ctx context.Context, tx string, events []pipeline.
 		return err
 	}
 	// One message per partition, and one more for the privileged events (system, incr),
-	// which only an admin batch may carry: counted first, so that each group is one
-	// allocation of its size, filled in the events' order.
+	// which only an admin batch may carry, each written from the events where they lie,
+	// in their order: copying the batch into groups to write them took two fifths of
+	// this function's CPU in a profile, and an allocation the size of the batch.
 	type group struct {
 		p     int
 		admin bool
 	}
 	index := map[group]int{}
 	var order []group
-	of := make([]int, len(events)) // each event's group
-	var sizes []int
-	for i, e := range events {
+	of := make([]int32, len(events)) // each event's group
+	var starts []int32               // each group's start in byGroup, once counted
+	for i := range events {
+		e := &events[i]
 		if !pipeline.ValidType(e.Type) {
 			return fmt.Errorf("%w: unknown type %q", pipeline.ErrBadEvent, e.Type)
 		}
@@ -202,31 +205,35 @@ func (c *Client) PublishBatch(ctx context.Context, tx string, events []pipeline.
 		k, ok := index[g]
 		if !ok {
 			k = len(order)
-			index[g], order, sizes = k, append(order, g), append(sizes, 0)
+			index[g], order, starts = k, append(order, g), append(starts, 0)
 		}
-		of[i] = k
-		sizes[k]++
+		of[i] = int32(k)
+		starts[k]++
 	}
-	all := make([]pipeline.Event, 0, len(events))
-	groups := make([][]pipeline.Event, len(order))
-	for k, size := range sizes {
-		groups[k] = all[len(all) : len(all) : len(all)+size]
-		all = all[:len(all)+size]
+	var at int32
+	for k, size := range starts {
+		starts[k], at = at, at+size
 	}
-	for i := range events {
-		groups[of[i]] = append(groups[of[i]], events[i])
+	byGroup := make([]int32, len(events)) // the events' indexes, group by group, each in order
+	next := slices.Clone(starts)
+	for i, k := range of {
+		byGroup[next[k]] = int32(i)
+		next[k]++
 	}
 	var msgs []outMsg
 	for k, gr := range order {
-		g := groups[k]
+		g := byGroup[starts[k]:next[k]]
 		for part := 0; len(g) > 0; part++ {
 			k := min(len(g), pipeline.MaxBatch)
-			data := pipeline.AppendBatch(make([]byte, 0, 64*k), &pipeline.Batch{Events: g[:k]})
+			data := pipeline.AppendBatchHead(make([]byte, 0, 64*k), k)
+			for _, i := range g[:k] {
+				data = pipeline.AppendEvent(data, &events[i])
+			}
 			typ, id := pipeline.TypeBatch, pipeline.BatchMsgID(tx, gr.p, part)
 			if gr.admin {
 				typ, id = pipeline.TypeAdminBatch, pipeline.AdminBatchMsgID(tx, gr.p, part)
 			}
-			msgs = append(msgs, outMsg{lane: uint64(gr.p), subj: c.subj.Event(typ, g[0].Key()), data: data, id: id})
+			msgs = append(msgs, outMsg{lane: uint64(gr.p), subj: c.subj.Event(typ, events[g[0]].Key()), data: data, id: id})
 			g = g[k:]
 		}
 	}

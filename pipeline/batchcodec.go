@@ -20,11 +20,18 @@ func AppendBatch(dst []byte, b *Batch) []byte {
 	if len(b.Events) == 0 {
 		return appendMapLen(dst, 0)
 	}
-	dst = appendArrayLen(append(appendMapLen(dst, 1), "\xa6events"...), len(b.Events))
+	dst = AppendBatchHead(dst, len(b.Events))
 	for i := range b.Events {
 		dst = AppendEvent(dst, &b.Events[i])
 	}
 	return dst
+}
+
+// AppendBatchHead appends the MessagePack form of a batch of n events (n > 0) up to its
+// events, which follow it each as AppendEvent writes it: a batch can be written from
+// events where they lie, not copied into a slice of their own.
+func AppendBatchHead(dst []byte, n int) []byte {
+	return appendArrayLen(append(appendMapLen(dst, 1), "\xa6events"...), n)
 }
 
 // AppendHopBatchHead appends the MessagePack form of a hop batch up to its n events,
