@@ -192,7 +192,7 @@ func (c *Client) PublishBatch(ctx context.Context, tx string, events []pipeline.
 		p     int
 		admin bool
 	}
-	index := map[group]int{}
+	index := make([]int32, 2*n) // a group's place in order, +1: partition p's at 2p, its admin batch's at 2p+1
 	var order []group
 	of := make([]int32, len(events)) // each event's group
 	var starts []int32               // each group's start in byGroup, once counted
@@ -202,12 +202,16 @@ func (c *Client) PublishBatch(ctx context.Context, tx string, events []pipeline.
 			return fmt.Errorf("%w: unknown type %q", pipeline.ErrBadEvent, e.Type)
 		}
 		g := group{pipeline.PartitionOf(e.Key(), n), e.Privileged()}
-		k, ok := index[g]
-		if !ok {
-			k = len(order)
-			index[g], order, starts = k, append(order, g), append(starts, 0)
+		at := 2 * g.p
+		if g.admin {
+			at++
 		}
-		of[i] = int32(k)
+		k := index[at] - 1
+		if k < 0 {
+			k = int32(len(order))
+			index[at], order, starts = k+1, append(order, g), append(starts, 0)
+		}
+		of[i] = k
 		starts[k]++
 	}
 	var at int32
